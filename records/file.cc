@@ -1,0 +1,222 @@
+#include "records/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <fmt/format.h>
+
+#include "records/errors.h"
+
+namespace recflow::records {
+namespace {
+
+// Linux refuses single reads and writes above this (0x7ffff000).
+constexpr size_t kMaxIo = size_t{1} << 30;
+
+std::string UniqueTempPath(const std::string& path) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string dir = DirectoryOf(path);
+  const size_t slash = path.rfind('/');
+  const std::string name =
+      slash == std::string::npos ? path : path.substr(slash + 1);
+  return fmt::format("{}/.{}.tmp-{}-{}", dir, name, getpid(),
+                     counter.fetch_add(1));
+}
+
+void SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw IoError(dir, "cannot open directory to sync it", errno);
+  const int rc = fsync(fd);
+  const int err = errno;
+  close(fd);
+  // Some file systems (and /dev/shm-like mounts) cannot sync directories.
+  if (rc != 0 && err != EINVAL && err != EROFS) {
+    throw IoError(dir, "fsync of directory failed", err);
+  }
+}
+
+}  // namespace
+
+std::string DirectoryOf(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+ReadableFile::ReadableFile(std::string path) : path_(std::move(path)) {
+  fd_ = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw IoError(path_, "cannot open for reading", errno);
+  struct stat st;
+  if (fstat(fd_, &st) != 0) {
+    const int err = errno;
+    close(fd_);
+    throw IoError(path_, "cannot stat", err);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    close(fd_);
+    throw IoError(path_, "is a directory, not a record file");
+  }
+  regular_ = S_ISREG(st.st_mode);
+  size_ = regular_ ? static_cast<uint64_t>(st.st_size) : 0;
+  if (regular_) posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+}
+
+ReadableFile::~ReadableFile() {
+  if (fd_ >= 0) close(fd_);
+}
+
+size_t ReadableFile::Read(char* dst, size_t n) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = read(fd_, dst + done, std::min(n - done, kMaxIo));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(path_, fmt::format("read at byte {} failed", position_),
+                    errno);
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+    position_ += static_cast<uint64_t>(r);
+  }
+  return done;
+}
+
+size_t ReadableFile::ReadAt(uint64_t offset, char* dst, size_t n) const {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t r = pread(fd_, dst + done, std::min(n - done, kMaxIo),
+                            static_cast<off_t>(offset + done));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(path_,
+                    fmt::format("read of {} bytes at byte {} failed", n,
+                                offset + done),
+                    errno);
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  return done;
+}
+
+WritableFile::WritableFile(std::string path, bool atomic)
+    : path_(std::move(path)) {
+  if (atomic) {
+    temp_path_ = UniqueTempPath(path_);
+    fd_ = open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+               0644);
+    if (fd_ < 0) {
+      throw IoError(path_,
+                    fmt::format("cannot create temporary file {}", temp_path_),
+                    errno);
+    }
+  } else {
+    fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw IoError(path_, "cannot open for writing", errno);
+  }
+  struct stat st;
+  regular_ = fstat(fd_, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+WritableFile::~WritableFile() { Abandon(); }
+
+void WritableFile::Abandon() {
+  if (fd_ < 0 && !finished_) return;
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  finished_ = false;
+  if (!temp_path_.empty()) {
+    unlink(temp_path_.c_str());
+    temp_path_.clear();
+  } else if (regular_) {
+    unlink(path_.c_str());
+  }
+}
+
+void WritableFile::Append(std::string_view data) { Append3(data, {}, {}); }
+
+void WritableFile::Append3(std::string_view a, std::string_view b,
+                           std::string_view c) {
+  if (fd_ < 0) throw IoError(path_, "write after close");
+  iovec iov[3] = {{const_cast<char*>(a.data()), a.size()},
+                  {const_cast<char*>(b.data()), b.size()},
+                  {const_cast<char*>(c.data()), c.size()}};
+  int first = 0;
+  size_t left = a.size() + b.size() + c.size();
+  while (left > 0) {
+    while (iov[first].iov_len == 0) ++first;
+    // Keep each call under the kernel's per-call limit.
+    iovec chunk[3];
+    int count = 0;
+    size_t budget = kMaxIo;
+    for (int i = first; i < 3 && budget > 0; ++i) {
+      if (iov[i].iov_len == 0) continue;
+      chunk[count] = iov[i];
+      chunk[count].iov_len = std::min(iov[i].iov_len, budget);
+      budget -= chunk[count].iov_len;
+      ++count;
+    }
+    const ssize_t w = writev(fd_, chunk, count);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(path_,
+                    fmt::format("write at byte {} failed", bytes_written_),
+                    errno);
+    }
+    size_t done = static_cast<size_t>(w);
+    bytes_written_ += done;
+    left -= done;
+    for (int i = first; i < 3 && done > 0; ++i) {
+      const size_t take = std::min(done, iov[i].iov_len);
+      iov[i].iov_base = static_cast<char*>(iov[i].iov_base) + take;
+      iov[i].iov_len -= take;
+      done -= take;
+    }
+  }
+}
+
+void WritableFile::Sync() {
+  if (fd_ < 0) throw IoError(path_, "sync after close");
+  if (regular_ && fdatasync(fd_) != 0) {
+    throw IoError(path_, "fsync failed", errno);
+  }
+}
+
+void WritableFile::Close() {
+  Finish();
+  Commit();
+}
+
+void WritableFile::Finish() {
+  if (fd_ < 0) throw IoError(path_, "finished twice, or after a failure");
+  if (!temp_path_.empty()) Sync();
+  const int rc = close(fd_);
+  const int err = errno;
+  fd_ = -1;
+  finished_ = true;
+  if (rc != 0) {
+    Abandon();
+    throw IoError(path_, "close failed", err);
+  }
+}
+
+void WritableFile::Commit() {
+  if (!finished_) throw IoError(path_, "committed before it was finished");
+  finished_ = false;
+  if (temp_path_.empty()) return;
+  if (rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    unlink(temp_path_.c_str());
+    temp_path_.clear();
+    throw IoError(path_, "cannot rename the temporary file into place", err);
+  }
+  temp_path_.clear();
+  SyncDirectory(DirectoryOf(path_));
+}
+
+}  // namespace recflow::records

@@ -1,0 +1,340 @@
+#include "records/index.h"
+
+#include <fmt/format.h>
+#include <zstd.h>
+
+#include <charconv>
+#include <fstream>
+#include <stdexcept>
+
+#include "records/errors.h"
+#include "records/tfrecord_format.h"
+
+namespace recflow::records {
+namespace {
+
+// Parses the unsigned integers of one index line into `out`; returns how
+// many it found, or -1 when the line holds anything else.
+int ParseNumbers(std::string_view line, uint64_t* out, int max) {
+  int count = 0;
+  size_t i = 0;
+  while (true) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' ||
+                               line[i] == '\r')) {
+      ++i;
+    }
+    if (i == line.size()) return count;
+    if (count == max) return -1;
+    const char* begin = line.data() + i;
+    const auto [end, ec] =
+        std::from_chars(begin, line.data() + line.size(), out[count]);
+    if (ec != std::errc() || end == begin) return -1;
+    i += static_cast<size_t>(end - begin);
+    if (i < line.size() && line[i] != ' ' && line[i] != '\t' &&
+        line[i] != '\r') {
+      return -1;
+    }
+    ++count;
+  }
+}
+
+}  // namespace
+
+std::string IndexPathFor(std::string_view record_path) {
+  return std::string(record_path) + ".idx";
+}
+
+Index BuildIndex(const std::string& record_path) {
+  ReaderOptions options;
+  options.track_zstd_frames = true;
+  TFRecordReader reader(record_path, options);
+  Index index;
+  index.compression = reader.compression();
+  if (index.compression == Compression::kZlib ||
+      index.compression == Compression::kGzip) {
+    throw Error(fmt::format(
+        "{}: a {} stream cannot be indexed: a reader cannot start in the "
+        "middle of it (rewrite it with `recflow reshard --compression none` "
+        "or `zstd`)",
+        record_path, CompressionName(index.compression)));
+  }
+  std::string_view record;
+  std::vector<uint64_t> offsets;
+  while (reader.ReadRecord(&record)) {
+    index.entries.push_back(
+        {reader.last_offset(), record.size() + kFrameOverhead, 0, 0});
+  }
+  if (index.compression == Compression::kNone) return index;
+
+  // Map each record to the zstd frame that holds it.
+  const std::vector<ZstdFrame>& frames = *reader.zstd_frames();
+  size_t f = 0;
+  for (size_t i = 0; i < index.entries.size(); ++i) {
+    IndexEntry& e = index.entries[i];
+    while (f < frames.size() &&
+           frames[f].stream_offset + frames[f].stream_bytes <= e.offset) {
+      ++f;
+    }
+    if (f == frames.size() ||
+        e.offset + e.size > frames[f].stream_offset + frames[f].stream_bytes) {
+      throw Error(fmt::format(
+          "{}: record {} at byte offset {} spans zstd frames, so it cannot be "
+          "reached through an index; rewrite the file with `recflow reshard "
+          "--compression zstd`, which keeps records within frames",
+          record_path, i, e.offset));
+    }
+    e.frame_offset = frames[f].file_offset;
+    e.frame_bytes = frames[f].file_bytes;
+    e.offset -= frames[f].stream_offset;
+  }
+  return index;
+}
+
+void WriteIndex(const std::string& index_path, const Index& index) {
+  if (index.compression != Compression::kNone &&
+      index.compression != Compression::kZstd) {
+    throw Error(fmt::format("{}: only uncompressed and zstd files have an "
+                            "index",
+                            index_path));
+  }
+  WritableFile file(index_path, /*atomic=*/true);
+  std::string text;
+  text.reserve(index.entries.size() * 24 + 64);
+  if (index.compression == Compression::kZstd) {
+    text.append(kZstdIndexHeader);
+    text.push_back('\n');
+  }
+  for (const IndexEntry& e : index.entries) {
+    if (index.compression == Compression::kZstd) {
+      fmt::format_to(std::back_inserter(text), "{} {} {} {}\n", e.frame_offset,
+                     e.frame_bytes, e.offset, e.size);
+    } else {
+      fmt::format_to(std::back_inserter(text), "{} {}\n", e.offset, e.size);
+    }
+    if (text.size() >= (1 << 20)) {
+      file.Append(text);
+      text.clear();
+    }
+  }
+  file.Append(text);
+  file.Close();
+}
+
+Index ReadIndex(const std::string& index_path, uint64_t file_size) {
+  ReadableFile file(index_path);
+  std::string text;
+  char chunk[1 << 16];
+  while (size_t got = file.Read(chunk, sizeof chunk)) text.append(chunk, got);
+
+  Index index;
+  size_t line_start = 0;
+  uint64_t line_number = 0;
+  uint64_t previous_end = 0;  // for zstd: within the current frame
+  uint64_t previous_frame_end = 0;
+  uint64_t current_frame = UINT64_MAX;
+  auto fail = [&](const std::string& what) {
+    return Error(
+        fmt::format("{}:{}: {}", index_path, line_number, what));
+  };
+  while (line_start < text.size()) {
+    size_t line_end = text.find('\n', line_start);
+    if (line_end == std::string::npos) line_end = text.size();
+    const std::string_view line(text.data() + line_start,
+                                line_end - line_start);
+    line_start = line_end + 1;
+    ++line_number;
+    if (line_number == 1 && line.starts_with(kZstdIndexHeader)) {
+      index.compression = Compression::kZstd;
+      continue;
+    }
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    uint64_t v[4];
+    const bool zstd = index.compression == Compression::kZstd;
+    const int n = ParseNumbers(line, v, zstd ? 4 : 2);
+    if (n != (zstd ? 4 : 2)) {
+      throw fail(zstd ? "expected 'frame_offset frame_bytes offset_in_frame "
+                        "size' (four unsigned integers)"
+                      : "expected 'offset size' (two unsigned integers)");
+    }
+    IndexEntry e;
+    if (zstd) {
+      e = {v[2], v[3], v[0], v[1]};
+    } else {
+      e = {v[0], v[1], 0, 0};
+    }
+    if (e.size < kFrameOverhead) {
+      throw fail(fmt::format("record size {} is below the 16 bytes of "
+                             "framing every record has",
+                             e.size));
+    }
+    if (zstd) {
+      if (e.frame_offset != current_frame) {
+        if (e.frame_offset < previous_frame_end) {
+          throw fail(fmt::format("frame at {} overlaps the previous frame, "
+                                 "which ends at {}",
+                                 e.frame_offset, previous_frame_end));
+        }
+        current_frame = e.frame_offset;
+        previous_frame_end = e.frame_offset + e.frame_bytes;
+        previous_end = 0;
+      }
+      if (e.offset < previous_end) {
+        throw fail(fmt::format("record at {} in its frame overlaps the "
+                               "previous record, which ends at {}",
+                               e.offset, previous_end));
+      }
+      previous_end = e.offset + e.size;
+      if (file_size != 0 && previous_frame_end > file_size) {
+        throw fail(fmt::format("frame [{}, {}) lies past the end of the "
+                               "{}-byte file",
+                               e.frame_offset, previous_frame_end, file_size));
+      }
+    } else {
+      if (e.offset < previous_end) {
+        throw fail(fmt::format("record at {} overlaps the previous record, "
+                               "which ends at {}",
+                               e.offset, previous_end));
+      }
+      previous_end = e.offset + e.size;
+      if (file_size != 0 && previous_end > file_size) {
+        throw fail(fmt::format("record [{}, {}) lies past the end of the "
+                               "{}-byte file",
+                               e.offset, previous_end, file_size));
+      }
+    }
+    index.entries.push_back(e);
+  }
+  return index;
+}
+
+IndexedReader::IndexedReader(const std::string& record_path, Index index)
+    : file_(record_path), index_(std::move(index)) {
+  if (index_.compression == Compression::kZstd) {
+    dctx_ = ZSTD_createDCtx();
+    if (dctx_ == nullptr) throw IoError(record_path, "cannot create zstd");
+  }
+}
+
+IndexedReader::~IndexedReader() {
+  if (dctx_ != nullptr) ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(dctx_));
+}
+
+std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
+                                           const char* frame,
+                                           uint64_t size) const {
+  const uint64_t length = HeaderLength(frame);
+  if (!HeaderChecks(frame)) {
+    throw RecordError(file_.path(), offset, i, DamageKind::kLengthCrcMismatch,
+                      fmt::format("length field reads {}; stored CRC {:#010x}, "
+                                  "computed {:#010x} (is the index stale?)",
+                                  length, HeaderStoredCrc(frame),
+                                  HeaderComputedCrc(frame)));
+  }
+  if (length + kFrameOverhead != size) {
+    throw RecordError(file_.path(), offset, i, DamageKind::kImplausibleLength,
+                      fmt::format("the index gives {} bytes but the record "
+                                  "header says {} + 16 (is the index stale?)",
+                                  size, length));
+  }
+  const char* data = frame + kHeaderBytes;
+  const uint32_t stored =
+      crc32c::Unmask(DecodeLittleEndian<uint32_t>(data + length));
+  const uint32_t computed = crc32c::Value(data, length);
+  if (stored != computed) {
+    throw RecordError(file_.path(), offset, i, DamageKind::kDataCrcMismatch,
+                      fmt::format("payload of {} bytes; stored CRC {:#010x}, "
+                                  "computed {:#010x}",
+                                  length, stored, computed));
+  }
+  return {data, length};
+}
+
+const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
+  if (e.frame_offset == cached_frame_offset_) return frame_.data();
+  cached_frame_offset_ = UINT64_MAX;
+  buffer_.resize(e.frame_bytes);
+  if (file_.ReadAt(e.frame_offset, buffer_.data(), e.frame_bytes) !=
+      e.frame_bytes) {
+    throw RecordError(file_.path(), e.frame_offset, i,
+                      DamageKind::kTruncatedData,
+                      fmt::format("the zstd frame of {} bytes the index "
+                                  "points at runs past the end of the file",
+                                  e.frame_bytes));
+  }
+  // Decode with a buffer that grows only as decoded bytes arrive: the
+  // content size in the frame header is not trusted for an allocation.
+  const unsigned long long content =
+      ZSTD_getFrameContentSize(buffer_.data(), buffer_.size());
+  if (content == ZSTD_CONTENTSIZE_ERROR) {
+    throw RecordError(file_.path(), e.frame_offset, i,
+                      DamageKind::kDecompressionError,
+                      "the index points at bytes that are not a zstd frame "
+                      "(is the index stale?)");
+  }
+  auto* dctx = static_cast<ZSTD_DCtx*>(dctx_);
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_only);
+  frame_.resize(content == ZSTD_CONTENTSIZE_UNKNOWN
+                    ? size_t{1} << 20
+                    : std::min<unsigned long long>(content, size_t{4} << 20));
+  ZSTD_inBuffer in{buffer_.data(), buffer_.size(), 0};
+  size_t decoded = 0;
+  while (true) {
+    if (decoded == frame_.size()) frame_.resize(frame_.size() * 2);
+    ZSTD_outBuffer out{frame_.data() + decoded, frame_.size() - decoded, 0};
+    const size_t rc = ZSTD_decompressStream(dctx, &out, &in);
+    decoded += out.pos;
+    if (ZSTD_isError(rc)) {
+      throw RecordError(file_.path(), e.frame_offset, i,
+                        DamageKind::kDecompressionError,
+                        fmt::format("zstd frame at file byte {}: {}",
+                                    e.frame_offset, ZSTD_getErrorName(rc)));
+    }
+    if (rc == 0) break;
+    if (in.pos == in.size && out.pos < out.size) {
+      throw RecordError(file_.path(), e.frame_offset, i,
+                        DamageKind::kDecompressionError,
+                        fmt::format("the zstd frame at file byte {} does not "
+                                    "end within the {} bytes the index gives",
+                                    e.frame_offset, e.frame_bytes));
+    }
+  }
+  frame_.resize(decoded);
+  cached_frame_offset_ = e.frame_offset;
+  return frame_.data();
+}
+
+std::string_view IndexedReader::Read(uint64_t i) {
+  if (i >= index_.entries.size()) {
+    throw std::out_of_range(fmt::format("{}: record {} requested, the index "
+                                        "has {}",
+                                        file_.path(), i,
+                                        index_.entries.size()));
+  }
+  const IndexEntry& e = index_.entries[i];
+  if (index_.compression == Compression::kZstd) {
+    const char* frame = ZstdFrame(e, i);
+    if (e.offset + e.size > frame_.size()) {
+      throw RecordError(file_.path(), e.frame_offset, i,
+                        DamageKind::kImplausibleLength,
+                        fmt::format("the index puts the record at [{}, {}) of "
+                                    "a frame that decodes to {} bytes",
+                                    e.offset, e.offset + e.size,
+                                    frame_.size()));
+    }
+    return CheckFrame(i, e.offset, frame + e.offset, e.size);
+  }
+  if (e.size > file_.size() || e.offset > file_.size() - e.size) {
+    throw RecordError(file_.path(), e.offset, i, DamageKind::kTruncatedData,
+                      fmt::format("the index gives {} bytes at byte {}, past "
+                                  "the end of the {}-byte file",
+                                  e.size, e.offset, file_.size()));
+  }
+  buffer_.resize(e.size);
+  if (file_.ReadAt(e.offset, buffer_.data(), e.size) != e.size) {
+    throw RecordError(file_.path(), e.offset, i, DamageKind::kTruncatedData,
+                      "the file is shorter than when it was opened");
+  }
+  return CheckFrame(i, e.offset, buffer_.data(), e.size);
+}
+
+}  // namespace recflow::records

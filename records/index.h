@@ -1,0 +1,99 @@
+// Record indexes: where each record of a file lies, for random access.
+//
+// Uncompressed files use the text format of NVIDIA DALI's tfrecord2idx and
+// the Python `tfrecord` package, so their users can use ours and we theirs:
+// one line per record, "offset size", where offset is the byte offset of the
+// record's frame in the file and size = 16 + payload length.
+//
+// ZSTD files written by recflow consist of independent frames that each hold
+// whole records; their index (docs/FORMATS.md) starts with the line
+// "#recflow-zstd-index v1", then one line per record:
+// "frame_offset frame_bytes offset_in_frame size", where the frame's bytes
+// are [frame_offset, frame_offset + frame_bytes) of the file and the record
+// is [offset_in_frame, offset_in_frame + size) of its decoded content.
+// ZLIB and GZIP streams cannot be entered in the middle and have no index.
+#ifndef RECFLOW_RECORDS_INDEX_H_
+#define RECFLOW_RECORDS_INDEX_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "records/compression.h"
+#include "records/file.h"
+#include "records/tfrecord_reader.h"
+
+namespace recflow::records {
+
+struct IndexEntry {
+  // Uncompressed: offset of the frame in the file.  ZSTD: offset of the
+  // frame in the decoded content of its zstd frame.
+  uint64_t offset = 0;
+  uint64_t size = 0;  // 16 + payload length
+  // ZSTD only: the zstd frame holding the record.
+  uint64_t frame_offset = 0;
+  uint64_t frame_bytes = 0;
+
+  bool operator==(const IndexEntry&) const = default;
+};
+
+struct Index {
+  Compression compression = Compression::kNone;  // kNone or kZstd
+  std::vector<IndexEntry> entries;
+};
+
+inline constexpr std::string_view kZstdIndexHeader = "#recflow-zstd-index v1";
+
+// Reads every record of `record_path` (verifying both CRCs) and returns its
+// index.  Throws RecordError on damage, IoError for I/O errors, and Error
+// for ZLIB/GZIP files and for ZSTD files whose records span frames.
+Index BuildIndex(const std::string& record_path);
+
+// Writes `index` to `index_path` atomically.
+void WriteIndex(const std::string& index_path, const Index& index);
+
+// Reads and validates an index: well-formed lines, sizes of at least 16,
+// records in increasing, non-overlapping order, and, where `file_size` is
+// given (not 0), within the file.  Errors (Error) name the index file and
+// line.
+Index ReadIndex(const std::string& index_path, uint64_t file_size = 0);
+
+// The conventional index name: path + ".idx".
+std::string IndexPathFor(std::string_view record_path);
+
+// Random access to the records of a file through its index: record i costs
+// one pread (uncompressed) or one pread and one frame decode (ZSTD; the last
+// frame decoded is kept).  Both CRCs are checked.  Not thread-safe (use one
+// per thread; the file is opened per instance).
+class IndexedReader {
+ public:
+  IndexedReader(const std::string& record_path, Index index);
+  ~IndexedReader();
+  IndexedReader(const IndexedReader&) = delete;
+  IndexedReader& operator=(const IndexedReader&) = delete;
+
+  uint64_t size() const { return index_.entries.size(); }
+  // The payload of record `i`, valid until the next Read() or destruction.
+  // Throws RecordError (naming the file, the record's offset and index)
+  // when the bytes there are not that record, std::out_of_range for i >=
+  // size().
+  std::string_view Read(uint64_t i);
+
+ private:
+  std::string_view CheckFrame(uint64_t i, uint64_t offset, const char* frame,
+                              uint64_t size) const;
+  const char* ZstdFrame(const IndexEntry& e, uint64_t i);
+
+  ReadableFile file_;
+  Index index_;
+  std::vector<char> buffer_;
+  std::vector<char> frame_;  // ZSTD: decoded content of the cached frame
+  uint64_t cached_frame_offset_ = UINT64_MAX;
+  void* dctx_ = nullptr;
+};
+
+}  // namespace recflow::records
+
+#endif  // RECFLOW_RECORDS_INDEX_H_

@@ -1,0 +1,307 @@
+#include "records/tfrecord_writer.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include <cstring>
+
+#include "records/errors.h"
+#include "records/file.h"
+#include "records/tfrecord_format.h"
+
+namespace recflow::records {
+
+// Receives framed records and writes them, compressed or not, to the file.
+class TFRecordWriter::Codec {
+ public:
+  Codec(const std::string& path, bool atomic,
+        std::vector<IndexEntry>* entries)
+      : file_(std::make_unique<WritableFile>(path, atomic)),
+        entries_(entries) {}
+  virtual ~Codec() = default;
+
+  // One record: its 12-byte header, payload and 4-byte footer.
+  virtual void Put(const char* header, std::string_view data,
+                   const char* footer) = 0;
+  virtual void Flush() = 0;
+  // Ends the stream (everything buffered reaches the file).
+  virtual void Finish() = 0;
+  virtual uint64_t file_bytes() const { return file_->bytes_written(); }
+  WritableFile& file() { return *file_; }
+
+ protected:
+  std::unique_ptr<WritableFile> file_;
+  std::vector<IndexEntry>* const entries_;  // null unless building an index
+};
+
+namespace {
+
+constexpr size_t kStagingBytes = size_t{1} << 20;
+
+std::string_view View(const char* p, size_t n) { return {p, n}; }
+
+class NoneCodec final : public TFRecordWriter::Codec {
+ public:
+  using Codec::Codec;
+
+  void Put(const char* header, std::string_view data,
+           const char* footer) override {
+    const size_t frame = data.size() + kFrameOverhead;
+    if (entries_ != nullptr) entries_->push_back({file_bytes(), frame, 0, 0});
+    if (frame > kStagingBytes - used_) WriteStaging();
+    if (frame <= kStagingBytes - used_) {
+      char* p = staging_.get() + used_;
+      std::memcpy(p, header, kHeaderBytes);
+      std::memcpy(p + kHeaderBytes, data.data(), data.size());
+      std::memcpy(p + kHeaderBytes + data.size(), footer, kFooterBytes);
+      used_ += frame;
+    } else {
+      file_->Append3(View(header, kHeaderBytes), data,
+                     View(footer, kFooterBytes));
+    }
+  }
+  void Flush() override { WriteStaging(); }
+  void Finish() override { WriteStaging(); }
+  uint64_t file_bytes() const override {
+    return file_->bytes_written() + used_;
+  }
+
+ private:
+  void WriteStaging() {
+    if (used_ == 0) return;
+    file_->Append(View(staging_.get(), used_));
+    used_ = 0;
+  }
+
+  std::unique_ptr<char[]> staging_{new char[kStagingBytes]};
+  size_t used_ = 0;
+};
+
+// ZLIB and GZIP: one deflate stream over all framed records, as
+// TensorFlow's ZlibOutputBuffer writes it.
+class ZlibCodec final : public TFRecordWriter::Codec {
+ public:
+  ZlibCodec(const std::string& path, bool atomic, bool gzip, int level)
+      : Codec(path, atomic, nullptr) {
+    std::memset(&z_, 0, sizeof z_);
+    if (deflateInit2(&z_, level == 0 ? Z_DEFAULT_COMPRESSION : level,
+                     Z_DEFLATED, gzip ? MAX_WBITS + 16 : MAX_WBITS, 8,
+                     Z_DEFAULT_STRATEGY) != Z_OK) {
+      throw IoError(path, fmt::format("cannot initialise zlib at level {}",
+                                      level));
+    }
+  }
+  ~ZlibCodec() override { deflateEnd(&z_); }
+
+  void Put(const char* header, std::string_view data,
+           const char* footer) override {
+    const size_t frame = data.size() + kFrameOverhead;
+    if (frame > kStagingBytes - used_) DeflateStaging(Z_NO_FLUSH);
+    if (frame <= kStagingBytes - used_) {
+      char* p = staging_.get() + used_;
+      std::memcpy(p, header, kHeaderBytes);
+      std::memcpy(p + kHeaderBytes, data.data(), data.size());
+      std::memcpy(p + kHeaderBytes + data.size(), footer, kFooterBytes);
+      used_ += frame;
+    } else {
+      Deflate(header, kHeaderBytes, Z_NO_FLUSH);
+      Deflate(data.data(), data.size(), Z_NO_FLUSH);
+      Deflate(footer, kFooterBytes, Z_NO_FLUSH);
+    }
+  }
+  void Flush() override {
+    DeflateStaging(Z_SYNC_FLUSH);
+    WriteOut();
+  }
+  void Finish() override {
+    DeflateStaging(Z_FINISH);
+    WriteOut();
+  }
+  uint64_t file_bytes() const override {
+    return file_->bytes_written() + out_used_;
+  }
+
+ private:
+  void DeflateStaging(int flush) {
+    Deflate(staging_.get(), used_, flush);
+    used_ = 0;
+  }
+
+  void Deflate(const char* p, size_t n, int flush) {
+    z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(p));
+    size_t left = n;
+    while (true) {
+      const uInt chunk = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+      z_.avail_in = chunk;
+      left -= chunk;
+      const int mode = left == 0 ? flush : Z_NO_FLUSH;
+      while (true) {
+        if (out_used_ == kStagingBytes) WriteOut();
+        z_.next_out = reinterpret_cast<Bytef*>(out_.get() + out_used_);
+        z_.avail_out = static_cast<uInt>(kStagingBytes - out_used_);
+        const int rc = deflate(&z_, mode);
+        out_used_ = kStagingBytes - z_.avail_out;
+        if (rc == Z_STREAM_ERROR) {
+          throw IoError(file_->path(), "zlib compression failed");
+        }
+        if (mode == Z_FINISH) {
+          if (rc == Z_STREAM_END) break;
+        } else if (z_.avail_in == 0 && z_.avail_out != 0) {
+          break;
+        }
+      }
+      if (left == 0) break;
+    }
+  }
+
+  void WriteOut() {
+    if (out_used_ == 0) return;
+    file_->Append(View(out_.get(), out_used_));
+    out_used_ = 0;
+  }
+
+  z_stream z_;
+  std::unique_ptr<char[]> staging_{new char[kStagingBytes]};
+  size_t used_ = 0;
+  std::unique_ptr<char[]> out_{new char[kStagingBytes]};
+  size_t out_used_ = 0;
+};
+
+// ZSTD: records are gathered into a frame of about `frame_bytes` and each
+// frame compressed on its own (with its content size and a checksum in the
+// frame header), so an index can point at a frame and a reader decode just
+// that frame.  Concatenated frames are a valid zstd stream.
+class ZstdCodec final : public TFRecordWriter::Codec {
+ public:
+  ZstdCodec(const std::string& path, bool atomic, int level,
+            size_t frame_bytes, std::vector<IndexEntry>* entries)
+      : Codec(path, atomic, entries),
+        frame_bytes_(frame_bytes),
+        cctx_(ZSTD_createCCtx()) {
+    if (cctx_ == nullptr) throw IoError(path, "cannot create zstd context");
+    const size_t rc = ZSTD_CCtx_setParameter(
+        cctx_, ZSTD_c_compressionLevel, level == 0 ? 3 : level);
+    if (ZSTD_isError(rc)) {
+      throw IoError(path, fmt::format("zstd level {}: {}", level,
+                                      ZSTD_getErrorName(rc)));
+    }
+    ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1);
+    frame_.reserve(frame_bytes_ + (64 << 10));
+  }
+  ~ZstdCodec() override { ZSTD_freeCCtx(cctx_); }
+
+  void Put(const char* header, std::string_view data,
+           const char* footer) override {
+    if (entries_ != nullptr) {
+      entries_->push_back({frame_.size(), data.size() + kFrameOverhead, 0, 0});
+    }
+    frame_.append(header, kHeaderBytes);
+    frame_.append(data);
+    frame_.append(footer, kFooterBytes);
+    if (frame_.size() >= frame_bytes_) EndFrame();
+  }
+  void Flush() override { EndFrame(); }
+  void Finish() override { EndFrame(); }
+
+ private:
+  void EndFrame() {
+    if (frame_.empty()) return;
+    out_.resize(ZSTD_compressBound(frame_.size()));
+    const size_t n = ZSTD_compress2(cctx_, out_.data(), out_.size(),
+                                    frame_.data(), frame_.size());
+    if (ZSTD_isError(n)) {
+      throw IoError(file_->path(), fmt::format("zstd compression failed: {}",
+                                               ZSTD_getErrorName(n)));
+    }
+    const uint64_t frame_offset = file_->bytes_written();
+    file_->Append(View(out_.data(), n));
+    if (entries_ != nullptr) {
+      for (size_t i = first_pending_; i < entries_->size(); ++i) {
+        (*entries_)[i].frame_offset = frame_offset;
+        (*entries_)[i].frame_bytes = n;
+      }
+      first_pending_ = entries_->size();
+    }
+    frame_.clear();
+    if (frame_.capacity() > 4 * frame_bytes_) frame_.shrink_to_fit();
+  }
+
+  const size_t frame_bytes_;
+  ZSTD_CCtx* const cctx_;
+  std::string frame_;
+  std::string out_;
+  size_t first_pending_ = 0;
+};
+
+}  // namespace
+
+TFRecordWriter::TFRecordWriter(std::string path, WriterOptions options)
+    : path_(std::move(path)), options_(options) {
+  index_.compression = options_.compression;
+  std::vector<IndexEntry>* entries =
+      options_.build_index ? &index_.entries : nullptr;
+  switch (options_.compression) {
+    case Compression::kNone:
+      codec_ = std::make_unique<NoneCodec>(path_, options_.atomic, entries);
+      break;
+    case Compression::kZlib:
+    case Compression::kGzip:
+      if (options_.build_index) {
+        throw Error(fmt::format(
+            "{}: {} streams cannot be indexed (a reader cannot start in the "
+            "middle); use none or zstd",
+            path_, CompressionName(options_.compression)));
+      }
+      codec_ = std::make_unique<ZlibCodec>(
+          path_, options_.atomic, options_.compression == Compression::kGzip,
+          options_.level);
+      break;
+    case Compression::kZstd:
+      codec_ = std::make_unique<ZstdCodec>(path_, options_.atomic,
+                                           options_.level,
+                                           options_.zstd_frame_bytes, entries);
+      break;
+  }
+}
+
+TFRecordWriter::~TFRecordWriter() = default;
+
+void TFRecordWriter::Write(std::string_view record) {
+  if (finished_) throw Error(fmt::format("{}: write after close", path_));
+  char header[kHeaderBytes];
+  char footer[kFooterBytes];
+  EncodeHeader(header, record.size());
+  EncodeFooter(footer, record.data(), record.size());
+  codec_->Put(header, record, footer);
+  ++records_;
+  stream_bytes_ += record.size() + kFrameOverhead;
+}
+
+void TFRecordWriter::Flush() {
+  if (finished_) throw Error(fmt::format("{}: flush after close", path_));
+  codec_->Flush();
+}
+
+void TFRecordWriter::Close() {
+  Finish();
+  Commit();
+}
+
+void TFRecordWriter::Finish() {
+  if (finished_) return;
+  codec_->Finish();
+  codec_->file().Finish();
+  finished_ = true;
+}
+
+void TFRecordWriter::Commit() {
+  if (!finished_) Finish();
+  if (committed_) return;
+  codec_->file().Commit();
+  committed_ = true;
+}
+
+uint64_t TFRecordWriter::file_bytes() const { return codec_->file_bytes(); }
+
+}  // namespace recflow::records

@@ -1,0 +1,68 @@
+// Shared pieces of the `recflow` commands: exit codes, input expansion,
+// errors to stderr, and the registry of subcommands.
+#ifndef RECFLOW_TOOLS_CLI_H_
+#define RECFLOW_TOOLS_CLI_H_
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "records/tfrecord_reader.h"
+#include "records/tfrecord_writer.h"
+
+namespace recflow::tools {
+
+// Exit codes shared by every command.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitDamage = 1;  // the data is damaged
+inline constexpr int kExitUsage = 2;   // bad arguments, or an I/O error
+
+// Thrown for bad arguments; main() prints it and exits with kExitUsage.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Files named on the command line, with directories expanded to the record
+// files in them (sorted; names containing "tfrecord" or "tfrec", not hidden,
+// not ending in ".idx").  Throws UsageError for a missing path or a
+// directory without record files.
+std::vector<std::string> ExpandInputs(const std::vector<std::string>& args);
+
+// A subcommand: registers its options on `app` and returns what runs it.
+using Runner = std::function<int()>;
+Runner AddCountCommand(CLI::App& app);
+Runner AddVerifyCommand(CLI::App& app);
+Runner AddReshardCommand(CLI::App& app);
+Runner AddIndexCommand(CLI::App& app);
+Runner AddDemoCommand(CLI::App& app);
+
+// The shard naming of TensorFlow's and Beam's writers:
+// PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
+std::string ShardName(const std::string& prefix, uint64_t shard,
+                      uint64_t shards, std::string_view suffix);
+
+struct ShardResult {
+  std::string path;
+  uint64_t records;
+  uint64_t bytes;  // file bytes
+};
+// Reads `files` (twice: to count, then to copy) and writes their records,
+// in order, into `shards` balanced shards named ShardName(prefix, ...),
+// with FILE.idx beside each when `write_index`.  All shards appear together
+// or none does.  Throws what the readers and writers throw.
+std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
+                                 const std::string& prefix, uint64_t shards,
+                                 records::WriterOptions writer_options,
+                                 const records::ReaderOptions& reader_options,
+                                 bool write_index);
+
+// Throughput for humans: "123.4 MB/s".
+std::string FormatRate(double bytes, double seconds);
+
+}  // namespace recflow::tools
+
+#endif  // RECFLOW_TOOLS_CLI_H_
