@@ -46,7 +46,7 @@ inline constexpr uint64_t kDefaultMaxRecordBytes = uint64_t{2} << 30;
 struct ReaderOptions {
   // std::nullopt: detect from the first bytes and the name
   // (DetectCompression).
-  std::optional<Compression> compression;
+  std::optional<Compression> compression = std::nullopt;
   // Check the length CRC and the data CRC of every record.
   bool verify_checksums = true;
   // On damage, report to `reporter` and go on instead of throwing: a record

@@ -1,0 +1,178 @@
+#include "records/index.h"
+
+#include <gtest/gtest.h>
+#include <zstd.h>
+
+#include "records/errors.h"
+#include "records/tfrecord_writer.h"
+#include "test_util.h"
+
+namespace recflow::records {
+namespace {
+
+using testing::TempDir;
+
+void WriteAll(const std::string& path, const std::vector<std::string>& records,
+              WriterOptions options = {}) {
+  TFRecordWriter writer(path, options);
+  for (const auto& r : records) writer.Write(r);
+  writer.Close();
+}
+
+// DALI's tfrecord2idx: walk the file, one "offset size" line per record.
+std::string DaliStyleIndex(const std::string& bytes) {
+  std::string out;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) {
+      len = (len << 8) | static_cast<unsigned char>(bytes[at + i]);
+    }
+    out += std::to_string(at) + " " + std::to_string(len + 16) + "\n";
+    at += len + 16;
+  }
+  return out;
+}
+
+TEST(IndexTest, UncompressedIndexIsDalisFormat) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(500, 1000, 21);
+  WriteAll(dir.File("f.tfrecord"), payloads);
+  const Index index = BuildIndex(dir.File("f.tfrecord"));
+  EXPECT_EQ(index.compression, Compression::kNone);
+  WriteIndex(dir.File("f.tfrecord.idx"), index);
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("f.tfrecord.idx")),
+            DaliStyleIndex(testing::ReadFileBytes(dir.File("f.tfrecord"))));
+}
+
+TEST(IndexTest, WriterIndexEqualsBuiltIndex) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(3000, 1500, 22);
+  for (Compression c : {Compression::kNone, Compression::kZstd}) {
+    const std::string path = dir.File(c == Compression::kNone ? "f" : "f.zst");
+    TFRecordWriter writer(path, {.compression = c,
+                                 .zstd_frame_bytes = 64 << 10,
+                                 .build_index = true});
+    for (const auto& p : payloads) writer.Write(p);
+    writer.Close();
+    const Index built = BuildIndex(path);
+    EXPECT_EQ(built.compression, c);
+    EXPECT_EQ(built.entries, writer.index().entries) << CompressionName(c);
+  }
+}
+
+TEST(IndexTest, RandomAccessReturnsEveryRecord) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(2000, 3000, 23);
+  for (Compression c : {Compression::kNone, Compression::kZstd}) {
+    const std::string path = dir.File(c == Compression::kNone ? "f" : "f.zst");
+    WriteAll(path, payloads,
+             {.compression = c, .zstd_frame_bytes = 32 << 10});
+    WriteIndex(IndexPathFor(path), BuildIndex(path));
+    IndexedReader reader(path, ReadIndex(IndexPathFor(path)));
+    ASSERT_EQ(reader.size(), payloads.size());
+    // Backwards, so that each zstd frame is decoded anew.
+    for (size_t i = payloads.size(); i-- > 0;) {
+      ASSERT_EQ(reader.Read(i), payloads[i]) << CompressionName(c) << " " << i;
+    }
+    EXPECT_THROW(reader.Read(payloads.size()), std::out_of_range);
+  }
+}
+
+TEST(IndexTest, ZstdIndexHasItsHeaderAndFourColumns) {
+  TempDir dir;
+  WriteAll(dir.File("f.zst"), {"a", "bb"}, {.compression = Compression::kZstd});
+  WriteIndex(dir.File("f.idx"), BuildIndex(dir.File("f.zst")));
+  const std::string text = testing::ReadFileBytes(dir.File("f.idx"));
+  const std::string size = std::to_string(std::filesystem::file_size(dir.File("f.zst")));
+  EXPECT_EQ(text, "#recflow-zstd-index v1\n0 " + size + " 0 17\n0 " + size +
+                      " 17 18\n");
+}
+
+// A foreign zstd file (one frame of the whole stream) can be indexed: every
+// record lies within that frame.
+TEST(IndexTest, ForeignSingleFrameZstdCanBeIndexed) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(100, 200, 24);
+  WriteAll(dir.File("plain"), payloads);
+  const std::string plain = testing::ReadFileBytes(dir.File("plain"));
+  std::string z(ZSTD_compressBound(plain.size()), '\0');
+  z.resize(ZSTD_compress(z.data(), z.size(), plain.data(), plain.size(), 3));
+  testing::WriteFileBytes(dir.File("f.zst"), z);
+  const Index index = BuildIndex(dir.File("f.zst"));
+  IndexedReader reader(dir.File("f.zst"), index);
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    ASSERT_EQ(reader.Read(i), payloads[i]);
+  }
+}
+
+TEST(IndexTest, ZstdRecordSpanningFramesIsRefused) {
+  TempDir dir;
+  WriteAll(dir.File("plain"), {"0123456789", "abcdefghij"});
+  const std::string plain = testing::ReadFileBytes(dir.File("plain"));
+  std::string file;
+  for (const std::string& part : {plain.substr(0, 20), plain.substr(20)}) {
+    std::string z(ZSTD_compressBound(part.size()), '\0');
+    z.resize(ZSTD_compress(z.data(), z.size(), part.data(), part.size(), 3));
+    file += z;
+  }
+  testing::WriteFileBytes(dir.File("f.zst"), file);
+  try {
+    BuildIndex(dir.File("f.zst"));
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spans zstd frames"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(IndexTest, GzipCannotBeIndexed) {
+  TempDir dir;
+  WriteAll(dir.File("f.gz"), {"a"}, {.compression = Compression::kGzip});
+  EXPECT_THROW(BuildIndex(dir.File("f.gz")), Error);
+}
+
+TEST(IndexTest, ReadIndexRejectsMalformedIndexesNamingTheLine) {
+  TempDir dir;
+  const std::string idx = dir.File("f.idx");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"0 20\nfoo bar\n", ":2: expected 'offset size'"},
+      {"0 20\n20 5\n", ":2: record size 5 is below"},
+      {"0 20\n10 20\n", ":2: record at 10 overlaps"},
+      {"0 20\n20 20 7\n", ":2: expected 'offset size'"},
+      {"0 20\n-5 20\n", ":2: expected"},
+      {"0 20\n20 30\n", ":2: record [20, 50) lies past the end"},
+  };
+  for (const auto& [text, expected] : cases) {
+    testing::WriteFileBytes(idx, text);
+    try {
+      ReadIndex(idx, 40);
+      FAIL() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(idx + expected), std::string::npos)
+          << e.what();
+    }
+  }
+  testing::WriteFileBytes(idx, "0 20\r\n20 20\n\n");
+  EXPECT_EQ(ReadIndex(idx, 40).entries.size(), 2u);
+}
+
+TEST(IndexTest, StaleIndexIsDetectedOnRead) {
+  TempDir dir;
+  WriteAll(dir.File("f"), {"aaaa", "bbbb", "cccc"});
+  Index index = BuildIndex(dir.File("f"));
+  index.entries[1].offset += 1;  // points into the middle of a record
+  IndexedReader reader(dir.File("f"), index);
+  EXPECT_EQ(reader.Read(0), "aaaa");
+  try {
+    reader.Read(1);
+    FAIL();
+  } catch (const RecordError& e) {
+    EXPECT_EQ(e.record_index(), 1u);
+    EXPECT_EQ(e.offset(), 21u);
+  }
+}
+
+}  // namespace
+}  // namespace recflow::records

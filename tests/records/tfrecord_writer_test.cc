@@ -1,0 +1,186 @@
+#include "records/tfrecord_writer.h"
+
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <cstdlib>
+
+#include "records/errors.h"
+#include "records/tfrecord_reader.h"
+#include "test_util.h"
+
+namespace recflow::records {
+namespace {
+
+using testing::TempDir;
+
+const Compression kAll[] = {Compression::kNone, Compression::kZlib,
+                            Compression::kGzip, Compression::kZstd};
+
+std::vector<std::string> ReadAll(const std::string& path,
+                                 ReaderOptions options = {}) {
+  TFRecordReader reader(path, options);
+  std::vector<std::string> out;
+  std::string_view r;
+  while (reader.ReadRecord(&r)) out.emplace_back(r);
+  return out;
+}
+
+void WriteAll(const std::string& path, const std::vector<std::string>& records,
+              WriterOptions options = {}) {
+  TFRecordWriter writer(path, options);
+  for (const auto& r : records) writer.Write(r);
+  writer.Close();
+}
+
+// Uncompressed output is byte for byte what the format's definition gives.
+TEST(TFRecordWriterTest, UncompressedBytesMatchTheDefinition) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(300, 2000, 1);
+  WriteAll(dir.File("a.tfrecord"), payloads);
+  std::string expected;
+  for (const auto& p : payloads) expected += testing::ReferenceFrame(p);
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("a.tfrecord")), expected);
+}
+
+TEST(TFRecordWriterTest, RoundTripsEveryCompression) {
+  TempDir dir;
+  auto payloads = testing::RandomPayloads(2000, 5000, 2);
+  payloads.insert(payloads.begin() + 10, std::string());  // zero-length
+  payloads.push_back(std::string());
+  for (Compression c : kAll) {
+    const std::string path =
+        dir.File("rt.tfrecord" + std::string(CompressionSuffix(c)));
+    WriteAll(path, payloads, {.compression = c});
+    TFRecordReader reader(path);
+    EXPECT_EQ(reader.compression(), c);
+    EXPECT_EQ(ReadAll(path), payloads) << CompressionName(c);
+  }
+}
+
+TEST(TFRecordWriterTest, CompressedStreamsDecodeToTheUncompressedStream) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(500, 3000, 3);
+  WriteAll(dir.File("plain"), payloads);
+  const std::string plain = testing::ReadFileBytes(dir.File("plain"));
+  // gzip via zlib's own gz reader, independent of ours.
+  WriteAll(dir.File("g.gz"), payloads, {.compression = Compression::kGzip});
+  gzFile gz = gzopen(dir.File("g.gz").c_str(), "rb");
+  ASSERT_NE(gz, nullptr);
+  std::string decoded(plain.size() + 10, '\0');
+  const int n = gzread(gz, decoded.data(), static_cast<unsigned>(decoded.size()));
+  gzclose(gz);
+  decoded.resize(n < 0 ? 0 : static_cast<size_t>(n));
+  EXPECT_EQ(decoded, plain);
+  // zlib via uncompress().
+  WriteAll(dir.File("z.zz"), payloads, {.compression = Compression::kZlib});
+  const std::string zz = testing::ReadFileBytes(dir.File("z.zz"));
+  uLongf size = plain.size();
+  std::string out(plain.size(), '\0');
+  ASSERT_EQ(uncompress(reinterpret_cast<Bytef*>(out.data()), &size,
+                       reinterpret_cast<const Bytef*>(zz.data()), zz.size()),
+            Z_OK);
+  EXPECT_EQ(out, plain);
+}
+
+// The ZSTD files recflow writes decompress with the standard zstd command.
+TEST(TFRecordWriterTest, ZstdFileDecompressesWithTheZstdCommand) {
+  if (std::system("zstd --version > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "the zstd command is not installed (apt-get install zstd)";
+  }
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(3000, 2000, 4);
+  WriteAll(dir.File("plain"), payloads);
+  WriteAll(dir.File("z.zst"), payloads,
+           {.compression = Compression::kZstd, .zstd_frame_bytes = 64 << 10});
+  const std::string cmd = "zstd -q -d -c " + dir.File("z.zst") + " > " +
+                          dir.File("decoded");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("decoded")),
+            testing::ReadFileBytes(dir.File("plain")));
+}
+
+TEST(TFRecordWriterTest, LargeRecordRoundTripsInEveryCompression) {
+  TempDir dir;
+  std::string big(64 << 20, '\0');
+  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i >> 12);
+  const std::vector<std::string> payloads = {"before", big, "after"};
+  for (Compression c : kAll) {
+    const std::string path =
+        dir.File("big.tfrecord" + std::string(CompressionSuffix(c)));
+    WriteAll(path, payloads, {.compression = c, .level = 1});
+    const auto back = ReadAll(path);
+    ASSERT_EQ(back.size(), 3u) << CompressionName(c);
+    EXPECT_EQ(back[0], "before");
+    EXPECT_TRUE(back[1] == big) << CompressionName(c);
+    EXPECT_EQ(back[2], "after");
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(TFRecordWriterTest, DestroyedWithoutCloseLeavesNothing) {
+  TempDir dir;
+  for (Compression c : kAll) {
+    TFRecordWriter writer(dir.File("x"), {.compression = c});
+    writer.Write("a record");
+    writer.Flush();
+  }
+  EXPECT_TRUE(dir.List().empty());
+}
+
+TEST(TFRecordWriterTest, FlushMakesRecordsReadableBeforeClose) {
+  TempDir dir;
+  for (Compression c : {Compression::kNone, Compression::kZstd}) {
+    TFRecordWriter writer(dir.File("f"), {.compression = c, .atomic = false});
+    writer.Write("one");
+    writer.Write("two");
+    writer.Flush();
+    EXPECT_EQ(ReadAll(dir.File("f")),
+              (std::vector<std::string>{"one", "two"}));
+    writer.Close();
+  }
+}
+
+TEST(TFRecordWriterTest, ZstdFramesHoldWholeRecords) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(5000, 1000, 5);
+  TFRecordWriter writer(dir.File("f.zst"),
+                        {.compression = Compression::kZstd,
+                         .zstd_frame_bytes = 100 << 10,
+                         .build_index = true});
+  for (const auto& p : payloads) writer.Write(p);
+  writer.Close();
+  const Index& index = writer.index();
+  ASSERT_EQ(index.entries.size(), payloads.size());
+  uint64_t frames = 0, last_frame = UINT64_MAX;
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    const IndexEntry& e = index.entries[i];
+    EXPECT_EQ(e.size, payloads[i].size() + 16);
+    if (e.frame_offset != last_frame) {
+      ++frames;
+      last_frame = e.frame_offset;
+      EXPECT_EQ(e.offset, 0u) << "a frame starts with a record";
+    }
+  }
+  // ~2.5 MB of records in ~100 KiB frames.
+  EXPECT_GT(frames, 20u);
+}
+
+TEST(TFRecordWriterTest, IndexIsRefusedForZlibAndGzip) {
+  TempDir dir;
+  EXPECT_THROW(TFRecordWriter(dir.File("f.gz"),
+                              {.compression = Compression::kGzip,
+                               .build_index = true}),
+               Error);
+  EXPECT_TRUE(dir.List().empty());
+}
+
+TEST(TFRecordWriterTest, WriteAfterCloseIsAnError) {
+  TempDir dir;
+  TFRecordWriter writer(dir.File("f"));
+  writer.Close();
+  EXPECT_THROW(writer.Write("late"), Error);
+}
+
+}  // namespace
+}  // namespace recflow::records

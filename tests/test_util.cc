@@ -1,0 +1,127 @@
+#include "test_util.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace recflow::testing {
+
+TempDir::TempDir() {
+  std::string templ =
+      (std::filesystem::temp_directory_path() / "recflow-test-XXXXXX")
+          .string();
+  if (mkdtemp(templ.data()) == nullptr) {
+    throw std::runtime_error("mkdtemp failed");
+  }
+  path_ = templ;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::vector<std::string> TempDir::List() const {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(path_)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string ReadFileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFileBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+uint32_t ReferenceCrc32c(const std::string& data) {
+  uint32_t crc = 0xffffffffu;
+  for (unsigned char byte : data) {
+    crc ^= byte;
+    for (int i = 0; i < 8; ++i) {
+      crc = (crc >> 1) ^ (0x82f63b78u & (0u - (crc & 1u)));
+    }
+  }
+  return ~crc;
+}
+
+uint32_t ReferenceMask(uint32_t crc) {
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+namespace {
+std::string Le(uint64_t v, int bytes) {
+  std::string s;
+  for (int i = 0; i < bytes; ++i) s.push_back(static_cast<char>(v >> (8 * i)));
+  return s;
+}
+uint64_t FromLe(const std::string& s, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) {
+    v = (v << 8) | static_cast<unsigned char>(s[at + i]);
+  }
+  return v;
+}
+}  // namespace
+
+std::string ReferenceFrame(const std::string& payload) {
+  const std::string len = Le(payload.size(), 8);
+  return len + Le(ReferenceMask(ReferenceCrc32c(len)), 4) + payload +
+         Le(ReferenceMask(ReferenceCrc32c(payload)), 4);
+}
+
+bool ReferenceDecode(const std::string& stream,
+                     std::vector<std::string>* payloads) {
+  size_t at = 0;
+  while (at < stream.size()) {
+    if (stream.size() - at < 12) return false;
+    const uint64_t len = FromLe(stream, at, 8);
+    if (FromLe(stream, at + 8, 4) !=
+        ReferenceMask(ReferenceCrc32c(stream.substr(at, 8)))) {
+      return false;
+    }
+    if (len > stream.size() - at - 12 || stream.size() - at - 12 - len < 4) {
+      return false;
+    }
+    std::string payload = stream.substr(at + 12, len);
+    if (FromLe(stream, at + 12 + len, 4) !=
+        ReferenceMask(ReferenceCrc32c(payload))) {
+      return false;
+    }
+    payloads->push_back(std::move(payload));
+    at += 16 + len;
+  }
+  return true;
+}
+
+std::vector<std::string> RandomPayloads(size_t n, size_t max_size,
+                                        uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::string> out(n);
+  for (auto& p : out) {
+    p.resize(rng() % (max_size + 1));
+    for (auto& c : p) c = static_cast<char>(rng() % 7 == 0 ? rng() : 'a' + rng() % 4);
+  }
+  return out;
+}
+
+std::string FixturesDir() {
+  const std::string dir = RECFLOW_FIXTURES_DIR;
+  return std::filesystem::is_directory(dir) ? dir : "";
+}
+
+}  // namespace recflow::testing
