@@ -1,5 +1,6 @@
 #include "records/crc32c.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 
@@ -95,21 +96,33 @@ ShiftTable MakeShiftTable(size_t zero_bytes) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t RawOneLane(uint32_t s,
-                                                      const char* p,
-                                                      size_t n) {
+// Unaligned 8-byte loads cost nothing extra on the CPUs that have crc32,
+// so no byte-wise alignment prologue: a short record's CRC is a chain of
+// n/8 crc32q plus at most three shorter steps for the tail.
+__attribute__((target("sse4.2"))) inline uint32_t RawOneLane(uint32_t s,
+                                                             const char* p,
+                                                             size_t n) {
   uint64_t c = s;
-  while (n > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
-    c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
-    --n;
-  }
   while (n >= 8) {
     c = _mm_crc32_u64(c, Load64(p));
     p += 8;
     n -= 8;
   }
-  while (n-- > 0) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
-  return static_cast<uint32_t>(c);
+  uint32_t c32 = static_cast<uint32_t>(c);
+  if (n & 4) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    c32 = _mm_crc32_u32(c32, v);
+    p += 4;
+  }
+  if (n & 2) {
+    uint16_t v;
+    std::memcpy(&v, p, 2);
+    c32 = _mm_crc32_u16(c32, v);
+    p += 2;
+  }
+  if (n & 1) c32 = _mm_crc32_u8(c32, static_cast<unsigned char>(*p));
+  return c32;
 }
 
 template <size_t kBlock>
@@ -137,10 +150,6 @@ __attribute__((target("sse4.2"))) uint32_t RawThreeLanes(uint32_t s,
   static const ShiftTable kLongShift = MakeShiftTable(kLongBlock);
   static const ShiftTable kShortShift = MakeShiftTable(kShortBlock);
   uint64_t c0 = s;
-  while (n > 0 && (reinterpret_cast<uintptr_t>(p) & 7) != 0) {
-    c0 = _mm_crc32_u8(static_cast<uint32_t>(c0), *p++);
-    --n;
-  }
   const size_t long_blocks = n / (3 * kLongBlock);
   p = ThreeLanes<kLongBlock>(c0, p, long_blocks, kLongShift);
   n -= long_blocks * 3 * kLongBlock;
@@ -150,6 +159,31 @@ __attribute__((target("sse4.2"))) uint32_t RawThreeLanes(uint32_t s,
   return RawOneLane(static_cast<uint32_t>(c0), p, n);
 }
 
+// Three independent messages at once: while their lengths overlap the three
+// chains run in parallel, which is what makes short records cheap to check.
+__attribute__((target("sse4.2"))) void RawMany(const char* const* data,
+                                               const size_t* sizes,
+                                               uint32_t* out, size_t count) {
+  size_t i = 0;
+  for (; i + 3 <= count; i += 3) {
+    const char *a = data[i], *b = data[i + 1], *c = data[i + 2];
+    const size_t common = std::min({sizes[i], sizes[i + 1], sizes[i + 2]}) & ~size_t{7};
+    uint64_t ca = ~0u, cb = ~0u, cc = ~0u;
+    for (size_t j = 0; j < common; j += 8) {
+      ca = _mm_crc32_u64(ca, Load64(a + j));
+      cb = _mm_crc32_u64(cb, Load64(b + j));
+      cc = _mm_crc32_u64(cc, Load64(c + j));
+    }
+    out[i] = ~RawThreeLanes(static_cast<uint32_t>(ca), a + common,
+                            sizes[i] - common);
+    out[i + 1] = ~RawThreeLanes(static_cast<uint32_t>(cb), b + common,
+                                sizes[i + 1] - common);
+    out[i + 2] = ~RawThreeLanes(static_cast<uint32_t>(cc), c + common,
+                                sizes[i + 2] - common);
+  }
+  for (; i < count; ++i) out[i] = ~RawThreeLanes(~0u, data[i], sizes[i]);
+}
+
 bool DetectHardware() { return __builtin_cpu_supports("sse4.2"); }
 #else
 uint32_t RawOneLane(uint32_t s, const char* p, size_t n) {
@@ -157,6 +191,12 @@ uint32_t RawOneLane(uint32_t s, const char* p, size_t n) {
 }
 uint32_t RawThreeLanes(uint32_t s, const char* p, size_t n) {
   return RawPortable(s, p, n);
+}
+void RawMany(const char* const* data, const size_t* sizes, uint32_t* out,
+             size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    out[i] = ~RawPortable(~0u, data[i], sizes[i]);
+  }
 }
 bool DetectHardware() { return false; }
 #endif
@@ -170,6 +210,15 @@ RawFn Choose() { return DetectHardware() ? RawThreeLanes : RawPortable; }
 uint32_t Extend(uint32_t crc, const char* data, size_t n) {
   static const RawFn raw = Choose();
   return ~raw(~crc, data, n);
+}
+
+void ValueMany(const char* const* data, const size_t* sizes, uint32_t* out,
+               size_t count) {
+  if (HardwareAvailable()) {
+    RawMany(data, sizes, out, count);
+  } else {
+    for (size_t i = 0; i < count; ++i) out[i] = ExtendPortable(0, data[i], sizes[i]);
+  }
 }
 
 uint32_t ExtendPortable(uint32_t crc, const char* data, size_t n) {

@@ -22,6 +22,12 @@ inline uint32_t Value(std::string_view data) {
   return Extend(0, data.data(), data.size());
 }
 
+// out[i] = Value(data[i], sizes[i]) for i < count.  Independent messages are
+// interleaved so that short ones (records of ~100 bytes) do not each wait
+// out the crc32 instruction's latency.
+void ValueMany(const char* const* data, const size_t* sizes, uint32_t* out,
+               size_t count);
+
 // The two implementations, exposed for tests and benchmarks.  ExtendHardware
 // must only be called when HardwareAvailable() is true.
 uint32_t ExtendPortable(uint32_t crc, const char* data, size_t n);

@@ -86,6 +86,13 @@ size_t ReadableFile::Read(char* dst, size_t n) {
   return done;
 }
 
+void ReadableFile::Seek(uint64_t offset) {
+  if (lseek(fd_, static_cast<off_t>(offset), SEEK_SET) < 0) {
+    throw IoError(path_, fmt::format("cannot seek to byte {}", offset), errno);
+  }
+  position_ = offset;
+}
+
 size_t ReadableFile::ReadAt(uint64_t offset, char* dst, size_t n) const {
   size_t done = 0;
   while (done < n) {

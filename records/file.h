@@ -30,6 +30,8 @@ class ReadableFile {
   // Reads up to `n` bytes from the current position; returns fewer only at
   // the end of the file, 0 there.
   size_t Read(char* dst, size_t n);
+  // Moves the Read() position to `offset`.
+  void Seek(uint64_t offset);
   // Reads up to `n` bytes at `offset`; returns fewer only at the end.
   size_t ReadAt(uint64_t offset, char* dst, size_t n) const;
   // Bytes consumed by Read() so far.

@@ -1,0 +1,131 @@
+#include "records/parallel_scan.h"
+
+#include <gtest/gtest.h>
+
+#include "records/tfrecord_writer.h"
+#include "test_util.h"
+
+namespace recflow::records {
+namespace {
+
+using testing::TempDir;
+
+void WriteAll(const std::string& path,
+              const std::vector<std::string>& records) {
+  TFRecordWriter writer(path);
+  for (const auto& r : records) writer.Write(r);
+  writer.Close();
+}
+
+ScanResult Sequential(const std::string& path) {
+  return ScanFile(path, {}, /*threads=*/1);
+}
+
+// min_segment_bytes = 1 forces segments even on small files.
+ScanResult Parallel(const std::string& path, int threads) {
+  return ScanFile(path, {}, threads, /*min_segment_bytes=*/1);
+}
+
+TEST(ParallelScanTest, CountsExactlyWhatASequentialReadCounts) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(5000, 3000, 31);
+  WriteAll(dir.File("f"), payloads);
+  uint64_t payload_bytes = 0;
+  for (const auto& p : payloads) payload_bytes += p.size();
+  for (int threads : {1, 2, 3, 7, 16}) {
+    const ScanResult r = Parallel(dir.File("f"), threads);
+    EXPECT_EQ(r.records, payloads.size()) << threads;
+    EXPECT_EQ(r.payload_bytes, payload_bytes) << threads;
+    EXPECT_EQ(r.stream_bytes, std::filesystem::file_size(dir.File("f")));
+    EXPECT_EQ(r.threads, threads) << "every segment found a record start";
+  }
+}
+
+// Payloads that hold complete, valid TFRecord frames of their own: a
+// segment can synchronise on one of them.  The chain from byte 0 must skip
+// over such a segment and still count exactly.
+TEST(ParallelScanTest, FalseSynchronisationInsidePayloadsIsDiscarded) {
+  TempDir dir;
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 400; ++i) {
+    std::string inner;
+    for (int k = 0; k < 20; ++k) {
+      inner += testing::ReferenceFrame("fake-" + std::to_string(k));
+    }
+    payloads.push_back(inner);
+  }
+  WriteAll(dir.File("f"), payloads);
+  for (int threads : {2, 5, 13}) {
+    const ScanResult r = Parallel(dir.File("f"), threads);
+    EXPECT_EQ(r.records, payloads.size()) << threads;
+  }
+}
+
+// The error is the one a sequential reader throws first: same kind,
+// offset and index, wherever the damage lies.
+TEST(ParallelScanTest, ReportsTheFirstDamageWithItsGlobalIndex) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(3000, 500, 32);
+  WriteAll(dir.File("good"), payloads);
+  const std::string good = testing::ReadFileBytes(dir.File("good"));
+  std::vector<size_t> starts;
+  size_t at = 0;
+  for (const auto& p : payloads) {
+    starts.push_back(at);
+    at += p.size() + 16;
+  }
+  for (size_t record : {size_t{0}, size_t{1234}, size_t{2999}}) {
+    for (size_t byte : {size_t{2}, size_t{13}}) {
+      std::string bad = good;
+      bad[starts[record] + std::min(byte, payloads[record].size() + 15)] ^= 4;
+      bad[starts[std::min(record + 500, size_t{2999})] + 1] ^= 4;  // later
+      testing::WriteFileBytes(dir.File("bad"), bad);
+      std::optional<RecordError> expected, got;
+      try {
+        Sequential(dir.File("bad"));
+      } catch (const RecordError& e) {
+        expected = e;
+      }
+      try {
+        Parallel(dir.File("bad"), 4);
+      } catch (const RecordError& e) {
+        got = e;
+      }
+      ASSERT_TRUE(expected && got) << record;
+      EXPECT_EQ(got->offset(), expected->offset());
+      EXPECT_EQ(got->record_index(), expected->record_index());
+      EXPECT_EQ(got->record_index(), record);
+      EXPECT_EQ(got->kind(), expected->kind());
+      EXPECT_STREQ(got->what(), expected->what());
+    }
+  }
+}
+
+TEST(ParallelScanTest, TruncatedTailIsReportedAsSequentially) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(2000, 400, 33);
+  WriteAll(dir.File("f"), payloads);
+  const std::string full = testing::ReadFileBytes(dir.File("f"));
+  testing::WriteFileBytes(dir.File("cut"), full.substr(0, full.size() - 5));
+  try {
+    Parallel(dir.File("cut"), 3);
+    FAIL();
+  } catch (const RecordError& e) {
+    EXPECT_EQ(e.kind(), DamageKind::kTruncatedData);
+    EXPECT_EQ(e.record_index(), payloads.size() - 1);
+  }
+}
+
+TEST(ParallelScanTest, CompressedFilesAreScannedSequentially) {
+  TempDir dir;
+  TFRecordWriter writer(dir.File("f.gz"), {.compression = Compression::kGzip});
+  for (int i = 0; i < 100; ++i) writer.Write("record");
+  writer.Close();
+  const ScanResult r = Parallel(dir.File("f.gz"), 4);
+  EXPECT_EQ(r.records, 100u);
+  EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(r.compression, Compression::kGzip);
+}
+
+}  // namespace
+}  // namespace recflow::records
