@@ -159,6 +159,13 @@ __attribute__((target("sse4.2"))) uint32_t RawThreeLanes(uint32_t s,
   return RawOneLane(static_cast<uint32_t>(c0), p, n);
 }
 
+// What is left of a message: short tails inline, long ones in three lanes.
+__attribute__((target("sse4.2"))) inline uint32_t RawTail(uint32_t s,
+                                                          const char* p,
+                                                          size_t n) {
+  return n < 3 * kShortBlock ? RawOneLane(s, p, n) : RawThreeLanes(s, p, n);
+}
+
 // Three independent messages at once: while their lengths overlap the three
 // chains run in parallel, which is what makes short records cheap to check.
 __attribute__((target("sse4.2"))) void RawMany(const char* const* data,
@@ -174,14 +181,14 @@ __attribute__((target("sse4.2"))) void RawMany(const char* const* data,
       cb = _mm_crc32_u64(cb, Load64(b + j));
       cc = _mm_crc32_u64(cc, Load64(c + j));
     }
-    out[i] = ~RawThreeLanes(static_cast<uint32_t>(ca), a + common,
-                            sizes[i] - common);
-    out[i + 1] = ~RawThreeLanes(static_cast<uint32_t>(cb), b + common,
-                                sizes[i + 1] - common);
-    out[i + 2] = ~RawThreeLanes(static_cast<uint32_t>(cc), c + common,
-                                sizes[i + 2] - common);
+    out[i] = ~RawTail(static_cast<uint32_t>(ca), a + common,
+                      sizes[i] - common);
+    out[i + 1] = ~RawTail(static_cast<uint32_t>(cb), b + common,
+                          sizes[i + 1] - common);
+    out[i + 2] = ~RawTail(static_cast<uint32_t>(cc), c + common,
+                          sizes[i + 2] - common);
   }
-  for (; i < count; ++i) out[i] = ~RawThreeLanes(~0u, data[i], sizes[i]);
+  for (; i < count; ++i) out[i] = ~RawTail(~0u, data[i], sizes[i]);
 }
 
 bool DetectHardware() { return __builtin_cpu_supports("sse4.2"); }

@@ -45,8 +45,7 @@ void TFRecordReader::Consume(size_t n) {
   pos_offset_ += n;
 }
 
-bool TFRecordReader::Fill(size_t n) {
-  if (Available() >= n) return true;
+bool TFRecordReader::Refill(size_t n) {
   if (stream_end_) return false;
   size_t available = Available();
   if (pos_ != buffer_.get()) {

@@ -128,7 +128,8 @@ class TFRecordReader {
   }
   // Makes at least `n` bytes available from pos_ unless the stream ends
   // first; returns whether it did.  May move the buffer.
-  bool Fill(size_t n);
+  bool Fill(size_t n) { return Available() >= n || Refill(n); }
+  bool Refill(size_t n);
   void Consume(size_t n);
   // Throws the RecordError for damage at stream offset `offset`.
   [[noreturn]] void Fail(DamageKind kind, uint64_t offset, std::string detail);
