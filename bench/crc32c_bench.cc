@@ -33,11 +33,20 @@ void BM_Crc32c(benchmark::State& state) {
                           state.range(0));
 }
 BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendHardware)
-    ->Name("crc32c/three_lanes")->Arg(1 << 20)->Arg(100)->Arg(4096);
+    ->Name("crc32c/three_lanes")
+    ->Arg(1 << 20)
+    ->Arg(100)
+    ->Arg(4096);
 BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendHardwareOneLane)
-    ->Name("crc32c/one_lane_baseline")->Arg(1 << 20)->Arg(100)->Arg(4096);
+    ->Name("crc32c/one_lane_baseline")
+    ->Arg(1 << 20)
+    ->Arg(100)
+    ->Arg(4096);
 BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendPortable)
-    ->Name("crc32c/portable")->Arg(1 << 20)->Arg(100)->Arg(4096);
+    ->Name("crc32c/portable")
+    ->Arg(1 << 20)
+    ->Arg(100)
+    ->Arg(4096);
 
 // 32 messages of state.range(0) bytes: one at a time, and interleaved.
 void BM_ManyMessages(benchmark::State& state, bool interleaved) {
@@ -59,12 +68,17 @@ void BM_ManyMessages(benchmark::State& state, bool interleaved) {
     }
     benchmark::DoNotOptimize(out);
   }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * kCount));
+  state.SetBytesProcessed(
+      static_cast<int64_t>(state.iterations() * n * kCount));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kCount));
 }
 BENCHMARK_CAPTURE(BM_ManyMessages, one_at_a_time, false)
-    ->Name("crc32c/32_messages_one_at_a_time")->Arg(100)->Arg(1000);
+    ->Name("crc32c/32_messages_one_at_a_time")
+    ->Arg(100)
+    ->Arg(1000);
 BENCHMARK_CAPTURE(BM_ManyMessages, interleaved, true)
-    ->Name("crc32c/32_messages_interleaved")->Arg(100)->Arg(1000);
+    ->Name("crc32c/32_messages_interleaved")
+    ->Arg(100)
+    ->Arg(1000);
 
 }  // namespace

@@ -10,9 +10,10 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr,
-                 "usage: %s PATH RECORD_BYTES TOTAL_BYTES [none|zlib|gzip|zstd]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s PATH RECORD_BYTES TOTAL_BYTES [none|zlib|gzip|zstd]\n",
+        argv[0]);
     return 2;
   }
   const size_t record_bytes = std::strtoull(argv[2], nullptr, 10);

@@ -73,12 +73,23 @@ void BM_ReadRecords(benchmark::State& state, bool verify) {
   state.SetItemsProcessed(static_cast<int64_t>(records));
 }
 
-BENCHMARK(BM_PlainRead)->Name("read/plain_read_baseline")
-    ->Arg(100)->Arg(1024)->Arg(102400)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_ReadRecords, verified, true)->Name("read/records_verified")
-    ->Arg(100)->Arg(1024)->Arg(102400)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlainRead)
+    ->Name("read/plain_read_baseline")
+    ->Arg(100)
+    ->Arg(1024)
+    ->Arg(102400)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_ReadRecords, verified, true)
+    ->Name("read/records_verified")
+    ->Arg(100)
+    ->Arg(1024)
+    ->Arg(102400)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_ReadRecords, unverified, false)
     ->Name("read/records_unverified")
-    ->Arg(100)->Arg(1024)->Arg(102400)->Unit(benchmark::kMillisecond);
+    ->Arg(100)
+    ->Arg(1024)
+    ->Arg(102400)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -46,20 +46,22 @@ std::string OutPath() {
 void BM_Write(benchmark::State& state, Compression c, int level) {
   const auto& records = Records();
   for (auto _ : state) {
-    TFRecordWriter writer(OutPath(), {.compression = c, .level = level,
-                                      .atomic = false});
+    TFRecordWriter writer(OutPath(),
+                          {.compression = c, .level = level, .atomic = false});
     for (const auto& r : records) writer.Write(r);
     writer.Close();
   }
-  state.SetBytesProcessed(static_cast<int64_t>(
-      state.iterations() * kRecords * (kRecordBytes + 16)));
-  state.counters["ratio"] = static_cast<double>(kRecords * (kRecordBytes + 16)) /
-                            static_cast<double>(std::filesystem::file_size(OutPath()));
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kRecords *
+                                               (kRecordBytes + 16)));
+  state.counters["ratio"] =
+      static_cast<double>(kRecords * (kRecordBytes + 16)) /
+      static_cast<double>(std::filesystem::file_size(OutPath()));
 }
 BENCHMARK_CAPTURE(BM_Write, none, Compression::kNone, 0)->Name("write/none");
 BENCHMARK_CAPTURE(BM_Write, zlib, Compression::kZlib, 0)->Name("write/zlib");
 BENCHMARK_CAPTURE(BM_Write, gzip, Compression::kGzip, 0)->Name("write/gzip");
-BENCHMARK_CAPTURE(BM_Write, gzip1, Compression::kGzip, 1)->Name("write/gzip_level1");
+BENCHMARK_CAPTURE(BM_Write, gzip1, Compression::kGzip, 1)
+    ->Name("write/gzip_level1");
 BENCHMARK_CAPTURE(BM_Write, zstd, Compression::kZstd, 0)->Name("write/zstd");
 
 // Baseline: the same number of bytes through write() in 1 MiB calls.

@@ -174,19 +174,19 @@ __attribute__((target("sse4.2"))) void RawMany(const char* const* data,
   size_t i = 0;
   for (; i + 3 <= count; i += 3) {
     const char *a = data[i], *b = data[i + 1], *c = data[i + 2];
-    const size_t common = std::min({sizes[i], sizes[i + 1], sizes[i + 2]}) & ~size_t{7};
+    const size_t common =
+        std::min({sizes[i], sizes[i + 1], sizes[i + 2]}) & ~size_t{7};
     uint64_t ca = ~0u, cb = ~0u, cc = ~0u;
     for (size_t j = 0; j < common; j += 8) {
       ca = _mm_crc32_u64(ca, Load64(a + j));
       cb = _mm_crc32_u64(cb, Load64(b + j));
       cc = _mm_crc32_u64(cc, Load64(c + j));
     }
-    out[i] = ~RawTail(static_cast<uint32_t>(ca), a + common,
-                      sizes[i] - common);
-    out[i + 1] = ~RawTail(static_cast<uint32_t>(cb), b + common,
-                          sizes[i + 1] - common);
-    out[i + 2] = ~RawTail(static_cast<uint32_t>(cc), c + common,
-                          sizes[i + 2] - common);
+    out[i] = ~RawTail(static_cast<uint32_t>(ca), a + common, sizes[i] - common);
+    out[i + 1] =
+        ~RawTail(static_cast<uint32_t>(cb), b + common, sizes[i + 1] - common);
+    out[i + 2] =
+        ~RawTail(static_cast<uint32_t>(cc), c + common, sizes[i + 2] - common);
   }
   for (; i < count; ++i) out[i] = ~RawTail(~0u, data[i], sizes[i]);
 }
@@ -224,7 +224,8 @@ void ValueMany(const char* const* data, const size_t* sizes, uint32_t* out,
   if (HardwareAvailable()) {
     RawMany(data, sizes, out, count);
   } else {
-    for (size_t i = 0; i < count; ++i) out[i] = ExtendPortable(0, data[i], sizes[i]);
+    for (size_t i = 0; i < count; ++i)
+      out[i] = ExtendPortable(0, data[i], sizes[i]);
   }
 }
 

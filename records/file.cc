@@ -1,13 +1,13 @@
 #include "records/file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <fmt/format.h>
 
 #include "records/errors.h"
 
@@ -100,10 +100,10 @@ size_t ReadableFile::ReadAt(uint64_t offset, char* dst, size_t n) const {
                             static_cast<off_t>(offset + done));
     if (r < 0) {
       if (errno == EINTR) continue;
-      throw IoError(path_,
-                    fmt::format("read of {} bytes at byte {} failed", n,
-                                offset + done),
-                    errno);
+      throw IoError(
+          path_,
+          fmt::format("read of {} bytes at byte {} failed", n, offset + done),
+          errno);
     }
     if (r == 0) break;
     done += static_cast<size_t>(r);
@@ -115,8 +115,8 @@ WritableFile::WritableFile(std::string path, bool atomic)
     : path_(std::move(path)) {
   if (atomic) {
     temp_path_ = UniqueTempPath(path_);
-    fd_ = open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-               0644);
+    fd_ =
+        open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd_ < 0) {
       throw IoError(path_,
                     fmt::format("cannot create temporary file {}", temp_path_),
@@ -171,9 +171,8 @@ void WritableFile::Append3(std::string_view a, std::string_view b,
     const ssize_t w = writev(fd_, chunk, count);
     if (w < 0) {
       if (errno == EINTR) continue;
-      throw IoError(path_,
-                    fmt::format("write at byte {} failed", bytes_written_),
-                    errno);
+      throw IoError(
+          path_, fmt::format("write at byte {} failed", bytes_written_), errno);
     }
     size_t done = static_cast<size_t>(w);
     bytes_written_ += done;

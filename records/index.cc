@@ -19,8 +19,8 @@ int ParseNumbers(std::string_view line, uint64_t* out, int max) {
   int count = 0;
   size_t i = 0;
   while (true) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' ||
-                               line[i] == '\r')) {
+    while (i < line.size() &&
+           (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) {
       ++i;
     }
     if (i == line.size()) return count;
@@ -93,9 +93,10 @@ Index BuildIndex(const std::string& record_path) {
 void WriteIndex(const std::string& index_path, const Index& index) {
   if (index.compression != Compression::kNone &&
       index.compression != Compression::kZstd) {
-    throw Error(fmt::format("{}: only uncompressed and zstd files have an "
-                            "index",
-                            index_path));
+    throw Error(
+        fmt::format("{}: only uncompressed and zstd files have an "
+                    "index",
+                    index_path));
   }
   WritableFile file(index_path, /*atomic=*/true);
   std::string text;
@@ -133,8 +134,7 @@ Index ReadIndex(const std::string& index_path, uint64_t file_size) {
   uint64_t previous_frame_end = 0;
   uint64_t current_frame = UINT64_MAX;
   auto fail = [&](const std::string& what) {
-    return Error(
-        fmt::format("{}:{}: {}", index_path, line_number, what));
+    return Error(fmt::format("{}:{}: {}", index_path, line_number, what));
   };
   while (line_start < text.size()) {
     size_t line_end = text.find('\n', line_start);
@@ -163,43 +163,49 @@ Index ReadIndex(const std::string& index_path, uint64_t file_size) {
       e = {v[0], v[1], 0, 0};
     }
     if (e.size < kFrameOverhead) {
-      throw fail(fmt::format("record size {} is below the 16 bytes of "
-                             "framing every record has",
-                             e.size));
+      throw fail(
+          fmt::format("record size {} is below the 16 bytes of "
+                      "framing every record has",
+                      e.size));
     }
     if (zstd) {
       if (e.frame_offset != current_frame) {
         if (e.frame_offset < previous_frame_end) {
-          throw fail(fmt::format("frame at {} overlaps the previous frame, "
-                                 "which ends at {}",
-                                 e.frame_offset, previous_frame_end));
+          throw fail(
+              fmt::format("frame at {} overlaps the previous frame, "
+                          "which ends at {}",
+                          e.frame_offset, previous_frame_end));
         }
         current_frame = e.frame_offset;
         previous_frame_end = e.frame_offset + e.frame_bytes;
         previous_end = 0;
       }
       if (e.offset < previous_end) {
-        throw fail(fmt::format("record at {} in its frame overlaps the "
-                               "previous record, which ends at {}",
-                               e.offset, previous_end));
+        throw fail(
+            fmt::format("record at {} in its frame overlaps the "
+                        "previous record, which ends at {}",
+                        e.offset, previous_end));
       }
       previous_end = e.offset + e.size;
       if (file_size != 0 && previous_frame_end > file_size) {
-        throw fail(fmt::format("frame [{}, {}) lies past the end of the "
-                               "{}-byte file",
-                               e.frame_offset, previous_frame_end, file_size));
+        throw fail(
+            fmt::format("frame [{}, {}) lies past the end of the "
+                        "{}-byte file",
+                        e.frame_offset, previous_frame_end, file_size));
       }
     } else {
       if (e.offset < previous_end) {
-        throw fail(fmt::format("record at {} overlaps the previous record, "
-                               "which ends at {}",
-                               e.offset, previous_end));
+        throw fail(
+            fmt::format("record at {} overlaps the previous record, "
+                        "which ends at {}",
+                        e.offset, previous_end));
       }
       previous_end = e.offset + e.size;
       if (file_size != 0 && previous_end > file_size) {
-        throw fail(fmt::format("record [{}, {}) lies past the end of the "
-                               "{}-byte file",
-                               e.offset, previous_end, file_size));
+        throw fail(
+            fmt::format("record [{}, {}) lies past the end of the "
+                        "{}-byte file",
+                        e.offset, previous_end, file_size));
       }
     }
     index.entries.push_back(e);
@@ -224,11 +230,11 @@ std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
                                            uint64_t size) const {
   const uint64_t length = HeaderLength(frame);
   if (!HeaderChecks(frame)) {
-    throw RecordError(file_.path(), offset, i, DamageKind::kLengthCrcMismatch,
-                      fmt::format("length field reads {}; stored CRC {:#010x}, "
-                                  "computed {:#010x} (is the index stale?)",
-                                  length, HeaderStoredCrc(frame),
-                                  HeaderComputedCrc(frame)));
+    throw RecordError(
+        file_.path(), offset, i, DamageKind::kLengthCrcMismatch,
+        fmt::format("length field reads {}; stored CRC {:#010x}, "
+                    "computed {:#010x} (is the index stale?)",
+                    length, HeaderStoredCrc(frame), HeaderComputedCrc(frame)));
   }
   if (length + kFrameOverhead != size) {
     throw RecordError(file_.path(), offset, i, DamageKind::kImplausibleLength,
@@ -305,21 +311,20 @@ const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
 
 std::string_view IndexedReader::Read(uint64_t i) {
   if (i >= index_.entries.size()) {
-    throw std::out_of_range(fmt::format("{}: record {} requested, the index "
-                                        "has {}",
-                                        file_.path(), i,
-                                        index_.entries.size()));
+    throw std::out_of_range(
+        fmt::format("{}: record {} requested, the index "
+                    "has {}",
+                    file_.path(), i, index_.entries.size()));
   }
   const IndexEntry& e = index_.entries[i];
   if (index_.compression == Compression::kZstd) {
     const char* frame = ZstdFrame(e, i);
     if (e.offset + e.size > frame_.size()) {
-      throw RecordError(file_.path(), e.frame_offset, i,
-                        DamageKind::kImplausibleLength,
-                        fmt::format("the index puts the record at [{}, {}) of "
-                                    "a frame that decodes to {} bytes",
-                                    e.offset, e.offset + e.size,
-                                    frame_.size()));
+      throw RecordError(
+          file_.path(), e.frame_offset, i, DamageKind::kImplausibleLength,
+          fmt::format("the index puts the record at [{}, {}) of "
+                      "a frame that decodes to {} bytes",
+                      e.offset, e.offset + e.size, frame_.size()));
     }
     return CheckFrame(i, e.offset, frame + e.offset, e.size);
   }

@@ -148,8 +148,7 @@ class ZstdInputStream final : public InputStream {
     }
     if (done == 0 && file_eof_ && in_frame_) {
       throw DecompressionError(
-          "the zstd stream ends inside a frame (truncated file?)",
-          Consumed());
+          "the zstd stream ends inside a frame (truncated file?)", Consumed());
     }
     return done;
   }
@@ -165,9 +164,8 @@ class ZstdInputStream final : public InputStream {
   void EndFrame() {
     const uint64_t end = Consumed();
     if (track_frames_) {
-      frames_.push_back(
-          {frame_file_start_, end - frame_file_start_, stream_pos_,
-           frame_decoded_});
+      frames_.push_back({frame_file_start_, end - frame_file_start_,
+                         stream_pos_, frame_decoded_});
     }
     stream_pos_ += frame_decoded_;
     frame_decoded_ = 0;
@@ -192,8 +190,8 @@ class ZstdInputStream final : public InputStream {
 
 DecompressionError::DecompressionError(std::string detail,
                                        uint64_t compressed_offset)
-    : Error(fmt::format("{} (at compressed byte {})", detail,
-                        compressed_offset)),
+    : Error(
+          fmt::format("{} (at compressed byte {})", detail, compressed_offset)),
       detail_(std::move(detail)),
       compressed_offset_(compressed_offset) {}
 

@@ -21,13 +21,11 @@ uint64_t FindSync(const ReadableFile& file, uint64_t from, uint64_t limit,
                   uint64_t max_record_bytes) {
   std::vector<char> window(kSyncWindow + kHeaderBytes - 1);
   for (uint64_t base = from; base < limit; base += kSyncWindow) {
-    const size_t got = file.ReadAt(
-        base, window.data(),
-        static_cast<size_t>(std::min<uint64_t>(window.size(),
-                                               file.size() - base)));
-    for (size_t i = 0; i < kSyncWindow && base + i < limit &&
-                       i + kHeaderBytes <= got;
-         ++i) {
+    const size_t got = file.ReadAt(base, window.data(),
+                                   static_cast<size_t>(std::min<uint64_t>(
+                                       window.size(), file.size() - base)));
+    for (size_t i = 0;
+         i < kSyncWindow && base + i < limit && i + kHeaderBytes <= got; ++i) {
       const char* header = window.data() + i;
       if (!HeaderChecks(header)) continue;
       const uint64_t length = HeaderLength(header);
@@ -104,7 +102,8 @@ ScanResult ScanSequentially(const std::string& path,
 ScanResult ScanFile(const std::string& path, const ReaderOptions& options,
                     int threads, uint64_t min_segment_bytes) {
   if (threads <= 0) {
-    threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads =
+        static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   ReadableFile file(path);
   char head[kHeaderBytes];
@@ -125,8 +124,7 @@ ScanResult ScanFile(const std::string& path, const ReaderOptions& options,
   for (int k = 1; k < n; ++k) {
     const uint64_t from = file.size() / n * k;
     const uint64_t limit = k + 1 < n ? file.size() / n * (k + 1) : file.size();
-    const uint64_t sync =
-        FindSync(file, from, limit, options.max_record_bytes);
+    const uint64_t sync = FindSync(file, from, limit, options.max_record_bytes);
     if (sync < limit) {
       segments.emplace_back();
       segments.back().start = sync;
@@ -134,8 +132,7 @@ ScanResult ScanFile(const std::string& path, const ReaderOptions& options,
   }
   std::vector<std::thread> workers;
   for (size_t i = 1; i < segments.size(); ++i) {
-    workers.emplace_back(
-        [&, i] { ReadSegment(path, options, segments, i); });
+    workers.emplace_back([&, i] { ReadSegment(path, options, segments, i); });
   }
   ReadSegment(path, options, segments, 0);
   for (auto& w : workers) w.join();

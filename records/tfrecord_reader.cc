@@ -17,17 +17,17 @@ TFRecordReader::TFRecordReader(std::string path, ReaderOptions options)
     compression_ = *options_.compression;
   } else {
     char head[kHeaderBytes];
-    const size_t got = file_.is_regular() ? file_.ReadAt(0, head, sizeof head)
-                                          : 0;
+    const size_t got =
+        file_.is_regular() ? file_.ReadAt(0, head, sizeof head) : 0;
     compression_ = DetectCompression(std::string_view(head, got), file_.path());
   }
   size_known_ = compression_ == Compression::kNone && file_.is_regular();
   if (options_.start_offset != 0) {
     if (compression_ != Compression::kNone) {
-      throw Error(fmt::format("{}: a {} stream cannot be read from byte {}; "
-                              "only uncompressed files can",
-                              file_.path(), CompressionName(compression_),
-                              options_.start_offset));
+      throw Error(fmt::format(
+          "{}: a {} stream cannot be read from byte {}; "
+          "only uncompressed files can",
+          file_.path(), CompressionName(compression_), options_.start_offset));
     }
     file_.Seek(options_.start_offset);
     pos_offset_ = verified_end_ = options_.start_offset;
@@ -68,8 +68,8 @@ bool TFRecordReader::Refill(size_t n) {
       pos_ = buffer_.get();
       end_ = pos_ + available;
     }
-    const size_t got =
-        stream_->Read(end_, static_cast<size_t>(buffer_.get() + capacity_ - end_));
+    const size_t got = stream_->Read(
+        end_, static_cast<size_t>(buffer_.get() + capacity_ - end_));
     if (got == 0) {
       stream_end_ = true;
       return false;
@@ -93,10 +93,9 @@ void TFRecordReader::Report(DamageKind kind, uint64_t offset,
   ++stats_.skipped_ranges;
   stats_.skipped_bytes += bytes;
   if (options_.reporter != nullptr) {
-    options_.reporter->Skipped(
-        RecordError(file_.path(), offset, RecordsSeen(), kind,
-                    std::move(detail)),
-        bytes);
+    options_.reporter->Skipped(RecordError(file_.path(), offset, RecordsSeen(),
+                                           kind, std::move(detail)),
+                               bytes);
   }
 }
 
@@ -115,11 +114,12 @@ void TFRecordReader::Resynchronize(DamageKind kind, std::string detail) {
   Consume(1);
   while (true) {
     while (Available() >= kHeaderBytes) {
-      if (HeaderChecks(pos_) && HeaderLength(pos_) <= options_.max_record_bytes) {
-        Report(kind, start,
-               fmt::format("{}; resynchronised at byte {}", detail,
-                           pos_offset_),
-               pos_offset_ - start);
+      if (HeaderChecks(pos_) &&
+          HeaderLength(pos_) <= options_.max_record_bytes) {
+        Report(
+            kind, start,
+            fmt::format("{}; resynchronised at byte {}", detail, pos_offset_),
+            pos_offset_ - start);
         return;
       }
       Consume(1);
@@ -214,11 +214,11 @@ bool TFRecordReader::ReadNext(std::string_view* record) {
       checked = offset < verified_end_;
     }
     if (options_.verify_checksums && !checked && !HeaderChecks(pos_)) {
-      Resynchronize(DamageKind::kLengthCrcMismatch,
-                    fmt::format("length field reads {}; stored CRC {:#010x}, "
-                                "computed {:#010x}",
-                                length, HeaderStoredCrc(pos_),
-                                HeaderComputedCrc(pos_)));
+      Resynchronize(
+          DamageKind::kLengthCrcMismatch,
+          fmt::format("length field reads {}; stored CRC {:#010x}, "
+                      "computed {:#010x}",
+                      length, HeaderStoredCrc(pos_), HeaderComputedCrc(pos_)));
       continue;
     }
     if (length > options_.max_record_bytes) {
@@ -257,8 +257,8 @@ bool TFRecordReader::ReadNext(std::string_view* record) {
     }
     const char* data = pos_ + kHeaderBytes;
     if (options_.verify_checksums && !checked) {
-      const uint32_t stored = crc32c::Unmask(
-          DecodeLittleEndian<uint32_t>(data + length));
+      const uint32_t stored =
+          crc32c::Unmask(DecodeLittleEndian<uint32_t>(data + length));
       const uint32_t computed = crc32c::Value(data, length);
       if (stored != computed) {
         Report(DamageKind::kDataCrcMismatch, offset,

@@ -69,10 +69,10 @@ struct ReaderOptions {
 };
 
 struct ReadStats {
-  uint64_t records = 0;        // records returned
+  uint64_t records = 0;          // records returned
   uint64_t damaged_records = 0;  // whole records skipped (bad data CRC)
-  uint64_t payload_bytes = 0;  // their payload bytes
-  uint64_t stream_bytes = 0;   // uncompressed stream bytes consumed so far
+  uint64_t payload_bytes = 0;    // their payload bytes
+  uint64_t stream_bytes = 0;     // uncompressed stream bytes consumed so far
   uint64_t skipped_ranges = 0;
   uint64_t skipped_bytes = 0;  // stream bytes dropped by salvage
 };
@@ -154,8 +154,8 @@ class TFRecordReader {
   std::unique_ptr<InputStream> stream_;
   std::unique_ptr<char[]> buffer_;
   size_t capacity_ = 0;
-  char* pos_ = nullptr;  // next unread byte
-  char* end_ = nullptr;  // end of buffered bytes
+  char* pos_ = nullptr;      // next unread byte
+  char* end_ = nullptr;      // end of buffered bytes
   uint64_t pos_offset_ = 0;  // stream offset of pos_
   // Records starting below this stream offset have had both CRCs checked.
   uint64_t verified_end_ = 0;

@@ -15,8 +15,7 @@ namespace recflow::records {
 // Receives framed records and writes them, compressed or not, to the file.
 class TFRecordWriter::Codec {
  public:
-  Codec(const std::string& path, bool atomic,
-        std::vector<IndexEntry>* entries)
+  Codec(const std::string& path, bool atomic, std::vector<IndexEntry>* entries)
       : file_(std::make_unique<WritableFile>(path, atomic)),
         entries_(entries) {}
   virtual ~Codec() = default;
@@ -88,8 +87,8 @@ class ZlibCodec final : public TFRecordWriter::Codec {
     if (deflateInit2(&z_, level == 0 ? Z_DEFAULT_COMPRESSION : level,
                      Z_DEFLATED, gzip ? MAX_WBITS + 16 : MAX_WBITS, 8,
                      Z_DEFAULT_STRATEGY) != Z_OK) {
-      throw IoError(path, fmt::format("cannot initialise zlib at level {}",
-                                      level));
+      throw IoError(path,
+                    fmt::format("cannot initialise zlib at level {}", level));
     }
   }
   ~ZlibCodec() override { deflateEnd(&z_); }
@@ -174,17 +173,17 @@ class ZlibCodec final : public TFRecordWriter::Codec {
 // that frame.  Concatenated frames are a valid zstd stream.
 class ZstdCodec final : public TFRecordWriter::Codec {
  public:
-  ZstdCodec(const std::string& path, bool atomic, int level,
-            size_t frame_bytes, std::vector<IndexEntry>* entries)
+  ZstdCodec(const std::string& path, bool atomic, int level, size_t frame_bytes,
+            std::vector<IndexEntry>* entries)
       : Codec(path, atomic, entries),
         frame_bytes_(frame_bytes),
         cctx_(ZSTD_createCCtx()) {
     if (cctx_ == nullptr) throw IoError(path, "cannot create zstd context");
-    const size_t rc = ZSTD_CCtx_setParameter(
-        cctx_, ZSTD_c_compressionLevel, level == 0 ? 3 : level);
+    const size_t rc = ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel,
+                                             level == 0 ? 3 : level);
     if (ZSTD_isError(rc)) {
-      throw IoError(path, fmt::format("zstd level {}: {}", level,
-                                      ZSTD_getErrorName(rc)));
+      throw IoError(
+          path, fmt::format("zstd level {}: {}", level, ZSTD_getErrorName(rc)));
     }
     ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1);
     frame_.reserve(frame_bytes_ + (64 << 10));
@@ -258,9 +257,9 @@ TFRecordWriter::TFRecordWriter(std::string path, WriterOptions options)
           options_.level);
       break;
     case Compression::kZstd:
-      codec_ = std::make_unique<ZstdCodec>(path_, options_.atomic,
-                                           options_.level,
-                                           options_.zstd_frame_bytes, entries);
+      codec_ =
+          std::make_unique<ZstdCodec>(path_, options_.atomic, options_.level,
+                                      options_.zstd_frame_bytes, entries);
       break;
   }
 }

@@ -2,8 +2,8 @@
 // ZSTD files of independent frames (recflow's own; TensorFlow cannot read
 // them, the `zstd` command can decompress them).
 //
-//   TFRecordWriter writer("out.tfrecord.gz", {.compression = Compression::kGzip});
-//   for (...) writer.Write(serialized_example);
+//   TFRecordWriter writer("out.tfrecord.gz", {.compression =
+//   Compression::kGzip}); for (...) writer.Write(serialized_example);
 //   writer.Close();  // the file appears under its name only now
 //
 // Buffered; not thread-safe.  By default the writer is atomic: bytes go to a

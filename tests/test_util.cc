@@ -12,8 +12,7 @@ namespace recflow::testing {
 
 TempDir::TempDir() {
   std::string templ =
-      (std::filesystem::temp_directory_path() / "recflow-test-XXXXXX")
-          .string();
+      (std::filesystem::temp_directory_path() / "recflow-test-XXXXXX").string();
   if (mkdtemp(templ.data()) == nullptr) {
     throw std::runtime_error("mkdtemp failed");
   }
@@ -114,7 +113,8 @@ std::vector<std::string> RandomPayloads(size_t n, size_t max_size,
   std::vector<std::string> out(n);
   for (auto& p : out) {
     p.resize(rng() % (max_size + 1));
-    for (auto& c : p) c = static_cast<char>(rng() % 7 == 0 ? rng() : 'a' + rng() % 4);
+    for (auto& c : p)
+      c = static_cast<char>(rng() % 7 == 0 ? rng() : 'a' + rng() % 4);
   }
   return out;
 }

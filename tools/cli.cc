@@ -39,10 +39,10 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& args) {
       }
     }
     if (found.empty()) {
-      throw UsageError(fmt::format(
-          "{}: directory holds no record files (names containing "
-          "'tfrecord' or 'tfrec', not hidden, not .idx)",
-          arg));
+      throw UsageError(
+          fmt::format("{}: directory holds no record files (names containing "
+                      "'tfrecord' or 'tfrec', not hidden, not .idx)",
+                      arg));
     }
     std::sort(found.begin(), found.end());
     files.insert(files.end(), found.begin(), found.end());

@@ -4,7 +4,6 @@
 #define RECFLOW_TOOLS_CLI_H_
 
 #include <CLI/CLI.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <string>

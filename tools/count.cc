@@ -66,14 +66,11 @@ int RunCount(const CountOptions& o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   if (o.json) {
-    nlohmann::json out = {{"records", records},
-                          {"bytes", bytes},
-                          {"payload_bytes", payload},
-                          {"stream_bytes", stream},
-                          {"files", per_file},
-                          {"verified", !o.no_verify},
-                          {"ok", rc == kExitOk},
-                          {"seconds", seconds}};
+    nlohmann::json out = {
+        {"records", records},       {"bytes", bytes},
+        {"payload_bytes", payload}, {"stream_bytes", stream},
+        {"files", per_file},        {"verified", !o.no_verify},
+        {"ok", rc == kExitOk},      {"seconds", seconds}};
     fmt::print("{}\n", out.dump());
   } else if (files.size() > 1) {
     fmt::print("{:>12} records {:>15} bytes  total ({} files)\n", records,
@@ -86,8 +83,7 @@ int RunCount(const CountOptions& o) {
 
 Runner AddCountCommand(CLI::App& app) {
   auto o = std::make_shared<CountOptions>();
-  app.add_option("FILE", o->inputs,
-                 "record files, or directories of them")
+  app.add_option("FILE", o->inputs, "record files, or directories of them")
       ->required();
   app.add_flag("--json", o->json,
                "print one JSON object as the last line: records, bytes (file "

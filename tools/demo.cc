@@ -28,8 +28,7 @@ struct DemoOptions {
 };
 
 double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                       since)
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
       .count();
 }
 
@@ -173,20 +172,20 @@ int RunDemo(const DemoOptions& o) {
       throw records::Error(fmt::format("{}: read {} records, wrote {}", path,
                                        stats.records, o.records));
     }
-    say(fmt::format("   {:<5} {:>8} records  {:>7.3f} s  {:>12} (of the "
-                    "uncompressed stream)",
-                    records::CompressionName(reader.compression()),
-                    stats.records, s,
-                    FormatRate(static_cast<double>(stats.stream_bytes), s)));
+    say(fmt::format(
+        "   {:<5} {:>8} records  {:>7.3f} s  {:>12} (of the "
+        "uncompressed stream)",
+        records::CompressionName(reader.compression()), stats.records, s,
+        FormatRate(static_cast<double>(stats.stream_bytes), s)));
   }
 
   // 3. Reshard into 8 zstd shards with indexes.
   const uint64_t kShards = 8;
   {
     const auto start = std::chrono::steady_clock::now();
-    const auto shards = Reshard(
-        {files[0]}, (dir / "shards" / "sample").string(), kShards,
-        {.compression = Compression::kZstd}, {}, /*write_index=*/true);
+    const auto shards =
+        Reshard({files[0]}, (dir / "shards" / "sample").string(), kShards,
+                {.compression = Compression::kZstd}, {}, /*write_index=*/true);
     const double s = Seconds(start);
     uint64_t min = UINT64_MAX, max = 0, bytes = 0;
     for (const auto& shard : shards) {
@@ -194,7 +193,8 @@ int RunDemo(const DemoOptions& o) {
       max = std::max(max, shard.records);
       bytes += shard.bytes;
     }
-    say(fmt::format("3. resharded into {} zstd shards with indexes in {:.3f} "
+    say(
+        fmt::format("3. resharded into {} zstd shards with indexes in {:.3f} "
                     "s: {}..{} records per shard, {} bytes, in {}",
                     kShards, s, min, max, bytes, (dir / "shards").string()));
     report["reshard"] = {{"shards", kShards}, {"seconds", s}};
@@ -229,14 +229,14 @@ int RunDemo(const DemoOptions& o) {
     const uint64_t last = zstd_reader.size() - 1;
     if (zstd_reader.Read(last) != payloads[first_of_shard + last] ||
         zstd_reader.Read(0) != payloads[first_of_shard]) {
-      throw records::Error(fmt::format(
-          "{}: records read through the zstd index differ", shard));
+      throw records::Error(
+          fmt::format("{}: records read through the zstd index differ", shard));
     }
-    say(fmt::format("4. indexed {} in {:.3f} s ({}); {} random reads through "
-                    "the index matched what was written ({:.1f} us each); "
-                    "zstd shard {} reads through its frame index too",
-                    files[0], index_s, idx, kReads, read_s / kReads * 1e6,
-                    shard));
+    say(fmt::format(
+        "4. indexed {} in {:.3f} s ({}); {} random reads through "
+        "the index matched what was written ({:.1f} us each); "
+        "zstd shard {} reads through its frame index too",
+        files[0], index_s, idx, kReads, read_s / kReads * 1e6, shard));
     report["random_read_us"] = read_s / kReads * 1e6;
   }
 
@@ -268,7 +268,8 @@ int RunDemo(const DemoOptions& o) {
     std::string_view record;
     while (reader.ReadRecord(&record)) writer.Write(record);
     writer.Close();
-    say(fmt::format("5. damaged a copy ({}: one payload byte of record {}, "
+    say(
+        fmt::format("5. damaged a copy ({}: one payload byte of record {}, "
                     "one length byte of record {}); verify found:",
                     damaged, bad_data, bad_length));
     for (const auto& line : reporter.lines) say("   " + line);

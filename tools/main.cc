@@ -33,8 +33,7 @@ int main(int argc, char** argv) {
       AddVerifyCommand);
   add("reshard", "Rewrite records, in order, into N balanced shards.",
       AddReshardCommand);
-  add("index",
-      "Write the index (DALI tfrecord2idx format) of TFRecord files.",
+  add("index", "Write the index (DALI tfrecord2idx format) of TFRecord files.",
       AddIndexCommand);
   add("demo",
       "Write a sample dataset, then verify, reshard and index it, saying "

@@ -22,9 +22,9 @@ records::ReaderOptions ReadFlags::ToReaderOptions() const {
   if (compression != "auto") {
     const auto c = records::ParseCompression(compression);
     if (!c) {
-      throw UsageError(fmt::format(
-          "compression {}: expected auto, none, zlib, gzip or zstd",
-          compression));
+      throw UsageError(
+          fmt::format("compression {}: expected auto, none, zlib, gzip or zstd",
+                      compression));
     }
     options.compression = *c;
   }

@@ -111,8 +111,8 @@ int RunReshard(const ReshardOptions& o) {
   wo.compression = *compression;
   wo.level = o.level;
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<ShardResult> written = Reshard(
-      files, o.output, o.shards, wo, o.read.ToReaderOptions(), o.index);
+  const std::vector<ShardResult> written =
+      Reshard(files, o.output, o.shards, wo, o.read.ToReaderOptions(), o.index);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -136,8 +136,7 @@ int RunReshard(const ReshardOptions& o) {
                            .dump());
   } else {
     fmt::print("wrote {} records into {} shards ({}) in {:.2f} s\n", records,
-               written.size(), records::CompressionName(*compression),
-               seconds);
+               written.size(), records::CompressionName(*compression), seconds);
   }
   return kExitOk;
 }

@@ -42,9 +42,10 @@ int RunVerify(const VerifyOptions& o) {
     } else {
       const auto c = records::ParseCompression(o.output_compression);
       if (!c) {
-        throw UsageError(fmt::format("--output-compression {}: expected "
-                                     "auto, none, zlib, gzip or zstd",
-                                     o.output_compression));
+        throw UsageError(
+            fmt::format("--output-compression {}: expected "
+                        "auto, none, zlib, gzip or zstd",
+                        o.output_compression));
       }
       wo.compression = *c;
     }
@@ -87,9 +88,9 @@ int RunVerify(const VerifyOptions& o) {
     if (!o.json) {
       fmt::print("salvaged {} records into {}{}\n", out->records_written(),
                  o.salvage,
-                 total_lost > 0 ? fmt::format(" ({} bytes could not be read)",
-                                              total_lost)
-                                : "");
+                 total_lost > 0
+                     ? fmt::format(" ({} bytes could not be read)", total_lost)
+                     : "");
     }
   }
   if (o.json) {

@@ -10,18 +10,20 @@ namespace {
 using namespace std::literals;
 
 TEST(CompressionTest, DetectsMagicBytes) {
-  EXPECT_EQ(DetectCompression("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03" "ab"sv,
+  EXPECT_EQ(DetectCompression("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"
+                              "ab"sv,
                               "x.tfrecord"),
             Compression::kGzip);
-  EXPECT_EQ(DetectCompression("\x28\xb5\x2f\xfd\x24\x00\x00\x00\x00\x00\x00\x00"sv,
-                              "x"),
+  EXPECT_EQ(DetectCompression(
+                "\x28\xb5\x2f\xfd\x24\x00\x00\x00\x00\x00\x00\x00"sv, "x"),
             Compression::kZstd);
 }
 
 TEST(CompressionTest, ZlibOnlyBySuffix) {
-  EXPECT_EQ(DetectCompression("\x78\x9c\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a",
-                              "data.tfrecord.zz"),
-            Compression::kZlib);
+  EXPECT_EQ(
+      DetectCompression("\x78\x9c\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a",
+                        "data.tfrecord.zz"),
+      Compression::kZlib);
   EXPECT_EQ(DetectCompression("\x78\x9c\x01\x02", "data.zlib"),
             Compression::kZlib);
   EXPECT_EQ(DetectCompression("\x78\x9c\x01\x02", "data.tfrecord"),

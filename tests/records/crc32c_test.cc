@@ -58,9 +58,9 @@ TEST(Crc32cTest, HardwareMatchesPortableOnLargeBuffers) {
   std::mt19937_64 rng(7);
   std::vector<char> buffer((1 << 20) + 8192);
   for (auto& c : buffer) c = static_cast<char>(rng());
-  for (size_t n : {size_t{3 * 8192}, size_t{3 * 8192 + 1}, size_t{3 * 256},
-                   size_t{3 * 256 * 5 + 17}, size_t{1} << 20,
-                   (size_t{1} << 20) + 8191}) {
+  for (size_t n :
+       {size_t{3 * 8192}, size_t{3 * 8192 + 1}, size_t{3 * 256},
+        size_t{3 * 256 * 5 + 17}, size_t{1} << 20, (size_t{1} << 20) + 8191}) {
     for (size_t align : {0, 1, 7}) {
       ASSERT_EQ(ExtendHardware(0, buffer.data() + align, n),
                 ExtendPortable(0, buffer.data() + align, n))

@@ -14,9 +14,9 @@ std::string Fixture(const std::string& name) {
   return dir.empty() ? "" : dir + "/tf/" + name;
 }
 
-#define REQUIRE_FIXTURES()                                            \
-  if (testing::FixturesDir().empty())                                 \
-  GTEST_SKIP() << "fixtures not found at " RECFLOW_FIXTURES_DIR       \
+#define REQUIRE_FIXTURES()                                      \
+  if (testing::FixturesDir().empty())                           \
+  GTEST_SKIP() << "fixtures not found at " RECFLOW_FIXTURES_DIR \
                   " (they live in shared/ beside the repository)"
 
 std::vector<std::string> ReadAll(const std::string& path) {
@@ -43,8 +43,8 @@ TEST(FixturesTest, MnistExamplesMatchAnIndependentDecode) {
   const auto records = ReadAll(path);
   ASSERT_EQ(records.size(), 1000u);
   std::vector<std::string> reference;
-  ASSERT_TRUE(testing::ReferenceDecode(testing::ReadFileBytes(path),
-                                       &reference));
+  ASSERT_TRUE(
+      testing::ReferenceDecode(testing::ReadFileBytes(path), &reference));
   EXPECT_EQ(records, reference);
   for (const auto& r : records) {
     ASSERT_NE(r.find("image_class"), std::string::npos);
@@ -65,9 +65,9 @@ TEST(FixturesTest, PenguinGzipExamplesMatchAnIndependentDecode) {
   ASSERT_TRUE(testing::ReferenceDecode(Gunzip(path), &reference));
   EXPECT_EQ(records, reference);
   for (const auto& r : records) {
-    for (const char* key : {"body_mass_g", "culmen_depth_mm",
-                            "culmen_length_mm", "flipper_length_mm",
-                            "species"}) {
+    for (const char* key :
+         {"body_mass_g", "culmen_depth_mm", "culmen_length_mm",
+          "flipper_length_mm", "species"}) {
       ASSERT_NE(r.find(key), std::string::npos) << key;
     }
   }

@@ -50,9 +50,9 @@ TEST(IndexTest, WriterIndexEqualsBuiltIndex) {
   const auto payloads = testing::RandomPayloads(3000, 1500, 22);
   for (Compression c : {Compression::kNone, Compression::kZstd}) {
     const std::string path = dir.File(c == Compression::kNone ? "f" : "f.zst");
-    TFRecordWriter writer(path, {.compression = c,
-                                 .zstd_frame_bytes = 64 << 10,
-                                 .build_index = true});
+    TFRecordWriter writer(
+        path,
+        {.compression = c, .zstd_frame_bytes = 64 << 10, .build_index = true});
     for (const auto& p : payloads) writer.Write(p);
     writer.Close();
     const Index built = BuildIndex(path);
@@ -66,8 +66,7 @@ TEST(IndexTest, RandomAccessReturnsEveryRecord) {
   const auto payloads = testing::RandomPayloads(2000, 3000, 23);
   for (Compression c : {Compression::kNone, Compression::kZstd}) {
     const std::string path = dir.File(c == Compression::kNone ? "f" : "f.zst");
-    WriteAll(path, payloads,
-             {.compression = c, .zstd_frame_bytes = 32 << 10});
+    WriteAll(path, payloads, {.compression = c, .zstd_frame_bytes = 32 << 10});
     WriteIndex(IndexPathFor(path), BuildIndex(path));
     IndexedReader reader(path, ReadIndex(IndexPathFor(path)));
     ASSERT_EQ(reader.size(), payloads.size());
@@ -84,7 +83,8 @@ TEST(IndexTest, ZstdIndexHasItsHeaderAndFourColumns) {
   WriteAll(dir.File("f.zst"), {"a", "bb"}, {.compression = Compression::kZstd});
   WriteIndex(dir.File("f.idx"), BuildIndex(dir.File("f.zst")));
   const std::string text = testing::ReadFileBytes(dir.File("f.idx"));
-  const std::string size = std::to_string(std::filesystem::file_size(dir.File("f.zst")));
+  const std::string size =
+      std::to_string(std::filesystem::file_size(dir.File("f.zst")));
   EXPECT_EQ(text, "#recflow-zstd-index v1\n0 " + size + " 0 17\n0 " + size +
                       " 17 18\n");
 }

@@ -184,8 +184,8 @@ TEST(TFRecordReaderTest, EverySingleByteChangeIsDetected) {
         if (c == Compression::kNone) {
           ASSERT_TRUE(detected) << "byte " << i << " mask " << int(mask);
         } else if (!detected) {
-          ASSERT_EQ(got, payloads) << CompressionName(c) << " byte " << i
-                                   << " mask " << int(mask);
+          ASSERT_EQ(got, payloads)
+              << CompressionName(c) << " byte " << i << " mask " << int(mask);
         }
       }
     }
@@ -279,8 +279,8 @@ TEST(TFRecordReaderTest, VerificationCanBeTurnedOff) {
   TempDir dir;
   WriteAll(dir.File("f"), {"aaaa", "bbbb"});
   std::string bytes = testing::ReadFileBytes(dir.File("f"));
-  bytes[12] = 'X';                                 // payload of record 0
-  bytes[8] ^= 1;                                   // its length CRC
+  bytes[12] = 'X';  // payload of record 0
+  bytes[8] ^= 1;    // its length CRC
   testing::WriteFileBytes(dir.File("f"), bytes);
   EXPECT_THROW(ReadAll(dir.File("f")), RecordError);
   EXPECT_EQ(ReadAll(dir.File("f"), {.verify_checksums = false}),
@@ -296,8 +296,8 @@ std::string HeaderOnly(uint64_t length) {
 TEST(TFRecordReaderTest, ImplausibleLengthsAreDamageNotAllocations) {
   TempDir dir;
   // A valid header for 2^63 bytes in a 112-byte file.
-  testing::WriteFileBytes(dir.File("huge"),
-                          HeaderOnly(uint64_t{1} << 63) + std::string(100, 'x'));
+  testing::WriteFileBytes(
+      dir.File("huge"), HeaderOnly(uint64_t{1} << 63) + std::string(100, 'x'));
   EXPECT_EQ(ReadExpectingDamage(dir.File("huge")),
             DamageKind::kImplausibleLength);
   // Above a configured maximum.
@@ -411,8 +411,7 @@ TEST(TFRecordReaderTest, SalvageReportsATruncatedTail) {
   EXPECT_EQ(n, 2);
   ASSERT_EQ(reporter.kinds.size(), 1u);
   EXPECT_EQ(reporter.kinds[0], DamageKind::kTruncatedData);
-  EXPECT_EQ(reporter.ranges[0],
-            std::make_pair(uint64_t{38}, uint64_t{21 - 3}));
+  EXPECT_EQ(reporter.ranges[0], std::make_pair(uint64_t{38}, uint64_t{21 - 3}));
   EXPECT_EQ(reader.stats().skipped_bytes, 18u);
 }
 
@@ -421,9 +420,9 @@ TEST(TFRecordReaderTest, SalvageAfterGarbageInTheMiddle) {
   WriteAll(dir.File("a"), {"first", "second"});
   WriteAll(dir.File("b"), {"third", "fourth"});
   const std::string garbage(1000, '\x42');
-  testing::WriteFileBytes(dir.File("f"), testing::ReadFileBytes(dir.File("a")) +
-                                             garbage +
-                                             testing::ReadFileBytes(dir.File("b")));
+  testing::WriteFileBytes(dir.File("f"),
+                          testing::ReadFileBytes(dir.File("a")) + garbage +
+                              testing::ReadFileBytes(dir.File("b")));
   Collecting reporter;
   EXPECT_EQ(ReadAll(dir.File("f"), {.salvage = true, .reporter = &reporter}),
             (std::vector<std::string>{"first", "second", "third", "fourth"}));

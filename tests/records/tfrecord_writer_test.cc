@@ -68,7 +68,8 @@ TEST(TFRecordWriterTest, CompressedStreamsDecodeToTheUncompressedStream) {
   gzFile gz = gzopen(dir.File("g.gz").c_str(), "rb");
   ASSERT_NE(gz, nullptr);
   std::string decoded(plain.size() + 10, '\0');
-  const int n = gzread(gz, decoded.data(), static_cast<unsigned>(decoded.size()));
+  const int n =
+      gzread(gz, decoded.data(), static_cast<unsigned>(decoded.size()));
   gzclose(gz);
   decoded.resize(n < 0 ? 0 : static_cast<size_t>(n));
   EXPECT_EQ(decoded, plain);
@@ -93,8 +94,8 @@ TEST(TFRecordWriterTest, ZstdFileDecompressesWithTheZstdCommand) {
   WriteAll(dir.File("plain"), payloads);
   WriteAll(dir.File("z.zst"), payloads,
            {.compression = Compression::kZstd, .zstd_frame_bytes = 64 << 10});
-  const std::string cmd = "zstd -q -d -c " + dir.File("z.zst") + " > " +
-                          dir.File("decoded");
+  const std::string cmd =
+      "zstd -q -d -c " + dir.File("z.zst") + " > " + dir.File("decoded");
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   EXPECT_EQ(testing::ReadFileBytes(dir.File("decoded")),
             testing::ReadFileBytes(dir.File("plain")));
@@ -103,7 +104,8 @@ TEST(TFRecordWriterTest, ZstdFileDecompressesWithTheZstdCommand) {
 TEST(TFRecordWriterTest, LargeRecordRoundTripsInEveryCompression) {
   TempDir dir;
   std::string big(64 << 20, '\0');
-  for (size_t i = 0; i < big.size(); i += 4096) big[i] = static_cast<char>(i >> 12);
+  for (size_t i = 0; i < big.size(); i += 4096)
+    big[i] = static_cast<char>(i >> 12);
   const std::vector<std::string> payloads = {"before", big, "after"};
   for (Compression c : kAll) {
     const std::string path =
@@ -135,8 +137,7 @@ TEST(TFRecordWriterTest, FlushMakesRecordsReadableBeforeClose) {
     writer.Write("one");
     writer.Write("two");
     writer.Flush();
-    EXPECT_EQ(ReadAll(dir.File("f")),
-              (std::vector<std::string>{"one", "two"}));
+    EXPECT_EQ(ReadAll(dir.File("f")), (std::vector<std::string>{"one", "two"}));
     writer.Close();
   }
 }
@@ -144,10 +145,9 @@ TEST(TFRecordWriterTest, FlushMakesRecordsReadableBeforeClose) {
 TEST(TFRecordWriterTest, ZstdFramesHoldWholeRecords) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(5000, 1000, 5);
-  TFRecordWriter writer(dir.File("f.zst"),
-                        {.compression = Compression::kZstd,
-                         .zstd_frame_bytes = 100 << 10,
-                         .build_index = true});
+  TFRecordWriter writer(dir.File("f.zst"), {.compression = Compression::kZstd,
+                                            .zstd_frame_bytes = 100 << 10,
+                                            .build_index = true});
   for (const auto& p : payloads) writer.Write(p);
   writer.Close();
   const Index& index = writer.index();
@@ -168,10 +168,10 @@ TEST(TFRecordWriterTest, ZstdFramesHoldWholeRecords) {
 
 TEST(TFRecordWriterTest, IndexIsRefusedForZlibAndGzip) {
   TempDir dir;
-  EXPECT_THROW(TFRecordWriter(dir.File("f.gz"),
-                              {.compression = Compression::kGzip,
-                               .build_index = true}),
-               Error);
+  EXPECT_THROW(
+      TFRecordWriter(dir.File("f.gz"),
+                     {.compression = Compression::kGzip, .build_index = true}),
+      Error);
   EXPECT_TRUE(dir.List().empty());
 }
 

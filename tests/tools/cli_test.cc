@@ -82,8 +82,9 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_NE(missing.err.find("missing.tfrecord: no such file"),
             std::string::npos);
   WriteAll(dir.File("a.tfrecord"), {"x"});
-  EXPECT_EQ(Recflow(dir, "count --compression lz4 " + dir.File("a.tfrecord")).code,
-            2);
+  EXPECT_EQ(
+      Recflow(dir, "count --compression lz4 " + dir.File("a.tfrecord")).code,
+      2);
 }
 
 TEST(CliTest, CountJsonHasTotalsAndPerFile) {
@@ -91,12 +92,13 @@ TEST(CliTest, CountJsonHasTotalsAndPerFile) {
   WriteAll(dir.File("a.tfrecord"), {"one", "two", "three"});
   WriteAll(dir.File("b.tfrecord.gz"), {"four", "five"}, Compression::kGzip);
   const Result r = Recflow(dir, "count --json " + dir.File("a.tfrecord") + " " +
-                                dir.File("b.tfrecord.gz"));
+                                    dir.File("b.tfrecord.gz"));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = r.Json();
   EXPECT_EQ(j["records"], 5);
-  EXPECT_EQ(j["bytes"], std::filesystem::file_size(dir.File("a.tfrecord")) +
-                            std::filesystem::file_size(dir.File("b.tfrecord.gz")));
+  EXPECT_EQ(j["bytes"],
+            std::filesystem::file_size(dir.File("a.tfrecord")) +
+                std::filesystem::file_size(dir.File("b.tfrecord.gz")));
   EXPECT_EQ(j["payload_bytes"], 3 + 3 + 5 + 4 + 4);
   ASSERT_EQ(j["files"].size(), 2u);
   EXPECT_EQ(j["files"][1]["records"], 2);
@@ -153,9 +155,9 @@ TEST(CliTest, VerifySalvageWritesEveryReadableRecord) {
   std::string bytes = testing::ReadFileBytes(dir.File("f.tfrecord"));
   bytes[40 + 13] ^= 1;  // payload of record 2
   testing::WriteFileBytes(dir.File("f.tfrecord"), bytes);
-  const Result r = Recflow(dir, "verify --json --salvage " +
-                                dir.File("saved.tfrecord.zst") + " " +
-                                dir.File("f.tfrecord"));
+  const Result r =
+      Recflow(dir, "verify --json --salvage " + dir.File("saved.tfrecord.zst") +
+                       " " + dir.File("f.tfrecord"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.Json()["problems"], 1);
   records::TFRecordReader probe(dir.File("saved.tfrecord.zst"));
@@ -178,18 +180,17 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
     std::filesystem::create_directory(dir.File("out"));
     const bool indexable = std::string(compression) == "none" ||
                            std::string(compression) == "zstd";
-    const Result r =
-        Recflow(dir, std::string("reshard --json --shards 4 --compression ") +
-                     compression + (indexable ? " --index" : "") +
-                     " --output " + dir.File("out/part") + " " +
-                     dir.File("a.tfrecord") + " " + dir.File("b.tfrecord.gz"));
+    const Result r = Recflow(
+        dir, std::string("reshard --json --shards 4 --compression ") +
+                 compression + (indexable ? " --index" : "") + " --output " +
+                 dir.File("out/part") + " " + dir.File("a.tfrecord") + " " +
+                 dir.File("b.tfrecord.gz"));
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.Json()["records"], 103);
-    const std::string suffix =
-        std::string(compression) == "none"   ? ""
-        : std::string(compression) == "zstd" ? ".zst"
-        : std::string(compression) == "gzip" ? ".gz"
-                                             : ".zz";
+    const std::string suffix = std::string(compression) == "none"   ? ""
+                               : std::string(compression) == "zstd" ? ".zst"
+                               : std::string(compression) == "gzip" ? ".gz"
+                                                                    : ".zz";
     std::vector<std::string> back;
     std::vector<size_t> sizes;
     for (int s = 0; s < 4; ++s) {
@@ -199,8 +200,7 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
       sizes.push_back(records.size());
       back.insert(back.end(), records.begin(), records.end());
       if (indexable) {
-        records::IndexedReader ir(shard,
-                                  records::ReadIndex(shard + ".idx"));
+        records::IndexedReader ir(shard, records::ReadIndex(shard + ".idx"));
         ASSERT_EQ(ir.size(), records.size());
         if (!records.empty()) {
           EXPECT_EQ(ir.Read(ir.size() - 1), records.back());
@@ -211,7 +211,7 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
     EXPECT_EQ(sizes, (std::vector<size_t>{25, 26, 26, 26})) << compression;
   }
   EXPECT_EQ(Recflow(dir, "reshard --shards 2 --compression gzip --index -o " +
-                         dir.File("x") + " " + dir.File("a.tfrecord"))
+                             dir.File("x") + " " + dir.File("a.tfrecord"))
                 .code,
             2);
 }
@@ -226,8 +226,8 @@ TEST(CliTest, FailedReshardLeavesNoShards) {
   testing::WriteFileBytes(dir.File("bad.tfrecord"), bytes);
   std::filesystem::create_directory(dir.File("out"));
   const Result r = Recflow(dir, "reshard --shards 2 -o " + dir.File("out/s") +
-                                " " + dir.File("good.tfrecord") + " " +
-                                dir.File("bad.tfrecord"));
+                                    " " + dir.File("good.tfrecord") + " " +
+                                    dir.File("bad.tfrecord"));
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(std::filesystem::is_empty(dir.File("out")));
 }
@@ -240,7 +240,7 @@ TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
   EXPECT_EQ(testing::ReadFileBytes(dir.File("f.tfrecord.idx")),
             "0 19\n19 18\n");
   ASSERT_EQ(Recflow(dir, "index -o " + dir.File("other.idx") + " " +
-                         dir.File("f.tfrecord"))
+                             dir.File("f.tfrecord"))
                 .code,
             0);
   EXPECT_EQ(testing::ReadFileBytes(dir.File("other.idx")), "0 19\n19 18\n");
@@ -248,15 +248,15 @@ TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
   const Result gz = Recflow(dir, "index " + dir.File("g.tfrecord.gz"));
   EXPECT_EQ(gz.code, 2);
   EXPECT_NE(gz.err.find("cannot be indexed"), std::string::npos);
-  EXPECT_EQ(Visible(dir), (std::vector<std::string>{
-                              "f.tfrecord", "f.tfrecord.idx", "g.tfrecord.gz",
-                              "other.idx"}));
+  EXPECT_EQ(Visible(dir),
+            (std::vector<std::string>{"f.tfrecord", "f.tfrecord.idx",
+                                      "g.tfrecord.gz", "other.idx"}));
 }
 
 TEST(CliTest, DemoRunsEndToEnd) {
   TempDir dir;
-  const Result r = Recflow(dir, "demo --json --records 2000 --workdir " +
-                                dir.File("demo"));
+  const Result r =
+      Recflow(dir, "demo --json --records 2000 --workdir " + dir.File("demo"));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = r.Json();
   EXPECT_EQ(j["records"], 2000);
