@@ -40,6 +40,14 @@ constexpr size_t kStagingBytes = size_t{1} << 20;
 
 std::string_view View(const char* p, size_t n) { return {p, n}; }
 
+// Lays one framed record out at `dst`, which has room for it.
+void CopyFrame(char* dst, const char* header, std::string_view data,
+               const char* footer) {
+  std::memcpy(dst, header, kHeaderBytes);
+  std::memcpy(dst + kHeaderBytes, data.data(), data.size());
+  std::memcpy(dst + kHeaderBytes + data.size(), footer, kFooterBytes);
+}
+
 class NoneCodec final : public TFRecordWriter::Codec {
  public:
   using Codec::Codec;
@@ -50,10 +58,7 @@ class NoneCodec final : public TFRecordWriter::Codec {
     if (entries_ != nullptr) entries_->push_back({file_bytes(), frame, 0, 0});
     if (frame > kStagingBytes - used_) WriteStaging();
     if (frame <= kStagingBytes - used_) {
-      char* p = staging_.get() + used_;
-      std::memcpy(p, header, kHeaderBytes);
-      std::memcpy(p + kHeaderBytes, data.data(), data.size());
-      std::memcpy(p + kHeaderBytes + data.size(), footer, kFooterBytes);
+      CopyFrame(staging_.get() + used_, header, data, footer);
       used_ += frame;
     } else {
       file_->Append3(View(header, kHeaderBytes), data,
@@ -98,10 +103,7 @@ class ZlibCodec final : public TFRecordWriter::Codec {
     const size_t frame = data.size() + kFrameOverhead;
     if (frame > kStagingBytes - used_) DeflateStaging(Z_NO_FLUSH);
     if (frame <= kStagingBytes - used_) {
-      char* p = staging_.get() + used_;
-      std::memcpy(p, header, kHeaderBytes);
-      std::memcpy(p + kHeaderBytes, data.data(), data.size());
-      std::memcpy(p + kHeaderBytes + data.size(), footer, kFooterBytes);
+      CopyFrame(staging_.get() + used_, header, data, footer);
       used_ += frame;
     } else {
       Deflate(header, kHeaderBytes, Z_NO_FLUSH);

@@ -119,6 +119,31 @@ std::vector<std::string> RandomPayloads(size_t n, size_t max_size,
   return out;
 }
 
+void WriteRecords(const std::string& path,
+                  const std::vector<std::string>& records,
+                  records::WriterOptions options) {
+  records::TFRecordWriter writer(path, options);
+  for (const auto& r : records) writer.Write(r);
+  writer.Close();
+}
+
+void WriteRecords(const std::string& path,
+                  const std::vector<std::string>& records,
+                  records::Compression compression) {
+  records::WriterOptions options;
+  options.compression = compression;
+  WriteRecords(path, records, options);
+}
+
+std::vector<std::string> ReadRecords(const std::string& path,
+                                     records::ReaderOptions options) {
+  records::TFRecordReader reader(path, options);
+  std::vector<std::string> out;
+  std::string_view r;
+  while (reader.ReadRecord(&r)) out.emplace_back(r);
+  return out;
+}
+
 std::string FixturesDir() {
   const std::string dir = RECFLOW_FIXTURES_DIR;
   return std::filesystem::is_directory(dir) ? dir : "";

@@ -9,6 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "records/tfrecord_reader.h"
+#include "records/tfrecord_writer.h"
+
 namespace recflow::testing {
 
 // A fresh directory under the system's temporary directory, removed with
@@ -48,6 +51,17 @@ bool ReferenceDecode(const std::string& stream,
 // `n` payloads of random bytes with sizes in [0, max_size], seeded.
 std::vector<std::string> RandomPayloads(size_t n, size_t max_size,
                                         uint64_t seed);
+
+// Writes `records` to `path` with records::TFRecordWriter and closes it.
+void WriteRecords(const std::string& path,
+                  const std::vector<std::string>& records,
+                  records::WriterOptions options = {});
+void WriteRecords(const std::string& path,
+                  const std::vector<std::string>& records,
+                  records::Compression compression);
+// Every record of `path`, read with records::TFRecordReader.
+std::vector<std::string> ReadRecords(const std::string& path,
+                                     records::ReaderOptions options = {});
 
 // The fixtures directory, or "" when it is not there.
 std::string FixturesDir();

@@ -19,14 +19,6 @@ std::string Fixture(const std::string& name) {
   GTEST_SKIP() << "fixtures not found at " RECFLOW_FIXTURES_DIR \
                   " (they live in shared/ beside the repository)"
 
-std::vector<std::string> ReadAll(const std::string& path) {
-  TFRecordReader reader(path);
-  std::vector<std::string> out;
-  std::string_view r;
-  while (reader.ReadRecord(&r)) out.emplace_back(r);
-  return out;
-}
-
 std::string Gunzip(const std::string& path) {
   gzFile gz = gzopen(path.c_str(), "rb");
   std::string out;
@@ -40,7 +32,7 @@ std::string Gunzip(const std::string& path) {
 TEST(FixturesTest, MnistExamplesMatchAnIndependentDecode) {
   REQUIRE_FIXTURES();
   const std::string path = Fixture("tfx_mnist_1000_example.tfrecord");
-  const auto records = ReadAll(path);
+  const auto records = testing::ReadRecords(path);
   ASSERT_EQ(records.size(), 1000u);
   std::vector<std::string> reference;
   ASSERT_TRUE(
@@ -59,7 +51,7 @@ TEST(FixturesTest, PenguinGzipExamplesMatchAnIndependentDecode) {
   const std::string path = Fixture("tfx_penguin_eval_example.tfrecord.gz");
   TFRecordReader probe(path);
   EXPECT_EQ(probe.compression(), Compression::kGzip);
-  const auto records = ReadAll(path);
+  const auto records = testing::ReadRecords(path);
   ASSERT_EQ(records.size(), 100u);
   std::vector<std::string> reference;
   ASSERT_TRUE(testing::ReferenceDecode(Gunzip(path), &reference));
@@ -80,7 +72,7 @@ TEST(FixturesTest, MnistIndexAndRandomAccess) {
   ASSERT_EQ(index.entries.size(), 1000u);
   EXPECT_EQ(index.entries.back().offset + index.entries.back().size,
             std::filesystem::file_size(path));
-  const auto records = ReadAll(path);
+  const auto records = testing::ReadRecords(path);
   IndexedReader reader(path, index);
   for (uint64_t i : {999u, 0u, 500u, 1u}) EXPECT_EQ(reader.Read(i), records[i]);
 }

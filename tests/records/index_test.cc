@@ -12,13 +12,6 @@ namespace {
 
 using testing::TempDir;
 
-void WriteAll(const std::string& path, const std::vector<std::string>& records,
-              WriterOptions options = {}) {
-  TFRecordWriter writer(path, options);
-  for (const auto& r : records) writer.Write(r);
-  writer.Close();
-}
-
 // DALI's tfrecord2idx: walk the file, one "offset size" line per record.
 std::string DaliStyleIndex(const std::string& bytes) {
   std::string out;
@@ -37,7 +30,7 @@ std::string DaliStyleIndex(const std::string& bytes) {
 TEST(IndexTest, UncompressedIndexIsDalisFormat) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(500, 1000, 21);
-  WriteAll(dir.File("f.tfrecord"), payloads);
+  testing::WriteRecords(dir.File("f.tfrecord"), payloads);
   const Index index = BuildIndex(dir.File("f.tfrecord"));
   EXPECT_EQ(index.compression, Compression::kNone);
   WriteIndex(dir.File("f.tfrecord.idx"), index);
@@ -66,7 +59,8 @@ TEST(IndexTest, RandomAccessReturnsEveryRecord) {
   const auto payloads = testing::RandomPayloads(2000, 3000, 23);
   for (Compression c : {Compression::kNone, Compression::kZstd}) {
     const std::string path = dir.File(c == Compression::kNone ? "f" : "f.zst");
-    WriteAll(path, payloads, {.compression = c, .zstd_frame_bytes = 32 << 10});
+    testing::WriteRecords(path, payloads,
+                          {.compression = c, .zstd_frame_bytes = 32 << 10});
     WriteIndex(IndexPathFor(path), BuildIndex(path));
     IndexedReader reader(path, ReadIndex(IndexPathFor(path)));
     ASSERT_EQ(reader.size(), payloads.size());
@@ -80,7 +74,8 @@ TEST(IndexTest, RandomAccessReturnsEveryRecord) {
 
 TEST(IndexTest, ZstdIndexHasItsHeaderAndFourColumns) {
   TempDir dir;
-  WriteAll(dir.File("f.zst"), {"a", "bb"}, {.compression = Compression::kZstd});
+  testing::WriteRecords(dir.File("f.zst"), {"a", "bb"},
+                        {.compression = Compression::kZstd});
   WriteIndex(dir.File("f.idx"), BuildIndex(dir.File("f.zst")));
   const std::string text = testing::ReadFileBytes(dir.File("f.idx"));
   const std::string size =
@@ -94,7 +89,7 @@ TEST(IndexTest, ZstdIndexHasItsHeaderAndFourColumns) {
 TEST(IndexTest, ForeignSingleFrameZstdCanBeIndexed) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(100, 200, 24);
-  WriteAll(dir.File("plain"), payloads);
+  testing::WriteRecords(dir.File("plain"), payloads);
   const std::string plain = testing::ReadFileBytes(dir.File("plain"));
   std::string z(ZSTD_compressBound(plain.size()), '\0');
   z.resize(ZSTD_compress(z.data(), z.size(), plain.data(), plain.size(), 3));
@@ -108,7 +103,7 @@ TEST(IndexTest, ForeignSingleFrameZstdCanBeIndexed) {
 
 TEST(IndexTest, ZstdRecordSpanningFramesIsRefused) {
   TempDir dir;
-  WriteAll(dir.File("plain"), {"0123456789", "abcdefghij"});
+  testing::WriteRecords(dir.File("plain"), {"0123456789", "abcdefghij"});
   const std::string plain = testing::ReadFileBytes(dir.File("plain"));
   std::string file;
   for (const std::string& part : {plain.substr(0, 20), plain.substr(20)}) {
@@ -129,7 +124,8 @@ TEST(IndexTest, ZstdRecordSpanningFramesIsRefused) {
 
 TEST(IndexTest, GzipCannotBeIndexed) {
   TempDir dir;
-  WriteAll(dir.File("f.gz"), {"a"}, {.compression = Compression::kGzip});
+  testing::WriteRecords(dir.File("f.gz"), {"a"},
+                        {.compression = Compression::kGzip});
   EXPECT_THROW(BuildIndex(dir.File("f.gz")), Error);
 }
 
@@ -160,7 +156,7 @@ TEST(IndexTest, ReadIndexRejectsMalformedIndexesNamingTheLine) {
 
 TEST(IndexTest, StaleIndexIsDetectedOnRead) {
   TempDir dir;
-  WriteAll(dir.File("f"), {"aaaa", "bbbb", "cccc"});
+  testing::WriteRecords(dir.File("f"), {"aaaa", "bbbb", "cccc"});
   Index index = BuildIndex(dir.File("f"));
   index.entries[1].offset += 1;  // points into the middle of a record
   IndexedReader reader(dir.File("f"), index);

@@ -10,13 +10,6 @@ namespace {
 
 using testing::TempDir;
 
-void WriteAll(const std::string& path,
-              const std::vector<std::string>& records) {
-  TFRecordWriter writer(path);
-  for (const auto& r : records) writer.Write(r);
-  writer.Close();
-}
-
 ScanResult Sequential(const std::string& path) {
   return ScanFile(path, {}, /*threads=*/1);
 }
@@ -29,7 +22,7 @@ ScanResult Parallel(const std::string& path, int threads) {
 TEST(ParallelScanTest, CountsExactlyWhatASequentialReadCounts) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(5000, 3000, 31);
-  WriteAll(dir.File("f"), payloads);
+  testing::WriteRecords(dir.File("f"), payloads);
   uint64_t payload_bytes = 0;
   for (const auto& p : payloads) payload_bytes += p.size();
   for (int threads : {1, 2, 3, 7, 16}) {
@@ -54,7 +47,7 @@ TEST(ParallelScanTest, FalseSynchronisationInsidePayloadsIsDiscarded) {
     }
     payloads.push_back(inner);
   }
-  WriteAll(dir.File("f"), payloads);
+  testing::WriteRecords(dir.File("f"), payloads);
   for (int threads : {2, 5, 13}) {
     const ScanResult r = Parallel(dir.File("f"), threads);
     EXPECT_EQ(r.records, payloads.size()) << threads;
@@ -66,7 +59,7 @@ TEST(ParallelScanTest, FalseSynchronisationInsidePayloadsIsDiscarded) {
 TEST(ParallelScanTest, ReportsTheFirstDamageWithItsGlobalIndex) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(3000, 500, 32);
-  WriteAll(dir.File("good"), payloads);
+  testing::WriteRecords(dir.File("good"), payloads);
   const std::string good = testing::ReadFileBytes(dir.File("good"));
   std::vector<size_t> starts;
   size_t at = 0;
@@ -104,7 +97,7 @@ TEST(ParallelScanTest, ReportsTheFirstDamageWithItsGlobalIndex) {
 TEST(ParallelScanTest, TruncatedTailIsReportedAsSequentially) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(2000, 400, 33);
-  WriteAll(dir.File("f"), payloads);
+  testing::WriteRecords(dir.File("f"), payloads);
   const std::string full = testing::ReadFileBytes(dir.File("f"));
   testing::WriteFileBytes(dir.File("cut"), full.substr(0, full.size() - 5));
   try {

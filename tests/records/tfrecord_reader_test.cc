@@ -25,22 +25,6 @@ std::string PathFor(const TempDir& dir, const std::string& stem,
   return dir.File(stem + ".tfrecord" + std::string(CompressionSuffix(c)));
 }
 
-void WriteAll(const std::string& path, const std::vector<std::string>& records,
-              Compression c = Compression::kNone) {
-  TFRecordWriter writer(path, {.compression = c});
-  for (const auto& r : records) writer.Write(r);
-  writer.Close();
-}
-
-std::vector<std::string> ReadAll(const std::string& path,
-                                 ReaderOptions options = {}) {
-  TFRecordReader reader(path, options);
-  std::vector<std::string> out;
-  std::string_view r;
-  while (reader.ReadRecord(&r)) out.emplace_back(r);
-  return out;
-}
-
 // Reads until the end or an error; returns the error's kind, or nullopt.
 std::optional<DamageKind> ReadExpectingDamage(const std::string& path,
                                               size_t* records = nullptr) {
@@ -73,9 +57,9 @@ TEST(TFRecordReaderTest, SmallBuffersGiveTheSameRecords) {
   const auto payloads = testing::RandomPayloads(3000, 700, 11);
   for (Compression c : kAll) {
     const std::string path = PathFor(dir, "s", c);
-    WriteAll(path, payloads, c);
+    testing::WriteRecords(path, payloads, c);
     for (size_t buffer : {64, 100, 1000, 4096}) {
-      EXPECT_EQ(ReadAll(path, {.buffer_bytes = buffer}), payloads)
+      EXPECT_EQ(testing::ReadRecords(path, {.buffer_bytes = buffer}), payloads)
           << CompressionName(c) << " buffer " << buffer;
     }
   }
@@ -83,7 +67,7 @@ TEST(TFRecordReaderTest, SmallBuffersGiveTheSameRecords) {
 
 TEST(TFRecordReaderTest, ReportsOffsetsAndIndexes) {
   TempDir dir;
-  WriteAll(dir.File("f"), {"a", "", "ccc"});
+  testing::WriteRecords(dir.File("f"), {"a", "", "ccc"});
   TFRecordReader reader(dir.File("f"));
   std::string_view r;
   std::vector<std::pair<uint64_t, uint64_t>> seen;
@@ -100,16 +84,17 @@ TEST(TFRecordReaderTest, ReportsOffsetsAndIndexes) {
 TEST(TFRecordReaderTest, EmptyFileHasNoRecords) {
   TempDir dir;
   testing::WriteFileBytes(dir.File("empty.tfrecord"), "");
-  EXPECT_TRUE(ReadAll(dir.File("empty.tfrecord")).empty());
+  EXPECT_TRUE(testing::ReadRecords(dir.File("empty.tfrecord")).empty());
 }
 
 TEST(TFRecordReaderTest, CompressionCanBeForced) {
   TempDir dir;
   // A zlib stream without the suffix is not detected, but can be named.
-  WriteAll(dir.File("z.zz"), {"x", "y"}, Compression::kZlib);
+  testing::WriteRecords(dir.File("z.zz"), {"x", "y"}, Compression::kZlib);
   std::filesystem::rename(dir.File("z.zz"), dir.File("z.data"));
-  EXPECT_THROW(ReadAll(dir.File("z.data")), RecordError);
-  EXPECT_EQ(ReadAll(dir.File("z.data"), {.compression = Compression::kZlib}),
+  EXPECT_THROW(testing::ReadRecords(dir.File("z.data")), RecordError);
+  EXPECT_EQ(testing::ReadRecords(dir.File("z.data"),
+                                 {.compression = Compression::kZlib}),
             (std::vector<std::string>{"x", "y"}));
 }
 
@@ -117,18 +102,18 @@ TEST(TFRecordReaderTest, CompressionCanBeForced) {
 // both, and so do we.
 TEST(TFRecordReaderTest, ConcatenatedGzipMembersReadAsOneStream) {
   TempDir dir;
-  WriteAll(dir.File("a.gz"), {"one", "two"}, Compression::kGzip);
-  WriteAll(dir.File("b.gz"), {"three"}, Compression::kGzip);
+  testing::WriteRecords(dir.File("a.gz"), {"one", "two"}, Compression::kGzip);
+  testing::WriteRecords(dir.File("b.gz"), {"three"}, Compression::kGzip);
   testing::WriteFileBytes(dir.File("c.gz"),
                           testing::ReadFileBytes(dir.File("a.gz")) +
                               testing::ReadFileBytes(dir.File("b.gz")));
-  EXPECT_EQ(ReadAll(dir.File("c.gz")),
+  EXPECT_EQ(testing::ReadRecords(dir.File("c.gz")),
             (std::vector<std::string>{"one", "two", "three"}));
 }
 
 TEST(TFRecordReaderTest, TrailingBytesAfterZlibStreamAreReported) {
   TempDir dir;
-  WriteAll(dir.File("a.zz"), {"one"}, Compression::kZlib);
+  testing::WriteRecords(dir.File("a.zz"), {"one"}, Compression::kZlib);
   testing::WriteFileBytes(dir.File("b.zz"),
                           testing::ReadFileBytes(dir.File("a.zz")) + "junk");
   EXPECT_EQ(ReadExpectingDamage(dir.File("b.zz")),
@@ -140,17 +125,17 @@ TEST(TFRecordReaderTest, TrailingBytesAfterZlibStreamAreReported) {
 TEST(TFRecordReaderTest, ReadsStreamsCompressedByOtherTools) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(400, 2000, 12);
-  WriteAll(dir.File("plain"), payloads);
+  testing::WriteRecords(dir.File("plain"), payloads);
   const std::string plain = testing::ReadFileBytes(dir.File("plain"));
   gzFile gz = gzopen(dir.File("other.gz").c_str(), "wb9");
   gzwrite(gz, plain.data(), static_cast<unsigned>(plain.size()));
   gzclose(gz);
-  EXPECT_EQ(ReadAll(dir.File("other.gz")), payloads);
+  EXPECT_EQ(testing::ReadRecords(dir.File("other.gz")), payloads);
 
   std::string z(ZSTD_compressBound(plain.size()), '\0');
   z.resize(ZSTD_compress(z.data(), z.size(), plain.data(), plain.size(), 19));
   testing::WriteFileBytes(dir.File("other.zst"), z);
-  EXPECT_EQ(ReadAll(dir.File("other.zst")), payloads);
+  EXPECT_EQ(testing::ReadRecords(dir.File("other.zst")), payloads);
 }
 
 // Every change of one byte is detected: by the record CRCs, or by the
@@ -162,7 +147,7 @@ TEST(TFRecordReaderTest, EverySingleByteChangeIsDetected) {
                                              std::string(300, 'z')};
   for (Compression c : kAll) {
     const std::string path = PathFor(dir, "flip", c);
-    WriteAll(path, payloads, c);
+    testing::WriteRecords(path, payloads, c);
     const std::string good = testing::ReadFileBytes(path);
     const std::string bad_path = dir.File("bad");
     for (size_t i = 0; i < good.size(); ++i) {
@@ -173,7 +158,7 @@ TEST(TFRecordReaderTest, EverySingleByteChangeIsDetected) {
         std::vector<std::string> got;
         bool detected = false;
         try {
-          got = ReadAll(bad_path, {.compression = c});
+          got = testing::ReadRecords(bad_path, {.compression = c});
         } catch (const RecordError&) {
           detected = true;
         }
@@ -199,7 +184,7 @@ TEST(TFRecordReaderTest, TruncationAtEveryLengthIsReportedAsTruncation) {
   TempDir dir;
   const std::vector<std::string> payloads = {"first", "", "third record",
                                              std::string(100, 'q')};
-  WriteAll(dir.File("full"), payloads);
+  testing::WriteRecords(dir.File("full"), payloads);
   const std::string full = testing::ReadFileBytes(dir.File("full"));
   std::vector<size_t> starts;
   size_t at = 0;
@@ -238,13 +223,14 @@ TEST(TFRecordReaderTest, TruncatedCompressedStreamsAreReported) {
   for (Compression c :
        {Compression::kZlib, Compression::kGzip, Compression::kZstd}) {
     const std::string path = PathFor(dir, "t", c);
-    WriteAll(path, payloads, c);  // one zstd frame: no inner boundary
+    testing::WriteRecords(path, payloads,
+                          c);  // one zstd frame: no inner boundary
     const std::string full = testing::ReadFileBytes(path);
     for (size_t len = 1; len < full.size(); len += 7) {
       testing::WriteFileBytes(dir.File("cut"), full.substr(0, len));
       std::optional<DamageKind> kind;
       try {
-        ReadAll(dir.File("cut"), {.compression = c});
+        testing::ReadRecords(dir.File("cut"), {.compression = c});
       } catch (const RecordError& e) {
         kind = e.kind();
       }
@@ -255,12 +241,12 @@ TEST(TFRecordReaderTest, TruncatedCompressedStreamsAreReported) {
 
 TEST(TFRecordReaderTest, ErrorsNameFileOffsetIndexAndKind) {
   TempDir dir;
-  WriteAll(dir.File("f.tfrecord"), {"aaaa", "bbbb", "cccc"});
+  testing::WriteRecords(dir.File("f.tfrecord"), {"aaaa", "bbbb", "cccc"});
   std::string bytes = testing::ReadFileBytes(dir.File("f.tfrecord"));
   bytes[20 + 12] ^= 1;  // a payload byte of record 1 (at offset 20)
   testing::WriteFileBytes(dir.File("f.tfrecord"), bytes);
   try {
-    ReadAll(dir.File("f.tfrecord"));
+    testing::ReadRecords(dir.File("f.tfrecord"));
     FAIL() << "expected a RecordError";
   } catch (const RecordError& e) {
     EXPECT_EQ(e.kind(), DamageKind::kDataCrcMismatch);
@@ -277,13 +263,13 @@ TEST(TFRecordReaderTest, ErrorsNameFileOffsetIndexAndKind) {
 
 TEST(TFRecordReaderTest, VerificationCanBeTurnedOff) {
   TempDir dir;
-  WriteAll(dir.File("f"), {"aaaa", "bbbb"});
+  testing::WriteRecords(dir.File("f"), {"aaaa", "bbbb"});
   std::string bytes = testing::ReadFileBytes(dir.File("f"));
   bytes[12] = 'X';  // payload of record 0
   bytes[8] ^= 1;    // its length CRC
   testing::WriteFileBytes(dir.File("f"), bytes);
-  EXPECT_THROW(ReadAll(dir.File("f")), RecordError);
-  EXPECT_EQ(ReadAll(dir.File("f"), {.verify_checksums = false}),
+  EXPECT_THROW(testing::ReadRecords(dir.File("f")), RecordError);
+  EXPECT_EQ(testing::ReadRecords(dir.File("f"), {.verify_checksums = false}),
             (std::vector<std::string>{"Xaaa", "bbbb"}));
 }
 
@@ -301,9 +287,9 @@ TEST(TFRecordReaderTest, ImplausibleLengthsAreDamageNotAllocations) {
   EXPECT_EQ(ReadExpectingDamage(dir.File("huge")),
             DamageKind::kImplausibleLength);
   // Above a configured maximum.
-  WriteAll(dir.File("f"), {std::string(1000, 'a')});
+  testing::WriteRecords(dir.File("f"), {std::string(1000, 'a')});
   try {
-    ReadAll(dir.File("f"), {.max_record_bytes = 999});
+    testing::ReadRecords(dir.File("f"), {.max_record_bytes = 999});
     FAIL();
   } catch (const RecordError& e) {
     EXPECT_EQ(e.kind(), DamageKind::kImplausibleLength);
@@ -312,7 +298,7 @@ TEST(TFRecordReaderTest, ImplausibleLengthsAreDamageNotAllocations) {
   testing::WriteFileBytes(dir.File("past"),
                           HeaderOnly(5000) + std::string(100, 'x'));
   try {
-    ReadAll(dir.File("past"), {.verify_checksums = false});
+    testing::ReadRecords(dir.File("past"), {.verify_checksums = false});
     FAIL();
   } catch (const RecordError& e) {
     EXPECT_EQ(e.kind(), DamageKind::kImplausibleLength);
@@ -335,7 +321,7 @@ TEST(TFRecordReaderDeathTest, HostileLengthInGzipDoesNotAllocateIt) {
     rlimit limit{size_t{1} << 30, size_t{1} << 30};
     setrlimit(RLIMIT_AS, &limit);
     try {
-      ReadAll(path);
+      testing::ReadRecords(path);
     } catch (const RecordError& e) {
       std::exit(e.kind() == DamageKind::kTruncatedData ? 0 : 3);
     }
@@ -349,7 +335,7 @@ TEST(TFRecordReaderDeathTest, HostileLengthInGzipDoesNotAllocateIt) {
 TEST(TFRecordReaderTest, SalvageLosesExactlyTheDamagedRecords) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(200, 500, 14);
-  WriteAll(dir.File("f"), payloads);
+  testing::WriteRecords(dir.File("f"), payloads);
   std::string bytes = testing::ReadFileBytes(dir.File("f"));
   std::vector<size_t> starts;
   size_t at = 0;
@@ -373,8 +359,8 @@ TEST(TFRecordReaderTest, SalvageLosesExactlyTheDamagedRecords) {
   }
   testing::WriteFileBytes(dir.File("f"), bytes);
   Collecting reporter;
-  const auto got =
-      ReadAll(dir.File("f"), {.salvage = true, .reporter = &reporter});
+  const auto got = testing::ReadRecords(
+      dir.File("f"), {.salvage = true, .reporter = &reporter});
   std::vector<std::string> expected;
   for (size_t i = 0; i < payloads.size(); ++i) {
     if (!damaged.count(i)) expected.push_back(payloads[i]);
@@ -399,7 +385,7 @@ TEST(TFRecordReaderTest, SalvageLosesExactlyTheDamagedRecords) {
 
 TEST(TFRecordReaderTest, SalvageReportsATruncatedTail) {
   TempDir dir;
-  WriteAll(dir.File("f"), {"one", "two", "three"});
+  testing::WriteRecords(dir.File("f"), {"one", "two", "three"});
   const std::string full = testing::ReadFileBytes(dir.File("f"));
   testing::WriteFileBytes(dir.File("cut"), full.substr(0, full.size() - 3));
   Collecting reporter;
@@ -417,14 +403,15 @@ TEST(TFRecordReaderTest, SalvageReportsATruncatedTail) {
 
 TEST(TFRecordReaderTest, SalvageAfterGarbageInTheMiddle) {
   TempDir dir;
-  WriteAll(dir.File("a"), {"first", "second"});
-  WriteAll(dir.File("b"), {"third", "fourth"});
+  testing::WriteRecords(dir.File("a"), {"first", "second"});
+  testing::WriteRecords(dir.File("b"), {"third", "fourth"});
   const std::string garbage(1000, '\x42');
   testing::WriteFileBytes(dir.File("f"),
                           testing::ReadFileBytes(dir.File("a")) + garbage +
                               testing::ReadFileBytes(dir.File("b")));
   Collecting reporter;
-  EXPECT_EQ(ReadAll(dir.File("f"), {.salvage = true, .reporter = &reporter}),
+  EXPECT_EQ(testing::ReadRecords(dir.File("f"),
+                                 {.salvage = true, .reporter = &reporter}),
             (std::vector<std::string>{"first", "second", "third", "fourth"}));
   ASSERT_EQ(reporter.ranges.size(), 1u);
   EXPECT_EQ(reporter.ranges[0], std::make_pair(uint64_t{43}, uint64_t{1000}));
@@ -434,13 +421,13 @@ TEST(TFRecordReaderTest, SalvageAfterGarbageInTheMiddle) {
 TEST(TFRecordReaderTest, SalvageOfACorruptCompressedStreamKeepsWhatDecoded) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(2000, 300, 15);
-  WriteAll(dir.File("f.gz"), payloads, Compression::kGzip);
+  testing::WriteRecords(dir.File("f.gz"), payloads, Compression::kGzip);
   std::string bytes = testing::ReadFileBytes(dir.File("f.gz"));
   bytes[bytes.size() / 2] ^= 0xff;
   testing::WriteFileBytes(dir.File("f.gz"), bytes);
   Collecting reporter;
-  const auto got =
-      ReadAll(dir.File("f.gz"), {.salvage = true, .reporter = &reporter});
+  const auto got = testing::ReadRecords(
+      dir.File("f.gz"), {.salvage = true, .reporter = &reporter});
   ASSERT_FALSE(reporter.kinds.empty());
   EXPECT_LT(got.size(), payloads.size());
   // What came back is a prefix of what was written, every record intact

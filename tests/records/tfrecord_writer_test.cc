@@ -17,27 +17,11 @@ using testing::TempDir;
 const Compression kAll[] = {Compression::kNone, Compression::kZlib,
                             Compression::kGzip, Compression::kZstd};
 
-std::vector<std::string> ReadAll(const std::string& path,
-                                 ReaderOptions options = {}) {
-  TFRecordReader reader(path, options);
-  std::vector<std::string> out;
-  std::string_view r;
-  while (reader.ReadRecord(&r)) out.emplace_back(r);
-  return out;
-}
-
-void WriteAll(const std::string& path, const std::vector<std::string>& records,
-              WriterOptions options = {}) {
-  TFRecordWriter writer(path, options);
-  for (const auto& r : records) writer.Write(r);
-  writer.Close();
-}
-
 // Uncompressed output is byte for byte what the format's definition gives.
 TEST(TFRecordWriterTest, UncompressedBytesMatchTheDefinition) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(300, 2000, 1);
-  WriteAll(dir.File("a.tfrecord"), payloads);
+  testing::WriteRecords(dir.File("a.tfrecord"), payloads);
   std::string expected;
   for (const auto& p : payloads) expected += testing::ReferenceFrame(p);
   EXPECT_EQ(testing::ReadFileBytes(dir.File("a.tfrecord")), expected);
@@ -51,20 +35,21 @@ TEST(TFRecordWriterTest, RoundTripsEveryCompression) {
   for (Compression c : kAll) {
     const std::string path =
         dir.File("rt.tfrecord" + std::string(CompressionSuffix(c)));
-    WriteAll(path, payloads, {.compression = c});
+    testing::WriteRecords(path, payloads, {.compression = c});
     TFRecordReader reader(path);
     EXPECT_EQ(reader.compression(), c);
-    EXPECT_EQ(ReadAll(path), payloads) << CompressionName(c);
+    EXPECT_EQ(testing::ReadRecords(path), payloads) << CompressionName(c);
   }
 }
 
 TEST(TFRecordWriterTest, CompressedStreamsDecodeToTheUncompressedStream) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(500, 3000, 3);
-  WriteAll(dir.File("plain"), payloads);
+  testing::WriteRecords(dir.File("plain"), payloads);
   const std::string plain = testing::ReadFileBytes(dir.File("plain"));
   // gzip via zlib's own gz reader, independent of ours.
-  WriteAll(dir.File("g.gz"), payloads, {.compression = Compression::kGzip});
+  testing::WriteRecords(dir.File("g.gz"), payloads,
+                        {.compression = Compression::kGzip});
   gzFile gz = gzopen(dir.File("g.gz").c_str(), "rb");
   ASSERT_NE(gz, nullptr);
   std::string decoded(plain.size() + 10, '\0');
@@ -74,7 +59,8 @@ TEST(TFRecordWriterTest, CompressedStreamsDecodeToTheUncompressedStream) {
   decoded.resize(n < 0 ? 0 : static_cast<size_t>(n));
   EXPECT_EQ(decoded, plain);
   // zlib via uncompress().
-  WriteAll(dir.File("z.zz"), payloads, {.compression = Compression::kZlib});
+  testing::WriteRecords(dir.File("z.zz"), payloads,
+                        {.compression = Compression::kZlib});
   const std::string zz = testing::ReadFileBytes(dir.File("z.zz"));
   uLongf size = plain.size();
   std::string out(plain.size(), '\0');
@@ -91,9 +77,10 @@ TEST(TFRecordWriterTest, ZstdFileDecompressesWithTheZstdCommand) {
   }
   TempDir dir;
   const auto payloads = testing::RandomPayloads(3000, 2000, 4);
-  WriteAll(dir.File("plain"), payloads);
-  WriteAll(dir.File("z.zst"), payloads,
-           {.compression = Compression::kZstd, .zstd_frame_bytes = 64 << 10});
+  testing::WriteRecords(dir.File("plain"), payloads);
+  testing::WriteRecords(
+      dir.File("z.zst"), payloads,
+      {.compression = Compression::kZstd, .zstd_frame_bytes = 64 << 10});
   const std::string cmd =
       "zstd -q -d -c " + dir.File("z.zst") + " > " + dir.File("decoded");
   ASSERT_EQ(std::system(cmd.c_str()), 0);
@@ -110,8 +97,8 @@ TEST(TFRecordWriterTest, LargeRecordRoundTripsInEveryCompression) {
   for (Compression c : kAll) {
     const std::string path =
         dir.File("big.tfrecord" + std::string(CompressionSuffix(c)));
-    WriteAll(path, payloads, {.compression = c, .level = 1});
-    const auto back = ReadAll(path);
+    testing::WriteRecords(path, payloads, {.compression = c, .level = 1});
+    const auto back = testing::ReadRecords(path);
     ASSERT_EQ(back.size(), 3u) << CompressionName(c);
     EXPECT_EQ(back[0], "before");
     EXPECT_TRUE(back[1] == big) << CompressionName(c);
@@ -137,7 +124,8 @@ TEST(TFRecordWriterTest, FlushMakesRecordsReadableBeforeClose) {
     writer.Write("one");
     writer.Write("two");
     writer.Flush();
-    EXPECT_EQ(ReadAll(dir.File("f")), (std::vector<std::string>{"one", "two"}));
+    EXPECT_EQ(testing::ReadRecords(dir.File("f")),
+              (std::vector<std::string>{"one", "two"}));
     writer.Close();
   }
 }

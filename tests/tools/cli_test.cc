@@ -37,21 +37,6 @@ Result Recflow(const TempDir& dir, const std::string& args) {
           testing::ReadFileBytes(out), testing::ReadFileBytes(err)};
 }
 
-void WriteAll(const std::string& path, const std::vector<std::string>& records,
-              Compression c = Compression::kNone) {
-  records::TFRecordWriter writer(path, {.compression = c});
-  for (const auto& r : records) writer.Write(r);
-  writer.Close();
-}
-
-std::vector<std::string> ReadAll(const std::string& path) {
-  records::TFRecordReader reader(path);
-  std::vector<std::string> out;
-  std::string_view r;
-  while (reader.ReadRecord(&r)) out.emplace_back(r);
-  return out;
-}
-
 // Visible (not hidden) files in `dir`, sorted.
 std::vector<std::string> Visible(const TempDir& dir) {
   std::vector<std::string> names;
@@ -81,7 +66,7 @@ TEST(CliTest, UsageErrorsExitTwo) {
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.err.find("missing.tfrecord: no such file"),
             std::string::npos);
-  WriteAll(dir.File("a.tfrecord"), {"x"});
+  testing::WriteRecords(dir.File("a.tfrecord"), {"x"});
   EXPECT_EQ(
       Recflow(dir, "count --compression lz4 " + dir.File("a.tfrecord")).code,
       2);
@@ -89,8 +74,9 @@ TEST(CliTest, UsageErrorsExitTwo) {
 
 TEST(CliTest, CountJsonHasTotalsAndPerFile) {
   TempDir dir;
-  WriteAll(dir.File("a.tfrecord"), {"one", "two", "three"});
-  WriteAll(dir.File("b.tfrecord.gz"), {"four", "five"}, Compression::kGzip);
+  testing::WriteRecords(dir.File("a.tfrecord"), {"one", "two", "three"});
+  testing::WriteRecords(dir.File("b.tfrecord.gz"), {"four", "five"},
+                        Compression::kGzip);
   const Result r = Recflow(dir, "count --json " + dir.File("a.tfrecord") + " " +
                                     dir.File("b.tfrecord.gz"));
   ASSERT_EQ(r.code, 0) << r.err;
@@ -108,8 +94,9 @@ TEST(CliTest, CountJsonHasTotalsAndPerFile) {
 TEST(CliTest, DirectoriesExpandToTheirRecordFiles) {
   TempDir dir;
   std::filesystem::create_directory(dir.File("data"));
-  WriteAll(dir.File("data/train-00001-of-00002.tfrecord"), {"b"});
-  WriteAll(dir.File("data/train-00000-of-00002.tfrecord"), {"a", "a"});
+  testing::WriteRecords(dir.File("data/train-00001-of-00002.tfrecord"), {"b"});
+  testing::WriteRecords(dir.File("data/train-00000-of-00002.tfrecord"),
+                        {"a", "a"});
   testing::WriteFileBytes(dir.File("data/train-00000-of-00002.tfrecord.idx"),
                           "0 17\n");
   testing::WriteFileBytes(dir.File("data/labels.txt"), "cat\ndog\n");
@@ -124,7 +111,8 @@ TEST(CliTest, DirectoriesExpandToTheirRecordFiles) {
 
 TEST(CliTest, CountAndVerifyFailOnDamage) {
   TempDir dir;
-  WriteAll(dir.File("f.tfrecord"), {"aaaa", "bbbb", "cccc", "dddd"});
+  testing::WriteRecords(dir.File("f.tfrecord"),
+                        {"aaaa", "bbbb", "cccc", "dddd"});
   EXPECT_EQ(Recflow(dir, "verify " + dir.File("f.tfrecord")).code, 0);
   std::string bytes = testing::ReadFileBytes(dir.File("f.tfrecord"));
   bytes[20 + 14] ^= 1;  // payload of record 1
@@ -151,7 +139,8 @@ TEST(CliTest, CountAndVerifyFailOnDamage) {
 
 TEST(CliTest, VerifySalvageWritesEveryReadableRecord) {
   TempDir dir;
-  WriteAll(dir.File("f.tfrecord"), {"aaaa", "bbbb", "cccc", "dddd"});
+  testing::WriteRecords(dir.File("f.tfrecord"),
+                        {"aaaa", "bbbb", "cccc", "dddd"});
   std::string bytes = testing::ReadFileBytes(dir.File("f.tfrecord"));
   bytes[40 + 13] ^= 1;  // payload of record 2
   testing::WriteFileBytes(dir.File("f.tfrecord"), bytes);
@@ -162,7 +151,7 @@ TEST(CliTest, VerifySalvageWritesEveryReadableRecord) {
   EXPECT_EQ(r.Json()["problems"], 1);
   records::TFRecordReader probe(dir.File("saved.tfrecord.zst"));
   EXPECT_EQ(probe.compression(), Compression::kZstd);
-  EXPECT_EQ(ReadAll(dir.File("saved.tfrecord.zst")),
+  EXPECT_EQ(testing::ReadRecords(dir.File("saved.tfrecord.zst")),
             (std::vector<std::string>{"aaaa", "bbbb", "dddd"}));
 }
 
@@ -170,11 +159,12 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
   TempDir dir;
   std::vector<std::string> all;
   for (int i = 0; i < 103; ++i) all.push_back("record-" + std::to_string(i));
-  WriteAll(dir.File("a.tfrecord"),
-           std::vector<std::string>(all.begin(), all.begin() + 50));
-  WriteAll(dir.File("b.tfrecord.gz"),
-           std::vector<std::string>(all.begin() + 50, all.end()),
-           Compression::kGzip);
+  testing::WriteRecords(
+      dir.File("a.tfrecord"),
+      std::vector<std::string>(all.begin(), all.begin() + 50));
+  testing::WriteRecords(dir.File("b.tfrecord.gz"),
+                        std::vector<std::string>(all.begin() + 50, all.end()),
+                        Compression::kGzip);
   for (const char* compression : {"none", "zstd", "gzip", "zlib"}) {
     std::filesystem::remove_all(dir.File("out"));
     std::filesystem::create_directory(dir.File("out"));
@@ -196,7 +186,7 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
     for (int s = 0; s < 4; ++s) {
       const std::string shard = dir.File("out/part-0000" + std::to_string(s) +
                                          "-of-00004.tfrecord" + suffix);
-      const auto records = ReadAll(shard);
+      const auto records = testing::ReadRecords(shard);
       sizes.push_back(records.size());
       back.insert(back.end(), records.begin(), records.end());
       if (indexable) {
@@ -219,8 +209,8 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
 // A damaged input makes reshard fail without leaving any shard behind.
 TEST(CliTest, FailedReshardLeavesNoShards) {
   TempDir dir;
-  WriteAll(dir.File("good.tfrecord"), {"a", "b", "c"});
-  WriteAll(dir.File("bad.tfrecord"), {"d", "e"});
+  testing::WriteRecords(dir.File("good.tfrecord"), {"a", "b", "c"});
+  testing::WriteRecords(dir.File("bad.tfrecord"), {"d", "e"});
   std::string bytes = testing::ReadFileBytes(dir.File("bad.tfrecord"));
   bytes[17 + 12] ^= 1;
   testing::WriteFileBytes(dir.File("bad.tfrecord"), bytes);
@@ -234,7 +224,7 @@ TEST(CliTest, FailedReshardLeavesNoShards) {
 
 TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
   TempDir dir;
-  WriteAll(dir.File("f.tfrecord"), {"abc", "de"});
+  testing::WriteRecords(dir.File("f.tfrecord"), {"abc", "de"});
   const Result r = Recflow(dir, "index " + dir.File("f.tfrecord"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(testing::ReadFileBytes(dir.File("f.tfrecord.idx")),
@@ -244,7 +234,7 @@ TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
                 .code,
             0);
   EXPECT_EQ(testing::ReadFileBytes(dir.File("other.idx")), "0 19\n19 18\n");
-  WriteAll(dir.File("g.tfrecord.gz"), {"x"}, Compression::kGzip);
+  testing::WriteRecords(dir.File("g.tfrecord.gz"), {"x"}, Compression::kGzip);
   const Result gz = Recflow(dir, "index " + dir.File("g.tfrecord.gz"));
   EXPECT_EQ(gz.code, 2);
   EXPECT_NE(gz.err.find("cannot be indexed"), std::string::npos);
