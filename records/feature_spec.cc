@@ -1,0 +1,227 @@
+#include "records/feature_spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "records/errors.h"
+
+namespace recflow::records {
+
+std::string_view DTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBytes:
+      return "bytes";
+  }
+  return "?";
+}
+
+std::string_view TensorFlowDTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "float";
+    case DType::kInt64:
+      return "int64";
+    case DType::kBytes:
+      return "string";
+  }
+  return "?";
+}
+
+std::optional<DType> ParseDType(std::string_view name) {
+  if (name == "float32" || name == "float") return DType::kFloat32;
+  if (name == "int64") return DType::kInt64;
+  if (name == "bytes" || name == "string") return DType::kBytes;
+  return std::nullopt;
+}
+
+int64_t FeatureConfig::num_elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+void FeatureSpec::Add(std::string name, FeatureConfig config) {
+  auto it = std::lower_bound(
+      features.begin(), features.end(), name,
+      [](const auto& entry, const std::string& n) { return entry.first < n; });
+  if (it != features.end() && it->first == name) {
+    it->second = std::move(config);
+  } else {
+    features.emplace(it, std::move(name), std::move(config));
+  }
+}
+
+const FeatureConfig* FeatureSpec::Find(std::string_view name) const {
+  auto it = std::lower_bound(
+      features.begin(), features.end(), name,
+      [](const auto& entry, std::string_view n) { return entry.first < n; });
+  return it != features.end() && it->first == name ? &it->second : nullptr;
+}
+
+namespace {
+
+DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
+                          const nlohmann::json& j) {
+  const nlohmann::json values = j.is_array() ? j : nlohmann::json::array({j});
+  DefaultValue d;
+  for (const auto& v : values) {
+    switch (c.dtype) {
+      case DType::kFloat32:
+        if (!v.is_number()) {
+          throw Error(
+              fmt::format("spec: feature '{}': default {} is not a "
+                          "number",
+                          name, v.dump()));
+        }
+        d.floats.push_back(v.get<float>());
+        break;
+      case DType::kInt64:
+        if (!v.is_number_integer()) {
+          throw Error(
+              fmt::format("spec: feature '{}': default {} is not an "
+                          "integer",
+                          name, v.dump()));
+        }
+        d.ints.push_back(v.get<int64_t>());
+        break;
+      case DType::kBytes:
+        if (!v.is_string()) {
+          throw Error(
+              fmt::format("spec: feature '{}': default {} is not a "
+                          "string",
+                          name, v.dump()));
+        }
+        d.bytes.push_back(v.get<std::string>());
+        break;
+    }
+  }
+  const size_t n = values.size();
+  if (n != 1 && static_cast<int64_t>(n) != c.num_elements()) {
+    throw Error(
+        fmt::format("spec: feature '{}': default has {} values; the "
+                    "shape needs {} (or give one value)",
+                    name, n, c.num_elements()));
+  }
+  return d;
+}
+
+}  // namespace
+
+FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
+  if (!json.is_object() || !json.contains("features") ||
+      !json["features"].is_object()) {
+    throw Error("spec: expected {\"features\": {\"NAME\": {...}, ...}}");
+  }
+  FeatureSpec spec;
+  for (const auto& [name, j] : json["features"].items()) {
+    if (!j.is_object()) {
+      throw Error(fmt::format("spec: feature '{}': expected an object", name));
+    }
+    FeatureConfig c;
+    const std::string kind = j.value("kind", "fixed");
+    if (kind == "fixed") {
+      c.kind = FeatureConfig::Kind::kFixed;
+    } else if (kind == "var") {
+      c.kind = FeatureConfig::Kind::kVar;
+    } else {
+      throw Error(
+          fmt::format("spec: feature '{}': kind '{}': expected "
+                      "'fixed' or 'var'",
+                      name, kind));
+    }
+    if (!j.contains("dtype") || !j["dtype"].is_string()) {
+      throw Error(
+          fmt::format("spec: feature '{}': needs a dtype (float32, "
+                      "int64 or bytes)",
+                      name));
+    }
+    const auto dtype = ParseDType(j["dtype"].get<std::string>());
+    if (!dtype) {
+      throw Error(
+          fmt::format("spec: feature '{}': dtype '{}': expected "
+                      "float32, int64 or bytes",
+                      name, j["dtype"].get<std::string>()));
+    }
+    c.dtype = *dtype;
+    if (j.contains("shape")) {
+      if (c.kind == FeatureConfig::Kind::kVar) {
+        throw Error(
+            fmt::format("spec: feature '{}': a var feature has no "
+                        "shape",
+                        name));
+      }
+      for (const auto& d : j["shape"]) {
+        if (!d.is_number_integer() || d.get<int64_t>() < 0) {
+          throw Error(
+              fmt::format("spec: feature '{}': shape {} must hold "
+                          "non-negative integers",
+                          name, j["shape"].dump()));
+        }
+        c.shape.push_back(d.get<int64_t>());
+      }
+    }
+    if (j.contains("default")) {
+      if (c.kind == FeatureConfig::Kind::kVar) {
+        throw Error(
+            fmt::format("spec: feature '{}': a var feature has no "
+                        "default",
+                        name));
+      }
+      c.default_value = ParseDefault(name, c, j["default"]);
+    }
+    spec.Add(name, std::move(c));
+  }
+  return spec;
+}
+
+FeatureSpec FeatureSpec::FromJsonText(std::string_view text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("spec: not valid JSON: {}", e.what()));
+  }
+  return FromJson(j);
+}
+
+FeatureSpec FeatureSpec::FromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(path, "cannot open the spec file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return FromJsonText(ss.str());
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+nlohmann::json FeatureSpec::ToJson() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [name, c] : features) {
+    nlohmann::json f = {
+        {"kind", c.kind == FeatureConfig::Kind::kFixed ? "fixed" : "var"},
+        {"dtype", DTypeName(c.dtype)}};
+    if (c.kind == FeatureConfig::Kind::kFixed) f["shape"] = c.shape;
+    if (c.default_value) {
+      const DefaultValue& d = *c.default_value;
+      nlohmann::json values = nlohmann::json::array();
+      for (float v : d.floats) values.push_back(v);
+      for (int64_t v : d.ints) values.push_back(v);
+      for (const auto& v : d.bytes) values.push_back(v);
+      f["default"] = values.size() == 1 ? values[0] : values;
+    }
+    out[name] = f;
+  }
+  return {{"features", out}};
+}
+
+}  // namespace recflow::records

@@ -1,0 +1,502 @@
+// The fast parser against protobuf's parser plus extraction: the same
+// output for every input protobuf accepts, a rejection for every input it
+// rejects.
+#include "records/example_parser.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/stubs/logging.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "records/example.pb.h"
+#include "records/wire_format.h"
+
+namespace recflow::records {
+namespace {
+
+using wire::PutLengthDelimited;
+using wire::PutTag;
+using wire::PutVarint;
+
+// --- Reference: protobuf's parser, then extraction by the spec. ---------
+
+// Returns "" and fills `out`, or TensorFlow's error message.
+std::string ReferenceParse(const FeatureSpec& spec,
+                           const std::vector<std::string>& serialized,
+                           ParsedBatch* out) {
+  out->batch_size = static_cast<int64_t>(serialized.size());
+  out->features.clear();
+  for (const auto& [name, c] : spec.features) {
+    ParsedFeature f;
+    f.name = name;
+    f.config = c;
+    f.bytes_offsets.push_back(0);
+    out->features.push_back(f);
+  }
+  for (size_t i = 0; i < serialized.size(); ++i) {
+    tensorflow::Example ex;
+    if (!ex.ParseFromString(serialized[i])) {
+      return "Can't parse serialized Example.";
+    }
+    for (ParsedFeature& f : out->features) {
+      const FeatureConfig& c = f.config;
+      const auto& map = ex.features().feature();
+      auto it = map.find(f.name);
+      const bool fixed = c.kind == FeatureConfig::Kind::kFixed;
+      if (it == map.end() ||
+          it->second.kind_case() == tensorflow::Feature::KIND_NOT_SET) {
+        if (!fixed) {
+          f.row_lengths.push_back(0);
+          continue;
+        }
+        if (!c.default_value) {
+          return "Feature: " + f.name +
+                 " (data type: " + std::string(TensorFlowDTypeName(c.dtype)) +
+                 ") is required but could not be found.";
+        }
+        for (int64_t j = 0; j < c.num_elements(); ++j) {
+          const DefaultValue& d = *c.default_value;
+          if (c.dtype == DType::kFloat32) {
+            f.floats.push_back(d.floats[d.floats.size() == 1 ? 0 : j]);
+          } else if (c.dtype == DType::kInt64) {
+            f.ints.push_back(d.ints[d.ints.size() == 1 ? 0 : j]);
+          } else {
+            f.bytes_data += d.bytes[d.bytes.size() == 1 ? 0 : j];
+            f.bytes_offsets.push_back(f.bytes_data.size());
+          }
+        }
+        continue;
+      }
+      const tensorflow::Feature& feature = it->second;
+      const int kind = feature.kind_case();
+      const int want = c.dtype == DType::kBytes     ? 1
+                       : c.dtype == DType::kFloat32 ? 2
+                                                    : 3;
+      if (kind != want) {
+        const char* names[] = {"none", "string", "float", "int64"};
+        return "Key: " + f.name + ", Index: " + std::to_string(i) +
+               ".  Data types don't match. Data type: " + names[kind] +
+               " but expected type: " +
+               std::string(TensorFlowDTypeName(c.dtype));
+      }
+      const size_t count = kind == 1   ? feature.bytes_list().value_size()
+                           : kind == 2 ? feature.float_list().value_size()
+                                       : feature.int64_list().value_size();
+      if (fixed && count != static_cast<size_t>(c.num_elements())) {
+        std::string shape = "[";
+        for (size_t k = 0; k < c.shape.size(); ++k) {
+          shape += (k ? "," : "") + std::to_string(c.shape[k]);
+        }
+        const char* names[] = {"", "bytes", "float", "int64"};
+        return "Key: " + f.name + ", Index: " + std::to_string(i) +
+               ".  Number of " + names[kind] +
+               " values != expected.  Values size: " + std::to_string(count) +
+               " but output shape: " + shape + "]";
+      }
+      for (float v : feature.float_list().value()) f.floats.push_back(v);
+      for (int64_t v : feature.int64_list().value()) f.ints.push_back(v);
+      for (const auto& v : feature.bytes_list().value()) {
+        f.bytes_data += v;
+        f.bytes_offsets.push_back(f.bytes_data.size());
+      }
+      if (!fixed) f.row_lengths.push_back(static_cast<int64_t>(count));
+    }
+  }
+  return "";
+}
+
+std::string FastParse(const FeatureSpec& spec,
+                      const std::vector<std::string>& serialized,
+                      ParsedBatch* out, int threads = 1) {
+  std::vector<std::string_view> views(serialized.begin(), serialized.end());
+  try {
+    ExampleParser(spec).ParseBatch(views, out, {}, threads);
+  } catch (const ParseError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void ExpectSameBatch(const ParsedBatch& a, const ParsedBatch& b,
+                     const std::string& context) {
+  ASSERT_EQ(a.batch_size, b.batch_size) << context;
+  ASSERT_EQ(a.features.size(), b.features.size());
+  for (size_t d = 0; d < a.features.size(); ++d) {
+    const auto& x = a.features[d];
+    const auto& y = b.features[d];
+    ASSERT_EQ(x.name, y.name);
+    // Bit patterns, so that NaNs compare.
+    ASSERT_EQ(x.floats.size(), y.floats.size()) << x.name << context;
+    ASSERT_EQ(
+        0, std::memcmp(x.floats.data(), y.floats.data(), x.floats.size() * 4))
+        << x.name << context;
+    ASSERT_EQ(x.ints, y.ints) << x.name << context;
+    ASSERT_EQ(x.bytes_data, y.bytes_data) << x.name << context;
+    ASSERT_EQ(x.bytes_offsets, y.bytes_offsets) << x.name << context;
+    ASSERT_EQ(x.row_lengths, y.row_lengths) << x.name << context;
+  }
+}
+
+std::string Hex(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) out += fmt::format("{:02x} ", ch);
+  return out;
+}
+
+// --- A generator of Examples in every legal encoding. -------------------
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed) : rng_(seed) {}
+
+  bool Coin(int one_in) { return rng_() % one_in == 0; }
+  size_t Below(size_t n) { return n == 0 ? 0 : rng_() % n; }
+
+  // An unknown field of any wire type (sometimes a group).
+  void UnknownField(std::string& out) {
+    const uint32_t field = 4 + static_cast<uint32_t>(Below(40));
+    switch (Below(5)) {
+      case 0:
+        PutTag(out, field, wire::kVarint);
+        PutVarint(out, rng_());
+        break;
+      case 1:
+        PutTag(out, field, wire::kFixed64);
+        out.append(8, 'x');
+        break;
+      case 2:
+        PutLengthDelimited(out, field, "unknown bytes");
+        break;
+      case 3:
+        PutTag(out, field, wire::kFixed32);
+        out.append(4, 'y');
+        break;
+      case 4:
+        PutTag(out, field, wire::kStartGroup);
+        PutTag(out, 1, wire::kVarint);
+        PutVarint(out, 7);
+        PutTag(out, field, wire::kEndGroup);
+        break;
+    }
+  }
+
+  // A list message of `kind` holding `n` values, packed or not, sometimes
+  // with unknown fields between them.
+  std::string List(int kind, size_t n, std::vector<float>* floats,
+                   std::vector<int64_t>* ints,
+                   std::vector<std::string>* bytes) {
+    std::string out;
+    const bool packed = Coin(2);
+    std::string run;
+    auto flush = [&] {
+      if (!run.empty()) PutLengthDelimited(out, 1, run);
+      run.clear();
+    };
+    for (size_t i = 0; i < n; ++i) {
+      if (Coin(15)) {
+        flush();
+        UnknownField(out);
+      }
+      if (kind == 2) {
+        float v =
+            static_cast<float>(static_cast<int64_t>(rng_() % 2001) - 1000) / 8;
+        if (Coin(50)) v = std::numeric_limits<float>::quiet_NaN();
+        floats->push_back(v);
+        char b[4];
+        std::memcpy(b, &v, 4);
+        if (packed) {
+          run.append(b, 4);
+        } else {
+          PutTag(out, 1, wire::kFixed32);
+          out.append(b, 4);
+        }
+      } else if (kind == 3) {
+        int64_t v = static_cast<int64_t>(rng_()) >> Below(64);
+        ints->push_back(v);
+        if (packed) {
+          PutVarint(run, static_cast<uint64_t>(v));
+        } else {
+          PutTag(out, 1, wire::kVarint);
+          PutVarint(out, static_cast<uint64_t>(v));
+        }
+      } else {
+        std::string v(Below(12), 'a');
+        for (auto& ch : v) ch = static_cast<char>(rng_());
+        bytes->push_back(v);
+        PutLengthDelimited(out, 1, v);
+      }
+    }
+    flush();
+    if (Coin(6)) UnknownField(out);
+    return out;
+  }
+
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// A serialized Example with features drawn from `names`: each a random
+// kind and count, values sometimes split over several list messages or
+// several Feature messages, keys sometimes repeated (the last wins),
+// Features sometimes split in two, unknown fields anywhere.
+std::string RandomExample(Generator& g, const std::vector<std::string>& names,
+                          const FeatureSpec& spec) {
+  std::string features;
+  for (const std::string& name : names) {
+    if (g.Coin(6)) continue;  // absent
+    const int copies = g.Coin(8) ? 2 : 1;
+    for (int copy = 0; copy < copies; ++copy) {
+      const FeatureConfig* c = spec.Find(name);
+      int kind = 1 + static_cast<int>(g.Below(3));
+      size_t n = g.Below(6);
+      if (c != nullptr && !g.Coin(8)) {  // usually what the spec wants
+        kind = c->dtype == DType::kBytes     ? 1
+               : c->dtype == DType::kFloat32 ? 2
+                                             : 3;
+        if (c->kind == FeatureConfig::Kind::kFixed && !g.Coin(10)) {
+          n = static_cast<size_t>(c->num_elements());
+        }
+      }
+      std::vector<float> fl;
+      std::vector<int64_t> il;
+      std::vector<std::string> bl;
+      std::string feature;
+      if (!g.Coin(12)) {  // else: a Feature with no list at all
+        const size_t first = g.Coin(4) ? g.Below(n + 1) : n;
+        PutLengthDelimited(feature, kind, g.List(kind, first, &fl, &il, &bl));
+        if (first < n) {  // the rest in a second list message: merged
+          PutLengthDelimited(feature, kind,
+                             g.List(kind, n - first, &fl, &il, &bl));
+        }
+      }
+      if (g.Coin(10)) g.UnknownField(feature);
+      std::string entry;
+      if (g.Coin(2)) {
+        PutLengthDelimited(entry, 1, name);
+        PutLengthDelimited(entry, 2, feature);
+      } else {  // value before key is legal too
+        PutLengthDelimited(entry, 2, feature);
+        PutLengthDelimited(entry, 1, name);
+      }
+      PutLengthDelimited(features, 1, entry);
+    }
+  }
+  std::string example;
+  if (g.Coin(5)) {  // Features in two parts, merged by protobuf
+    const size_t cut = features.size() / 2;
+    // Cut only at an entry boundary: re-split by parsing is complex, so
+    // put all entries in the first part and an empty second part.
+    (void)cut;
+    PutLengthDelimited(example, 1, features);
+    PutLengthDelimited(example, 1, "");
+  } else {
+    PutLengthDelimited(example, 1, features);
+  }
+  if (g.Coin(4)) g.UnknownField(example);
+  return example;
+}
+
+FeatureSpec TestSpec() {
+  return FeatureSpec::FromJsonText(R"({"features": {
+    "image": {"kind": "fixed", "dtype": "float32", "shape": [2, 3]},
+    "label": {"kind": "fixed", "dtype": "int64", "shape": [], "default": -1},
+    "name":  {"kind": "fixed", "dtype": "bytes", "shape": [1], "default": "?"},
+    "tokens": {"kind": "var", "dtype": "int64"},
+    "weights": {"kind": "var", "dtype": "float32"},
+    "tags": {"kind": "var", "dtype": "bytes"}
+  }})");
+}
+
+const std::vector<std::string> kNames = {"image",   "label", "name",  "tokens",
+                                         "weights", "tags",  "other", ""};
+
+TEST(ExampleParserTest, MatchesProtobufOnRandomExamples) {
+  const FeatureSpec spec = TestSpec();
+  Generator g(1);
+  int ok = 0, errors = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::string> batch;
+    const size_t n = 1 + g.Below(4);
+    for (size_t i = 0; i < n; ++i)
+      batch.push_back(RandomExample(g, kNames, spec));
+    ParsedBatch fast, reference;
+    const std::string fast_error = FastParse(spec, batch, &fast);
+    const std::string reference_error = ReferenceParse(spec, batch, &reference);
+    ASSERT_EQ(fast_error, reference_error) << "round " << round;
+    if (fast_error.empty()) {
+      ExpectSameBatch(fast, reference, " round " + std::to_string(round));
+      ++ok;
+    } else {
+      ++errors;
+    }
+  }
+  // Both paths must have been exercised.
+  EXPECT_GT(ok, 300);
+  EXPECT_GT(errors, 300);
+}
+
+TEST(ExampleParserTest, MatchesProtobufWithAllVarSpecOnRandomExamples) {
+  FeatureSpec spec;
+  for (const char* name : {"image", "label", "tokens", "tags"}) {
+    FeatureConfig c;
+    c.kind = FeatureConfig::Kind::kVar;
+    c.dtype = std::string(name) == "tags" ? DType::kBytes : DType::kInt64;
+    spec.Add(name, c);
+  }
+  Generator g(2);
+  for (int round = 0; round < 2000; ++round) {
+    const std::vector<std::string> batch = {RandomExample(g, kNames, spec)};
+    ParsedBatch fast, reference;
+    ASSERT_EQ(FastParse(spec, batch, &fast),
+              ReferenceParse(spec, batch, &reference));
+    ExpectSameBatch(fast, reference, " round " + std::to_string(round));
+  }
+}
+
+// Mutated bytes: never a crash, and rejected exactly when protobuf rejects.
+TEST(ExampleParserTest, MutatedBytesAreRejectedExactlyWhenProtobufRejects) {
+  FeatureSpec spec;
+  for (const std::string& name : kNames) {
+    if (name.empty()) continue;
+    FeatureConfig c;
+    c.kind = FeatureConfig::Kind::kVar;
+    c.dtype = name == "image" || name == "weights" ? DType::kFloat32
+              : name == "tags" || name == "name"   ? DType::kBytes
+                                                   : DType::kInt64;
+    spec.Add(name, c);
+  }
+  // protobuf logs every invalid UTF-8 key it rejects; the test makes many.
+  google::protobuf::LogSilencer silence;
+  Generator g(::testing::GTEST_FLAG(random_seed) == 0
+                  ? 3
+                  : ::testing::GTEST_FLAG(random_seed));
+  int rejected = 0, accepted = 0;
+  for (int round = 0; round < 100000; ++round) {
+    std::string bytes = RandomExample(g, kNames, TestSpec());
+    const int edits = 1 + static_cast<int>(g.Below(3));
+    for (int e = 0; e < edits && !bytes.empty(); ++e) {
+      const size_t at = g.Below(bytes.size());
+      switch (g.Below(4)) {
+        case 0:
+          bytes[at] = static_cast<char>(g.rng()());
+          break;
+        case 1:
+          bytes[at] ^= static_cast<char>(1 << g.Below(8));
+          break;
+        case 2:
+          bytes.erase(at, 1 + g.Below(3));
+          break;
+        case 3:
+          bytes.resize(at);
+          break;
+      }
+    }
+    tensorflow::Example ex;
+    const bool protobuf_ok = ex.ParseFromString(bytes);
+    ParsedBatch fast, reference;
+    const std::string fast_error = FastParse(spec, {bytes}, &fast);
+    const bool fast_rejected = fast_error == "Can't parse serialized Example.";
+    ASSERT_EQ(fast_rejected, !protobuf_ok)
+        << "round " << round << ": " << fast_error << "\n"
+        << Hex(bytes);
+    if (protobuf_ok) {
+      // Accepted: the same values, or the same complaint about them.
+      ASSERT_EQ(fast_error, ReferenceParse(spec, {bytes}, &reference));
+      if (fast_error.empty()) {
+        ExpectSameBatch(fast, reference, " round " + std::to_string(round));
+      }
+      ++accepted;
+    } else {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(accepted, 1000);
+  EXPECT_GT(rejected, 1000);
+}
+
+TEST(ExampleParserTest, SerializedByProtobufParsesToTheSameValues) {
+  tensorflow::Example ex;
+  auto& map = *ex.mutable_features()->mutable_feature();
+  for (float v : {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}) {
+    map["image"].mutable_float_list()->add_value(v);
+  }
+  map["label"].mutable_int64_list()->add_value(7);
+  map["name"].mutable_bytes_list()->add_value("seven");
+  map["tokens"].mutable_int64_list()->add_value(-3);
+  map["tokens"].mutable_int64_list()->add_value(1ll << 40);
+  map["unused"].mutable_bytes_list()->add_value("x");
+  map["tags"];  // a Feature with no list: missing
+  ParsedBatch b;
+  ASSERT_EQ(FastParse(TestSpec(), {ex.SerializeAsString()}, &b), "");
+  EXPECT_EQ(b.feature("image").floats, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(b.feature("label").ints, std::vector<int64_t>{7});
+  EXPECT_EQ(b.feature("name").bytes_value(0), "seven");
+  EXPECT_EQ(b.feature("tokens").ints,
+            (std::vector<int64_t>{-3, int64_t{1} << 40}));
+  EXPECT_EQ(b.feature("tokens").row_lengths, std::vector<int64_t>{2});
+  EXPECT_EQ(b.feature("tags").row_lengths, std::vector<int64_t>{0});
+  EXPECT_TRUE(b.feature("weights").floats.empty());
+}
+
+TEST(ExampleParserTest, ErrorsAreTensorFlowsWithFileAndRecord) {
+  const FeatureSpec spec = TestSpec();
+  tensorflow::Example ex;
+  (*ex.mutable_features()->mutable_feature())["image"]
+      .mutable_float_list()
+      ->add_value(1);
+  const std::string one_float = ex.SerializeAsString();
+  std::vector<std::string_view> batch = {one_float};
+  ParsedBatch out;
+  try {
+    ExampleParser(spec).ParseBatch(batch, &out, {"train.tfrecord", 41});
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_STREQ(e.what(),
+                 "train.tfrecord: record 41: Key: image, Index: 0.  Number "
+                 "of float values != expected.  Values size: 1 but output "
+                 "shape: [2,3]");
+  }
+  tensorflow::Example none;
+  const std::string empty = none.SerializeAsString();
+  batch = {empty};
+  try {
+    ExampleParser(spec).ParseBatch(batch, &out);
+    FAIL();
+  } catch (const ParseError& e) {
+    EXPECT_STREQ(e.what(),
+                 "Feature: image (data type: float) is required but could "
+                 "not be found.");
+  }
+  const std::string garbage = "\xff\xff";
+  batch = {garbage};
+  EXPECT_THROW(ExampleParser(spec).ParseBatch(batch, &out), ParseError);
+}
+
+TEST(ExampleParserTest, ThreadsGiveTheSameBatch) {
+  const FeatureSpec spec = TestSpec();
+  Generator g(4);
+  std::vector<std::string> batch;
+  while (batch.size() < 1000) {
+    std::string e = RandomExample(g, kNames, spec);
+    std::vector<std::string> one = {e};
+    ParsedBatch probe;
+    if (ReferenceParse(spec, one, &probe).empty()) batch.push_back(e);
+  }
+  ParsedBatch one, four;
+  ASSERT_EQ(FastParse(spec, batch, &one, 1), "");
+  ASSERT_EQ(FastParse(spec, batch, &four, 4), "");
+  ExpectSameBatch(one, four, "");
+  // Reusing the output for another batch leaves nothing of the first.
+  std::vector<std::string> small(batch.begin(), batch.begin() + 3);
+  ParsedBatch fresh;
+  ASSERT_EQ(FastParse(spec, small, &four, 4), "");
+  ASSERT_EQ(FastParse(spec, small, &fresh, 1), "");
+  ExpectSameBatch(four, fresh, "");
+}
+
+}  // namespace
+}  // namespace recflow::records
