@@ -1,16 +1,19 @@
 #include "records/example_parser.h"
 
 #include <fmt/format.h>
+#include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 
 #include "records/wire_format.h"
 
 namespace recflow::records {
 namespace {
+
+constexpr size_t kMinPartBytes = size_t{64} << 10;
 
 // Feature's oneof field numbers, used as the kind of a parsed feature.
 constexpr int kMissing = 0;
@@ -59,6 +62,45 @@ std::string_view ValuesName(DType d) {
 constexpr int kExampleDepth = 0;
 constexpr int kListDepth = 4;
 
+// Counts the varints of a packed run without decoding them: one ends at
+// every byte below 0x80.  The run is valid when its last byte ends a varint
+// and no varint is longer than ten bytes.  Eight bytes at a time, without a
+// branch per varint (token ids of mixed lengths would mispredict each one).
+bool CountPackedVarints(std::string_view run, size_t* count) {
+  constexpr uint64_t kHighBits = 0x8080808080808080ULL;
+  const char* q = run.data();
+  const char* const end = q + run.size();
+  size_t ends = 0;
+  unsigned open = 0;  // continuation bytes since the last varint ended
+  for (; end - q >= 8; q += 8) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    const uint64_t stops = ~w & kHighBits;
+    if (stops == 0) {
+      open += 8;
+    } else {
+      if (open + static_cast<unsigned>(__builtin_ctzll(stops)) / 8 >= 10) {
+        return false;
+      }
+      open = static_cast<unsigned>(__builtin_clzll(stops)) / 8;
+      // One bit per byte: summing the bytes counts them (no popcnt needed).
+      ends += ((stops >> 7) * 0x0101010101010101ULL) >> 56;
+    }
+    if (open >= 10) return false;
+  }
+  for (; q < end; ++q) {
+    if (static_cast<uint8_t>(*q) & 0x80) {
+      if (++open >= 10) return false;
+    } else {
+      open = 0;
+      ++ends;
+    }
+  }
+  if (open != 0) return false;
+  *count = ends;
+  return true;
+}
+
 // Checks a BytesList / FloatList / Int64List message the way protobuf's
 // parser would, and counts its values.
 bool ValidateList(int kind, std::string_view list, size_t* count) {
@@ -91,13 +133,9 @@ bool ValidateList(int kind, std::string_view list, size_t* count) {
       if (kind == kInt64List && type == wire::kLengthDelimited) {
         std::string_view v;
         if (!wire::ReadLengthDelimited(p, end, &v)) return false;
-        const char* q = v.data();
-        const char* qend = q + v.size();
-        while (q < qend) {
-          uint64_t x = 0;
-          if (!wire::ReadVarint(q, qend, &x)) return false;
-          ++*count;
-        }
+        size_t varints;
+        if (!CountPackedVarints(v, &varints)) return false;
+        *count += varints;
         continue;
       }
       if (kind == kInt64List && type == wire::kVarint) {
@@ -131,7 +169,18 @@ struct Scratch {
 
 class ExampleDecoder {
  public:
-  ExampleDecoder(const FeatureSpec& spec) : spec_(spec) {}
+  // Builds an open-addressing table from names to spec indexes, four
+  // slots per feature.
+  explicit ExampleDecoder(const FeatureSpec& spec) : spec_(spec) {
+    size_t size = 16;
+    while (size < 4 * spec.features.size()) size *= 2;
+    table_.assign(size, -1);
+    for (size_t i = 0; i < spec.features.size(); ++i) {
+      size_t slot = Hash(spec.features[i].first) & (size - 1);
+      while (table_[slot] >= 0) slot = (slot + 1) & (size - 1);
+      table_[slot] = static_cast<int>(i);
+    }
+  }
 
   // Fills scratch->slots for one serialized Example; false if protobuf
   // would not parse it.
@@ -249,16 +298,52 @@ class ExampleDecoder {
   }
 
   int IndexOf(std::string_view key) const {
-    const auto& f = spec_.features;
-    for (size_t i = 0; i < f.size(); ++i) {
-      if (f[i].first.size() == key.size() && f[i].first == key) {
-        return static_cast<int>(i);
+    size_t slot = Hash(key) & (table_.size() - 1);
+    while (table_[slot] >= 0) {
+      const int index = table_[slot];
+      if (Equal(spec_.features[static_cast<size_t>(index)].first, key)) {
+        return index;
       }
+      slot = (slot + 1) & (table_.size() - 1);
     }
     return -1;
   }
 
+  // A cheap hash of a feature name: its length and up to its first and
+  // last eight bytes.
+  static uint64_t Hash(std::string_view k) {
+    uint64_t head = 0, tail = 0;
+    const size_t n = k.size();
+    std::memcpy(&head, k.data(), std::min<size_t>(n, 8));
+    if (n > 8)
+      std::memcpy(&tail, k.data() + n - std::min<size_t>(n - 8, 8),
+                  std::min<size_t>(n - 8, 8));
+    uint64_t h =
+        (head * 0x9e3779b97f4a7c15ULL) ^ (tail * 0xc2b2ae3d27d4eb4fULL) ^ n;
+    return h ^ (h >> 29) ^ (h >> 47);
+  }
+
+  // String equality without a library call for short keys.
+  static bool Equal(std::string_view a, std::string_view b) {
+    const size_t n = a.size();
+    if (n != b.size()) return false;
+    if (n >= 8) {
+      if (n > 16) return std::memcmp(a.data(), b.data(), n) == 0;
+      uint64_t x0, y0, x1, y1;
+      std::memcpy(&x0, a.data(), 8);
+      std::memcpy(&y0, b.data(), 8);
+      std::memcpy(&x1, a.data() + n - 8, 8);
+      std::memcpy(&y1, b.data() + n - 8, 8);
+      return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+    }
+    for (size_t i = 0; i < n; ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  }
+
   const FeatureSpec& spec_;
+  std::vector<int> table_;
 };
 
 // Appends the values of a slot's lists (already validated) to `out`.
@@ -284,6 +369,52 @@ void AppendFloats(std::span<const std::string_view> lists, float* out) {
   }
 }
 
+// Gathers the 7-bit groups of a varint of at most eight bytes (its bytes
+// in `b`, little-endian, nothing above them) into its value, without
+// branches: pairs, then quads, then the two halves.
+inline uint64_t CompactVarint(uint64_t b) {
+  b &= 0x7f7f7f7f7f7f7f7fULL;
+  b = (b & 0x007f007f007f007fULL) | ((b & 0x7f007f007f007f00ULL) >> 1);
+  b = (b & 0x00003fff00003fffULL) | ((b & 0x3fff00003fff0000ULL) >> 2);
+  return (b & 0x000000000fffffffULL) | ((b & 0x0fffffff00000000ULL) >> 4);
+}
+
+// Decodes a validated packed run of varints.  Eight bytes at a time: the
+// clear high bits mark where varints end, so the varints inside a word are
+// found with bit operations instead of a branch per byte.
+int64_t* DecodePackedVarints(std::string_view run, int64_t* out) {
+  const char* q = run.data();
+  const char* const end = q + run.size();
+  while (end - q >= 8) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    uint64_t ends = ~w & 0x8080808080808080ULL;
+    if (ends == 0) {  // a varint of nine or ten bytes
+      uint64_t x = 0;
+      wire::ReadVarint(q, end, &x);
+      *out++ = static_cast<int64_t>(x);
+      continue;
+    }
+    unsigned start = 0;
+    do {
+      // Bits [start, stop) hold the varint; stop is at most 64, and
+      // (2 << (stop - 1)) - 1 masks below it without a branch.
+      const unsigned stop = static_cast<unsigned>(__builtin_ctzll(ends)) + 1;
+      const uint64_t b = (w & ((uint64_t{2} << (stop - 1)) - 1)) >> start;
+      *out++ = static_cast<int64_t>(CompactVarint(b));
+      start = stop;
+      ends &= ends - 1;
+    } while (ends != 0);
+    q += start / 8;
+  }
+  while (q < end) {
+    uint64_t x = 0;
+    wire::ReadVarint(q, end, &x);
+    *out++ = static_cast<int64_t>(x);
+  }
+  return out;
+}
+
 void AppendInts(std::span<const std::string_view> lists, int64_t* out) {
   for (std::string_view list : lists) {
     const char* p = list.data();
@@ -295,12 +426,7 @@ void AppendInts(std::span<const std::string_view> lists, int64_t* out) {
       if (field == 1 && type == wire::kLengthDelimited) {
         std::string_view v;
         wire::ReadLengthDelimited(p, end, &v);
-        const char* q = v.data();
-        const char* qend = q + v.size();
-        while (q < qend) {
-          wire::ReadVarint(q, qend, &x);
-          *out++ = static_cast<int64_t>(x);
-        }
+        out = DecodePackedVarints(v, out);
       } else if (field == 1 && type == wire::kVarint) {
         wire::ReadVarint(p, end, &x);
         *out++ = static_cast<int64_t>(x);
@@ -510,9 +636,12 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
   }
   Shape(spec_, out);
   const size_t n = serialized.size();
+  // A part must be worth a task: at least 64 KiB of input.
+  size_t bytes = 0;
+  for (std::string_view s : serialized) bytes += s.size();
   const size_t parts =
       std::clamp<size_t>(static_cast<size_t>(std::max(threads, 1)), 1,
-                         std::max<size_t>(n / 64, 1));
+                         std::max<size_t>(bytes / kMinPartBytes, 1));
   std::string error;
   size_t error_index = 0;
   if (parts == 1) {
@@ -521,16 +650,14 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
     std::vector<ParsedBatch> results(parts);
     std::vector<std::string> errors(parts);
     std::vector<size_t> error_indexes(parts);
-    std::vector<std::thread> workers;
-    for (size_t t = 0; t < parts; ++t) {
-      Shape(spec_, &results[t]);
-      const size_t begin = n * t / parts, end = n * (t + 1) / parts;
-      workers.emplace_back([&, t, begin, end] {
-        ParseRange(spec_, serialized, begin, end, &results[t], &errors[t],
-                   &error_indexes[t]);
+    for (size_t t = 0; t < parts; ++t) Shape(spec_, &results[t]);
+    tbb::task_arena arena(static_cast<int>(parts));
+    arena.execute([&] {
+      tbb::parallel_for(size_t{0}, parts, [&](size_t t) {
+        ParseRange(spec_, serialized, n * t / parts, n * (t + 1) / parts,
+                   &results[t], &errors[t], &error_indexes[t]);
       });
-    }
-    for (auto& w : workers) w.join();
+    });
     for (size_t t = 0; t < parts && error.empty(); ++t) {
       if (!errors[t].empty()) {
         error = errors[t];

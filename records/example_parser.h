@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "records/aligned_buffer.h"
 #include "records/errors.h"
 #include "records/feature_spec.h"
 
@@ -33,17 +34,17 @@ namespace recflow::records {
 // values, example-major ([batch, shape...]).  VarLen: the values of all
 // examples one after another, and row_lengths[i] = how many belong to
 // example i (TensorFlow's ragged layout; its sparse indices follow from it).
-// Exactly one of floats / ints / bytes is used, per the dtype; bytes values
-// are one contiguous buffer, value k being
+// Exactly one of floats / ints / bytes is used, per the dtype, in 64-byte
+// aligned buffers; bytes values are one contiguous buffer, value k being
 // bytes_data[bytes_offsets[k], bytes_offsets[k + 1]).
 struct ParsedFeature {
   std::string name;
   FeatureConfig config;
-  std::vector<float> floats;
-  std::vector<int64_t> ints;
+  AlignedVector<float> floats;
+  AlignedVector<int64_t> ints;
   std::string bytes_data;
-  std::vector<uint64_t> bytes_offsets;  // size = values + 1
-  std::vector<int64_t> row_lengths;     // VarLen only
+  AlignedVector<uint64_t> bytes_offsets;  // size = values + 1
+  AlignedVector<int64_t> row_lengths;     // VarLen only
 
   size_t num_values() const;
   std::string_view bytes_value(size_t k) const {

@@ -1,5 +1,7 @@
 #include "records/wire_format.h"
 
+#include <cstring>
+
 namespace recflow::records::wire {
 
 bool SkipField(const char*& p, const char* end, uint32_t field,
@@ -39,6 +41,13 @@ bool SkipField(const char*& p, const char* end, uint32_t field,
 bool IsValidUtf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto* end = p + s.size();
+  // Feature names are ASCII: skip eight such bytes at a time.
+  while (end - p >= 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    if (w & 0x8080808080808080ULL) break;
+    p += 8;
+  }
   while (p < end) {
     const unsigned char c = *p;
     if (c < 0x80) {

@@ -139,6 +139,11 @@ void ExpectSameBatch(const ParsedBatch& a, const ParsedBatch& b,
   }
 }
 
+template <typename T>
+std::vector<T> Vec(const AlignedVector<T>& v) {
+  return {v.begin(), v.end()};
+}
+
 std::string Hex(const std::string& s) {
   std::string out;
   for (unsigned char ch : s) out += fmt::format("{:02x} ", ch);
@@ -432,13 +437,14 @@ TEST(ExampleParserTest, SerializedByProtobufParsesToTheSameValues) {
   map["tags"];  // a Feature with no list: missing
   ParsedBatch b;
   ASSERT_EQ(FastParse(TestSpec(), {ex.SerializeAsString()}, &b), "");
-  EXPECT_EQ(b.feature("image").floats, (std::vector<float>{1, 2, 3, 4, 5, 6}));
-  EXPECT_EQ(b.feature("label").ints, std::vector<int64_t>{7});
+  EXPECT_EQ(Vec(b.feature("image").floats),
+            (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(Vec(b.feature("label").ints), std::vector<int64_t>{7});
   EXPECT_EQ(b.feature("name").bytes_value(0), "seven");
-  EXPECT_EQ(b.feature("tokens").ints,
+  EXPECT_EQ(Vec(b.feature("tokens").ints),
             (std::vector<int64_t>{-3, int64_t{1} << 40}));
-  EXPECT_EQ(b.feature("tokens").row_lengths, std::vector<int64_t>{2});
-  EXPECT_EQ(b.feature("tags").row_lengths, std::vector<int64_t>{0});
+  EXPECT_EQ(Vec(b.feature("tokens").row_lengths), std::vector<int64_t>{2});
+  EXPECT_EQ(Vec(b.feature("tags").row_lengths), std::vector<int64_t>{0});
   EXPECT_TRUE(b.feature("weights").floats.empty());
 }
 
