@@ -33,7 +33,10 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& args);
 
 // A subcommand: registers its options on `app` and returns what runs it.
 using Runner = std::function<int()>;
+Runner AddCatCommand(CLI::App& app);
 Runner AddCountCommand(CLI::App& app);
+Runner AddInspectCommand(CLI::App& app);
+Runner AddConvertCommand(CLI::App& app);
 Runner AddVerifyCommand(CLI::App& app);
 Runner AddReshardCommand(CLI::App& app);
 Runner AddIndexCommand(CLI::App& app);

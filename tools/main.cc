@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "records/errors.h"
+#include "records/example_parser.h"
 #include "tools/cli.h"
+#include "tools/converters.h"
 
 int main(int argc, char** argv) {
   using namespace recflow::tools;
@@ -25,6 +27,15 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     commands.emplace_back(sub, register_fn(*sub));
   };
+  add("cat", "Print records as tf.train.Example (text format or JSON).",
+      AddCatCommand);
+  add("inspect",
+      "Summarise the features of Example records; infer a FeatureSpec.",
+      AddInspectCommand);
+  add("convert",
+      "Convert CSV, JSON Lines, NumPy, IDX or image folders to sharded "
+      "TFRecords of tf.train.Example.",
+      AddConvertCommand);
   add("count", "Count the records of TFRecord files, verifying both CRCs.",
       AddCountCommand);
   add("verify",
@@ -54,6 +65,12 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "recflow: {}\n", e.what());
     return kExitUsage;
   } catch (const recflow::records::RecordError& e) {
+    fmt::print(stderr, "recflow: {}\n", e.what());
+    return kExitDamage;
+  } catch (const ConvertError& e) {
+    fmt::print(stderr, "recflow: {}\n", e.what());
+    return kExitDamage;
+  } catch (const recflow::records::ParseError& e) {
     fmt::print(stderr, "recflow: {}\n", e.what());
     return kExitDamage;
   } catch (const std::exception& e) {

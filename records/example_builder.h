@@ -1,0 +1,52 @@
+// ExampleBuilder: writes a serialized tf.train.Example straight in the wire
+// format (FloatList and Int64List packed, as TensorFlow writes them),
+// without building protobuf messages; what the converters use.
+//
+//   ExampleBuilder b;
+//   b.AddBytes("image", raw).AddInt64("label", 7);
+//   writer.Write(b.Serialize());   // view valid until the next Clear/Add
+//   b.Clear();
+//
+// Features are written in the order they were added; adding a name twice
+// writes it twice, and readers keep the last (protobuf's rule).  Not
+// thread-safe; reuse one per thread.
+#ifndef RECFLOW_RECORDS_EXAMPLE_BUILDER_H_
+#define RECFLOW_RECORDS_EXAMPLE_BUILDER_H_
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace recflow::records {
+
+class ExampleBuilder {
+ public:
+  ExampleBuilder& AddInt64(std::string_view name, int64_t value);
+  ExampleBuilder& AddInt64List(std::string_view name,
+                               std::span<const int64_t> values);
+  ExampleBuilder& AddFloat(std::string_view name, float value);
+  ExampleBuilder& AddFloatList(std::string_view name,
+                               std::span<const float> values);
+  ExampleBuilder& AddBytes(std::string_view name, std::string_view value);
+  ExampleBuilder& AddBytesList(std::string_view name,
+                               std::span<const std::string> values);
+  ExampleBuilder& AddBytesList(std::string_view name,
+                               std::span<const std::string_view> values);
+
+  // The serialized Example; valid until the builder is next changed.
+  std::string_view Serialize();
+  void Clear() { features_.clear(); }
+
+ private:
+  // Appends a map entry: key, and a Feature holding `list` in field `kind`.
+  void AddEntry(std::string_view name, int kind, std::string_view list);
+
+  std::string features_;  // the Features message's bytes
+  std::string example_;
+  std::string scratch_;
+};
+
+}  // namespace recflow::records
+
+#endif  // RECFLOW_RECORDS_EXAMPLE_BUILDER_H_

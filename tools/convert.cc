@@ -1,0 +1,323 @@
+// recflow convert: users' datasets into sharded TFRecords of tf.Example.
+//
+// One thread reads the input and builds Examples in chunks; chunk j goes to
+// shard j mod N, and writer threads (up to one per core) frame, compress
+// and write the shards side by side.  Every shard is written under a
+// temporary name and all appear together at the end, or none does.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "records/file.h"
+#include "records/tfrecord_writer.h"
+#include "tools/cli.h"
+#include "tools/converters.h"
+
+namespace recflow::tools {
+namespace {
+
+struct ConvertOptions {
+  std::string format;
+  std::vector<std::string> inputs;
+  std::string output;
+  uint64_t shards = 1;
+  std::string compression = "none";
+  bool index = false;
+  std::string spec;
+  bool skip_bad = false;
+  std::string images, labels;
+  int threads = 0;
+  bool json = false;
+};
+
+// Records per chunk: large enough to amortise the hand-over, small enough
+// to keep shards balanced (they differ by at most one chunk).
+constexpr size_t kChunkRecords = 256;
+// Chunks waiting per writer thread: what bounds memory.
+constexpr size_t kQueuedChunks = 8;
+
+struct Chunk {
+  size_t shard = 0;
+  std::vector<std::string> records;
+};
+
+// A bounded queue of chunks for one writer thread.
+class ChunkQueue {
+ public:
+  void Push(std::unique_ptr<Chunk> c) {
+    std::unique_lock lock(mu_);
+    space_.wait(lock, [&] { return queue_.size() < kQueuedChunks || failed_; });
+    queue_.push_back(std::move(c));
+    ready_.notify_one();
+  }
+  // nullptr once closed and drained.
+  std::unique_ptr<Chunk> Pop() {
+    std::unique_lock lock(mu_);
+    ready_.wait(lock, [&] { return !queue_.empty() || closed_; });
+    if (queue_.empty()) return nullptr;
+    auto c = std::move(queue_.front());
+    queue_.pop_front();
+    space_.notify_one();
+    return c;
+  }
+  void Close() {
+    std::lock_guard lock(mu_);
+    closed_ = true;
+    ready_.notify_all();
+  }
+  // The writer failed: let the reader stop waiting for room.
+  void Fail() {
+    std::lock_guard lock(mu_);
+    failed_ = true;
+    space_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable ready_, space_;
+  std::deque<std::unique_ptr<Chunk>> queue_;
+  bool closed_ = false;
+  bool failed_ = false;
+};
+
+// The progress line, on a terminal only: records, MB/s of input, ETA.
+class Progress {
+ public:
+  explicit Progress(const ExampleSource& source)
+      : source_(source), tty_(isatty(STDERR_FILENO) == 1) {}
+  void Update(uint64_t records, bool force = false) {
+    if (!tty_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(250)) return;
+    last_ = now;
+    const double s = std::chrono::duration<double>(now - start_).count();
+    const double done = static_cast<double>(source_.bytes_read());
+    const double total = static_cast<double>(source_.total_bytes());
+    const double rate = s > 0 ? done / s : 0;
+    std::string eta = "-";
+    if (rate > 0 && total > done)
+      eta = fmt::format("{:.0f} s", (total - done) / rate);
+    fmt::print(stderr, "\r{:>12} records  {:>8.1f} MB/s  ETA {:<8}", records,
+               rate / 1e6, eta);
+  }
+  void Finish() {
+    if (tty_) fmt::print(stderr, "\r{:60}\r", "");
+  }
+
+ private:
+  const ExampleSource& source_;
+  const bool tty_;
+  const std::chrono::steady_clock::time_point start_ =
+      std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_{};
+};
+
+int RunConvert(const ConvertOptions& o) {
+  if (o.shards == 0) throw UsageError("--shards must be at least 1");
+  const auto compression = records::ParseCompression(o.compression);
+  if (!compression) {
+    throw UsageError(fmt::format(
+        "--compression {}: expected none, zlib, gzip or zstd", o.compression));
+  }
+  if (o.index && (*compression == records::Compression::kZlib ||
+                  *compression == records::Compression::kGzip)) {
+    throw UsageError("--index needs --compression none or zstd");
+  }
+  std::optional<records::FeatureSpec> spec;
+  if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
+  ConvertInputs inputs{o.inputs, o.images, o.labels, spec ? &*spec : nullptr};
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<ExampleSource> source = OpenSource(o.format, inputs);
+
+  // Writers: all shards open at once, each finished under its temporary
+  // name when its thread is done, committed together at the end.
+  records::WriterOptions wo;
+  wo.compression = *compression;
+  wo.build_index = o.index;
+  std::vector<std::unique_ptr<records::TFRecordWriter>> writers;
+  for (uint64_t s = 0; s < o.shards; ++s) {
+    writers.push_back(std::make_unique<records::TFRecordWriter>(
+        ShardName(o.output, s, o.shards,
+                  records::CompressionSuffix(*compression)),
+        wo));
+  }
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const size_t threads = std::min<size_t>(
+      o.shards, o.threads > 0 ? static_cast<size_t>(o.threads) : cores);
+  std::vector<ChunkQueue> queues(threads);
+  std::vector<std::exception_ptr> errors(threads);
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      try {
+        while (auto chunk = queues[t].Pop()) {
+          for (const auto& r : chunk->records) writers[chunk->shard]->Write(r);
+        }
+        for (size_t s = t; s < writers.size(); s += threads) {
+          writers[s]->Finish();
+        }
+      } catch (...) {
+        errors[t] = std::current_exception();
+        queues[t].Fail();
+        while (queues[t].Pop()) {
+        }
+      }
+    });
+  }
+  auto stop_workers = [&] {
+    for (auto& q : queues) q.Close();
+    for (auto& w : workers) w.join();
+    workers.clear();
+  };
+
+  uint64_t records = 0, skipped = 0;
+  Progress progress(*source);
+  std::string first_skipped;
+  try {
+    records::ExampleBuilder builder;
+    size_t chunk_index = 0;
+    bool more = true;
+    while (more) {
+      auto chunk = std::make_unique<Chunk>();
+      chunk->shard = chunk_index % o.shards;
+      while (chunk->records.size() < kChunkRecords) {
+        builder.Clear();
+        try {
+          if (!source->Next(&builder)) {
+            more = false;
+            break;
+          }
+        } catch (const ConvertError& e) {
+          if (!o.skip_bad || !e.row_level()) throw;
+          if (skipped++ == 0) first_skipped = e.what();
+          continue;
+        }
+        chunk->records.emplace_back(builder.Serialize());
+      }
+      records += chunk->records.size();
+      if (!chunk->records.empty()) {
+        const size_t worker = chunk->shard % threads;
+        if (errors[worker]) break;
+        queues[worker].Push(std::move(chunk));
+        ++chunk_index;
+      }
+      progress.Update(records);
+    }
+  } catch (...) {
+    progress.Finish();
+    stop_workers();
+    throw;  // the writers, unfinished or uncommitted, leave nothing
+  }
+  stop_workers();
+  progress.Finish();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+
+  std::unique_ptr<records::WritableFile> labels;
+  if (o.format == "images") {
+    labels = std::make_unique<records::WritableFile>(o.output + "-labels.txt",
+                                                     /*atomic=*/true);
+    const auto classes = ImageClassNames(o.inputs.at(0));
+    for (size_t i = 0; i < classes.size(); ++i) {
+      labels->Append(fmt::format("{}:{}\n", i, classes[i]));
+    }
+    labels->Finish();
+  }
+  for (auto& w : writers) w->Commit();
+  if (labels) labels->Commit();
+  uint64_t bytes = 0;
+  nlohmann::json shards = nlohmann::json::array();
+  for (auto& w : writers) {
+    if (o.index) {
+      records::WriteIndex(records::IndexPathFor(w->path()), w->index());
+    }
+    bytes += w->file_bytes();
+    shards.push_back({{"path", w->path()},
+                      {"records", w->records_written()},
+                      {"bytes", w->file_bytes()}});
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  if (o.json) {
+    fmt::print("{}\n", nlohmann::json{{"records", records},
+                                      {"skipped", skipped},
+                                      {"bytes", bytes},
+                                      {"seconds", seconds},
+                                      {"records_per_s", records / seconds},
+                                      {"shards", shards}}
+                           .dump());
+  } else {
+    fmt::print(
+        "converted {} records ({}) into {} shards, {} bytes ({}), in "
+        "{:.2f} s ({:.0f} records/s)\n",
+        records, o.format, o.shards, bytes,
+        records::CompressionName(*compression), seconds, records / seconds);
+    fmt::print("  {}\n", ShardName(o.output, 0, o.shards,
+                                   records::CompressionSuffix(*compression)));
+    if (o.shards > 1) {
+      fmt::print("  ...\n  {}\n",
+                 ShardName(o.output, o.shards - 1, o.shards,
+                           records::CompressionSuffix(*compression)));
+    }
+    if (labels) fmt::print("  {}\n", labels->path());
+  }
+  if (skipped > 0) {
+    fmt::print(stderr, "recflow: skipped {} bad rows; the first: {}\n", skipped,
+               first_skipped);
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner AddConvertCommand(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  app.add_option("FORMAT", o->format, "csv, jsonl, npy, npz, idx or images")
+      ->required();
+  app.add_option("INPUT", o->inputs,
+                 "input files (csv, jsonl, npy: one or more; npz: one; "
+                 "images: one directory with a subfolder per class)");
+  app.add_option("--output,-o", o->output,
+                 "output prefix: PREFIX-00000-of-0000N.tfrecord[.zz|.gz|.zst]")
+      ->required();
+  app.add_option("--shards,-n", o->shards, "number of shards")
+      ->capture_default_str();
+  app.add_option("--compression", o->compression,
+                 "none, zlib, gzip (TensorFlow reads these) or zstd "
+                 "(recflow only)")
+      ->capture_default_str();
+  app.add_flag("--index", o->index, "write FILE.idx beside every shard");
+  app.add_option("--spec", o->spec,
+                 "FeatureSpec JSON giving the dtype of csv columns or jsonl "
+                 "keys (others are inferred)");
+  app.add_flag("--skip-bad", o->skip_bad,
+               "skip rows that cannot be converted, and count them");
+  app.add_option("--images", o->images, "idx: the images file (.gz or not)");
+  app.add_option("--labels", o->labels, "idx: the labels file (.gz or not)");
+  app.add_option("--threads", o->threads, "writer threads (0: one per core)");
+  app.add_flag("--json", o->json, "print one JSON object as the last line");
+  app.footer(
+      "Features: csv: one per column (header row; int64, float or bytes "
+      "inferred from all cells; an empty cell leaves the feature out of "
+      "that record). jsonl: one per key (numbers, strings, booleans and "
+      "lists of one of them; null leaves it out). npy/npz: one per array, "
+      "named after the file or member, one Example per row of the first "
+      "axis. idx: image (raw bytes), label, height, width. images: "
+      "image/encoded, image/format, image/height, image/width, "
+      "image/class/label, image/class/text, image/filename, and "
+      "PREFIX-labels.txt. Shards are balanced to within 256 records "
+      "(chunks go round-robin). Exit status 1 for bad input (the error "
+      "names the file and line or row), 2 for usage or I/O errors.");
+  return [o] { return RunConvert(*o); };
+}
+
+}  // namespace recflow::tools

@@ -1,0 +1,63 @@
+// The input formats of `recflow convert`: each turns its input into rows,
+// each row one tf.train.Example.  Sources are read on one thread; building
+// and writing the Examples is spread over the cores by convert.cc.
+#ifndef RECFLOW_TOOLS_CONVERTERS_H_
+#define RECFLOW_TOOLS_CONVERTERS_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "records/example_builder.h"
+#include "records/feature_spec.h"
+
+namespace recflow::tools {
+
+// A bad input: names the file and the line, row or member, and what was
+// expected.  With --skip-bad a row's error is counted and the row skipped;
+// errors that make the whole input unusable are never skipped.
+class ConvertError : public std::runtime_error {
+ public:
+  ConvertError(std::string what, bool row_level)
+      : std::runtime_error(std::move(what)), row_level_(row_level) {}
+  bool row_level() const { return row_level_; }
+
+ private:
+  bool row_level_;
+};
+
+class ExampleSource {
+ public:
+  virtual ~ExampleSource() = default;
+  // Writes the next row into `builder` (cleared by the caller).  Returns
+  // false at the end.  Throws ConvertError; after a row-level error the
+  // source is positioned after that row.
+  virtual bool Next(records::ExampleBuilder* builder) = 0;
+  // The number of rows, when known before reading (for balanced shards
+  // and an ETA), counting rows that may turn out bad.
+  virtual std::optional<uint64_t> rows() const { return std::nullopt; }
+  // Bytes of input consumed so far, and in all (for the progress line).
+  virtual uint64_t bytes_read() const = 0;
+  virtual uint64_t total_bytes() const = 0;
+};
+
+struct ConvertInputs {
+  std::vector<std::string> files;  // csv, jsonl, npy, npz, images (dir)
+  std::string images, labels;      // idx
+  const records::FeatureSpec* spec = nullptr;  // optional types for csv/jsonl
+};
+
+// "csv", "jsonl", "npy", "npz", "idx", "images".  Throws ConvertError for
+// an unknown format or unusable inputs.
+std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
+                                          const ConvertInputs& inputs);
+
+// For the images format: the class names in label order, written beside
+// the shards as PREFIX-labels.txt ("0:name" lines, as TF-slim writes).
+std::vector<std::string> ImageClassNames(const std::string& directory);
+
+}  // namespace recflow::tools
+
+#endif  // RECFLOW_TOOLS_CONVERTERS_H_
