@@ -1,0 +1,412 @@
+// `recflow convert`, `cat` and `inspect` end to end, on files written here
+// in each input format.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <zlib.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "records/example.pb.h"
+#include "records/example_parser.h"
+#include "records/feature_spec.h"
+#include "test_util.h"
+
+namespace recflow::tools {
+namespace {
+
+using testing::TempDir;
+
+struct Result {
+  int code;
+  std::string out, err;
+};
+
+Result Recflow(const TempDir& dir, const std::string& args) {
+  const std::string out = dir.File(".stdout"), err = dir.File(".stderr");
+  const int status = std::system((std::string(RECFLOW_BINARY) + " " + args +
+                                  " > " + out + " 2> " + err + " < /dev/null")
+                                     .c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+          testing::ReadFileBytes(out), testing::ReadFileBytes(err)};
+}
+
+// Every Example in the shards PREFIX-*-of-0000N.tfrecord, shard by shard.
+std::vector<tensorflow::Example> ReadExamples(const TempDir& dir,
+                                              const std::string& prefix,
+                                              int shards) {
+  std::vector<tensorflow::Example> out;
+  for (int s = 0; s < shards; ++s) {
+    const std::string path =
+        dir.File(prefix + "-0000" + std::to_string(s) + "-of-0000" +
+                 std::to_string(shards) + ".tfrecord");
+    for (const auto& r : testing::ReadRecords(path)) {
+      tensorflow::Example ex;
+      EXPECT_TRUE(ex.ParseFromString(r));
+      out.push_back(ex);
+    }
+  }
+  return out;
+}
+
+const tensorflow::Feature* Get(const tensorflow::Example& ex,
+                               const std::string& key) {
+  const auto& m = ex.features().feature();
+  auto it = m.find(key);
+  return it == m.end() ? nullptr : &it->second;
+}
+
+TEST(ConvertTest, CsvWithQuotingTypesAndAbsentCells) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"),
+                          "id,name,score,note\r\n"
+                          "1,\"Smith, Jane\",2.5,plain\r\n"
+                          "2,\"say \"\"hi\"\"\",3,\"two\nlines\"\r\n"
+                          "3,bob,,\n");
+  const Result r = Recflow(dir, "convert csv " + dir.File("in.csv") + " -o " +
+                                    dir.File("out") + " --shards 1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ex = ReadExamples(dir, "out", 1);
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(Get(ex[0], "id")->int64_list().value(0), 1);
+  EXPECT_EQ(Get(ex[0], "name")->bytes_list().value(0), "Smith, Jane");
+  EXPECT_FLOAT_EQ(Get(ex[0], "score")->float_list().value(0), 2.5f);
+  EXPECT_EQ(Get(ex[1], "name")->bytes_list().value(0), "say \"hi\"");
+  EXPECT_FLOAT_EQ(Get(ex[1], "score")->float_list().value(0), 3.0f);
+  EXPECT_EQ(Get(ex[1], "note")->bytes_list().value(0), "two\nlines");
+  EXPECT_EQ(Get(ex[2], "score"), nullptr);  // empty cell: absent
+  EXPECT_EQ(Get(ex[2], "note"), nullptr);
+}
+
+TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), "a,b\n1,2\n3,4\n5\n6,7\n");
+  const Result r = Recflow(dir, "convert csv " + dir.File("in.csv") + " -o " +
+                                    dir.File("out") + " --shards 2");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("in.csv") + ":4: 1 fields, the header has 2"),
+            std::string::npos)
+      << r.err;
+  for (const auto& name : dir.List()) {
+    EXPECT_EQ(name.find("out-"), std::string::npos) << name;
+  }
+  const Result skip =
+      Recflow(dir, "convert csv --skip-bad --json " + dir.File("in.csv") +
+                       " -o " + dir.File("out") + " --shards 2");
+  ASSERT_EQ(skip.code, 0) << skip.err;
+  const auto j = nlohmann::json::parse(skip.out);
+  EXPECT_EQ(j["records"], 3);
+  EXPECT_EQ(j["skipped"], 1);
+  EXPECT_EQ(ReadExamples(dir, "out", 2).size(), 3u);
+}
+
+TEST(ConvertTest, JsonLinesWithListsNullsAndWidening) {
+  TempDir dir;
+  testing::WriteFileBytes(
+      dir.File("in.jsonl"),
+      "{\"x\": 1, \"v\": [1, 2], \"s\": \"a\", \"b\": true}\n"
+      "\n"
+      "{\"x\": 2.5, \"v\": [3.5], \"s\": [\"b\", \"c\"], "
+      "\"b\": null}\n");
+  const Result r = Recflow(
+      dir, "convert jsonl " + dir.File("in.jsonl") + " -o " + dir.File("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ex = ReadExamples(dir, "out", 1);
+  ASSERT_EQ(ex.size(), 2u);
+  // x and v hold a float somewhere: float in every record.
+  EXPECT_FLOAT_EQ(Get(ex[0], "x")->float_list().value(0), 1.0f);
+  EXPECT_EQ(Get(ex[0], "v")->float_list().value_size(), 2);
+  EXPECT_FLOAT_EQ(Get(ex[1], "x")->float_list().value(0), 2.5f);
+  EXPECT_EQ(Get(ex[1], "s")->bytes_list().value(1), "c");
+  EXPECT_EQ(Get(ex[0], "b")->int64_list().value(0), 1);
+  EXPECT_EQ(Get(ex[1], "b"), nullptr);
+
+  testing::WriteFileBytes(dir.File("bad.jsonl"), "{\"x\": 1}\n[1, 2]\n");
+  const Result bad = Recflow(
+      dir, "convert jsonl " + dir.File("bad.jsonl") + " -o " + dir.File("bad"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find(dir.File("bad.jsonl") + ":2: expected one JSON "
+                                                 "object per line"),
+            std::string::npos)
+      << bad.err;
+}
+
+std::string NpyBytes(const std::string& descr, const std::string& shape,
+                     const std::string& data) {
+  std::string header = "{'descr': '" + descr +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out.push_back(1);
+  out.push_back(0);
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  return out + header + data;
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()),
+                     v.size() * sizeof(T));
+}
+
+TEST(ConvertTest, NpyArraysOneExamplePerRow) {
+  TempDir dir;
+  testing::WriteFileBytes(
+      dir.File("x.npy"),
+      NpyBytes("<f4", "(3, 2)", Raw(std::vector<float>{1, 2, 3, 4, 5, 6})));
+  testing::WriteFileBytes(
+      dir.File("y.npy"),
+      NpyBytes("<i2", "(3,)", Raw(std::vector<int16_t>{-1, 0, 7})));
+  const Result r =
+      Recflow(dir, "convert npy " + dir.File("x.npy") + " " +
+                       dir.File("y.npy") + " -o " + dir.File("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ex = ReadExamples(dir, "out", 1);
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(Get(ex[2], "x")->float_list().value(1), 6.0f);
+  EXPECT_EQ(Get(ex[0], "y")->int64_list().value(0), -1);
+  testing::WriteFileBytes(dir.File("short.npy"),
+                          NpyBytes("<f4", "(3,)", Raw(std::vector<float>{1})));
+  const Result bad = Recflow(
+      dir, "convert npy " + dir.File("short.npy") + " -o " + dir.File("bad"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("data ends before row 1 of 3"), std::string::npos)
+      << bad.err;
+}
+
+// A zip archive as numpy.savez writes it (stored) or savez_compressed
+// (deflated), built by hand.
+std::string Zip(const std::vector<std::pair<std::string, std::string>>& files,
+                bool compress) {
+  auto le16 = [](std::string& s, uint32_t v) {
+    s.push_back(static_cast<char>(v));
+    s.push_back(static_cast<char>(v >> 8));
+  };
+  auto le32 = [&](std::string& s, uint32_t v) {
+    le16(s, v & 0xffff);
+    le16(s, v >> 16);
+  };
+  std::string out, dir;
+  for (const auto& [name, data] : files) {
+    std::string body = data;
+    if (compress) {
+      z_stream z{};
+      deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+      body.resize(deflateBound(&z, data.size()));
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+      z.avail_in = static_cast<uInt>(data.size());
+      z.next_out = reinterpret_cast<Bytef*>(body.data());
+      z.avail_out = static_cast<uInt>(body.size());
+      deflate(&z, Z_FINISH);
+      body.resize(z.total_out);
+      deflateEnd(&z);
+    }
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(data.data()),
+              static_cast<uInt>(data.size())));
+    const uint32_t offset = static_cast<uint32_t>(out.size());
+    le32(out, 0x04034b50);
+    le16(out, 20);
+    le16(out, 0);
+    le16(out, compress ? 8 : 0);
+    le32(out, 0);
+    le32(out, crc);
+    le32(out, static_cast<uint32_t>(body.size()));
+    le32(out, static_cast<uint32_t>(data.size()));
+    le16(out, static_cast<uint32_t>(name.size()));
+    le16(out, 0);
+    out += name + body;
+    le32(dir, 0x02014b50);
+    le16(dir, 20);
+    le16(dir, 20);
+    le16(dir, 0);
+    le16(dir, compress ? 8 : 0);
+    le32(dir, 0);
+    le32(dir, crc);
+    le32(dir, static_cast<uint32_t>(body.size()));
+    le32(dir, static_cast<uint32_t>(data.size()));
+    le16(dir, static_cast<uint32_t>(name.size()));
+    le16(dir, 0);
+    le16(dir, 0);
+    le16(dir, 0);
+    le16(dir, 0);
+    le32(dir, 0);
+    le32(dir, offset);
+    dir += name;
+  }
+  const uint32_t dir_offset = static_cast<uint32_t>(out.size());
+  out += dir;
+  le32(out, 0x06054b50);
+  le16(out, 0);
+  le16(out, 0);
+  le16(out, static_cast<uint32_t>(files.size()));
+  le16(out, static_cast<uint32_t>(files.size()));
+  le32(out, static_cast<uint32_t>(dir.size()));
+  le32(out, dir_offset);
+  le16(out, 0);
+  return out;
+}
+
+TEST(ConvertTest, NpzStoredAndDeflated) {
+  TempDir dir;
+  const std::string features =
+      NpyBytes("<f8", "(2, 2)", Raw(std::vector<double>{0.5, 1, 2, 4}));
+  const std::string labels =
+      NpyBytes("<i8", "(2,)", Raw(std::vector<int64_t>{3, 9}));
+  for (bool deflate : {false, true}) {
+    testing::WriteFileBytes(
+        dir.File("a.npz"),
+        Zip({{"features.npy", features}, {"labels.npy", labels}}, deflate));
+    const Result r = Recflow(
+        dir, "convert npz " + dir.File("a.npz") + " -o " + dir.File("out"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto ex = ReadExamples(dir, "out", 1);
+    ASSERT_EQ(ex.size(), 2u) << deflate;
+    EXPECT_EQ(Get(ex[1], "features")->float_list().value(1), 4.0f);
+    EXPECT_EQ(Get(ex[1], "labels")->int64_list().value(0), 9);
+  }
+  testing::WriteFileBytes(
+      dir.File("uneven.npz"),
+      Zip({{"a.npy", features},
+           {"b.npy",
+            NpyBytes("<i8", "(3,)", Raw(std::vector<int64_t>{1, 2, 3}))}},
+          false));
+  const Result bad = Recflow(
+      dir, "convert npz " + dir.File("uneven.npz") + " -o " + dir.File("bad"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("different lengths"), std::string::npos) << bad.err;
+}
+
+void WriteIdx(const std::string& path, const std::string& bytes, bool gz) {
+  if (!gz) {
+    testing::WriteFileBytes(path, bytes);
+    return;
+  }
+  gzFile f = gzopen(path.c_str(), "wb");
+  gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(f);
+}
+
+std::string Be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+          static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+
+TEST(ConvertTest, IdxImagesAndLabelsGzipOrNot) {
+  TempDir dir;
+  std::string images = Be32(0x803) + Be32(5) + Be32(2) + Be32(3);
+  std::string labels = Be32(0x801) + Be32(5);
+  for (int i = 0; i < 5; ++i) {
+    images += std::string(6, static_cast<char>(i));
+    labels.push_back(static_cast<char>(i * 2));
+  }
+  WriteIdx(dir.File("images.gz"), images, true);
+  WriteIdx(dir.File("labels"), labels, false);
+  const Result r = Recflow(
+      dir, "convert idx --images " + dir.File("images.gz") + " --labels " +
+               dir.File("labels") + " -o " + dir.File("out") + " --shards 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ex = ReadExamples(dir, "out", 2);
+  ASSERT_EQ(ex.size(), 5u);
+  EXPECT_EQ(Get(ex[4], "image")->bytes_list().value(0), std::string(6, '\4'));
+  EXPECT_EQ(Get(ex[4], "label")->int64_list().value(0), 8);
+  EXPECT_EQ(Get(ex[0], "height")->int64_list().value(0), 2);
+  EXPECT_EQ(Get(ex[0], "width")->int64_list().value(0), 3);
+  WriteIdx(dir.File("labels4"), Be32(0x801) + Be32(4) + "abcd", false);
+  const Result bad = Recflow(
+      dir, "convert idx --images " + dir.File("images.gz") + " --labels " +
+               dir.File("labels4") + " -o " + dir.File("bad"));
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("holds 5 images but"), std::string::npos) << bad.err;
+}
+
+TEST(ConvertTest, ImageFoldersWithLabels) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.File("imgs/cat"));
+  std::filesystem::create_directories(dir.File("imgs/dog"));
+  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + Be32(13) +
+                          "IHDR" + Be32(4) + Be32(3) +
+                          std::string("\x08\x02\0\0\0", 5) + "rest";
+  const std::string jpeg =
+      std::string("\xff\xd8\xff\xe0\x00\x04\x00\x00", 8) +
+      std::string("\xff\xc0\x00\x11\x08\x00\x05\x00\x07", 9) + "scan";
+  testing::WriteFileBytes(dir.File("imgs/cat/a.png"), png);
+  testing::WriteFileBytes(dir.File("imgs/dog/b.JPG"), jpeg);
+  testing::WriteFileBytes(dir.File("imgs/dog/notes.txt"), "ignored");
+  const Result r = Recflow(
+      dir, "convert images " + dir.File("imgs") + " -o " + dir.File("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ex = ReadExamples(dir, "out", 1);
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(Get(ex[0], "image/encoded")->bytes_list().value(0), png);
+  EXPECT_EQ(Get(ex[0], "image/format")->bytes_list().value(0), "png");
+  EXPECT_EQ(Get(ex[0], "image/height")->int64_list().value(0), 3);
+  EXPECT_EQ(Get(ex[0], "image/width")->int64_list().value(0), 4);
+  EXPECT_EQ(Get(ex[0], "image/class/text")->bytes_list().value(0), "cat");
+  EXPECT_EQ(Get(ex[1], "image/format")->bytes_list().value(0), "jpeg");
+  EXPECT_EQ(Get(ex[1], "image/height")->int64_list().value(0), 5);
+  EXPECT_EQ(Get(ex[1], "image/width")->int64_list().value(0), 7);
+  EXPECT_EQ(Get(ex[1], "image/class/label")->int64_list().value(0), 1);
+  EXPECT_EQ(Get(ex[1], "image/filename")->bytes_list().value(0), "b.JPG");
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("out-labels.txt")),
+            "0:cat\n1:dog\n");
+}
+
+TEST(ConvertTest, CatJsonIsCanonicalJsonOnePerLine) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.jsonl"),
+                          "{\"n\": 5, \"f\": 0.5, \"s\": \"hi\"}\n"
+                          "{\"n\": 6}\n");
+  ASSERT_EQ(Recflow(dir, "convert jsonl " + dir.File("in.jsonl") + " -o " +
+                             dir.File("out"))
+                .code,
+            0);
+  const Result r =
+      Recflow(dir, "cat --json " + dir.File("out-00000-of-00001.tfrecord"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto first = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  // int64 as strings, bytes as base64, camelCase list names.
+  EXPECT_EQ(first["features"]["feature"]["n"]["int64List"]["value"][0], "5");
+  EXPECT_EQ(first["features"]["feature"]["s"]["bytesList"]["value"][0], "aGk=");
+  EXPECT_EQ(first["features"]["feature"]["f"]["floatList"]["value"][0], 0.5);
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2);
+  const Result text =
+      Recflow(dir, "cat -n 1 " + dir.File("out-00000-of-00001.tfrecord"));
+  EXPECT_NE(text.out.find("key: \"s\""), std::string::npos) << text.out;
+}
+
+// The spec `inspect --spec` infers parses the data it came from.
+TEST(ConvertTest, InspectSpecParsesTheData) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.jsonl"),
+                          "{\"v\": [1, 2, 3], \"t\": [1], \"s\": \"x\"}\n"
+                          "{\"v\": [4, 5, 6], \"t\": [2, 3], \"s\": \"y\"}\n");
+  ASSERT_EQ(Recflow(dir, "convert jsonl " + dir.File("in.jsonl") + " -o " +
+                             dir.File("out"))
+                .code,
+            0);
+  const std::string shard = dir.File("out-00000-of-00001.tfrecord");
+  const Result r = Recflow(dir, "inspect --spec " + shard);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto spec = records::FeatureSpec::FromJsonText(r.out);
+  ASSERT_NE(spec.Find("v"), nullptr);
+  EXPECT_EQ(spec.Find("v")->kind, records::FeatureConfig::Kind::kFixed);
+  EXPECT_EQ(spec.Find("v")->shape, std::vector<int64_t>{3});
+  EXPECT_EQ(spec.Find("t")->kind, records::FeatureConfig::Kind::kVar);
+  EXPECT_EQ(spec.Find("s")->shape, std::vector<int64_t>{});
+  const auto recs = testing::ReadRecords(shard);
+  std::vector<std::string_view> views(recs.begin(), recs.end());
+  records::ParsedBatch batch;
+  records::ExampleParser(spec).ParseBatch(views, &batch);
+  EXPECT_EQ(batch.feature("v").ints.size(), 6u);
+  EXPECT_EQ(batch.feature("t").row_lengths.size(), 2u);
+  const Result j = Recflow(dir, "inspect --json " + shard);
+  const auto stats = nlohmann::json::parse(j.out);
+  EXPECT_EQ(stats["records"], 2);
+  EXPECT_EQ(stats["features"]["t"]["values_max"], 2);
+}
+
+}  // namespace
+}  // namespace recflow::tools
