@@ -33,8 +33,7 @@ void ExampleBuilder::AddEntry(std::string_view name, int kind,
   PutLengthDelimited(features_, static_cast<uint32_t>(kind), list);
 }
 
-ExampleBuilder& ExampleBuilder::AddInt64(std::string_view name,
-                                         int64_t value) {
+ExampleBuilder& ExampleBuilder::AddInt64(std::string_view name, int64_t value) {
   return AddInt64List(name, std::span<const int64_t>(&value, 1));
 }
 

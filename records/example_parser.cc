@@ -60,6 +60,7 @@ std::string_view ValuesName(DType d) {
 
 // Depths of the nested messages (for protobuf's recursion limit).
 constexpr int kExampleDepth = 0;
+constexpr int kFeatureDepth = 3;
 constexpr int kListDepth = 4;
 
 // Counts the varints of a packed run without decoding them: one ends at
@@ -103,7 +104,7 @@ bool CountPackedVarints(std::string_view run, size_t* count) {
 
 // Checks a BytesList / FloatList / Int64List message the way protobuf's
 // parser would, and counts its values.
-bool ValidateList(int kind, std::string_view list, size_t* count) {
+bool ValidateList(int kind, std::string_view list, size_t* count, int depth) {
   const char* p = list.data();
   const char* end = p + list.size();
   while (p < end) {
@@ -145,7 +146,7 @@ bool ValidateList(int kind, std::string_view list, size_t* count) {
         continue;
       }
     }
-    if (!wire::SkipField(p, end, field, type, kListDepth + 1)) return false;
+    if (!wire::SkipField(p, end, field, type, depth + 1)) return false;
   }
   return true;
 }
@@ -160,8 +161,17 @@ struct Slot {
 };
 
 // Per-thread working memory, reused across examples.
+// A sequence feature in one example: its steps in Scratch::steps.
+struct SequenceSlot {
+  bool present = false;
+  uint32_t first_step = 0;
+  uint32_t num_steps = 0;
+};
+
 struct Scratch {
   std::vector<Slot> slots;
+  std::vector<SequenceSlot> sequence_slots;
+  std::vector<Slot> steps;                    // referenced by sequence_slots
   std::vector<std::string_view> lists;        // referenced by slots
   std::vector<std::string_view> entry_lists;  // the entry being parsed
   std::vector<std::string_view> entry_values;
@@ -181,6 +191,8 @@ class ExampleDecoder {
       table_[slot] = static_cast<int>(i);
     }
   }
+
+  const FeatureSpec& spec() const { return spec_; }
 
   // Fills scratch->slots for one serialized Example; false if protobuf
   // would not parse it.
@@ -207,7 +219,8 @@ class ExampleDecoder {
     return true;
   }
 
- private:
+  // A Features message (Example.features, SequenceExample.context) into
+  // s->slots, which the caller has reset.
   bool DecodeFeatures(std::string_view msg, Scratch* s) const {
     const char* p = msg.data();
     const char* end = p + msg.size();
@@ -223,6 +236,89 @@ class ExampleDecoder {
         continue;
       }
       if (!wire::SkipField(p, end, field, type, 2)) return false;
+    }
+    return true;
+  }
+
+  // A FeatureLists message (SequenceExample.feature_lists) into
+  // s->sequence_slots and s->steps, which the caller has reset.  This
+  // decoder's spec is the sequence spec.
+  bool DecodeFeatureLists(std::string_view msg, Scratch* s) const {
+    const char* p = msg.data();
+    const char* end = p + msg.size();
+    while (p < end) {
+      uint32_t field = 0, type = 0;
+      if (!wire::ReadTag(p, end, &field, &type)) return false;
+      if (field == 1 && type == wire::kLengthDelimited) {
+        std::string_view entry;
+        if (!wire::ReadLengthDelimited(p, end, &entry) ||
+            !DecodeListEntry(entry, s)) {
+          return false;
+        }
+        continue;
+      }
+      if (!wire::SkipField(p, end, field, type, 2)) return false;
+    }
+    return true;
+  }
+
+ private:
+  // A feature_list map entry: key, and FeatureList messages whose Feature
+  // elements (one per step) concatenate.
+  bool DecodeListEntry(std::string_view msg, Scratch* s) const {
+    std::string_view key;
+    s->entry_values.clear();
+    const char* p = msg.data();
+    const char* end = p + msg.size();
+    while (p < end) {
+      uint32_t field = 0, type = 0;
+      if (!wire::ReadTag(p, end, &field, &type)) return false;
+      if (type == wire::kLengthDelimited && (field == 1 || field == 2)) {
+        std::string_view v;
+        if (!wire::ReadLengthDelimited(p, end, &v)) return false;
+        if (field == 1) {
+          if (!wire::IsValidUtf8(v)) return false;
+          key = v;
+        } else {
+          s->entry_values.push_back(v);
+        }
+        continue;
+      }
+      if (!wire::SkipField(p, end, field, type, 3)) return false;
+    }
+    const int index = IndexOf(key);
+    const uint32_t first_step = static_cast<uint32_t>(s->steps.size());
+    for (std::string_view list : s->entry_values) {
+      const char* q = list.data();
+      const char* qend = q + list.size();
+      while (q < qend) {
+        uint32_t field = 0, type = 0;
+        if (!wire::ReadTag(q, qend, &field, &type)) return false;
+        if (field == 1 && type == wire::kLengthDelimited) {
+          std::string_view feature;
+          if (!wire::ReadLengthDelimited(q, qend, &feature)) return false;
+          int kind = kMissing;
+          size_t count = 0;
+          s->entry_lists.clear();
+          if (!MergeFeature(feature, &kind, &count, s, kFeatureDepth + 1)) {
+            return false;
+          }
+          if (index >= 0) {
+            s->steps.push_back({kind, static_cast<uint32_t>(s->lists.size()),
+                                static_cast<uint32_t>(s->entry_lists.size()),
+                                count});
+            s->lists.insert(s->lists.end(), s->entry_lists.begin(),
+                            s->entry_lists.end());
+          }
+          continue;
+        }
+        if (!wire::SkipField(q, qend, field, type, 4)) return false;
+      }
+    }
+    if (index >= 0) {
+      s->sequence_slots[static_cast<size_t>(index)] = {
+          true, first_step,
+          static_cast<uint32_t>(s->steps.size()) - first_step};
     }
     return true;
   }
@@ -256,7 +352,7 @@ class ExampleDecoder {
     size_t count = 0;
     s->entry_lists.clear();
     for (std::string_view value : s->entry_values) {
-      if (!MergeFeature(value, &kind, &count, s)) return false;
+      if (!MergeFeature(value, &kind, &count, s, kFeatureDepth)) return false;
     }
     const int index = IndexOf(key);
     if (index < 0) return true;
@@ -272,8 +368,8 @@ class ExampleDecoder {
 
   // A Feature message merged into what the entry holds so far: the same
   // list kind again appends; another kind replaces (a oneof).
-  bool MergeFeature(std::string_view msg, int* kind, size_t* count,
-                    Scratch* s) const {
+  bool MergeFeature(std::string_view msg, int* kind, size_t* count, Scratch* s,
+                    int depth) const {
     const char* p = msg.data();
     const char* end = p + msg.size();
     while (p < end) {
@@ -288,11 +384,11 @@ class ExampleDecoder {
           *count = 0;
           s->entry_lists.clear();
         }
-        if (!ValidateList(k, list, count)) return false;
+        if (!ValidateList(k, list, count, depth + 1)) return false;
         s->entry_lists.push_back(list);
         continue;
       }
-      if (!wire::SkipField(p, end, field, type, 4)) return false;
+      if (!wire::SkipField(p, end, field, type, depth + 1)) return false;
     }
     return true;
   }
@@ -460,9 +556,131 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ","));
 }
 
-// Parses examples [begin, end) of `serialized` into `out`, which has been
-// reset for the range.  Returns the first error's message and its example
-// index through `error` / `error_index`, or leaves them empty.
+// Clears `out`'s features for a batch of `n` examples; FixedLen numeric
+// outputs are sized (every example's values are then written in place).
+void ResetOutputs(size_t n, ParsedBatch* out, bool sized = true) {
+  out->batch_size = static_cast<int64_t>(n);
+  for (ParsedFeature& f : out->features) {
+    const FeatureConfig& c = f.config;
+    f.floats.clear();
+    f.ints.clear();
+    f.bytes_data.clear();
+    f.bytes_offsets.assign(1, 0);
+    f.row_lengths.clear();
+    f.step_lengths.clear();
+    if (sized && c.kind == FeatureConfig::Kind::kFixed) {
+      const size_t total = n * static_cast<size_t>(c.num_elements());
+      if (c.dtype == DType::kFloat32) f.floats.resize(total);
+      if (c.dtype == DType::kInt64) f.ints.resize(total);
+    }
+  }
+}
+
+// Appends the values of `lists` (`count` of them) to `f` at the end.
+void AppendValues(std::span<const std::string_view> lists, size_t count,
+                  ParsedFeature* f) {
+  switch (f->config.dtype) {
+    case DType::kFloat32: {
+      const size_t at = f->floats.size();
+      f->floats.resize(at + count);
+      AppendFloats(lists, f->floats.data() + at);
+      break;
+    }
+    case DType::kInt64: {
+      const size_t at = f->ints.size();
+      f->ints.resize(at + count);
+      AppendInts(lists, f->ints.data() + at);
+      break;
+    }
+    case DType::kBytes:
+      AppendBytes(lists, f);
+      break;
+  }
+}
+
+std::string DataTypeError(const std::string& key, size_t index, int kind,
+                          DType want) {
+  return fmt::format(
+      "Key: {}, Index: {}.  Data types don't match. Data type: {} but "
+      "expected type: {}",
+      key, index, KindName(kind), TensorFlowDTypeName(want));
+}
+
+std::string CountError(const std::string& key, size_t index,
+                       const FeatureConfig& c, size_t count) {
+  return fmt::format(
+      "Key: {}, Index: {}.  Number of {} values != expected.  Values size: "
+      "{} but output shape: {}",
+      key, index, ValuesName(c.dtype), count, ShapeString(c.shape));
+}
+
+// Writes example i's features (decoded into s.slots) into `out`; `index`
+// is its index in the whole batch.  False, with the message, on the first
+// feature that does not fit the spec.
+bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
+                  std::string* error) {
+  for (size_t d = 0; d < out->features.size(); ++d) {
+    ParsedFeature& f = out->features[d];
+    const FeatureConfig& c = f.config;
+    const Slot& slot = s.slots[d];
+    const std::span<const std::string_view> lists(
+        s.lists.data() + slot.first_list, slot.num_lists);
+    const bool fixed = c.kind == FeatureConfig::Kind::kFixed;
+    if (slot.kind == kMissing) {
+      if (!fixed) {
+        f.row_lengths.push_back(0);
+        continue;
+      }
+      if (!c.default_value) {
+        *error = fmt::format(
+            "Feature: {} (data type: {}) is required but could not be "
+            "found.",
+            f.name, TensorFlowDTypeName(c.dtype));
+        return false;
+      }
+      const size_t k = static_cast<size_t>(c.num_elements());
+      const DefaultValue& dv = *c.default_value;
+      for (size_t j = 0; j < k; ++j) {
+        switch (c.dtype) {
+          case DType::kFloat32:
+            f.floats[i * k + j] = dv.floats[dv.floats.size() == 1 ? 0 : j];
+            break;
+          case DType::kInt64:
+            f.ints[i * k + j] = dv.ints[dv.ints.size() == 1 ? 0 : j];
+            break;
+          case DType::kBytes: {
+            const std::string& b = dv.bytes[dv.bytes.size() == 1 ? 0 : j];
+            f.bytes_data.append(b);
+            f.bytes_offsets.push_back(f.bytes_data.size());
+            break;
+          }
+        }
+      }
+      continue;
+    }
+    if (slot.kind != KindOf(c.dtype)) {
+      *error = DataTypeError(f.name, index, slot.kind, c.dtype);
+      return false;
+    }
+    if (fixed && slot.count != static_cast<size_t>(c.num_elements())) {
+      *error = CountError(f.name, index, c, slot.count);
+      return false;
+    }
+    if (fixed && c.dtype == DType::kFloat32) {
+      AppendFloats(lists, f.floats.data() + i * slot.count);
+    } else if (fixed && c.dtype == DType::kInt64) {
+      AppendInts(lists, f.ints.data() + i * slot.count);
+    } else {
+      AppendValues(lists, slot.count, &f);
+    }
+    if (!fixed) f.row_lengths.push_back(static_cast<int64_t>(slot.count));
+  }
+  return true;
+}
+
+// Parses examples [begin, end) of `serialized` into `out`.  Returns the
+// first error's message and its example index through `error` /
+// `error_index`, or leaves them empty.
 void ParseRange(const FeatureSpec& spec,
                 std::span<const std::string_view> serialized, size_t begin,
                 size_t end, ParsedBatch* out, std::string* error,
@@ -470,109 +688,80 @@ void ParseRange(const FeatureSpec& spec,
   const ExampleDecoder decoder(spec);
   Scratch scratch;
   const size_t n = end - begin;
-  out->batch_size = static_cast<int64_t>(n);
-  for (size_t d = 0; d < spec.features.size(); ++d) {
-    ParsedFeature& f = out->features[d];
-    const FeatureConfig& c = f.config;
-    f.floats.clear();
-    f.ints.clear();
-    f.bytes_data.clear();
-    f.bytes_offsets.assign(1, 0);
-    f.row_lengths.clear();
-    if (c.kind == FeatureConfig::Kind::kFixed) {
-      const size_t total = n * static_cast<size_t>(c.num_elements());
-      if (c.dtype == DType::kFloat32) f.floats.resize(total);
-      if (c.dtype == DType::kInt64) f.ints.resize(total);
-    } else {
-      f.row_lengths.reserve(n);
-    }
-  }
+  ResetOutputs(n, out);
   for (size_t i = 0; i < n; ++i) {
     const size_t index = begin + i;
-    auto fail = [&](std::string message) {
-      *error = std::move(message);
-      *error_index = index;
-    };
     if (!decoder.Decode(serialized[index], &scratch)) {
-      return fail("Can't parse serialized Example.");
+      *error = "Can't parse serialized Example.";
+    } else if (FillFeatures(scratch, i, index, out, error)) {
+      continue;
     }
-    for (size_t d = 0; d < spec.features.size(); ++d) {
-      ParsedFeature& f = out->features[d];
-      const FeatureConfig& c = f.config;
-      const Slot& slot = scratch.slots[d];
-      const std::span<const std::string_view> lists(
-          scratch.lists.data() + slot.first_list, slot.num_lists);
-      const bool fixed = c.kind == FeatureConfig::Kind::kFixed;
-      if (slot.kind == kMissing) {
-        if (!fixed) {
-          f.row_lengths.push_back(0);
-          continue;
-        }
-        if (!c.default_value) {
-          return fail(fmt::format(
-              "Feature: {} (data type: {}) is required but could not be "
-              "found.",
-              f.name, TensorFlowDTypeName(c.dtype)));
-        }
-        const size_t k = static_cast<size_t>(c.num_elements());
-        const DefaultValue& dv = *c.default_value;
-        for (size_t j = 0; j < k; ++j) {
-          switch (c.dtype) {
-            case DType::kFloat32:
-              f.floats[i * k + j] = dv.floats[dv.floats.size() == 1 ? 0 : j];
-              break;
-            case DType::kInt64:
-              f.ints[i * k + j] = dv.ints[dv.ints.size() == 1 ? 0 : j];
-              break;
-            case DType::kBytes: {
-              const std::string& b = dv.bytes[dv.bytes.size() == 1 ? 0 : j];
-              f.bytes_data.append(b);
-              f.bytes_offsets.push_back(f.bytes_data.size());
-              break;
-            }
-          }
-        }
-        continue;
-      }
-      if (slot.kind != KindOf(c.dtype)) {
-        return fail(fmt::format(
-            "Key: {}, Index: {}.  Data types don't match. Data type: {} but "
-            "expected type: {}",
-            f.name, index, KindName(slot.kind), TensorFlowDTypeName(c.dtype)));
-      }
-      if (fixed && slot.count != static_cast<size_t>(c.num_elements())) {
-        return fail(fmt::format(
-            "Key: {}, Index: {}.  Number of {} values != expected.  Values "
-            "size: {} but output shape: {}",
-            f.name, index, ValuesName(c.dtype), slot.count,
-            ShapeString(c.shape)));
-      }
-      switch (c.dtype) {
-        case DType::kFloat32:
-          if (fixed) {
-            AppendFloats(lists, f.floats.data() + i * slot.count);
-          } else {
-            const size_t at = f.floats.size();
-            f.floats.resize(at + slot.count);
-            AppendFloats(lists, f.floats.data() + at);
-          }
-          break;
-        case DType::kInt64:
-          if (fixed) {
-            AppendInts(lists, f.ints.data() + i * slot.count);
-          } else {
-            const size_t at = f.ints.size();
-            f.ints.resize(at + slot.count);
-            AppendInts(lists, f.ints.data() + at);
-          }
-          break;
-        case DType::kBytes:
-          AppendBytes(lists, &f);
-          break;
-      }
-      if (!fixed) f.row_lengths.push_back(static_cast<int64_t>(slot.count));
-    }
+    *error_index = index;
+    return;
   }
+}
+
+// A serialized SequenceExample into s: context into s->slots, feature
+// lists into s->sequence_slots.
+bool DecodeSequenceExample(std::string_view msg, const ExampleDecoder& context,
+                           const ExampleDecoder& sequence, Scratch* s) {
+  s->slots.assign(context.spec().features.size(), Slot{});
+  s->sequence_slots.assign(sequence.spec().features.size(), SequenceSlot{});
+  s->lists.clear();
+  s->steps.clear();
+  const char* p = msg.data();
+  const char* end = p + msg.size();
+  while (p < end) {
+    uint32_t field = 0, type = 0;
+    if (!wire::ReadTag(p, end, &field, &type)) return false;
+    if ((field == 1 || field == 2) && type == wire::kLengthDelimited) {
+      std::string_view v;
+      if (!wire::ReadLengthDelimited(p, end, &v)) return false;
+      if (!(field == 1 ? context.DecodeFeatures(v, s)
+                       : sequence.DecodeFeatureLists(v, s))) {
+        return false;
+      }
+      continue;
+    }
+    if (!wire::SkipField(p, end, field, type, 1)) return false;
+  }
+  return true;
+}
+
+// Writes example i's feature lists into `out` (see ParsedSequenceBatch).
+bool FillSequence(const Scratch& s, size_t index, ParsedBatch* out,
+                  std::string* error) {
+  for (size_t d = 0; d < out->features.size(); ++d) {
+    ParsedFeature& f = out->features[d];
+    const FeatureConfig& c = f.config;
+    const SequenceSlot& seq = s.sequence_slots[d];
+    const bool fixed = c.kind == FeatureConfig::Kind::kFixed;
+    for (uint32_t j = 0; j < seq.num_steps; ++j) {
+      const Slot& step = s.steps[seq.first_step + j];
+      const std::span<const std::string_view> lists(
+          s.lists.data() + step.first_list, step.num_lists);
+      if (step.kind != kMissing && step.kind != KindOf(c.dtype)) {
+        *error = fmt::format(
+            "Key: {}, Index: {}, Step: {}.  Data types don't match. Data "
+            "type: {} but expected type: {}",
+            f.name, index, j, KindName(step.kind),
+            TensorFlowDTypeName(c.dtype));
+        return false;
+      }
+      if (fixed && step.count != static_cast<size_t>(c.num_elements())) {
+        *error = fmt::format(
+            "Key: {}, Index: {}, Step: {}.  Number of {} values != "
+            "expected.  Values size: {} but output shape: {}",
+            f.name, index, j, ValuesName(c.dtype), step.count,
+            ShapeString(c.shape));
+        return false;
+      }
+      AppendValues(lists, step.count, &f);
+      if (!fixed) f.step_lengths.push_back(static_cast<int64_t>(step.count));
+    }
+    f.row_lengths.push_back(seq.present ? seq.num_steps : 0);
+  }
+  return true;
 }
 
 // Appends `part` (a later range of the batch) to `out`.
@@ -673,6 +862,40 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
     if (context.file.empty()) throw ParseError(error);
     throw ParseError(fmt::format("{}: record {}: {}", context.file,
                                  context.first_record + error_index, error));
+  }
+}
+
+SequenceExampleParser::SequenceExampleParser(FeatureSpec context_spec,
+                                             FeatureSpec sequence_spec)
+    : context_spec_(std::move(context_spec)),
+      sequence_spec_(std::move(sequence_spec)) {}
+
+void SequenceExampleParser::ParseBatch(
+    std::span<const std::string_view> serialized, ParsedSequenceBatch* out,
+    const ParseContext& context) const {
+  out->context.features.clear();
+  out->sequence.features.clear();
+  Shape(context_spec_, &out->context);
+  Shape(sequence_spec_, &out->sequence);
+  const size_t n = serialized.size();
+  ResetOutputs(n, &out->context);
+  ResetOutputs(n, &out->sequence, /*sized=*/false);
+  out->sequence.batch_size = static_cast<int64_t>(n);
+  const ExampleDecoder context_decoder(context_spec_);
+  const ExampleDecoder sequence_decoder(sequence_spec_);
+  Scratch scratch;
+  std::string error;
+  for (size_t i = 0; i < n; ++i) {
+    if (!DecodeSequenceExample(serialized[i], context_decoder, sequence_decoder,
+                               &scratch)) {
+      error = "Can't parse serialized SequenceExample.";
+    } else if (FillFeatures(scratch, i, i, &out->context, &error) &&
+               FillSequence(scratch, i, &out->sequence, &error)) {
+      continue;
+    }
+    if (context.file.empty()) throw ParseError(error);
+    throw ParseError(fmt::format("{}: record {}: {}", context.file,
+                                 context.first_record + i, error));
   }
 }
 

@@ -44,7 +44,10 @@ struct ParsedFeature {
   AlignedVector<int64_t> ints;
   std::string bytes_data;
   AlignedVector<uint64_t> bytes_offsets;  // size = values + 1
-  AlignedVector<int64_t> row_lengths;     // VarLen only
+  AlignedVector<int64_t> row_lengths;     // VarLen, and sequence features
+  // Sequence VarLen features only: values per step (row_lengths then
+  // counts steps per example).
+  AlignedVector<int64_t> step_lengths;
 
   size_t num_values() const;
   std::string_view bytes_value(size_t k) const {
@@ -89,6 +92,31 @@ class ExampleParser {
 
  private:
   FeatureSpec spec_;
+};
+
+// A parsed batch of tf.train.SequenceExample.  `context` as ParsedBatch.
+// `sequence`, one ParsedFeature per feature_list of the sequence spec:
+// values of every step of every example one after another; row_lengths[i]
+// = the steps of example i (0 when the example has no such list).  A
+// FixedLen sequence feature has exactly num_elements values per step; a
+// VarLen one also gets step_lengths, the values of each step.
+struct ParsedSequenceBatch {
+  ParsedBatch context;
+  ParsedBatch sequence;
+};
+
+class SequenceExampleParser {
+ public:
+  SequenceExampleParser(FeatureSpec context_spec, FeatureSpec sequence_spec);
+
+  // As ExampleParser::ParseBatch, on one thread.  Throws ParseError.
+  void ParseBatch(std::span<const std::string_view> serialized,
+                  ParsedSequenceBatch* out,
+                  const ParseContext& context = {}) const;
+
+ private:
+  FeatureSpec context_spec_;
+  FeatureSpec sequence_spec_;
 };
 
 }  // namespace recflow::records

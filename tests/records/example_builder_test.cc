@@ -41,8 +41,8 @@ TEST(ExampleBuilderTest, ProtobufReadsWhatItWrites) {
 // Byte for byte what protobuf serializes for the same single feature.
 TEST(ExampleBuilderTest, BytesEqualProtobufsForOneFeature) {
   tensorflow::Example ex;
-  auto* list = (*ex.mutable_features()->mutable_feature())["image"]
-                   .mutable_float_list();
+  auto* list =
+      (*ex.mutable_features()->mutable_feature())["image"].mutable_float_list();
   for (int k = 0; k < 784; ++k) list->add_value(static_cast<float>(k));
   std::vector<float> values(784);
   for (int k = 0; k < 784; ++k) values[k] = static_cast<float>(k);
@@ -50,8 +50,9 @@ TEST(ExampleBuilderTest, BytesEqualProtobufsForOneFeature) {
   b.AddFloatList("image", values);
   EXPECT_EQ(std::string(b.Serialize()), ex.SerializeAsString());
   b.Clear();
-  EXPECT_EQ(std::string(b.Serialize()),
-            tensorflow::Example().SerializeAsString() + std::string("\x0a\x00", 2));
+  EXPECT_EQ(
+      std::string(b.Serialize()),
+      tensorflow::Example().SerializeAsString() + std::string("\x0a\x00", 2));
 }
 
 }  // namespace

@@ -22,11 +22,9 @@ using wire::PutVarint;
 
 // --- Reference: protobuf's parser, then extraction by the spec. ---------
 
-// Returns "" and fills `out`, or TensorFlow's error message.
-std::string ReferenceParse(const FeatureSpec& spec,
-                           const std::vector<std::string>& serialized,
-                           ParsedBatch* out) {
-  out->batch_size = static_cast<int64_t>(serialized.size());
+// Empty features for `spec` in `out`.
+void ResetReference(const FeatureSpec& spec, size_t n, ParsedBatch* out) {
+  out->batch_size = static_cast<int64_t>(n);
   out->features.clear();
   for (const auto& [name, c] : spec.features) {
     ParsedFeature f;
@@ -35,74 +33,111 @@ std::string ReferenceParse(const FeatureSpec& spec,
     f.bytes_offsets.push_back(0);
     out->features.push_back(f);
   }
+}
+
+void AppendReferenceValues(const tensorflow::Feature& feature,
+                           ParsedFeature* f) {
+  for (float v : feature.float_list().value()) f->floats.push_back(v);
+  for (int64_t v : feature.int64_list().value()) f->ints.push_back(v);
+  for (const auto& v : feature.bytes_list().value()) {
+    f->bytes_data += v;
+    f->bytes_offsets.push_back(f->bytes_data.size());
+  }
+}
+
+size_t ReferenceCount(const tensorflow::Feature& feature) {
+  switch (feature.kind_case()) {
+    case tensorflow::Feature::kBytesList:
+      return feature.bytes_list().value_size();
+    case tensorflow::Feature::kFloatList:
+      return feature.float_list().value_size();
+    case tensorflow::Feature::kInt64List:
+      return feature.int64_list().value_size();
+    default:
+      return 0;
+  }
+}
+
+int WantKind(DType d) {
+  return d == DType::kBytes ? 1 : d == DType::kFloat32 ? 2 : 3;
+}
+
+std::string ShapeText(const FeatureConfig& c) {
+  std::string shape = "[";
+  for (size_t k = 0; k < c.shape.size(); ++k) {
+    if (k) shape += ',';
+    shape += std::to_string(c.shape[k]);
+  }
+  return shape + "]";
+}
+
+const char* kKindNames[] = {"none", "string", "float", "int64"};
+const char* kValueNames[] = {"", "bytes", "float", "int64"};
+
+// Example i's Features extracted by the spec, protobuf-side.
+std::string ReferenceExtract(const tensorflow::Features& features, size_t i,
+                             ParsedBatch* out) {
+  for (ParsedFeature& f : out->features) {
+    const FeatureConfig& c = f.config;
+    const auto& map = features.feature();
+    auto it = map.find(f.name);
+    const bool fixed = c.kind == FeatureConfig::Kind::kFixed;
+    if (it == map.end() ||
+        it->second.kind_case() == tensorflow::Feature::KIND_NOT_SET) {
+      if (!fixed) {
+        f.row_lengths.push_back(0);
+        continue;
+      }
+      if (!c.default_value) {
+        return "Feature: " + f.name +
+               " (data type: " + std::string(TensorFlowDTypeName(c.dtype)) +
+               ") is required but could not be found.";
+      }
+      for (int64_t j = 0; j < c.num_elements(); ++j) {
+        const DefaultValue& d = *c.default_value;
+        if (c.dtype == DType::kFloat32) {
+          f.floats.push_back(d.floats[d.floats.size() == 1 ? 0 : j]);
+        } else if (c.dtype == DType::kInt64) {
+          f.ints.push_back(d.ints[d.ints.size() == 1 ? 0 : j]);
+        } else {
+          f.bytes_data += d.bytes[d.bytes.size() == 1 ? 0 : j];
+          f.bytes_offsets.push_back(f.bytes_data.size());
+        }
+      }
+      continue;
+    }
+    const tensorflow::Feature& feature = it->second;
+    const int kind = feature.kind_case();
+    if (kind != WantKind(c.dtype)) {
+      return "Key: " + f.name + ", Index: " + std::to_string(i) +
+             ".  Data types don't match. Data type: " + kKindNames[kind] +
+             " but expected type: " + std::string(TensorFlowDTypeName(c.dtype));
+    }
+    const size_t count = ReferenceCount(feature);
+    if (fixed && count != static_cast<size_t>(c.num_elements())) {
+      return "Key: " + f.name + ", Index: " + std::to_string(i) +
+             ".  Number of " + kValueNames[kind] +
+             " values != expected.  Values size: " + std::to_string(count) +
+             " but output shape: " + ShapeText(c);
+    }
+    AppendReferenceValues(feature, &f);
+    if (!fixed) f.row_lengths.push_back(static_cast<int64_t>(count));
+  }
+  return "";
+}
+
+// Returns "" and fills `out`, or TensorFlow's error message.
+std::string ReferenceParse(const FeatureSpec& spec,
+                           const std::vector<std::string>& serialized,
+                           ParsedBatch* out) {
+  ResetReference(spec, serialized.size(), out);
   for (size_t i = 0; i < serialized.size(); ++i) {
     tensorflow::Example ex;
     if (!ex.ParseFromString(serialized[i])) {
       return "Can't parse serialized Example.";
     }
-    for (ParsedFeature& f : out->features) {
-      const FeatureConfig& c = f.config;
-      const auto& map = ex.features().feature();
-      auto it = map.find(f.name);
-      const bool fixed = c.kind == FeatureConfig::Kind::kFixed;
-      if (it == map.end() ||
-          it->second.kind_case() == tensorflow::Feature::KIND_NOT_SET) {
-        if (!fixed) {
-          f.row_lengths.push_back(0);
-          continue;
-        }
-        if (!c.default_value) {
-          return "Feature: " + f.name +
-                 " (data type: " + std::string(TensorFlowDTypeName(c.dtype)) +
-                 ") is required but could not be found.";
-        }
-        for (int64_t j = 0; j < c.num_elements(); ++j) {
-          const DefaultValue& d = *c.default_value;
-          if (c.dtype == DType::kFloat32) {
-            f.floats.push_back(d.floats[d.floats.size() == 1 ? 0 : j]);
-          } else if (c.dtype == DType::kInt64) {
-            f.ints.push_back(d.ints[d.ints.size() == 1 ? 0 : j]);
-          } else {
-            f.bytes_data += d.bytes[d.bytes.size() == 1 ? 0 : j];
-            f.bytes_offsets.push_back(f.bytes_data.size());
-          }
-        }
-        continue;
-      }
-      const tensorflow::Feature& feature = it->second;
-      const int kind = feature.kind_case();
-      const int want = c.dtype == DType::kBytes     ? 1
-                       : c.dtype == DType::kFloat32 ? 2
-                                                    : 3;
-      if (kind != want) {
-        const char* names[] = {"none", "string", "float", "int64"};
-        return "Key: " + f.name + ", Index: " + std::to_string(i) +
-               ".  Data types don't match. Data type: " + names[kind] +
-               " but expected type: " +
-               std::string(TensorFlowDTypeName(c.dtype));
-      }
-      const size_t count = kind == 1   ? feature.bytes_list().value_size()
-                           : kind == 2 ? feature.float_list().value_size()
-                                       : feature.int64_list().value_size();
-      if (fixed && count != static_cast<size_t>(c.num_elements())) {
-        std::string shape = "[";
-        for (size_t k = 0; k < c.shape.size(); ++k) {
-          shape += (k ? "," : "") + std::to_string(c.shape[k]);
-        }
-        const char* names[] = {"", "bytes", "float", "int64"};
-        return "Key: " + f.name + ", Index: " + std::to_string(i) +
-               ".  Number of " + names[kind] +
-               " values != expected.  Values size: " + std::to_string(count) +
-               " but output shape: " + shape + "]";
-      }
-      for (float v : feature.float_list().value()) f.floats.push_back(v);
-      for (int64_t v : feature.int64_list().value()) f.ints.push_back(v);
-      for (const auto& v : feature.bytes_list().value()) {
-        f.bytes_data += v;
-        f.bytes_offsets.push_back(f.bytes_data.size());
-      }
-      if (!fixed) f.row_lengths.push_back(static_cast<int64_t>(count));
-    }
+    const std::string error = ReferenceExtract(ex.features(), i, out);
+    if (!error.empty()) return error;
   }
   return "";
 }
@@ -502,6 +537,149 @@ TEST(ExampleParserTest, ThreadsGiveTheSameBatch) {
   ASSERT_EQ(FastParse(spec, small, &four, 4), "");
   ASSERT_EQ(FastParse(spec, small, &fresh, 1), "");
   ExpectSameBatch(four, fresh, "");
+}
+
+// --- SequenceExample ----------------------------------------------------
+
+std::string ReferenceParseSequence(const FeatureSpec& context_spec,
+                                   const FeatureSpec& sequence_spec,
+                                   const std::vector<std::string>& serialized,
+                                   ParsedSequenceBatch* out) {
+  ResetReference(context_spec, serialized.size(), &out->context);
+  ResetReference(sequence_spec, serialized.size(), &out->sequence);
+  for (size_t i = 0; i < serialized.size(); ++i) {
+    tensorflow::SequenceExample ex;
+    if (!ex.ParseFromString(serialized[i])) {
+      return "Can't parse serialized SequenceExample.";
+    }
+    std::string error = ReferenceExtract(ex.context(), i, &out->context);
+    if (!error.empty()) return error;
+    for (ParsedFeature& f : out->sequence.features) {
+      const FeatureConfig& c = f.config;
+      const auto& lists = ex.feature_lists().feature_list();
+      auto it = lists.find(f.name);
+      if (it == lists.end()) {
+        f.row_lengths.push_back(0);
+        continue;
+      }
+      const auto& steps = it->second.feature();
+      for (int j = 0; j < steps.size(); ++j) {
+        const int kind = steps[j].kind_case();
+        const std::string where = "Key: " + f.name +
+                                  ", Index: " + std::to_string(i) +
+                                  ", Step: " + std::to_string(j) + ".  ";
+        if (kind != 0 && kind != WantKind(c.dtype)) {
+          return where +
+                 "Data types don't match. Data type: " + kKindNames[kind] +
+                 " but expected type: " +
+                 std::string(TensorFlowDTypeName(c.dtype));
+        }
+        const size_t count = ReferenceCount(steps[j]);
+        if (c.kind == FeatureConfig::Kind::kFixed &&
+            count != static_cast<size_t>(c.num_elements())) {
+          return where + "Number of " + kValueNames[WantKind(c.dtype)] +
+                 " values != expected.  Values size: " + std::to_string(count) +
+                 " but output shape: " + ShapeText(c);
+        }
+        AppendReferenceValues(steps[j], &f);
+        if (c.kind == FeatureConfig::Kind::kVar) {
+          f.step_lengths.push_back(static_cast<int64_t>(count));
+        }
+      }
+      f.row_lengths.push_back(steps.size());
+    }
+  }
+  return "";
+}
+
+// A SequenceExample: the context is a random Example's Features (same
+// field number), the feature lists random steps in every encoding.
+std::string RandomSequenceExample(Generator& g, const FeatureSpec& context,
+                                  const FeatureSpec& sequence) {
+  std::string out = RandomExample(g, kNames, context);
+  std::string lists;
+  for (const char* name : {"frames", "words", "other"}) {
+    if (g.Coin(5)) continue;
+    const FeatureConfig* c = sequence.Find(name);
+    std::string feature_list;
+    const size_t steps = g.Below(5);
+    for (size_t j = 0; j < steps; ++j) {
+      int kind = c ? WantKind(c->dtype) : 1 + static_cast<int>(g.Below(3));
+      if (g.Coin(10)) kind = 1 + static_cast<int>(g.Below(3));
+      size_t n = g.Below(4);
+      if (c && c->kind == FeatureConfig::Kind::kFixed && !g.Coin(10)) {
+        n = static_cast<size_t>(c->num_elements());
+      }
+      std::vector<float> fl;
+      std::vector<int64_t> il;
+      std::vector<std::string> bl;
+      std::string feature;
+      if (!g.Coin(15)) {
+        PutLengthDelimited(feature, static_cast<uint32_t>(kind),
+                           g.List(kind, n, &fl, &il, &bl));
+      }
+      PutLengthDelimited(feature_list, 1, feature);
+    }
+    std::string entry;
+    PutLengthDelimited(entry, 1, name);
+    if (g.Coin(4) && !feature_list.empty()) {  // two FeatureList pieces
+      const size_t cut = feature_list.size() / 2;
+      (void)cut;
+      PutLengthDelimited(entry, 2, feature_list);
+      PutLengthDelimited(entry, 2, feature_list);
+    } else {
+      PutLengthDelimited(entry, 2, feature_list);
+    }
+    PutLengthDelimited(lists, 1, entry);
+  }
+  PutLengthDelimited(out, 2, lists);
+  return out;
+}
+
+TEST(SequenceExampleParserTest, MatchesProtobufOnRandomAndMutatedInputs) {
+  const FeatureSpec context = TestSpec();
+  const FeatureSpec sequence = FeatureSpec::FromJsonText(R"({"features": {
+      "frames": {"kind": "fixed", "dtype": "float32", "shape": [2]},
+      "words": {"kind": "var", "dtype": "bytes"}}})");
+  const SequenceExampleParser parser(context, sequence);
+  google::protobuf::LogSilencer silence;
+  Generator g(::testing::GTEST_FLAG(random_seed) == 0
+                  ? 9
+                  : ::testing::GTEST_FLAG(random_seed));
+  int ok = 0;
+  for (int round = 0; round < 20000; ++round) {
+    std::string bytes = RandomSequenceExample(g, context, sequence);
+    if (round % 2 == 1 && !bytes.empty()) {  // mutate half of them
+      const size_t at = g.Below(bytes.size());
+      if (g.Coin(2)) {
+        bytes[at] ^= static_cast<char>(1 << g.Below(8));
+      } else {
+        bytes.resize(at);
+      }
+    }
+    ParsedSequenceBatch fast, reference;
+    std::string fast_error;
+    const std::vector<std::string_view> views = {bytes};
+    try {
+      parser.ParseBatch(views, &fast);
+    } catch (const ParseError& e) {
+      fast_error = e.what();
+    }
+    ASSERT_EQ(fast_error,
+              ReferenceParseSequence(context, sequence, {bytes}, &reference))
+        << "round " << round << "\n"
+        << Hex(bytes);
+    if (fast_error.empty()) {
+      ++ok;
+      ExpectSameBatch(fast.context, reference.context, "context");
+      ExpectSameBatch(fast.sequence, reference.sequence, "sequence");
+      for (size_t d = 0; d < fast.sequence.features.size(); ++d) {
+        ASSERT_EQ(fast.sequence.features[d].step_lengths,
+                  reference.sequence.features[d].step_lengths);
+      }
+    }
+  }
+  EXPECT_GT(ok, 1000);
 }
 
 }  // namespace
