@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <tbb/parallel_for.h>
+#include <tbb/info.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -102,9 +103,68 @@ bool CountPackedVarints(std::string_view run, size_t* count) {
   return true;
 }
 
+// Gathers the 7-bit groups of a varint of at most eight bytes (its bytes
+// in `b`, little-endian, nothing above them) into its value, without
+// branches: pairs, then quads, then the two halves.
+inline uint64_t CompactVarint(uint64_t b) {
+  b &= 0x7f7f7f7f7f7f7f7fULL;
+  b = (b & 0x007f007f007f007fULL) | ((b & 0x7f007f007f007f00ULL) >> 1);
+  b = (b & 0x00003fff00003fffULL) | ((b & 0x3fff00003fff0000ULL) >> 2);
+  return (b & 0x000000000fffffffULL) | ((b & 0x0fffffff00000000ULL) >> 4);
+}
+
+// Decodes a packed run of varints into `out` (room for run.size() values)
+// and returns the end of what it wrote.  Sets *valid to false when the run
+// is not valid (a varint over ten bytes, or one cut off by its end).
+// Eight bytes at a time: the clear high bits mark where varints end, so the
+// varints inside a word are found with bit operations instead of a branch
+// per byte.
+int64_t* DecodePackedVarints(std::string_view run, int64_t* out, bool* valid) {
+  *valid = true;
+  const char* q = run.data();
+  const char* const end = q + run.size();
+  while (end - q >= 8) {
+    uint64_t w;
+    std::memcpy(&w, q, 8);
+    uint64_t ends = ~w & 0x8080808080808080ULL;
+    if (ends == 0) {  // a varint of nine or ten bytes
+      uint64_t x = 0;
+      if (!wire::ReadVarint(q, end, &x)) {
+        *valid = false;
+        return out;
+      }
+      *out++ = static_cast<int64_t>(x);
+      continue;
+    }
+    unsigned start = 0;
+    do {
+      // Bits [start, stop) hold the varint; stop is at most 64, and
+      // (2 << (stop - 1)) - 1 masks below it without a branch.
+      const unsigned stop = static_cast<unsigned>(__builtin_ctzll(ends)) + 1;
+      const uint64_t b = (w & ((uint64_t{2} << (stop - 1)) - 1)) >> start;
+      *out++ = static_cast<int64_t>(CompactVarint(b));
+      start = stop;
+      ends &= ends - 1;
+    } while (ends != 0);
+    q += start / 8;
+  }
+  while (q < end) {
+    uint64_t x = 0;
+    if (!wire::ReadVarint(q, end, &x)) {
+      *valid = false;
+      return out;
+    }
+    *out++ = static_cast<int64_t>(x);
+  }
+  return out;
+}
+
 // Checks a BytesList / FloatList / Int64List message the way protobuf's
-// parser would, and counts its values.
-bool ValidateList(int kind, std::string_view list, size_t* count, int depth) {
+// parser would, and counts its values.  Int64 values are also decoded into
+// `ints` when it is given (the features the spec asks for), so that they
+// are read once.
+bool ValidateList(int kind, std::string_view list, size_t* count, int depth,
+                  AlignedVector<int64_t>* ints) {
   const char* p = list.data();
   const char* end = p + list.size();
   while (p < end) {
@@ -134,14 +194,26 @@ bool ValidateList(int kind, std::string_view list, size_t* count, int depth) {
       if (kind == kInt64List && type == wire::kLengthDelimited) {
         std::string_view v;
         if (!wire::ReadLengthDelimited(p, end, &v)) return false;
-        size_t varints;
-        if (!CountPackedVarints(v, &varints)) return false;
-        *count += varints;
+        if (ints == nullptr) {
+          size_t varints;
+          if (!CountPackedVarints(v, &varints)) return false;
+          *count += varints;
+          continue;
+        }
+        const size_t at = ints->size();
+        ints->resize(at + v.size());  // at most one value per byte
+        bool valid;
+        const int64_t* last = DecodePackedVarints(v, ints->data() + at, &valid);
+        if (!valid) return false;
+        const size_t n = static_cast<size_t>(last - (ints->data() + at));
+        ints->resize(at + n);
+        *count += n;
         continue;
       }
       if (kind == kInt64List && type == wire::kVarint) {
         uint64_t x = 0;
         if (!wire::ReadVarint(p, end, &x)) return false;
+        if (ints != nullptr) ints->push_back(static_cast<int64_t>(x));
         ++*count;
         continue;
       }
@@ -158,9 +230,11 @@ struct Slot {
   uint32_t first_list = 0;
   uint32_t num_lists = 0;
   size_t count = 0;
+  // Int64 values already decoded into Scratch::ints (when decoded).
+  bool decoded = false;
+  size_t first_int = 0;
 };
 
-// Per-thread working memory, reused across examples.
 // A sequence feature in one example: its steps in Scratch::steps.
 struct SequenceSlot {
   bool present = false;
@@ -168,8 +242,10 @@ struct SequenceSlot {
   uint32_t num_steps = 0;
 };
 
+// Per-thread working memory, reused across examples.
 struct Scratch {
   std::vector<Slot> slots;
+  AlignedVector<int64_t> ints;  // decoded int64 values, see Slot
   std::vector<SequenceSlot> sequence_slots;
   std::vector<Slot> steps;                    // referenced by sequence_slots
   std::vector<std::string_view> lists;        // referenced by slots
@@ -199,6 +275,7 @@ class ExampleDecoder {
   bool Decode(std::string_view example, Scratch* s) const {
     s->slots.assign(spec_.features.size(), Slot{});
     s->lists.clear();
+    s->ints.clear();
     const char* p = example.data();
     const char* end = p + example.size();
     while (p < end) {
@@ -348,17 +425,26 @@ class ExampleDecoder {
       }
       if (!wire::SkipField(p, end, field, type, 3)) return false;
     }
+    const int index = IndexOf(key);
+    AlignedVector<int64_t>* ints =
+        index >= 0 && spec_.features[static_cast<size_t>(index)].second.dtype ==
+                          DType::kInt64
+            ? &s->ints
+            : nullptr;
     int kind = kMissing;
     size_t count = 0;
     s->entry_lists.clear();
     for (std::string_view value : s->entry_values) {
-      if (!MergeFeature(value, &kind, &count, s, kFeatureDepth)) return false;
+      if (!MergeFeature(value, &kind, &count, s, kFeatureDepth, ints)) {
+        return false;
+      }
     }
-    const int index = IndexOf(key);
     if (index < 0) return true;
     Slot& slot = s->slots[index];
     slot.kind = kind;
     slot.count = count;
+    slot.decoded = ints != nullptr && kind == kInt64List;
+    slot.first_int = s->ints.size() - (slot.decoded ? count : 0);
     slot.first_list = static_cast<uint32_t>(s->lists.size());
     slot.num_lists = static_cast<uint32_t>(s->entry_lists.size());
     s->lists.insert(s->lists.end(), s->entry_lists.begin(),
@@ -369,7 +455,10 @@ class ExampleDecoder {
   // A Feature message merged into what the entry holds so far: the same
   // list kind again appends; another kind replaces (a oneof).
   bool MergeFeature(std::string_view msg, int* kind, size_t* count, Scratch* s,
-                    int depth) const {
+                    int depth, AlignedVector<int64_t>* ints = nullptr) const {
+    // Values decoded for this entry start here; a change of kind drops them.
+    const size_t first_int =
+        ints != nullptr ? ints->size() - (*kind == kInt64List ? *count : 0) : 0;
     const char* p = msg.data();
     const char* end = p + msg.size();
     while (p < end) {
@@ -383,8 +472,12 @@ class ExampleDecoder {
           *kind = k;
           *count = 0;
           s->entry_lists.clear();
+          if (ints != nullptr) ints->resize(first_int);
         }
-        if (!ValidateList(k, list, count, depth + 1)) return false;
+        if (!ValidateList(k, list, count, depth + 1,
+                          k == kInt64List ? ints : nullptr)) {
+          return false;
+        }
         s->entry_lists.push_back(list);
         continue;
       }
@@ -465,52 +558,6 @@ void AppendFloats(std::span<const std::string_view> lists, float* out) {
   }
 }
 
-// Gathers the 7-bit groups of a varint of at most eight bytes (its bytes
-// in `b`, little-endian, nothing above them) into its value, without
-// branches: pairs, then quads, then the two halves.
-inline uint64_t CompactVarint(uint64_t b) {
-  b &= 0x7f7f7f7f7f7f7f7fULL;
-  b = (b & 0x007f007f007f007fULL) | ((b & 0x7f007f007f007f00ULL) >> 1);
-  b = (b & 0x00003fff00003fffULL) | ((b & 0x3fff00003fff0000ULL) >> 2);
-  return (b & 0x000000000fffffffULL) | ((b & 0x0fffffff00000000ULL) >> 4);
-}
-
-// Decodes a validated packed run of varints.  Eight bytes at a time: the
-// clear high bits mark where varints end, so the varints inside a word are
-// found with bit operations instead of a branch per byte.
-int64_t* DecodePackedVarints(std::string_view run, int64_t* out) {
-  const char* q = run.data();
-  const char* const end = q + run.size();
-  while (end - q >= 8) {
-    uint64_t w;
-    std::memcpy(&w, q, 8);
-    uint64_t ends = ~w & 0x8080808080808080ULL;
-    if (ends == 0) {  // a varint of nine or ten bytes
-      uint64_t x = 0;
-      wire::ReadVarint(q, end, &x);
-      *out++ = static_cast<int64_t>(x);
-      continue;
-    }
-    unsigned start = 0;
-    do {
-      // Bits [start, stop) hold the varint; stop is at most 64, and
-      // (2 << (stop - 1)) - 1 masks below it without a branch.
-      const unsigned stop = static_cast<unsigned>(__builtin_ctzll(ends)) + 1;
-      const uint64_t b = (w & ((uint64_t{2} << (stop - 1)) - 1)) >> start;
-      *out++ = static_cast<int64_t>(CompactVarint(b));
-      start = stop;
-      ends &= ends - 1;
-    } while (ends != 0);
-    q += start / 8;
-  }
-  while (q < end) {
-    uint64_t x = 0;
-    wire::ReadVarint(q, end, &x);
-    *out++ = static_cast<int64_t>(x);
-  }
-  return out;
-}
-
 void AppendInts(std::span<const std::string_view> lists, int64_t* out) {
   for (std::string_view list : lists) {
     const char* p = list.data();
@@ -522,7 +569,8 @@ void AppendInts(std::span<const std::string_view> lists, int64_t* out) {
       if (field == 1 && type == wire::kLengthDelimited) {
         std::string_view v;
         wire::ReadLengthDelimited(p, end, &v);
-        out = DecodePackedVarints(v, out);
+        bool valid;  // validated before: always true
+        out = DecodePackedVarints(v, out, &valid);
       } else if (field == 1 && type == wire::kVarint) {
         wire::ReadVarint(p, end, &x);
         *out++ = static_cast<int64_t>(x);
@@ -668,6 +716,15 @@ bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
     }
     if (fixed && c.dtype == DType::kFloat32) {
       AppendFloats(lists, f.floats.data() + i * slot.count);
+    } else if (slot.decoded) {
+      int64_t* dst = f.ints.data() + i * slot.count;
+      if (!fixed) {
+        const size_t at = f.ints.size();
+        f.ints.resize(at + slot.count);
+        dst = f.ints.data() + at;
+      }
+      std::memcpy(dst, s.ints.data() + slot.first_int,
+                  slot.count * sizeof(int64_t));
     } else if (fixed && c.dtype == DType::kInt64) {
       AppendInts(lists, f.ints.data() + i * slot.count);
     } else {
@@ -708,6 +765,7 @@ bool DecodeSequenceExample(std::string_view msg, const ExampleDecoder& context,
   s->slots.assign(context.spec().features.size(), Slot{});
   s->sequence_slots.assign(sequence.spec().features.size(), SequenceSlot{});
   s->lists.clear();
+  s->ints.clear();
   s->steps.clear();
   const char* p = msg.data();
   const char* end = p + msg.size();
@@ -840,7 +898,8 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
     std::vector<std::string> errors(parts);
     std::vector<size_t> error_indexes(parts);
     for (size_t t = 0; t < parts; ++t) Shape(spec_, &results[t]);
-    tbb::task_arena arena(static_cast<int>(parts));
+    tbb::task_arena arena(
+        std::min(static_cast<int>(parts), tbb::info::default_concurrency()));
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, parts, [&](size_t t) {
         ParseRange(spec_, serialized, n * t / parts, n * (t + 1) / parts,
