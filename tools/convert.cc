@@ -119,38 +119,24 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-int RunConvert(const ConvertOptions& o) {
-  if (o.shards == 0) throw UsageError("--shards must be at least 1");
-  const auto compression = records::ParseCompression(o.compression);
-  if (!compression) {
-    throw UsageError(fmt::format(
-        "--compression {}: expected none, zlib, gzip or zstd", o.compression));
-  }
-  if (o.index && (*compression == records::Compression::kZlib ||
-                  *compression == records::Compression::kGzip)) {
-    throw UsageError("--index needs --compression none or zstd");
-  }
-  std::optional<records::FeatureSpec> spec;
-  if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
-  ConvertInputs inputs{o.inputs, o.images, o.labels, spec ? &*spec : nullptr};
+}  // namespace
+
+ConvertSummary Convert(const ConvertJob& job) {
   const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<ExampleSource> source = OpenSource(o.format, inputs);
+  std::unique_ptr<ExampleSource> source = OpenSource(job.format, job.inputs);
 
   // Writers: all shards open at once, each finished under its temporary
   // name when its thread is done, committed together at the end.
-  records::WriterOptions wo;
-  wo.compression = *compression;
-  wo.build_index = o.index;
+  const std::string_view suffix =
+      records::CompressionSuffix(job.writer.compression);
   std::vector<std::unique_ptr<records::TFRecordWriter>> writers;
-  for (uint64_t s = 0; s < o.shards; ++s) {
+  for (uint64_t s = 0; s < job.shards; ++s) {
     writers.push_back(std::make_unique<records::TFRecordWriter>(
-        ShardName(o.output, s, o.shards,
-                  records::CompressionSuffix(*compression)),
-        wo));
+        ShardName(job.output, s, job.shards, suffix), job.writer));
   }
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t threads = std::min<size_t>(
-      o.shards, o.threads > 0 ? static_cast<size_t>(o.threads) : cores);
+      job.shards, job.threads > 0 ? static_cast<size_t>(job.threads) : cores);
   std::vector<ChunkQueue> queues(threads);
   std::vector<std::exception_ptr> errors(threads);
   std::vector<std::thread> workers;
@@ -177,16 +163,15 @@ int RunConvert(const ConvertOptions& o) {
     workers.clear();
   };
 
-  uint64_t records = 0, skipped = 0;
+  ConvertSummary summary;
   Progress progress(*source);
-  std::string first_skipped;
   try {
     records::ExampleBuilder builder;
     size_t chunk_index = 0;
     bool more = true;
     while (more) {
       auto chunk = std::make_unique<Chunk>();
-      chunk->shard = chunk_index % o.shards;
+      chunk->shard = chunk_index % job.shards;
       while (chunk->records.size() < kChunkRecords) {
         builder.Clear();
         try {
@@ -195,20 +180,20 @@ int RunConvert(const ConvertOptions& o) {
             break;
           }
         } catch (const ConvertError& e) {
-          if (!o.skip_bad || !e.row_level()) throw;
-          if (skipped++ == 0) first_skipped = e.what();
+          if (!job.skip_bad || !e.row_level()) throw;
+          if (summary.skipped++ == 0) summary.first_skipped = e.what();
           continue;
         }
         chunk->records.emplace_back(builder.Serialize());
       }
-      records += chunk->records.size();
+      summary.records += chunk->records.size();
       if (!chunk->records.empty()) {
         const size_t worker = chunk->shard % threads;
         if (errors[worker]) break;
         queues[worker].Push(std::move(chunk));
         ++chunk_index;
       }
-      progress.Update(records);
+      progress.Update(summary.records);
     }
   } catch (...) {
     progress.Finish();
@@ -222,57 +207,87 @@ int RunConvert(const ConvertOptions& o) {
   }
 
   std::unique_ptr<records::WritableFile> labels;
-  if (o.format == "images") {
-    labels = std::make_unique<records::WritableFile>(o.output + "-labels.txt",
+  if (job.format == "images") {
+    labels = std::make_unique<records::WritableFile>(job.output + "-labels.txt",
                                                      /*atomic=*/true);
-    const auto classes = ImageClassNames(o.inputs.at(0));
+    const auto classes = ImageClassNames(job.inputs.files.at(0));
     for (size_t i = 0; i < classes.size(); ++i) {
       labels->Append(fmt::format("{}:{}\n", i, classes[i]));
     }
     labels->Finish();
   }
   for (auto& w : writers) w->Commit();
-  if (labels) labels->Commit();
-  uint64_t bytes = 0;
-  nlohmann::json shards = nlohmann::json::array();
+  if (labels) {
+    labels->Commit();
+    summary.labels_file = labels->path();
+  }
   for (auto& w : writers) {
-    if (o.index) {
+    if (job.writer.build_index) {
       records::WriteIndex(records::IndexPathFor(w->path()), w->index());
     }
-    bytes += w->file_bytes();
-    shards.push_back({{"path", w->path()},
-                      {"records", w->records_written()},
-                      {"bytes", w->file_bytes()}});
+    summary.bytes += w->file_bytes();
+    summary.shards.push_back(
+        {w->path(), w->records_written(), w->file_bytes()});
   }
-  const double seconds =
+  summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
+  return summary;
+}
+
+namespace {
+
+int RunConvert(const ConvertOptions& o) {
+  if (o.shards == 0) throw UsageError("--shards must be at least 1");
+  const auto compression = records::ParseCompression(o.compression);
+  if (!compression) {
+    throw UsageError(fmt::format(
+        "--compression {}: expected none, zlib, gzip or zstd", o.compression));
+  }
+  if (o.index && (*compression == records::Compression::kZlib ||
+                  *compression == records::Compression::kGzip)) {
+    throw UsageError("--index needs --compression none or zstd");
+  }
+  std::optional<records::FeatureSpec> spec;
+  if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
+  ConvertJob job;
+  job.format = o.format;
+  job.inputs = {o.inputs, o.images, o.labels, spec ? &*spec : nullptr};
+  job.output = o.output;
+  job.shards = o.shards;
+  job.writer.compression = *compression;
+  job.writer.build_index = o.index;
+  job.threads = o.threads;
+  job.skip_bad = o.skip_bad;
+  const ConvertSummary s = Convert(job);
+  const double rate = s.seconds > 0 ? s.records / s.seconds : 0;
   if (o.json) {
-    fmt::print("{}\n", nlohmann::json{{"records", records},
-                                      {"skipped", skipped},
-                                      {"bytes", bytes},
-                                      {"seconds", seconds},
-                                      {"records_per_s", records / seconds},
+    nlohmann::json shards = nlohmann::json::array();
+    for (const auto& shard : s.shards) {
+      shards.push_back({{"path", shard.path},
+                        {"records", shard.records},
+                        {"bytes", shard.bytes}});
+    }
+    fmt::print("{}\n", nlohmann::json{{"records", s.records},
+                                      {"skipped", s.skipped},
+                                      {"bytes", s.bytes},
+                                      {"seconds", s.seconds},
+                                      {"records_per_s", rate},
                                       {"shards", shards}}
                            .dump());
   } else {
     fmt::print(
         "converted {} records ({}) into {} shards, {} bytes ({}), in "
         "{:.2f} s ({:.0f} records/s)\n",
-        records, o.format, o.shards, bytes,
-        records::CompressionName(*compression), seconds, records / seconds);
-    fmt::print("  {}\n", ShardName(o.output, 0, o.shards,
-                                   records::CompressionSuffix(*compression)));
-    if (o.shards > 1) {
-      fmt::print("  ...\n  {}\n",
-                 ShardName(o.output, o.shards - 1, o.shards,
-                           records::CompressionSuffix(*compression)));
-    }
-    if (labels) fmt::print("  {}\n", labels->path());
+        s.records, o.format, o.shards, s.bytes,
+        records::CompressionName(*compression), s.seconds, rate);
+    fmt::print("  {}\n", s.shards.front().path);
+    if (o.shards > 1) fmt::print("  ...\n  {}\n", s.shards.back().path);
+    if (!s.labels_file.empty()) fmt::print("  {}\n", s.labels_file);
   }
-  if (skipped > 0) {
-    fmt::print(stderr, "recflow: skipped {} bad rows; the first: {}\n", skipped,
-               first_skipped);
+  if (s.skipped > 0) {
+    fmt::print(stderr, "recflow: skipped {} bad rows; the first: {}\n",
+               s.skipped, s.first_skipped);
   }
   return kExitOk;
 }

@@ -12,6 +12,8 @@
 
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
+#include "records/tfrecord_writer.h"
+#include "tools/cli.h"
 
 namespace recflow::tools {
 
@@ -53,6 +55,33 @@ struct ConvertInputs {
 // an unknown format or unusable inputs.
 std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
                                           const ConvertInputs& inputs);
+
+// A whole conversion: the input's rows into `shards` shards named
+// ShardName(output, ...), written side by side on up to `threads` threads
+// (0: one per core), all committed together at the end or none; with
+// writer.build_index an index beside each shard; for images the labels
+// file.  Throws ConvertError (bad input), IoError, Error.
+struct ConvertJob {
+  std::string format;
+  ConvertInputs inputs;
+  std::string output;
+  uint64_t shards = 1;
+  records::WriterOptions writer;
+  int threads = 0;
+  bool skip_bad = false;
+};
+
+struct ConvertSummary {
+  uint64_t records = 0;
+  uint64_t skipped = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  std::vector<ShardResult> shards;
+  std::string first_skipped;  // the first skipped row's error
+  std::string labels_file;    // images only
+};
+
+ConvertSummary Convert(const ConvertJob& job);
 
 // For the images format: the class names in label order, written beside
 // the shards as PREFIX-labels.txt ("0:name" lines, as TF-slim writes).
