@@ -377,6 +377,34 @@ TEST(ConvertTest, CatJsonIsCanonicalJsonOnePerLine) {
   EXPECT_NE(text.out.find("key: \"s\""), std::string::npos) << text.out;
 }
 
+TEST(ConvertTest, CatSequenceExamples) {
+  TempDir dir;
+  tensorflow::SequenceExample ex;
+  (*ex.mutable_context()->mutable_feature())["id"]
+      .mutable_int64_list()
+      ->add_value(3);
+  auto& steps = (*ex.mutable_feature_lists()->mutable_feature_list())["frames"];
+  steps.add_feature()->mutable_float_list()->add_value(0.5f);
+  steps.add_feature()->mutable_float_list()->add_value(1.5f);
+  testing::WriteRecords(dir.File("s.tfrecord"), {ex.SerializeAsString()});
+  const Result r =
+      Recflow(dir, "cat --sequence --json " + dir.File("s.tfrecord"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["context"]["feature"]["id"]["int64List"]["value"][0], "3");
+  EXPECT_EQ(j["featureLists"]["featureList"]["frames"]["feature"][1]
+             ["floatList"]["value"][0],
+            1.5);
+  // Not an Example: says so, with the record, and exits 1.
+  testing::WriteRecords(dir.File("junk.tfrecord"), {"\xff\xff"});
+  const Result junk = Recflow(dir, "cat " + dir.File("junk.tfrecord"));
+  EXPECT_EQ(junk.code, 1);
+  EXPECT_NE(junk.err.find("record 0 at byte offset 0: Can't parse serialized "
+                          "Example."),
+            std::string::npos)
+      << junk.err;
+}
+
 // The spec `inspect --spec` infers parses the data it came from.
 TEST(ConvertTest, InspectSpecParsesTheData) {
   TempDir dir;
