@@ -1,8 +1,8 @@
 #include "records/example_parser.h"
 
 #include <fmt/format.h>
-#include <tbb/parallel_for.h>
 #include <tbb/info.h>
+#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -223,6 +223,28 @@ bool ValidateList(int kind, std::string_view list, size_t* count, int depth,
   return true;
 }
 
+// Calls entry(bytes) for each entry of a map field (field 1 of Features and
+// FeatureLists), skipping other fields as protobuf would; false when the
+// message is malformed or `entry` returns false.
+template <typename EntryFn>
+bool ForEachMapEntry(std::string_view msg, EntryFn entry) {
+  const char* p = msg.data();
+  const char* end = p + msg.size();
+  while (p < end) {
+    uint32_t field = 0, type = 0;
+    if (!wire::ReadTag(p, end, &field, &type)) return false;
+    if (field == 1 && type == wire::kLengthDelimited) {
+      std::string_view bytes;
+      if (!wire::ReadLengthDelimited(p, end, &bytes) || !entry(bytes)) {
+        return false;
+      }
+      continue;
+    }
+    if (!wire::SkipField(p, end, field, type, 2)) return false;
+  }
+  return true;
+}
+
 // What one example holds for one spec feature: its kind, the list
 // messages that make up its value (merged in order), and their value count.
 struct Slot {
@@ -299,44 +321,16 @@ class ExampleDecoder {
   // A Features message (Example.features, SequenceExample.context) into
   // s->slots, which the caller has reset.
   bool DecodeFeatures(std::string_view msg, Scratch* s) const {
-    const char* p = msg.data();
-    const char* end = p + msg.size();
-    while (p < end) {
-      uint32_t field = 0, type = 0;
-      if (!wire::ReadTag(p, end, &field, &type)) return false;
-      if (field == 1 && type == wire::kLengthDelimited) {
-        std::string_view entry;
-        if (!wire::ReadLengthDelimited(p, end, &entry) ||
-            !DecodeEntry(entry, s)) {
-          return false;
-        }
-        continue;
-      }
-      if (!wire::SkipField(p, end, field, type, 2)) return false;
-    }
-    return true;
+    return ForEachMapEntry(
+        msg, [&](std::string_view entry) { return DecodeEntry(entry, s); });
   }
 
   // A FeatureLists message (SequenceExample.feature_lists) into
   // s->sequence_slots and s->steps, which the caller has reset.  This
   // decoder's spec is the sequence spec.
   bool DecodeFeatureLists(std::string_view msg, Scratch* s) const {
-    const char* p = msg.data();
-    const char* end = p + msg.size();
-    while (p < end) {
-      uint32_t field = 0, type = 0;
-      if (!wire::ReadTag(p, end, &field, &type)) return false;
-      if (field == 1 && type == wire::kLengthDelimited) {
-        std::string_view entry;
-        if (!wire::ReadLengthDelimited(p, end, &entry) ||
-            !DecodeListEntry(entry, s)) {
-          return false;
-        }
-        continue;
-      }
-      if (!wire::SkipField(p, end, field, type, 2)) return false;
-    }
-    return true;
+    return ForEachMapEntry(
+        msg, [&](std::string_view entry) { return DecodeListEntry(entry, s); });
   }
 
  private:
