@@ -59,7 +59,6 @@ Index BuildIndex(const std::string& record_path) {
         record_path, CompressionName(index.compression)));
   }
   std::string_view record;
-  std::vector<uint64_t> offsets;
   while (reader.ReadRecord(&record)) {
     index.entries.push_back(
         {reader.last_offset(), record.size() + kFrameOverhead, 0, 0});

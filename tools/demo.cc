@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "records/example_builder.h"
 #include "records/example_parser.h"
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
@@ -35,74 +36,27 @@ double Seconds(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
-// Protobuf wire format, enough to write a tf.train.Example by hand.
-void PutVarint(std::string& out, uint64_t v) {
-  while (v >= 0x80) {
-    out.push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out.push_back(static_cast<char>(v));
-}
-void PutLengthDelimited(std::string& out, int field, std::string_view bytes) {
-  PutVarint(out, (static_cast<uint64_t>(field) << 3) | 2);
-  PutVarint(out, bytes.size());
-  out.append(bytes);
-}
-
-// One Features.feature map entry: key -> Feature{kind: list}.
-// Feature's fields: bytes_list = 1, float_list = 2, int64_list = 3; each
-// list's values are field 1 (floats and int64s packed).
-void PutFeature(std::string& features, std::string_view key, int kind,
-                std::string_view list) {
-  std::string feature, entry;
-  PutLengthDelimited(feature, kind, list);
-  PutLengthDelimited(entry, 1, key);
-  PutLengthDelimited(entry, 2, feature);
-  PutLengthDelimited(features, 1, entry);
-}
-
 // A sample record: id, label, a few floats and a short text, all varying in
 // size as real data does.
-std::string SampleExample(uint64_t id, std::mt19937_64& rng) {
-  std::string features, list, packed;
-  packed.clear();
-  PutVarint(packed, id);
-  list.clear();
-  PutLengthDelimited(list, 1, packed);
-  PutFeature(features, "id", 3, list);
-
-  packed.clear();
-  PutVarint(packed, id % 10);
-  list.clear();
-  PutLengthDelimited(list, 1, packed);
-  PutFeature(features, "label", 3, list);
-
-  const size_t floats = 8 + rng() % 120;
-  packed.resize(floats * 4);
-  for (size_t i = 0; i < floats; ++i) {
-    const float v = static_cast<float>(rng() % 10000) / 100.0f;
-    std::memcpy(packed.data() + 4 * i, &v, 4);
-  }
-  list.clear();
-  PutLengthDelimited(list, 1, packed);
-  PutFeature(features, "values", 2, list);
-
+std::string SampleExample(uint64_t id, std::mt19937_64& rng,
+                          records::ExampleBuilder& b) {
   static constexpr std::string_view kWords[] = {
       "stream", "record", "tensor", "batch", "shuffle", "epoch", "shard",
       "index",  "frame",  "check",  "train", "model",   "input", "data"};
+  std::vector<float> values(8 + rng() % 120);
+  for (float& v : values) v = static_cast<float>(rng() % 10000) / 100.0f;
   std::string text;
   const size_t words = 3 + rng() % 40;
   for (size_t i = 0; i < words; ++i) {
     if (i) text.push_back(' ');
     text.append(kWords[rng() % std::size(kWords)]);
   }
-  list.clear();
-  PutLengthDelimited(list, 1, text);
-  PutFeature(features, "text", 1, list);
-
-  std::string example;
-  PutLengthDelimited(example, 1, features);
-  return example;
+  b.Clear();
+  b.AddInt64("id", static_cast<int64_t>(id))
+      .AddInt64("label", static_cast<int64_t>(id % 10))
+      .AddFloatList("values", values)
+      .AddBytes("text", text);
+  return std::string(b.Serialize());
 }
 
 // Collects what a salvaging reader skips.
@@ -133,9 +87,10 @@ int RunDemo(const DemoOptions& o) {
   std::vector<std::string> payloads;
   {
     std::mt19937_64 rng(20261122);
+    records::ExampleBuilder builder;
     payloads.reserve(o.records);
     for (uint64_t i = 0; i < o.records; ++i) {
-      payloads.push_back(SampleExample(i, rng));
+      payloads.push_back(SampleExample(i, rng, builder));
     }
   }
   uint64_t payload_bytes = 0;
