@@ -657,12 +657,16 @@ std::string CountError(const std::string& key, size_t index,
 }
 
 // Writes example i's features (decoded into s.slots) into `out`; `index`
-// is its index in the whole batch.  False, with the message, on the first
-// feature that does not fit the spec.
-bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
-                  std::string* error) {
+// is its index in the whole batch.  Float and int64 FixedLen values go to
+// `fixed` (sized for the whole batch) at example `index - fixed_base`, so
+// that parts of a batch parsed in parallel write them in place.  False,
+// with the message, on the first feature that does not fit the spec.
+bool FillFeatures(const Scratch& s, size_t index, ParsedBatch* out,
+                  ParsedBatch* fixed, size_t fixed_base, std::string* error) {
+  const size_t i = index - fixed_base;
   for (size_t d = 0; d < out->features.size(); ++d) {
     ParsedFeature& f = out->features[d];
+    ParsedFeature& dense = fixed->features[d];
     const FeatureConfig& c = f.config;
     const Slot& slot = s.slots[d];
     const std::span<const std::string_view> lists(
@@ -685,10 +689,10 @@ bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
       for (size_t j = 0; j < k; ++j) {
         switch (c.dtype) {
           case DType::kFloat32:
-            f.floats[i * k + j] = dv.floats[dv.floats.size() == 1 ? 0 : j];
+            dense.floats[i * k + j] = dv.floats[dv.floats.size() == 1 ? 0 : j];
             break;
           case DType::kInt64:
-            f.ints[i * k + j] = dv.ints[dv.ints.size() == 1 ? 0 : j];
+            dense.ints[i * k + j] = dv.ints[dv.ints.size() == 1 ? 0 : j];
             break;
           case DType::kBytes: {
             const std::string& b = dv.bytes[dv.bytes.size() == 1 ? 0 : j];
@@ -709,9 +713,9 @@ bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
       return false;
     }
     if (fixed && c.dtype == DType::kFloat32) {
-      AppendFloats(lists, f.floats.data() + i * slot.count);
+      AppendFloats(lists, dense.floats.data() + i * slot.count);
     } else if (slot.decoded) {
-      int64_t* dst = f.ints.data() + i * slot.count;
+      int64_t* dst = dense.ints.data() + i * slot.count;
       if (!fixed) {
         const size_t at = f.ints.size();
         f.ints.resize(at + slot.count);
@@ -720,7 +724,7 @@ bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
       std::memcpy(dst, s.ints.data() + slot.first_int,
                   slot.count * sizeof(int64_t));
     } else if (fixed && c.dtype == DType::kInt64) {
-      AppendInts(lists, f.ints.data() + i * slot.count);
+      AppendInts(lists, dense.ints.data() + i * slot.count);
     } else {
       AppendValues(lists, slot.count, &f);
     }
@@ -729,22 +733,22 @@ bool FillFeatures(const Scratch& s, size_t i, size_t index, ParsedBatch* out,
   return true;
 }
 
-// Parses examples [begin, end) of `serialized` into `out`.  Returns the
-// first error's message and its example index through `error` /
-// `error_index`, or leaves them empty.
+// Parses examples [begin, end) of `serialized` into `out`, and their
+// float and int64 FixedLen values into `fixed`, sized for the batch (see
+// FillFeatures).  Returns the first error's message and its example index
+// through `error` / `error_index`, or leaves them empty.
 void ParseRange(const FeatureSpec& spec,
                 std::span<const std::string_view> serialized, size_t begin,
-                size_t end, ParsedBatch* out, std::string* error,
-                size_t* error_index) {
+                size_t end, ParsedBatch* out, ParsedBatch* fixed,
+                std::string* error, size_t* error_index) {
   const ExampleDecoder decoder(spec);
   Scratch scratch;
-  const size_t n = end - begin;
-  ResetOutputs(n, out);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t index = begin + i;
+  ResetOutputs(end - begin, out, /*sized=*/out == fixed);
+  for (size_t index = begin; index < end; ++index) {
     if (!decoder.Decode(serialized[index], &scratch)) {
       *error = "Can't parse serialized Example.";
-    } else if (FillFeatures(scratch, i, index, out, error)) {
+    } else if (FillFeatures(scratch, index, out, fixed,
+                            out == fixed ? begin : 0, error)) {
       continue;
     }
     *error_index = index;
@@ -886,8 +890,11 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
   std::string error;
   size_t error_index = 0;
   if (parts == 1) {
-    ParseRange(spec_, serialized, 0, n, out, &error, &error_index);
+    ParseRange(spec_, serialized, 0, n, out, out, &error, &error_index);
   } else {
+    // Float and int64 FixedLen values go straight into `out`; the rest is
+    // parsed per part and appended in order.
+    ResetOutputs(n, out);
     std::vector<ParsedBatch> results(parts);
     std::vector<std::string> errors(parts);
     std::vector<size_t> error_indexes(parts);
@@ -897,7 +904,7 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
     arena.execute([&] {
       tbb::parallel_for(size_t{0}, parts, [&](size_t t) {
         ParseRange(spec_, serialized, n * t / parts, n * (t + 1) / parts,
-                   &results[t], &errors[t], &error_indexes[t]);
+                   &results[t], out, &errors[t], &error_indexes[t]);
       });
     });
     for (size_t t = 0; t < parts && error.empty(); ++t) {
@@ -907,8 +914,8 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
       }
     }
     if (error.empty()) {
-      *out = std::move(results[0]);
-      for (size_t t = 1; t < parts; ++t) AppendBatch(results[t], out);
+      out->batch_size = 0;
+      for (size_t t = 0; t < parts; ++t) AppendBatch(results[t], out);
     }
   }
   if (!error.empty()) {
@@ -942,7 +949,8 @@ void SequenceExampleParser::ParseBatch(
     if (!DecodeSequenceExample(serialized[i], context_decoder, sequence_decoder,
                                &scratch)) {
       error = "Can't parse serialized SequenceExample.";
-    } else if (FillFeatures(scratch, i, i, &out->context, &error) &&
+    } else if (FillFeatures(scratch, i, &out->context, &out->context, 0,
+                            &error) &&
                FillSequence(scratch, i, &out->sequence, &error)) {
       continue;
     }
