@@ -497,7 +497,7 @@ class ExampleDecoder {
   static uint64_t Hash(std::string_view k) {
     uint64_t head = 0, tail = 0;
     const size_t n = k.size();
-    std::memcpy(&head, k.data(), std::min<size_t>(n, 8));
+    if (n != 0) std::memcpy(&head, k.data(), std::min<size_t>(n, 8));
     if (n > 8)
       std::memcpy(&tail, k.data() + n - std::min<size_t>(n - 8, 8),
                   std::min<size_t>(n - 8, 8));
@@ -540,7 +540,7 @@ void AppendFloats(std::span<const std::string_view> lists, float* out) {
       if (field == 1 && type == wire::kLengthDelimited) {
         std::string_view v;
         wire::ReadLengthDelimited(p, end, &v);
-        std::memcpy(out, v.data(), v.size());
+        if (!v.empty()) std::memcpy(out, v.data(), v.size());
         out += v.size() / 4;
       } else if (field == 1 && type == wire::kFixed32) {
         std::memcpy(out++, p, 4);
@@ -721,8 +721,10 @@ bool FillFeatures(const Scratch& s, size_t index, ParsedBatch* out,
         f.ints.resize(at + slot.count);
         dst = f.ints.data() + at;
       }
-      std::memcpy(dst, s.ints.data() + slot.first_int,
-                  slot.count * sizeof(int64_t));
+      if (slot.count != 0) {  // memcpy may not be given null pointers
+        std::memcpy(dst, s.ints.data() + slot.first_int,
+                    slot.count * sizeof(int64_t));
+      }
     } else if (fixed && c.dtype == DType::kInt64) {
       AppendInts(lists, dense.ints.data() + i * slot.count);
     } else {

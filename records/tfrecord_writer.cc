@@ -44,7 +44,7 @@ std::string_view View(const char* p, size_t n) { return {p, n}; }
 void CopyFrame(char* dst, const char* header, std::string_view data,
                const char* footer) {
   std::memcpy(dst, header, kHeaderBytes);
-  std::memcpy(dst + kHeaderBytes, data.data(), data.size());
+  if (!data.empty()) std::memcpy(dst + kHeaderBytes, data.data(), data.size());
   std::memcpy(dst + kHeaderBytes + data.size(), footer, kFooterBytes);
 }
 
