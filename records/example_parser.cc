@@ -876,11 +876,14 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
                                ParsedBatch* out, const ParseContext& context,
                                int threads) const {
   // Outputs from an earlier spec are reshaped; the same spec's are reused.
-  if (!out->features.empty() &&
-      (out->features.size() != spec_.features.size() ||
-       out->features[0].name != spec_.features[0].first)) {
-    out->features.clear();
+  bool same = out->features.size() == spec_.features.size();
+  for (size_t d = 0; same && d < spec_.features.size(); ++d) {
+    same = out->features[d].name == spec_.features[d].first &&
+           out->features[d].config.kind == spec_.features[d].second.kind &&
+           out->features[d].config.dtype == spec_.features[d].second.dtype &&
+           out->features[d].config.shape == spec_.features[d].second.shape;
   }
+  if (!same) out->features.clear();
   Shape(spec_, out);
   const size_t n = serialized.size();
   // A part must be worth a task: at least 64 KiB of input.
