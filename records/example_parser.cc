@@ -885,6 +885,11 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
   }
   if (!same) out->features.clear();
   Shape(spec_, out);
+  // Defaults are read from the output's config: keep them the spec's.
+  for (size_t d = 0; d < spec_.features.size(); ++d) {
+    out->features[d].config.default_value =
+        spec_.features[d].second.default_value;
+  }
   const size_t n = serialized.size();
   // A part must be worth a task: at least 64 KiB of input.
   size_t bytes = 0;
