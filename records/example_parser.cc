@@ -245,6 +245,34 @@ bool ForEachMapEntry(std::string_view msg, EntryFn entry) {
   return true;
 }
 
+// A map entry's key (field 1; the last occurrence wins, and every one must
+// be UTF-8, as protobuf checks each) and the occurrences of its value
+// (field 2, to be merged in order by the caller).
+bool SplitMapEntry(std::string_view msg, std::string_view* key,
+                   std::vector<std::string_view>* values) {
+  *key = {};
+  values->clear();
+  const char* p = msg.data();
+  const char* end = p + msg.size();
+  while (p < end) {
+    uint32_t field = 0, type = 0;
+    if (!wire::ReadTag(p, end, &field, &type)) return false;
+    if (type == wire::kLengthDelimited && (field == 1 || field == 2)) {
+      std::string_view v;
+      if (!wire::ReadLengthDelimited(p, end, &v)) return false;
+      if (field == 1) {
+        if (!wire::IsValidUtf8(v)) return false;
+        *key = v;
+      } else {
+        values->push_back(v);
+      }
+      continue;
+    }
+    if (!wire::SkipField(p, end, field, type, 3)) return false;
+  }
+  return true;
+}
+
 // What one example holds for one spec feature: its kind, the list
 // messages that make up its value (merged in order), and their value count.
 struct Slot {
@@ -338,25 +366,7 @@ class ExampleDecoder {
   // elements (one per step) concatenate.
   bool DecodeListEntry(std::string_view msg, Scratch* s) const {
     std::string_view key;
-    s->entry_values.clear();
-    const char* p = msg.data();
-    const char* end = p + msg.size();
-    while (p < end) {
-      uint32_t field = 0, type = 0;
-      if (!wire::ReadTag(p, end, &field, &type)) return false;
-      if (type == wire::kLengthDelimited && (field == 1 || field == 2)) {
-        std::string_view v;
-        if (!wire::ReadLengthDelimited(p, end, &v)) return false;
-        if (field == 1) {
-          if (!wire::IsValidUtf8(v)) return false;
-          key = v;
-        } else {
-          s->entry_values.push_back(v);
-        }
-        continue;
-      }
-      if (!wire::SkipField(p, end, field, type, 3)) return false;
-    }
+    if (!SplitMapEntry(msg, &key, &s->entry_values)) return false;
     const int index = IndexOf(key);
     const uint32_t first_step = static_cast<uint32_t>(s->steps.size());
     for (std::string_view list : s->entry_values) {
@@ -399,26 +409,7 @@ class ExampleDecoder {
   // earlier entry with the same key.
   bool DecodeEntry(std::string_view msg, Scratch* s) const {
     std::string_view key;
-    s->entry_values.clear();
-    const char* p = msg.data();
-    const char* end = p + msg.size();
-    while (p < end) {
-      uint32_t field = 0, type = 0;
-      if (!wire::ReadTag(p, end, &field, &type)) return false;
-      if (type == wire::kLengthDelimited && (field == 1 || field == 2)) {
-        std::string_view v;
-        if (!wire::ReadLengthDelimited(p, end, &v)) return false;
-        if (field == 1) {
-          // protobuf checks every occurrence, not only the last.
-          if (!wire::IsValidUtf8(v)) return false;
-          key = v;
-        } else {
-          s->entry_values.push_back(v);
-        }
-        continue;
-      }
-      if (!wire::SkipField(p, end, field, type, 3)) return false;
-    }
+    if (!SplitMapEntry(msg, &key, &s->entry_values)) return false;
     const int index = IndexOf(key);
     AlignedVector<int64_t>* ints =
         index >= 0 && spec_.features[static_cast<size_t>(index)].second.dtype ==
