@@ -10,9 +10,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "records/file.h"
@@ -238,6 +240,19 @@ ConvertSummary Convert(const ConvertJob& job) {
 namespace {
 
 int RunConvert(const ConvertOptions& o) {
+  static const std::set<std::string> kFormats = {"csv", "jsonl", "npy",
+                                                 "npz", "idx",   "images"};
+  if (!kFormats.count(o.format)) {
+    throw UsageError(
+        fmt::format("unknown format '{}': expected csv, jsonl, "
+                    "npy, npz, idx or images",
+                    o.format));
+  }
+  for (const std::string& path : o.inputs) {
+    if (!std::filesystem::exists(path)) {
+      throw UsageError(fmt::format("{}: no such file or directory", path));
+    }
+  }
   if (o.shards == 0) throw UsageError("--shards must be at least 1");
   const auto compression = records::ParseCompression(o.compression);
   if (!compression) {

@@ -100,6 +100,15 @@ TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
   EXPECT_EQ(ReadExamples(dir, "out", 2).size(), 3u);
 }
 
+TEST(ConvertTest, UsageErrorsExitTwo) {
+  TempDir dir;
+  EXPECT_EQ(Recflow(dir, "convert parquet x -o " + dir.File("o")).code, 2);
+  const Result missing = Recflow(
+      dir, "convert csv " + dir.File("none.csv") + " -o " + dir.File("o"));
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.err.find("none.csv: no such file"), std::string::npos);
+}
+
 TEST(ConvertTest, JsonLinesWithListsNullsAndWidening) {
   TempDir dir;
   testing::WriteFileBytes(
