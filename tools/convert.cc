@@ -248,7 +248,11 @@ int RunConvert(const ConvertOptions& o) {
                     "npy, npz, idx or images",
                     o.format));
   }
-  for (const std::string& path : o.inputs) {
+  std::vector<std::string> paths = o.inputs;
+  for (const std::string* p : {&o.images, &o.labels}) {
+    if (!p->empty()) paths.push_back(*p);
+  }
+  for (const std::string& path : paths) {
     if (!std::filesystem::exists(path)) {
       throw UsageError(fmt::format("{}: no such file or directory", path));
     }
