@@ -1,12 +1,15 @@
 // recflow convert: users' datasets into sharded TFRecords of tf.Example.
 //
-// One thread reads the input and builds Examples in chunks; chunk j goes to
-// shard j mod N, and writer threads (up to one per core) frame, compress
-// and write the shards side by side.  Every shard is written under a
+// One thread reads the input in chunks of rows; the cores build them into
+// Examples; chunk j goes, in input order, to shard j mod N, and writer
+// threads (up to one per core) frame, compress and write the shards side by
+// side.  Every shard is written under a
 // temporary name and all appear together at the end, or none does.
 #include <fmt/format.h>
+#include <tbb/parallel_pipeline.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -44,6 +47,14 @@ struct ConvertOptions {
 constexpr size_t kChunkRecords = 256;
 // Chunks waiting per writer thread: what bounds memory.
 constexpr size_t kQueuedChunks = 8;
+
+// Chunks of rows being built into Examples at once: what bounds the rows
+// in memory between reading and writing.
+constexpr size_t kChunksInFlight = 16;
+
+struct RowChunk {
+  std::vector<Row> rows;
+};
 
 struct Chunk {
   size_t shard = 0;
@@ -141,6 +152,7 @@ ConvertSummary Convert(const ConvertJob& job) {
       job.shards, job.threads > 0 ? static_cast<size_t>(job.threads) : cores);
   std::vector<ChunkQueue> queues(threads);
   std::vector<std::exception_ptr> errors(threads);
+  std::atomic<bool> writer_failed{false};
   std::vector<std::thread> workers;
   for (size_t t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {
@@ -153,6 +165,7 @@ ConvertSummary Convert(const ConvertJob& job) {
         }
       } catch (...) {
         errors[t] = std::current_exception();
+        writer_failed = true;
         queues[t].Fail();
         while (queues[t].Pop()) {
         }
@@ -165,41 +178,80 @@ ConvertSummary Convert(const ConvertJob& job) {
     workers.clear();
   };
 
+  // Rows are read on one thread, built into Examples on all cores, and
+  // handed to the writers in input order, so that the first bad row
+  // reported is the first in the input and shards hold rows in order.
   ConvertSummary summary;
   Progress progress(*source);
-  try {
-    records::ExampleBuilder builder;
-    size_t chunk_index = 0;
-    bool more = true;
-    while (more) {
-      auto chunk = std::make_unique<Chunk>();
-      chunk->shard = chunk_index % job.shards;
-      while (chunk->records.size() < kChunkRecords) {
-        builder.Clear();
-        try {
-          if (!source->Next(&builder)) {
-            more = false;
-            break;
-          }
-        } catch (const ConvertError& e) {
-          if (!job.skip_bad || !e.row_level()) throw;
-          if (summary.skipped++ == 0) summary.first_skipped = e.what();
-          continue;
-        }
-        chunk->records.emplace_back(builder.Serialize());
-      }
-      summary.records += chunk->records.size();
-      if (!chunk->records.empty()) {
-        const size_t worker = chunk->shard % threads;
-        if (errors[worker]) break;
-        queues[worker].Push(std::move(chunk));
-        ++chunk_index;
-      }
-      progress.Update(summary.records);
+  size_t chunk_index = 0;
+  bool writers_stopped_early = false;
+  auto read_rows = [&](tbb::flow_control& fc) -> std::shared_ptr<RowChunk> {
+    auto chunk = std::make_shared<RowChunk>();
+    chunk->rows.resize(kChunkRecords);
+    size_t n = 0;
+    while (n < kChunkRecords && source->NextRow(&chunk->rows[n])) ++n;
+    if (n == 0) {
+      fc.stop();
+      return nullptr;
     }
+    chunk->rows.resize(n);
+    return chunk;
+  };
+  auto build_examples = [&](std::shared_ptr<RowChunk> chunk) {
+    records::ExampleBuilder builder;
+    for (Row& row : chunk->rows) {
+      if (row.built || !row.error.empty()) continue;
+      builder.Clear();
+      try {
+        source->Build(row, &builder);
+        row.example.assign(builder.Serialize());
+      } catch (const ConvertError& e) {
+        if (!e.row_level()) throw;
+        row.error = e.what();
+      }
+    }
+    return chunk;
+  };
+  auto hand_to_writers = [&](std::shared_ptr<RowChunk> rows) {
+    if (writer_failed) {
+      writers_stopped_early = true;
+      throw ConvertError("a shard writer failed", /*row_level=*/false);
+    }
+    auto chunk = std::make_unique<Chunk>();
+    chunk->shard = chunk_index % job.shards;
+    for (Row& row : rows->rows) {
+      if (!row.error.empty()) {
+        if (!job.skip_bad) throw ConvertError(row.error, /*row_level=*/true);
+        if (summary.skipped++ == 0) summary.first_skipped = row.error;
+        continue;
+      }
+      chunk->records.push_back(std::move(row.example));
+    }
+    summary.records += chunk->records.size();
+    if (!chunk->records.empty()) {
+      queues[chunk->shard % threads].Push(std::move(chunk));
+      ++chunk_index;
+    }
+    progress.Update(summary.records);
+  };
+  try {
+    tbb::parallel_pipeline(
+        kChunksInFlight,
+        tbb::make_filter<void, std::shared_ptr<RowChunk>>(
+            tbb::filter_mode::serial_in_order, read_rows) &
+            tbb::make_filter<std::shared_ptr<RowChunk>,
+                             std::shared_ptr<RowChunk>>(
+                tbb::filter_mode::parallel, build_examples) &
+            tbb::make_filter<std::shared_ptr<RowChunk>, void>(
+                tbb::filter_mode::serial_in_order, hand_to_writers));
   } catch (...) {
     progress.Finish();
     stop_workers();
+    if (writers_stopped_early) {
+      for (auto& e : errors) {
+        if (e) std::rethrow_exception(e);
+      }
+    }
     throw;  // the writers, unfinished or uncommitted, leave nothing
   }
   stop_workers();

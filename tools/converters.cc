@@ -54,6 +54,32 @@ struct File {
   FILE* f = nullptr;
 };
 
+// A source that builds each Example while reading it (arrays, IDX,
+// images: the work is in the reading).
+class BuildingSource : public ExampleSource {
+ public:
+  bool NextRow(Row* row) final {
+    builder_.Clear();
+    row->built = true;
+    row->error.clear();
+    try {
+      if (!Next(&builder_)) return false;
+      row->example.assign(builder_.Serialize());
+    } catch (const ConvertError& e) {
+      if (!e.row_level()) throw;
+      row->error = e.what();
+    }
+    return true;
+  }
+
+ protected:
+  // Writes the next row into `b`; false at the end.  Throws ConvertError.
+  virtual bool Next(ExampleBuilder* b) = 0;
+
+ private:
+  ExampleBuilder builder_;
+};
+
 // --- Typed cells (CSV and JSON Lines) -----------------------------------
 
 // What a column or key holds, widened as rows are seen: int64 -> float;
@@ -231,19 +257,31 @@ class CsvSource final : public ExampleSource {
     Open(0);
   }
 
-  bool Next(ExampleBuilder* b) override {
-    std::vector<std::string>& fields = fields_;
-    uint64_t line = 0;
+  bool NextRow(Row* row) override {
+    row->built = false;
+    row->error.clear();
     while (true) {
       if (reader_ == nullptr) return false;
-      if (reader_->ReadRecord(&fields, &line)) break;
+      try {
+        if (reader_->ReadRecord(&row->fields, &row->line)) break;
+      } catch (const ConvertError& e) {
+        if (!e.row_level()) throw;
+        row->error = e.what();
+        break;
+      }
       bytes_done_ += FileSize(reader_->path());
       Open(file_index_ + 1);
     }
+    row->path = reader_->path();
+    return true;
+  }
+
+  void Build(const Row& row, ExampleBuilder* b) const override {
+    const std::vector<std::string>& fields = row.fields;
+    const uint64_t line = row.line;
     if (fields.size() != header_.size()) {
-      RowError(fmt::format("{}:{}: {} fields, the header has {}",
-                           reader_->path(), line, fields.size(),
-                           header_.size()));
+      RowError(fmt::format("{}:{}: {} fields, the header has {}", row.path,
+                           line, fields.size(), header_.size()));
     }
     for (size_t i = 0; i < fields.size(); ++i) {
       const std::string& cell = fields[i];
@@ -255,7 +293,7 @@ class CsvSource final : public ExampleSource {
             RowError(
                 fmt::format("{}:{}: column '{}': expected an integer, "
                             "found \"{}\"",
-                            reader_->path(), line, header_[i], cell));
+                            row.path, line, header_[i], cell));
           }
           b->AddInt64(header_[i], v);
           break;
@@ -266,7 +304,7 @@ class CsvSource final : public ExampleSource {
             RowError(
                 fmt::format("{}:{}: column '{}': expected a number, "
                             "found \"{}\"",
-                            reader_->path(), line, header_[i], cell));
+                            row.path, line, header_[i], cell));
           }
           b->AddFloat(header_[i], v);
           break;
@@ -276,7 +314,6 @@ class CsvSource final : public ExampleSource {
           break;
       }
     }
-    return true;
   }
 
   std::optional<uint64_t> rows() const override { return rows_; }
@@ -299,7 +336,6 @@ class CsvSource final : public ExampleSource {
   std::vector<std::string> files_;
   std::vector<std::string> header_;
   std::vector<CellType> types_;
-  std::vector<std::string> fields_;
   std::unique_ptr<CsvReader> reader_;
   size_t file_index_ = 0;
   uint64_t rows_ = 0;
@@ -352,61 +388,70 @@ class JsonlSource final : public ExampleSource {
     Open(0);
   }
 
-  bool Next(ExampleBuilder* b) override {
-    std::string& line = line_;
+  bool NextRow(Row* r) override {
+    r->built = false;
+    r->error.clear();
     while (true) {
       if (file_ == nullptr) return false;
-      if (ReadLine(file_->f, &line)) {
+      if (ReadLine(file_->f, &r->text)) {
         ++line_number_;
-        if (!IsBlank(line)) break;
+        if (!IsBlank(r->text)) break;
         continue;
       }
       bytes_done_ += FileSize(file_->path);
       Open(file_index_ + 1);
     }
-    const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    r->path = file_->path;
+    r->line = line_number_;
+    return true;
+  }
+
+  void Build(const Row& r, ExampleBuilder* b) const override {
+    const nlohmann::json row = nlohmann::json::parse(r.text, nullptr, false);
     if (row.is_discarded() || !row.is_object()) {
-      RowError(fmt::format("{}:{}: expected one JSON object per line",
-                           file_->path, line_number_));
+      RowError(fmt::format("{}:{}: expected one JSON object per line", r.path,
+                           r.line));
     }
+    std::vector<int64_t> ints;
+    std::vector<float> floats;
+    std::vector<std::string> strings;
     for (const auto& [key, value] : row.items()) {
       if (value.is_null()) continue;  // absent
-      const CellType type = types_[key];
+      const auto known = types_.find(key);
+      const CellType type =
+          known == types_.end() ? CellType::kNone : known->second;
       const nlohmann::json values =
           value.is_array() ? value : nlohmann::json::array({value});
       if (!records::wire::IsValidUtf8(key)) {
-        RowError(
-            fmt::format("{}:{}: key is not UTF-8", file_->path, line_number_));
+        RowError(fmt::format("{}:{}: key is not UTF-8", r.path, r.line));
       }
       try {
         switch (type) {
           case CellType::kInt64: {
-            ints_.clear();
+            ints.clear();
             for (const auto& e : values) {
               if (!e.is_number_integer() && !e.is_boolean()) throw 0;
-              ints_.push_back(e.is_boolean() ? e.get<bool>()
-                                             : e.get<int64_t>());
+              ints.push_back(e.is_boolean() ? e.get<bool>() : e.get<int64_t>());
             }
-            b->AddInt64List(key, ints_);
+            b->AddInt64List(key, ints);
             break;
           }
           case CellType::kFloat: {
-            floats_.clear();
+            floats.clear();
             for (const auto& e : values) {
               if (!e.is_number() && !e.is_boolean()) throw 0;
-              floats_.push_back(e.is_boolean() ? e.get<bool>()
-                                               : e.get<float>());
+              floats.push_back(e.is_boolean() ? e.get<bool>() : e.get<float>());
             }
-            b->AddFloatList(key, floats_);
+            b->AddFloatList(key, floats);
             break;
           }
           case CellType::kBytes: {
-            strings_.clear();
+            strings.clear();
             for (const auto& e : values) {
               if (!e.is_string()) throw 0;
-              strings_.push_back(e.get<std::string>());
+              strings.push_back(e.get<std::string>());
             }
-            b->AddBytesList(key, strings_);
+            b->AddBytesList(key, strings);
             break;
           }
           case CellType::kNone:
@@ -417,7 +462,7 @@ class JsonlSource final : public ExampleSource {
         RowError(fmt::format(
             "{}:{}: key '{}': expected {} values (numbers, strings, or "
             "lists of one of them), found {}",
-            file_->path, line_number_, key,
+            r.path, r.line, key,
             type == CellType::kBytes   ? "string"
             : type == CellType::kFloat ? "numeric"
             : type == CellType::kInt64 ? "integer"
@@ -425,7 +470,6 @@ class JsonlSource final : public ExampleSource {
             value.dump().substr(0, 80)));
       }
     }
-    return true;
   }
 
   std::optional<uint64_t> rows() const override { return rows_; }
@@ -459,10 +503,6 @@ class JsonlSource final : public ExampleSource {
   std::unique_ptr<File> file_;
   size_t file_index_ = 0;
   uint64_t line_number_ = 0;
-  std::string line_;
-  std::vector<int64_t> ints_;
-  std::vector<float> floats_;
-  std::vector<std::string> strings_;
   uint64_t rows_ = 0;
   uint64_t total_bytes_ = 0;
   uint64_t bytes_done_ = 0;
@@ -742,7 +782,7 @@ std::string Stem(const std::string& path) {
 }
 
 // Arrays side by side: row i of every array makes Example i.
-class ArraysSource final : public ExampleSource {
+class ArraysSource final : public BuildingSource {
  public:
   explicit ArraysSource(std::vector<std::unique_ptr<NpyArray>> arrays,
                         uint64_t total_bytes, const std::string& what)
@@ -921,7 +961,7 @@ uint32_t Be32(const unsigned char* p) {
   return (uint32_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
 }
 
-class IdxSource final : public ExampleSource {
+class IdxSource final : public BuildingSource {
  public:
   IdxSource(const std::string& images, const std::string& labels)
       : images_(images),
@@ -1042,7 +1082,7 @@ bool ImageSize(const std::string& bytes, std::string* format, int64_t* height,
   return false;
 }
 
-class ImagesSource final : public ExampleSource {
+class ImagesSource final : public BuildingSource {
  public:
   explicit ImagesSource(const std::string& dir)
       : classes_(ImageClassNames(dir)) {
@@ -1111,6 +1151,14 @@ class ImagesSource final : public ExampleSource {
 };
 
 }  // namespace
+
+void ExampleSource::Build(const Row& row, ExampleBuilder*) const {
+  throw ConvertError(
+      fmt::format("{}:{}: internal error: this source builds its rows "
+                  "while reading them",
+                  row.path, row.line),
+      /*row_level=*/false);
+}
 
 std::vector<std::string> ImageClassNames(const std::string& directory) {
   std::error_code ec;

@@ -30,13 +30,29 @@ class ConvertError : public std::runtime_error {
   bool row_level_;
 };
 
+// One row of input on its way to an Example.  Sources whose rows are cheap
+// to turn into Examples build them while reading (`built`); CSV and JSON
+// Lines hand over the raw row, and Build() runs on worker threads.
+struct Row {
+  std::vector<std::string> fields;  // csv: the cells
+  std::string text;                 // jsonl: the line
+  std::string path;                 // where the row is, for errors
+  uint64_t line = 0;
+  bool built = false;
+  std::string example;  // the serialized Example, once built
+  std::string error;    // a row-level error found while reading
+};
+
 class ExampleSource {
  public:
   virtual ~ExampleSource() = default;
-  // Writes the next row into `builder` (cleared by the caller).  Returns
-  // false at the end.  Throws ConvertError; after a row-level error the
-  // source is positioned after that row.
-  virtual bool Next(records::ExampleBuilder* builder) = 0;
+  // Reads the next row, on the one reading thread.  Returns false at the
+  // end.  A bad row is returned with `error` set (the source moves past
+  // it); errors that make the input unusable throw ConvertError.
+  virtual bool NextRow(Row* row) = 0;
+  // Turns a row that is not `built` into an Example.  Called from several
+  // threads at once.  Throws ConvertError (row-level) for a bad row.
+  virtual void Build(const Row& row, records::ExampleBuilder* builder) const;
   // The number of rows, when known before reading (for balanced shards
   // and an ETA), counting rows that may turn out bad.
   virtual std::optional<uint64_t> rows() const { return std::nullopt; }

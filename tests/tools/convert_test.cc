@@ -100,6 +100,38 @@ TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
   EXPECT_EQ(ReadExamples(dir, "out", 2).size(), 3u);
 }
 
+// Rows are built on several threads but reach the shards in input order,
+// and the bad row reported is the first one in the input.
+TEST(ConvertTest, ManyRowsKeepTheirOrderAndTheFirstBadRowIsReported) {
+  TempDir dir;
+  std::string csv = "id,v\n";
+  for (int i = 0; i < 20000; ++i) {
+    csv += std::to_string(i) + "," + std::to_string(i * 0.5) + "\n";
+  }
+  testing::WriteFileBytes(dir.File("good.csv"), csv);
+  ASSERT_EQ(Recflow(dir, "convert csv " + dir.File("good.csv") + " -o " +
+                             dir.File("out"))
+                .code,
+            0);
+  const auto ex = ReadExamples(dir, "out", 1);
+  ASSERT_EQ(ex.size(), 20000u);
+  for (int i = 0; i < 20000; ++i) {
+    ASSERT_EQ(Get(ex[i], "id")->int64_list().value(0), i);
+  }
+  std::string bad = "id,v\n";
+  for (int i = 0; i < 20000; ++i) {
+    bad += i == 3000 || i == 15000 ? std::to_string(i) + "\n"
+                                   : std::to_string(i) + ",1\n";
+  }
+  testing::WriteFileBytes(dir.File("bad.csv"), bad);
+  for (int run = 0; run < 3; ++run) {
+    const Result r = Recflow(
+        dir, "convert csv " + dir.File("bad.csv") + " -o " + dir.File("bad"));
+    EXPECT_EQ(r.code, 1);
+    EXPECT_NE(r.err.find("bad.csv:3002: 1 fields"), std::string::npos) << r.err;
+  }
+}
+
 TEST(ConvertTest, UsageErrorsExitTwo) {
   TempDir dir;
   EXPECT_EQ(Recflow(dir, "convert parquet x -o " + dir.File("o")).code, 2);
