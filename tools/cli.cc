@@ -50,6 +50,27 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& args) {
   return files;
 }
 
+records::WriterOptions ShardWriterOptions(uint64_t shards,
+                                          const std::string& compression,
+                                          bool index) {
+  if (shards == 0) throw UsageError("--shards must be at least 1");
+  const auto c = records::ParseCompression(compression);
+  if (!c) {
+    throw UsageError(fmt::format(
+        "--compression {}: expected none, zlib, gzip or zstd", compression));
+  }
+  if (index && (*c == records::Compression::kZlib ||
+                *c == records::Compression::kGzip)) {
+    throw UsageError(
+        "--index needs --compression none or zstd: a zlib or gzip stream "
+        "cannot be entered in the middle");
+  }
+  records::WriterOptions options;
+  options.compression = *c;
+  options.build_index = index;
+  return options;
+}
+
 std::string ShardName(const std::string& prefix, uint64_t shard,
                       uint64_t shards, std::string_view suffix) {
   return fmt::format("{}-{:05d}-of-{:05d}.tfrecord{}", prefix, shard, shards,

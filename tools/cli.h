@@ -42,6 +42,13 @@ Runner AddReshardCommand(CLI::App& app);
 Runner AddIndexCommand(CLI::App& app);
 Runner AddDemoCommand(CLI::App& app);
 
+// Writer options for commands that write shards (reshard, convert), from
+// their flags.  Throws UsageError for zero shards, an unknown compression,
+// or --index with a compression that cannot be indexed (zlib, gzip).
+records::WriterOptions ShardWriterOptions(uint64_t shards,
+                                          const std::string& compression,
+                                          bool index);
+
 // The shard naming of TensorFlow's and Beam's writers:
 // PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
 std::string ShardName(const std::string& prefix, uint64_t shard,

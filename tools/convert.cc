@@ -309,16 +309,8 @@ int RunConvert(const ConvertOptions& o) {
       throw UsageError(fmt::format("{}: no such file or directory", path));
     }
   }
-  if (o.shards == 0) throw UsageError("--shards must be at least 1");
-  const auto compression = records::ParseCompression(o.compression);
-  if (!compression) {
-    throw UsageError(fmt::format(
-        "--compression {}: expected none, zlib, gzip or zstd", o.compression));
-  }
-  if (o.index && (*compression == records::Compression::kZlib ||
-                  *compression == records::Compression::kGzip)) {
-    throw UsageError("--index needs --compression none or zstd");
-  }
+  const records::WriterOptions writer =
+      ShardWriterOptions(o.shards, o.compression, o.index);
   std::optional<records::FeatureSpec> spec;
   if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
   ConvertJob job;
@@ -326,8 +318,7 @@ int RunConvert(const ConvertOptions& o) {
   job.inputs = {o.inputs, o.images, o.labels, spec ? &*spec : nullptr};
   job.output = o.output;
   job.shards = o.shards;
-  job.writer.compression = *compression;
-  job.writer.build_index = o.index;
+  job.writer = writer;
   job.threads = o.threads;
   job.skip_bad = o.skip_bad;
   const ConvertSummary s = Convert(job);
@@ -351,7 +342,7 @@ int RunConvert(const ConvertOptions& o) {
         "converted {} records ({}) into {} shards, {} bytes ({}), in "
         "{:.2f} s ({:.0f} records/s)\n",
         s.records, o.format, o.shards, s.bytes,
-        records::CompressionName(*compression), s.seconds, rate);
+        records::CompressionName(writer.compression), s.seconds, rate);
     fmt::print("  {}\n", s.shards.front().path);
     if (o.shards > 1) fmt::print("  ...\n  {}\n", s.shards.back().path);
     if (!s.labels_file.empty()) fmt::print("  {}\n", s.labels_file);

@@ -95,20 +95,8 @@ namespace {
 
 int RunReshard(const ReshardOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
-  if (o.shards == 0) throw UsageError("--shards must be at least 1");
-  const auto compression = records::ParseCompression(o.compression);
-  if (!compression) {
-    throw UsageError(fmt::format(
-        "--compression {}: expected none, zlib, gzip or zstd", o.compression));
-  }
-  if (o.index && (*compression == records::Compression::kZlib ||
-                  *compression == records::Compression::kGzip)) {
-    throw UsageError(
-        "--index needs --compression none or zstd: a zlib or gzip stream "
-        "cannot be entered in the middle");
-  }
-  records::WriterOptions wo;
-  wo.compression = *compression;
+  records::WriterOptions wo =
+      ShardWriterOptions(o.shards, o.compression, o.index);
   wo.level = o.level;
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ShardResult> written =
@@ -136,7 +124,8 @@ int RunReshard(const ReshardOptions& o) {
                            .dump());
   } else {
     fmt::print("wrote {} records into {} shards ({}) in {:.2f} s\n", records,
-               written.size(), records::CompressionName(*compression), seconds);
+               written.size(), records::CompressionName(wo.compression),
+               seconds);
   }
   return kExitOk;
 }
