@@ -520,69 +520,71 @@ class ExampleDecoder {
   std::vector<int> table_;
 };
 
-// Appends the values of a slot's lists (already validated) to `out`.
-void AppendFloats(std::span<const std::string_view> lists, float* out) {
+// Calls value(field_type, p, end) for each field 1 (the values) of the
+// list messages `lists`, which ValidateList has accepted; value reads the
+// field's value and advances p.  Other fields are skipped.
+template <typename ValueFn>
+void ForEachValueField(std::span<const std::string_view> lists, ValueFn value) {
   for (std::string_view list : lists) {
     const char* p = list.data();
     const char* end = p + list.size();
     while (p < end) {
       uint32_t field = 0, type = 0;
       wire::ReadTag(p, end, &field, &type);
-      if (field == 1 && type == wire::kLengthDelimited) {
-        std::string_view v;
-        wire::ReadLengthDelimited(p, end, &v);
-        if (!v.empty()) std::memcpy(out, v.data(), v.size());
-        out += v.size() / 4;
-      } else if (field == 1 && type == wire::kFixed32) {
-        std::memcpy(out++, p, 4);
-        p += 4;
-      } else {
+      if (field != 1 || !value(type, p, end)) {
         wire::SkipField(p, end, field, type, kListDepth + 1);
       }
     }
   }
+}
+
+// Append the values of a slot's lists (already validated) to `out`.
+void AppendFloats(std::span<const std::string_view> lists, float* out) {
+  ForEachValueField(lists, [&](uint32_t type, const char*& p, const char* end) {
+    if (type == wire::kLengthDelimited) {  // packed
+      std::string_view v;
+      wire::ReadLengthDelimited(p, end, &v);
+      if (!v.empty()) std::memcpy(out, v.data(), v.size());
+      out += v.size() / 4;
+      return true;
+    }
+    if (type == wire::kFixed32) {
+      std::memcpy(out++, p, 4);
+      p += 4;
+      return true;
+    }
+    return false;
+  });
 }
 
 void AppendInts(std::span<const std::string_view> lists, int64_t* out) {
-  for (std::string_view list : lists) {
-    const char* p = list.data();
-    const char* end = p + list.size();
-    while (p < end) {
-      uint32_t field = 0, type = 0;
-      wire::ReadTag(p, end, &field, &type);
-      uint64_t x = 0;
-      if (field == 1 && type == wire::kLengthDelimited) {
-        std::string_view v;
-        wire::ReadLengthDelimited(p, end, &v);
-        bool valid;  // validated before: always true
-        out = DecodePackedVarints(v, out, &valid);
-      } else if (field == 1 && type == wire::kVarint) {
-        wire::ReadVarint(p, end, &x);
-        *out++ = static_cast<int64_t>(x);
-      } else {
-        wire::SkipField(p, end, field, type, kListDepth + 1);
-      }
+  ForEachValueField(lists, [&](uint32_t type, const char*& p, const char* end) {
+    if (type == wire::kLengthDelimited) {  // packed
+      std::string_view v;
+      wire::ReadLengthDelimited(p, end, &v);
+      bool valid;  // validated before: always true
+      out = DecodePackedVarints(v, out, &valid);
+      return true;
     }
-  }
+    if (type == wire::kVarint) {
+      uint64_t x = 0;
+      wire::ReadVarint(p, end, &x);
+      *out++ = static_cast<int64_t>(x);
+      return true;
+    }
+    return false;
+  });
 }
 
 void AppendBytes(std::span<const std::string_view> lists, ParsedFeature* f) {
-  for (std::string_view list : lists) {
-    const char* p = list.data();
-    const char* end = p + list.size();
-    while (p < end) {
-      uint32_t field = 0, type = 0;
-      wire::ReadTag(p, end, &field, &type);
-      if (field == 1 && type == wire::kLengthDelimited) {
-        std::string_view v;
-        wire::ReadLengthDelimited(p, end, &v);
-        f->bytes_data.append(v);
-        f->bytes_offsets.push_back(f->bytes_data.size());
-      } else {
-        wire::SkipField(p, end, field, type, kListDepth + 1);
-      }
-    }
-  }
+  ForEachValueField(lists, [&](uint32_t type, const char*& p, const char* end) {
+    if (type != wire::kLengthDelimited) return false;
+    std::string_view v;
+    wire::ReadLengthDelimited(p, end, &v);
+    f->bytes_data.append(v);
+    f->bytes_offsets.push_back(f->bytes_data.size());
+    return true;
+  });
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
