@@ -63,6 +63,15 @@ inline void EncodeFooter(char* footer, const char* data, size_t n) {
   EncodeLittleEndian<uint32_t>(footer, crc32c::Mask(crc32c::Value(data, n)));
 }
 
+// Checks both CRCs of the complete frames starting at `p` (up to `end`) of
+// up to kVerifyBatch records of at most kBatchedRecordBytes each, three
+// records at a time (crc32c::ValueMany), and returns the end of the prefix
+// whose frames all check.  Returns `p` when fewer than two frames qualify:
+// single records are as fast on the one-record path, which also reports.
+inline constexpr size_t kVerifyBatch = 32;
+inline constexpr uint64_t kBatchedRecordBytes = 4096;
+const char* VerifyFramesAhead(const char* p, const char* end);
+
 }  // namespace recflow::records
 
 #endif  // RECFLOW_RECORDS_TFRECORD_FORMAT_H_

@@ -136,44 +136,8 @@ void TFRecordReader::Resynchronize(DamageKind kind, std::string detail) {
 }
 
 void TFRecordReader::VerifyAhead() {
-  // Records of up to this many bytes are checked in batches; longer ones
-  // keep the single-record path, whose three-lane CRC is already at speed.
-  constexpr uint64_t kBatchedRecordBytes = 4096;
-  const char* headers[kVerifyBatch];
-  const char* data[kVerifyBatch];
-  size_t eight[kVerifyBatch];
-  size_t lengths[kVerifyBatch];
-  uint32_t header_crcs[kVerifyBatch];
-  uint32_t data_crcs[kVerifyBatch];
-  size_t count = 0;
-  const char* p = pos_;
-  while (count < kVerifyBatch &&
-         static_cast<size_t>(end_ - p) >= kHeaderBytes) {
-    const uint64_t length = HeaderLength(p);
-    if (length > kBatchedRecordBytes ||
-        static_cast<size_t>(end_ - p) < length + kFrameOverhead) {
-      break;
-    }
-    headers[count] = p;
-    eight[count] = 8;
-    data[count] = p + kHeaderBytes;
-    lengths[count] = length;
-    ++count;
-    p += length + kFrameOverhead;
-  }
-  if (count < 2) return;
-  crc32c::ValueMany(headers, eight, header_crcs, count);
-  crc32c::ValueMany(data, lengths, data_crcs, count);
-  for (size_t i = 0; i < count; ++i) {
-    if (header_crcs[i] != HeaderStoredCrc(headers[i]) ||
-        data_crcs[i] != crc32c::Unmask(DecodeLittleEndian<uint32_t>(
-                            data[i] + lengths[i]))) {
-      // Records from here on take the single-record path, which reports.
-      verified_end_ = pos_offset_ + static_cast<uint64_t>(headers[i] - pos_);
-      return;
-    }
-  }
-  verified_end_ = pos_offset_ + static_cast<uint64_t>(p - pos_);
+  verified_end_ = pos_offset_ +
+                  static_cast<uint64_t>(VerifyFramesAhead(pos_, end_) - pos_);
 }
 
 bool TFRecordReader::ReadRecord(std::string_view* record) {

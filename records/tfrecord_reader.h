@@ -122,7 +122,6 @@ class TFRecordReader {
   // one interleaved pass (crc32c::ValueMany) and advances verified_end_
   // past those that pass.
   void VerifyAhead();
-  static constexpr size_t kVerifyBatch = 32;
   uint64_t RecordsSeen() const {
     return stats_.records + stats_.damaged_records;
   }

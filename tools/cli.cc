@@ -1,53 +1,18 @@
 #include "tools/cli.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <filesystem>
+
+#include "records/file_list.h"
 
 namespace recflow::tools {
-namespace {
-
-bool IsRecordFileName(const std::string& name) {
-  if (name.empty() || name[0] == '.') return false;
-  if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".idx") == 0) {
-    return false;
-  }
-  return name.find("tfrecord") != std::string::npos ||
-         name.find("tfrec") != std::string::npos;
-}
-
-}  // namespace
-
 std::vector<std::string> ExpandInputs(const std::vector<std::string>& args) {
-  std::vector<std::string> files;
-  for (const std::string& arg : args) {
-    struct stat st;
-    if (stat(arg.c_str(), &st) != 0) {
-      throw UsageError(fmt::format("{}: no such file or directory", arg));
-    }
-    if (!S_ISDIR(st.st_mode)) {
-      files.push_back(arg);
-      continue;
-    }
-    std::vector<std::string> found;
-    for (const auto& entry : std::filesystem::directory_iterator(arg)) {
-      if (!entry.is_regular_file()) continue;
-      if (IsRecordFileName(entry.path().filename().string())) {
-        found.push_back(entry.path().string());
-      }
-    }
-    if (found.empty()) {
-      throw UsageError(
-          fmt::format("{}: directory holds no record files (names containing "
-                      "'tfrecord' or 'tfrec', not hidden, not .idx)",
-                      arg));
-    }
-    std::sort(found.begin(), found.end());
-    files.insert(files.end(), found.begin(), found.end());
+  try {
+    return records::ExpandRecordPaths(args);
+  } catch (const records::FileListError& e) {
+    throw UsageError(e.what());
   }
-  return files;
 }
 
 records::WriterOptions ShardWriterOptions(uint64_t shards,

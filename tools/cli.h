@@ -27,7 +27,8 @@ class UsageError : public std::runtime_error {
 
 // Files named on the command line, with directories expanded to the record
 // files in them (sorted; names containing "tfrecord" or "tfrec", not hidden,
-// not ending in ".idx").  Throws UsageError for a missing path or a
+// not ending in ".idx") and glob patterns into their matches (records::
+// ExpandRecordPaths).  Throws UsageError for a missing path or a
 // directory without record files.
 std::vector<std::string> ExpandInputs(const std::vector<std::string>& args);
 

@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "records/csv_reader.h"
 #include "records/wire_format.h"
 
 namespace recflow::tools {
@@ -125,83 +126,28 @@ CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
 
 // --- CSV (RFC 4180) -----------------------------------------------------
 
+// records::CsvReader, its errors as ConvertErrors.
 class CsvReader {
  public:
-  explicit CsvReader(const std::string& path) : file_(path) {}
-
-  // Reads one record's fields; false at the end of the file.  `line` is
-  // the line the record starts on.
+  explicit CsvReader(const std::string& path) {
+    try {
+      reader_ = std::make_unique<records::CsvReader>(path);
+    } catch (const records::CsvError& e) {
+      InputError(e.what());
+    }
+  }
   bool ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
-    fields->clear();
-    int c = Get();
-    if (c == EOF) return false;
-    if (first_ && c == 0xEF) {  // a UTF-8 byte order mark
-      if (Get() != 0xBB || Get() != 0xBF) {
-        InputError(fmt::format("{}:1: starts with a broken byte order mark",
-                               file_.path));
-      }
-      c = Get();
-    }
-    first_ = false;
-    *line = line_;
-    std::string field;
-    while (true) {
-      if (c == '"') {
-        // Quoted: up to the closing quote; "" is a quote.
-        while (true) {
-          c = Get();
-          if (c == EOF) {
-            InputError(fmt::format("{}:{}: a quoted field is not closed",
-                                   file_.path, *line));
-          }
-          if (c == '"') {
-            c = Get();
-            if (c != '"') break;
-          }
-          if (c == '\n') ++line_;
-          field.push_back(static_cast<char>(c));
-        }
-        if (c != ',' && c != '\n' && c != '\r' && c != EOF) {
-          RowError(fmt::format("{}:{}: unexpected '{}' after a closing quote",
-                               file_.path, line_, static_cast<char>(c)));
-        }
-      } else {
-        while (c != ',' && c != '\n' && c != '\r' && c != EOF) {
-          field.push_back(static_cast<char>(c));
-          c = Get();
-        }
-      }
-      fields->push_back(std::move(field));
-      field.clear();
-      if (c == ',') {
-        c = Get();
-        continue;
-      }
-      if (c == '\r') {
-        c = Get();
-        if (c != '\n' && c != EOF) std::ungetc(c, file_.f);
-      }
-      ++line_;
-      return true;
+    try {
+      return reader_->ReadRecord(fields, line);
+    } catch (const records::CsvError& e) {
+      throw ConvertError(e.what(), e.row_level());
     }
   }
-
-  uint64_t position() const {
-    return static_cast<uint64_t>(std::ftell(file_.f));
-  }
-  const std::string& path() const { return file_.path; }
-  void Rewind() {
-    std::rewind(file_.f);
-    line_ = 1;
-    first_ = true;
-  }
+  uint64_t position() const { return reader_->position(); }
+  const std::string& path() const { return reader_->path(); }
 
  private:
-  int Get() { return getc_unlocked(file_.f); }
-
-  File file_;
-  uint64_t line_ = 1;
-  bool first_ = true;
+  std::unique_ptr<records::CsvReader> reader_;
 };
 
 class CsvSource final : public ExampleSource {

@@ -1,0 +1,239 @@
+#include "pipeline/async_iterator.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+namespace recflow::pipeline {
+
+AsyncIterator::AsyncIterator(IteratorContext* ctx,
+                             std::unique_ptr<IteratorBase> input,
+                             StageCounter* counter, Config config)
+    : ctx_(ctx),
+      input_(std::move(input)),
+      counter_(counter),
+      config_(std::move(config)) {
+  wake_up_id_ = ctx_->AddWakeUp([this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    consumer_cv_.notify_all();
+    driver_cv_.notify_all();
+  });
+  if (config_.fn) {
+    ctx_->arena().execute([this] {
+      graph_ = std::make_unique<tbb::flow::graph>();
+      node_ = std::make_unique<
+          tbb::flow::function_node<Slot*, tbb::flow::continue_msg>>(
+          *graph_, static_cast<size_t>(config_.parallel_calls),
+          [this](Slot* slot) {
+            RunTask(slot);
+            return tbb::flow::continue_msg();
+          });
+    });
+  }
+  counter_->buffered.store(0);
+}
+
+AsyncIterator::~AsyncIterator() {
+  ctx_->RemoveWakeUp(wake_up_id_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  driver_cv_.notify_all();
+  if (driver_.joinable()) driver_.join();
+  if (graph_) graph_->wait_for_all();
+}
+
+void AsyncIterator::Start() {
+  started_ = true;
+  driver_ = std::thread([this] { DriverLoop(); });
+}
+
+bool AsyncIterator::HasRoom() const {
+  if (slots_.size() >= config_.max_elements) return false;
+  return config_.max_bytes == 0 || slots_.empty() || bytes_ < config_.max_bytes;
+}
+
+void AsyncIterator::DriverLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    driver_cv_.wait(
+        lock, [this] { return stop_ || pause_ || (!input_end_ && HasRoom()); });
+    if (stop_) return;
+    if (pause_) {
+      paused_ = true;
+      consumer_cv_.notify_all();
+      driver_cv_.wait(lock, [this] { return stop_ || !pause_; });
+      paused_ = false;
+      continue;
+    }
+    auto slot = std::make_unique<Slot>();
+    in_input_ = true;
+    lock.unlock();
+    bool got = false;
+    try {
+      got = input_->GetNext(&slot->element);
+    } catch (...) {
+      slot->error = std::current_exception();
+    }
+    lock.lock();
+    in_input_ = false;
+    if (slot->error || !got) {
+      slot->end = !slot->error;
+      input_end_ = slot->end;
+      slot->ready = true;
+    } else {
+      slot->bytes = slot->element.byte_size();
+      slot->ready = !config_.fn;
+    }
+    Slot* raw = slot.get();
+    bytes_ += raw->bytes;
+    slots_.push_back(std::move(slot));
+    counter_->buffered.store(static_cast<int64_t>(slots_.size()),
+                             std::memory_order_relaxed);
+    if (!raw->ready) {
+      ++in_flight_;
+      node_->try_put(raw);
+    } else {
+      consumer_cv_.notify_all();
+    }
+  }
+}
+
+void AsyncIterator::RunTask(Slot* slot) {
+  const auto start = std::chrono::steady_clock::now();
+  Element result;
+  std::exception_ptr error;
+  try {
+    result = config_.fn(std::move(slot->element));
+  } catch (...) {
+    error = std::current_exception();
+  }
+  counter_->busy_ns += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::steady_clock::now() - start)
+          .count());
+  const size_t bytes = error ? 0 : result.byte_size();
+  std::lock_guard<std::mutex> lock(mu_);
+  slot->element = std::move(result);
+  slot->error = error;
+  bytes_ = bytes_ - slot->bytes + bytes;
+  slot->bytes = bytes;
+  slot->ready = true;
+  --in_flight_;
+  consumer_cv_.notify_all();
+  if (in_flight_ == 0) driver_cv_.notify_all();
+}
+
+std::deque<std::unique_ptr<AsyncIterator::Slot>>::iterator
+AsyncIterator::Takeable() {
+  if (slots_.empty()) return slots_.end();
+  if (config_.deterministic || !config_.fn) {
+    return slots_.front()->ready ? slots_.begin() : slots_.end();
+  }
+  // Any finished result; the end only once everything before it is taken.
+  for (auto it = slots_.begin(); it != slots_.end(); ++it) {
+    if ((*it)->ready && !(*it)->end) return it;
+  }
+  return slots_.front()->end ? slots_.begin() : slots_.end();
+}
+
+bool AsyncIterator::GetNext(Element* out) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!started_) Start();
+  auto it = Takeable();
+  if (it == slots_.end()) {
+    WaitScope wait(counter_);
+    consumer_cv_.wait(lock, [&] {
+      it = Takeable();
+      return it != slots_.end() || ctx_->cancelled();
+    });
+  }
+  if (it == slots_.end()) throw Cancelled();
+  Slot& slot = **it;
+  if (slot.end) return false;  // stays, so that later calls end too
+  std::unique_ptr<Slot> taken = std::move(*it);
+  slots_.erase(it);
+  bytes_ -= taken->bytes;
+  counter_->buffered.store(static_cast<int64_t>(slots_.size()),
+                           std::memory_order_relaxed);
+  driver_cv_.notify_all();
+  lock.unlock();
+  if (taken->error) std::rethrow_exception(taken->error);
+  *out = std::move(taken->element);
+  return true;
+}
+
+void AsyncIterator::Save(StateWriter* w) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (started_) {
+    pause_ = true;
+    driver_cv_.notify_all();
+    consumer_cv_.wait(lock, [this] {
+      return (paused_ || stop_) && !in_input_ && in_flight_ == 0;
+    });
+  }
+  w->BeginStage(config_.stage);
+  w->Bool(input_end_);
+  w->U64(slots_.size());
+  for (const auto& slot : slots_) {
+    if (slot->end) {
+      w->U64(0);
+    } else if (slot->error) {
+      w->U64(1);
+      try {
+        std::rethrow_exception(slot->error);
+      } catch (const std::exception& e) {
+        w->String(e.what());
+      } catch (...) {
+        w->String("unknown error");
+      }
+    } else {
+      w->U64(2);
+      w->WriteElement(slot->element);
+    }
+  }
+  // The driver is paused outside input_, so the input can be saved.
+  input_->Save(w);
+  pause_ = false;
+  driver_cv_.notify_all();
+}
+
+void AsyncIterator::Restore(StateReader* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) throw Error("cannot restore a running asynchronous stage");
+  r->BeginStage(config_.stage);
+  input_end_ = r->Bool();
+  const uint64_t n = r->U64();
+  if (n > config_.max_elements) {
+    throw Error(
+        fmt::format("{} state holds {} elements, more than its "
+                    "buffer of {}",
+                    config_.stage, n, config_.max_elements));
+  }
+  slots_.clear();
+  bytes_ = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->ready = true;
+    switch (r->U64()) {
+      case 0:
+        slot->end = true;
+        break;
+      case 1:
+        slot->error = std::make_exception_ptr(Error(r->String()));
+        break;
+      case 2:
+        slot->element = r->ReadElement();
+        slot->bytes = slot->element.byte_size();
+        break;
+      default:
+        throw Error(fmt::format("{} state: unknown slot kind", config_.stage));
+    }
+    bytes_ += slot->bytes;
+    slots_.push_back(std::move(slot));
+  }
+  input_->Restore(r);
+}
+
+}  // namespace recflow::pipeline

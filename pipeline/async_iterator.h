@@ -1,0 +1,97 @@
+// The engine of Prefetch and parallel Map: a driver thread pulls the input
+// ahead of the consumer into an ordered, bounded buffer; with a function,
+// each pulled element is transformed by a oneTBB flow graph node of
+// concurrency `parallel_calls` in the iterator's task arena.
+//
+//   driver thread:  input.GetNext ──▶ slot (in input order) ──▶ map node
+//   flow graph:     map node (parallel_calls at once) ──▶ slot ready
+//   consumer:       GetNext takes the first slot (deterministic) or the
+//                   first ready one, and frees room for the driver
+//
+// Bounds: at most `max_elements` slots exist at once (pulled and not yet
+// taken), and the driver stops pulling while their bytes exceed
+// `max_bytes` (0: no byte bound); so memory stays bounded and a slow
+// consumer stops the driver (back-pressure).  Graph tasks never block.
+//
+// Errors travel in their slot and are thrown to the consumer at that
+// element's place in the order.  Save() pauses the driver, waits for the
+// graph to finish its tasks, and writes the buffered results followed by
+// the input's state.
+#ifndef RECFLOW_PIPELINE_ASYNC_ITERATOR_H_
+#define RECFLOW_PIPELINE_ASYNC_ITERATOR_H_
+
+#include <tbb/flow_graph.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "pipeline/dataset.h"
+
+namespace recflow::pipeline {
+
+class AsyncIterator final : public IteratorBase {
+ public:
+  struct Config {
+    std::string stage;  // the name in states
+    size_t max_elements = 1;
+    uint64_t max_bytes = 0;
+    MapFn fn;  // null: prefetch only
+    int parallel_calls = 1;
+    bool deterministic = true;
+  };
+  AsyncIterator(IteratorContext* ctx, std::unique_ptr<IteratorBase> input,
+                StageCounter* counter, Config config);
+  ~AsyncIterator() override;
+
+  bool GetNext(Element* out) override;
+  void Save(StateWriter* w) override;
+  void Restore(StateReader* r) override;
+
+ private:
+  struct Slot {
+    Element element;
+    std::exception_ptr error;
+    bool end = false;
+    bool ready = false;
+    size_t bytes = 0;
+  };
+
+  void Start();
+  void DriverLoop();
+  void RunTask(Slot* slot);
+  bool HasRoom() const;
+  // The slot GetNext should take, or end() when none is ready.
+  std::deque<std::unique_ptr<Slot>>::iterator Takeable();
+
+  IteratorContext* ctx_;
+  std::unique_ptr<IteratorBase> input_;
+  StageCounter* counter_;
+  const Config config_;
+  uint64_t wake_up_id_;
+
+  std::mutex mu_;
+  std::condition_variable consumer_cv_;
+  std::condition_variable driver_cv_;
+  std::deque<std::unique_ptr<Slot>> slots_;
+  uint64_t bytes_ = 0;
+  int in_flight_ = 0;      // slots in the graph
+  bool in_input_ = false;  // the driver is inside input_->GetNext
+  bool input_end_ = false;
+  bool stop_ = false;
+  bool pause_ = false;
+  bool paused_ = false;
+  bool started_ = false;
+  std::thread driver_;
+
+  std::unique_ptr<tbb::flow::graph> graph_;
+  std::unique_ptr<tbb::flow::function_node<Slot*, tbb::flow::continue_msg>>
+      node_;
+};
+
+}  // namespace recflow::pipeline
+
+#endif  // RECFLOW_PIPELINE_ASYNC_ITERATOR_H_

@@ -1,0 +1,440 @@
+// Batch, PaddedBatch and Unbatch.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "pipeline/stages.h"
+
+namespace recflow::pipeline::stages {
+namespace {
+
+// Throws unless element `i` has the components of `first`, in order, with
+// the same dtypes, none ragged.
+void CheckSameComponents(const Element& first, const Element& e, size_t i) {
+  if (e.components.size() != first.components.size()) {
+    throw Error(fmt::format(
+        "Cannot batch elements with different components: the first element "
+        "has {}, element {} has {}",
+        first.components.size(), i, e.components.size()));
+  }
+  for (size_t c = 0; c < e.components.size(); ++c) {
+    const auto& a = first.components[c];
+    const auto& b = e.components[c];
+    if (a.name != b.name) {
+      throw Error(fmt::format(
+          "Cannot batch elements with different components: component {} is "
+          "'{}' in the first element and '{}' in element {}",
+          c, a.name, b.name, i));
+    }
+    if (a.tensor.dtype() != b.tensor.dtype()) {
+      throw Error(fmt::format(
+          "Cannot batch tensors of different dtypes in component '{}'. First "
+          "element had dtype {} and element {} had dtype {}.",
+          a.name, DTypeName(a.tensor.dtype()), i, DTypeName(b.tensor.dtype())));
+    }
+    if (b.tensor.ragged()) {
+      throw Error(fmt::format(
+          "Cannot batch the ragged component '{}'; use PaddedBatch, or Parse "
+          "after Batch",
+          a.name));
+    }
+  }
+}
+
+std::shared_ptr<const std::vector<Origin>> Origins(
+    const std::vector<Element>& elements) {
+  bool any = false;
+  for (const auto& e : elements) any = any || e.origin.file;
+  if (!any) return nullptr;
+  auto v = std::make_shared<std::vector<Origin>>();
+  v->reserve(elements.size());
+  for (const auto& e : elements) v->push_back(e.origin);
+  return v;
+}
+
+Tensor StackBytes(const std::vector<Element>& elements, size_t c,
+                  const Shape& shape) {
+  std::string data;
+  records::AlignedVector<uint64_t> offsets;
+  offsets.reserve(static_cast<size_t>(shape.num_elements()) + 1);
+  size_t total = 0;
+  for (const auto& e : elements) total += e.components[c].tensor.byte_size();
+  data.reserve(total);
+  offsets.push_back(0);
+  for (const auto& e : elements) {
+    const Tensor& t = e.components[c].tensor;
+    for (int64_t k = 0; k < t.num_elements(); ++k) {
+      data.append(t.bytes(k));
+      offsets.push_back(data.size());
+    }
+  }
+  return Tensor::AdoptBytes(std::move(data), std::move(offsets), shape);
+}
+
+Element Stack(std::vector<Element>& elements) {
+  const Element& first = elements[0];
+  for (size_t i = 1; i < elements.size(); ++i) {
+    CheckSameComponents(first, elements[i], i);
+  }
+  Element out;
+  const auto n = static_cast<int64_t>(elements.size());
+  for (size_t c = 0; c < first.components.size(); ++c) {
+    const Tensor& t0 = first.components[c].tensor;
+    if (t0.ragged()) CheckSameComponents(first, first, 0);
+    for (size_t i = 1; i < elements.size(); ++i) {
+      const Tensor& t = elements[i].components[c].tensor;
+      if (!(t.shape() == t0.shape())) {
+        throw Error(fmt::format(
+            "Cannot batch tensors with different shapes in component '{}'. "
+            "First element had shape {} and element {} had shape {}.",
+            first.components[c].name, t0.shape().ToString(), i,
+            t.shape().ToString()));
+      }
+    }
+    const Shape shape = t0.shape().Prepend(n);
+    Tensor stacked;
+    if (t0.dtype() == DType::kBytes) {
+      stacked = StackBytes(elements, c, shape);
+    } else {
+      stacked = Tensor::Allocate(t0.dtype(), shape);
+      char* dst = const_cast<char*>(stacked.raw_data());
+      const size_t row = t0.byte_size();
+      for (const auto& e : elements) {
+        std::memcpy(dst, e.components[c].tensor.raw_data(), row);
+        dst += row;
+      }
+    }
+    out.components.push_back({first.components[c].name, std::move(stacked)});
+  }
+  out.batch_origins = Origins(elements);
+  return out;
+}
+
+// Copies `src` (shape s) into the corner of `dst` (shape p >= s, row-major),
+// `size` bytes per value.
+void CopyPadded(const char* src, const Shape& s, char* dst, const Shape& p,
+                int dim, size_t size) {
+  if (dim == s.rank()) {
+    std::memcpy(dst, src, size);
+    return;
+  }
+  int64_t src_stride = 1, dst_stride = 1;
+  for (int d = dim + 1; d < s.rank(); ++d) {
+    src_stride *= s[d];
+    dst_stride *= p[d];
+  }
+  if (dim == s.rank() - 1) {
+    std::memcpy(dst, src, static_cast<size_t>(s[dim]) * size);
+    return;
+  }
+  for (int64_t i = 0; i < s[dim]; ++i) {
+    CopyPadded(src + i * src_stride * static_cast<int64_t>(size), s,
+               dst + i * dst_stride * static_cast<int64_t>(size), p, dim + 1,
+               size);
+  }
+}
+
+// Flat index in shape `p` of flat index `k` of shape `s` (row-major).
+int64_t PaddedIndex(int64_t k, const Shape& s, const Shape& p) {
+  int64_t out = 0, mul = 1;
+  for (int d = s.rank() - 1; d >= 0; --d) {
+    const int64_t i = k % s[d];
+    k /= s[d];
+    out += i * mul;
+    mul *= p[d];
+  }
+  return out;
+}
+
+template <typename T>
+void Fill(char* data, int64_t n, double v) {
+  T* p = reinterpret_cast<T*>(data);
+  std::fill(p, p + n, static_cast<T>(v));
+}
+
+class BatchDataset final : public UnaryDataset {
+ public:
+  BatchDataset(DatasetPtr input, int64_t batch_size, bool drop_remainder,
+               std::optional<PaddedBatchOptions> padded)
+      : UnaryDataset(std::move(input)),
+        batch_size_(batch_size),
+        drop_remainder_(drop_remainder),
+        padded_(std::move(padded)) {}
+
+  std::string Label() const override {
+    if (!padded_) {
+      return fmt::format("Batch({}, drop_remainder={})", batch_size_,
+                         drop_remainder_);
+    }
+    std::vector<std::string> shapes;
+    for (const auto& [name, dims] : padded_->padded_shapes) {
+      shapes.push_back(fmt::format("{}:[{}]", name, fmt::join(dims, ",")));
+    }
+    return fmt::format("PaddedBatch({}, drop_remainder={}, shapes={{{}}})",
+                       batch_size_, drop_remainder_, fmt::join(shapes, " "));
+  }
+  std::string StageName() const override {
+    return padded_ ? "padded_batch" : "batch";
+  }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+  Element Pad(std::vector<Element>& elements) const {
+    const Element& first = elements[0];
+    for (size_t i = 1; i < elements.size(); ++i) {
+      if (elements[i].components.size() != first.components.size()) {
+        CheckSameComponents(first, elements[i], i);
+      }
+      for (size_t c = 0; c < first.components.size(); ++c) {
+        const auto& a = first.components[c];
+        const auto& b = elements[i].components[c];
+        if (a.name != b.name || a.tensor.dtype() != b.tensor.dtype() ||
+            a.tensor.shape().rank() != b.tensor.shape().rank()) {
+          throw Error(fmt::format(
+              "PaddedBatch: component {} ('{}') of element {} differs from "
+              "the first element's in name, dtype or rank",
+              c, b.name, i));
+        }
+      }
+    }
+    Element out;
+    const auto n = static_cast<int64_t>(elements.size());
+    for (size_t c = 0; c < first.components.size(); ++c) {
+      const std::string& name = first.components[c].name;
+      const Tensor& t0 = first.components[c].tensor;
+      Shape padded = t0.shape();
+      for (const auto& e : elements) {
+        const Tensor& t = e.components[c].tensor;
+        if (t.ragged()) {
+          throw Error(
+              fmt::format("PaddedBatch: component '{}' is ragged", name));
+        }
+        for (int d = 0; d < t.shape().rank(); ++d) {
+          padded.set_dim(d, std::max(padded[d], t.shape()[d]));
+        }
+      }
+      for (const auto& [key, dims] : padded_->padded_shapes) {
+        if (key != name) continue;
+        if (static_cast<int>(dims.size()) != padded.rank()) {
+          throw Error(fmt::format(
+              "PaddedBatch: padded shape [{}] for '{}' has rank {}, the "
+              "component has rank {}",
+              fmt::join(dims, ", "), name, dims.size(), padded.rank()));
+        }
+        for (int d = 0; d < padded.rank(); ++d) {
+          if (dims[d] < 0) continue;
+          if (dims[d] < padded[d]) {
+            throw Error(fmt::format(
+                "PaddedBatch: component '{}' has size {} in dimension {}, "
+                "more than its padded size {}",
+                name, padded[d], d, dims[d]));
+          }
+          padded.set_dim(d, dims[d]);
+        }
+      }
+      double pad_value = 0;
+      for (const auto& [key, v] : padded_->padding_values) {
+        if (key == name) pad_value = v;
+      }
+      const Shape shape = padded.Prepend(n);
+      const int64_t per = padded.num_elements();
+      Tensor result;
+      if (t0.dtype() == DType::kBytes) {
+        std::vector<std::string> values(static_cast<size_t>(n * per));
+        for (int64_t i = 0; i < n; ++i) {
+          const Tensor& t = elements[i].components[c].tensor;
+          for (int64_t k = 0; k < t.num_elements(); ++k) {
+            values[i * per + PaddedIndex(k, t.shape(), padded)] = t.bytes(k);
+          }
+        }
+        result = Tensor::FromStrings(values, shape);
+      } else {
+        result = Tensor::Allocate(t0.dtype(), shape);
+        char* data = const_cast<char*>(result.raw_data());
+        const int64_t total = shape.num_elements();
+        switch (t0.dtype()) {
+          case DType::kFloat32:
+            Fill<float>(data, total, pad_value);
+            break;
+          case DType::kFloat64:
+            Fill<double>(data, total, pad_value);
+            break;
+          case DType::kInt32:
+            Fill<int32_t>(data, total, pad_value);
+            break;
+          case DType::kInt64:
+            Fill<int64_t>(data, total, pad_value);
+            break;
+          case DType::kUInt8:
+            Fill<uint8_t>(data, total, pad_value);
+            break;
+          case DType::kBytes:
+            break;
+        }
+        const size_t size = DTypeSize(t0.dtype());
+        for (int64_t i = 0; i < n; ++i) {
+          const Tensor& t = elements[i].components[c].tensor;
+          if (t.num_elements() == 0) continue;
+          CopyPadded(t.raw_data(), t.shape(),
+                     data + i * per * static_cast<int64_t>(size), padded, 0,
+                     size);
+        }
+      }
+      out.components.push_back({name, std::move(result)});
+    }
+    out.batch_origins = Origins(elements);
+    return out;
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    It(const BatchDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      if (end_) return false;
+      pending_.reserve(static_cast<size_t>(d_->batch_size_));
+      while (static_cast<int64_t>(pending_.size()) < d_->batch_size_) {
+        Element e;
+        if (!in_->GetNext(&e)) {
+          end_ = true;
+          break;
+        }
+        pending_.push_back(std::move(e));
+      }
+      if (pending_.empty() ||
+          (end_ && d_->drop_remainder_ &&
+           static_cast<int64_t>(pending_.size()) < d_->batch_size_)) {
+        pending_.clear();
+        return false;
+      }
+      std::vector<Element> batch;
+      batch.swap(pending_);
+      *out = d_->padded_ ? d_->Pad(batch) : Stack(batch);
+      return true;
+    }
+    // Elements collected for a batch that an error interrupted stay in
+    // pending_ (and in the state), so the batch completes afterwards.
+    void Save(StateWriter* w) override {
+      w->BeginStage(d_->StageName());
+      w->Bool(end_);
+      w->U64(pending_.size());
+      for (const auto& e : pending_) w->WriteElement(e);
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage(d_->StageName());
+      end_ = r->Bool();
+      const uint64_t n = r->U64();
+      pending_.clear();
+      for (uint64_t i = 0; i < n; ++i) pending_.push_back(r->ReadElement());
+      in_->Restore(r);
+    }
+
+   private:
+    const BatchDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    std::vector<Element> pending_;
+    bool end_ = false;
+  };
+
+  int64_t batch_size_;
+  bool drop_remainder_;
+  std::optional<PaddedBatchOptions> padded_;
+};
+
+class UnbatchDataset final : public UnaryDataset {
+ public:
+  explicit UnbatchDataset(DatasetPtr input) : UnaryDataset(std::move(input)) {}
+  std::string Label() const override { return "Unbatch()"; }
+  std::string StageName() const override { return "unbatch"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    explicit It(std::unique_ptr<IteratorBase> in) : in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      while (next_row_ >= rows_) {
+        if (!in_->GetNext(&batch_)) return false;
+        next_row_ = 0;
+        rows_ = -1;
+        for (const auto& c : batch_.components) {
+          const int64_t n = c.tensor.num_rows();
+          if (c.tensor.shape().rank() == 0 && !c.tensor.ragged()) {
+            throw Error(fmt::format(
+                "Unbatch: component '{}' is a scalar; it has no rows", c.name));
+          }
+          if (rows_ >= 0 && n != rows_) {
+            throw Error(
+                fmt::format("Unbatch: component '{}' has {} rows, '{}' has {}",
+                            c.name, n, batch_.components[0].name, rows_));
+          }
+          rows_ = n;
+        }
+        if (rows_ < 0) rows_ = 0;
+      }
+      out->components.clear();
+      for (const auto& c : batch_.components) {
+        out->components.push_back({c.name, c.tensor.Slice(next_row_)});
+      }
+      const Origin* o = batch_.OriginOf(next_row_);
+      out->origin = o ? *o : Origin{};
+      out->batch_origins.reset();
+      ++next_row_;
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("unbatch");
+      const bool has = next_row_ < rows_;
+      w->Bool(has);
+      if (has) {
+        w->WriteElement(batch_);
+        w->I64(next_row_);
+      }
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("unbatch");
+      if (r->Bool()) {
+        batch_ = r->ReadElement();
+        next_row_ = r->I64();
+        rows_ = batch_.components.empty()
+                    ? 0
+                    : batch_.components[0].tensor.num_rows();
+      } else {
+        next_row_ = rows_ = 0;
+      }
+      in_->Restore(r);
+    }
+
+   private:
+    std::unique_ptr<IteratorBase> in_;
+    Element batch_;
+    int64_t next_row_ = 0;
+    int64_t rows_ = 0;
+  };
+};
+
+}  // namespace
+
+DatasetPtr Batch(DatasetPtr input, int64_t batch_size, bool drop_remainder) {
+  return std::make_shared<BatchDataset>(std::move(input), batch_size,
+                                        drop_remainder, std::nullopt);
+}
+DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
+                       PaddedBatchOptions options) {
+  const bool drop = options.drop_remainder;
+  return std::make_shared<BatchDataset>(std::move(input), batch_size, drop,
+                                        std::move(options));
+}
+DatasetPtr Unbatch(DatasetPtr input) {
+  return std::make_shared<UnbatchDataset>(std::move(input));
+}
+
+}  // namespace recflow::pipeline::stages

@@ -1,0 +1,241 @@
+// The CSV source: one element per row, one scalar per column, typed as
+// CsvOptions says or as the first data row suggests.
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "pipeline/stages.h"
+#include "records/csv_reader.h"
+#include "records/file_list.h"
+
+namespace recflow::pipeline::stages {
+namespace {
+
+bool ParseInt64(std::string_view s, int64_t* v) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+bool ParseFloat(std::string_view s, float* v) {
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+struct Column {
+  std::string name;
+  size_t field;  // index in the row
+  DType dtype;
+};
+
+class CsvDataset final : public DatasetBase {
+ public:
+  CsvDataset(std::vector<std::string> files, CsvOptions options)
+      : files_(std::move(files)), options_(std::move(options)) {
+    if (files_.empty()) throw Error("FromCsv: no files");
+    if (options_.delimiter != ',') {
+      throw Error("FromCsv: only ',' is supported as the delimiter");
+    }
+    records::CsvReader reader(files_[0]);
+    std::vector<std::string> header, row;
+    uint64_t line;
+    if (!reader.ReadRecord(&header, &line)) {
+      throw Error(fmt::format("{}: empty; a CSV file starts with a header row",
+                              files_[0]));
+    }
+    const bool have_row = reader.ReadRecord(&row, &line);
+    for (size_t i = 0; i < header.size(); ++i) {
+      const std::string& name = header[i];
+      if (!options_.select_columns.empty() &&
+          std::find(options_.select_columns.begin(),
+                    options_.select_columns.end(),
+                    name) == options_.select_columns.end()) {
+        continue;
+      }
+      std::optional<DType> dtype;
+      for (const auto& [key, d] : options_.column_types) {
+        if (key == name) dtype = d;
+      }
+      if (!dtype) {
+        int64_t iv;
+        float fv;
+        const std::string cell = have_row && i < row.size() ? row[i] : "";
+        dtype = ParseInt64(cell, &iv)   ? DType::kInt64
+                : ParseFloat(cell, &fv) ? DType::kFloat32
+                                        : DType::kBytes;
+      }
+      if (*dtype != DType::kInt64 && *dtype != DType::kFloat32 &&
+          *dtype != DType::kBytes) {
+        throw Error(
+            fmt::format("FromCsv: column '{}': {} columns are not "
+                        "supported (int64, float32 or bytes)",
+                        name, DTypeName(*dtype)));
+      }
+      columns_.push_back({name, i, *dtype});
+    }
+    for (const auto& want : options_.select_columns) {
+      if (std::none_of(columns_.begin(), columns_.end(),
+                       [&](const Column& c) { return c.name == want; })) {
+        throw Error(
+            fmt::format("FromCsv: {} has no column '{}'", files_[0], want));
+      }
+    }
+    header_ = std::move(header);
+  }
+
+  std::string Describe() const override {
+    std::vector<std::string> cols;
+    for (const auto& c : columns_) {
+      cols.push_back(fmt::format("{}:{}", c.name, DTypeName(c.dtype)));
+    }
+    std::string joined;
+    for (const auto& f : files_) joined += f + '\n';
+    return fmt::format("Csv({} files {:016x}, {})", files_.size(),
+                       Fingerprint(joined), fmt::join(cols, " "));
+  }
+  std::string StageName() const override { return "csv"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
+                                                     uint64_t) const override {
+    return std::make_unique<It>(this);
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    explicit It(const CsvDataset* d) : d_(d) {}
+
+    bool GetNext(Element* out) override {
+      while (true) {
+        if (!reader_) {
+          if (file_ >= d_->files_.size()) return false;
+          Open(file_);
+        }
+        std::vector<std::string> fields;
+        uint64_t line;
+        bool got;
+        try {
+          got = reader_->ReadRecord(&fields, &line);
+        } catch (const records::CsvError& e) {
+          ++rows_;
+          if (!e.row_level()) reader_.reset(), ++file_;
+          throw;
+        }
+        if (!got) {
+          reader_.reset();
+          ++file_;
+          rows_ = 0;
+          continue;
+        }
+        ++rows_;
+        Build(fields, line, out);
+        return true;
+      }
+    }
+
+    void Save(StateWriter* w) override {
+      w->BeginStage("csv");
+      w->U64(file_);
+      w->U64(rows_);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("csv");
+      file_ = r->U64();
+      const uint64_t rows = r->U64();
+      reader_.reset();
+      if (file_ < d_->files_.size()) {
+        Open(file_);
+        std::vector<std::string> fields;
+        uint64_t line;
+        for (uint64_t i = 0; i < rows; ++i) {
+          try {
+            if (!reader_->ReadRecord(&fields, &line)) break;
+          } catch (const records::CsvError& e) {
+            if (!e.row_level()) throw;
+          }
+        }
+      }
+      rows_ = rows;
+    }
+
+   private:
+    void Open(size_t index) {
+      reader_ = std::make_unique<records::CsvReader>(d_->files_[index]);
+      path_ = std::make_shared<const std::string>(d_->files_[index]);
+      std::vector<std::string> header;
+      uint64_t line;
+      if (!reader_->ReadRecord(&header, &line) || header != d_->header_) {
+        throw Error(fmt::format("{}:1: header differs from {}'s",
+                                d_->files_[index], d_->files_[0]));
+      }
+      rows_ = 0;
+    }
+
+    void Build(const std::vector<std::string>& fields, uint64_t line,
+               Element* out) {
+      if (fields.size() != d_->header_.size()) {
+        throw Error(fmt::format("{}:{}: {} fields, the header has {}", *path_,
+                                line, fields.size(), d_->header_.size()));
+      }
+      out->components.clear();
+      out->batch_origins.reset();
+      out->origin = {path_, 0, rows_ - 1};
+      for (const Column& c : d_->columns_) {
+        const std::string& cell = fields[c.field];
+        switch (c.dtype) {
+          case DType::kInt64: {
+            int64_t v = 0;
+            if (!cell.empty() && !ParseInt64(cell, &v)) {
+              throw Error(
+                  fmt::format("{}:{}: column '{}': expected an "
+                              "integer, found \"{}\"",
+                              *path_, line, c.name, cell));
+            }
+            out->components.push_back({c.name, Tensor::Scalar<int64_t>(v)});
+            break;
+          }
+          case DType::kFloat32: {
+            float v = 0;
+            if (!cell.empty() && !ParseFloat(cell, &v)) {
+              throw Error(
+                  fmt::format("{}:{}: column '{}': expected a number, "
+                              "found \"{}\"",
+                              *path_, line, c.name, cell));
+            }
+            out->components.push_back({c.name, Tensor::Scalar<float>(v)});
+            break;
+          }
+          default:
+            out->components.push_back({c.name, Tensor::BytesScalar(cell)});
+            break;
+        }
+      }
+    }
+
+    const CsvDataset* d_;
+    std::unique_ptr<records::CsvReader> reader_;
+    std::shared_ptr<const std::string> path_;
+    size_t file_ = 0;
+    uint64_t rows_ = 0;  // data rows read from the current file
+  };
+
+  std::vector<std::string> files_;
+  CsvOptions options_;
+  std::vector<std::string> header_;
+  std::vector<Column> columns_;
+};
+
+}  // namespace
+
+DatasetPtr Csv(std::vector<std::string> files, CsvOptions options) {
+  std::vector<std::string> expanded;
+  for (const auto& f : files) {
+    try {
+      auto found = records::ExpandRecordPaths({f});
+      expanded.insert(expanded.end(), found.begin(), found.end());
+    } catch (const records::FileListError& e) {
+      throw Error(fmt::format("FromCsv: {}", e.what()));
+    }
+  }
+  return std::make_shared<CsvDataset>(std::move(expanded), std::move(options));
+}
+
+}  // namespace recflow::pipeline::stages

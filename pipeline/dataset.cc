@@ -1,0 +1,351 @@
+#include "pipeline/dataset.h"
+
+#include <fmt/format.h>
+
+#include <random>
+#include <thread>
+
+#include "pipeline/stages.h"
+
+namespace recflow::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+uint64_t Nanos(Clock::duration d) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+}
+
+// Self time: each thread keeps a stack of the stages whose GetNext it is
+// in; entering a nested stage stops the clock of the one that called it.
+struct Frame {
+  StageCounter* counter;
+  Clock::time_point resumed;
+  Frame* parent;
+};
+thread_local Frame* current_frame = nullptr;
+
+class FrameScope {
+ public:
+  explicit FrameScope(StageCounter* counter) {
+    const auto now = Clock::now();
+    if (current_frame != nullptr) {
+      current_frame->counter->busy_ns += Nanos(now - current_frame->resumed);
+    }
+    frame_ = {counter, now, current_frame};
+    current_frame = &frame_;
+  }
+  ~FrameScope() {
+    const auto now = Clock::now();
+    frame_.counter->busy_ns += Nanos(now - frame_.resumed);
+    current_frame = frame_.parent;
+    if (current_frame != nullptr) current_frame->resumed = now;
+  }
+
+ private:
+  Frame frame_;
+};
+
+// Counts a stage's output and time.
+class CountedIterator final : public IteratorBase {
+ public:
+  CountedIterator(std::unique_ptr<IteratorBase> inner, StageCounter* counter)
+      : inner_(std::move(inner)), counter_(counter) {}
+
+  bool GetNext(Element* out) override {
+    FrameScope scope(counter_);
+    if (!inner_->GetNext(out)) return false;
+    counter_->elements.fetch_add(1, std::memory_order_relaxed);
+    counter_->bytes.fetch_add(out->byte_size(), std::memory_order_relaxed);
+    return true;
+  }
+  void Save(StateWriter* w) override { inner_->Save(w); }
+  void Restore(StateReader* r) override { inner_->Restore(r); }
+
+ private:
+  std::unique_ptr<IteratorBase> inner_;
+  StageCounter* counter_;
+};
+
+}  // namespace
+
+uint64_t MixSeed(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9e3779b97f4a7c15ULL * (b + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+uint64_t Fingerprint(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
+WaitScope::WaitScope(StageCounter* counter)
+    : counter_(counter), start_(Clock::now()) {
+  if (current_frame != nullptr) {
+    current_frame->counter->busy_ns += Nanos(start_ - current_frame->resumed);
+  }
+}
+
+WaitScope::~WaitScope() {
+  const auto now = Clock::now();
+  if (counter_ != nullptr) counter_->wait_ns += Nanos(now - start_);
+  if (current_frame != nullptr) current_frame->resumed = now;
+}
+
+// --- IteratorContext -------------------------------------------------------
+
+IteratorContext::IteratorContext(const IteratorOptions& options)
+    : threads_(options.threads > 0
+                   ? options.threads
+                   : static_cast<int>(
+                         std::max(1u, std::thread::hardware_concurrency()))),
+      seed_(stages::SeedOrRandom(std::nullopt)),
+      arena_(std::make_unique<tbb::task_arena>(threads_)) {}
+
+IteratorContext::~IteratorContext() = default;
+
+StageCounter* IteratorContext::Counter(const void* key, std::string_view name,
+                                       int parallelism) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = counters_[key];
+  if (!slot) {
+    slot = std::make_unique<StageCounter>();
+    slot->name = std::string(name);
+    slot->parallelism = parallelism;
+    order_.push_back(key);
+  }
+  return slot.get();
+}
+
+std::vector<StageStats> IteratorContext::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<StageStats> out;
+  for (const void* key : order_) {
+    const StageCounter& c = *counters_.at(key);
+    StageStats s;
+    s.name = c.name;
+    s.elements = c.elements.load();
+    s.bytes = c.bytes.load();
+    s.busy_seconds = static_cast<double>(c.busy_ns.load()) * 1e-9;
+    s.wait_seconds = static_cast<double>(c.wait_ns.load()) * 1e-9;
+    s.parallelism = c.parallelism;
+    s.buffered = c.buffered.load();
+    s.errors_ignored = c.errors_ignored.load();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void IteratorContext::Cancel() {
+  cancelled_.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, fn] : wake_ups_) fn();
+}
+
+uint64_t IteratorContext::AddWakeUp(WakeUp fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ups_[next_wake_up_] = std::move(fn);
+  return next_wake_up_++;
+}
+
+void IteratorContext::RemoveWakeUp(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  wake_ups_.erase(id);
+}
+
+std::shared_ptr<void> IteratorContext::Shared(
+    const void* key, const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = shared_[key];
+  if (!slot) slot = make();
+  return slot;
+}
+
+std::unique_ptr<IteratorBase> DatasetBase::MakeIterator(IteratorContext* ctx,
+                                                        uint64_t salt) const {
+  StageCounter* counter = ctx->Counter(this, StageName(), Parallelism(*ctx));
+  return std::make_unique<CountedIterator>(MakeIteratorInternal(ctx, salt),
+                                           counter);
+}
+
+namespace stages {
+uint64_t SeedOrRandom(const std::optional<uint64_t>& seed) {
+  if (seed) return *seed;
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+}  // namespace stages
+
+// --- Dataset ---------------------------------------------------------------
+
+namespace {
+void CheckPositive(int64_t v, std::string_view what) {
+  if (v <= 0) throw Error(fmt::format("{} must be positive, not {}", what, v));
+}
+}  // namespace
+
+Dataset Dataset::FromTFRecords(std::vector<std::string> paths,
+                               TFRecordOptions options) {
+  return Dataset(stages::TFRecord(std::move(paths), std::move(options)));
+}
+Dataset Dataset::FromTFRecordsGlobalShuffle(std::vector<std::string> paths,
+                                            GlobalShuffleOptions options) {
+  return Dataset(stages::GlobalShuffle(std::move(paths), options));
+}
+Dataset Dataset::FromTensorSlices(Element arrays) {
+  return Dataset(stages::TensorSlices(std::move(arrays)));
+}
+Dataset Dataset::Range(int64_t start, int64_t stop, int64_t step) {
+  if (step == 0) throw Error("Range: step must not be 0");
+  return Dataset(stages::Range(start, stop, step));
+}
+Dataset Dataset::FromGenerator(GeneratorFn generator, std::string name) {
+  return Dataset(stages::Generator(std::move(generator), std::move(name)));
+}
+Dataset Dataset::FromCsv(std::vector<std::string> paths, CsvOptions options) {
+  return Dataset(stages::Csv(std::move(paths), std::move(options)));
+}
+
+Dataset Dataset::Map(MapFn fn, MapOptions options) const {
+  if (options.num_parallel_calls == 0 ||
+      options.num_parallel_calls < kAutotune) {
+    throw Error("Map: num_parallel_calls must be positive or kAutotune");
+  }
+  return Dataset(stages::Map(base_, std::move(fn), std::move(options)));
+}
+Dataset Dataset::Parse(records::FeatureSpec spec, ParseOptions options) const {
+  if (options.num_parallel_calls == 0 ||
+      options.num_parallel_calls < kAutotune) {
+    throw Error("Parse: num_parallel_calls must be positive or kAutotune");
+  }
+  return Dataset(stages::Parse(base_, std::move(spec), std::move(options)));
+}
+Dataset Dataset::Filter(PredicateFn predicate, std::string name) const {
+  return Dataset(stages::Filter(base_, std::move(predicate), std::move(name)));
+}
+Dataset Dataset::Shuffle(int64_t buffer_size, std::optional<uint64_t> seed,
+                         bool reshuffle_each_iteration) const {
+  CheckPositive(buffer_size, "Shuffle: buffer_size");
+  return Dataset(
+      stages::Shuffle(base_, buffer_size, seed, reshuffle_each_iteration));
+}
+Dataset Dataset::Batch(int64_t batch_size, bool drop_remainder) const {
+  CheckPositive(batch_size, "Batch: batch_size");
+  return Dataset(stages::Batch(base_, batch_size, drop_remainder));
+}
+Dataset Dataset::PaddedBatch(int64_t batch_size,
+                             PaddedBatchOptions options) const {
+  CheckPositive(batch_size, "PaddedBatch: batch_size");
+  return Dataset(stages::PaddedBatch(base_, batch_size, std::move(options)));
+}
+Dataset Dataset::Unbatch() const { return Dataset(stages::Unbatch(base_)); }
+Dataset Dataset::Repeat(int64_t count) const {
+  return Dataset(stages::Repeat(base_, count));
+}
+Dataset Dataset::Take(int64_t count) const {
+  return Dataset(stages::Take(base_, count));
+}
+Dataset Dataset::Skip(int64_t count) const {
+  return Dataset(stages::Skip(base_, count));
+}
+Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
+  CheckPositive(num_shards, "Shard: num_shards");
+  if (index < 0 || index >= num_shards) {
+    throw Error(
+        fmt::format("Shard: index {} is not in [0, {})", index, num_shards));
+  }
+  if (DatasetPtr by_file =
+          stages::ShardTFRecordFiles(base_, num_shards, index)) {
+    return Dataset(std::move(by_file));
+  }
+  return Dataset(stages::Shard(base_, num_shards, index));
+}
+Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
+                            int64_t block_length, std::string name) const {
+  CheckPositive(cycle_length, "Interleave: cycle_length");
+  CheckPositive(block_length, "Interleave: block_length");
+  return Dataset(stages::Interleave(base_, std::move(fn), cycle_length,
+                                    block_length, std::move(name)));
+}
+Dataset Dataset::Prefetch(int64_t buffer_size, uint64_t max_bytes) const {
+  CheckPositive(buffer_size, "Prefetch: buffer_size");
+  return Dataset(stages::Prefetch(base_, buffer_size, max_bytes));
+}
+Dataset Dataset::Cache(std::string filename) const {
+  return Dataset(stages::Cache(base_, std::move(filename)));
+}
+Dataset Dataset::IgnoreErrors() const {
+  return Dataset(stages::IgnoreErrors(base_));
+}
+
+Iterator Dataset::MakeIterator(IteratorOptions options) const {
+  return Iterator(base_, options);
+}
+
+// --- Iterator --------------------------------------------------------------
+
+Iterator::Iterator(DatasetPtr dataset, IteratorOptions options)
+    : dataset_(std::move(dataset)),
+      ctx_(std::make_unique<IteratorContext>(options)) {
+  root_ = dataset_->MakeIterator(ctx_.get(), 0);
+}
+
+Iterator::~Iterator() {
+  if (ctx_) ctx_->Cancel();
+  root_.reset();
+}
+
+Iterator::Iterator(Iterator&&) noexcept = default;
+Iterator& Iterator::operator=(Iterator&& o) noexcept {
+  if (this != &o) {
+    if (ctx_) ctx_->Cancel();
+    root_.reset();
+    dataset_ = std::move(o.dataset_);
+    root_ = std::move(o.root_);
+    ctx_ = std::move(o.ctx_);
+    started_ = o.started_;
+  }
+  return *this;
+}
+
+bool Iterator::Next(Element* out) {
+  started_ = true;
+  return root_->GetNext(out);
+}
+
+std::optional<Element> Iterator::Next() {
+  Element e;
+  if (!Next(&e)) return std::nullopt;
+  return e;
+}
+
+std::string Iterator::Save() {
+  StateWriter w(dataset_->Describe());
+  w.U64(ctx_->seed());
+  root_->Save(&w);
+  return std::move(w).Finish();
+}
+
+void Iterator::Restore(std::string_view state) {
+  if (started_) {
+    throw Error("Iterator::Restore: only before the first Next()");
+  }
+  StateReader r(state, dataset_->Describe());
+  // A fresh tree, so that nothing read ahead before the restore survives.
+  root_.reset();
+  ctx_->set_seed(r.U64());
+  root_ = dataset_->MakeIterator(ctx_.get(), 0);
+  root_->Restore(&r);
+  r.Finish();
+}
+
+std::vector<StageStats> Iterator::Stats() const { return ctx_->Stats(); }
+
+}  // namespace recflow::pipeline

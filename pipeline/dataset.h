@@ -1,0 +1,228 @@
+// Dataset and Iterator: recflow's input pipeline, with tf.data's semantics.
+//
+//   auto ds = Dataset::FromTFRecords({"data/train-*.tfrecord"},
+//                                    {.num_parallel_reads = 4})
+//                 .Shuffle(10'000, /*seed=*/7)
+//                 .Batch(256, /*drop_remainder=*/true)
+//                 .Parse(FeatureSpec::FromFile("spec.json"))
+//                 .Prefetch(2);
+//   Iterator it = ds.MakeIterator({.threads = 4});
+//   Element batch;
+//   while (it.Next(&batch)) Train(batch["image"], batch["label"]);
+//
+// A Dataset is an immutable description, cheap to copy and safe to share
+// between threads; each transformation returns a new one.  An Iterator runs
+// it: stages pull from their inputs, parallel stages run in a oneTBB task
+// arena of the size IteratorOptions::threads sets, and every buffer is
+// bounded, so a slow consumer slows the producers.  The order of elements
+// depends only on the inputs and seeds, never on thread timing, unless a
+// stage is told `deterministic = false`.
+//
+// Save() captures the iterator's position in a blob; Restore() on an
+// iterator of the same pipeline (in this process or another) continues the
+// same stream.  User functions (Map, Filter, Interleave, generators) must
+// be deterministic for that to hold.
+#ifndef RECFLOW_PIPELINE_DATASET_H_
+#define RECFLOW_PIPELINE_DATASET_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipeline/dataset_base.h"
+#include "pipeline/io.h"
+#include "pipeline/tensor.h"
+#include "records/compression.h"
+#include "records/feature_spec.h"
+
+namespace recflow::pipeline {
+
+// num_parallel_calls: use as many threads as the iterator's arena has.
+inline constexpr int kAutotune = -1;
+
+struct TFRecordOptions {
+  // std::nullopt: detected per file (records::DetectCompression).
+  std::optional<records::Compression> compression;
+  // Files read at once; their records are interleaved one by one in a
+  // fixed round-robin order (tf.data's num_parallel_reads).
+  int num_parallel_reads = 1;
+  // Shuffle the order of the files, afresh each epoch (under Repeat) when
+  // reshuffle_each_iteration.  No seed: a random one, kept in the state.
+  bool shuffle_files = false;
+  std::optional<uint64_t> seed;
+  bool reshuffle_each_iteration = true;
+  bool verify_checksums = true;
+  uint64_t max_record_bytes = uint64_t{2} << 30;
+  // How uncompressed files are read (io.h).
+  IoOptions io;
+};
+
+struct GlobalShuffleOptions {
+  std::optional<uint64_t> seed;  // no seed: a random one, kept in the state
+  bool reshuffle_each_iteration = true;
+  // This reader's part: positions shard_index, shard_index + num_shards,
+  // ... of each epoch's permutation.
+  int64_t num_shards = 1;
+  int64_t shard_index = 0;
+  bool verify_checksums = true;
+};
+
+struct MapOptions {
+  // 1: run on the consumer's thread; > 1 or kAutotune: that many calls at
+  // once in the task arena.
+  int num_parallel_calls = 1;
+  // false: deliver results as they finish rather than in input order.
+  bool deterministic = true;
+  // Shown in statistics and in the pipeline's description.
+  std::string name = "map";
+};
+
+struct ParseOptions {
+  // The component holding serialized tf.Examples: a scalar (one Example)
+  // or a vector (a batch, parsed in one vectorised call).
+  std::string record_key = "record";
+  int num_parallel_calls = 1;
+  bool deterministic = true;
+  // Keep the serialized records in the output element.
+  bool keep_record = false;
+};
+
+struct PaddedBatchOptions {
+  bool drop_remainder = false;
+  // Per component: the padded shape of one element (-1: the longest in the
+  // batch).  Components not listed pad every dimension to the longest.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> padded_shapes;
+  // Per component: the padding value (default 0 / empty bytes).
+  std::vector<std::pair<std::string, double>> padding_values;
+};
+
+struct CsvOptions {
+  char delimiter = ',';
+  // Column types by name (float32, int64 or bytes).  Columns not listed
+  // are inferred from the first data row: int64, else float32, else bytes.
+  std::vector<std::pair<std::string, DType>> column_types;
+  // Only these columns, in the header's order (empty: all).
+  std::vector<std::string> select_columns;
+};
+
+using MapFn = std::function<Element(Element)>;
+using PredicateFn = std::function<bool(const Element&)>;
+class Dataset;
+using InterleaveFn = std::function<Dataset(const Element&)>;
+// A generator: called once per iteration (epoch) to make the function
+// that returns its elements, std::nullopt at the end.  To be restorable it
+// must give the same elements each time it is made.
+using GeneratorFn = std::function<std::function<std::optional<Element>()>()>;
+
+class Iterator;
+
+class Dataset {
+ public:
+  // --- Sources ---
+  // TFRecord files: paths, glob patterns and directories (records whose
+  // name holds "tfrecord" or "tfrec", sorted).  Elements: {"record": bytes
+  // scalar}.
+  static Dataset FromTFRecords(std::vector<std::string> paths,
+                               TFRecordOptions options = {});
+  // Every record of every file exactly once per epoch, in a fresh uniform
+  // random order each epoch, read by index (records::ReadIndex of
+  // path.idx; files without an index are indexed in memory by one read).
+  // Memory: the indexes, plus O(1) per record for the order (a seeded
+  // Feistel bijection over record ids).  The state is elastic: restoring
+  // with another num_shards / shard_index continues the epoch with no
+  // record repeated or skipped (see global_shuffle.h).
+  static Dataset FromTFRecordsGlobalShuffle(std::vector<std::string> paths,
+                                            GlobalShuffleOptions options = {});
+  // Slices of in-memory arrays along their first dimension, as views of
+  // `arrays` (never copied); all components must have the same first
+  // dimension.
+  static Dataset FromTensorSlices(Element arrays);
+  // {"value": int64 scalar} for start, start + step, ... before stop.
+  static Dataset Range(int64_t start, int64_t stop, int64_t step = 1);
+  static Dataset FromGenerator(GeneratorFn generator,
+                               std::string name = "generator");
+  // CSV files with a header row (RFC 4180 quoting); one scalar per column.
+  static Dataset FromCsv(std::vector<std::string> paths,
+                         CsvOptions options = {});
+
+  // --- Transformations (tf.data semantics) ---
+  Dataset Map(MapFn fn, MapOptions options = {}) const;
+  // Parses serialized tf.Examples with `spec` (records::ExampleParser):
+  // FixedLen features become [shape] tensors ([batch, shape] after Batch),
+  // VarLen ones [n] tensors, or ragged tensors after Batch.
+  Dataset Parse(records::FeatureSpec spec, ParseOptions options = {}) const;
+  Dataset Filter(PredicateFn predicate, std::string name = "filter") const;
+  // TensorFlow's algorithm: fill a buffer of `buffer_size`, then deliver
+  // a uniformly chosen buffered element and put the next input in its
+  // place.
+  Dataset Shuffle(int64_t buffer_size, std::optional<uint64_t> seed = {},
+                  bool reshuffle_each_iteration = true) const;
+  Dataset Batch(int64_t batch_size, bool drop_remainder = false) const;
+  Dataset PaddedBatch(int64_t batch_size,
+                      PaddedBatchOptions options = {}) const;
+  Dataset Unbatch() const;
+  // count < 0: forever.
+  Dataset Repeat(int64_t count = -1) const;
+  Dataset Take(int64_t count) const;
+  Dataset Skip(int64_t count) const;
+  // Element i where i % num_shards == index; on a TFRecord source with at
+  // least num_shards files, whole files instead (tf.data's AUTO policy).
+  Dataset Shard(int64_t num_shards, int64_t index) const;
+  Dataset Interleave(InterleaveFn fn, int64_t cycle_length,
+                     int64_t block_length = 1,
+                     std::string name = "interleave") const;
+  // Runs the pipeline up to here on its own thread, at most `buffer_size`
+  // elements (and `max_bytes` bytes, 0: no byte limit beyond one element)
+  // ahead.
+  Dataset Prefetch(int64_t buffer_size, uint64_t max_bytes = 0) const;
+  // Keeps the first complete pass in memory (filename empty) or in a file
+  // (TFRecord framing; written atomically when the pass completes, then
+  // read by later iterations and later processes).
+  Dataset Cache(std::string filename = "") const;
+  // Skips elements whose production throws, counting them.
+  Dataset IgnoreErrors() const;
+
+  Iterator MakeIterator(IteratorOptions options = {}) const;
+  std::string Describe() const { return base_->Describe(); }
+  const DatasetPtr& base() const { return base_; }
+  explicit Dataset(DatasetPtr base) : base_(std::move(base)) {}
+
+ private:
+  DatasetPtr base_;
+};
+
+class Iterator {
+ public:
+  Iterator(DatasetPtr dataset, IteratorOptions options);
+  ~Iterator();  // stops all of its work
+  Iterator(Iterator&&) noexcept;
+  Iterator& operator=(Iterator&&) noexcept;
+
+  // The next element; false at the end.  Throws the error of the stage
+  // that failed, with its original context.
+  bool Next(Element* out);
+  std::optional<Element> Next();
+
+  // The position after the last element Next() returned.
+  std::string Save();
+  // Continues from a state saved by an iterator of the same pipeline.
+  // Only before the first Next().
+  void Restore(std::string_view state);
+
+  std::vector<StageStats> Stats() const;
+  IteratorContext& context() { return *ctx_; }
+
+ private:
+  DatasetPtr dataset_;
+  std::unique_ptr<IteratorContext> ctx_;
+  std::unique_ptr<IteratorBase> root_;
+  bool started_ = false;
+};
+
+}  // namespace recflow::pipeline
+
+#endif  // RECFLOW_PIPELINE_DATASET_H_

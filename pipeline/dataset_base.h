@@ -1,0 +1,194 @@
+// What a pipeline stage implements: a DatasetBase (an immutable description
+// of a stage and its inputs) makes IteratorBases (the running stage).  Users
+// build pipelines with Dataset (dataset.h); this header is for writing
+// stages.
+//
+// Contracts every stage keeps:
+// - GetNext() returns true and fills *out, or false at the end (and keeps
+//   returning false).  Errors are exceptions; after one, the stage goes on
+//   with its next element where that makes sense (as tf.data does), so
+//   that IgnoreErrors can skip it.
+// - Save() writes the stage's position (and its input's) so that Restore()
+//   on a fresh iterator of the same dataset continues the same stream.
+//   Save and Restore are called from the consumer's thread, never at the
+//   same time as GetNext().
+// - Iterators are used by one thread at a time; asynchronous stages
+//   (Prefetch, parallel Map) run their input on their own thread and their
+//   work in the context's task arena.
+#ifndef RECFLOW_PIPELINE_DATASET_BASE_H_
+#define RECFLOW_PIPELINE_DATASET_BASE_H_
+
+#include <tbb/task_arena.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pipeline/state.h"
+#include "pipeline/tensor.h"
+
+namespace recflow::pipeline {
+
+struct StageStats {
+  std::string name;
+  uint64_t elements = 0;        // elements the stage delivered
+  uint64_t bytes = 0;           // their bytes
+  double busy_seconds = 0;      // its own work, summed over its threads
+  double wait_seconds = 0;      // time its consumer waited on an empty buffer
+  int parallelism = 1;          // threads its work may use
+  int64_t buffered = -1;        // asynchronous stages: elements held now
+  uint64_t errors_ignored = 0;  // IgnoreErrors: elements skipped
+};
+
+// One stage's counters; updated from any thread.
+struct StageCounter {
+  std::string name;
+  int parallelism = 1;
+  std::atomic<uint64_t> elements{0};
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<uint64_t> busy_ns{0};
+  std::atomic<uint64_t> wait_ns{0};
+  std::atomic<int64_t> buffered{-1};
+  std::atomic<uint64_t> errors_ignored{0};
+};
+
+struct IteratorOptions {
+  // Threads of the task arena that runs parallel stages; 0 = all cores.
+  int threads = 0;
+};
+
+// Shared by all stages of one Iterator: the task arena, statistics,
+// caches, and cancellation.  Thread-safe.
+class IteratorContext {
+ public:
+  explicit IteratorContext(const IteratorOptions& options);
+  ~IteratorContext();
+
+  int threads() const { return threads_; }
+  // The seed of stages given none: random per Iterator, kept in its state.
+  uint64_t seed() const { return seed_; }
+  void set_seed(uint64_t seed) { seed_ = seed; }
+  tbb::task_arena& arena() { return *arena_; }
+
+  // The counter of the stage `key` (a dataset), made on first use; the
+  // pointer stays valid as long as the context.
+  StageCounter* Counter(const void* key, std::string_view name,
+                        int parallelism = 1);
+  std::vector<StageStats> Stats() const;
+
+  // Cancellation: set when the Iterator is destroyed.  Stages that block
+  // register a wake-up so that their waits end promptly.
+  bool cancelled() const { return cancelled_.load(std::memory_order_acquire); }
+  void Cancel();
+  using WakeUp = std::function<void()>;
+  uint64_t AddWakeUp(WakeUp fn);
+  void RemoveWakeUp(uint64_t id);
+
+  // State shared by the iterators one dataset makes over its epochs (the
+  // memory cache); made by `make` on first use.
+  std::shared_ptr<void> Shared(
+      const void* key, const std::function<std::shared_ptr<void>()>& make);
+
+ private:
+  int threads_;
+  uint64_t seed_;
+  std::unique_ptr<tbb::task_arena> arena_;
+  mutable std::mutex mu_;
+  std::vector<const void*> order_;
+  std::map<const void*, std::unique_ptr<StageCounter>> counters_;
+  std::map<uint64_t, WakeUp> wake_ups_;
+  uint64_t next_wake_up_ = 0;
+  std::map<const void*, std::shared_ptr<void>> shared_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Thrown by a blocked stage when its iterator is being destroyed.
+class Cancelled : public Error {
+ public:
+  Cancelled() : Error("the iterator was destroyed") {}
+};
+
+class IteratorBase {
+ public:
+  virtual ~IteratorBase() = default;
+  virtual bool GetNext(Element* out) = 0;
+  virtual void Save(StateWriter* w) = 0;
+  virtual void Restore(StateReader* r) = 0;
+};
+
+class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
+ public:
+  virtual ~DatasetBase() = default;
+
+  // An iterator over this dataset whose GetNext time and output are
+  // counted under this stage.  `salt` tells apart the iterators made for
+  // successive epochs (Repeat gives each its own), so stages that reshuffle
+  // each iteration derive their seeds from it.
+  std::unique_ptr<IteratorBase> MakeIterator(IteratorContext* ctx,
+                                             uint64_t salt) const;
+  // The same without counting (for datasets made per element, e.g. by
+  // Interleave, whose time is their parent's).
+  virtual std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const = 0;
+
+  // A one-line description of the whole chain ending here, such as
+  // "TFRecord(2 files).Shuffle(1000, seed=7).Batch(32)": the fingerprint a
+  // saved state is checked against.
+  virtual std::string Describe() const = 0;
+  // The stage's name in statistics ("shuffle", "map:normalise").
+  virtual std::string StageName() const = 0;
+  // Threads the stage's work may use (for busy %).
+  virtual int Parallelism(const IteratorContext&) const { return 1; }
+};
+
+using DatasetPtr = std::shared_ptr<const DatasetBase>;
+
+// A blocking wait that does not count as its stage's work: the time
+// between construction and destruction goes to `counter->wait_ns` instead
+// of the busy time of the stage running on this thread.
+class WaitScope {
+ public:
+  explicit WaitScope(StageCounter* counter);
+  ~WaitScope();
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+
+ private:
+  StageCounter* counter_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Mixes two 64-bit values into one (SplitMix64 finaliser); for seeds.
+uint64_t MixSeed(uint64_t a, uint64_t b);
+// FNV-1a of `s`: stable across processes and builds.
+uint64_t Fingerprint(std::string_view s);
+
+// A small seeded generator whose whole state is one integer, so that it
+// goes into iterator states as is (SplitMix64).
+class Rng {
+ public:
+  explicit Rng(uint64_t seed = 0) : state_(seed) {}
+  uint64_t Next() { return MixSeed(state_++, 0x5851f42d4c957f2dULL); }
+  // Uniform in [0, n), n > 0.
+  uint64_t Below(uint64_t n) {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >>
+                                 64);
+  }
+  uint64_t state() const { return state_; }
+  void set_state(uint64_t s) { state_ = s; }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace recflow::pipeline
+
+#endif  // RECFLOW_PIPELINE_DATASET_BASE_H_

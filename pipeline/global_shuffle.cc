@@ -1,0 +1,217 @@
+// FromTFRecordsGlobalShuffle: every record of every file once per epoch, in
+// the order of a FeistelPermutation, read through the files' indexes.
+//
+// Shards: reader k of W takes positions k, k + W, k + 2W, ... of the
+// epoch's order.  Its state is (epoch start, W, k, records taken); all
+// positions before `start + W * taken` have been taken by the group when
+// every reader has taken as many (as after synchronous training steps).
+// Restored with another W' or k', a reader continues from that prefix with
+// the new stride: the epoch goes on with no record repeated or skipped.
+#include "pipeline/global_shuffle.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <bit>
+
+#include "pipeline/io.h"
+#include "pipeline/stages.h"
+#include "records/file_list.h"
+#include "records/index.h"
+
+namespace recflow::pipeline {
+
+FeistelPermutation::FeistelPermutation(uint64_t n, uint64_t seed) : n_(n) {
+  const int bits = n <= 1 ? 2 : std::bit_width(n - 1);
+  half_bits_ = std::max(1, (bits + 1) / 2);
+  half_mask_ = (uint64_t{1} << half_bits_) - 1;
+  for (int r = 0; r < kRounds; ++r) {
+    keys_[r] = MixSeed(seed, static_cast<uint64_t>(r));
+  }
+}
+
+uint64_t FeistelPermutation::Encrypt(uint64_t x) const {
+  uint64_t left = x >> half_bits_;
+  uint64_t right = x & half_mask_;
+  for (int r = 0; r < kRounds; ++r) {
+    const uint64_t f = MixSeed(right, keys_[r]) & half_mask_;
+    const uint64_t next = left ^ f;
+    left = right;
+    right = next;
+  }
+  return (left << half_bits_) | right;
+}
+
+uint64_t FeistelPermutation::operator()(uint64_t i) const {
+  // The domain is at most 4n, so the walk takes under 4 steps on average.
+  uint64_t x = Encrypt(i);
+  while (x >= n_) x = Encrypt(x);
+  return x;
+}
+
+namespace stages {
+namespace {
+
+class GlobalShuffleDataset final : public DatasetBase {
+ public:
+  GlobalShuffleDataset(std::vector<std::string> files,
+                       GlobalShuffleOptions options)
+      : files_(std::move(files)), options_(options) {
+    if (files_.empty()) throw Error("FromTFRecordsGlobalShuffle: no files");
+    if (options_.num_shards < 1 || options_.shard_index < 0 ||
+        options_.shard_index >= options_.num_shards) {
+      throw Error(fmt::format(
+          "FromTFRecordsGlobalShuffle: shard {} of {} is not a shard",
+          options_.shard_index, options_.num_shards));
+    }
+    uint64_t total = 0;
+    for (const auto& f : files_) {
+      const std::string idx = records::IndexPathFor(f);
+      records::Index index;
+      records::ReadableFile probe(f);
+      if (FileExists(idx)) {
+        index = records::ReadIndex(idx, probe.size());
+      } else {
+        LogLine(
+            fmt::format("recflow: {}: no index {}; indexing it in memory "
+                        "(`recflow index` writes one)",
+                        f, idx));
+        index = records::BuildIndex(f);
+      }
+      total += index.entries.size();
+      starts_.push_back(total - index.entries.size());
+      indexes_.push_back(
+          std::make_shared<const records::Index>(std::move(index)));
+      paths_.push_back(std::make_shared<const std::string>(f));
+    }
+    total_ = total;
+  }
+
+  std::string Describe() const override {
+    std::string joined;
+    for (const auto& f : files_) joined += f + '\n';
+    // Not the shards: a state restores with another sharding.
+    return fmt::format(
+        "GlobalShuffle({} files {:016x}, {} records, seed={}, "
+        "reshuffle_each_iteration={})",
+        files_.size(), Fingerprint(joined), total_,
+        options_.seed ? fmt::format("{}", *options_.seed) : "none",
+        options_.reshuffle_each_iteration);
+  }
+  std::string StageName() const override { return "global_shuffle"; }
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    const uint64_t base = options_.seed
+                              ? *options_.seed
+                              : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    const uint64_t seed =
+        options_.reshuffle_each_iteration ? MixSeed(base, salt) : base;
+    return std::make_unique<It>(this, seed);
+  }
+
+ private:
+  static bool FileExists(const std::string& path) {
+    try {
+      records::ReadableFile f(path);
+      return true;
+    } catch (const records::IoError&) {
+      return false;
+    }
+  }
+
+  class It final : public IteratorBase {
+   public:
+    It(const GlobalShuffleDataset* d, uint64_t seed)
+        : d_(d),
+          order_(d->total_, seed),
+          stride_(static_cast<uint64_t>(d->options_.num_shards)),
+          shard_(static_cast<uint64_t>(d->options_.shard_index)),
+          readers_(d->files_.size()) {}
+
+    bool GetNext(Element* out) override {
+      const uint64_t position = start_ + shard_ + taken_ * stride_;
+      if (position >= d_->total_) return false;
+      const uint64_t id = order_(position);
+      const size_t file = static_cast<size_t>(
+          std::upper_bound(d_->starts_.begin(), d_->starts_.end(), id) -
+          d_->starts_.begin() - 1);
+      const uint64_t local = id - d_->starts_[file];
+      auto& reader = readers_[file];
+      if (!reader) {
+        reader = std::make_unique<records::IndexedReader>(d_->files_[file],
+                                                          *d_->indexes_[file]);
+      }
+      const std::string_view record = reader->Read(local);
+      out->components.clear();
+      out->components.push_back({"record", arena_.Copy(record)});
+      out->origin.file = d_->paths_[file];
+      out->origin.offset = d_->indexes_[file]->entries[local].offset;
+      out->origin.record = local;
+      out->batch_origins.reset();
+      ++taken_;
+      return true;
+    }
+
+    void Save(StateWriter* w) override {
+      w->BeginStage("global_shuffle");
+      w->U64(start_);
+      w->U64(stride_);
+      w->U64(shard_);
+      w->U64(taken_);
+    }
+
+    void Restore(StateReader* r) override {
+      r->BeginStage("global_shuffle");
+      const uint64_t start = r->U64();
+      const uint64_t stride = r->U64();
+      const uint64_t shard = r->U64();
+      const uint64_t taken = r->U64();
+      if (stride == 0 || shard >= stride) {
+        throw Error("global shuffle state: bad shard");
+      }
+      if (stride == stride_ && shard == shard_) {
+        start_ = start;
+        taken_ = taken;
+      } else {
+        // Elastic: every reader of the old group took `taken` records, so
+        // the epoch's first start + stride * taken positions are done.
+        start_ = start + stride * taken;
+        taken_ = 0;
+      }
+    }
+
+   private:
+    const GlobalShuffleDataset* d_;
+    FeistelPermutation order_;
+    const uint64_t stride_;
+    const uint64_t shard_;
+    uint64_t start_ = 0;
+    uint64_t taken_ = 0;
+    std::vector<std::unique_ptr<records::IndexedReader>> readers_;
+    RecordArena arena_;
+  };
+
+  std::vector<std::string> files_;
+  GlobalShuffleOptions options_;
+  std::vector<std::shared_ptr<const records::Index>> indexes_;
+  std::vector<std::shared_ptr<const std::string>> paths_;
+  std::vector<uint64_t> starts_;  // id of each file's first record
+  uint64_t total_ = 0;
+};
+
+}  // namespace
+
+DatasetPtr GlobalShuffle(std::vector<std::string> files,
+                         GlobalShuffleOptions options) {
+  std::vector<std::string> expanded;
+  try {
+    expanded = records::ExpandRecordPaths(files);
+  } catch (const records::FileListError& e) {
+    throw Error(fmt::format("FromTFRecordsGlobalShuffle: {}", e.what()));
+  }
+  return std::make_shared<GlobalShuffleDataset>(std::move(expanded), options);
+}
+
+}  // namespace stages
+}  // namespace recflow::pipeline

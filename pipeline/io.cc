@@ -1,0 +1,383 @@
+#include "pipeline/io.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <liburing.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "records/errors.h"
+
+namespace recflow::pipeline {
+namespace {
+
+constexpr size_t kDirectAlignment = 4096;
+
+std::mutex log_mu;
+std::function<void(std::string_view)>& Sink() {
+  static std::function<void(std::string_view)> sink;
+  return sink;
+}
+
+std::atomic<bool> io_uring_disabled{false};
+
+// Buffers of one size, reused: a block's buffer returns here when the last
+// reference to it is dropped, whichever thread drops it.
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  BufferPool(size_t bytes, size_t keep) : bytes_(bytes), keep_(keep) {}
+  ~BufferPool() {
+    for (char* b : free_) Free(b);
+  }
+
+  std::shared_ptr<char> Get() {
+    char* b = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!free_.empty()) {
+        b = free_.back();
+        free_.pop_back();
+      }
+    }
+    if (b == nullptr) {
+      b = static_cast<char*>(
+          ::operator new (bytes_, std::align_val_t{kDirectAlignment}));
+    }
+    return std::shared_ptr<char>(
+        b, [pool = shared_from_this()](char* p) { pool->Put(p); });
+  }
+
+ private:
+  void Put(char* b) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < keep_) {
+        free_.push_back(b);
+        return;
+      }
+    }
+    Free(b);
+  }
+  static void Free(char* b) {
+    ::operator delete (b, std::align_val_t{kDirectAlignment});
+  }
+
+  const size_t bytes_;
+  const size_t keep_;
+  std::mutex mu_;
+  std::vector<char*> free_;
+};
+
+// An open file and the block geometry both readers share.
+class FileBlocks {
+ public:
+  FileBlocks(const std::string& path, uint64_t start, const IoOptions& o)
+      : path_(path), options_(o) {
+    if (o.block_bytes == 0 ||
+        (o.direct && o.block_bytes % kDirectAlignment != 0)) {
+      throw records::IoError(
+          path, fmt::format("block size {} must be a positive multiple of {} "
+                            "for direct I/O",
+                            o.block_bytes, kDirectAlignment));
+    }
+    if (o.direct) {
+      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      if (fd_ >= 0) {
+        direct_ = true;
+      } else if (errno == EINVAL) {
+        static std::once_flag once;
+        std::call_once(once, [&] {
+          LogLine(
+              fmt::format("recflow: {}: the filesystem refuses O_DIRECT; "
+                          "reading through the page cache",
+                          path));
+        });
+      }
+    }
+    if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) throw records::IoError(path, "cannot open", errno);
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) {
+      const int e = errno;
+      ::close(fd_);
+      throw records::IoError(path, "cannot stat", e);
+    }
+    end_ = static_cast<uint64_t>(st.st_size);
+    start_ = std::min(start, end_);
+    // Direct reads start on an aligned offset; the bytes before `start`
+    // are skipped in the first block.
+    next_ = direct_ ? start_ / kDirectAlignment * kDirectAlignment : start_;
+    const size_t keep = static_cast<size_t>(std::max(o.read_ahead, 1)) + 2;
+    pool_ = std::make_shared<BufferPool>(o.block_bytes, keep);
+  }
+  ~FileBlocks() { ::close(fd_); }
+
+  // The next read to issue: [offset, offset + length) of the file; false
+  // when everything is issued.
+  bool NextRead(uint64_t* offset, size_t* length) {
+    if (next_ >= end_) return false;
+    *offset = next_;
+    // Reads end on block boundaries so that later ones stay aligned.
+    const uint64_t boundary =
+        (next_ / options_.block_bytes + 1) * options_.block_bytes;
+    const uint64_t stop = std::min(boundary, end_);
+    *length = static_cast<size_t>(stop - next_);
+    if (direct_) {
+      *length = (*length + kDirectAlignment - 1) / kDirectAlignment *
+                kDirectAlignment;
+    }
+    next_ = stop;
+    return true;
+  }
+
+  // Fills `block` with what a read at `offset` of `length` returned
+  // (`got` bytes), completing a short read with pread; trims to
+  // [start_, end_).
+  void Finish(std::shared_ptr<char> buffer, uint64_t offset, size_t length,
+              size_t got, Block* block) {
+    const uint64_t want = std::min<uint64_t>(length, end_ - offset);
+    while (got < want) {
+      ssize_t n = ::pread(fd_, buffer.get() + got, length - got,
+                          static_cast<off_t>(offset + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        throw records::IoError(
+            path_, fmt::format("read at offset {}", offset + got), errno);
+      }
+      if (n == 0) {
+        throw records::IoError(
+            path_, fmt::format("the file shrank while being read: it ends at "
+                               "{}, {} bytes were expected",
+                               offset + got, end_));
+      }
+      got += static_cast<size_t>(n);
+    }
+    const uint64_t skip = offset < start_ ? start_ - offset : 0;
+    block->data = buffer.get() + skip;
+    block->size = static_cast<size_t>(want - skip);
+    block->offset = offset + skip;
+    block->owner = std::move(buffer);
+  }
+
+  const std::string& path() const { return path_; }
+  int fd() const { return fd_; }
+  uint64_t end() const { return end_; }
+  const IoOptions& options() const { return options_; }
+  BufferPool& pool() { return *pool_; }
+
+ private:
+  std::string path_;
+  IoOptions options_;
+  int fd_ = -1;
+  bool direct_ = false;
+  uint64_t start_ = 0;
+  uint64_t end_ = 0;
+  uint64_t next_ = 0;
+  std::shared_ptr<BufferPool> pool_;
+};
+
+class PreadBlockReader final : public BlockReader {
+ public:
+  PreadBlockReader(const std::string& path, uint64_t start, const IoOptions& o)
+      : file_(path, start, o) {}
+
+  bool Next(Block* block) override {
+    uint64_t offset;
+    size_t length;
+    if (!file_.NextRead(&offset, &length)) return false;
+    // Ask the kernel to read the following blocks while this one is used.
+    const uint64_t ahead_start = offset + length;
+    if (ahead_start < file_.end() && ahead_start >= advised_) {
+      const uint64_t ahead =
+          file_.options().block_bytes * std::max(file_.options().read_ahead, 1);
+      ::posix_fadvise(file_.fd(), static_cast<off_t>(ahead_start),
+                      static_cast<off_t>(ahead), POSIX_FADV_WILLNEED);
+      advised_ = ahead_start + ahead;
+    }
+    std::shared_ptr<char> buffer = file_.pool().Get();
+    file_.Finish(std::move(buffer), offset, length, 0, block);
+    return true;
+  }
+  IoBackend backend() const override { return IoBackend::kPread; }
+  uint64_t file_size() const override { return file_.end(); }
+
+ private:
+  FileBlocks file_;
+  uint64_t advised_ = 0;
+};
+
+class IoUringBlockReader final : public BlockReader {
+ public:
+  IoUringBlockReader(const std::string& path, uint64_t start,
+                     const IoOptions& o)
+      : file_(path, start, o), depth_(std::max(o.read_ahead, 1)) {
+    const int e = io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
+    if (e < 0) {
+      throw records::IoError(path, "cannot set up io_uring", -e);
+    }
+  }
+
+  ~IoUringBlockReader() override {
+    // The kernel may still be writing into buffers of reads in flight.
+    for (auto& read : in_flight_) {
+      while (!read->done) {
+        if (!Reap(/*wait=*/true)) break;
+      }
+    }
+    io_uring_queue_exit(&ring_);
+  }
+
+  bool Next(Block* block) override {
+    Submit();
+    if (in_flight_.empty()) return false;
+    Read& front = *in_flight_.front();
+    while (!front.done) Reap(/*wait=*/true);
+    std::unique_ptr<Read> read = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    if (read->result < 0) {
+      throw records::IoError(file_.path(),
+                             fmt::format("read at offset {}", read->offset),
+                             -read->result);
+    }
+    file_.Finish(std::move(read->buffer), read->offset, read->length,
+                 static_cast<size_t>(read->result), block);
+    // Keep the queue full while the caller uses this block.
+    Submit();
+    return true;
+  }
+  IoBackend backend() const override { return IoBackend::kIoUring; }
+  uint64_t file_size() const override { return file_.end(); }
+
+ private:
+  struct Read {
+    std::shared_ptr<char> buffer;
+    uint64_t offset = 0;
+    size_t length = 0;
+    int result = 0;
+    bool done = false;
+  };
+
+  // Queues reads up to the depth and submits them in one system call.
+  void Submit() {
+    unsigned queued = 0;
+    while (static_cast<int>(in_flight_.size()) < depth_) {
+      uint64_t offset;
+      size_t length;
+      if (!file_.NextRead(&offset, &length)) break;
+      io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+      if (sqe == nullptr) break;
+      auto read = std::make_unique<Read>();
+      read->buffer = file_.pool().Get();
+      read->offset = offset;
+      read->length = length;
+      io_uring_prep_read(sqe, file_.fd(), read->buffer.get(),
+                         static_cast<unsigned>(length), offset);
+      io_uring_sqe_set_data(sqe, read.get());
+      in_flight_.push_back(std::move(read));
+      ++queued;
+    }
+    if (queued == 0) return;
+    int e;
+    do {
+      e = io_uring_submit(&ring_);
+    } while (e == -EINTR);
+    if (e < 0) throw records::IoError(file_.path(), "io_uring submit", -e);
+  }
+
+  // Takes one completion; returns false when none could be had.
+  bool Reap(bool wait) {
+    io_uring_cqe* cqe = nullptr;
+    int e;
+    do {
+      e = wait ? io_uring_wait_cqe(&ring_, &cqe)
+               : io_uring_peek_cqe(&ring_, &cqe);
+    } while (e == -EINTR);
+    if (e < 0 || cqe == nullptr) return false;
+    auto* read = static_cast<Read*>(io_uring_cqe_get_data(cqe));
+    read->result = cqe->res;
+    read->done = true;
+    io_uring_cqe_seen(&ring_, cqe);
+    return true;
+  }
+
+  FileBlocks file_;
+  const int depth_;
+  io_uring ring_{};
+  std::deque<std::unique_ptr<Read>> in_flight_;
+};
+
+bool ProbeIoUring() {
+  io_uring ring;
+  const int e = io_uring_queue_init(2, &ring, 0);
+  if (e < 0) {
+    LogLine(
+        fmt::format("recflow: io_uring is not available ({}); reading "
+                    "with pread and read-ahead",
+                    std::strerror(-e)));
+    return false;
+  }
+  io_uring_queue_exit(&ring);
+  return true;
+}
+
+}  // namespace
+
+std::string_view IoBackendName(IoBackend b) {
+  switch (b) {
+    case IoBackend::kAuto:
+      return "auto";
+    case IoBackend::kIoUring:
+      return "io_uring";
+    case IoBackend::kPread:
+      return "pread";
+  }
+  return "?";
+}
+
+bool IoUringAvailable() {
+  if (io_uring_disabled.load()) return false;
+  static const bool available = ProbeIoUring();
+  return available;
+}
+
+void DisableIoUringForTesting(bool disabled) { io_uring_disabled = disabled; }
+
+void SetLogSink(std::function<void(std::string_view)> sink) {
+  std::lock_guard<std::mutex> lock(log_mu);
+  Sink() = std::move(sink);
+}
+
+void LogLine(std::string_view line) {
+  std::lock_guard<std::mutex> lock(log_mu);
+  if (Sink()) {
+    Sink()(line);
+  } else {
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
+  }
+}
+
+std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
+                                             uint64_t start_offset,
+                                             const IoOptions& options) {
+  IoBackend backend = options.backend;
+  if (backend == IoBackend::kAuto) {
+    backend = IoUringAvailable() ? IoBackend::kIoUring : IoBackend::kPread;
+  } else if (backend == IoBackend::kIoUring && io_uring_disabled.load()) {
+    throw records::IoError(path, "io_uring was asked for but is disabled");
+  }
+  if (backend == IoBackend::kIoUring) {
+    return std::make_unique<IoUringBlockReader>(path, start_offset, options);
+  }
+  return std::make_unique<PreadBlockReader>(path, start_offset, options);
+}
+
+}  // namespace recflow::pipeline

@@ -1,0 +1,78 @@
+// Reading files as a stream of large blocks, with several reads in flight.
+//
+// The io_uring reader (liburing) keeps `read_ahead` block reads queued in
+// the kernel, submitted in batches, into buffers reused from a pool; the
+// pread reader asks the kernel to read ahead (posix_fadvise WILLNEED) and
+// reads one block at a time.  Both give the same blocks.  Where io_uring
+// cannot be set up (an old kernel, a seccomp filter, a container that
+// forbids it) kAuto falls back to pread and says so once on the log.
+//
+// Blocks are handed out by reference: a Block keeps its buffer out of the
+// pool until the last reference (a record viewing it) is dropped.
+// A BlockReader is not thread-safe; Blocks may be used from any thread.
+#ifndef RECFLOW_PIPELINE_IO_H_
+#define RECFLOW_PIPELINE_IO_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace recflow::pipeline {
+
+enum class IoBackend { kAuto, kIoUring, kPread };
+std::string_view IoBackendName(IoBackend b);  // "auto", "io_uring", "pread"
+
+struct IoOptions {
+  IoBackend backend = IoBackend::kAuto;
+  // Size of each read (a multiple of 4096 with `direct`).
+  size_t block_bytes = size_t{1} << 20;
+  // Reads in flight per file (io_uring) / blocks advised ahead (pread).
+  int read_ahead = 4;
+  // O_DIRECT: bypass the page cache, for datasets larger than memory.
+  // Where the filesystem refuses it (tmpfs), reads go through the cache
+  // and the log says so once.
+  bool direct = false;
+};
+
+struct Block {
+  std::shared_ptr<const char> owner;  // keeps the buffer out of the pool
+  const char* data = nullptr;
+  size_t size = 0;
+  uint64_t offset = 0;  // file offset of data[0]
+};
+
+class BlockReader {
+ public:
+  virtual ~BlockReader() = default;
+  // The next block in file order; false at the end of the file.  Blocks
+  // are block_bytes long except the first (from start_offset to a block
+  // boundary with `direct`) and the last.  Throws records::IoError naming
+  // the file.
+  virtual bool Next(Block* block) = 0;
+  // The backend actually used.
+  virtual IoBackend backend() const = 0;
+  // The file's size when it was opened.
+  virtual uint64_t file_size() const = 0;
+};
+
+// Reads [start_offset, end) of `path`, where end is the file's size when
+// opened.  Throws records::IoError when the file cannot be opened.
+std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
+                                             uint64_t start_offset,
+                                             const IoOptions& options);
+
+// Whether io_uring can be used in this process (probed once).
+bool IoUringAvailable();
+// Tests: make IoUringAvailable() false, as on a kernel without io_uring.
+void DisableIoUringForTesting(bool disabled);
+
+// Where the pipeline's one-off notices go (stderr by default).
+void SetLogSink(std::function<void(std::string_view)> sink);
+void LogLine(std::string_view line);
+
+}  // namespace recflow::pipeline
+
+#endif  // RECFLOW_PIPELINE_IO_H_

@@ -1,0 +1,167 @@
+// Map and Prefetch.  Map with num_parallel_calls 1 runs the function on the
+// consumer's thread; otherwise both are AsyncIterators.
+#include <fmt/format.h>
+
+#include <deque>
+#include <optional>
+
+#include "pipeline/async_iterator.h"
+#include "pipeline/stages.h"
+
+namespace recflow::pipeline::stages {
+namespace {
+
+int ParallelCalls(int requested, const IteratorContext& ctx) {
+  return requested == kAutotune ? ctx.threads() : requested;
+}
+
+class MapDataset final : public UnaryDataset {
+ public:
+  MapDataset(DatasetPtr input, MapFn fn, MapOptions options)
+      : UnaryDataset(std::move(input)),
+        fn_(std::move(fn)),
+        options_(std::move(options)) {}
+
+  // The parallelism is not part of the description: a state saved with one
+  // thread count restores with another.
+  std::string Label() const override {
+    return fmt::format("Map({}{})", options_.name,
+                       options_.deterministic ? "" : ", deterministic=false");
+  }
+  std::string StageName() const override {
+    // Parse's map is named "parse[<spec fingerprint>]".
+    if (options_.name.starts_with("parse[")) return "parse";
+    return "map:" + options_.name;
+  }
+  int Parallelism(const IteratorContext& ctx) const override {
+    return ParallelCalls(options_.num_parallel_calls, ctx);
+  }
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    auto in = input_->MakeIterator(ctx, salt);
+    const int calls = ParallelCalls(options_.num_parallel_calls, *ctx);
+    if (calls <= 1) return std::make_unique<SyncIt>(this, std::move(in));
+    AsyncIterator::Config config;
+    config.stage = "map";
+    // As tf.data: up to num_parallel_calls results are buffered; twice
+    // that keeps every call busy while the consumer takes results.
+    config.max_elements = static_cast<size_t>(2 * calls);
+    config.fn = fn_;
+    config.parallel_calls = calls;
+    config.deterministic = options_.deterministic;
+    return std::make_unique<AsyncIterator>(
+        ctx, std::move(in), ctx->Counter(this, StageName()), std::move(config));
+  }
+
+ private:
+  // The same state layout as the AsyncIterator ("map": input ended,
+  // buffered results, the input), so a state moves between thread counts.
+  class SyncIt final : public IteratorBase {
+   public:
+    SyncIt(const MapDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      if (!pending_.empty()) {
+        Pending p = std::move(pending_.front());
+        pending_.pop_front();
+        if (p.error) throw Error(*p.error);
+        *out = std::move(p.element);
+        return true;
+      }
+      if (end_) return false;
+      Element e;
+      if (!in_->GetNext(&e)) {
+        end_ = true;
+        return false;
+      }
+      *out = d_->fn_(std::move(e));
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("map");
+      w->Bool(end_);
+      w->U64(pending_.size() + (end_ ? 1 : 0));
+      for (const auto& p : pending_) {
+        if (p.error) {
+          w->U64(1);
+          w->String(*p.error);
+        } else {
+          w->U64(2);
+          w->WriteElement(p.element);
+        }
+      }
+      if (end_) w->U64(0);
+      in_->Save(w);
+    }
+    // Results a parallel map had buffered when the state was saved come
+    // first.
+    void Restore(StateReader* r) override {
+      r->BeginStage("map");
+      end_ = r->Bool();
+      const uint64_t n = r->U64();
+      pending_.clear();
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t kind = r->U64();
+        if (kind == 1) {
+          pending_.push_back({Element{}, r->String()});
+        } else if (kind == 2) {
+          pending_.push_back({r->ReadElement(), std::nullopt});
+        } else if (kind != 0) {
+          throw Error("map state: unknown slot kind");
+        }
+      }
+      in_->Restore(r);
+    }
+
+   private:
+    struct Pending {
+      Element element;
+      std::optional<std::string> error;
+    };
+    const MapDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    bool end_ = false;
+    std::deque<Pending> pending_;
+  };
+
+  MapFn fn_;
+  MapOptions options_;
+};
+
+class PrefetchDataset final : public UnaryDataset {
+ public:
+  PrefetchDataset(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes)
+      : UnaryDataset(std::move(input)),
+        buffer_size_(buffer_size),
+        max_bytes_(max_bytes) {}
+  std::string Label() const override { return "Prefetch()"; }
+  std::string StageName() const override { return "prefetch"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    AsyncIterator::Config config;
+    config.stage = "prefetch";
+    config.max_elements = static_cast<size_t>(buffer_size_);
+    config.max_bytes = max_bytes_;
+    return std::make_unique<AsyncIterator>(ctx, input_->MakeIterator(ctx, salt),
+                                           ctx->Counter(this, StageName()),
+                                           std::move(config));
+  }
+
+ private:
+  int64_t buffer_size_;
+  uint64_t max_bytes_;
+};
+
+}  // namespace
+
+DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options) {
+  return std::make_shared<MapDataset>(std::move(input), std::move(fn),
+                                      std::move(options));
+}
+DatasetPtr Prefetch(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes) {
+  return std::make_shared<PrefetchDataset>(std::move(input), buffer_size,
+                                           max_bytes);
+}
+
+}  // namespace recflow::pipeline::stages

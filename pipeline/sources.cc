@@ -1,0 +1,207 @@
+// In-memory sources: tensor slices, ranges and generators.  (TFRecord files:
+// tfrecord_dataset.cc; CSV: csv_dataset.cc.)
+#include <fmt/format.h>
+
+#include "pipeline/stages.h"
+
+namespace recflow::pipeline::stages {
+namespace {
+
+class TensorSlicesDataset final : public DatasetBase {
+ public:
+  explicit TensorSlicesDataset(Element arrays) : arrays_(std::move(arrays)) {
+    if (arrays_.components.empty()) {
+      throw Error("FromTensorSlices: no arrays given");
+    }
+    rows_ = -1;
+    for (const auto& c : arrays_.components) {
+      if (c.tensor.shape().rank() == 0 && !c.tensor.ragged()) {
+        throw Error(fmt::format(
+            "FromTensorSlices: '{}' is a scalar; arrays need a first "
+            "dimension to slice",
+            c.name));
+      }
+      const int64_t n = c.tensor.num_rows();
+      if (rows_ >= 0 && n != rows_) {
+        throw Error(fmt::format(
+            "FromTensorSlices: '{}' has {} rows, '{}' has {}; all arrays "
+            "need the same first dimension",
+            c.name, n, arrays_.components[0].name, rows_));
+      }
+      rows_ = n;
+    }
+  }
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
+                                                     uint64_t) const override {
+    return std::make_unique<It>(this);
+  }
+  std::string Describe() const override {
+    std::vector<std::string> parts;
+    for (const auto& c : arrays_.components) {
+      parts.push_back(fmt::format("{}:{}{}", c.name,
+                                  DTypeName(c.tensor.dtype()),
+                                  c.tensor.shape().ToString()));
+    }
+    return fmt::format("TensorSlices({})", fmt::join(parts, ", "));
+  }
+  std::string StageName() const override { return "tensor_slices"; }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    explicit It(const TensorSlicesDataset* d) : d_(d) {}
+    bool GetNext(Element* out) override {
+      if (next_ >= d_->rows_) return false;
+      out->components.clear();
+      out->batch_origins.reset();
+      out->origin = {};
+      for (const auto& c : d_->arrays_.components) {
+        out->components.push_back({c.name, c.tensor.Slice(next_)});
+      }
+      ++next_;
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("tensor_slices");
+      w->I64(next_);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("tensor_slices");
+      next_ = r->I64();
+    }
+
+   private:
+    const TensorSlicesDataset* d_;
+    int64_t next_ = 0;
+  };
+
+  Element arrays_;
+  int64_t rows_ = 0;
+};
+
+class RangeDataset final : public DatasetBase {
+ public:
+  RangeDataset(int64_t start, int64_t stop, int64_t step)
+      : start_(start), stop_(stop), step_(step) {}
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
+                                                     uint64_t) const override {
+    return std::make_unique<It>(this);
+  }
+  std::string Describe() const override {
+    return fmt::format("Range({}, {}, {})", start_, stop_, step_);
+  }
+  std::string StageName() const override { return "range"; }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    explicit It(const RangeDataset* d) : d_(d), next_(d->start_) {}
+    bool GetNext(Element* out) override {
+      if (d_->step_ > 0 ? next_ >= d_->stop_ : next_ <= d_->stop_) return false;
+      out->components.clear();
+      out->batch_origins.reset();
+      out->origin = {};
+      out->components.push_back({"value", Tensor::Scalar<int64_t>(next_)});
+      next_ += d_->step_;
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("range");
+      w->I64(next_);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("range");
+      next_ = r->I64();
+    }
+
+   private:
+    const RangeDataset* d_;
+    int64_t next_;
+  };
+
+  int64_t start_, stop_, step_;
+};
+
+class GeneratorDataset final : public DatasetBase {
+ public:
+  GeneratorDataset(GeneratorFn fn, std::string name)
+      : fn_(std::move(fn)), name_(std::move(name)) {}
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
+                                                     uint64_t) const override {
+    return std::make_unique<It>(this);
+  }
+  std::string Describe() const override {
+    return fmt::format("Generator({})", name_);
+  }
+  std::string StageName() const override { return "generator:" + name_; }
+
+ private:
+  // The state is the number of elements produced; a restore makes the
+  // generator afresh and skips that many (generators must be
+  // deterministic).
+  class It final : public IteratorBase {
+   public:
+    explicit It(const GeneratorDataset* d) : d_(d) {}
+    bool GetNext(Element* out) override {
+      if (done_) return false;
+      if (!next_) next_ = d_->fn_();
+      std::optional<Element> e = next_();
+      if (!e) {
+        done_ = true;
+        return false;
+      }
+      *out = std::move(*e);
+      ++produced_;
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("generator");
+      w->U64(produced_);
+      w->Bool(done_);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("generator");
+      const uint64_t target = r->U64();
+      const bool done = r->Bool();
+      next_ = d_->fn_();
+      produced_ = 0;
+      done_ = false;
+      while (produced_ < target) {
+        if (!next_()) {
+          throw Error(fmt::format(
+              "generator '{}' ended after {} elements while restoring a "
+              "state at element {}; is it deterministic?",
+              d_->name_, produced_, target));
+        }
+        ++produced_;
+      }
+      done_ = done;
+    }
+
+   private:
+    const GeneratorDataset* d_;
+    std::function<std::optional<Element>()> next_;
+    uint64_t produced_ = 0;
+    bool done_ = false;
+  };
+
+  GeneratorFn fn_;
+  std::string name_;
+};
+
+}  // namespace
+
+DatasetPtr TensorSlices(Element arrays) {
+  return std::make_shared<TensorSlicesDataset>(std::move(arrays));
+}
+DatasetPtr Range(int64_t start, int64_t stop, int64_t step) {
+  return std::make_shared<RangeDataset>(start, stop, step);
+}
+DatasetPtr Generator(GeneratorFn fn, std::string name) {
+  return std::make_shared<GeneratorDataset>(std::move(fn), std::move(name));
+}
+
+}  // namespace recflow::pipeline::stages

@@ -1,0 +1,225 @@
+#include "pipeline/state.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "records/crc32c.h"
+#include "records/tfrecord_format.h"
+
+namespace recflow::pipeline {
+namespace {
+
+constexpr std::string_view kMagic = "RFIS";
+constexpr uint32_t kVersion = 1;
+// A tensor in a state cannot claim more elements than this; the blob's
+// size bounds it again before anything is allocated.
+constexpr uint64_t kMaxStateValues = uint64_t{1} << 40;
+
+}  // namespace
+
+StateWriter::StateWriter(std::string_view description) {
+  out_.append(kMagic);
+  char v[4];
+  records::EncodeLittleEndian<uint32_t>(v, kVersion);
+  out_.append(v, 4);
+  String(description);
+}
+
+void StateWriter::U64(uint64_t v) {
+  char b[8];
+  records::EncodeLittleEndian<uint64_t>(b, v);
+  out_.append(b, 8);
+}
+
+void StateWriter::String(std::string_view s) {
+  U64(s.size());
+  out_.append(s);
+}
+
+void StateWriter::WriteTensor(const Tensor& t) {
+  U64(static_cast<uint64_t>(t.dtype()));
+  U64(static_cast<uint64_t>(t.shape().rank()));
+  for (int64_t d : t.shape().dims()) I64(d);
+  Bool(t.ragged());
+  if (t.ragged()) WriteTensor(t.row_lengths());
+  const int64_t n = t.num_elements();
+  if (t.dtype() == DType::kBytes) {
+    for (int64_t k = 0; k < n; ++k) String(t.bytes(k));
+  } else {
+    out_.append(t.raw_data(), t.byte_size());
+  }
+}
+
+void StateWriter::WriteElement(const Element& e) {
+  U64(e.components.size());
+  for (const auto& c : e.components) {
+    String(c.name);
+    WriteTensor(c.tensor);
+  }
+  Bool(e.origin.file != nullptr);
+  if (e.origin.file) {
+    String(*e.origin.file);
+    U64(e.origin.offset);
+    U64(e.origin.record);
+  }
+}
+
+std::string StateWriter::Finish() && {
+  char crc[4];
+  records::EncodeLittleEndian<uint32_t>(
+      crc,
+      records::crc32c::Mask(records::crc32c::Value(out_.data(), out_.size())));
+  out_.append(crc, 4);
+  return std::move(out_);
+}
+
+StateReader::StateReader(std::string_view blob, std::string_view description)
+    : in_(blob) {
+  if (in_.size() < kMagic.size() + 8 ||
+      in_.substr(0, kMagic.size()) != kMagic) {
+    Fail("not an iterator state (it does not start with \"RFIS\")");
+  }
+  const size_t body = in_.size() - 4;
+  const uint32_t stored = records::crc32c::Unmask(
+      records::DecodeLittleEndian<uint32_t>(in_.data() + body));
+  const uint32_t computed = records::crc32c::Value(in_.data(), body);
+  if (stored != computed) {
+    Fail(
+        fmt::format("the state is damaged: stored CRC {:#010x}, computed "
+                    "{:#010x}",
+                    stored, computed));
+  }
+  in_ = in_.substr(0, body);
+  pos_ = kMagic.size();
+  Need(4);
+  const uint32_t version =
+      records::DecodeLittleEndian<uint32_t>(in_.data() + pos_);
+  pos_ += 4;
+  if (version != kVersion) {
+    Fail(fmt::format("state version {}; this build reads version {}", version,
+                     kVersion));
+  }
+  const std::string saved = String();
+  if (saved != description) {
+    throw Error(fmt::format(
+        "iterator state was saved from another pipeline:\n  saved: {}\n  "
+        "this:  {}",
+        saved, description));
+  }
+}
+
+void StateReader::Need(size_t n) const {
+  if (in_.size() - pos_ < n) {
+    Fail(fmt::format("the state ends {} bytes early", n - (in_.size() - pos_)));
+  }
+}
+
+void StateReader::Fail(std::string_view what) const {
+  throw Error(
+      fmt::format("iterator state, stage {}, byte {}: {}", stage_, pos_, what));
+}
+
+void StateReader::BeginStage(std::string_view name) {
+  const std::string found = String();
+  if (found != name) {
+    Fail(fmt::format("expected the state of stage '{}', found '{}'", name,
+                     found));
+  }
+  stage_ = found;
+}
+
+uint64_t StateReader::U64() {
+  Need(8);
+  const uint64_t v = records::DecodeLittleEndian<uint64_t>(in_.data() + pos_);
+  pos_ += 8;
+  return v;
+}
+
+std::string StateReader::String() {
+  const uint64_t n = U64();
+  Need(n);
+  std::string s(in_.substr(pos_, n));
+  pos_ += n;
+  return s;
+}
+
+Tensor StateReader::ReadTensor() {
+  const uint64_t dtype = U64();
+  if (dtype > static_cast<uint64_t>(DType::kBytes)) {
+    Fail(fmt::format("unknown dtype {}", dtype));
+  }
+  const uint64_t rank = U64();
+  if (rank > Shape::kMaxRank) Fail(fmt::format("rank {} too large", rank));
+  int64_t dims[Shape::kMaxRank];
+  uint64_t n = 1;
+  for (uint64_t i = 0; i < rank; ++i) {
+    dims[i] = I64();
+    if (dims[i] < 0 || static_cast<uint64_t>(dims[i]) > kMaxStateValues) {
+      Fail(fmt::format("dimension {} out of range", dims[i]));
+    }
+    n *= static_cast<uint64_t>(dims[i]);
+    if (n > kMaxStateValues) Fail("tensor too large");
+  }
+  const Shape shape(std::span<const int64_t>(dims, rank));
+  const bool ragged = Bool();
+  Tensor lengths;
+  if (ragged) lengths = ReadTensor();
+  const auto d = static_cast<DType>(dtype);
+  Tensor t;
+  if (d == DType::kBytes) {
+    // Each value takes at least its 8-byte length in the blob.
+    Need(n * 8);
+    std::string data;
+    records::AlignedVector<uint64_t> offsets;
+    offsets.reserve(n + 1);
+    offsets.push_back(0);
+    for (uint64_t k = 0; k < n; ++k) {
+      data += String();
+      offsets.push_back(data.size());
+    }
+    t = Tensor::AdoptBytes(std::move(data), std::move(offsets), shape);
+  } else {
+    const uint64_t bytes = n * DTypeSize(d);
+    Need(bytes);
+    t = Tensor::Allocate(d, shape);
+    if (bytes)
+      std::memcpy(const_cast<char*>(t.raw_data()), in_.data() + pos_, bytes);
+    pos_ += bytes;
+  }
+  if (ragged) {
+    try {
+      t = Tensor::Ragged(std::move(t), std::move(lengths));
+    } catch (const Error& e) {
+      Fail(e.what());
+    }
+  }
+  return t;
+}
+
+Element StateReader::ReadElement() {
+  Element e;
+  const uint64_t n = U64();
+  Need(n * 16);
+  e.components.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    std::string name = String();
+    Tensor t = ReadTensor();
+    e.components.push_back({std::move(name), std::move(t)});
+  }
+  if (Bool()) {
+    e.origin.file = std::make_shared<const std::string>(String());
+    e.origin.offset = U64();
+    e.origin.record = U64();
+  }
+  return e;
+}
+
+void StateReader::Finish() {
+  if (pos_ != in_.size()) {
+    Fail(fmt::format("{} bytes left over after the last stage",
+                     in_.size() - pos_));
+  }
+}
+
+}  // namespace recflow::pipeline

@@ -1,0 +1,68 @@
+// The binary form of an iterator's position (Iterator::Save/Restore).
+//
+// A blob is: "RFIS" | u32 version | the pipeline's description (so a state
+// is never restored into a different pipeline) | each stage's fields, in the
+// order the stages write them, every stage starting with its name | u32
+// masked CRC-32C of all that.  Integers are little-endian.  Damage or a
+// mismatch is an Error saying which stage and what was expected.
+//
+// Not thread-safe; a writer or reader belongs to one Save/Restore call.
+#ifndef RECFLOW_PIPELINE_STATE_H_
+#define RECFLOW_PIPELINE_STATE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "pipeline/tensor.h"
+
+namespace recflow::pipeline {
+
+class StateWriter {
+ public:
+  explicit StateWriter(std::string_view description);
+
+  // Starts a stage's fields; StateReader::BeginStage checks the name.
+  void BeginStage(std::string_view name) { String(name); }
+  void U64(uint64_t v);
+  void I64(int64_t v) { U64(static_cast<uint64_t>(v)); }
+  void Bool(bool v) { U64(v ? 1 : 0); }
+  void String(std::string_view s);
+  void WriteTensor(const Tensor& t);
+  void WriteElement(const Element& e);
+
+  // The finished blob (adds the CRC).
+  std::string Finish() &&;
+
+ private:
+  std::string out_;
+};
+
+class StateReader {
+ public:
+  // Checks magic, version, CRC and that the blob was saved from a pipeline
+  // described as `description`.
+  StateReader(std::string_view blob, std::string_view description);
+
+  void BeginStage(std::string_view name);
+  uint64_t U64();
+  int64_t I64() { return static_cast<int64_t>(U64()); }
+  bool Bool() { return U64() != 0; }
+  std::string String();
+  Tensor ReadTensor();
+  Element ReadElement();
+  // Throws unless every byte was consumed.
+  void Finish();
+
+ private:
+  [[noreturn]] void Fail(std::string_view what) const;
+  void Need(size_t n) const;
+
+  std::string_view in_;
+  size_t pos_ = 0;
+  std::string stage_ = "header";
+};
+
+}  // namespace recflow::pipeline
+
+#endif  // RECFLOW_PIPELINE_STATE_H_

@@ -1,0 +1,462 @@
+#include "pipeline/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <numeric>
+
+namespace recflow::pipeline {
+namespace {
+
+struct BytesStorage {
+  std::string data;
+  records::AlignedVector<uint64_t> offsets;
+};
+
+}  // namespace
+
+std::string_view DTypeName(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kBytes:
+      return "bytes";
+  }
+  return "?";
+}
+
+size_t DTypeSize(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kUInt8:
+      return 1;
+    case DType::kBytes:
+      return 0;
+  }
+  return 0;
+}
+
+// --- Shape ---------------------------------------------------------------
+
+Shape::Shape(std::initializer_list<int64_t> dims)
+    : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+
+Shape::Shape(std::span<const int64_t> dims) {
+  if (dims.size() > kMaxRank) {
+    throw Error(fmt::format("a tensor of rank {} exceeds the maximum rank {}",
+                            dims.size(), kMaxRank));
+  }
+  rank_ = static_cast<int>(dims.size());
+  std::copy(dims.begin(), dims.end(), dims_.begin());
+}
+
+int64_t Shape::num_elements() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  return n;
+}
+
+Shape Shape::Prepend(int64_t d) const {
+  if (rank_ == kMaxRank) {
+    throw Error(fmt::format("cannot add a dimension to {}: maximum rank {}",
+                            ToString(), kMaxRank));
+  }
+  Shape s;
+  s.rank_ = rank_ + 1;
+  s.dims_[0] = d;
+  std::copy(dims_.begin(), dims_.begin() + rank_, s.dims_.begin() + 1);
+  return s;
+}
+
+Shape Shape::DropFirst() const {
+  Shape s;
+  if (rank_ == 0) return s;
+  s.rank_ = rank_ - 1;
+  std::copy(dims_.begin() + 1, dims_.begin() + rank_, s.dims_.begin());
+  return s;
+}
+
+bool Shape::operator==(const Shape& o) const {
+  return rank_ == o.rank_ &&
+         std::equal(dims_.begin(), dims_.begin() + rank_, o.dims_.begin());
+}
+
+std::string Shape::ToString() const {
+  return fmt::format("[{}]", fmt::join(dims(), ", "));
+}
+
+// --- Tensor --------------------------------------------------------------
+
+Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
+  if (dtype == DType::kBytes) {
+    throw Error(
+        "Tensor::Allocate is for numeric dtypes; build bytes tensors "
+        "with AdoptBytes or FromStrings");
+  }
+  const size_t bytes =
+      DTypeSize(dtype) * static_cast<size_t>(shape.num_elements());
+  auto storage = std::make_shared<records::AlignedVector<char>>(bytes);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.data_ = storage->data();
+  t.storage_bytes_ = bytes;
+  t.owner_ = std::move(storage);
+  return t;
+}
+
+template <typename T>
+Tensor Tensor::Adopt(records::AlignedVector<T>&& values, const Shape& shape) {
+  if (static_cast<int64_t>(values.size()) != shape.num_elements()) {
+    throw Error(fmt::format("{} values do not fill shape {}", values.size(),
+                            shape.ToString()));
+  }
+  auto storage = std::make_shared<records::AlignedVector<T>>(std::move(values));
+  Tensor t;
+  t.dtype_ = DTypeOf<T>();
+  t.shape_ = shape;
+  t.data_ = reinterpret_cast<const char*>(storage->data());
+  t.storage_bytes_ = storage->size() * sizeof(T);
+  t.owner_ = std::move(storage);
+  return t;
+}
+
+template <typename T>
+Tensor Tensor::FromValues(std::span<const T> values, const Shape& shape) {
+  if (static_cast<int64_t>(values.size()) != shape.num_elements()) {
+    throw Error(fmt::format("{} values do not fill shape {}", values.size(),
+                            shape.ToString()));
+  }
+  Tensor t = Allocate(DTypeOf<T>(), shape);
+  if (!values.empty()) {
+    std::memcpy(t.mutable_data<T>(), values.data(), values.size() * sizeof(T));
+  }
+  return t;
+}
+
+#define RECFLOW_TENSOR_INSTANTIATE(T)                                          \
+  template Tensor Tensor::Adopt<T>(records::AlignedVector<T>&&, const Shape&); \
+  template Tensor Tensor::FromValues<T>(std::span<const T>, const Shape&);
+RECFLOW_TENSOR_INSTANTIATE(float)
+RECFLOW_TENSOR_INSTANTIATE(double)
+RECFLOW_TENSOR_INSTANTIATE(int32_t)
+RECFLOW_TENSOR_INSTANTIATE(int64_t)
+RECFLOW_TENSOR_INSTANTIATE(uint8_t)
+#undef RECFLOW_TENSOR_INSTANTIATE
+
+Tensor Tensor::View(DType dtype, const Shape& shape, const void* data,
+                    std::shared_ptr<const void> owner) {
+  if (dtype == DType::kBytes) {
+    throw Error("Tensor::View is for numeric dtypes; use BytesView");
+  }
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.data_ = static_cast<const char*>(data);
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::BytesView(const char* data, size_t n,
+                         std::shared_ptr<const void> owner,
+                         size_t storage_bytes) {
+  Tensor t;
+  t.storage_bytes_ = storage_bytes;
+  t.dtype_ = DType::kBytes;
+  t.data_ = data;
+  t.scalar_bytes_ = n;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::BytesScalar(std::string_view value) {
+  auto storage = std::make_shared<std::string>(value);
+  Tensor t;
+  t.dtype_ = DType::kBytes;
+  t.data_ = storage->data();
+  t.scalar_bytes_ = storage->size();
+  t.storage_bytes_ = storage->size();
+  t.owner_ = std::move(storage);
+  return t;
+}
+
+Tensor Tensor::AdoptBytes(std::string&& data,
+                          records::AlignedVector<uint64_t>&& offsets,
+                          const Shape& shape) {
+  const int64_t n = shape.num_elements();
+  if (static_cast<int64_t>(offsets.size()) != n + 1 ||
+      offsets.back() > data.size()) {
+    throw Error(
+        fmt::format("{} offsets into {} bytes do not describe the {} "
+                    "values of shape {}",
+                    offsets.size(), data.size(), n, shape.ToString()));
+  }
+  auto storage = std::make_shared<BytesStorage>();
+  storage->data = std::move(data);
+  storage->offsets = std::move(offsets);
+  Tensor t;
+  t.dtype_ = DType::kBytes;
+  t.shape_ = shape;
+  // A non-null pointer even for empty data, so that valid() holds.
+  t.data_ = storage->data.data();
+  t.offsets_ = storage->offsets.data();
+  t.storage_bytes_ = storage->data.size() + storage->offsets.size() * 8;
+  t.owner_ = std::move(storage);
+  return t;
+}
+
+Tensor Tensor::FromStrings(std::span<const std::string> values,
+                           const Shape& shape) {
+  std::string data;
+  records::AlignedVector<uint64_t> offsets;
+  offsets.reserve(values.size() + 1);
+  offsets.push_back(0);
+  for (const auto& v : values) {
+    data += v;
+    offsets.push_back(data.size());
+  }
+  return AdoptBytes(std::move(data), std::move(offsets), shape);
+}
+
+size_t Tensor::byte_size() const {
+  if (dtype_ != DType::kBytes) {
+    return DTypeSize(dtype_) * static_cast<size_t>(num_elements());
+  }
+  if (offsets_ == nullptr) return scalar_bytes_;
+  return offsets_[num_elements()] - offsets_[0];
+}
+
+std::string_view Tensor::bytes(int64_t k) const {
+  CheckType(DType::kBytes);
+  if (offsets_ == nullptr) return {data_, scalar_bytes_};
+  return {data_ + offsets_[k], offsets_[k + 1] - offsets_[k]};
+}
+
+int64_t Tensor::num_rows() const {
+  if (ragged()) return row_lengths_->num_elements();
+  return shape_.rank() == 0 ? 0 : shape_[0];
+}
+
+Tensor Tensor::Slice(int64_t i) const {
+  if (ragged()) {
+    const int64_t* lengths = row_lengths_->data<int64_t>();
+    int64_t start = 0;
+    for (int64_t r = 0; r < i; ++r) start += lengths[r];
+    Tensor t = *this;
+    t.row_lengths_.reset();
+    const Shape inner = shape_.DropFirst();
+    const int64_t inner_n = inner.num_elements();
+    t.shape_ = inner.Prepend(lengths[i]);
+    if (dtype_ == DType::kBytes) {
+      t.offsets_ = offsets_ + start * inner_n;
+    } else {
+      t.data_ = data_ + start * inner_n * DTypeSize(dtype_);
+    }
+    return t;
+  }
+  if (shape_.rank() == 0 || i < 0 || i >= shape_[0]) {
+    throw Error(fmt::format("cannot take row {} of a tensor of shape {}", i,
+                            shape_.ToString()));
+  }
+  Tensor t = *this;
+  t.shape_ = shape_.DropFirst();
+  const int64_t row = t.shape_.num_elements();
+  if (dtype_ == DType::kBytes) {
+    t.offsets_ = offsets_ + i * row;
+  } else {
+    t.data_ = data_ + i * row * static_cast<int64_t>(DTypeSize(dtype_));
+  }
+  return t;
+}
+
+Tensor Tensor::Reshape(const Shape& shape) const {
+  if (ragged() || shape.num_elements() != num_elements()) {
+    throw Error(fmt::format("cannot reshape {} into {}", shape_.ToString(),
+                            shape.ToString()));
+  }
+  Tensor t = *this;
+  t.shape_ = shape;
+  if (dtype_ == DType::kBytes && offsets_ == nullptr && num_elements() != 1) {
+    throw Error("cannot reshape a scalar bytes tensor into several values");
+  }
+  return t;
+}
+
+Tensor Tensor::Ragged(Tensor values, Tensor row_lengths) {
+  if (row_lengths.dtype() != DType::kInt64 || row_lengths.shape().rank() != 1) {
+    throw Error("row_lengths of a ragged tensor must be int64 of rank 1");
+  }
+  const auto lengths = row_lengths.values<int64_t>();
+  const int64_t total =
+      std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  if (values.shape().rank() == 0 || values.shape()[0] != total) {
+    throw Error(
+        fmt::format("row lengths adding up to {} do not match values "
+                    "of shape {}",
+                    total, values.shape().ToString()));
+  }
+  values.row_lengths_ = std::make_shared<const Tensor>(std::move(row_lengths));
+  return values;
+}
+
+Tensor Tensor::Compact() const {
+  constexpr size_t kSmallStorage = 64 << 10;
+  const size_t size = byte_size();
+  if (storage_bytes_ <= kSmallStorage || storage_bytes_ <= 2 * size + 64) {
+    return *this;
+  }
+  Tensor t;
+  if (dtype_ == DType::kBytes) {
+    if (offsets_ == nullptr) {
+      t = BytesScalar(bytes(0));
+      t.shape_ = shape_;
+    } else {
+      const int64_t n = num_elements();
+      std::string data(data_ + offsets_[0], size);
+      records::AlignedVector<uint64_t> offsets(n + 1);
+      for (int64_t k = 0; k <= n; ++k) offsets[k] = offsets_[k] - offsets_[0];
+      t = AdoptBytes(std::move(data), std::move(offsets), shape_);
+    }
+  } else {
+    t = Allocate(dtype_, shape_);
+    std::memcpy(const_cast<char*>(t.data_), data_, size);
+  }
+  t.row_lengths_ = row_lengths_;
+  return t;
+}
+
+bool Tensor::operator==(const Tensor& o) const {
+  if (dtype_ != o.dtype_ || !(shape_ == o.shape_) || ragged() != o.ragged()) {
+    return false;
+  }
+  if (ragged() && !(*row_lengths_ == *o.row_lengths_)) return false;
+  const int64_t n = num_elements();
+  if (dtype_ == DType::kBytes) {
+    for (int64_t k = 0; k < n; ++k) {
+      if (bytes(k) != o.bytes(k)) return false;
+    }
+    return true;
+  }
+  return n == 0 || std::memcmp(data_, o.data_, byte_size()) == 0;
+}
+
+std::string Tensor::DebugString(int max_values) const {
+  std::string out = fmt::format("{}{}{} [", DTypeName(dtype_),
+                                shape_.ToString(), ragged() ? " ragged" : "");
+  const int64_t n = std::min<int64_t>(num_elements(), max_values);
+  for (int64_t k = 0; k < n; ++k) {
+    if (k) out += ", ";
+    switch (dtype_) {
+      case DType::kFloat32:
+        out += fmt::format("{}", data<float>()[k]);
+        break;
+      case DType::kFloat64:
+        out += fmt::format("{}", data<double>()[k]);
+        break;
+      case DType::kInt32:
+        out += fmt::format("{}", data<int32_t>()[k]);
+        break;
+      case DType::kInt64:
+        out += fmt::format("{}", data<int64_t>()[k]);
+        break;
+      case DType::kUInt8:
+        out += fmt::format("{}", data<uint8_t>()[k]);
+        break;
+      case DType::kBytes:
+        out += fmt::format("{:?}", std::string(bytes(k).substr(0, 32)));
+        break;
+    }
+  }
+  if (num_elements() > n) out += ", ...";
+  return out + "]";
+}
+
+void Tensor::CheckType(DType want) const {
+  if (want != dtype_) {
+    throw Error(fmt::format("tensor holds {}, not {}", DTypeName(dtype_),
+                            DTypeName(want)));
+  }
+}
+
+// --- Element ---------------------------------------------------------------
+
+std::string Origin::ToString() const {
+  if (!file) return "";
+  return fmt::format("{}: record {} at offset {}", *file, record, offset);
+}
+
+const Tensor* Element::Find(std::string_view name) const {
+  for (const auto& c : components) {
+    if (c.name == name) return &c.tensor;
+  }
+  return nullptr;
+}
+
+const Tensor& Element::operator[](std::string_view name) const {
+  if (const Tensor* t = Find(name)) return *t;
+  std::vector<std::string_view> names;
+  for (const auto& c : components) names.push_back(c.name);
+  throw Error(fmt::format("the element has no component '{}'; it has: {}", name,
+                          fmt::join(names, ", ")));
+}
+
+void Element::Set(std::string name, Tensor tensor) {
+  for (auto& c : components) {
+    if (c.name == name) {
+      c.tensor = std::move(tensor);
+      return;
+    }
+  }
+  components.push_back({std::move(name), std::move(tensor)});
+}
+
+size_t Element::byte_size() const {
+  size_t n = 0;
+  for (const auto& c : components) n += c.tensor.byte_size();
+  return n;
+}
+
+const Origin* Element::OriginOf(int64_t i) const {
+  if (batch_origins) {
+    if (i >= 0 && static_cast<size_t>(i) < batch_origins->size()) {
+      return &(*batch_origins)[i];
+    }
+    return nullptr;
+  }
+  return origin.file ? &origin : nullptr;
+}
+
+bool Element::operator==(const Element& o) const {
+  if (components.size() != o.components.size()) return false;
+  for (size_t i = 0; i < components.size(); ++i) {
+    if (components[i].name != o.components[i].name ||
+        !(components[i].tensor == o.components[i].tensor)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Element::DebugString() const {
+  std::string out = "{";
+  for (size_t i = 0; i < components.size(); ++i) {
+    if (i) out += ", ";
+    out += components[i].name + ": " + components[i].tensor.DebugString();
+  }
+  return out + "}";
+}
+
+}  // namespace recflow::pipeline

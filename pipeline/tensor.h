@@ -1,0 +1,247 @@
+// Tensors and elements: what a pipeline delivers.
+//
+// A Tensor is an immutable n-dimensional array of one dtype whose storage is
+// shared and reference-counted: copying a Tensor copies a pointer, slicing
+// a row is a view, and a record read from a file is a view into the read
+// block it arrived in.  Storage the pipeline allocates is 64-byte aligned.
+// A Tensor may also view memory it does not own (Tensor::View), which is how
+// in-memory arrays enter a pipeline without being copied.
+//
+// Bytes tensors hold their values in one buffer with offsets (value k is
+// data[offsets[k], offsets[k+1])), like the parser's output.  A ragged
+// tensor (a VarLen feature parsed over a batch) is a flat values tensor plus
+// row_lengths: row i holds row_lengths[i] of the values, in order.
+//
+// Thread safety: Tensors are immutable once built and may be shared between
+// threads; mutable_data() is only for the builder of a fresh tensor.
+#ifndef RECFLOW_PIPELINE_TENSOR_H_
+#define RECFLOW_PIPELINE_TENSOR_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "records/aligned_buffer.h"
+#include "records/errors.h"
+
+namespace recflow::pipeline {
+
+enum class DType : uint8_t {
+  kFloat32,
+  kFloat64,
+  kInt32,
+  kInt64,
+  kUInt8,
+  kBytes
+};
+
+// "float32", "float64", "int32", "int64", "uint8", "bytes".
+std::string_view DTypeName(DType d);
+// Bytes per element; 0 for kBytes.
+size_t DTypeSize(DType d);
+
+template <typename T>
+constexpr DType DTypeOf();
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kUInt8;
+}
+
+// Where a tensor's storage lives.  Only kCpu exists today; the tag is here
+// so that device memory can be added without changing the Tensor API.
+enum class Device : uint8_t { kCpu };
+
+// A shape of up to kMaxRank dimensions, held inline (no allocation).
+class Shape {
+ public:
+  static constexpr int kMaxRank = 8;
+  Shape() = default;
+  Shape(std::initializer_list<int64_t> dims);
+  explicit Shape(std::span<const int64_t> dims);
+
+  int rank() const { return rank_; }
+  int64_t operator[](int i) const { return dims_[i]; }
+  int64_t num_elements() const;
+  std::span<const int64_t> dims() const {
+    return {dims_.data(), size_t(rank_)};
+  }
+  // The shape with `d` prepended / the first dimension removed.
+  Shape Prepend(int64_t d) const;
+  Shape DropFirst() const;
+  void set_dim(int i, int64_t d) { dims_[i] = d; }
+  bool operator==(const Shape& o) const;
+  std::string ToString() const;  // "[256, 784]"
+
+ private:
+  std::array<int64_t, kMaxRank> dims_{};
+  int rank_ = 0;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // an empty float32 scalar-less tensor (!valid())
+
+  // Fresh, 64-byte aligned, uninitialised storage for a numeric tensor.
+  static Tensor Allocate(DType dtype, const Shape& shape);
+  // Adopts a parser buffer without copying.
+  template <typename T>
+  static Tensor Adopt(records::AlignedVector<T>&& values, const Shape& shape);
+  // Copies `values`.
+  template <typename T>
+  static Tensor FromValues(std::span<const T> values, const Shape& shape);
+  template <typename T>
+  static Tensor Scalar(T value) {
+    return FromValues<T>(std::span<const T>(&value, 1), Shape{});
+  }
+  // Views memory owned elsewhere; `owner` (may be null when the caller
+  // guarantees the memory outlives every Tensor made from it) is kept alive
+  // as long as the view or any slice of it.
+  static Tensor View(DType dtype, const Shape& shape, const void* data,
+                     std::shared_ptr<const void> owner);
+
+  // Bytes tensors.  A scalar viewing `n` bytes at `data`, kept alive by
+  // `owner`, which holds `storage_bytes` (for Compact(); 0: unknown).
+  static Tensor BytesView(const char* data, size_t n,
+                          std::shared_ptr<const void> owner,
+                          size_t storage_bytes = 0);
+  // Copies `value`.
+  static Tensor BytesScalar(std::string_view value);
+  // Adopts a value buffer and num_elements + 1 offsets into it.
+  static Tensor AdoptBytes(std::string&& data,
+                           records::AlignedVector<uint64_t>&& offsets,
+                           const Shape& shape);
+  static Tensor FromStrings(std::span<const std::string> values,
+                            const Shape& shape);
+
+  bool valid() const { return data_ != nullptr || num_elements() == 0; }
+  DType dtype() const { return dtype_; }
+  Device device() const { return Device::kCpu; }
+  const Shape& shape() const { return shape_; }
+  int64_t num_elements() const { return shape_.num_elements(); }
+  // Bytes of values (for bytes tensors: the values' total length).
+  size_t byte_size() const;
+
+  template <typename T>
+  const T* data() const {
+    CheckType(DTypeOf<T>());
+    return reinterpret_cast<const T*>(data_);
+  }
+  template <typename T>
+  T* mutable_data() {
+    CheckType(DTypeOf<T>());
+    return const_cast<T*>(reinterpret_cast<const T*>(data_));
+  }
+  const char* raw_data() const { return data_; }
+  template <typename T>
+  std::span<const T> values() const {
+    return {data<T>(), static_cast<size_t>(num_elements())};
+  }
+  template <typename T>
+  T scalar() const {
+    return data<T>()[0];
+  }
+  // Value k of a bytes tensor (flat index).
+  std::string_view bytes(int64_t k) const;
+
+  // Row `i` of the first dimension, as a view sharing this storage.  For a
+  // ragged tensor: the values of row i, a dense [row_length] tensor.
+  Tensor Slice(int64_t i) const;
+  // A tensor with the same values and another shape of as many elements.
+  Tensor Reshape(const Shape& shape) const;
+
+  // Ragged tensors.
+  bool ragged() const { return row_lengths_ != nullptr; }
+  int64_t num_rows() const;  // ragged: rows; else the first dimension
+  const Tensor& row_lengths() const { return *row_lengths_; }
+  static Tensor Ragged(Tensor values, Tensor row_lengths);
+
+  // A copy in fresh storage sized to the values, so that holding it does
+  // not keep a larger buffer (a read block) alive.  Returns *this when the
+  // storage is already its own.
+  Tensor Compact() const;
+  // Bytes of storage kept alive by this tensor, when known (0 otherwise).
+  size_t storage_bytes() const { return storage_bytes_; }
+
+  // Exact equality of dtype, shape, raggedness and values.
+  bool operator==(const Tensor& o) const;
+  std::string DebugString(int max_values = 8) const;
+
+ private:
+  void CheckType(DType want) const;
+
+  DType dtype_ = DType::kFloat32;
+  Shape shape_;
+  const char* data_ = nullptr;
+  // Bytes tensors: num_elements + 1 offsets relative to data_, or null for
+  // a scalar whose one value is [data_, data_ + scalar_bytes_).
+  const uint64_t* offsets_ = nullptr;
+  uint64_t offsets_base_ = 0;  // subtracted from offsets_ (slices)
+  uint64_t scalar_bytes_ = 0;
+  size_t storage_bytes_ = 0;
+  std::shared_ptr<const void> owner_;
+  std::shared_ptr<const Tensor> row_lengths_;
+};
+
+// An element: named tensors in a fixed order, as tf.data's dict elements.
+// `origin` says where a single record came from (file, offset, record
+// index) for error messages; a batch keeps its records' origins.
+struct Origin {
+  std::shared_ptr<const std::string> file;
+  uint64_t offset = 0;
+  uint64_t record = 0;
+  std::string ToString() const;  // "FILE: record N at offset O"
+};
+
+struct Element {
+  struct Component {
+    std::string name;
+    Tensor tensor;
+  };
+  std::vector<Component> components;
+  Origin origin;
+  std::shared_ptr<const std::vector<Origin>> batch_origins;
+
+  // The tensor called `name`; throws Error listing the names there are.
+  const Tensor& operator[](std::string_view name) const;
+  const Tensor* Find(std::string_view name) const;
+  // Adds `name` or replaces the tensor of that name.
+  void Set(std::string name, Tensor tensor);
+  size_t byte_size() const;
+  // The origin of row `i` of a batch, or `origin` for a single element.
+  const Origin* OriginOf(int64_t i) const;
+  bool operator==(const Element& o) const;  // names and tensors
+  std::string DebugString() const;
+};
+
+// An Error from pipeline/: a misuse of the API or an element that a
+// transformation cannot handle.  The message says where.
+class Error : public records::Error {
+ public:
+  using records::Error::Error;
+};
+
+}  // namespace recflow::pipeline
+
+#endif  // RECFLOW_PIPELINE_TENSOR_H_

@@ -1,0 +1,457 @@
+// The TFRecord source: files read through io.h's block readers (uncompressed)
+// or records::TFRecordReader (ZLIB, GZIP, ZSTD), interleaved record by
+// record across num_parallel_reads files.
+//
+// Uncompressed records are views into the read blocks (no copy); a record
+// that spans two blocks is copied once into its own buffer.  This framing
+// sits here rather than in records::TFRecordReader because that reader
+// owns one buffer that its next call overwrites, while a pipeline hands
+// records downstream and needs many blocks alive at once.  Both check the
+// same things and name damage with the same words.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "pipeline/io.h"
+#include "pipeline/stages.h"
+#include "records/compression.h"
+#include "records/file.h"
+#include "records/file_list.h"
+#include "records/tfrecord_format.h"
+#include "records/tfrecord_reader.h"
+
+namespace recflow::pipeline::stages {
+namespace {
+
+using records::DamageKind;
+using records::RecordError;
+
+// One file's records, from a position.
+class FileRecords {
+ public:
+  virtual ~FileRecords() = default;
+  // Fills `out` with {"record": ...} and its origin; false at the end.
+  // After an exception the file is finished.
+  virtual bool Next(Element* out) = 0;
+  // Where to continue: the offset and index of the next record
+  // (compressed files: the index only).
+  virtual uint64_t next_offset() const = 0;
+  virtual uint64_t next_index() const = 0;
+};
+
+void SetRecord(Element* out, Tensor record,
+               const std::shared_ptr<const std::string>& path, uint64_t offset,
+               uint64_t index) {
+  if (out->components.size() == 1 && out->components[0].name == "record") {
+    out->components[0].tensor = std::move(record);
+  } else {
+    out->components.clear();
+    out->components.push_back({"record", std::move(record)});
+  }
+  out->origin.file = path;
+  out->origin.offset = offset;
+  out->origin.record = index;
+  out->batch_origins.reset();
+}
+
+class BlockFileRecords final : public FileRecords {
+ public:
+  BlockFileRecords(std::shared_ptr<const std::string> path, uint64_t offset,
+                   uint64_t index, const TFRecordOptions& options)
+      : path_(std::move(path)),
+        options_(options),
+        blocks_(OpenBlockReader(*path_, offset, options.io)),
+        file_size_(blocks_->file_size()),
+        next_offset_(offset),
+        next_index_(index) {}
+
+  bool Next(Element* out) override {
+    if (done_) return false;
+    try {
+      return ReadRecord(out);
+    } catch (...) {
+      done_ = true;
+      throw;
+    }
+  }
+  uint64_t next_offset() const override { return next_offset_; }
+  uint64_t next_index() const override { return next_index_; }
+
+ private:
+  size_t Available() const { return block_.size - pos_; }
+  const char* Here() const { return block_.data + pos_; }
+
+  [[noreturn]] void Fail(DamageKind kind, std::string detail) const {
+    throw RecordError(*path_, next_offset_, next_index_, kind,
+                      std::move(detail));
+  }
+
+  // Copies the next `n` bytes of the file to `dst`, moving through blocks.
+  void Take(size_t n, char* dst) {
+    while (n > 0) {
+      if (Available() == 0 && !NextBlock()) {
+        throw records::IoError(
+            *path_, fmt::format("the file ended at {} while being read; it "
+                                "was {} bytes when opened",
+                                block_.offset + block_.size, file_size_));
+      }
+      const size_t k = std::min(n, Available());
+      std::memcpy(dst, Here(), k);
+      pos_ += k;
+      dst += k;
+      n -= k;
+    }
+  }
+
+  bool NextBlock() {
+    if (!blocks_->Next(&block_)) return false;
+    pos_ = 0;
+    verified_until_ = block_.data;
+    return true;
+  }
+
+  bool ReadRecord(Element* out) {
+    const uint64_t offset = next_offset_;
+    if (offset >= file_size_) {
+      done_ = true;
+      return false;
+    }
+    if (Available() == 0) NextBlock();
+    const uint64_t left = file_size_ - offset;
+    if (left < records::kHeaderBytes) {
+      Fail(DamageKind::kTruncatedHeader,
+           fmt::format("the stream ends {} bytes into the 12-byte header",
+                       left));
+    }
+    const bool verify = options_.verify_checksums;
+    // Records in a block are checked several at a time where they are
+    // short (records::VerifyFramesAhead).
+    if (verify && Here() >= verified_until_) {
+      verified_until_ =
+          records::VerifyFramesAhead(Here(), block_.data + block_.size);
+    }
+    bool checked = Here() < verified_until_;
+    char header_copy[records::kHeaderBytes];
+    const bool header_in_block = Available() >= records::kHeaderBytes;
+    const char* header = Here();
+    if (!header_in_block) {
+      Take(records::kHeaderBytes, header_copy);
+      header = header_copy;
+    }
+    const uint64_t length = records::HeaderLength(header);
+    if (verify && !checked && !records::HeaderChecks(header)) {
+      Fail(DamageKind::kLengthCrcMismatch,
+           fmt::format("length field reads {}; stored CRC {:#010x}, computed "
+                       "{:#010x}",
+                       length, records::HeaderStoredCrc(header),
+                       records::HeaderComputedCrc(header)));
+    }
+    if (length > options_.max_record_bytes) {
+      Fail(DamageKind::kImplausibleLength,
+           fmt::format("length {} exceeds the maximum record size {}", length,
+                       options_.max_record_bytes));
+    }
+    const uint64_t frame = length + records::kFrameOverhead;
+    if (frame > left) {
+      Fail(verify ? DamageKind::kTruncatedData : DamageKind::kImplausibleLength,
+           fmt::format("a record of {} bytes needs {} bytes with its framing, "
+                       "but the file ends {} bytes after its start",
+                       length, frame, left));
+    }
+    const char* data;
+    Tensor record;
+    if (header_in_block && Available() >= frame) {
+      data = Here() + records::kHeaderBytes;
+      record = Tensor::BytesView(data, length, block_.owner, block_.size);
+      pos_ += frame;
+    } else {
+      checked = false;
+      if (header_in_block) pos_ += records::kHeaderBytes;
+      auto buffer = std::make_shared<records::AlignedVector<char>>(
+          length + records::kFooterBytes);
+      Take(buffer->size(), buffer->data());
+      data = buffer->data();
+      record = Tensor::BytesView(data, length, buffer, buffer->size());
+    }
+    if (verify && !checked) {
+      const uint32_t stored = records::crc32c::Unmask(
+          records::DecodeLittleEndian<uint32_t>(data + length));
+      const uint32_t computed = records::crc32c::Value(data, length);
+      if (stored != computed) {
+        Fail(DamageKind::kDataCrcMismatch,
+             fmt::format("payload of {} bytes; stored CRC {:#010x}, computed "
+                         "{:#010x}",
+                         length, stored, computed));
+      }
+    }
+    SetRecord(out, std::move(record), path_, offset, next_index_);
+    next_offset_ += frame;
+    ++next_index_;
+    return true;
+  }
+
+  std::shared_ptr<const std::string> path_;
+  const TFRecordOptions& options_;
+  std::unique_ptr<BlockReader> blocks_;
+  const uint64_t file_size_;
+  Block block_;
+  size_t pos_ = 0;
+  const char* verified_until_ = nullptr;
+  uint64_t next_offset_;
+  uint64_t next_index_;
+  bool done_ = false;
+};
+
+// Records decoded from a compressed stream are copied into a RecordArena.
+class StreamFileRecords final : public FileRecords {
+ public:
+  StreamFileRecords(std::shared_ptr<const std::string> path, uint64_t skip,
+                    records::Compression compression,
+                    const TFRecordOptions& options)
+      : path_(std::move(path)) {
+    records::ReaderOptions ro;
+    ro.compression = compression;
+    ro.verify_checksums = options.verify_checksums;
+    ro.max_record_bytes = options.max_record_bytes;
+    reader_ = std::make_unique<records::TFRecordReader>(*path_, ro);
+    // A compressed stream cannot be entered in the middle: decode and drop
+    // the records before the position.
+    std::string_view r;
+    for (uint64_t i = 0; i < skip; ++i) {
+      if (!reader_->ReadRecord(&r)) {
+        throw Error(
+            fmt::format("{}: has {} records, but the state continues "
+                        "at record {}",
+                        *path_, i, skip));
+      }
+    }
+    next_index_ = skip;
+  }
+
+  bool Next(Element* out) override {
+    std::string_view r;
+    if (!reader_->ReadRecord(&r)) return false;
+    SetRecord(out, Copy(r), path_, reader_->last_offset(),
+              reader_->last_index());
+    next_index_ = reader_->last_index() + 1;
+    return true;
+  }
+  uint64_t next_offset() const override { return 0; }
+  uint64_t next_index() const override { return next_index_; }
+
+ private:
+  Tensor Copy(std::string_view r) { return arena_.Copy(r); }
+
+  std::shared_ptr<const std::string> path_;
+  std::unique_ptr<records::TFRecordReader> reader_;
+  RecordArena arena_;
+  uint64_t next_index_ = 0;
+};
+
+records::Compression DetectFileCompression(const std::string& path) {
+  records::ReadableFile file(path);
+  char head[records::kHeaderBytes];
+  const size_t got = file.ReadAt(0, head, sizeof head);
+  return records::DetectCompression(std::string_view(head, got), path);
+}
+
+class TFRecordDataset final : public DatasetBase {
+ public:
+  TFRecordDataset(std::vector<std::string> files, TFRecordOptions options)
+      : files_(std::move(files)), options_(std::move(options)) {
+    if (files_.empty()) throw Error("FromTFRecords: no files given");
+    if (options_.num_parallel_reads < 1) {
+      throw Error(
+          fmt::format("FromTFRecords: num_parallel_reads must be at "
+                      "least 1, not {}",
+                      options_.num_parallel_reads));
+    }
+    for (const auto& f : files_) {
+      paths_.push_back(std::make_shared<const std::string>(f));
+    }
+  }
+
+  std::string Describe() const override {
+    std::string joined;
+    for (const auto& f : files_) joined += f + '\n';
+    return fmt::format(
+        "TFRecord({} files {:016x}, parallel_reads={}, shuffle_files={}, "
+        "seed={})",
+        files_.size(), Fingerprint(joined), options_.num_parallel_reads,
+        options_.shuffle_files,
+        options_.seed ? fmt::format("{}", *options_.seed) : "none");
+  }
+  std::string StageName() const override { return "tfrecord"; }
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    std::vector<size_t> order(files_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (options_.shuffle_files) {
+      const uint64_t base = options_.seed
+                                ? *options_.seed
+                                : MixSeed(ctx->seed(), Fingerprint(Describe()));
+      Rng rng(options_.reshuffle_each_iteration ? MixSeed(base, salt) : base);
+      for (size_t i = order.size(); i > 1; --i) {
+        std::swap(order[i - 1], order[rng.Below(i)]);
+      }
+    }
+    return std::make_unique<It>(this, std::move(order));
+  }
+
+  const std::vector<std::string>& files() const { return files_; }
+  const TFRecordOptions& options() const { return options_; }
+
+ private:
+  // tf.data's interleave with cycle_length = num_parallel_reads and
+  // block_length 1: one record from each open file in turn; a finished
+  // file's slot takes the next file when the cycle comes back to it.
+  class It final : public IteratorBase {
+   public:
+    It(const TFRecordDataset* d, std::vector<size_t> order)
+        : d_(d),
+          order_(std::move(order)),
+          slots_(d->options_.num_parallel_reads) {}
+
+    bool GetNext(Element* out) override {
+      while (true) {
+        if (open_ == 0 && next_file_ >= order_.size()) return false;
+        Slot& slot = slots_[cycle_];
+        if (slot.records) {
+          bool got;
+          try {
+            got = slot.records->Next(out);
+          } catch (...) {
+            Close(slot);
+            throw;
+          }
+          if (got) {
+            Advance();
+            return true;
+          }
+          Close(slot);
+        } else if (next_file_ < order_.size()) {
+          Open(slot, next_file_++, 0, 0);
+        } else {
+          Advance();
+        }
+      }
+    }
+
+    void Save(StateWriter* w) override {
+      w->BeginStage("tfrecord");
+      w->U64(cycle_);
+      w->U64(next_file_);
+      for (const Slot& slot : slots_) {
+        w->Bool(slot.records != nullptr);
+        if (slot.records) {
+          w->U64(slot.order_index);
+          w->U64(slot.records->next_offset());
+          w->U64(slot.records->next_index());
+        }
+      }
+    }
+
+    void Restore(StateReader* r) override {
+      r->BeginStage("tfrecord");
+      cycle_ = r->U64();
+      next_file_ = r->U64();
+      if (cycle_ >= slots_.size() || next_file_ > order_.size()) {
+        throw Error("tfrecord state: position out of range");
+      }
+      open_ = 0;
+      for (Slot& slot : slots_) {
+        slot.records.reset();
+        if (!r->Bool()) continue;
+        const uint64_t index = r->U64();
+        const uint64_t offset = r->U64();
+        const uint64_t record = r->U64();
+        if (index >= order_.size()) {
+          throw Error("tfrecord state: file out of range");
+        }
+        Open(slot, index, offset, record);
+      }
+    }
+
+   private:
+    struct Slot {
+      std::unique_ptr<FileRecords> records;
+      size_t order_index = 0;
+    };
+
+    void Open(Slot& slot, size_t order_index, uint64_t offset,
+              uint64_t record) {
+      const auto& path = d_->paths_[order_[order_index]];
+      const TFRecordOptions& o = d_->options_;
+      records::Compression c =
+          o.compression ? *o.compression : DetectFileCompression(*path);
+      if (c == records::Compression::kNone) {
+        slot.records =
+            std::make_unique<BlockFileRecords>(path, offset, record, o);
+      } else {
+        slot.records = std::make_unique<StreamFileRecords>(path, record, c, o);
+      }
+      slot.order_index = order_index;
+      ++open_;
+    }
+    void Close(Slot& slot) {
+      slot.records.reset();
+      --open_;
+      Advance();
+    }
+    void Advance() { cycle_ = (cycle_ + 1) % slots_.size(); }
+
+    const TFRecordDataset* d_;
+    std::vector<size_t> order_;
+    std::vector<Slot> slots_;
+    size_t cycle_ = 0;
+    size_t next_file_ = 0;
+    size_t open_ = 0;
+  };
+
+  std::vector<std::string> files_;
+  std::vector<std::shared_ptr<const std::string>> paths_;
+  TFRecordOptions options_;
+};
+
+}  // namespace
+
+Tensor RecordArena::Copy(std::string_view r) {
+  if (r.size() > kChunkBytes / 4) return Tensor::BytesScalar(r);
+  if (!chunk_ || used_ + r.size() > chunk_->size()) {
+    chunk_ = std::make_shared<records::AlignedVector<char>>(kChunkBytes);
+    used_ = 0;
+  }
+  char* dst = chunk_->data() + used_;
+  if (!r.empty()) std::memcpy(dst, r.data(), r.size());
+  used_ += r.size();
+  return Tensor::BytesView(dst, r.size(), chunk_, chunk_->size());
+}
+
+DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options) {
+  std::vector<std::string> expanded;
+  try {
+    expanded = records::ExpandRecordPaths(files);
+  } catch (const records::FileListError& e) {
+    throw Error(fmt::format("FromTFRecords: {}", e.what()));
+  }
+  return std::make_shared<TFRecordDataset>(std::move(expanded),
+                                           std::move(options));
+}
+
+DatasetPtr ShardTFRecordFiles(const DatasetPtr& d, int64_t num_shards,
+                              int64_t index) {
+  const auto* source = dynamic_cast<const TFRecordDataset*>(d.get());
+  if (source == nullptr ||
+      static_cast<int64_t>(source->files().size()) < num_shards) {
+    return nullptr;
+  }
+  std::vector<std::string> mine;
+  for (size_t i = static_cast<size_t>(index); i < source->files().size();
+       i += static_cast<size_t>(num_shards)) {
+    mine.push_back(source->files()[i]);
+  }
+  return std::make_shared<TFRecordDataset>(std::move(mine), source->options());
+}
+
+}  // namespace recflow::pipeline::stages

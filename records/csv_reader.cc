@@ -1,0 +1,90 @@
+#include "records/csv_reader.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace recflow::records {
+
+CsvReader::CsvReader(std::string path) : path_(std::move(path)) {
+  f_ = std::fopen(path_.c_str(), "rb");
+  if (f_ == nullptr) {
+    throw CsvError(
+        fmt::format("{}: cannot open: {}", path_, std::strerror(errno)),
+        /*row_level=*/false);
+  }
+}
+
+CsvReader::~CsvReader() {
+  if (f_) std::fclose(f_);
+}
+
+uint64_t CsvReader::position() const {
+  return static_cast<uint64_t>(std::ftell(f_));
+}
+
+bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
+  fields->clear();
+  int c = Get();
+  if (c == EOF) return false;
+  if (first_ && c == 0xEF) {  // a UTF-8 byte order mark
+    if (Get() != 0xBB || Get() != 0xBF) {
+      throw CsvError(
+          fmt::format("{}:1: starts with a broken byte order mark", path_),
+          false);
+    }
+    c = Get();
+  }
+  first_ = false;
+  *line = line_;
+  std::string field;
+  while (true) {
+    if (c == '"') {
+      // Quoted: up to the closing quote; "" is a quote.
+      while (true) {
+        c = Get();
+        if (c == EOF) {
+          throw CsvError(
+              fmt::format("{}:{}: a quoted field is not closed", path_, *line),
+              false);
+        }
+        if (c == '"') {
+          c = Get();
+          if (c != '"') break;
+        }
+        if (c == '\n') ++line_;
+        field.push_back(static_cast<char>(c));
+      }
+      if (c != ',' && c != '\n' && c != '\r' && c != EOF) {
+        const uint64_t at = line_;
+        // Skip the rest of the row so that the next one can be read.
+        while (c != '\n' && c != EOF) c = Get();
+        ++line_;
+        throw CsvError(fmt::format("{}:{}: unexpected '{}' after a closing "
+                                   "quote",
+                                   path_, at, static_cast<char>(c)),
+                       true);
+      }
+    } else {
+      while (c != ',' && c != '\n' && c != '\r' && c != EOF) {
+        field.push_back(static_cast<char>(c));
+        c = Get();
+      }
+    }
+    fields->push_back(std::move(field));
+    field.clear();
+    if (c == ',') {
+      c = Get();
+      continue;
+    }
+    if (c == '\r') {
+      c = Get();
+      if (c != '\n' && c != EOF) std::ungetc(c, f_);
+    }
+    ++line_;
+    return true;
+  }
+}
+
+}  // namespace recflow::records

@@ -1,0 +1,53 @@
+// A CSV reader (RFC 4180: quoted fields, "" for a quote, CRLF or LF line
+// ends, a UTF-8 byte order mark skipped), for `recflow convert` and the
+// pipeline's CSV source.  Not thread-safe.
+#ifndef RECFLOW_RECORDS_CSV_READER_H_
+#define RECFLOW_RECORDS_CSV_READER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "records/errors.h"
+
+namespace recflow::records {
+
+// Bad CSV, with "FILE:LINE: what".  row_level(): only this row is bad (the
+// reader can go on with the next); otherwise the file cannot be read on.
+class CsvError : public Error {
+ public:
+  CsvError(std::string what, bool row_level)
+      : Error(std::move(what)), row_level_(row_level) {}
+  bool row_level() const { return row_level_; }
+
+ private:
+  bool row_level_;
+};
+
+class CsvReader {
+ public:
+  explicit CsvReader(std::string path);  // throws CsvError
+  ~CsvReader();
+  CsvReader(const CsvReader&) = delete;
+  CsvReader& operator=(const CsvReader&) = delete;
+
+  // Reads one record's fields; false at the end of the file.  `line` is
+  // the line the record starts on.
+  bool ReadRecord(std::vector<std::string>* fields, uint64_t* line);
+  // Bytes of the file consumed so far.
+  uint64_t position() const;
+  const std::string& path() const { return path_; }
+
+ private:
+  int Get() { return getc_unlocked(f_); }
+
+  std::string path_;
+  FILE* f_ = nullptr;
+  uint64_t line_ = 1;
+  bool first_ = true;
+};
+
+}  // namespace recflow::records
+
+#endif  // RECFLOW_RECORDS_CSV_READER_H_

@@ -1,0 +1,76 @@
+#include "records/file_list.h"
+
+#include <fmt/format.h>
+#include <glob.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace recflow::records {
+
+bool IsRecordFileName(const std::string& name) {
+  if (name.empty() || name[0] == '.') return false;
+  if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".idx") == 0) {
+    return false;
+  }
+  return name.find("tfrecord") != std::string::npos ||
+         name.find("tfrec") != std::string::npos;
+}
+
+namespace {
+
+std::vector<std::string> Glob(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  if (out.empty()) {
+    throw FileListError(fmt::format(
+        "{}: no such file, and no file matches it as a pattern", pattern));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ExpandRecordPaths(
+    const std::vector<std::string>& args) {
+  std::vector<std::string> files;
+  for (const std::string& arg : args) {
+    struct stat st;
+    if (::stat(arg.c_str(), &st) != 0) {
+      if (arg.find_first_of("*?[") != std::string::npos) {
+        for (auto& f : Glob(arg)) files.push_back(std::move(f));
+        continue;
+      }
+      throw FileListError(fmt::format("{}: no such file or directory", arg));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      files.push_back(arg);
+      continue;
+    }
+    std::vector<std::string> found;
+    for (const auto& entry : std::filesystem::directory_iterator(arg)) {
+      if (!entry.is_regular_file()) continue;
+      if (IsRecordFileName(entry.path().filename().string())) {
+        found.push_back(entry.path().string());
+      }
+    }
+    if (found.empty()) {
+      throw FileListError(
+          fmt::format("{}: directory holds no record files (names containing "
+                      "'tfrecord' or 'tfrec', not hidden, not .idx)",
+                      arg));
+    }
+    std::sort(found.begin(), found.end());
+    files.insert(files.end(), found.begin(), found.end());
+  }
+  return files;
+}
+
+}  // namespace recflow::records

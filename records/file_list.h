@@ -1,0 +1,34 @@
+// Turning what a user names (files, glob patterns, directories) into the
+// list of record files to read, the same way for every command and for
+// pipeline sources.
+#ifndef RECFLOW_RECORDS_FILE_LIST_H_
+#define RECFLOW_RECORDS_FILE_LIST_H_
+
+#include <string>
+#include <vector>
+
+#include "records/errors.h"
+
+namespace recflow::records {
+
+// A name that matches nothing usable.
+class FileListError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Whether a directory entry counts as a record file: the name holds
+// "tfrecord" or "tfrec", is not hidden, and is not an index (".idx").
+bool IsRecordFileName(const std::string& name);
+
+// Expands, in order: a file stays as given; a directory becomes its record
+// files (IsRecordFileName), sorted; a name with glob characters (*?[)
+// that is not an existing file becomes its matches, sorted.  Throws
+// FileListError for a name that does not exist, a directory without record
+// files, or a pattern without matches.
+std::vector<std::string> ExpandRecordPaths(
+    const std::vector<std::string>& args);
+
+}  // namespace recflow::records
+
+#endif  // RECFLOW_RECORDS_FILE_LIST_H_
