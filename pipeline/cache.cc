@@ -7,8 +7,8 @@
 // StateWriter encoding, CRC-checked); it is written under a temporary name
 // and renamed when the pass completes, so a cache file is complete or
 // absent.  States stay small: a position, never the cached elements; a
-// state restored where the cache is missing (a new process, memory mode)
-// rebuilds it first by reading the input's first pass again.
+// state restored where the cache is missing or half-filled (a new process)
+// rebuilds it by reading the input's first pass again.
 #include <fmt/format.h>
 #include <sys/stat.h>
 
@@ -42,6 +42,7 @@ bool Exists(const std::string& path) {
 struct MemoryCache {
   std::mutex mu;
   bool complete = false;
+  uint64_t fill_salt = 0;  // of the pass that filled it
   std::vector<Element> elements;
 };
 
@@ -70,7 +71,11 @@ class CacheDataset final : public UnaryDataset {
             ctx->Shared(d_, [] { return std::make_shared<MemoryCache>(); }));
       }
       reading_ = CacheComplete();
-      if (!reading_) fill_salt_ = salt_;
+      fill_salt_ = salt_;
+      if (reading_ && memory_) {
+        std::lock_guard<std::mutex> lock(memory_->mu);
+        fill_salt_ = memory_->fill_salt;
+      }
     }
 
     bool GetNext(Element* out) override {
@@ -80,7 +85,7 @@ class CacheDataset final : public UnaryDataset {
         Publish();
         return false;
       }
-      if (!partial_) Append(*out);
+      Append(*out);
       ++position_;
       return true;
     }
@@ -117,12 +122,23 @@ class CacheDataset final : public UnaryDataset {
         return;
       }
       reading_ = false;
-      // The elements cached before the save are not in the state, so this
-      // pass cannot complete the cache; the next one will.
-      partial_ = true;
+      // The state holds the input's position but not the elements cached
+      // before it: read the input's first pass again up to the position,
+      // caching it, and go on from there.
       if (r->Bool()) {
-        input_ = d_->input_->MakeIterator(ctx_, fill_salt_);
-        input_->Restore(r);
+        d_->input_->MakeIterator(ctx_, fill_salt_)->Restore(r);
+      }
+      input_ = d_->input_->MakeIterator(ctx_, fill_salt_);
+      for (uint64_t i = 0; i < position_; ++i) {
+        Element e;
+        if (!input_->GetNext(&e)) {
+          throw Error(
+              fmt::format("cache: the input ended after {} elements "
+                          "while restoring a state at element {}; "
+                          "is it deterministic?",
+                          i, position_));
+        }
+        Append(e);
       }
     }
 
@@ -150,11 +166,11 @@ class CacheDataset final : public UnaryDataset {
     }
 
     void Publish() {
-      if (partial_) return;
       if (memory_) {
         std::lock_guard<std::mutex> lock(memory_->mu);
         if (!memory_->complete) {
           memory_->elements = std::move(pending_);
+          memory_->fill_salt = fill_salt_;
           memory_->complete = true;
         }
         return;
@@ -214,7 +230,6 @@ class CacheDataset final : public UnaryDataset {
     uint64_t fill_salt_ = 0;
     std::shared_ptr<MemoryCache> memory_;
     bool reading_ = false;
-    bool partial_ = false;
     uint64_t position_ = 0;
     size_t position_read_ = 0;
     std::unique_ptr<IteratorBase> input_;

@@ -107,7 +107,9 @@ IteratorContext::IteratorContext(const IteratorOptions& options)
                    : static_cast<int>(
                          std::max(1u, std::thread::hardware_concurrency()))),
       seed_(stages::SeedOrRandom(std::nullopt)),
-      arena_(std::make_unique<tbb::task_arena>(threads_)) {}
+      // No slot is reserved for an external thread: the consumer and the
+      // drivers never run arena work, so every slot is a worker's.
+      arena_(std::make_unique<tbb::task_arena>(threads_, 0)) {}
 
 IteratorContext::~IteratorContext() = default;
 

@@ -55,6 +55,7 @@ class InterleaveDataset final : public UnaryDataset {
             AdvancePosition();
             return true;
           }
+          slot.iterator.reset();
           slot = Slot{};
           --open_;
           AdvanceToNextInCycle();
@@ -97,6 +98,7 @@ class InterleaveDataset final : public UnaryDataset {
       if (cycle_ >= slots_.size()) throw Error("interleave state: bad cycle");
       open_ = 0;
       for (Slot& slot : slots_) {
+        slot.iterator.reset();
         slot = Slot{};
         if (!r->Bool()) continue;
         const uint64_t number = r->U64();
@@ -108,15 +110,16 @@ class InterleaveDataset final : public UnaryDataset {
 
    private:
     struct Slot {
+      DatasetPtr dataset;  // outlives its iterator, which points into it
       std::unique_ptr<IteratorBase> iterator;
       Element input;  // what made it, for the state
       uint64_t input_number = 0;
     };
 
     void Open(Slot& slot, Element input, uint64_t number) {
-      Dataset inner = d_->fn_(input);
+      slot.dataset = d_->fn_(input).base();
       slot.iterator =
-          inner.base()->MakeIteratorInternal(ctx_, MixSeed(salt_, number));
+          slot.dataset->MakeIteratorInternal(ctx_, MixSeed(salt_, number));
       slot.input = std::move(input);
       slot.input_number = number;
       ++open_;

@@ -1,0 +1,167 @@
+// The global shuffle: a bijection, every record once per epoch, elastic
+// restore.
+#include "pipeline/global_shuffle.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "pipeline/dataset.h"
+#include "pipeline_test_util.h"
+#include "records/index.h"
+#include "test_util.h"
+
+namespace recflow::pipeline {
+namespace {
+
+using testing::Collect;
+using testing::Records;
+
+TEST(FeistelPermutationTest, IsABijectionForManySizes) {
+  for (uint64_t n :
+       {1ull, 2ull, 3ull, 7ull, 64ull, 1000ull, 4097ull, 65536ull}) {
+    FeistelPermutation p(n, 99);
+    std::vector<bool> seen(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t x = p(i);
+      ASSERT_LT(x, n);
+      ASSERT_FALSE(seen[x]) << "n=" << n << " i=" << i;
+      seen[x] = true;
+    }
+  }
+}
+
+TEST(FeistelPermutationTest, SeedsGiveDifferentWellSpreadOrders) {
+  const uint64_t n = 10000;
+  FeistelPermutation a(n, 1), b(n, 2);
+  uint64_t same = 0, fixed = 0, displacement = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    same += a(i) == b(i);
+    fixed += a(i) == i;
+    displacement += a(i) > i ? a(i) - i : i - a(i);
+  }
+  EXPECT_LT(same, 20u);
+  EXPECT_LT(fixed, 20u);
+  // A uniform permutation moves an element n/3 on average.
+  EXPECT_GT(displacement / n, n / 4);
+  EXPECT_LT(displacement / n, n / 2);
+}
+
+class GlobalShuffleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int f = 0; f < 3; ++f) {
+      std::vector<std::string> recs;
+      for (int r = 0; r < 50 + 17 * f; ++r) {
+        recs.push_back(fmt::format("f{}r{}", f, r));
+      }
+      files_.push_back(dir_.File(fmt::format("g{}.tfrecord", f)));
+      // The first file has an index; the others are indexed in memory.
+      records::WriterOptions o;
+      testing::WriteRecords(files_.back(), recs, o);
+      if (f == 0) {
+        records::WriteIndex(records::IndexPathFor(files_.back()),
+                            records::BuildIndex(files_.back()));
+      }
+      for (auto& r : recs) all_.insert(r);
+    }
+  }
+  testing::TempDir dir_;
+  std::vector<std::string> files_;
+  std::set<std::string> all_;
+};
+
+TEST_F(GlobalShuffleTest, EachEpochIsAFreshPermutationOfAllRecords) {
+  GlobalShuffleOptions o;
+  o.seed = 5;
+  SetLogSink([](std::string_view) {});
+  auto got = Records(
+      Collect(Dataset::FromTFRecordsGlobalShuffle(files_, o).Repeat(2)));
+  SetLogSink(nullptr);
+  ASSERT_EQ(got.size(), 2 * all_.size());
+  std::vector<std::string> e1(got.begin(), got.begin() + all_.size());
+  std::vector<std::string> e2(got.begin() + all_.size(), got.end());
+  EXPECT_EQ(std::set<std::string>(e1.begin(), e1.end()), all_);
+  EXPECT_EQ(std::set<std::string>(e2.begin(), e2.end()), all_);
+  EXPECT_NE(e1, e2);
+  // Records of all files mix from the start.
+  std::set<char> first_files;
+  for (size_t i = 0; i < 10; ++i) first_files.insert(e1[i][1]);
+  EXPECT_GT(first_files.size(), 1u);
+}
+
+TEST_F(GlobalShuffleTest, ShardsPartitionTheEpoch) {
+  SetLogSink([](std::string_view) {});
+  std::multiset<std::string> union_;
+  for (int k = 0; k < 3; ++k) {
+    GlobalShuffleOptions o;
+    o.seed = 8;
+    o.num_shards = 3;
+    o.shard_index = k;
+    for (auto& r :
+         Records(Collect(Dataset::FromTFRecordsGlobalShuffle(files_, o)))) {
+      union_.insert(r);
+    }
+  }
+  SetLogSink(nullptr);
+  EXPECT_EQ(union_.size(), all_.size());
+  EXPECT_EQ(std::set<std::string>(union_.begin(), union_.end()), all_);
+}
+
+TEST_F(GlobalShuffleTest,
+       ElasticRestoreWithAnotherShardCountLosesAndRepeatsNothing) {
+  SetLogSink([](std::string_view) {});
+  auto make = [&](int64_t shards, int64_t index) {
+    GlobalShuffleOptions o;
+    o.seed = 21;
+    o.num_shards = shards;
+    o.shard_index = index;
+    return Dataset::FromTFRecordsGlobalShuffle(files_, o);
+  };
+  // Two workers take 20 records each (synchronous steps), worker 0 saves.
+  std::multiset<std::string> seen;
+  std::string state;
+  for (int k = 0; k < 2; ++k) {
+    Iterator it = make(2, k).MakeIterator();
+    Element e;
+    for (int i = 0; i < 20; ++i) {
+      ASSERT_TRUE(it.Next(&e));
+      seen.insert(std::string(e["record"].bytes(0)));
+    }
+    if (k == 0) state = it.Save();
+  }
+  // Three workers continue the epoch from worker 0's state.
+  for (int k = 0; k < 3; ++k) {
+    Iterator it = make(3, k).MakeIterator();
+    it.Restore(state);
+    Element e;
+    while (it.Next(&e)) seen.insert(std::string(e["record"].bytes(0)));
+  }
+  SetLogSink(nullptr);
+  EXPECT_EQ(seen.size(), all_.size());
+  EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()), all_);
+}
+
+TEST_F(GlobalShuffleTest, StateIsSmallAndResumesExactly) {
+  SetLogSink([](std::string_view) {});
+  GlobalShuffleOptions o;
+  o.seed = 4;
+  auto ds = Dataset::FromTFRecordsGlobalShuffle(files_, o).Repeat(2);
+  auto reference = Records(Collect(ds));
+  Iterator a = ds.MakeIterator();
+  Element e;
+  for (int i = 0; i < 200; ++i) ASSERT_TRUE(a.Next(&e));
+  const std::string state = a.Save();
+  EXPECT_LT(state.size(), 400u);
+  Iterator b = ds.MakeIterator();
+  b.Restore(state);
+  std::vector<std::string> rest;
+  while (b.Next(&e)) rest.emplace_back(e["record"].bytes(0));
+  SetLogSink(nullptr);
+  EXPECT_EQ(rest,
+            std::vector<std::string>(reference.begin() + 200, reference.end()));
+}
+
+}  // namespace
+}  // namespace recflow::pipeline

@@ -1,0 +1,177 @@
+// Iterator::Save / Restore: a restored iterator continues the same stream.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "pipeline/dataset.h"
+#include "pipeline_test_util.h"
+#include "test_util.h"
+
+namespace recflow::pipeline {
+namespace {
+
+using testing::Collect;
+
+std::string Key(const Element& e) { return e.DebugString(); }
+
+std::vector<std::string> Keys(Iterator& it, size_t limit = SIZE_MAX) {
+  std::vector<std::string> out;
+  Element e;
+  while (out.size() < limit && it.Next(&e)) out.push_back(Key(e));
+  return out;
+}
+
+// For each save point k: run k elements, save, restore into a new iterator
+// (with `restore_threads`), and compare the rest with the reference.
+void ExpectResumable(const Dataset& ds, const std::vector<size_t>& points,
+                     int threads = 2, int restore_threads = 2) {
+  Iterator ref_it = ds.MakeIterator({.threads = threads});
+  // The reference with an unseeded stage depends on the iterator's seed,
+  // so each save point replays from a saved state of a fresh iterator.
+  const std::string initial = ref_it.Save();
+  Iterator full = ds.MakeIterator({.threads = threads});
+  full.Restore(initial);
+  const std::vector<std::string> reference = Keys(full);
+  ASSERT_FALSE(reference.empty());
+  for (size_t k : points) {
+    if (k > reference.size()) continue;
+    Iterator a = ds.MakeIterator({.threads = threads});
+    a.Restore(initial);
+    std::vector<std::string> head = Keys(a, k);
+    ASSERT_EQ(head.size(), k);
+    const std::string state = a.Save();
+    // The saving iterator goes on unchanged.
+    std::vector<std::string> rest_a = Keys(a);
+    Iterator b = ds.MakeIterator({.threads = restore_threads});
+    b.Restore(state);
+    std::vector<std::string> rest_b = Keys(b);
+    std::vector<std::string> want(reference.begin() + k, reference.end());
+    EXPECT_EQ(rest_a, want) << "saver diverged after " << k;
+    EXPECT_EQ(rest_b, want) << "restored at " << k;
+  }
+}
+
+TEST(StateTest, RangeMapBatchRepeat) {
+  auto ds =
+      Dataset::Range(0, 23).Map([](Element e) { return e; }).Batch(5).Repeat(3);
+  ExpectResumable(ds, {0, 1, 4, 5, 6, 14, 15});
+}
+
+TEST(StateTest, MidShuffleBufferAndAcrossEpochs) {
+  auto ds = Dataset::Range(0, 100).Shuffle(30).Repeat(3);  // unseeded
+  ExpectResumable(ds, {0, 1, 29, 30, 31, 99, 100, 101, 250, 299, 300});
+}
+
+TEST(StateTest, ParallelMapAndPrefetchAcrossThreadCounts) {
+  MapOptions o;
+  o.num_parallel_calls = 4;
+  auto ds = Dataset::Range(0, 200)
+                .Map(
+                    [](Element e) {
+                      const int64_t v = e["value"].scalar<int64_t>();
+                      return testing::Int(v * 3);
+                    },
+                    o)
+                .Shuffle(16, 9)
+                .Batch(8)
+                .Prefetch(3)
+                .Repeat(2);
+  ExpectResumable(ds, {0, 1, 3, 24, 25, 26, 49}, /*threads=*/4,
+                  /*restore_threads=*/1);
+  ExpectResumable(ds, {2, 30}, /*threads=*/1, /*restore_threads=*/8);
+}
+
+TEST(StateTest, InterleaveTakeSkipShardFilterUnbatchPaddedBatch) {
+  auto ds = Dataset::Range(0, 12)
+                .Interleave(
+                    [](const Element& e) {
+                      const int64_t v = e["value"].scalar<int64_t>();
+                      return Dataset::Range(v * 100, v * 100 + v % 5);
+                    },
+                    3, 2)
+                .Skip(2)
+                .Shard(2, 1)
+                .Filter([](const Element& e) {
+                  return e["value"].scalar<int64_t>() % 7 != 0;
+                })
+                .Take(40)
+                .Batch(3)
+                .Unbatch()
+                .Map([](Element e) {
+                  const int64_t n = e["value"].scalar<int64_t>() % 4;
+                  Element out;
+                  out.Set("v", Tensor::FromValues<int64_t>(
+                                   std::vector<int64_t>(n, n), Shape{n}));
+                  return out;
+                })
+                .PaddedBatch(2);
+  ExpectResumable(ds, {0, 1, 2, 3, 5, 7});
+}
+
+TEST(StateTest, TFRecordFilesWithParallelReadsShuffledFilesAndCompression) {
+  testing::TempDir dir;
+  std::vector<std::string> files;
+  const records::Compression kinds[] = {
+      records::Compression::kNone, records::Compression::kGzip,
+      records::Compression::kNone, records::Compression::kZstd};
+  for (int f = 0; f < 4; ++f) {
+    files.push_back(dir.File(fmt::format("d{}.tfrecord", f)));
+    testing::WriteRecords(files.back(),
+                          testing::RandomPayloads(30 + f, 3000, f), kinds[f]);
+  }
+  TFRecordOptions o;
+  o.num_parallel_reads = 2;
+  o.shuffle_files = true;
+  o.io.block_bytes = 4096;
+  auto ds = Dataset::FromTFRecords(files, o).Shuffle(10).Repeat(2).Prefetch(2);
+  ExpectResumable(ds, {0, 1, 9, 10, 11, 60, 133, 134, 135, 200});
+}
+
+TEST(StateTest, MemoryCacheStateRebuildsTheCacheInANewIterator) {
+  auto ds = Dataset::Range(0, 20).Shuffle(5).Cache().Repeat(3);
+  ExpectResumable(ds, {0, 3, 19, 20, 21, 45});
+}
+
+TEST(StateTest, AStateOfAnotherPipelineIsRefused) {
+  Iterator a = Dataset::Range(0, 10).Batch(2).MakeIterator();
+  Element e;
+  a.Next(&e);
+  const std::string state = a.Save();
+  Iterator b = Dataset::Range(0, 10).Batch(3).MakeIterator();
+  try {
+    b.Restore(state);
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("Batch(2"), std::string::npos)
+        << err.what();
+  }
+}
+
+TEST(StateTest, DamagedStatesAreRefused) {
+  Iterator a = Dataset::Range(0, 10).Shuffle(4, 1).MakeIterator();
+  Element e;
+  a.Next(&e);
+  const std::string state = a.Save();
+  for (size_t i = 0; i < state.size(); i += 3) {
+    std::string bad = state;
+    bad[i] ^= 0x10;
+    Iterator b = Dataset::Range(0, 10).Shuffle(4, 1).MakeIterator();
+    EXPECT_THROW(b.Restore(bad), Error) << "byte " << i;
+  }
+  for (size_t n = 0; n < state.size(); n += 5) {
+    Iterator b = Dataset::Range(0, 10).Shuffle(4, 1).MakeIterator();
+    EXPECT_THROW(b.Restore(state.substr(0, n)), Error) << "length " << n;
+  }
+}
+
+TEST(StateTest, RestoreOnlyBeforeTheFirstNext) {
+  Iterator a = Dataset::Range(0, 10).MakeIterator();
+  const std::string state = a.Save();
+  Element e;
+  a.Next(&e);
+  EXPECT_THROW(a.Restore(state), Error);
+}
+
+}  // namespace
+}  // namespace recflow::pipeline

@@ -1,0 +1,347 @@
+// The TFRecord source: files, compressions, parallel reads, io_uring and
+// pread, damage, parsing, and memory.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+
+#include "pipeline/dataset.h"
+#include "pipeline/io.h"
+#include "pipeline_test_util.h"
+#include "records/example_builder.h"
+#include "records/example_parser.h"
+#include "records/feature_spec.h"
+#include "test_util.h"
+
+namespace recflow::pipeline {
+namespace {
+
+using testing::Collect;
+using testing::Records;
+
+class TFRecordDatasetTest : public ::testing::Test {
+ protected:
+  // Three files of records "f<i>-r<j>" of various sizes, some longer than a
+  // 4 KiB block.
+  void SetUp() override {
+    for (int f = 0; f < 3; ++f) {
+      std::vector<std::string> recs;
+      for (int r = 0; r < 40 + 10 * f; ++r) {
+        std::string rec = fmt::format("f{}-r{}", f, r);
+        rec.resize(rec.size() + static_cast<size_t>((r * 997) % 9000), 'x');
+        recs.push_back(rec);
+      }
+      files_.push_back(dir_.File(fmt::format("part-{}.tfrecord", f)));
+      testing::WriteRecords(files_.back(), recs);
+      all_.push_back(recs);
+    }
+  }
+  std::vector<std::string> Sequential() const {
+    std::vector<std::string> v;
+    for (const auto& f : all_) v.insert(v.end(), f.begin(), f.end());
+    return v;
+  }
+
+  testing::TempDir dir_;
+  std::vector<std::string> files_;
+  std::vector<std::vector<std::string>> all_;
+};
+
+TEST_F(TFRecordDatasetTest, ReadsFilesInOrder) {
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_))), Sequential());
+  // A directory and a glob give the same files.
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords({dir_.path().string()}))),
+            Sequential());
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords({dir_.File("part-*")}))),
+            Sequential());
+  EXPECT_THROW(Dataset::FromTFRecords({dir_.File("nothing-*")}), Error);
+}
+
+TEST_F(TFRecordDatasetTest, ParallelReadsInterleaveRecordByRecord) {
+  TFRecordOptions o;
+  o.num_parallel_reads = 2;
+  const auto got = Records(Collect(Dataset::FromTFRecords(files_, o)));
+  // Files 0 and 1 alternate; file 2 takes file 0's slot when it ends.
+  std::vector<std::string> want;
+  size_t i0 = 0, i1 = 0, i2 = 0;
+  int slot = 0;
+  // slot 0: file 0 then file 2; slot 1: file 1.
+  bool slot0_on_file2 = false;
+  while (want.size() < Sequential().size()) {
+    if (slot == 0) {
+      if (!slot0_on_file2 && i0 < all_[0].size()) {
+        want.push_back(all_[0][i0++]);
+      } else if (!slot0_on_file2) {
+        slot0_on_file2 = true;  // the slot closes; the cycle moves on
+        slot = 1;
+        continue;
+      } else if (i2 < all_[2].size()) {
+        want.push_back(all_[2][i2++]);
+      }
+    } else if (i1 < all_[1].size()) {
+      want.push_back(all_[1][i1++]);
+    }
+    slot ^= 1;
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(TFRecordDatasetTest, CompressedFilesGiveTheSameRecords) {
+  for (auto c : {records::Compression::kZlib, records::Compression::kGzip,
+                 records::Compression::kZstd}) {
+    std::vector<std::string> files;
+    for (size_t f = 0; f < all_.size(); ++f) {
+      files.push_back(dir_.File(
+          fmt::format("c{}.tfrecord{}", f, records::CompressionSuffix(c))));
+      testing::WriteRecords(files.back(), all_[f], c);
+    }
+    TFRecordOptions o;
+    o.num_parallel_reads = 3;
+    EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files, o))),
+              Records(Collect(Dataset::FromTFRecords(files_, o))));
+  }
+}
+
+TEST_F(TFRecordDatasetTest, IoUringAndPreadGiveIdenticalStreams) {
+  std::vector<std::vector<std::string>> streams;
+  for (auto backend : {IoBackend::kIoUring, IoBackend::kPread}) {
+    for (size_t block : {size_t{4096}, size_t{1} << 20}) {
+      if (backend == IoBackend::kIoUring && !IoUringAvailable()) continue;
+      TFRecordOptions o;
+      o.io.backend = backend;
+      o.io.block_bytes = block;
+      o.io.read_ahead = 3;
+      streams.push_back(Records(Collect(Dataset::FromTFRecords(files_, o))));
+    }
+  }
+  ASSERT_GE(streams.size(), 2u);
+  for (const auto& s : streams) EXPECT_EQ(s, Sequential());
+}
+
+TEST_F(TFRecordDatasetTest, DirectIoGivesTheSameRecords) {
+  TFRecordOptions o;
+  o.io.direct = true;
+  o.io.block_bytes = 8192;
+  std::vector<std::string> log;
+  SetLogSink([&](std::string_view l) { log.emplace_back(l); });
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_, o))), Sequential());
+  SetLogSink(nullptr);
+}
+
+TEST_F(TFRecordDatasetTest, WithoutIoUringAutoFallsBackToPread) {
+  DisableIoUringForTesting(true);
+  auto blocks = OpenBlockReader(files_[0], 0, IoOptions{});
+  EXPECT_EQ(blocks->backend(), IoBackend::kPread);
+  IoOptions forced;
+  forced.backend = IoBackend::kIoUring;
+  EXPECT_THROW(OpenBlockReader(files_[0], 0, forced), records::IoError);
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_))), Sequential());
+  DisableIoUringForTesting(false);
+  if (IoUringAvailable()) {
+    EXPECT_EQ(OpenBlockReader(files_[0], 0, IoOptions{})->backend(),
+              IoBackend::kIoUring);
+  }
+}
+
+TEST_F(TFRecordDatasetTest, ShuffledFilesChangeOrderPerEpoch) {
+  TFRecordOptions o;
+  o.shuffle_files = true;
+  o.seed = 11;
+  auto got = Records(Collect(Dataset::FromTFRecords(files_, o).Repeat(4)));
+  // Each epoch is the files in some order; not all epochs alike.
+  std::set<std::string> firsts;
+  const size_t n = Sequential().size();
+  for (size_t e = 0; e < 4; ++e) {
+    std::vector<std::string> epoch(got.begin() + e * n,
+                                   got.begin() + (e + 1) * n);
+    auto sorted = epoch;
+    std::sort(sorted.begin(), sorted.end());
+    auto want = Sequential();
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(sorted, want);
+    firsts.insert(epoch[0]);
+  }
+  EXPECT_GT(firsts.size(), 1u);
+}
+
+TEST_F(TFRecordDatasetTest, ShardTakesWholeFilesWhenThereAreEnough) {
+  auto ds = Dataset::FromTFRecords(files_);
+  EXPECT_EQ(Records(Collect(ds.Shard(3, 1))), all_[1]);
+  // Four shards of three files: by record.
+  auto by_record = Records(Collect(ds.Shard(4, 1)));
+  const auto seq = Sequential();
+  std::vector<std::string> want;
+  for (size_t i = 1; i < seq.size(); i += 4) want.push_back(seq[i]);
+  EXPECT_EQ(by_record, want);
+}
+
+TEST_F(TFRecordDatasetTest, DamageNamesFileOffsetAndRecord) {
+  std::string bytes = testing::ReadFileBytes(files_[1]);
+  // Flip a byte inside record 2's payload.
+  const auto recs = all_[1];
+  const size_t offset2 = recs[0].size() + recs[1].size() + 32;
+  bytes[offset2 + 12 + 3] ^= 0x40;
+  testing::WriteFileBytes(files_[1], bytes);
+  Iterator it = Dataset::FromTFRecords(files_).MakeIterator();
+  Element e;
+  size_t n = 0;
+  try {
+    while (it.Next(&e)) ++n;
+    FAIL() << "damage not reported";
+  } catch (const records::RecordError& err) {
+    EXPECT_EQ(err.path(), files_[1]);
+    EXPECT_EQ(err.offset(), offset2);
+    EXPECT_EQ(err.record_index(), 2u);
+    EXPECT_EQ(err.kind(), records::DamageKind::kDataCrcMismatch);
+  }
+  EXPECT_EQ(n, all_[0].size() + 2);
+  // IgnoreErrors: the damaged file ends there, the next file follows.
+  auto rest = Records(Collect(Dataset::FromTFRecords(files_).IgnoreErrors()));
+  EXPECT_EQ(rest.size(), all_[0].size() + 2 + all_[2].size());
+}
+
+TEST_F(TFRecordDatasetTest, TruncatedFileIsAnErrorNotAShorterStream) {
+  std::string bytes = testing::ReadFileBytes(files_[0]);
+  bytes.resize(bytes.size() - 5);
+  testing::WriteFileBytes(files_[0], bytes);
+  EXPECT_THROW(Collect(Dataset::FromTFRecords({files_[0]})),
+               records::RecordError);
+}
+
+std::string MakeExample(int64_t label, int n) {
+  records::ExampleBuilder b;
+  b.AddInt64("label", label);
+  std::vector<float> px(4);
+  for (int k = 0; k < 4; ++k) px[k] = static_cast<float>(label * 10 + k);
+  b.AddFloatList("pixels", px);
+  std::vector<int64_t> tokens(static_cast<size_t>(n), label);
+  b.AddInt64List("tokens", tokens);
+  return std::string(b.Serialize());
+}
+
+records::FeatureSpec Spec() {
+  return records::FeatureSpec::FromJsonText(R"({"features": {
+    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+    "pixels": {"kind": "fixed", "dtype": "float32", "shape": [2, 2]},
+    "tokens": {"kind": "var", "dtype": "int64"}}})");
+}
+
+TEST(ParseDatasetTest, ParsesOneOrABatchOfExamples) {
+  testing::TempDir dir;
+  std::vector<std::string> recs;
+  for (int i = 0; i < 10; ++i) recs.push_back(MakeExample(i, i % 3));
+  testing::WriteRecords(dir.File("ex.tfrecord"), recs);
+  auto source = Dataset::FromTFRecords({dir.File("ex.tfrecord")});
+
+  auto one = Collect(source.Parse(Spec()));
+  ASSERT_EQ(one.size(), 10u);
+  EXPECT_EQ(one[7]["label"].shape(), (Shape{}));
+  EXPECT_EQ(one[7]["label"].scalar<int64_t>(), 7);
+  EXPECT_EQ(one[7]["pixels"].shape(), (Shape{2, 2}));
+  EXPECT_EQ(one[7]["pixels"].data<float>()[3], 73.0f);
+  EXPECT_EQ(one[5]["tokens"].shape(), (Shape{2}));
+
+  ParseOptions po;
+  po.num_parallel_calls = 2;
+  auto batched = Collect(source.Batch(4).Parse(Spec(), po), {.threads = 2});
+  ASSERT_EQ(batched.size(), 3u);
+  EXPECT_EQ(batched[1]["pixels"].shape(), (Shape{4, 2, 2}));
+  EXPECT_EQ(batched[1]["label"].data<int64_t>()[3], 7);
+  ASSERT_TRUE(batched[1]["tokens"].ragged());
+  EXPECT_EQ(batched[1]["tokens"].row_lengths().values<int64_t>()[1],
+            2);  // ex 5
+  // Unbatching the parsed batches gives the per-example parse.
+  auto unbatched = Collect(source.Batch(4).Parse(Spec()).Unbatch());
+  ASSERT_EQ(unbatched.size(), one.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(unbatched[i], one[i]) << i;
+}
+
+TEST(ParseDatasetTest, ParseErrorsNameTheFileAndRecord) {
+  testing::TempDir dir;
+  std::vector<std::string> recs;
+  for (int i = 0; i < 6; ++i) recs.push_back(MakeExample(i, 1));
+  records::ExampleBuilder b;
+  b.AddFloatList("label", std::vector<float>{1.0f});  // wrong type
+  recs[4] = std::string(b.Serialize());
+  testing::WriteRecords(dir.File("bad.tfrecord"), recs);
+  for (bool batch : {false, true}) {
+    auto ds = Dataset::FromTFRecords({dir.File("bad.tfrecord")}).Shuffle(6, 1);
+    ds = batch ? ds.Batch(3).Parse(Spec()) : ds.Parse(Spec());
+    try {
+      Collect(ds);
+      FAIL() << "no parse error";
+    } catch (const records::ParseError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(dir.File("bad.tfrecord") + ": record 4"),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find("label"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST(FixtureDatasetTest, MnistFixtureParsesThroughThePipeline) {
+  const std::string dir = testing::FixturesDir();
+  if (dir.empty()) GTEST_SKIP() << "fixtures not found";
+  const std::string path = dir + "/tf/tfx_mnist_1000_example.tfrecord";
+  auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
+    "image_class": {"kind": "fixed", "dtype": "int64", "shape": []},
+    "image_floats": {"kind": "fixed", "dtype": "float32", "shape": [784]}}})");
+  auto out = Collect(Dataset::FromTFRecords({path})
+                         .Shuffle(256, 5)
+                         .Batch(100, true)
+                         .Parse(spec)
+                         .Prefetch(2));
+  ASSERT_EQ(out.size(), 10u);
+  std::multiset<int64_t> labels;
+  for (const auto& b : out) {
+    EXPECT_EQ(b["image_floats"].shape(), (Shape{100, 784}));
+    for (int64_t l : b["image_class"].values<int64_t>()) labels.insert(l);
+  }
+  EXPECT_EQ(labels.size(), 1000u);
+  for (int64_t l : labels) {
+    EXPECT_GE(l, 0);
+    EXPECT_LE(l, 9);
+  }
+}
+
+uint64_t RssBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * 4096;
+}
+
+TEST(StreamingMemoryTest, ADatasetLargerThanTheBuffersStreamsWithFlatMemory) {
+  testing::TempDir dir;
+  const std::string path = dir.File("big.tfrecord");
+  {
+    records::TFRecordWriter w(path);
+    std::string rec(1000, 'r');
+    for (int i = 0; i < 96 * 1024; ++i) {  // ~96 MiB
+      rec[0] = static_cast<char>(i);
+      w.Write(rec);
+    }
+    w.Close();
+  }
+  auto ds =
+      Dataset::FromTFRecords({path}).Shuffle(1000, 1).Batch(64).Prefetch(4);
+  Iterator it = ds.MakeIterator();
+  Element e;
+  ASSERT_TRUE(it.Next(&e));
+  const uint64_t base = RssBytes();
+  uint64_t peak = base;
+  size_t batches = 1;
+  while (it.Next(&e)) {
+    if (++batches % 64 == 0) peak = std::max(peak, RssBytes());
+  }
+  EXPECT_EQ(batches, (96 * 1024 + 63) / 64);
+  // Buffers: shuffle ~1 MB, prefetch 4 x 64 KB, a few 1 MiB blocks.  The
+  // data is 96 MiB; growth must stay far below it.
+  EXPECT_LT(peak - base, uint64_t{24} << 20)
+      << "RSS grew from " << base << " to " << peak;
+}
+
+}  // namespace
+}  // namespace recflow::pipeline
