@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <random>
+
+#include <tbb/global_control.h>
 #include <thread>
 
 #include "pipeline/stages.h"
@@ -101,6 +103,26 @@ WaitScope::~WaitScope() {
 
 // --- IteratorContext -------------------------------------------------------
 
+namespace {
+// oneTBB starts at most (cores - 1) workers by default, counting on the
+// calling thread to join an arena.  Ours never do, so an arena of n
+// threads needs n workers: raise the process-wide limit to the largest
+// arena made so far (the limit is kept for the life of the process).
+void EnsureWorkers(int n) {
+  static std::mutex mu;
+  static std::unique_ptr<tbb::global_control> control;
+  static int allowed = static_cast<int>(
+      tbb::global_control::active_value(
+          tbb::global_control::max_allowed_parallelism));
+  std::lock_guard<std::mutex> lock(mu);
+  if (n + 1 <= allowed) return;
+  allowed = n + 1;
+  control = std::make_unique<tbb::global_control>(
+      tbb::global_control::max_allowed_parallelism,
+      static_cast<size_t>(allowed));
+}
+}  // namespace
+
 IteratorContext::IteratorContext(const IteratorOptions& options)
     : threads_(options.threads > 0
                    ? options.threads
@@ -109,7 +131,9 @@ IteratorContext::IteratorContext(const IteratorOptions& options)
       seed_(stages::SeedOrRandom(std::nullopt)),
       // No slot is reserved for an external thread: the consumer and the
       // drivers never run arena work, so every slot is a worker's.
-      arena_(std::make_unique<tbb::task_arena>(threads_, 0)) {}
+      arena_(std::make_unique<tbb::task_arena>(threads_, 0)) {
+  EnsureWorkers(threads_);
+}
 
 IteratorContext::~IteratorContext() = default;
 

@@ -1,9 +1,13 @@
 // Reading files as a stream of large blocks, with several reads in flight.
 //
-// The io_uring reader (liburing) keeps `read_ahead` block reads queued in
-// the kernel, submitted in batches, into buffers reused from a pool; the
-// pread reader asks the kernel to read ahead (posix_fadvise WILLNEED) and
-// reads one block at a time.  Both give the same blocks.  Where io_uring
+// The io_uring reader (liburing) first tries each block with a
+// non-blocking read (preadv2 RWF_NOWAIT): data in the page cache is copied
+// at once, block by block, so blocks stay in the CPU cache until they are
+// framed.  At the first read that would wait for the disk it switches that
+// file to the ring: `read_ahead` block reads queued in the kernel,
+// submitted in batches, into buffers reused from a pool.  The pread reader
+// asks the kernel to read ahead (posix_fadvise WILLNEED) and reads one
+// block at a time.  Both give the same blocks.  Where io_uring
 // cannot be set up (an old kernel, a seccomp filter, a container that
 // forbids it) kAuto falls back to pread and says so once on the log.
 //
@@ -27,10 +31,13 @@ std::string_view IoBackendName(IoBackend b);  // "auto", "io_uring", "pread"
 
 struct IoOptions {
   IoBackend backend = IoBackend::kAuto;
-  // Size of each read (a multiple of 4096 with `direct`).
-  size_t block_bytes = size_t{1} << 20;
-  // Reads in flight per file (io_uring) / blocks advised ahead (pread).
-  int read_ahead = 4;
+  // Size of each read (a multiple of 4096 with `direct`).  128 KiB blocks
+  // stay in the CPU's cache between the copy and the CRC check; 1 MiB ones
+  // do not, which costs 2-3x on cached files (docs/PERFORMANCE.md).
+  size_t block_bytes = size_t{128} << 10;
+  // Reads in flight per file (io_uring, once uncached) / blocks advised
+  // ahead (pread).
+  int read_ahead = 8;
   // O_DIRECT: bypass the page cache, for datasets larger than memory.
   // Where the filesystem refuses it (tmpfs), reads go through the cache
   // and the log says so once.
@@ -63,6 +70,15 @@ class BlockReader {
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options);
+
+// glibc gives blocks over its mmap threshold back to the kernel when they
+// are freed, so a pipeline that hands out a fresh batch-sized buffer per
+// batch pays page faults on every batch (half the time of a parse-only
+// pipeline, docs/PERFORMANCE.md).  This raises the thresholds (64 MiB mmap,
+// 256 MiB trim) so freed batches are reused.  It changes the whole
+// process's allocator, so the library never calls it; programs (recflow,
+// the benchmarks) do, and training programs may.
+void TuneAllocatorForBatches();
 
 // Whether io_uring can be used in this process (probed once).
 bool IoUringAvailable();

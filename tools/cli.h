@@ -42,6 +42,7 @@ Runner AddVerifyCommand(CLI::App& app);
 Runner AddReshardCommand(CLI::App& app);
 Runner AddIndexCommand(CLI::App& app);
 Runner AddDemoCommand(CLI::App& app);
+Runner AddBenchCommand(CLI::App& app);
 
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  Throws UsageError for zero shards, an unknown compression,

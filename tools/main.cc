@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/io.h"
 #include "records/errors.h"
 #include "records/example_parser.h"
 #include "tools/cli.h"
@@ -15,6 +16,7 @@
 
 int main(int argc, char** argv) {
   using namespace recflow::tools;
+  recflow::pipeline::TuneAllocatorForBatches();
   CLI::App app{
       "recflow: TFRecord files read, written, verified, resharded and "
       "indexed exactly as TensorFlow does.\n"
@@ -46,6 +48,10 @@ int main(int argc, char** argv) {
       AddReshardCommand);
   add("index", "Write the index (DALI tfrecord2idx format) of TFRecord files.",
       AddIndexCommand);
+  add("bench",
+      "Run an input pipeline (read, shuffle, batch, parse, prefetch) over "
+      "files; report throughput, memory and the bottleneck stage.",
+      AddBenchCommand);
   add("demo",
       "Write a sample dataset, then verify, reshard and index it, saying "
       "what happened.",

@@ -1,0 +1,160 @@
+// Pipeline benchmarks: each next to its baseline in the same run.
+//
+//   Parse/*          read -> batch(256) -> parse: the parse-only throughput
+//   Full/*           read -> shuffle(10000) -> batch(256) -> parse
+//   FullPerRecord/*  read -> parse -> shuffle(10000) -> batch(256)
+//   ProtobufParse    read -> protobuf ParseFromArray into a reused Example
+//   Read/*           records only, io_uring vs pread (cached files)
+//
+// The files: 4 x 8,192 MNIST-like Examples (784 floats and an int64 label,
+// about 3.2 KB each, ~100 MB) written once under $TMPDIR.  Items are
+// records; compare ratios within one run (docs/PERFORMANCE.md).
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <random>
+
+#include "pipeline/dataset.h"
+#include "records/example.pb.h"
+#include "records/example_builder.h"
+#include "records/feature_spec.h"
+#include "records/tfrecord_reader.h"
+#include "records/tfrecord_writer.h"
+
+namespace recflow::pipeline {
+namespace {
+
+constexpr int kFiles = 4;
+constexpr int kRecordsPerFile = 8192;
+constexpr int64_t kBatch = 256;
+constexpr int64_t kShuffle = 10000;
+
+const std::vector<std::string>& Files() {
+  static const std::vector<std::string> files = [] {
+    TuneAllocatorForBatches();
+    const char* tmp = std::getenv("TMPDIR");
+    const std::filesystem::path dir =
+        std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
+    std::filesystem::create_directories(dir);
+    std::vector<std::string> out;
+    std::mt19937_64 rng(3);
+    records::ExampleBuilder b;
+    std::vector<float> image(784);
+    for (int f = 0; f < kFiles; ++f) {
+      out.push_back((dir / fmt::format("mnist-{}.tfrecord", f)).string());
+      if (std::filesystem::exists(out.back())) continue;
+      records::TFRecordWriter w(out.back());
+      for (int r = 0; r < kRecordsPerFile; ++r) {
+        for (auto& v : image) v = static_cast<float>(rng() % 256) / 255.f;
+        b.Clear();
+        b.AddFloatList("image", image);
+        b.AddInt64("label", static_cast<int64_t>(rng() % 10));
+        w.Write(b.Serialize());
+      }
+      w.Close();
+    }
+    return out;
+  }();
+  return files;
+}
+
+records::FeatureSpec Spec() {
+  return records::FeatureSpec::FromJsonText(R"({"features": {
+    "image": {"kind": "fixed", "dtype": "float32", "shape": [784]},
+    "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+}
+
+// Runs the pipeline to its end once per iteration; items = records.
+void Drain(benchmark::State& state, const Dataset& ds, int threads) {
+  int64_t records = 0;
+  for (auto _ : state) {
+    Iterator it = ds.MakeIterator({.threads = threads});
+    Element e;
+    while (it.Next(&e)) {
+      records += e.components[0].tensor.shape().rank() > 0
+                     ? e.components[0].tensor.num_rows()
+                     : 1;
+    }
+  }
+  state.SetItemsProcessed(records);
+}
+
+ParseOptions Calls(int n) {
+  ParseOptions p;
+  p.num_parallel_calls = n;
+  return p;
+}
+
+void BM_Parse(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Drain(state,
+        Dataset::FromTFRecords(Files()).Batch(kBatch).Parse(Spec(), Calls(threads)),
+        threads);
+}
+BENCHMARK(BM_Parse)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Full(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Drain(state,
+        Dataset::FromTFRecords(Files())
+            .Shuffle(kShuffle, 1)
+            .Batch(kBatch)
+            .Parse(Spec(), Calls(threads)),
+        threads);
+}
+BENCHMARK(BM_Full)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_FullPerRecord(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Drain(state,
+        Dataset::FromTFRecords(Files())
+            .Parse(Spec(), Calls(threads))
+            .Shuffle(kShuffle, 1)
+            .Batch(kBatch),
+        threads);
+}
+BENCHMARK(BM_FullPerRecord)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The generic baseline: protobuf's parser on the same records, one thread.
+void BM_ProtobufParse(benchmark::State& state) {
+  int64_t records = 0;
+  tensorflow::Example example;
+  for (auto _ : state) {
+    for (const auto& f : Files()) {
+      records::TFRecordReader reader(f);
+      std::string_view r;
+      while (reader.ReadRecord(&r)) {
+        if (!example.ParseFromArray(r.data(), static_cast<int>(r.size()))) {
+          state.SkipWithError("not an Example");
+          return;
+        }
+        benchmark::DoNotOptimize(example);
+        ++records;
+      }
+    }
+  }
+  state.SetItemsProcessed(records);
+}
+BENCHMARK(BM_ProtobufParse)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Read(benchmark::State& state) {
+  TFRecordOptions o;
+  o.io.backend = state.range(0) ? IoBackend::kIoUring : IoBackend::kPread;
+  state.SetLabel(state.range(0) ? "io_uring" : "pread");
+  int64_t records = 0, bytes = 0;
+  for (auto _ : state) {
+    Iterator it = Dataset::FromTFRecords(Files(), o).MakeIterator({.threads = 1});
+    Element e;
+    while (it.Next(&e)) {
+      ++records;
+      bytes += static_cast<int64_t>(e.components[0].tensor.byte_size());
+    }
+  }
+  state.SetItemsProcessed(records);
+  state.SetBytesProcessed(bytes);
+}
+BENCHMARK(BM_Read)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace recflow::pipeline

@@ -1,0 +1,318 @@
+// recflow bench: runs an input pipeline over real files and reports its
+// throughput, memory, per-stage statistics and the bottleneck.
+//
+// The pipeline is built the way the tf.data performance guide recommends:
+//   files ─▶ [shuffle N] ─▶ [repeat N] ─▶ [batch B] ─▶ [parse SPEC] ─▶ [prefetch N]
+// (parse after batch is vectorised: one call per batch).  With
+// --global-shuffle the source itself reads in a global random order.
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "pipeline/dataset.h"
+#include "records/crc32c.h"
+#include "records/example.pb.h"
+#include "records/feature_spec.h"
+#include "records/tfrecord_reader.h"
+#include "tools/cli.h"
+
+namespace recflow::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  std::vector<std::string> inputs;
+  std::string spec;
+  int parallel_reads = 1;
+  int map_threads = 1;
+  int64_t shuffle = 0;
+  bool global_shuffle = false;
+  uint64_t seed = 0;
+  bool seed_given = false;
+  int64_t batch = 0;
+  bool drop_remainder = false;
+  int64_t repeat = 1;
+  int64_t prefetch = 0;
+  int threads = 0;
+  double duration = 0;
+  bool json = false;
+  std::string io = "auto";
+  size_t block_bytes = size_t{1} << 20;
+  bool direct = false;
+  bool compare_protobuf = false;
+};
+
+double Seconds(Clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+uint64_t PeakRssBytes() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+// Folds an element into the order digest: names, dtypes, shapes, values.
+uint64_t Digest(uint64_t digest, const pipeline::Element& e) {
+  for (const auto& c : e.components) {
+    uint32_t crc = records::crc32c::Value(c.name.data(), c.name.size());
+    const auto& t = c.tensor;
+    const uint64_t meta[2] = {static_cast<uint64_t>(t.dtype()),
+                              static_cast<uint64_t>(t.num_elements())};
+    crc = records::crc32c::Extend(crc, reinterpret_cast<const char*>(meta),
+                                  sizeof meta);
+    if (t.dtype() == pipeline::DType::kBytes) {
+      for (int64_t k = 0; k < t.num_elements(); ++k) {
+        const auto v = t.bytes(k);
+        crc = records::crc32c::Extend(crc, v.data(), v.size());
+      }
+    } else {
+      crc = records::crc32c::Extend(crc, t.raw_data(), t.byte_size());
+    }
+    digest = pipeline::MixSeed(digest, crc);
+  }
+  return digest;
+}
+
+// Records in a delivered element: its first dimension after Batch.
+uint64_t RecordsIn(const pipeline::Element& e, bool batched) {
+  if (!batched || e.components.empty()) return 1;
+  return static_cast<uint64_t>(e.components[0].tensor.num_rows());
+}
+
+pipeline::Dataset BuildPipeline(const BenchOptions& o,
+                                const std::vector<std::string>& files) {
+  pipeline::IoOptions io;
+  if (o.io == "auto") {
+    io.backend = pipeline::IoBackend::kAuto;
+  } else if (o.io == "io_uring") {
+    io.backend = pipeline::IoBackend::kIoUring;
+  } else if (o.io == "pread") {
+    io.backend = pipeline::IoBackend::kPread;
+  } else {
+    throw UsageError(fmt::format("--io {}: expected auto, io_uring or pread",
+                                 o.io));
+  }
+  io.block_bytes = o.block_bytes;
+  io.direct = o.direct;
+  std::optional<uint64_t> seed;
+  if (o.seed_given) seed = o.seed;
+
+  std::optional<pipeline::Dataset> ds;
+  if (o.global_shuffle) {
+    pipeline::GlobalShuffleOptions g;
+    g.seed = seed;
+    ds = pipeline::Dataset::FromTFRecordsGlobalShuffle(files, g);
+  } else {
+    pipeline::TFRecordOptions t;
+    t.num_parallel_reads = o.parallel_reads;
+    t.io = io;
+    ds = pipeline::Dataset::FromTFRecords(files, t);
+  }
+  if (o.shuffle > 0) ds = ds->Shuffle(o.shuffle, seed);
+  if (o.repeat != 1) ds = ds->Repeat(o.repeat);
+  if (o.batch > 0) ds = ds->Batch(o.batch, o.drop_remainder);
+  if (!o.spec.empty()) {
+    pipeline::ParseOptions p;
+    p.num_parallel_calls = o.map_threads;
+    ds = ds->Parse(records::FeatureSpec::FromFile(o.spec), p);
+  }
+  if (o.prefetch > 0) ds = ds->Prefetch(o.prefetch);
+  return *ds;
+}
+
+// The baseline for parsing: the same records read in file order and parsed
+// by protobuf into a reused tf.train.Example, on one thread.
+double ProtobufRecordsPerSecond(const std::vector<std::string>& files,
+                                uint64_t limit) {
+  tensorflow::Example example;
+  uint64_t n = 0;
+  const auto start = Clock::now();
+  for (const auto& f : files) {
+    records::TFRecordReader reader(f);
+    std::string_view r;
+    while (n < limit && reader.ReadRecord(&r)) {
+      if (!example.ParseFromArray(r.data(), static_cast<int>(r.size()))) {
+        throw UsageError(fmt::format("{}: record {} is not a tf.Example", f,
+                                     reader.last_index()));
+      }
+      ++n;
+    }
+  }
+  const double s = Seconds(Clock::now() - start);
+  return s > 0 ? static_cast<double>(n) / s : 0;
+}
+
+int RunBench(const BenchOptions& o) {
+  const std::vector<std::string> files = ExpandInputs(o.inputs);
+  if (o.map_threads == 0 || o.parallel_reads < 1 || o.threads < 0) {
+    throw UsageError("--map-threads, --parallel-reads and --threads must be "
+                     "positive (--map-threads -1: one per arena thread)");
+  }
+  const pipeline::Dataset ds = BuildPipeline(o, files);
+  pipeline::IteratorOptions io;
+  io.threads = o.threads;
+  pipeline::Iterator it = ds.MakeIterator(io);
+  const bool live = !o.json && isatty(STDERR_FILENO);
+  const bool batched = o.batch > 0;
+
+  uint64_t records = 0, batches = 0, digest = 0;
+  pipeline::Element e;
+  const auto start = Clock::now();
+  auto last_report = start;
+  while (true) {
+    if (o.duration > 0 && Seconds(Clock::now() - start) >= o.duration) break;
+    if (!it.Next(&e)) break;
+    ++batches;
+    records += RecordsIn(e, batched);
+    digest = Digest(digest, e);
+    if (live && (batches & 63) == 0) {
+      const auto now = Clock::now();
+      if (now - last_report > std::chrono::milliseconds(500)) {
+        last_report = now;
+        const double s = Seconds(now - start);
+        uint64_t bytes = 0;
+        for (const auto& st : it.Stats()) {
+          if (st.name == "tfrecord" || st.name == "global_shuffle") bytes = st.bytes;
+        }
+        fmt::print(stderr, "\r{:>12.0f} records/s {:>9.1f} MB/s {:>10} batches",
+                   records / s, bytes / s / 1e6, batches);
+      }
+    }
+  }
+  const double seconds = Seconds(Clock::now() - start);
+  if (live) fmt::print(stderr, "\n");
+  const std::vector<pipeline::StageStats> stats = it.Stats();
+  uint64_t bytes = 0;
+  for (const auto& st : stats) {
+    if (st.name == "tfrecord" || st.name == "global_shuffle") bytes = st.bytes;
+  }
+
+  nlohmann::json stages = nlohmann::json::array();
+  std::string bottleneck;
+  double worst = -1;
+  for (const auto& st : stats) {
+    const double busy = seconds > 0 ? st.busy_seconds / (seconds * st.parallelism) : 0;
+    const double wait = seconds > 0 ? st.wait_seconds / seconds : 0;
+    if (busy > worst) {
+      worst = busy;
+      bottleneck = st.name;
+    }
+    nlohmann::json s = {{"name", st.name},
+                        {"elements", st.elements},
+                        {"bytes", st.bytes},
+                        {"elements_per_s", seconds > 0 ? st.elements / seconds : 0},
+                        {"busy_seconds", st.busy_seconds},
+                        {"wait_seconds", st.wait_seconds},
+                        {"parallelism", st.parallelism},
+                        {"busy_fraction", busy},
+                        {"wait_fraction", wait}};
+    if (st.errors_ignored) s["errors_ignored"] = st.errors_ignored;
+    stages.push_back(std::move(s));
+  }
+  const double rps = seconds > 0 ? records / seconds : 0;
+  nlohmann::json out = {{"records", records},
+                        {"batches", batches},
+                        {"seconds", seconds},
+                        {"records_per_s", rps},
+                        {"bytes_per_s", seconds > 0 ? bytes / seconds : 0},
+                        {"peak_rss_bytes", PeakRssBytes()},
+                        {"stages", stages},
+                        {"bottleneck", bottleneck},
+                        {"order_digest", fmt::format("{:016x}", digest)},
+                        {"pipeline", ds.Describe()},
+                        {"threads", it.context().threads()}};
+  if (o.compare_protobuf) {
+    const double pb = ProtobufRecordsPerSecond(files, records);
+    out["protobuf_records_per_s"] = pb;
+    out["speedup_vs_protobuf"] = pb > 0 ? rps / pb : 0;
+  }
+  if (o.json) {
+    fmt::print("{}\n", out.dump());
+    return kExitOk;
+  }
+  fmt::print("{}\n", ds.Describe());
+  fmt::print("{} records in {} elements, {:.3f} s: {:.0f} records/s, {:.1f} "
+             "MB/s; peak RSS {:.1f} MiB; {} threads\n",
+             records, batches, seconds, rps, bytes / seconds / 1e6,
+             PeakRssBytes() / 1048576.0, it.context().threads());
+  fmt::print("{:<22} {:>12} {:>14} {:>7} {:>8}\n", "stage", "elements",
+             "elements/s", "busy %", "wait %");
+  for (const auto& s : stages) {
+    fmt::print("{:<22} {:>12} {:>14.0f} {:>7.1f} {:>8.1f}\n",
+               s["name"].get<std::string>(), s["elements"].get<uint64_t>(),
+               s["elements_per_s"].get<double>(),
+               100 * s["busy_fraction"].get<double>(),
+               100 * s["wait_fraction"].get<double>());
+  }
+  fmt::print("bottleneck: {} ({:.0f}% busy)\n", bottleneck, 100 * worst);
+  if (o.compare_protobuf) {
+    fmt::print("protobuf parse, one thread: {:.0f} records/s; this pipeline "
+               "{:.2f}x\n",
+               out["protobuf_records_per_s"].get<double>(),
+               out["speedup_vs_protobuf"].get<double>());
+  }
+  fmt::print("order digest {}\n", out["order_digest"].get<std::string>());
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner AddBenchCommand(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  app.add_option("FILE", o->inputs,
+                 "record files, directories or glob patterns")
+      ->required();
+  app.add_option("--spec", o->spec,
+                 "FeatureSpec JSON: parse the records (after --batch, one "
+                 "vectorised call per batch); without it, records only");
+  app.add_option("--parallel-reads", o->parallel_reads,
+                 "files read at once, interleaved record by record")
+      ->capture_default_str();
+  app.add_option("--map-threads", o->map_threads,
+                 "parse calls at once (-1: one per arena thread)")
+      ->capture_default_str();
+  app.add_option("--shuffle", o->shuffle, "shuffle buffer (records)");
+  app.add_flag("--global-shuffle", o->global_shuffle,
+               "read every record once per epoch in a global random order, "
+               "through the files' indexes");
+  app.add_option("--seed", o->seed, "seed of the shuffles (default: random)")
+      ->each([o](const std::string&) { o->seed_given = true; });
+  app.add_option("--batch", o->batch, "records per batch");
+  app.add_flag("--drop-remainder", o->drop_remainder,
+               "drop a last batch smaller than --batch");
+  app.add_option("--repeat", o->repeat, "epochs (-1: forever, with --duration)")
+      ->capture_default_str();
+  app.add_option("--prefetch", o->prefetch,
+                 "elements prefetched on a thread of their own (0: none)");
+  app.add_option("--threads", o->threads,
+                 "threads of the task arena (0: one per core)")
+      ->capture_default_str();
+  app.add_option("--duration", o->duration, "stop after this many seconds");
+  app.add_flag("--json", o->json,
+               "print one JSON object as the last line: records, batches, "
+               "seconds, records_per_s, bytes_per_s, peak_rss_bytes, stages, "
+               "bottleneck, order_digest (a hash of the delivered elements "
+               "in order: equal digests, equal streams)");
+  app.add_option("--io", o->io, "how files are read: auto, io_uring or pread")
+      ->capture_default_str();
+  app.add_option("--block-bytes", o->block_bytes, "bytes per read")
+      ->capture_default_str();
+  app.add_flag("--direct", o->direct, "O_DIRECT reads (bypass the page cache)");
+  app.add_flag("--compare-protobuf", o->compare_protobuf,
+               "also time protobuf parsing the same number of records on one "
+               "thread, and print the ratio");
+  app.footer(
+      "The pipeline: files -> [shuffle] -> [repeat] -> [batch] -> [parse] -> "
+      "[prefetch].  busy % is a stage's own work over the wall time (per "
+      "thread it may use); wait % is the time its consumer waited on it.  The "
+      "busiest stage is named the bottleneck.");
+  return [o] { return RunBench(*o); };
+}
+
+}  // namespace recflow::tools
