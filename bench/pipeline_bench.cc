@@ -89,10 +89,15 @@ ParseOptions Calls(int n) {
 void BM_Parse(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
   Drain(state,
-        Dataset::FromTFRecords(Files()).Batch(kBatch).Parse(Spec(), Calls(threads)),
+        Dataset::FromTFRecords(Files()).Batch(kBatch).Parse(Spec(),
+                                                            Calls(threads)),
         threads);
 }
-BENCHMARK(BM_Parse)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Parse)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_Full(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -103,7 +108,11 @@ void BM_Full(benchmark::State& state) {
             .Parse(Spec(), Calls(threads)),
         threads);
 }
-BENCHMARK(BM_Full)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Full)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_FullPerRecord(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
@@ -114,7 +123,10 @@ void BM_FullPerRecord(benchmark::State& state) {
             .Batch(kBatch),
         threads);
 }
-BENCHMARK(BM_FullPerRecord)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_FullPerRecord)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The generic baseline: protobuf's parser on the same records, one thread.
 void BM_ProtobufParse(benchmark::State& state) {
@@ -144,7 +156,8 @@ void BM_Read(benchmark::State& state) {
   state.SetLabel(state.range(0) ? "io_uring" : "pread");
   int64_t records = 0, bytes = 0;
   for (auto _ : state) {
-    Iterator it = Dataset::FromTFRecords(Files(), o).MakeIterator({.threads = 1});
+    Iterator it =
+        Dataset::FromTFRecords(Files(), o).MakeIterator({.threads = 1});
     Element e;
     while (it.Next(&e)) {
       ++records;
@@ -154,7 +167,11 @@ void BM_Read(benchmark::State& state) {
   state.SetItemsProcessed(records);
   state.SetBytesProcessed(bytes);
 }
-BENCHMARK(BM_Read)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Read)
+    ->Arg(1)
+    ->Arg(0)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace recflow::pipeline

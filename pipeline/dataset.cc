@@ -1,10 +1,9 @@
 #include "pipeline/dataset.h"
 
 #include <fmt/format.h>
+#include <tbb/global_control.h>
 
 #include <random>
-
-#include <tbb/global_control.h>
 #include <thread>
 
 #include "pipeline/stages.h"
@@ -111,9 +110,8 @@ namespace {
 void EnsureWorkers(int n) {
   static std::mutex mu;
   static std::unique_ptr<tbb::global_control> control;
-  static int allowed = static_cast<int>(
-      tbb::global_control::active_value(
-          tbb::global_control::max_allowed_parallelism));
+  static int allowed = static_cast<int>(tbb::global_control::active_value(
+      tbb::global_control::max_allowed_parallelism));
   std::lock_guard<std::mutex> lock(mu);
   if (n + 1 <= allowed) return;
   allowed = n + 1;

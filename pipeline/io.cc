@@ -172,6 +172,7 @@ class FileBlocks {
 
   const std::string& path() const { return path_; }
   int fd() const { return fd_; }
+  bool direct() const { return direct_; }
   uint64_t end() const { return end_; }
   const IoOptions& options() const { return options_; }
   BufferPool& pool() { return *pool_; }
@@ -248,14 +249,27 @@ class IoUringBlockReader final : public BlockReader {
       if (!file_.NextRead(&offset, &length)) return false;
       std::shared_ptr<char> buffer = file_.pool().Get();
       iovec iov{buffer.get(), length};
-      const ssize_t n = ::preadv2(file_.fd(), &iov, 1, static_cast<off_t>(offset),
-                                  RWF_NOWAIT);
+      const ssize_t n = ::preadv2(file_.fd(), &iov, 1,
+                                  static_cast<off_t>(offset), RWF_NOWAIT);
       const uint64_t want = std::min<uint64_t>(length, file_.end() - offset);
       if (n >= 0 && static_cast<uint64_t>(n) == want) {
         file_.Finish(std::move(buffer), offset, length, want, block);
         return true;
       }
-      uncached_ = true;
+      // O_DIRECT: the ring keeps `read_ahead` reads at the device from now
+      // on.  Buffered: the kernel's read-ahead (asked for, as pread does)
+      // is faster than the ring's workers on this project's machines
+      // (docs/PERFORMANCE.md), so this one read goes through the ring and
+      // the next block is tried without waiting again.
+      if (file_.direct()) {
+        uncached_ = true;
+      } else if (offset + length >= advised_) {
+        const uint64_t ahead =
+            file_.options().block_bytes * static_cast<uint64_t>(depth_);
+        ::posix_fadvise(file_.fd(), static_cast<off_t>(offset + length),
+                        static_cast<off_t>(ahead), POSIX_FADV_WILLNEED);
+        advised_ = offset + length + ahead;
+      }
       auto read = std::make_unique<Read>();
       read->buffer = std::move(buffer);
       read->offset = offset;
@@ -303,7 +317,7 @@ class IoUringBlockReader final : public BlockReader {
 
   // Queues reads up to the depth and submits them in one system call.
   void Submit() {
-    while (static_cast<int>(in_flight_.size()) < depth_) {
+    while (uncached_ && static_cast<int>(in_flight_.size()) < depth_) {
       uint64_t offset;
       size_t length;
       if (!file_.NextRead(&offset, &length)) break;
@@ -340,7 +354,8 @@ class IoUringBlockReader final : public BlockReader {
 
   FileBlocks file_;
   const int depth_;
-  bool uncached_ = false;  // a read would have waited: use the ring
+  bool uncached_ = false;  // direct I/O that would wait: keep the ring full
+  uint64_t advised_ = 0;   // buffered: read-ahead asked for up to here
   unsigned queued_ = 0;    // reads queued, not yet submitted
   io_uring ring_{};
   std::deque<std::unique_ptr<Read>> in_flight_;

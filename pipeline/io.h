@@ -3,9 +3,11 @@
 // The io_uring reader (liburing) first tries each block with a
 // non-blocking read (preadv2 RWF_NOWAIT): data in the page cache is copied
 // at once, block by block, so blocks stay in the CPU cache until they are
-// framed.  At the first read that would wait for the disk it switches that
-// file to the ring: `read_ahead` block reads queued in the kernel,
-// submitted in batches, into buffers reused from a pool.  The pread reader
+// framed.  A read that would wait goes through the ring; with O_DIRECT the
+// ring then keeps `read_ahead` block reads queued at the device, submitted
+// in batches, into buffers reused from a pool; buffered files instead ask
+// the kernel to read ahead, which its page cache does faster than the
+// ring's kernel workers (measured in docs/PERFORMANCE.md).  The pread reader
 // asks the kernel to read ahead (posix_fadvise WILLNEED) and reads one
 // block at a time.  Both give the same blocks.  Where io_uring
 // cannot be set up (an old kernel, a seccomp filter, a container that

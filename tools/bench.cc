@@ -2,7 +2,8 @@
 // throughput, memory, per-stage statistics and the bottleneck.
 //
 // The pipeline is built the way the tf.data performance guide recommends:
-//   files ─▶ [shuffle N] ─▶ [repeat N] ─▶ [batch B] ─▶ [parse SPEC] ─▶ [prefetch N]
+//   files ─▶ [shuffle N] ─▶ [repeat N] ─▶ [batch B] ─▶ [parse SPEC] ─▶
+//   [prefetch N]
 // (parse after batch is vectorised: one call per batch).  With
 // --global-shuffle the source itself reads in a global random order.
 #include <fmt/format.h>
@@ -95,8 +96,8 @@ pipeline::Dataset BuildPipeline(const BenchOptions& o,
   } else if (o.io == "pread") {
     io.backend = pipeline::IoBackend::kPread;
   } else {
-    throw UsageError(fmt::format("--io {}: expected auto, io_uring or pread",
-                                 o.io));
+    throw UsageError(
+        fmt::format("--io {}: expected auto, io_uring or pread", o.io));
   }
   io.block_bytes = o.block_bytes;
   io.direct = o.direct;
@@ -151,8 +152,9 @@ double ProtobufRecordsPerSecond(const std::vector<std::string>& files,
 int RunBench(const BenchOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
   if (o.map_threads == 0 || o.parallel_reads < 1 || o.threads < 0) {
-    throw UsageError("--map-threads, --parallel-reads and --threads must be "
-                     "positive (--map-threads -1: one per arena thread)");
+    throw UsageError(
+        "--map-threads, --parallel-reads and --threads must be "
+        "positive (--map-threads -1: one per arena thread)");
   }
   const pipeline::Dataset ds = BuildPipeline(o, files);
   pipeline::IteratorOptions io;
@@ -178,7 +180,8 @@ int RunBench(const BenchOptions& o) {
         const double s = Seconds(now - start);
         uint64_t bytes = 0;
         for (const auto& st : it.Stats()) {
-          if (st.name == "tfrecord" || st.name == "global_shuffle") bytes = st.bytes;
+          if (st.name == "tfrecord" || st.name == "global_shuffle")
+            bytes = st.bytes;
         }
         fmt::print(stderr, "\r{:>12.0f} records/s {:>9.1f} MB/s {:>10} batches",
                    records / s, bytes / s / 1e6, batches);
@@ -197,21 +200,23 @@ int RunBench(const BenchOptions& o) {
   std::string bottleneck;
   double worst = -1;
   for (const auto& st : stats) {
-    const double busy = seconds > 0 ? st.busy_seconds / (seconds * st.parallelism) : 0;
+    const double busy =
+        seconds > 0 ? st.busy_seconds / (seconds * st.parallelism) : 0;
     const double wait = seconds > 0 ? st.wait_seconds / seconds : 0;
     if (busy > worst) {
       worst = busy;
       bottleneck = st.name;
     }
-    nlohmann::json s = {{"name", st.name},
-                        {"elements", st.elements},
-                        {"bytes", st.bytes},
-                        {"elements_per_s", seconds > 0 ? st.elements / seconds : 0},
-                        {"busy_seconds", st.busy_seconds},
-                        {"wait_seconds", st.wait_seconds},
-                        {"parallelism", st.parallelism},
-                        {"busy_fraction", busy},
-                        {"wait_fraction", wait}};
+    nlohmann::json s = {
+        {"name", st.name},
+        {"elements", st.elements},
+        {"bytes", st.bytes},
+        {"elements_per_s", seconds > 0 ? st.elements / seconds : 0},
+        {"busy_seconds", st.busy_seconds},
+        {"wait_seconds", st.wait_seconds},
+        {"parallelism", st.parallelism},
+        {"busy_fraction", busy},
+        {"wait_fraction", wait}};
     if (st.errors_ignored) s["errors_ignored"] = st.errors_ignored;
     stages.push_back(std::move(s));
   }
@@ -237,10 +242,11 @@ int RunBench(const BenchOptions& o) {
     return kExitOk;
   }
   fmt::print("{}\n", ds.Describe());
-  fmt::print("{} records in {} elements, {:.3f} s: {:.0f} records/s, {:.1f} "
-             "MB/s; peak RSS {:.1f} MiB; {} threads\n",
-             records, batches, seconds, rps, bytes / seconds / 1e6,
-             PeakRssBytes() / 1048576.0, it.context().threads());
+  fmt::print(
+      "{} records in {} elements, {:.3f} s: {:.0f} records/s, {:.1f} "
+      "MB/s; peak RSS {:.1f} MiB; {} threads\n",
+      records, batches, seconds, rps, bytes / seconds / 1e6,
+      PeakRssBytes() / 1048576.0, it.context().threads());
   fmt::print("{:<22} {:>12} {:>14} {:>7} {:>8}\n", "stage", "elements",
              "elements/s", "busy %", "wait %");
   for (const auto& s : stages) {
@@ -252,10 +258,11 @@ int RunBench(const BenchOptions& o) {
   }
   fmt::print("bottleneck: {} ({:.0f}% busy)\n", bottleneck, 100 * worst);
   if (o.compare_protobuf) {
-    fmt::print("protobuf parse, one thread: {:.0f} records/s; this pipeline "
-               "{:.2f}x\n",
-               out["protobuf_records_per_s"].get<double>(),
-               out["speedup_vs_protobuf"].get<double>());
+    fmt::print(
+        "protobuf parse, one thread: {:.0f} records/s; this pipeline "
+        "{:.2f}x\n",
+        out["protobuf_records_per_s"].get<double>(),
+        out["speedup_vs_protobuf"].get<double>());
   }
   fmt::print("order digest {}\n", out["order_digest"].get<std::string>());
   return kExitOk;
