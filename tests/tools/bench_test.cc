@@ -1,0 +1,131 @@
+// recflow bench: the JSON summary, determinism across thread counts, and
+// the human-readable table.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "records/example_builder.h"
+#include "test_util.h"
+
+namespace recflow {
+namespace {
+
+using testing::TempDir;
+
+struct Result {
+  int code;
+  std::string out;
+  std::string err;
+  nlohmann::json Json() const {
+    std::string s = out;
+    while (!s.empty() && s.back() == '\n') s.pop_back();
+    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
+  }
+};
+
+Result Recflow(const TempDir& dir, const std::string& args) {
+  const std::string out = dir.File(".stdout"), err = dir.File(".stderr");
+  const std::string cmd = std::string(RECFLOW_BINARY) + " " + args + " > " +
+                          out + " 2> " + err + " < /dev/null";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
+          testing::ReadFileBytes(out), testing::ReadFileBytes(err)};
+}
+
+class BenchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int f = 0; f < 3; ++f) {
+      std::vector<std::string> recs;
+      for (int i = 0; i < 300; ++i) {
+        records::ExampleBuilder b;
+        b.AddInt64("label", i % 10);
+        b.AddFloatList("x", std::vector<float>{1.0f * i, 2.0f, 3.0f});
+        recs.emplace_back(b.Serialize());
+      }
+      testing::WriteRecords(
+          dir_.File("train-" + std::to_string(f) + ".tfrecord"), recs);
+    }
+    testing::WriteFileBytes(
+        dir_.File("spec.json"),
+        R"({"features": {"label": {"kind": "fixed", "dtype": "int64", "shape": []},
+                         "x": {"kind": "fixed", "dtype": "float32", "shape": [3]}}})");
+  }
+  TempDir dir_;
+};
+
+TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
+  const Result r = Recflow(dir_, "bench " + dir_.path().string() + " --spec " +
+                                     dir_.File("spec.json") +
+                                     " --batch 64 --json --compare-protobuf");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = r.Json();
+  EXPECT_EQ(j["records"], 900);
+  EXPECT_EQ(j["batches"], 15);  // 14 of 64 and one of 4
+  for (const char* key :
+       {"seconds", "records_per_s", "bytes_per_s", "peak_rss_bytes",
+        "order_digest", "bottleneck", "protobuf_records_per_s"}) {
+    EXPECT_TRUE(j.contains(key)) << key;
+  }
+  EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  std::map<std::string, uint64_t> elements;
+  for (const auto& s : j["stages"]) elements[s["name"]] = s["elements"];
+  EXPECT_EQ(elements["tfrecord"], 900u);
+  EXPECT_EQ(elements["batch"], 15u);
+  EXPECT_EQ(elements["parse"], 15u);
+}
+
+TEST_F(BenchTest, OrderDigestIsTheSameWhateverTheThreadCount) {
+  std::string digest;
+  for (const char* threads : {"1", "2", "8"}) {
+    const Result r = Recflow(
+        dir_,
+        "bench " + dir_.path().string() + " --spec " + dir_.File("spec.json") +
+            " --parallel-reads 2 --shuffle 100 --seed 3 --repeat 2"
+            " --batch 32 --map-threads -1 --prefetch 2 --json --threads " +
+            threads);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto j = r.Json();
+    EXPECT_EQ(j["records"], 1800);
+    if (digest.empty()) digest = j["order_digest"];
+    EXPECT_EQ(j["order_digest"], digest) << threads << " threads";
+  }
+  // Another seed, another order.
+  const Result other =
+      Recflow(dir_, "bench " + dir_.path().string() + " --spec " +
+                        dir_.File("spec.json") +
+                        " --parallel-reads 2 --shuffle 100 --seed 4 --repeat 2"
+                        " --batch 32 --json");
+  EXPECT_NE(other.Json()["order_digest"], digest);
+}
+
+TEST_F(BenchTest, TableNamesTheBottleneckAndGlobalShuffleRuns) {
+  Result r = Recflow(dir_, "bench " + dir_.path().string() + " --batch 50");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("bottleneck: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("busy %"), std::string::npos);
+  r = Recflow(dir_, "bench " + dir_.path().string() +
+                        " --global-shuffle --seed 1 --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["records"], 900);
+  EXPECT_NE(r.err.find("indexing it in memory"), std::string::npos);
+}
+
+TEST_F(BenchTest, BadArgumentsAndDamageExitNonZero) {
+  EXPECT_EQ(Recflow(dir_, "bench " + dir_.File("missing.tfrecord")).code, 2);
+  EXPECT_EQ(
+      Recflow(dir_, "bench " + dir_.path().string() + " --io carrier-pigeon")
+          .code,
+      2);
+  std::string bytes = testing::ReadFileBytes(dir_.File("train-1.tfrecord"));
+  bytes[100] ^= 1;
+  testing::WriteFileBytes(dir_.File("train-1.tfrecord"), bytes);
+  const Result r = Recflow(dir_, "bench " + dir_.path().string());
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("train-1.tfrecord"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace recflow
