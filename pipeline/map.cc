@@ -44,9 +44,11 @@ class MapDataset final : public UnaryDataset {
     if (calls <= 1) return std::make_unique<SyncIt>(this, std::move(in));
     AsyncIterator::Config config;
     config.stage = "map";
-    // As tf.data: up to num_parallel_calls results are buffered; twice
-    // that keeps every call busy while the consumer takes results.
-    config.max_elements = static_cast<size_t>(2 * calls);
+    // Room for 64 elements (at least twice the calls) and 64 MiB: a
+    // buffer of 2 x calls made the threads hand over every element one by
+    // one, 4x slower for per-record functions (docs/PERFORMANCE.md).
+    config.max_elements = static_cast<size_t>(std::max(2 * calls, 64));
+    config.max_bytes = uint64_t{64} << 20;
     config.fn = fn_;
     config.parallel_calls = calls;
     config.deterministic = options_.deterministic;
