@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/dataset.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
 #include "records/tfrecord_reader.h"
@@ -29,8 +30,19 @@ int main(int argc, char** argv) {
   const std::string example(builder.Serialize());
   const std::vector<std::string_view> batch = {example};
   ParsedBatch parsed;
-  ExampleParser(FeatureSpec::FromJsonText(
-                    R"({"features": {"label": {"dtype": "int64", "shape": []}}})"))
+  ExampleParser(
+      FeatureSpec::FromJsonText(
+          R"({"features": {"label": {"dtype": "int64", "shape": []}}})"))
       .ParseBatch(batch, &parsed);
-  return parsed.feature("label").ints.at(0) == 7 ? 0 : 1;
+  if (parsed.feature("label").ints.at(0) != 7) return 1;
+
+  // The pipeline layer: stream the file back, batched.
+  auto it = recflow::pipeline::Dataset::FromTFRecords({argv[1]})
+                .Batch(2)
+                .MakeIterator();
+  recflow::pipeline::Element e;
+  size_t streamed = 0;
+  while (it.Next(&e)) streamed += e["record"].num_elements();
+  std::printf("downstream streamed %zu records\n", streamed);
+  return streamed == written.size() ? 0 : 1;
 }
