@@ -193,14 +193,18 @@ void AsyncIterator::Save(StateWriter* w) {
       w->WriteElement(slot->element);
     }
   }
-  // The driver is paused outside input_, so the input can be saved.
+  // The driver is paused outside input_, so the input can be saved, and
+  // without the lock: saving may create iterators, which takes the
+  // context's lock (never taken while holding a stage's).
+  lock.unlock();
   input_->Save(w);
+  lock.lock();
   pause_ = false;
   driver_cv_.notify_all();
 }
 
+// Before the driver starts, so nothing else touches the buffer.
 void AsyncIterator::Restore(StateReader* r) {
-  std::lock_guard<std::mutex> lock(mu_);
   if (started_) throw Error("cannot restore a running asynchronous stage");
   r->BeginStage(config_.stage);
   input_end_ = r->Bool();

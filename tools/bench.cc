@@ -127,11 +127,17 @@ pipeline::Dataset BuildPipeline(const BenchOptions& o,
   return *ds;
 }
 
-// The baseline for parsing: the same records read in file order and parsed
-// by protobuf into a reused tf.train.Example, on one thread.
+// The baseline for parsing: the same records read in file order, parsed
+// by protobuf into a reused tf.train.Example and, with a spec, each
+// feature's values copied into batch buffers as a parse_example built on
+// protobuf does (the baseline of docs/PERFORMANCE.md's parse figures).
 double ProtobufRecordsPerSecond(const std::vector<std::string>& files,
-                                uint64_t limit) {
+                                const records::FeatureSpec* spec,
+                                uint64_t limit, int64_t batch) {
   tensorflow::Example example;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::string bytes;
   uint64_t n = 0;
   const auto start = Clock::now();
   for (const auto& f : files) {
@@ -141,6 +147,22 @@ double ProtobufRecordsPerSecond(const std::vector<std::string>& files,
       if (!example.ParseFromArray(r.data(), static_cast<int>(r.size()))) {
         throw UsageError(fmt::format("{}: record {} is not a tf.Example", f,
                                      reader.last_index()));
+      }
+      if (spec != nullptr) {
+        if (batch > 0 && n % static_cast<uint64_t>(batch) == 0) {
+          floats.clear();
+          ints.clear();
+          bytes.clear();
+        }
+        const auto& map = example.features().feature();
+        for (const auto& [name, config] : spec->features) {
+          const auto it = map.find(name);
+          if (it == map.end()) continue;
+          const tensorflow::Feature& feature = it->second;
+          for (float x : feature.float_list().value()) floats.push_back(x);
+          for (int64_t x : feature.int64_list().value()) ints.push_back(x);
+          for (const auto& x : feature.bytes_list().value()) bytes += x;
+        }
       }
       ++n;
     }
@@ -233,7 +255,10 @@ int RunBench(const BenchOptions& o) {
                         {"pipeline", ds.Describe()},
                         {"threads", it.context().threads()}};
   if (o.compare_protobuf) {
-    const double pb = ProtobufRecordsPerSecond(files, records);
+    std::optional<records::FeatureSpec> spec;
+    if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
+    const double pb = ProtobufRecordsPerSecond(files, spec ? &*spec : nullptr,
+                                               records, o.batch);
     out["protobuf_records_per_s"] = pb;
     out["speedup_vs_protobuf"] = pb > 0 ? rps / pb : 0;
   }
@@ -312,8 +337,10 @@ Runner AddBenchCommand(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--direct", o->direct, "O_DIRECT reads (bypass the page cache)");
   app.add_flag("--compare-protobuf", o->compare_protobuf,
-               "also time protobuf parsing the same number of records on one "
-               "thread, and print the ratio");
+               "also time a generic parse of the same records on one thread "
+               "(protobuf's ParseFromArray, plus copying the spec's features "
+               "into batch buffers when there is a spec), and print the "
+               "ratio");
   app.footer(
       "The pipeline: files -> [shuffle] -> [repeat] -> [batch] -> [parse] -> "
       "[prefetch].  busy % is a stage's own work over the wall time (per "
