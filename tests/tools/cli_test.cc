@@ -254,6 +254,15 @@ TEST(CliTest, DemoRunsEndToEnd) {
   EXPECT_EQ(j["problems_found"], 2);
   EXPECT_TRUE(std::filesystem::exists(
       dir.File("demo/shards/sample-00007-of-00008.tfrecord.zst.idx")));
+  if (std::filesystem::exists(
+          "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    const auto& f = j["fashion_mnist"];
+    EXPECT_EQ(f["records"], 60000);
+    // The restored iterator continued with the same batches.
+    EXPECT_GT(f["restored_batches_expected"].get<int>(), 0);
+    EXPECT_EQ(f["restored_batches_identical"], f["restored_batches_expected"]);
+    EXPECT_EQ(f["global_shuffle_records"], 60000);
+  }
 }
 
 }  // namespace
