@@ -195,6 +195,10 @@ class Dataset {
   DatasetPtr base_;
 };
 
+// Runs a Dataset.  Used by one thread at a time (Next, Save, Restore,
+// Stats); it may move between threads.  Elements it returns own their
+// storage (shared, reference-counted) and stay valid after the Iterator is
+// gone.
 class Iterator {
  public:
   Iterator(DatasetPtr dataset, IteratorOptions options);
