@@ -196,9 +196,10 @@ class Dataset {
 };
 
 // Runs a Dataset.  Used by one thread at a time (Next, Save, Restore,
-// Stats); it may move between threads.  Elements it returns own their
+// Stats); it may move between threads.  Elements it returns hold their
 // storage (shared, reference-counted) and stay valid after the Iterator is
-// gone.
+// gone, except views of arrays the caller owns (Tensor::View without an
+// owner), which live as long as those arrays.
 class Iterator {
  public:
   Iterator(DatasetPtr dataset, IteratorOptions options);
