@@ -163,7 +163,7 @@ class WaitScope {
 
  private:
   StageCounter* counter_;
-  std::chrono::steady_clock::time_point start_;
+  uint64_t start_;  // the stage clock's reading (dataset.cc)
 };
 
 // Mixes two 64-bit values into one (SplitMix64 finaliser); for seeds.

@@ -607,7 +607,11 @@ void ResetOutputs(size_t n, ParsedBatch* out, bool sized = true) {
       const size_t total = n * static_cast<size_t>(c.num_elements());
       if (c.dtype == DType::kFloat32) f.floats.resize(total);
       if (c.dtype == DType::kInt64) f.ints.resize(total);
+      // A fresh batch (the pipeline hands each one downstream) would
+      // otherwise grow its offsets by doubling.
+      if (c.dtype == DType::kBytes) f.bytes_offsets.reserve(total + 1);
     }
+    if (c.kind == FeatureConfig::Kind::kVar) f.row_lengths.reserve(n);
   }
 }
 
