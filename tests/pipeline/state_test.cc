@@ -128,6 +128,36 @@ TEST(StateTest, TFRecordFilesWithParallelReadsShuffledFilesAndCompression) {
   ExpectResumable(ds, {0, 1, 9, 10, 11, 60, 133, 134, 135, 200});
 }
 
+TEST(StateTest, ShuffleBufferOfFileRecordsIsSavedAsReferences) {
+  testing::TempDir dir;
+  const std::string path = dir.File("big.tfrecord");
+  testing::WriteRecords(path, testing::RandomPayloads(3000, 2000, 5));
+  auto ds = Dataset::FromTFRecords({path}).Shuffle(1000, 2);
+  Iterator a = ds.MakeIterator();
+  Element e;
+  for (int i = 0; i < 500; ++i) ASSERT_TRUE(a.Next(&e));
+  const std::string state = a.Save();
+  // ~1 MB of buffered records; 40 bytes each as references.
+  EXPECT_LT(state.size(), 50'000u);
+  const auto rest = Keys(a);
+  Iterator b = ds.MakeIterator();
+  b.Restore(state);
+  EXPECT_EQ(Keys(b), rest);
+  // A file changed since: the restore says so instead of going on.
+  std::string bytes = testing::ReadFileBytes(path);
+  for (size_t i = 100; i < bytes.size(); i += 997) bytes[i] ^= 1;
+  testing::WriteFileBytes(path, bytes);
+  Iterator c = ds.MakeIterator();
+  try {
+    c.Restore(state);
+    FAIL() << "restored from a changed file";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("changed since the state was saved"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
 TEST(StateTest, MemoryCacheStateRebuildsTheCacheInANewIterator) {
   auto ds = Dataset::Range(0, 20).Shuffle(5).Cache().Repeat(3);
   ExpectResumable(ds, {0, 3, 19, 20, 21, 45});
