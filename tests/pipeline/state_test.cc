@@ -1,7 +1,9 @@
 // Iterator::Save / Restore: a restored iterator continues the same stream.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <set>
 
 #include "pipeline/dataset.h"
@@ -161,6 +163,62 @@ TEST(StateTest, ShuffleBufferOfFileRecordsIsSavedAsReferences) {
 TEST(StateTest, MemoryCacheStateRebuildsTheCacheInANewIterator) {
   auto ds = Dataset::Range(0, 20).Shuffle(5).Cache().Repeat(3);
   ExpectResumable(ds, {0, 3, 19, 20, 21, 45});
+}
+
+// The pipeline both processes build: files in `dir`, an unseeded shuffle
+// (its random seed must travel in the state), parallel reads and parse.
+Dataset CrossProcessPipeline(const std::string& dir) {
+  TFRecordOptions o;
+  o.num_parallel_reads = 2;
+  MapOptions m;
+  m.num_parallel_calls = 2;
+  m.name = "length";
+  return Dataset::FromTFRecords({dir + "/x0.tfrecord", dir + "/x1.tfrecord"}, o)
+      .Shuffle(50)
+      .Map(
+          [](Element e) {
+            e.Set("length", Tensor::Scalar<int64_t>(static_cast<int64_t>(
+                                e["record"].bytes(0).size())));
+            return e;
+          },
+          m)
+      .Batch(7)
+      .Prefetch(2);
+}
+
+// Run by RestoresInAnotherProcess in a child process; skipped otherwise.
+TEST(StateTest, ChildProcessRestore) {
+  const char* dir = std::getenv("RECFLOW_STATE_TEST_DIR");
+  if (dir == nullptr)
+    GTEST_SKIP() << "runs in a child of RestoresInAnotherProcess";
+  Iterator it = CrossProcessPipeline(dir).MakeIterator({.threads = 3});
+  it.Restore(testing::ReadFileBytes(std::string(dir) + "/state"));
+  std::string out;
+  for (const auto& k : Keys(it)) out += k + "\n";
+  testing::WriteFileBytes(std::string(dir) + "/child.txt", out);
+}
+
+TEST(StateTest, RestoresInAnotherProcess) {
+  testing::TempDir dir;
+  for (int f = 0; f < 2; ++f) {
+    testing::WriteRecords(dir.File(fmt::format("x{}.tfrecord", f)),
+                          testing::RandomPayloads(120, 300, 10 + f));
+  }
+  Iterator it =
+      CrossProcessPipeline(dir.path().string()).MakeIterator({.threads = 2});
+  Element e;
+  for (int i = 0; i < 9; ++i) ASSERT_TRUE(it.Next(&e));
+  testing::WriteFileBytes(dir.File("state"), it.Save());
+  std::string want;
+  for (const auto& k : Keys(it)) want += k + "\n";
+  const std::string cmd = fmt::format(
+      "RECFLOW_STATE_TEST_DIR={} /proc/{}/exe "
+      "--gtest_filter=StateTest.ChildProcessRestore > {} 2>&1",
+      dir.path().string(), getpid(), dir.File("child.log"));
+  ASSERT_EQ(std::system(cmd.c_str()), 0)
+      << testing::ReadFileBytes(dir.File("child.log"));
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("child.txt")), want);
+  EXPECT_FALSE(want.empty());
 }
 
 TEST(StateTest, AStateOfAnotherPipelineIsRefused) {
