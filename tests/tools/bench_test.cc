@@ -1,11 +1,11 @@
 // recflow bench: the JSON summary, determinism across thread counts, and
 // the human-readable table.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "recflow_runner.h"
 #include "records/example_builder.h"
 #include "test_util.h"
 
@@ -14,25 +14,8 @@ namespace {
 
 using testing::TempDir;
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-  nlohmann::json Json() const {
-    std::string s = out;
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
-  }
-};
-
-Result Recflow(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.File(".stdout"), err = dir.File(".stderr");
-  const std::string cmd = std::string(RECFLOW_BINARY) + " " + args + " > " +
-                          out + " 2> " + err + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-          testing::ReadFileBytes(out), testing::ReadFileBytes(err)};
-}
+using testing::Recflow;
+using testing::Result;
 
 class BenchTest : public ::testing::Test {
  protected:

@@ -1,10 +1,10 @@
 // The recflow command as a user runs it: exit codes, stdout/stderr, files.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "recflow_runner.h"
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
@@ -16,26 +16,8 @@ namespace {
 using records::Compression;
 using testing::TempDir;
 
-struct Result {
-  int code;
-  std::string out;
-  std::string err;
-  // The last line of stdout, parsed as JSON.
-  nlohmann::json Json() const {
-    std::string s = out;
-    while (!s.empty() && s.back() == '\n') s.pop_back();
-    return nlohmann::json::parse(s.substr(s.rfind('\n') + 1));
-  }
-};
-
-Result Recflow(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.File(".stdout"), err = dir.File(".stderr");
-  const std::string cmd = std::string(RECFLOW_BINARY) + " " + args + " > " +
-                          out + " 2> " + err + " < /dev/null";
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-          testing::ReadFileBytes(out), testing::ReadFileBytes(err)};
-}
+using testing::Recflow;
+using testing::Result;
 
 // Visible (not hidden) files in `dir`, sorted.
 std::vector<std::string> Visible(const TempDir& dir) {

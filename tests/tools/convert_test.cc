@@ -1,12 +1,12 @@
 // `recflow convert`, `cat` and `inspect` end to end, on files written here
 // in each input format.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <zlib.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "recflow_runner.h"
 #include "records/example.pb.h"
 #include "records/example_parser.h"
 #include "records/feature_spec.h"
@@ -17,19 +17,8 @@ namespace {
 
 using testing::TempDir;
 
-struct Result {
-  int code;
-  std::string out, err;
-};
-
-Result Recflow(const TempDir& dir, const std::string& args) {
-  const std::string out = dir.File(".stdout"), err = dir.File(".stderr");
-  const int status = std::system((std::string(RECFLOW_BINARY) + " " + args +
-                                  " > " + out + " 2> " + err + " < /dev/null")
-                                     .c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1,
-          testing::ReadFileBytes(out), testing::ReadFileBytes(err)};
-}
+using testing::Recflow;
+using testing::Result;
 
 // Every Example in the shards PREFIX-*-of-0000N.tfrecord, shard by shard.
 std::vector<tensorflow::Example> ReadExamples(const TempDir& dir,
