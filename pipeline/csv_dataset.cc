@@ -2,24 +2,12 @@
 // CsvOptions says or as the first data row suggests.
 #include <fmt/format.h>
 
-#include <charconv>
-
 #include "pipeline/stages.h"
 #include "records/csv_reader.h"
 #include "records/file_list.h"
 
 namespace recflow::pipeline::stages {
 namespace {
-
-bool ParseInt64(std::string_view s, int64_t* v) {
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && end == s.data() + s.size();
-}
-
-bool ParseFloat(std::string_view s, float* v) {
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && end == s.data() + s.size();
-}
 
 struct Column {
   std::string name;
@@ -59,9 +47,9 @@ class CsvDataset final : public DatasetBase {
         int64_t iv;
         float fv;
         const std::string cell = have_row && i < row.size() ? row[i] : "";
-        dtype = ParseInt64(cell, &iv)   ? DType::kInt64
-                : ParseFloat(cell, &fv) ? DType::kFloat32
-                                        : DType::kBytes;
+        dtype = records::ParseInt64Cell(cell, &iv)   ? DType::kInt64
+                : records::ParseFloatCell(cell, &fv) ? DType::kFloat32
+                                                     : DType::kBytes;
       }
       if (*dtype != DType::kInt64 && *dtype != DType::kFloat32 &&
           *dtype != DType::kBytes) {
@@ -183,7 +171,7 @@ class CsvDataset final : public DatasetBase {
         switch (c.dtype) {
           case DType::kInt64: {
             int64_t v = 0;
-            if (!cell.empty() && !ParseInt64(cell, &v)) {
+            if (!cell.empty() && !records::ParseInt64Cell(cell, &v)) {
               throw Error(
                   fmt::format("{}:{}: column '{}': expected an "
                               "integer, found \"{}\"",
@@ -194,7 +182,7 @@ class CsvDataset final : public DatasetBase {
           }
           case DType::kFloat32: {
             float v = 0;
-            if (!cell.empty() && !ParseFloat(cell, &v)) {
+            if (!cell.empty() && !records::ParseFloatCell(cell, &v)) {
               throw Error(
                   fmt::format("{}:{}: column '{}': expected a number, "
                               "found \"{}\"",

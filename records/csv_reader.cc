@@ -3,9 +3,22 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 
 namespace recflow::records {
+
+bool ParseInt64Cell(std::string_view cell, int64_t* value) {
+  const char* end = cell.data() + cell.size();
+  const auto [stop, ec] = std::from_chars(cell.data(), end, *value);
+  return ec == std::errc() && stop == end;
+}
+
+bool ParseFloatCell(std::string_view cell, float* value) {
+  const char* end = cell.data() + cell.size();
+  const auto [stop, ec] = std::from_chars(cell.data(), end, *value);
+  return ec == std::errc() && stop == end;
+}
 
 CsvReader::CsvReader(std::string path) : path_(std::move(path)) {
   f_ = std::fopen(path_.c_str(), "rb");

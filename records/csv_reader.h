@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "records/errors.h"
@@ -24,6 +25,10 @@ class CsvError : public Error {
  private:
   bool row_level_;
 };
+
+// A whole cell as a number (std::from_chars; nothing may follow it).
+bool ParseInt64Cell(std::string_view cell, int64_t* value);
+bool ParseFloatCell(std::string_view cell, float* value);
 
 class CsvReader {
  public:

@@ -5,7 +5,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -87,20 +86,11 @@ class BuildingSource : public ExampleSource {
 // anything with text -> bytes.
 enum class CellType { kNone, kInt64, kFloat, kBytes };
 
-bool ParseInt64(std::string_view s, int64_t* v) {
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && end == s.data() + s.size();
-}
-bool ParseFloat(std::string_view s, float* v) {
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *v);
-  return ec == std::errc() && end == s.data() + s.size();
-}
-
 CellType InferCell(std::string_view s) {
   int64_t i;
   float f;
-  if (ParseInt64(s, &i)) return CellType::kInt64;
-  if (ParseFloat(s, &f)) return CellType::kFloat;
+  if (records::ParseInt64Cell(s, &i)) return CellType::kInt64;
+  if (records::ParseFloatCell(s, &f)) return CellType::kFloat;
   return CellType::kBytes;
 }
 
@@ -235,7 +225,7 @@ class CsvSource final : public ExampleSource {
       switch (types_[i]) {
         case CellType::kInt64: {
           int64_t v;
-          if (!ParseInt64(cell, &v)) {
+          if (!records::ParseInt64Cell(cell, &v)) {
             RowError(
                 fmt::format("{}:{}: column '{}': expected an integer, "
                             "found \"{}\"",
@@ -246,7 +236,7 @@ class CsvSource final : public ExampleSource {
         }
         case CellType::kFloat: {
           float v;
-          if (!ParseFloat(cell, &v)) {
+          if (!records::ParseFloatCell(cell, &v)) {
             RowError(
                 fmt::format("{}:{}: column '{}': expected a number, "
                             "found \"{}\"",
