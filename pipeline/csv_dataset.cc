@@ -4,7 +4,6 @@
 
 #include "pipeline/stages.h"
 #include "records/csv_reader.h"
-#include "records/file_list.h"
 
 namespace recflow::pipeline::stages {
 namespace {
@@ -75,10 +74,8 @@ class CsvDataset final : public DatasetBase {
     for (const auto& c : columns_) {
       cols.push_back(fmt::format("{}:{}", c.name, DTypeName(c.dtype)));
     }
-    std::string joined;
-    for (const auto& f : files_) joined += f + '\n';
     return fmt::format("Csv({} files {:016x}, {})", files_.size(),
-                       Fingerprint(joined), fmt::join(cols, " "));
+                       FilesFingerprint(files_), fmt::join(cols, " "));
   }
   std::string StageName() const override { return "csv"; }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
@@ -214,16 +211,8 @@ class CsvDataset final : public DatasetBase {
 }  // namespace
 
 DatasetPtr Csv(std::vector<std::string> files, CsvOptions options) {
-  std::vector<std::string> expanded;
-  for (const auto& f : files) {
-    try {
-      auto found = records::ExpandRecordPaths({f});
-      expanded.insert(expanded.end(), found.begin(), found.end());
-    } catch (const records::FileListError& e) {
-      throw Error(fmt::format("FromCsv: {}", e.what()));
-    }
-  }
-  return std::make_shared<CsvDataset>(std::move(expanded), std::move(options));
+  return std::make_shared<CsvDataset>(ExpandFiles(files, "FromCsv"),
+                                      std::move(options));
 }
 
 }  // namespace recflow::pipeline::stages

@@ -16,7 +16,6 @@
 
 #include "pipeline/io.h"
 #include "pipeline/stages.h"
-#include "records/file_list.h"
 #include "records/index.h"
 
 namespace recflow::pipeline {
@@ -88,13 +87,11 @@ class GlobalShuffleDataset final : public DatasetBase {
   }
 
   std::string Describe() const override {
-    std::string joined;
-    for (const auto& f : files_) joined += f + '\n';
     // Not the shards: a state restores with another sharding.
     return fmt::format(
         "GlobalShuffle({} files {:016x}, {} records, seed={}, "
         "reshuffle_each_iteration={})",
-        files_.size(), Fingerprint(joined), total_,
+        files_.size(), FilesFingerprint(files_), total_,
         options_.seed ? fmt::format("{}", *options_.seed) : "none",
         options_.reshuffle_each_iteration);
   }
@@ -143,12 +140,8 @@ class GlobalShuffleDataset final : public DatasetBase {
                                                           *d_->indexes_[file]);
       }
       const std::string_view record = reader->Read(local);
-      out->components.clear();
-      out->components.push_back({"record", arena_.Copy(record)});
-      out->origin.file = d_->paths_[file];
-      out->origin.offset = d_->indexes_[file]->entries[local].offset;
-      out->origin.record = local;
-      out->batch_origins.reset();
+      SetRecord(out, arena_.Copy(record), d_->paths_[file],
+                d_->indexes_[file]->entries[local].offset, local);
       ++taken_;
       return true;
     }
@@ -204,13 +197,8 @@ class GlobalShuffleDataset final : public DatasetBase {
 
 DatasetPtr GlobalShuffle(std::vector<std::string> files,
                          GlobalShuffleOptions options) {
-  std::vector<std::string> expanded;
-  try {
-    expanded = records::ExpandRecordPaths(files);
-  } catch (const records::FileListError& e) {
-    throw Error(fmt::format("FromTFRecordsGlobalShuffle: {}", e.what()));
-  }
-  return std::make_shared<GlobalShuffleDataset>(std::move(expanded), options);
+  return std::make_shared<GlobalShuffleDataset>(
+      ExpandFiles(files, "FromTFRecordsGlobalShuffle"), options);
 }
 
 }  // namespace stages

@@ -34,10 +34,7 @@ struct RecordReferences {
       int64_t id = -1;
       try {
         auto file = std::make_unique<records::ReadableFile>(path);
-        char head[records::kHeaderBytes];
-        const size_t got = file->ReadAt(0, head, sizeof head);
-        if (records::DetectCompression(std::string_view(head, got), path) ==
-            records::Compression::kNone) {
+        if (records::DetectCompression(*file) == records::Compression::kNone) {
           id = static_cast<int64_t>(files.size());
           files.push_back(path);
           open[path] = std::move(file);

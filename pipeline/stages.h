@@ -25,6 +25,17 @@ class UnaryDataset : public DatasetBase {
   DatasetPtr input_;
 };
 
+// records::ExpandRecordPaths, its errors as Errors prefixed with `who`.
+std::vector<std::string> ExpandFiles(const std::vector<std::string>& paths,
+                                     std::string_view who);
+// A fingerprint of a file list, for descriptions.
+uint64_t FilesFingerprint(const std::vector<std::string>& files);
+// Makes `out` the element {"record": record} from `path` at `offset`, the
+// `index`-th record of its file (reusing out's component vector).
+void SetRecord(Element* out, Tensor record,
+               const std::shared_ptr<const std::string>& path, uint64_t offset,
+               uint64_t index);
+
 // Copies records into shared 1 MiB chunks: one allocation per chunk, not
 // per record.  Records over a quarter chunk get their own buffer.
 class RecordArena {

@@ -39,21 +39,6 @@ class FileRecords {
   virtual uint64_t next_index() const = 0;
 };
 
-void SetRecord(Element* out, Tensor record,
-               const std::shared_ptr<const std::string>& path, uint64_t offset,
-               uint64_t index) {
-  if (out->components.size() == 1 && out->components[0].name == "record") {
-    out->components[0].tensor = std::move(record);
-  } else {
-    out->components.clear();
-    out->components.push_back({"record", std::move(record)});
-  }
-  out->origin.file = path;
-  out->origin.offset = offset;
-  out->origin.record = index;
-  out->batch_origins.reset();
-}
-
 class BlockFileRecords final : public FileRecords {
  public:
   BlockFileRecords(std::shared_ptr<const std::string> path, uint64_t offset,
@@ -248,13 +233,6 @@ class StreamFileRecords final : public FileRecords {
   uint64_t next_index_ = 0;
 };
 
-records::Compression DetectFileCompression(const std::string& path) {
-  records::ReadableFile file(path);
-  char head[records::kHeaderBytes];
-  const size_t got = file.ReadAt(0, head, sizeof head);
-  return records::DetectCompression(std::string_view(head, got), path);
-}
-
 class TFRecordDataset final : public DatasetBase {
  public:
   TFRecordDataset(std::vector<std::string> files, TFRecordOptions options)
@@ -272,12 +250,10 @@ class TFRecordDataset final : public DatasetBase {
   }
 
   std::string Describe() const override {
-    std::string joined;
-    for (const auto& f : files_) joined += f + '\n';
     return fmt::format(
         "TFRecord({} files {:016x}, parallel_reads={}, shuffle_files={}, "
         "seed={})",
-        files_.size(), Fingerprint(joined), options_.num_parallel_reads,
+        files_.size(), FilesFingerprint(files_), options_.num_parallel_reads,
         options_.shuffle_files,
         options_.seed ? fmt::format("{}", *options_.seed) : "none");
   }
@@ -384,7 +360,9 @@ class TFRecordDataset final : public DatasetBase {
       const auto& path = d_->paths_[order_[order_index]];
       const TFRecordOptions& o = d_->options_;
       records::Compression c =
-          o.compression ? *o.compression : DetectFileCompression(*path);
+          o.compression
+              ? *o.compression
+              : records::DetectCompression(records::ReadableFile(*path));
       if (c == records::Compression::kNone) {
         slot.records =
             std::make_unique<BlockFileRecords>(path, offset, record, o);
@@ -428,14 +406,38 @@ Tensor RecordArena::Copy(std::string_view r) {
   return Tensor::BytesView(dst, r.size(), chunk_, chunk_->size());
 }
 
-DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options) {
-  std::vector<std::string> expanded;
-  try {
-    expanded = records::ExpandRecordPaths(files);
-  } catch (const records::FileListError& e) {
-    throw Error(fmt::format("FromTFRecords: {}", e.what()));
+void SetRecord(Element* out, Tensor record,
+               const std::shared_ptr<const std::string>& path, uint64_t offset,
+               uint64_t index) {
+  if (out->components.size() == 1 && out->components[0].name == "record") {
+    out->components[0].tensor = std::move(record);
+  } else {
+    out->components.clear();
+    out->components.push_back({"record", std::move(record)});
   }
-  return std::make_shared<TFRecordDataset>(std::move(expanded),
+  out->origin.file = path;
+  out->origin.offset = offset;
+  out->origin.record = index;
+  out->batch_origins.reset();
+}
+
+std::vector<std::string> ExpandFiles(const std::vector<std::string>& paths,
+                                     std::string_view who) {
+  try {
+    return records::ExpandRecordPaths(paths);
+  } catch (const records::FileListError& e) {
+    throw Error(fmt::format("{}: {}", who, e.what()));
+  }
+}
+
+uint64_t FilesFingerprint(const std::vector<std::string>& files) {
+  std::string joined;
+  for (const auto& f : files) joined += f + '\n';
+  return Fingerprint(joined);
+}
+
+DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options) {
+  return std::make_shared<TFRecordDataset>(ExpandFiles(files, "FromTFRecords"),
                                            std::move(options));
 }
 

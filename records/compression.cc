@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "records/file.h"
 #include "records/tfrecord_format.h"
 
 namespace recflow::records {
@@ -80,6 +81,12 @@ Compression CompressionFromSuffix(std::string_view path) {
     return Compression::kZstd;
   }
   return Compression::kNone;
+}
+
+Compression DetectCompression(const ReadableFile& file) {
+  char head[kHeaderBytes];
+  const size_t got = file.is_regular() ? file.ReadAt(0, head, sizeof head) : 0;
+  return DetectCompression(std::string_view(head, got), file.path());
 }
 
 }  // namespace recflow::records

@@ -30,6 +30,11 @@ std::string_view CompressionSuffix(Compression c);
 // file: 12 or more, fewer only when the file is shorter.
 Compression DetectCompression(std::string_view head, std::string_view path);
 
+class ReadableFile;
+// The same for an open file, reading its first bytes; a file that is not
+// regular (a pipe), whose bytes cannot be read twice, goes by its name.
+Compression DetectCompression(const ReadableFile& file);
+
 // For output names: .gz -> gzip, .zz/.zlib -> zlib, .zst/.zstd -> zstd,
 // otherwise none.
 Compression CompressionFromSuffix(std::string_view path);

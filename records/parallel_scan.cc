@@ -106,10 +106,8 @@ ScanResult ScanFile(const std::string& path, const ReaderOptions& options,
         static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   ReadableFile file(path);
-  char head[kHeaderBytes];
-  const size_t got = file.is_regular() ? file.ReadAt(0, head, sizeof head) : 0;
   const Compression compression =
-      options.compression.value_or(DetectCompression({head, got}, path));
+      options.compression.value_or(DetectCompression(file));
   const uint64_t by_size =
       min_segment_bytes == 0 ? threads : file.size() / min_segment_bytes;
   const int n = static_cast<int>(

@@ -16,10 +16,7 @@ TFRecordReader::TFRecordReader(std::string path, ReaderOptions options)
   if (options_.compression.has_value()) {
     compression_ = *options_.compression;
   } else {
-    char head[kHeaderBytes];
-    const size_t got =
-        file_.is_regular() ? file_.ReadAt(0, head, sizeof head) : 0;
-    compression_ = DetectCompression(std::string_view(head, got), file_.path());
+    compression_ = DetectCompression(file_);
   }
   size_known_ = compression_ == Compression::kNone && file_.is_regular();
   if (options_.start_offset != 0) {
@@ -136,8 +133,8 @@ void TFRecordReader::Resynchronize(DamageKind kind, std::string detail) {
 }
 
 void TFRecordReader::VerifyAhead() {
-  verified_end_ = pos_offset_ +
-                  static_cast<uint64_t>(VerifyFramesAhead(pos_, end_) - pos_);
+  verified_end_ =
+      pos_offset_ + static_cast<uint64_t>(VerifyFramesAhead(pos_, end_) - pos_);
 }
 
 bool TFRecordReader::ReadRecord(std::string_view* record) {
