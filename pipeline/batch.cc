@@ -73,14 +73,14 @@ Tensor StackBytes(const std::vector<Element>& elements, size_t c,
 
 Element Stack(std::vector<Element>& elements) {
   const Element& first = elements[0];
-  for (size_t i = 1; i < elements.size(); ++i) {
+  // From 0: the first element's own components must not be ragged either.
+  for (size_t i = 0; i < elements.size(); ++i) {
     CheckSameComponents(first, elements[i], i);
   }
   Element out;
   const auto n = static_cast<int64_t>(elements.size());
   for (size_t c = 0; c < first.components.size(); ++c) {
     const Tensor& t0 = first.components[c].tensor;
-    if (t0.ragged()) CheckSameComponents(first, first, 0);
     for (size_t i = 1; i < elements.size(); ++i) {
       const Tensor& t = elements[i].components[c].tensor;
       if (!(t.shape() == t0.shape())) {

@@ -158,11 +158,7 @@ class CacheDataset final : public UnaryDataset {
         pending_.push_back(std::move(copy));
         return;
       }
-      if (!writer_) {
-        writer_ = std::make_unique<records::TFRecordWriter>(d_->filename_);
-        writer_->Write(d_->input_->Describe());
-      }
-      writer_->Write(EncodeElement(e));
+      Writer().Write(EncodeElement(e));
     }
 
     void Publish() {
@@ -175,12 +171,18 @@ class CacheDataset final : public UnaryDataset {
         }
         return;
       }
-      if (!writer_) {  // an empty input: an empty cache
+      Writer().Close();  // an empty input makes an empty cache
+      writer_.reset();
+    }
+
+    // The cache file being written, opened with its header record on
+    // first use.
+    records::TFRecordWriter& Writer() {
+      if (!writer_) {
         writer_ = std::make_unique<records::TFRecordWriter>(d_->filename_);
         writer_->Write(d_->input_->Describe());
       }
-      writer_->Close();
-      writer_.reset();
+      return *writer_;
     }
 
     // Reads the input's first pass again into the cache.

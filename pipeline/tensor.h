@@ -197,7 +197,6 @@ class Tensor {
   // Bytes tensors: num_elements + 1 offsets relative to data_, or null for
   // a scalar whose one value is [data_, data_ + scalar_bytes_).
   const uint64_t* offsets_ = nullptr;
-  uint64_t offsets_base_ = 0;  // subtracted from offsets_ (slices)
   uint64_t scalar_bytes_ = 0;
   size_t storage_bytes_ = 0;
   std::shared_ptr<const void> owner_;

@@ -86,6 +86,14 @@ uint64_t RecordsIn(const pipeline::Element& e, bool batched) {
   return static_cast<uint64_t>(e.components[0].tensor.num_rows());
 }
 
+// Record bytes read so far: the source stage's output.
+uint64_t SourceBytes(const std::vector<pipeline::StageStats>& stats) {
+  for (const auto& st : stats) {
+    if (st.name == "tfrecord" || st.name == "global_shuffle") return st.bytes;
+  }
+  return 0;
+}
+
 pipeline::Dataset BuildPipeline(const BenchOptions& o,
                                 const std::vector<std::string>& files) {
   pipeline::IoOptions io;
@@ -200,11 +208,7 @@ int RunBench(const BenchOptions& o) {
       if (now - last_report > std::chrono::milliseconds(500)) {
         last_report = now;
         const double s = Seconds(now - start);
-        uint64_t bytes = 0;
-        for (const auto& st : it.Stats()) {
-          if (st.name == "tfrecord" || st.name == "global_shuffle")
-            bytes = st.bytes;
-        }
+        const uint64_t bytes = SourceBytes(it.Stats());
         fmt::print(stderr, "\r{:>12.0f} records/s {:>9.1f} MB/s {:>10} batches",
                    records / s, bytes / s / 1e6, batches);
       }
@@ -213,10 +217,7 @@ int RunBench(const BenchOptions& o) {
   const double seconds = Seconds(Clock::now() - start);
   if (live) fmt::print(stderr, "\n");
   const std::vector<pipeline::StageStats> stats = it.Stats();
-  uint64_t bytes = 0;
-  for (const auto& st : stats) {
-    if (st.name == "tfrecord" || st.name == "global_shuffle") bytes = st.bytes;
-  }
+  const uint64_t bytes = SourceBytes(stats);
 
   nlohmann::json stages = nlohmann::json::array();
   std::string bottleneck;
