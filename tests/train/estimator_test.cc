@@ -1,0 +1,471 @@
+// The Estimator end to end on a small synthetic problem: training,
+// evaluation, checkpoints and resumption (also after SIGKILL), the hook
+// contract, and the files TensorBoard reads.
+#include "train/estimator.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "records/tfrecord_reader.h"
+#include "test_util.h"
+#include "train/basic_session_run_hooks.h"
+#include "train/event.pb.h"
+#include "train/layers.h"
+
+namespace recflow::train {
+namespace {
+
+namespace fs = std::filesystem;
+using pipeline::Dataset;
+using pipeline::Element;
+
+// Three Gaussian clusters in 2-D, labelled by cluster, with an id per
+// example so tests can see which examples a step trained on.
+Element Clusters(int64_t n, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(2 * n));
+  std::vector<int64_t> label(static_cast<size_t>(n)),
+      id(static_cast<size_t>(n));
+  pipeline::Rng rng(seed);
+  const float centers[3][2] = {{2, 0}, {-1, 1.7f}, {-1, -1.7f}};
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = static_cast<int64_t>(rng.Below(3));
+    for (int d = 0; d < 2; ++d) {
+      const double u = (rng.Next() >> 11) * 0x1.0p-53 - 0.5;
+      x[static_cast<size_t>(2 * i + d)] = centers[c][d] + static_cast<float>(u);
+    }
+    label[static_cast<size_t>(i)] = c;
+    id[static_cast<size_t>(i)] = i;
+  }
+  Element e;
+  e.Set("x", Tensor::FromValues<float>(x, Shape{n, 2}));
+  e.Set("label", Tensor::FromValues<int64_t>(label, Shape{n}));
+  e.Set("id", Tensor::FromValues<int64_t>(id, Shape{n}));
+  return e;
+}
+
+InputFn TrainInput(int64_t repeat = -1) {
+  return [repeat] {
+    return Dataset::FromTensorSlices(Clusters(600, 1))
+        .Shuffle(200, 5)
+        .Repeat(repeat)
+        .Batch(32)
+        .Prefetch(2);
+  };
+}
+
+InputFn EvalInput() {
+  return [] { return Dataset::FromTensorSlices(Clusters(300, 2)).Batch(64); };
+}
+
+struct Recorder {
+  // Per training step: the first ids of its batch and its loss.
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<float> losses;
+};
+
+ModelFn Classifier(int64_t hidden = 16, Recorder* rec = nullptr,
+                   bool nan_loss = false) {
+  return [=](const Features& f, const Tensor* labels, Mode mode,
+             ModelContext& ctx) {
+    Var x = ops::Constant(f["x"]);
+    Var h = layers::Dense(ctx, x,
+                          {.units = hidden, .activation = Activation::kRelu});
+    Var logits = layers::Dense(ctx, h, {.units = 3});
+    EstimatorSpec spec;
+    spec.predictions["classes"] = ArgMax(logits.value());
+    spec.tensors["first_id"] = f["id"].Slice(0);
+    if (mode == Mode::kPredict) return spec;
+    spec.loss = ops::SparseSoftmaxCrossEntropy(ctx.backend(), logits, *labels);
+    if (nan_loss) spec.loss = ops::Scale(ctx.backend(), spec.loss, NAN);
+    if (mode == Mode::kEval) {
+      const Tensor classes = ArgMax(logits.value());
+      ctx.metrics()
+          .Get<Accuracy>("accuracy")
+          .Update(labels->values<int64_t>(), classes.values<int64_t>());
+    }
+    if (mode == Mode::kTrain) {
+      if (rec != nullptr) {
+        const auto ids = f["id"].values<int64_t>();
+        rec->ids.emplace_back(ids.begin(), ids.end());
+        rec->losses.push_back(spec.loss.value().data<float>()[0]);
+      }
+      spec.train_op = std::make_shared<Adam>(0.05f)->Minimize(ctx, spec.loss);
+    }
+    return spec;
+  };
+}
+
+RunConfig Config(const std::string& dir) {
+  RunConfig c;
+  c.model_dir = dir;
+  c.seed = 11;
+  c.save_checkpoints_steps = 10;
+  c.save_summary_steps = 10;
+  c.log_step_count_steps = 50;
+  c.threads = 2;
+  return c;
+}
+
+EstimatorOptions Quiet() {
+  EstimatorOptions o;
+  o.log = [](std::string_view) {};
+  return o;
+}
+
+std::vector<tensorflow::Event> ReadEvents(const std::string& dir) {
+  std::vector<tensorflow::Event> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("events.out.tfevents.", 0) != 0)
+      continue;
+    records::TFRecordReader reader(entry.path().string());
+    std::string_view record;
+    while (reader.ReadRecord(&record)) {
+      tensorflow::Event e;
+      EXPECT_TRUE(
+          e.ParseFromArray(record.data(), static_cast<int>(record.size())));
+      out.push_back(e);
+    }
+  }
+  return out;
+}
+
+TEST(EstimatorTest, TrainsEvaluatesAndWritesCheckpointsAndEventFiles) {
+  testing::TempDir dir;
+  Estimator est(Classifier(), Config(dir.path().string()), Quiet());
+  EXPECT_EQ(est.Train(TrainInput(), {}, std::nullopt, 120), 120);
+  const auto metrics = est.Evaluate(EvalInput());
+  EXPECT_GT(metrics.at("accuracy"), 0.95);
+  EXPECT_LT(metrics.at("loss"), 0.3);
+  EXPECT_EQ(metrics.at("global_step"), 120);
+
+  // Checkpoints every 10 steps, the last 5 kept, and TF's state file.
+  EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-120"));
+  const std::string state = testing::ReadFileBytes(dir.File("checkpoint"));
+  EXPECT_EQ(state.find("model_checkpoint_path: \"model.ckpt-120\"\n"), 0u)
+      << state;
+  EXPECT_NE(state.find("all_model_checkpoint_paths: \"model.ckpt-80\""),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.File("model.ckpt-70")));
+  const TensorMap ckpt = ReadCheckpoint(dir.File("model.ckpt-120"));
+  EXPECT_EQ(ckpt.at("global_step").scalar<int64_t>(), 120);
+  EXPECT_EQ(ckpt.at("dense/kernel").shape(), (Shape{2, 16}));
+  EXPECT_EQ(ckpt.at("dense_1/bias/Adam/m").shape(), (Shape{3}));
+  EXPECT_TRUE(ckpt.count(kIteratorStateKey));
+
+  // Training events: file_version first, loss every 10 steps.
+  const auto events = ReadEvents(dir.path().string());
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  std::vector<int64_t> loss_steps;
+  for (const auto& e : events) {
+    for (const auto& v : e.summary().value()) {
+      if (v.tag() == "loss") loss_steps.push_back(e.step());
+    }
+  }
+  ASSERT_GE(loss_steps.size(), 11u);
+  EXPECT_EQ(loss_steps[0], 1);
+  EXPECT_EQ(loss_steps[1], 11);
+  // Evaluation events under eval/, at the checkpoint's step.
+  bool accuracy = false;
+  for (const auto& e : ReadEvents(dir.File("eval"))) {
+    for (const auto& v : e.summary().value()) {
+      if (v.tag() == "accuracy") {
+        accuracy = true;
+        EXPECT_EQ(e.step(), 120);
+        EXPECT_NEAR(v.simple_value(), metrics.at("accuracy"), 1e-6);
+      }
+    }
+  }
+  EXPECT_TRUE(accuracy);
+
+  // Predict streams the classes of the restored model.
+  int64_t predicted = 0, right = 0;
+  const Element eval = Clusters(300, 2);
+  est.Predict(EvalInput(), [&](const std::map<std::string, Tensor>& p) {
+    for (int64_t c : p.at("classes").values<int64_t>()) {
+      right += c == eval["label"].values<int64_t>()[predicted++];
+    }
+    return true;
+  });
+  EXPECT_EQ(predicted, 300);
+  EXPECT_NEAR(double(right) / 300, metrics.at("accuracy"), 1e-9);
+}
+
+TEST(EstimatorTest, ResumingContinuesTheStepsAndTheInputStream) {
+  testing::TempDir a, b;
+  Recorder whole, first, second;
+  Estimator(Classifier(16, &whole), Config(a.path().string()), Quiet())
+      .Train(TrainInput(), {}, std::nullopt, 30);
+  Estimator(Classifier(16, &first), Config(b.path().string()), Quiet())
+      .Train(TrainInput(), {}, std::nullopt, 17);
+  Estimator resumed(Classifier(16, &second), Config(b.path().string()),
+                    Quiet());
+  EXPECT_EQ(resumed.Train(TrainInput(), {}, std::nullopt, 30), 30);
+  ASSERT_EQ(first.ids.size(), 17u);
+  ASSERT_EQ(second.ids.size(), 13u);
+  for (size_t i = 0; i < 30; ++i) {
+    const auto& got = i < 17 ? first.ids[i] : second.ids[i - 17];
+    EXPECT_EQ(got, whole.ids[i]) << "step " << i + 1;
+    const float loss = i < 17 ? first.losses[i] : second.losses[i - 17];
+    EXPECT_NEAR(loss, whole.losses[i], 1e-4) << "step " << i + 1;
+  }
+  // steps adds to the global step; max_steps already reached does nothing.
+  EXPECT_EQ(resumed.Train(TrainInput(), {}, 5), 35);
+  EXPECT_EQ(resumed.Train(TrainInput(), {}, std::nullopt, 20), 35);
+  EXPECT_EQ(second.ids.size(), 18u);
+}
+
+// Records the calls the Estimator makes, and stops at a step.
+class RecordingHook : public SessionRunHook {
+ public:
+  RecordingHook(std::vector<std::string>* log, std::string name,
+                int64_t stop_at = -1)
+      : log_(log), name_(std::move(name)), stop_at_(stop_at) {}
+  void begin() override { log_->push_back(name_ + ".begin"); }
+  void after_create_session(TrainingSession& s) override {
+    log_->push_back(
+        fmt::format("{}.after_create_session@{}", name_, s.global_step()));
+  }
+  SessionRunArgs before_run(RunContext&) override {
+    log_->push_back(name_ + ".before_run");
+    return {{"global_step", "loss", "first_id"}};
+  }
+  void after_run(RunContext& ctx, const SessionRunValues& v) override {
+    const auto step = static_cast<int64_t>(v.scalar("global_step"));
+    log_->push_back(fmt::format("{}.after_run@{}", name_, step));
+    EXPECT_EQ(v.results.count("loss"), 1u);
+    EXPECT_EQ(v.results.at("first_id").dtype(), DType::kInt64);
+    // 600 examples in batches of 32: the last of an epoch holds 24.
+    EXPECT_TRUE(v.batch_size == 32 || v.batch_size == 24) << v.batch_size;
+    if (step == stop_at_) ctx.request_stop();
+  }
+  void end(TrainingSession& s) override {
+    log_->push_back(fmt::format("{}.end@{}", name_, s.global_step()));
+  }
+  void on_exception(const std::exception&) override {
+    log_->push_back(name_ + ".on_exception");
+  }
+
+ private:
+  std::vector<std::string>* log_;
+  std::string name_;
+  int64_t stop_at_;
+};
+
+TEST(EstimatorTest, HooksFollowTensorFlowsContract) {
+  testing::TempDir dir;
+  std::vector<std::string> log;
+  Estimator est(Classifier(), Config(dir.path().string()), Quiet());
+  Hooks hooks = {std::make_shared<RecordingHook>(&log, "a", 2),
+                 std::make_shared<RecordingHook>(&log, "b")};
+  EXPECT_EQ(est.Train(TrainInput(), hooks), 2);
+  const std::vector<std::string> want = {"a.begin",
+                                         "b.begin",
+                                         "a.after_create_session@0",
+                                         "b.after_create_session@0",
+                                         "a.before_run",
+                                         "b.before_run",
+                                         "a.after_run@1",
+                                         "b.after_run@1",
+                                         "a.before_run",
+                                         "b.before_run",
+                                         "a.after_run@2",
+                                         "b.after_run@2",
+                                         "a.end@2",
+                                         "b.end@2"};
+  EXPECT_EQ(log, want);
+  // The end-of-training checkpoint was written at the stop.
+  EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-2"));
+
+  // The end of the input ends training and calls end().
+  log.clear();
+  testing::TempDir dir2;
+  Estimator finite(Classifier(), Config(dir2.path().string()), Quiet());
+  EXPECT_EQ(
+      finite.Train(TrainInput(1), {std::make_shared<RecordingHook>(&log, "h")}),
+      19);  // ceil(600 / 32)
+  EXPECT_EQ(log.back(), "h.end@19");
+}
+
+TEST(EstimatorTest, ExceptionsReachHooksAndNanLossesFail) {
+  testing::TempDir dir;
+  std::vector<std::string> log;
+  Estimator est(Classifier(16, nullptr, /*nan_loss=*/true),
+                Config(dir.path().string()), Quiet());
+  try {
+    est.Train(TrainInput(), {std::make_shared<RecordingHook>(&log, "h")});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Model diverged with loss = nan"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(log.back(), "h.on_exception");
+}
+
+TEST(EstimatorTest, DamagedLatestCheckpointFallsBackToThePreviousOne) {
+  testing::TempDir dir;
+  RunConfig config = Config(dir.path().string());
+  config.keep_checkpoint_max = 2;
+  Estimator(Classifier(), config, Quiet())
+      .Train(TrainInput(), {}, std::nullopt, 20);
+  EXPECT_FALSE(fs::exists(dir.File("model.ckpt-10")) &&
+               fs::exists(dir.File("model.ckpt-20")) &&
+               fs::exists(dir.File("model.ckpt-1")));
+  // Flip a byte in the middle of the newest checkpoint.
+  std::string bytes = testing::ReadFileBytes(dir.File("model.ckpt-20"));
+  bytes[bytes.size() / 2] ^= 0x40;
+  testing::WriteFileBytes(dir.File("model.ckpt-20"), bytes);
+  std::vector<std::string> warnings;
+  EstimatorOptions options;
+  options.log = [&](std::string_view line) { warnings.emplace_back(line); };
+  Estimator est(Classifier(), config, options);
+  EXPECT_EQ(est.Evaluate(EvalInput()).at("global_step"), 10);
+  bool warned = false;
+  for (const auto& w : warnings) {
+    warned |= w.find("WARNING: skipping checkpoint") != std::string::npos &&
+              w.find("model.ckpt-20") != std::string::npos &&
+              w.find("CRC") != std::string::npos;
+  }
+  EXPECT_TRUE(warned);
+}
+
+TEST(EstimatorTest, ACheckpointOfAnotherModelIsRefusedClearly) {
+  testing::TempDir dir;
+  Estimator(Classifier(16), Config(dir.path().string()), Quiet())
+      .Train(TrainInput(), {}, std::nullopt, 3);
+  Estimator other(Classifier(8), Config(dir.path().string()), Quiet());
+  try {
+    other.Train(TrainInput(), {}, 1);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dense/kernel as float32 [2, 16]"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("[2, 8]"), std::string::npos);
+  }
+}
+
+TEST(EstimatorTest, EarlyStoppingEvaluatesInProcess) {
+  testing::TempDir dir;
+  Estimator est(Classifier(), Config(dir.path().string()), Quiet());
+  int evaluations = 0;
+  auto hook = std::make_shared<EarlyStoppingHook>(
+      [&] {
+        ++evaluations;
+        // Improves twice, then never again.
+        return std::map<std::string, double>{
+            {"accuracy", evaluations <= 2 ? evaluations * 0.1 : 0.05}};
+      },
+      "accuracy", /*max_evals_without_improvement=*/3,
+      /*higher_is_better=*/true, /*every_n_steps=*/5);
+  EXPECT_EQ(est.Train(TrainInput(), {hook}, 1000), 25);
+  EXPECT_EQ(evaluations, 5);
+  EXPECT_DOUBLE_EQ(*hook->best(), 0.2);
+}
+
+TEST(EstimatorTest, PreemptionSavesAndStopsAtTheNextStep) {
+  testing::TempDir dir;
+  RunConfig config = Config(dir.path().string());
+  config.save_checkpoints_steps = 1000;
+  auto preemption = std::make_shared<PreemptionHook>();
+  // Raises SIGTERM during step 4.
+  class Raise : public SessionRunHook {
+    void after_run(RunContext&, const SessionRunValues& v) override {
+      if (v.scalar("global_step") == 4) raise(SIGTERM);
+    }
+    SessionRunArgs before_run(RunContext&) override {
+      return {{"global_step"}};
+    }
+  };
+  Estimator est(Classifier(), config, Quiet());
+  EXPECT_EQ(est.Train(TrainInput(), {std::make_shared<Raise>(), preemption}),
+            4);
+  EXPECT_EQ(preemption->preempted_by(), SIGTERM);
+  EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
+  // The handler is gone: SIGTERM is back to its previous disposition.
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+}
+
+// Run by SurvivesSigkill in a child process; skipped otherwise.  Trains
+// forever, checkpointing every 7 steps, and appends each step's first id
+// to a log file.
+TEST(EstimatorTest, SigkillChild) {
+  const char* dir = std::getenv("RECFLOW_SIGKILL_TEST_DIR");
+  if (dir == nullptr) GTEST_SKIP() << "runs in a child of SurvivesSigkill";
+  RunConfig config = Config(std::string(dir) + "/model");
+  config.save_checkpoints_steps = 7;
+  Estimator est(Classifier(), config, Quiet());
+  est.Train(TrainInput(), {}, std::nullopt, 1'000'000);
+}
+
+TEST(EstimatorTest,
+     SurvivesSigkillAndContinuesTheInputWhereTheCheckpointLeftIt) {
+  testing::TempDir dir;
+  const std::string model = dir.File("model");
+  // Only async-signal-safe calls between fork and exec.
+  setenv("RECFLOW_SIGKILL_TEST_DIR", dir.path().c_str(), 1);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl("/proc/self/exe", "estimator_test",
+          "--gtest_filter=EstimatorTest.SigkillChild", nullptr);
+    _exit(127);
+  }
+  unsetenv("RECFLOW_SIGKILL_TEST_DIR");
+  ASSERT_GE(pid, 0);
+  // Kill it at a point that depends on timing: once a checkpoint past step
+  // 20 exists, plus a few milliseconds into whatever it does next.
+  CheckpointManager watch(model, 5);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const auto latest = watch.Latest();
+    if (latest && CheckpointStep(*latest) >= 21) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child ended on its own: " << status;
+
+  // The killed run's newest checkpoint is intact; resume from it.
+  const auto latest = watch.Latest();
+  ASSERT_TRUE(latest);
+  const int64_t at = CheckpointStep(*latest);
+  ASSERT_GE(at, 21);
+  ASSERT_EQ(ReadCheckpoint(*latest).at("global_step").scalar<int64_t>(), at);
+  Recorder resumed, reference;
+  RunConfig config = Config(model);
+  config.save_checkpoints_steps = 7;
+  Estimator(Classifier(16, &resumed), config, Quiet())
+      .Train(TrainInput(), {}, std::nullopt, at + 10);
+  testing::TempDir fresh;
+  Estimator(Classifier(16, &reference), Config(fresh.path().string()), Quiet())
+      .Train(TrainInput(), {}, std::nullopt, at + 10);
+  ASSERT_EQ(resumed.ids.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(resumed.ids[i], reference.ids[static_cast<size_t>(at) + i])
+        << "step " << at + 1 + static_cast<int64_t>(i);
+    EXPECT_NEAR(resumed.losses[i],
+                reference.losses[static_cast<size_t>(at) + i], 1e-4);
+  }
+}
+
+}  // namespace
+}  // namespace recflow::train

@@ -1,0 +1,471 @@
+#include "train/estimator.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "pipeline/io.h"
+#include "train/basic_session_run_hooks.h"
+
+namespace recflow::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+Tensor Int64Scalar(int64_t v) { return Tensor::Scalar<int64_t>(v); }
+
+Tensor FloatScalar(double v) {
+  return Tensor::Scalar<float>(static_cast<float>(v));
+}
+
+// Runs `fn` for each hook, stopping at the first exception after telling
+// every hook about it.
+template <typename Fn>
+void ForHooks(const Hooks& hooks, const Fn& fn) {
+  for (const auto& h : hooks) fn(*h);
+}
+
+void NotifyException(const Hooks& hooks, const std::exception& e) {
+  for (const auto& h : hooks) {
+    try {
+      h->on_exception(e);
+    } catch (...) {
+      // The original exception is what the caller needs to see.
+    }
+  }
+}
+
+int64_t BatchSizeOf(const pipeline::Element& e) {
+  for (const auto& c : e.components) {
+    if (c.tensor.shape().rank() > 0) return c.tensor.num_rows();
+  }
+  return 1;
+}
+
+}  // namespace
+
+double SessionRunValues::scalar(const std::string& name) const {
+  auto it = results.find(name);
+  if (it == results.end()) {
+    throw Error(
+        fmt::format("hook asked for \"{}\", which was not fetched", name));
+  }
+  const Tensor& t = it->second;
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return t.data<float>()[0];
+    case DType::kFloat64:
+      return t.data<double>()[0];
+    case DType::kInt64:
+      return static_cast<double>(t.data<int64_t>()[0]);
+    case DType::kInt32:
+      return t.data<int32_t>()[0];
+    case DType::kUInt8:
+      return t.data<uint8_t>()[0];
+    case DType::kBytes:
+      break;
+  }
+  throw Error(fmt::format("\"{}\" is not numeric", name));
+}
+
+Tensor ArgMax(const Tensor& logits) {
+  if (logits.shape().rank() != 2) {
+    throw Error(fmt::format("argmax: expected [rows, cols], got {}",
+                            logits.shape().ToString()));
+  }
+  const int64_t rows = logits.shape()[0], cols = logits.shape()[1];
+  Tensor out = Tensor::Allocate(DType::kInt64, Shape{rows});
+  int64_t* o = out.mutable_data<int64_t>();
+  const float* z = logits.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    o[r] = std::max_element(z + r * cols, z + (r + 1) * cols) - (z + r * cols);
+  }
+  return out;
+}
+
+// ---- TrainingSession ----
+
+TrainingSession::TrainingSession(Estimator& est, Mode mode,
+                                 std::string summary_dir)
+    : est_(est),
+      mode_(mode),
+      summary_dir_(std::move(summary_dir)),
+      variables_(est.config().seed) {}
+
+const RunConfig& TrainingSession::config() const { return est_.config(); }
+
+void TrainingSession::Log(std::string_view line) const { est_.Log(line); }
+
+EventWriter& TrainingSession::summary_writer() {
+  if (!events_) events_ = std::make_unique<EventWriter>(summary_dir_);
+  return *events_;
+}
+
+std::string TrainingSession::SaveCheckpoint() {
+  if (mode_ != Mode::kTrain) {
+    throw Error("checkpoints are saved by training sessions only");
+  }
+  TensorMap tensors;
+  for (Variable* v : variables_.all()) tensors.emplace(v->name, v->value);
+  tensors.emplace("global_step", Int64Scalar(global_step_));
+  if (iterator_ != nullptr) {
+    const std::string state = iterator_->Save();
+    tensors.emplace(
+        kIteratorStateKey,
+        Tensor::FromValues<uint8_t>(
+            std::span(reinterpret_cast<const uint8_t*>(state.data()),
+                      state.size()),
+            Shape{static_cast<int64_t>(state.size())}));
+  }
+  const std::string path = est_.checkpoints_.Save(global_step_, tensors);
+  last_saved_step_ = global_step_;
+  Log(fmt::format("Saving checkpoints for {} into {}.", global_step_, path));
+  return path;
+}
+
+// ---- Estimator ----
+
+Estimator::Estimator(ModelFn model_fn, RunConfig config,
+                     EstimatorOptions options)
+    : model_fn_(std::move(model_fn)),
+      config_(std::move(config)),
+      options_(std::move(options)),
+      backend_(options_.backend
+                   ? options_.backend
+                   : std::shared_ptr<Backend>(MakeCpuBackend(config_.threads))),
+      checkpoints_(config_.model_dir.empty()
+                       ? throw Error("RunConfig.model_dir is empty")
+                       : config_.model_dir,
+                   config_.keep_checkpoint_max) {}
+
+Estimator::~Estimator() = default;
+
+void Estimator::Log(std::string_view line) const {
+  if (options_.log) {
+    options_.log(line);
+  } else {
+    pipeline::LogLine(line);
+  }
+}
+
+std::optional<std::string> Estimator::latest_checkpoint() const {
+  return checkpoints_.Latest();
+}
+
+std::string Estimator::RestoreInto(TrainingSession& session,
+                                   const std::string& checkpoint_path) {
+  std::optional<CheckpointManager::Restored> restored;
+  if (!checkpoint_path.empty()) {
+    restored = CheckpointManager::Restored{checkpoint_path,
+                                           ReadCheckpoint(checkpoint_path)};
+  } else {
+    restored =
+        checkpoints_.RestoreLatest([this](std::string_view w) { Log(w); });
+  }
+  if (!restored) return {};
+  TensorMap& t = restored->tensors;
+  std::string iterator_state;
+  if (auto it = t.find("global_step"); it != t.end()) {
+    session.global_step_ = it->second.scalar<int64_t>();
+    t.erase(it);
+  }
+  if (auto it = t.find(kIteratorStateKey); it != t.end()) {
+    iterator_state.assign(it->second.raw_data(), it->second.byte_size());
+    t.erase(it);
+  }
+  session.variables_.Restore(std::move(t), restored->path);
+  session.restored_from_ = restored->path;
+  session.last_saved_step_ = session.global_step_;
+  Log(fmt::format("Restoring parameters from {} (global step {})",
+                  restored->path, session.global_step_));
+  return iterator_state;
+}
+
+EstimatorSpec Estimator::RunModel(TrainingSession& session,
+                                  pipeline::Element& element, Mode mode,
+                                  std::unique_ptr<ModelContext>* ctx,
+                                  Tensor* labels_out) {
+  const Tensor* labels = nullptr;
+  for (auto it = element.components.begin(); it != element.components.end();
+       ++it) {
+    if (it->name == options_.label_key) {
+      *labels_out = std::move(it->tensor);
+      element.components.erase(it);
+      labels = labels_out;
+      break;
+    }
+  }
+  if (labels == nullptr && mode != Mode::kPredict) {
+    std::string names;
+    for (const auto& c : element.components) names += " " + c.name;
+    throw Error(fmt::format("{}: the input has no label \"{}\" (it has:{})",
+                            ModeName(mode), options_.label_key, names));
+  }
+  if (mode == Mode::kPredict) labels = nullptr;
+  *ctx = std::make_unique<ModelContext>(*backend_, session.variables_,
+                                        session.metrics_, mode,
+                                        &session.global_step_, config_.seed);
+  EstimatorSpec spec = model_fn_(element, labels, mode, **ctx);
+  if (mode != Mode::kPredict && !spec.loss.valid()) {
+    throw Error(
+        fmt::format("model_fn returned no loss in {} mode", ModeName(mode)));
+  }
+  if (mode == Mode::kTrain && !spec.train_op) {
+    throw Error("model_fn returned no train_op in train mode");
+  }
+  return spec;
+}
+
+int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
+                         std::optional<int64_t> steps,
+                         std::optional<int64_t> max_steps) {
+  if (steps && max_steps) {
+    throw Error("Train: give steps or max_steps, not both");
+  }
+  if ((steps && *steps <= 0) || (max_steps && *max_steps <= 0)) {
+    throw Error("Train: steps and max_steps must be positive");
+  }
+  TrainingSession session(*this, Mode::kTrain, config_.model_dir);
+  const std::string iterator_state = RestoreInto(session, "");
+  if (max_steps && session.global_step_ >= *max_steps) {
+    Log(
+        fmt::format("Skipping training since max_steps ({}) has already been "
+                    "reached (global step {}).",
+                    *max_steps, session.global_step_));
+    return session.global_step_;
+  }
+
+  Hooks hooks = user_hooks;
+  if (steps) hooks.push_back(StopAtStepHook::NumSteps(*steps));
+  if (max_steps) hooks.push_back(StopAtStepHook::LastStep(*max_steps));
+  hooks.push_back(std::make_shared<NanTensorHook>(true));
+  if (config_.log_step_count_steps > 0) {
+    hooks.push_back(
+        std::make_shared<StepCounterHook>(config_.log_step_count_steps));
+    hooks.push_back(std::make_shared<LoggingTensorHook>(
+        std::vector<std::string>{"loss", "global_step"},
+        config_.log_step_count_steps));
+  }
+  if (config_.save_summary_steps > 0) {
+    hooks.push_back(std::make_shared<SummarySaverHook>(
+        config_.save_summary_steps, std::vector<std::string>{"loss"}));
+  }
+  hooks.push_back(std::make_shared<CheckpointSaverHook>(
+      config_.save_checkpoints_steps,
+      config_.save_checkpoints_steps > 0 ? 0 : config_.save_checkpoints_secs));
+
+  try {
+    ForHooks(hooks, [](SessionRunHook& h) { h.begin(); });
+    // The input's iterator is made once the session exists, and continues
+    // where the checkpoint left it.
+    pipeline::Iterator it = input_fn().MakeIterator();
+    if (!iterator_state.empty()) {
+      try {
+        it.Restore(iterator_state);
+        Log("Input iterator restored: the input continues where the "
+            "checkpoint left it.");
+      } catch (const records::Error& e) {
+        Log(
+            fmt::format("WARNING: the checkpoint's input position does not "
+                        "fit this input_fn ({}); reading the input from its "
+                        "start",
+                        e.what()));
+        it = input_fn().MakeIterator();
+      }
+    }
+    session.iterator_ = &it;
+    ForHooks(hooks,
+             [&](SessionRunHook& h) { h.after_create_session(session); });
+
+    pipeline::Element element;
+    while (true) {
+      RunContext run(session);
+      std::vector<SessionRunArgs> args;
+      for (auto& h : hooks) {
+        if (!run.stop_requested()) args.push_back(h->before_run(run));
+      }
+      if (run.stop_requested()) break;
+      if (!it.Next(&element)) {
+        Log(fmt::format("The input ended at global step {}.",
+                        session.global_step_));
+        break;
+      }
+      const int64_t batch = BatchSizeOf(element);
+      std::unique_ptr<ModelContext> ctx;
+      Tensor labels;
+      EstimatorSpec spec =
+          RunModel(session, element, Mode::kTrain, &ctx, &labels);
+      const float loss_value =
+          static_cast<float>(spec.loss.value().data<float>()[0]);
+      spec.train_op();
+      for (size_t i = 0; i < hooks.size(); ++i) {
+        SessionRunValues values;
+        values.batch_size = batch;
+        for (const std::string& name : args[i].fetches) {
+          if (name == "loss") {
+            values.results[name] = FloatScalar(loss_value);
+          } else if (name == "global_step") {
+            values.results[name] = Int64Scalar(session.global_step_);
+          } else if (auto p = spec.predictions.find(name);
+                     p != spec.predictions.end()) {
+            values.results[name] = p->second;
+          } else if (auto t = spec.tensors.find(name);
+                     t != spec.tensors.end()) {
+            values.results[name] = t->second;
+          } else {
+            throw Error(fmt::format(
+                "a hook fetches \"{}\", which the model_fn does not provide "
+                "(loss, global_step, its predictions and tensors)",
+                name));
+          }
+        }
+        hooks[i]->after_run(run, values);
+      }
+      if (run.stop_requested()) break;
+    }
+    ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
+    session.iterator_ = nullptr;
+  } catch (const std::exception& e) {
+    session.iterator_ = nullptr;
+    NotifyException(hooks, e);
+    throw;
+  }
+  if (session.events_) session.events_->Flush();
+  return session.global_step_;
+}
+
+std::map<std::string, double> Estimator::Evaluate(
+    const InputFn& input_fn, std::optional<int64_t> steps, const Hooks& hooks,
+    const std::string& checkpoint_path, const std::string& name) {
+  const std::string dir =
+      (fs::path(config_.model_dir) / (name.empty() ? "eval" : "eval_" + name))
+          .string();
+  TrainingSession session(*this, Mode::kEval, dir);
+  RestoreInto(session, checkpoint_path);
+  if (session.restored_from_.empty()) {
+    Log(
+        fmt::format("WARNING: evaluating without a checkpoint in {}: the "
+                    "model is freshly initialised",
+                    config_.model_dir));
+  }
+  session.metrics_.Reset();
+  Mean loss;
+  int64_t batches = 0;
+  try {
+    ForHooks(hooks, [](SessionRunHook& h) { h.begin(); });
+    pipeline::Iterator it = input_fn().MakeIterator();
+    ForHooks(hooks,
+             [&](SessionRunHook& h) { h.after_create_session(session); });
+    pipeline::Element element;
+    while (!steps || batches < *steps) {
+      RunContext run(session);
+      std::vector<SessionRunArgs> args;
+      for (auto& h : hooks) args.push_back(h->before_run(run));
+      if (run.stop_requested() || !it.Next(&element)) break;
+      const int64_t batch = BatchSizeOf(element);
+      std::unique_ptr<ModelContext> ctx;
+      Tensor labels;
+      EstimatorSpec spec =
+          RunModel(session, element, Mode::kEval, &ctx, &labels);
+      const double value = spec.loss.value().data<float>()[0];
+      loss.Update(value, static_cast<double>(batch));
+      ++batches;
+      for (size_t i = 0; i < hooks.size(); ++i) {
+        SessionRunValues values;
+        values.batch_size = batch;
+        for (const std::string& n : args[i].fetches) {
+          if (n == "loss") {
+            values.results[n] = FloatScalar(value);
+          } else if (n == "global_step") {
+            values.results[n] = Int64Scalar(session.global_step_);
+          } else if (auto p = spec.predictions.find(n);
+                     p != spec.predictions.end()) {
+            values.results[n] = p->second;
+          } else if (auto t = spec.tensors.find(n); t != spec.tensors.end()) {
+            values.results[n] = t->second;
+          } else {
+            throw Error(
+                fmt::format("a hook fetches \"{}\", which the "
+                            "model_fn does not provide",
+                            n));
+          }
+        }
+        hooks[i]->after_run(run, values);
+      }
+      if (run.stop_requested()) break;
+    }
+    ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
+  } catch (const std::exception& e) {
+    NotifyException(hooks, e);
+    throw;
+  }
+  std::map<std::string, double> results = session.metrics_.Results();
+  results["loss"] = loss.Result();
+  EventWriter& events = session.summary_writer();
+  for (const auto& [metric, value] : results) {
+    events.AddScalar(metric, value, session.global_step_);
+  }
+  results["global_step"] = static_cast<double>(session.global_step_);
+  events.Flush();
+  std::string line =
+      fmt::format("Saving dict for global step {}:", session.global_step_);
+  for (const auto& [metric, value] : results) {
+    line += fmt::format(" {} = {:.6g},", metric, value);
+  }
+  line.pop_back();
+  Log(line + fmt::format(" ({} batches)", batches));
+  return results;
+}
+
+void Estimator::Predict(
+    const InputFn& input_fn,
+    const std::function<bool(const std::map<std::string, Tensor>&)>& on_batch,
+    const std::string& checkpoint_path) {
+  TrainingSession session(*this, Mode::kPredict, config_.model_dir);
+  RestoreInto(session, checkpoint_path);
+  if (session.restored_from_.empty()) {
+    throw Error(
+        fmt::format("predict: no checkpoint in {}; train the model first",
+                    config_.model_dir));
+  }
+  pipeline::Iterator it = input_fn().MakeIterator();
+  pipeline::Element element;
+  while (it.Next(&element)) {
+    std::unique_ptr<ModelContext> ctx;
+    Tensor labels;
+    EstimatorSpec spec =
+        RunModel(session, element, Mode::kPredict, &ctx, &labels);
+    if (spec.predictions.empty()) {
+      throw Error("model_fn returned no predictions in infer mode");
+    }
+    if (!on_batch(spec.predictions)) break;
+  }
+}
+
+std::map<std::string, double> Estimator::TrainAndEvaluate(
+    const InputFn& train_input, const InputFn& eval_input, int64_t max_steps,
+    int64_t eval_every_steps, const Hooks& train_hooks,
+    std::optional<int64_t> eval_steps,
+    const std::function<bool(const std::map<std::string, double>&)>&
+        after_eval) {
+  if (eval_every_steps <= 0) {
+    throw Error("TrainAndEvaluate: eval_every_steps must be positive");
+  }
+  std::map<std::string, double> last;
+  int64_t step = -1;
+  while (true) {
+    const int64_t before = step;
+    const auto latest = checkpoints_.Latest();
+    const int64_t at = latest ? CheckpointStep(*latest) : 0;
+    const int64_t target = std::min(max_steps, at + eval_every_steps);
+    step = Train(train_input, train_hooks, std::nullopt, target);
+    last = Evaluate(eval_input, eval_steps);
+    if (after_eval && !after_eval(last)) break;
+    // Done at max_steps, or when the training input has run out.
+    if (step >= max_steps || step == before || step < target) break;
+  }
+  return last;
+}
+
+}  // namespace recflow::train

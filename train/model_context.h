@@ -1,0 +1,69 @@
+// What a model_fn builds its step with: the backend, the variables, the
+// metrics, the mode, and names and seeds for its layers.
+//
+// The Estimator makes one ModelContext per step and calls the model_fn
+// with it; layers get their variables from it by name, so calling the
+// same model_fn again reuses the same parameters (TF 1.x's variable
+// scopes).  Layer names are made unique per step in call order ("dense",
+// "dense_1", ...), as TensorFlow names layers in a graph.
+//
+// Thread safety: one step, one thread.
+#ifndef RECFLOW_TRAIN_MODEL_CONTEXT_H_
+#define RECFLOW_TRAIN_MODEL_CONTEXT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "train/backend.h"
+#include "train/metrics.h"
+#include "train/variables.h"
+
+namespace recflow::train {
+
+enum class Mode : uint8_t { kTrain, kEval, kPredict };
+std::string_view ModeName(Mode m);  // "train", "eval", "infer"
+
+class ModelContext {
+ public:
+  ModelContext(Backend& backend, VariableStore& variables, MetricSet& metrics,
+               Mode mode, int64_t* global_step, uint64_t seed)
+      : backend_(backend),
+        variables_(variables),
+        metrics_(metrics),
+        mode_(mode),
+        global_step_(global_step),
+        seed_(seed) {}
+
+  Backend& backend() { return backend_; }
+  VariableStore& variables() { return variables_; }
+  MetricSet& metrics() { return metrics_; }
+  Mode mode() const { return mode_; }
+  bool training() const { return mode_ == Mode::kTrain; }
+  int64_t global_step() const { return *global_step_; }
+  // For optimizers: the step counter they advance after an update.
+  int64_t* mutable_global_step() { return global_step_; }
+
+  // `base` the first time in this step, then base_1, base_2, ...; an
+  // explicit name given twice is the same layer (shared weights).
+  std::string UniqueName(std::string_view base);
+  // A seed for a random op (dropout): a function of the run's seed, the
+  // global step and the op's position in the step, so that a restarted
+  // run draws the same masks.
+  uint64_t NextSeed();
+
+ private:
+  Backend& backend_;
+  VariableStore& variables_;
+  MetricSet& metrics_;
+  Mode mode_;
+  int64_t* global_step_;
+  uint64_t seed_;
+  uint64_t ops_ = 0;
+  std::map<std::string, int, std::less<>> names_;
+};
+
+}  // namespace recflow::train
+
+#endif  // RECFLOW_TRAIN_MODEL_CONTEXT_H_

@@ -1,0 +1,662 @@
+#include "train/ops.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <unordered_set>
+
+#include "pipeline/dataset_base.h"
+#include "train/variables.h"
+
+namespace recflow::train {
+
+Tensor NewFloat(const Shape& shape) {
+  return Tensor::Allocate(DType::kFloat32, shape);
+}
+
+Tensor Zeros(Backend& b, const Shape& shape) {
+  Tensor t = NewFloat(shape);
+  b.Fill(t.num_elements(), 0.0f, t.mutable_data<float>());
+  return t;
+}
+
+namespace {
+
+using NodePtr = std::shared_ptr<Node>;
+
+// The gradient buffer of `n`, zeroed on first use.
+float* Grad(Backend& be, Node& n) {
+  if (!n.grad.valid() || n.grad.num_elements() != n.value.num_elements()) {
+    n.grad = Zeros(be, n.value.shape());
+  }
+  return n.grad.mutable_data<float>();
+}
+
+const float* GradIn(const Node& n) { return n.grad.data<float>(); }
+
+// A node computed from `inputs`; requires a gradient when any input does.
+NodePtr MakeNode(Tensor value, std::vector<NodePtr> inputs) {
+  auto n = std::make_shared<Node>();
+  n->value = std::move(value);
+  for (const NodePtr& in : inputs) n->requires_grad |= in->requires_grad;
+  n->inputs = std::move(inputs);
+  return n;
+}
+
+void CheckRank(const Var& x, int rank, const char* op) {
+  if (x.shape().rank() != rank) {
+    throw Error(fmt::format("{}: expected a rank-{} input, got shape {}", op,
+                            rank, x.shape().ToString()));
+  }
+}
+
+int64_t LastDim(const Shape& s) { return s.rank() == 0 ? 1 : s[s.rank() - 1]; }
+
+// Converts any numeric tensor to float32 times `scale`.
+Tensor ToFloat(const Tensor& t, float scale) {
+  if (t.dtype() == DType::kFloat32 && scale == 1.0f) return t;
+  Tensor out = NewFloat(t.shape());
+  float* o = out.mutable_data<float>();
+  const int64_t n = t.num_elements();
+  auto convert = [&](const auto* in) {
+    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(in[i]) * scale;
+  };
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      convert(t.data<float>());
+      break;
+    case DType::kFloat64:
+      convert(t.data<double>());
+      break;
+    case DType::kInt32:
+      convert(t.data<int32_t>());
+      break;
+    case DType::kInt64:
+      convert(t.data<int64_t>());
+      break;
+    case DType::kUInt8:
+      convert(t.data<uint8_t>());
+      break;
+    case DType::kBytes:
+      throw Error(
+          "a bytes tensor cannot be used as numbers; decode it first "
+          "(ops::DecodeRaw)");
+  }
+  return out;
+}
+
+// Labels as int64 [rows] (accepts [rows] or [rows, 1] of any integer type).
+std::vector<int64_t> LabelsAsInt64(const Tensor& labels, int64_t rows,
+                                   const char* op) {
+  if (labels.num_elements() != rows) {
+    throw Error(fmt::format("{}: {} labels for a batch of {} (labels shape {})",
+                            op, labels.num_elements(), rows,
+                            labels.shape().ToString()));
+  }
+  std::vector<int64_t> out(static_cast<size_t>(rows));
+  switch (labels.dtype()) {
+    case DType::kInt64:
+      std::copy_n(labels.data<int64_t>(), rows, out.begin());
+      break;
+    case DType::kInt32:
+      std::copy_n(labels.data<int32_t>(), rows, out.begin());
+      break;
+    case DType::kUInt8:
+      std::copy_n(labels.data<uint8_t>(), rows, out.begin());
+      break;
+    default:
+      throw Error(fmt::format("{}: labels must be integers, got {}", op,
+                              pipeline::DTypeName(labels.dtype())));
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace ops {
+
+Var Constant(const Tensor& t, float scale) {
+  auto n = std::make_shared<Node>();
+  n->value = ToFloat(t, scale);
+  return Var(std::move(n));
+}
+
+Var DecodeRaw(const Tensor& bytes, const Shape& per_element, float scale) {
+  if (bytes.dtype() != DType::kBytes) return Constant(bytes, scale);
+  const int64_t count = bytes.num_elements();
+  const int64_t each = per_element.num_elements();
+  Shape shape = per_element;
+  for (int i = bytes.shape().rank() - 1; i >= 0; --i) {
+    shape = shape.Prepend(bytes.shape()[i]);
+  }
+  Tensor out = NewFloat(shape);
+  float* o = out.mutable_data<float>();
+  for (int64_t k = 0; k < count; ++k) {
+    const std::string_view v = bytes.bytes(k);
+    if (static_cast<int64_t>(v.size()) != each) {
+      throw Error(fmt::format(
+          "decode_raw: value {} holds {} bytes, expected {} for shape {}", k,
+          v.size(), each, per_element.ToString()));
+    }
+    const auto* u = reinterpret_cast<const uint8_t*>(v.data());
+    for (int64_t i = 0; i < each; ++i) o[k * each + i] = u[i] * scale;
+  }
+  auto n = std::make_shared<Node>();
+  n->value = std::move(out);
+  return Var(std::move(n));
+}
+
+Var MatMul(Backend& be, const Var& a, const Var& b, bool ta, bool tb) {
+  CheckRank(a, 2, "matmul");
+  CheckRank(b, 2, "matmul");
+  const int64_t m = ta ? a.shape()[1] : a.shape()[0];
+  const int64_t k = ta ? a.shape()[0] : a.shape()[1];
+  const int64_t kb = tb ? b.shape()[1] : b.shape()[0];
+  const int64_t n = tb ? b.shape()[0] : b.shape()[1];
+  if (k != kb) {
+    throw Error(fmt::format("matmul: shapes {} and {} do not fit{}{}",
+                            a.shape().ToString(), b.shape().ToString(),
+                            ta ? " (a transposed)" : "",
+                            tb ? " (b transposed)" : ""));
+  }
+  Tensor y = NewFloat(Shape{m, n});
+  be.Gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f,
+          y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
+  node->backward = [&be, m, n, k, ta, tb](Node& self) {
+    Node& A = *self.inputs[0];
+    Node& B = *self.inputs[1];
+    const float* dy = GradIn(self);
+    // dA = dY B^T (stored per A's layout), dB = A^T dY.
+    if (A.requires_grad) {
+      if (!ta) {
+        be.Gemm(false, !tb, m, k, n, 1.0f, dy, B.value.data<float>(), 1.0f,
+                Grad(be, A));
+      } else {
+        be.Gemm(tb, true, k, m, n, 1.0f, B.value.data<float>(), dy, 1.0f,
+                Grad(be, A));
+      }
+    }
+    if (B.requires_grad) {
+      if (!tb) {
+        be.Gemm(!ta, false, k, n, m, 1.0f, A.value.data<float>(), dy, 1.0f,
+                Grad(be, B));
+      } else {
+        be.Gemm(true, ta, n, k, m, 1.0f, dy, A.value.data<float>(), 1.0f,
+                Grad(be, B));
+      }
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var BiasAdd(Backend& be, const Var& x, const Var& bias) {
+  const int64_t cols = LastDim(x.shape());
+  if (bias.shape().rank() != 1 || bias.shape()[0] != cols) {
+    throw Error(fmt::format("bias_add: bias {} does not fit input {}",
+                            bias.shape().ToString(), x.shape().ToString()));
+  }
+  const int64_t rows = x.value().num_elements() / std::max<int64_t>(cols, 1);
+  Tensor y = NewFloat(x.shape());
+  be.BiasAdd(rows, cols, x.data(), bias.data(), y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared(), bias.shared()});
+  node->backward = [&be, rows, cols](Node& self) {
+    const float* dy = GradIn(self);
+    if (self.inputs[0]->requires_grad) {
+      be.Axpby(rows * cols, 1.0f, dy, 1.0f, Grad(be, *self.inputs[0]));
+    }
+    if (self.inputs[1]->requires_grad) {
+      be.ColumnSum(rows, cols, dy, 1.0f, Grad(be, *self.inputs[1]));
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Add(Backend& be, const Var& a, const Var& b) {
+  if (!(a.shape() == b.shape())) {
+    throw Error(fmt::format("add: shapes {} and {} differ",
+                            a.shape().ToString(), b.shape().ToString()));
+  }
+  const int64_t n = a.value().num_elements();
+  Tensor y = NewFloat(a.shape());
+  be.Copy(n, a.data(), y.mutable_data<float>());
+  be.Axpby(n, 1.0f, b.data(), 1.0f, y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
+  node->backward = [&be, n](Node& self) {
+    for (auto& in : self.inputs) {
+      if (in->requires_grad)
+        be.Axpby(n, 1.0f, GradIn(self), 1.0f, Grad(be, *in));
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Multiply(Backend& be, const Var& a, const Var& b) {
+  if (!(a.shape() == b.shape())) {
+    throw Error(fmt::format("multiply: shapes {} and {} differ",
+                            a.shape().ToString(), b.shape().ToString()));
+  }
+  const int64_t n = a.value().num_elements();
+  Tensor y = NewFloat(a.shape());
+  be.Multiply(n, a.data(), b.data(), y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
+  node->backward = [&be, n](Node& self) {
+    Tensor t = NewFloat(self.value.shape());
+    for (int i = 0; i < 2; ++i) {
+      Node& in = *self.inputs[i];
+      if (!in.requires_grad) continue;
+      be.Multiply(n, GradIn(self), self.inputs[1 - i]->value.data<float>(),
+                  t.mutable_data<float>());
+      be.Axpby(n, 1.0f, t.data<float>(), 1.0f, Grad(be, in));
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Scale(Backend& be, const Var& x, float s) {
+  const int64_t n = x.value().num_elements();
+  Tensor y = NewFloat(x.shape());
+  be.Axpby(n, s, x.data(), 0.0f, y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared()});
+  node->backward = [&be, n, s](Node& self) {
+    if (self.inputs[0]->requires_grad) {
+      be.Axpby(n, s, GradIn(self), 1.0f, Grad(be, *self.inputs[0]));
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Activate(Backend& be, const Var& x, Activation f) {
+  if (f == Activation::kLinear) return x;
+  const int64_t n = x.value().num_elements();
+  Tensor y = NewFloat(x.shape());
+  be.ActivationForward(f, n, x.data(), y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared()});
+  node->backward = [&be, n, f](Node& self) {
+    if (self.inputs[0]->requires_grad) {
+      be.ActivationBackward(f, n, self.value.data<float>(), GradIn(self),
+                            Grad(be, *self.inputs[0]));
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Softmax(Backend& be, const Var& x) {
+  const int64_t cols = LastDim(x.shape());
+  const int64_t rows = x.value().num_elements() / std::max<int64_t>(cols, 1);
+  Tensor y = NewFloat(x.shape());
+  be.Softmax(rows, cols, x.data(), y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared()});
+  node->backward = [&be, rows, cols](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    // dx = y * (dy - sum(dy * y)) per row.
+    const float* y = self.value.data<float>();
+    const float* dy = GradIn(self);
+    float* dx = Grad(be, *self.inputs[0]);
+    for (int64_t r = 0; r < rows; ++r) {
+      double dot = 0;
+      for (int64_t c = 0; c < cols; ++c)
+        dot += dy[r * cols + c] * y[r * cols + c];
+      for (int64_t c = 0; c < cols; ++c) {
+        dx[r * cols + c] +=
+            y[r * cols + c] * static_cast<float>(dy[r * cols + c] - dot);
+      }
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Reshape(const Var& x, const Shape& shape) {
+  if (shape.num_elements() != x.value().num_elements()) {
+    throw Error(fmt::format("reshape: {} has {} values, {} needs {}",
+                            x.shape().ToString(), x.value().num_elements(),
+                            shape.ToString(), shape.num_elements()));
+  }
+  auto node = MakeNode(x.value().Reshape(shape), {x.shared()});
+  node->backward = [](Node& self) {
+    Node& in = *self.inputs[0];
+    if (!in.requires_grad) return;
+    // Same layout: the gradients are the same numbers.
+    if (!in.grad.valid()) {
+      in.grad = self.grad.Reshape(in.value.shape());
+      // Do not share: later accumulations into `in` must not alter
+      // self's gradient, but self is done once its backward ran.
+      return;
+    }
+    float* d = in.grad.mutable_data<float>();
+    const float* g = self.grad.data<float>();
+    for (int64_t i = 0; i < in.value.num_elements(); ++i) d[i] += g[i];
+  };
+  return Var(std::move(node));
+}
+
+Var Flatten(const Var& x) {
+  if (x.shape().rank() < 1) throw Error("flatten: needs a batch dimension");
+  const int64_t batch = x.shape()[0];
+  return Reshape(
+      x, Shape{batch, batch == 0 ? 0 : x.value().num_elements() / batch});
+}
+
+Var Concat(Backend& be, std::span<const Var> parts) {
+  if (parts.empty()) throw Error("concat: no inputs");
+  const int64_t rows = parts[0].shape()[0];
+  int64_t cols = 0;
+  std::vector<int64_t> widths;
+  std::vector<NodePtr> inputs;
+  for (const Var& p : parts) {
+    if (p.shape().rank() != 2 || p.shape()[0] != rows) {
+      throw Error(fmt::format("concat: every input must be [{}, n]; got {}",
+                              rows, p.shape().ToString()));
+    }
+    widths.push_back(p.shape()[1]);
+    cols += p.shape()[1];
+    inputs.push_back(p.shared());
+  }
+  Tensor y = NewFloat(Shape{rows, cols});
+  float* o = y.mutable_data<float>();
+  int64_t at = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const float* in = parts[i].data();
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(in + r * widths[i], widths[i], o + r * cols + at);
+    }
+    at += widths[i];
+  }
+  auto node = MakeNode(std::move(y), std::move(inputs));
+  node->backward = [&be, rows, cols, widths](Node& self) {
+    const float* dy = GradIn(self);
+    int64_t at = 0;
+    for (size_t i = 0; i < widths.size(); ++i) {
+      Node& in = *self.inputs[i];
+      if (in.requires_grad) {
+        float* d = Grad(be, in);
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t c = 0; c < widths[i]; ++c) {
+            d[r * widths[i] + c] += dy[r * cols + at + c];
+          }
+        }
+      }
+      at += widths[i];
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var ReduceSum(Backend& be, const Var& x) {
+  const int64_t n = x.value().num_elements();
+  Tensor y = NewFloat(Shape{});
+  y.mutable_data<float>()[0] = static_cast<float>(be.Sum(n, x.data()));
+  auto node = MakeNode(std::move(y), {x.shared()});
+  node->backward = [&be, n](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    const float g = GradIn(self)[0];
+    float* d = Grad(be, *self.inputs[0]);
+    for (int64_t i = 0; i < n; ++i) d[i] += g;
+  };
+  return Var(std::move(node));
+}
+
+Var ReduceMean(Backend& be, const Var& x) {
+  const int64_t n = x.value().num_elements();
+  return Scale(be, ReduceSum(be, x), n == 0 ? 0.0f : 1.0f / n);
+}
+
+Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
+           int stride_w, Padding padding) {
+  CheckRank(x, 4, "conv2d");
+  CheckRank(filter, 4, "conv2d filter");
+  if (filter.shape()[2] != x.shape()[3]) {
+    throw Error(fmt::format(
+        "conv2d: filter {} expects {} input channels, the input {} has {}",
+        filter.shape().ToString(), filter.shape()[2], x.shape().ToString(),
+        x.shape()[3]));
+  }
+  Window2D g;
+  g.batch = x.shape()[0];
+  g.in_h = x.shape()[1];
+  g.in_w = x.shape()[2];
+  g.in_c = x.shape()[3];
+  g.window_h = filter.shape()[0];
+  g.window_w = filter.shape()[1];
+  g.out_c = filter.shape()[3];
+  g.stride_h = stride_h;
+  g.stride_w = stride_w;
+  g.padding = padding;
+  g.Resolve();
+  Tensor y = NewFloat(Shape{g.batch, g.out_h, g.out_w, g.out_c});
+  be.Conv2D(g, x.data(), filter.data(), y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared(), filter.shared()});
+  node->backward = [&be, g](Node& self) {
+    Node& X = *self.inputs[0];
+    Node& W = *self.inputs[1];
+    be.Conv2DBackward(g, X.value.data<float>(), W.value.data<float>(),
+                      GradIn(self), X.requires_grad ? Grad(be, X) : nullptr,
+                      W.requires_grad ? Grad(be, W) : nullptr);
+  };
+  return Var(std::move(node));
+}
+
+Var Pool2D(Backend& be, Pooling kind, const Var& x, int window_h, int window_w,
+           int stride_h, int stride_w, Padding padding) {
+  CheckRank(x, 4, kind == Pooling::kMax ? "max_pool2d" : "avg_pool2d");
+  Window2D g;
+  g.batch = x.shape()[0];
+  g.in_h = x.shape()[1];
+  g.in_w = x.shape()[2];
+  g.in_c = x.shape()[3];
+  g.out_c = g.in_c;
+  g.window_h = window_h;
+  g.window_w = window_w;
+  g.stride_h = stride_h;
+  g.stride_w = stride_w;
+  g.padding = padding;
+  g.Resolve();
+  Tensor y = NewFloat(Shape{g.batch, g.out_h, g.out_w, g.in_c});
+  be.Pool2D(kind, g, x.data(), y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared()});
+  node->backward = [&be, g, kind](Node& self) {
+    Node& X = *self.inputs[0];
+    if (!X.requires_grad) return;
+    be.Pool2DBackward(kind, g, X.value.data<float>(), self.value.data<float>(),
+                      GradIn(self), Grad(be, X));
+  };
+  return Var(std::move(node));
+}
+
+Var Dropout(Backend& be, const Var& x, float rate, uint64_t seed) {
+  if (rate < 0.0f || rate >= 1.0f) {
+    throw Error(fmt::format("dropout: rate {} is outside [0, 1)", rate));
+  }
+  if (rate == 0.0f) return x;
+  const int64_t n = x.value().num_elements();
+  Tensor mask = NewFloat(x.shape());
+  float* m = mask.mutable_data<float>();
+  const float keep = 1.0f / (1.0f - rate);
+  const uint64_t threshold =
+      static_cast<uint64_t>(static_cast<double>(rate) * 18446744073709551616.0);
+  pipeline::Rng rng(seed);
+  for (int64_t i = 0; i < n; ++i) m[i] = rng.Next() < threshold ? 0.0f : keep;
+  Tensor y = NewFloat(x.shape());
+  be.Multiply(n, x.data(), m, y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {x.shared()});
+  node->backward = [&be, n, mask](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    Tensor t = NewFloat(self.value.shape());
+    be.Multiply(n, GradIn(self), mask.data<float>(), t.mutable_data<float>());
+    be.Axpby(n, 1.0f, t.data<float>(), 1.0f, Grad(be, *self.inputs[0]));
+  };
+  return Var(std::move(node));
+}
+
+Var BatchNorm(Backend& be, const Var& x, const Var& gamma, const Var& beta,
+              float* moving_mean, float* moving_var, bool training,
+              float momentum, float epsilon) {
+  const int64_t cols = LastDim(x.shape());
+  const int64_t rows = x.value().num_elements() / std::max<int64_t>(cols, 1);
+  if (gamma.value().num_elements() != cols ||
+      beta.value().num_elements() != cols) {
+    throw Error(fmt::format("batch_norm: {} channels but gamma/beta of {}/{}",
+                            cols, gamma.value().num_elements(),
+                            beta.value().num_elements()));
+  }
+  Tensor mean = NewFloat(Shape{cols});
+  Tensor inv_std = NewFloat(Shape{cols});
+  Tensor y = NewFloat(x.shape());
+  be.BatchNormForward(rows, cols, x.data(), gamma.data(), beta.data(), epsilon,
+                      training, momentum, moving_mean, moving_var,
+                      mean.mutable_data<float>(), inv_std.mutable_data<float>(),
+                      y.mutable_data<float>());
+  auto node =
+      MakeNode(std::move(y), {x.shared(), gamma.shared(), beta.shared()});
+  node->backward = [&be, rows, cols, mean, inv_std, training](Node& self) {
+    Node& X = *self.inputs[0];
+    Node& G = *self.inputs[1];
+    Node& B = *self.inputs[2];
+    const float* dy = GradIn(self);
+    if (training) {
+      be.BatchNormBackward(rows, cols, X.value.data<float>(),
+                           G.value.data<float>(), mean.data<float>(),
+                           inv_std.data<float>(), dy,
+                           X.requires_grad ? Grad(be, X) : nullptr,
+                           G.requires_grad ? Grad(be, G) : nullptr,
+                           B.requires_grad ? Grad(be, B) : nullptr);
+      return;
+    }
+    // Inference mode: an affine map per channel.
+    const float* x = X.value.data<float>();
+    const float* gamma = G.value.data<float>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float d = dy[r * cols + c];
+        const float is = inv_std.data<float>()[c];
+        if (X.requires_grad) Grad(be, X)[r * cols + c] += d * gamma[c] * is;
+        if (G.requires_grad) {
+          Grad(be, G)[c] += d * (x[r * cols + c] - mean.data<float>()[c]) * is;
+        }
+        if (B.requires_grad) Grad(be, B)[c] += d;
+      }
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var Gather(Backend& be, const Var& table, const Tensor& ids) {
+  CheckRank(table, 2, "embedding table");
+  const int64_t rows = table.shape()[0], dim = table.shape()[1];
+  const int64_t n = ids.num_elements();
+  std::vector<int64_t> id_values = LabelsAsInt64(ids, n, "embedding lookup");
+  Shape shape = ids.shape();
+  // ids.shape + [dim]
+  std::vector<int64_t> dims(shape.dims().begin(), shape.dims().end());
+  dims.push_back(dim);
+  Tensor y = NewFloat(Shape(std::span<const int64_t>(dims)));
+  be.Gather(rows, dim, table.data(), n, id_values.data(),
+            y.mutable_data<float>());
+  auto node = MakeNode(std::move(y), {table.shared()});
+  node->backward = [&be, dim, n, id_values](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    be.ScatterAdd(dim, n, id_values.data(), GradIn(self),
+                  Grad(be, *self.inputs[0]));
+  };
+  return Var(std::move(node));
+}
+
+Var SparseSoftmaxCrossEntropy(Backend& be, const Var& logits,
+                              const Tensor& labels) {
+  CheckRank(logits, 2, "sparse_softmax_cross_entropy");
+  const int64_t rows = logits.shape()[0], cols = logits.shape()[1];
+  std::vector<int64_t> ids =
+      LabelsAsInt64(labels, rows, "sparse_softmax_cross_entropy");
+  std::vector<float> losses(static_cast<size_t>(rows));
+  // The gradient is computed with the forward pass (it needs the softmax).
+  Tensor dlogits = Zeros(be, logits.shape());
+  const float scale = rows == 0 ? 0.0f : 1.0f / static_cast<float>(rows);
+  be.SparseSoftmaxCrossEntropy(rows, cols, logits.data(), ids.data(),
+                               losses.data(), dlogits.mutable_data<float>(),
+                               scale);
+  double sum = 0;
+  for (float l : losses) sum += l;
+  Tensor y = NewFloat(Shape{});
+  y.mutable_data<float>()[0] = static_cast<float>(sum * scale);
+  auto node = MakeNode(std::move(y), {logits.shared()});
+  node->backward = [&be, dlogits](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    be.Axpby(dlogits.num_elements(), GradIn(self)[0], dlogits.data<float>(),
+             1.0f, Grad(be, *self.inputs[0]));
+  };
+  return Var(std::move(node));
+}
+
+Var SigmoidCrossEntropy(Backend& be, const Var& logits, const Tensor& labels) {
+  const int64_t n = logits.value().num_elements();
+  if (labels.num_elements() != n) {
+    throw Error(
+        fmt::format("sigmoid_cross_entropy: {} labels for logits of shape {}",
+                    labels.num_elements(), logits.shape().ToString()));
+  }
+  Tensor targets = ToFloat(labels, 1.0f);
+  std::vector<float> losses(static_cast<size_t>(n));
+  Tensor dlogits = Zeros(be, logits.shape());
+  const float scale = n == 0 ? 0.0f : 1.0f / static_cast<float>(n);
+  be.SigmoidCrossEntropy(n, logits.data(), targets.data<float>(), losses.data(),
+                         dlogits.mutable_data<float>(), scale);
+  double sum = 0;
+  for (float l : losses) sum += l;
+  Tensor y = NewFloat(Shape{});
+  y.mutable_data<float>()[0] = static_cast<float>(sum * scale);
+  auto node = MakeNode(std::move(y), {logits.shared()});
+  node->backward = [&be, dlogits](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    be.Axpby(dlogits.num_elements(), GradIn(self)[0], dlogits.data<float>(),
+             1.0f, Grad(be, *self.inputs[0]));
+  };
+  return Var(std::move(node));
+}
+
+Var MeanSquaredError(Backend& be, const Var& predictions,
+                     const Tensor& labels) {
+  const int64_t n = predictions.value().num_elements();
+  if (labels.num_elements() != n) {
+    throw Error(
+        fmt::format("mean_squared_error: {} labels for predictions of "
+                    "shape {}",
+                    labels.num_elements(), predictions.shape().ToString()));
+  }
+  Var target = Constant(labels);
+  if (!(target.shape() == predictions.shape())) {
+    target = Reshape(target, predictions.shape());
+  }
+  Var diff = Add(be, predictions, Scale(be, target, -1.0f));
+  return ReduceMean(be, Multiply(be, diff, diff));
+}
+
+void Backward(Backend& be, const Var& loss) {
+  if (loss.value().num_elements() != 1) {
+    throw Error(fmt::format("backward: the loss must be a scalar, got {}",
+                            loss.shape().ToString()));
+  }
+  // Reverse topological order by an iterative depth-first search.
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<Node*, size_t>> stack{{loss.node(), 0}};
+  seen.insert(loss.node());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      Node* in = node->inputs[next++].get();
+      if (in->requires_grad && seen.insert(in).second) stack.push_back({in, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  Grad(be, *loss.node())[0] += 1.0f;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* n = *it;
+    if (n->backward && n->grad.valid()) n->backward(*n);
+  }
+}
+
+}  // namespace ops
+}  // namespace recflow::train

@@ -1,0 +1,102 @@
+#include "train/optimizers.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+
+namespace recflow::train {
+
+LearningRate ConstantLearningRate(float lr) {
+  return [lr](int64_t) { return lr; };
+}
+
+LearningRate ExponentialDecay(float lr, int64_t decay_steps, float rate,
+                              bool staircase) {
+  if (decay_steps <= 0) throw Error("exponential decay: decay_steps <= 0");
+  return [=](int64_t step) {
+    double p = double(step) / double(decay_steps);
+    if (staircase) p = std::floor(p);
+    return static_cast<float>(lr * std::pow(double(rate), p));
+  };
+}
+
+LearningRate PiecewiseConstant(std::vector<int64_t> boundaries,
+                               std::vector<float> values) {
+  if (values.size() != boundaries.size() + 1) {
+    throw Error(
+        fmt::format("piecewise constant: {} boundaries need {} values, got {}",
+                    boundaries.size(), boundaries.size() + 1, values.size()));
+  }
+  return [boundaries = std::move(boundaries),
+          values = std::move(values)](int64_t step) {
+    for (size_t i = 0; i < boundaries.size(); ++i) {
+      if (step <= boundaries[i]) return values[i];
+    }
+    return values.back();
+  };
+}
+
+LearningRate CosineDecay(float lr, int64_t decay_steps, float alpha) {
+  if (decay_steps <= 0) throw Error("cosine decay: decay_steps <= 0");
+  return [=](int64_t step) {
+    const double p = std::min<double>(double(step), double(decay_steps)) /
+                     double(decay_steps);
+    const double cosine = 0.5 * (1 + std::cos(std::numbers::pi * p));
+    return static_cast<float>(lr * ((1 - alpha) * cosine + alpha));
+  };
+}
+
+TrainOp Optimizer::Minimize(ModelContext& ctx, const Var& loss) {
+  auto self = shared_from_this();
+  return [self, &ctx, loss] {
+    Backend& be = ctx.backend();
+    ops::Backward(be, loss);
+    const int64_t step = ctx.global_step();
+    const float lr = self->lr_(step);
+    for (Variable* v : ctx.variables().trainable()) {
+      self->Apply(ctx, *v, lr, step + 1);
+      be.Fill(v->size(), 0.0f, v->grad_data());
+    }
+    ++*ctx.mutable_global_step();
+  };
+}
+
+Variable& Optimizer::Slot(ModelContext& ctx, Variable& v,
+                          const std::string& slot) {
+  return ctx.variables().GetOrCreate(v.name + "/" + name() + "/" + slot,
+                                     v.value.shape(), Initializer::Zeros(),
+                                     /*trainable=*/false);
+}
+
+void SGD::Apply(ModelContext& ctx, Variable& v, float lr, int64_t) {
+  ctx.backend().SgdUpdate(v.size(), lr, v.grad_data(), v.data());
+}
+
+void Momentum::Apply(ModelContext& ctx, Variable& v, float lr, int64_t) {
+  Variable& accumulator = Slot(ctx, v, "momentum");
+  ctx.backend().MomentumUpdate(v.size(), lr, momentum_, nesterov_,
+                               v.grad_data(), accumulator.data(), v.data());
+}
+
+void Adam::Apply(ModelContext& ctx, Variable& v, float lr, int64_t step) {
+  Variable& m = Slot(ctx, v, "m");
+  Variable& s = Slot(ctx, v, "v");
+  const double t = static_cast<double>(step);
+  const float lr_t =
+      static_cast<float>(lr * std::sqrt(1 - std::pow(double(beta2_), t)) /
+                         (1 - std::pow(double(beta1_), t)));
+  ctx.backend().AdamUpdate(v.size(), lr_t, beta1_, beta2_, epsilon_,
+                           v.grad_data(), m.data(), s.data(), v.data());
+}
+
+std::shared_ptr<Optimizer> MakeOptimizer(std::string_view name,
+                                         LearningRate lr) {
+  if (name == "sgd") return std::make_shared<SGD>(std::move(lr));
+  if (name == "momentum") return std::make_shared<Momentum>(std::move(lr));
+  if (name == "adam") return std::make_shared<Adam>(std::move(lr));
+  throw Error(fmt::format(
+      "unknown optimizer \"{}\" (expected sgd, momentum or adam)", name));
+}
+
+}  // namespace recflow::train
