@@ -43,6 +43,7 @@ Runner AddReshardCommand(CLI::App& app);
 Runner AddIndexCommand(CLI::App& app);
 Runner AddDemoCommand(CLI::App& app);
 Runner AddBenchCommand(CLI::App& app);
+Runner AddTrainCommand(CLI::App& app);
 
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  Throws UsageError for zero shards, an unknown compression,

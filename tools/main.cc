@@ -52,9 +52,14 @@ int main(int argc, char** argv) {
       "Run an input pipeline (read, shuffle, batch, parse, prefetch) over "
       "files; report throughput, memory and the bottleneck stage.",
       AddBenchCommand);
+  add("train",
+      "Train a linear, DNN or CNN classifier on tf.Example records, with "
+      "evaluation, checkpoints (resumed on rerun) and TensorBoard logs.",
+      AddTrainCommand);
   add("demo",
-      "Write a sample dataset, then verify, reshard and index it, saying "
-      "what happened.",
+      "Write a sample dataset, verify, reshard and index it; convert "
+      "Fashion-MNIST, stream it, train a DNN or CNN on it and evaluate it, "
+      "saying what happened.",
       AddDemoCommand);
 
   try {

@@ -228,7 +228,8 @@ TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
 TEST(CliTest, DemoRunsEndToEnd) {
   TempDir dir;
   const Result r =
-      Recflow(dir, "demo --json --records 2000 --workdir " + dir.File("demo"));
+      Recflow(dir, "demo --json --records 2000 --train-steps 300 --workdir " +
+                       dir.File("demo"));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = r.Json();
   EXPECT_EQ(j["records"], 2000);
@@ -244,6 +245,14 @@ TEST(CliTest, DemoRunsEndToEnd) {
     EXPECT_GT(f["restored_batches_expected"].get<int>(), 0);
     EXPECT_EQ(f["restored_batches_identical"], f["restored_batches_expected"]);
     EXPECT_EQ(f["global_shuffle_records"], 60000);
+    // 300 steps of the DNN: well on its way (the full run is the slow
+    // test in train_command_test.cc).
+    EXPECT_GT(j["test_accuracy"].get<double>(), 0.8);
+    EXPECT_EQ(j["global_step"], 300);
+    EXPECT_GT(j["examples_per_s"].get<double>(), 0);
+    const std::string model_dir = j["model_dir"];
+    EXPECT_TRUE(std::filesystem::exists(model_dir + "/model.ckpt-300"));
+    EXPECT_TRUE(std::filesystem::exists(model_dir + "/eval"));
   }
 }
 
