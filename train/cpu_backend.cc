@@ -568,15 +568,17 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    for (int64_t c = 0; c < g.in_c; ++c) {
-      bool done = false;
-      for (int64_t iy = w.y0; iy < w.y1 && !done; ++iy) {
-        for (int64_t ix = w.x0; ix < w.x1; ++ix) {
-          const int64_t at = base + (iy * g.in_w + ix) * g.in_c + c;
-          if (x[at] == y[c]) {
-            dx[at] += dy[c];
-            done = true;
-            break;
+    // One pass over the window; each channel's gradient goes to the first
+    // cell equal to its maximum.
+    thread_local std::vector<uint8_t> routed;
+    routed.assign(static_cast<size_t>(g.in_c), 0);
+    for (int64_t iy = w.y0; iy < w.y1; ++iy) {
+      for (int64_t ix = w.x0; ix < w.x1; ++ix) {
+        const int64_t at = base + (iy * g.in_w + ix) * g.in_c;
+        for (int64_t c = 0; c < g.in_c; ++c) {
+          if (!routed[c] && x[at + c] == y[c]) {
+            dx[at + c] += dy[c];
+            routed[c] = 1;
           }
         }
       }
