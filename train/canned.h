@@ -75,15 +75,15 @@ Var InputLayer(ModelContext& ctx, const Features& features,
                std::span<const FeatureColumn> columns);
 
 struct LinearOptions {
-  std::vector<FeatureColumn> columns;
+  std::vector<FeatureColumn> columns = {};
   int n_classes = 2;  // classifiers
   std::string optimizer = "adam";
   LearningRate learning_rate = ConstantLearningRate(0.01f);
 };
 
 struct DNNOptions {
-  std::vector<int64_t> hidden_units;
-  std::vector<FeatureColumn> columns;
+  std::vector<int64_t> hidden_units = {};
+  std::vector<FeatureColumn> columns = {};
   int n_classes = 2;  // classifiers
   Activation activation = Activation::kRelu;
   float dropout = 0.0f;

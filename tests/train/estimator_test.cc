@@ -474,20 +474,20 @@ TEST(EstimatorTest,
 TEST(EstimatorSlowTest, TrainsOnAnArrayLargerThan2GiBWithSmallCheckpoints) {
   testing::TempDir dir;
   constexpr int64_t kRows = int64_t{9} << 20, kCols = 64;  // 2.25 GiB floats
-  auto x = std::make_shared<std::vector<float>>(
-      static_cast<size_t>(kRows * kCols));
-  auto labels = std::make_shared<std::vector<int64_t>>(
-      static_cast<size_t>(kRows));
+  auto x =
+      std::make_shared<std::vector<float>>(static_cast<size_t>(kRows * kCols));
+  auto labels =
+      std::make_shared<std::vector<int64_t>>(static_cast<size_t>(kRows));
   for (int64_t r = 0; r < kRows; ++r) {
     const float v = static_cast<float>(r % 3);
     std::fill_n(x->data() + r * kCols, kCols, v);
     (*labels)[static_cast<size_t>(r)] = r % 3;
   }
   Element arrays;
-  arrays.Set("x", Tensor::View(DType::kFloat32, Shape{kRows, kCols}, x->data(),
-                               x));
-  arrays.Set("label", Tensor::View(DType::kInt64, Shape{kRows},
-                                   labels->data(), labels));
+  arrays.Set("x",
+             Tensor::View(DType::kFloat32, Shape{kRows, kCols}, x->data(), x));
+  arrays.Set("label",
+             Tensor::View(DType::kInt64, Shape{kRows}, labels->data(), labels));
   ASSERT_GT(arrays.byte_size(), size_t{2} << 30);
   auto model = [](const Features& f, const Tensor* l, Mode mode,
                   ModelContext& ctx) {
@@ -510,7 +510,8 @@ TEST(EstimatorSlowTest, TrainsOnAnArrayLargerThan2GiBWithSmallCheckpoints) {
   // holds the 10,000 buffered slices of the shuffle (3.5 MB): bounded by
   // the shuffle buffer, not by the 2.25 GiB array.
   EXPECT_LT(size, uint64_t{4} << 20) << size;
-  std::printf("checkpoint: %llu bytes\n", static_cast<unsigned long long>(size));
+  std::printf("checkpoint: %llu bytes\n",
+              static_cast<unsigned long long>(size));
 }
 
 }  // namespace
