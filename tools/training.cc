@@ -25,31 +25,29 @@ bool IsImageMetadata(const std::string& name) {
          name == "depth";
 }
 
-// The first record's int64 scalar `key`, or -1.
-int64_t FirstRecordInt(const std::vector<std::string>& files,
-                       const std::string& key) {
-  records::FeatureSpec one;
-  FeatureConfig c;
-  c.dtype = records::DType::kInt64;
-  c.default_value = records::DefaultValue{{}, {-1}, {}};
-  one.Add(key, c);
-  pipeline::Iterator it =
-      pipeline::Dataset::FromTFRecords(files).Take(1).Parse(one).MakeIterator();
-  pipeline::Element e;
-  if (!it.Next(&e)) return -1;
-  return e[key].scalar<int64_t>();
-}
+// The first record's image `key` (its byte length) and its int64
+// height/width features (-1 where missing), read in one parse.
+struct FirstImage {
+  int64_t bytes = 0, height = -1, width = -1;
+};
 
-// The byte length of the first record's bytes feature `key`.
-int64_t FirstRecordBytes(const std::vector<std::string>& files,
-                         const std::string& key, const FeatureConfig& config) {
-  records::FeatureSpec one;
-  one.Add(key, config);
-  pipeline::Iterator it =
-      pipeline::Dataset::FromTFRecords(files).Take(1).Parse(one).MakeIterator();
+FirstImage ReadFirstImage(const std::vector<std::string>& files,
+                          const std::string& key, const FeatureConfig& config) {
+  records::FeatureSpec spec;
+  spec.Add(key, config);
+  FeatureConfig dim;
+  dim.dtype = records::DType::kInt64;
+  dim.default_value = records::DefaultValue{{}, {-1}, {}};
+  spec.Add("height", dim);
+  spec.Add("width", dim);
+  pipeline::Iterator it = pipeline::Dataset::FromTFRecords(files)
+                              .Take(1)
+                              .Parse(spec)
+                              .MakeIterator();
   pipeline::Element e;
   if (!it.Next(&e)) throw UsageError("the training files hold no records");
-  return static_cast<int64_t>(e[key].bytes(0).size());
+  return {static_cast<int64_t>(e[key].bytes(0).size()),
+          e["height"].scalar<int64_t>(), e["width"].scalar<int64_t>()};
 }
 
 std::vector<int64_t> ImageShape(const TrainJob& job, const std::string& key,
@@ -60,9 +58,7 @@ std::vector<int64_t> ImageShape(const TrainJob& job, const std::string& key,
     }
     return job.image_shape;
   }
-  const int64_t bytes = FirstRecordBytes(job.train_files, key, config);
-  const int64_t h = FirstRecordInt(job.train_files, "height");
-  const int64_t w = FirstRecordInt(job.train_files, "width");
+  const auto [bytes, h, w] = ReadFirstImage(job.train_files, key, config);
   if (h > 0 && w > 0 && bytes % (h * w) == 0) return {h, w, bytes / (h * w)};
   const auto side = static_cast<int64_t>(std::llround(std::sqrt(bytes)));
   if (side * side != bytes) {

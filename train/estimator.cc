@@ -36,6 +36,35 @@ void NotifyException(const Hooks& hooks, const std::exception& e) {
   }
 }
 
+// Hands every hook the values its before_run asked for: "loss",
+// "global_step", or a prediction or tensor of the model_fn's spec.
+void AfterRun(const Hooks& hooks, const std::vector<SessionRunArgs>& args,
+              RunContext& run, const EstimatorSpec& spec, double loss,
+              int64_t global_step, int64_t batch) {
+  for (size_t i = 0; i < hooks.size(); ++i) {
+    SessionRunValues values;
+    values.batch_size = batch;
+    for (const std::string& name : args[i].fetches) {
+      if (name == "loss") {
+        values.results[name] = FloatScalar(loss);
+      } else if (name == "global_step") {
+        values.results[name] = Int64Scalar(global_step);
+      } else if (auto p = spec.predictions.find(name);
+                 p != spec.predictions.end()) {
+        values.results[name] = p->second;
+      } else if (auto t = spec.tensors.find(name); t != spec.tensors.end()) {
+        values.results[name] = t->second;
+      } else {
+        throw Error(fmt::format(
+            "a hook fetches \"{}\", which the model_fn does not provide "
+            "(loss, global_step, its predictions and tensors)",
+            name));
+      }
+    }
+    hooks[i]->after_run(run, values);
+  }
+}
+
 int64_t BatchSizeOf(const pipeline::Element& e) {
   for (const auto& c : e.components) {
     if (c.tensor.shape().rank() > 0) return c.tensor.num_rows();
@@ -299,29 +328,7 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
       const float loss_value =
           static_cast<float>(spec.loss.value().data<float>()[0]);
       spec.train_op();
-      for (size_t i = 0; i < hooks.size(); ++i) {
-        SessionRunValues values;
-        values.batch_size = batch;
-        for (const std::string& name : args[i].fetches) {
-          if (name == "loss") {
-            values.results[name] = FloatScalar(loss_value);
-          } else if (name == "global_step") {
-            values.results[name] = Int64Scalar(session.global_step_);
-          } else if (auto p = spec.predictions.find(name);
-                     p != spec.predictions.end()) {
-            values.results[name] = p->second;
-          } else if (auto t = spec.tensors.find(name);
-                     t != spec.tensors.end()) {
-            values.results[name] = t->second;
-          } else {
-            throw Error(fmt::format(
-                "a hook fetches \"{}\", which the model_fn does not provide "
-                "(loss, global_step, its predictions and tensors)",
-                name));
-          }
-        }
-        hooks[i]->after_run(run, values);
-      }
+      AfterRun(hooks, args, run, spec, loss_value, session.global_step_, batch);
       if (run.stop_requested()) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
@@ -371,28 +378,7 @@ std::map<std::string, double> Estimator::Evaluate(
       const double value = spec.loss.value().data<float>()[0];
       loss.Update(value, static_cast<double>(batch));
       ++batches;
-      for (size_t i = 0; i < hooks.size(); ++i) {
-        SessionRunValues values;
-        values.batch_size = batch;
-        for (const std::string& n : args[i].fetches) {
-          if (n == "loss") {
-            values.results[n] = FloatScalar(value);
-          } else if (n == "global_step") {
-            values.results[n] = Int64Scalar(session.global_step_);
-          } else if (auto p = spec.predictions.find(n);
-                     p != spec.predictions.end()) {
-            values.results[n] = p->second;
-          } else if (auto t = spec.tensors.find(n); t != spec.tensors.end()) {
-            values.results[n] = t->second;
-          } else {
-            throw Error(
-                fmt::format("a hook fetches \"{}\", which the "
-                            "model_fn does not provide",
-                            n));
-          }
-        }
-        hooks[i]->after_run(run, values);
-      }
+      AfterRun(hooks, args, run, spec, value, session.global_step_, batch);
       if (run.stop_requested()) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });

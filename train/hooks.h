@@ -14,8 +14,9 @@
 // sees its after_run, then end().
 //
 // Fetchable names: "loss" (float32 scalar), "global_step" (int64 scalar,
-// the step count after this step's update), "learning_rate", and the
-// names of the model_fn's predictions and tensors.
+// the step count after this step's update), and the names of the
+// model_fn's predictions and tensors (EstimatorSpec::tensors holds any
+// other value a hook should see, a learning rate for one).
 #ifndef RECFLOW_TRAIN_HOOKS_H_
 #define RECFLOW_TRAIN_HOOKS_H_
 

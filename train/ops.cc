@@ -112,6 +112,24 @@ std::vector<int64_t> LabelsAsInt64(const Tensor& labels, int64_t rows,
   return out;
 }
 
+// sum(losses) * scale (scale = 1/n: the mean) as a scalar Var whose
+// backward passes `dlogits` (the backend computed it, already scaled, with
+// the forward pass) on to `logits`.
+Var MeanLoss(Backend& be, const Var& logits, std::span<const float> losses,
+             float scale, Tensor dlogits) {
+  double sum = 0;
+  for (float l : losses) sum += l;
+  Tensor y = NewFloat(Shape{});
+  y.mutable_data<float>()[0] = static_cast<float>(sum * scale);
+  auto node = MakeNode(std::move(y), {logits.shared()});
+  node->backward = [&be, dlogits = std::move(dlogits)](Node& self) {
+    if (!self.inputs[0]->requires_grad) return;
+    be.Axpby(dlogits.num_elements(), GradIn(self)[0], dlogits.data<float>(),
+             1.0f, Grad(be, *self.inputs[0]));
+  };
+  return Var(std::move(node));
+}
+
 }  // namespace
 
 namespace ops {
@@ -575,17 +593,7 @@ Var SparseSoftmaxCrossEntropy(Backend& be, const Var& logits,
   be.SparseSoftmaxCrossEntropy(rows, cols, logits.data(), ids.data(),
                                losses.data(), dlogits.mutable_data<float>(),
                                scale);
-  double sum = 0;
-  for (float l : losses) sum += l;
-  Tensor y = NewFloat(Shape{});
-  y.mutable_data<float>()[0] = static_cast<float>(sum * scale);
-  auto node = MakeNode(std::move(y), {logits.shared()});
-  node->backward = [&be, dlogits](Node& self) {
-    if (!self.inputs[0]->requires_grad) return;
-    be.Axpby(dlogits.num_elements(), GradIn(self)[0], dlogits.data<float>(),
-             1.0f, Grad(be, *self.inputs[0]));
-  };
-  return Var(std::move(node));
+  return MeanLoss(be, logits, losses, scale, std::move(dlogits));
 }
 
 Var SigmoidCrossEntropy(Backend& be, const Var& logits, const Tensor& labels) {
@@ -601,17 +609,7 @@ Var SigmoidCrossEntropy(Backend& be, const Var& logits, const Tensor& labels) {
   const float scale = n == 0 ? 0.0f : 1.0f / static_cast<float>(n);
   be.SigmoidCrossEntropy(n, logits.data(), targets.data<float>(), losses.data(),
                          dlogits.mutable_data<float>(), scale);
-  double sum = 0;
-  for (float l : losses) sum += l;
-  Tensor y = NewFloat(Shape{});
-  y.mutable_data<float>()[0] = static_cast<float>(sum * scale);
-  auto node = MakeNode(std::move(y), {logits.shared()});
-  node->backward = [&be, dlogits](Node& self) {
-    if (!self.inputs[0]->requires_grad) return;
-    be.Axpby(dlogits.num_elements(), GradIn(self)[0], dlogits.data<float>(),
-             1.0f, Grad(be, *self.inputs[0]));
-  };
-  return Var(std::move(node));
+  return MeanLoss(be, logits, losses, scale, std::move(dlogits));
 }
 
 Var MeanSquaredError(Backend& be, const Var& predictions,
