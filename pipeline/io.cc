@@ -13,11 +13,13 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <vector>
 
 #include "records/errors.h"
+#include "records/io_faults.h"
 
 namespace recflow::pipeline {
 namespace {
@@ -148,8 +150,24 @@ class FileBlocks {
               size_t got, Block* block) {
     const uint64_t want = std::min<uint64_t>(length, end_ - offset);
     while (got < want) {
-      ssize_t n = ::pread(fd_, buffer.get() + got, length - got,
-                          static_cast<off_t>(offset + got));
+      // Direct reads go on from an aligned offset, in whole sectors (a short
+      // direct read from the kernel is whole sectors too; an injected one
+      // is rounded up to them).
+      if (direct_) got = got / kDirectAlignment * kDirectAlignment;
+      const records::IoFault fault =
+          records::CheckIoFault(records::IoOp::kRead, path_, length - got);
+      size_t cap = std::max<size_t>(fault.max_bytes, 1);
+      if (direct_ && cap < length) {
+        cap =
+            (cap + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
+      }
+      ssize_t n = -1;
+      if (fault.error != 0) {
+        errno = fault.error;
+      } else {
+        n = ::pread(fd_, buffer.get() + got, std::min(length - got, cap),
+                    static_cast<off_t>(offset + got));
+      }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         throw records::IoError(
@@ -249,8 +267,14 @@ class IoUringBlockReader final : public BlockReader {
       if (!file_.NextRead(&offset, &length)) return false;
       std::shared_ptr<char> buffer = file_.pool().Get();
       iovec iov{buffer.get(), length};
-      const ssize_t n = ::preadv2(file_.fd(), &iov, 1,
-                                  static_cast<off_t>(offset), RWF_NOWAIT);
+      // A fault injected here sends the read through the ring, as a read
+      // that would wait does.
+      const records::IoFault fault =
+          records::CheckIoFault(records::IoOp::kRead, file_.path(), length);
+      const ssize_t n = fault.error != 0 || fault.max_bytes < length
+                            ? -1
+                            : ::preadv2(file_.fd(), &iov, 1,
+                                        static_cast<off_t>(offset), RWF_NOWAIT);
       const uint64_t want = std::min<uint64_t>(length, file_.end() - offset);
       if (n >= 0 && static_cast<uint64_t>(n) == want) {
         file_.Finish(std::move(buffer), offset, length, want, block);
@@ -282,6 +306,16 @@ class IoUringBlockReader final : public BlockReader {
     while (!front.done) Reap(/*wait=*/true);
     std::unique_ptr<Read> read = std::move(in_flight_.front());
     in_flight_.pop_front();
+    if (read->result >= 0) {
+      const records::IoFault fault = records::CheckIoFault(
+          records::IoOp::kRead, file_.path(), read->length);
+      if (fault.error != 0) {
+        read->result = -fault.error;
+      } else if (static_cast<size_t>(read->result) > fault.max_bytes) {
+        // Finish() completes a short read with pread.
+        read->result = static_cast<int>(std::max<size_t>(fault.max_bytes, 1));
+      }
+    }
     if (read->result < 0) {
       throw records::IoError(file_.path(),
                              fmt::format("read at offset {}", read->offset),

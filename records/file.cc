@@ -10,12 +10,70 @@
 #include <cerrno>
 
 #include "records/errors.h"
+#include "records/io_faults.h"
 
 namespace recflow::records {
 namespace {
 
 // Linux refuses single reads and writes above this (0x7ffff000).
 constexpr size_t kMaxIo = size_t{1} << 30;
+
+// The system calls below, each through the fault seam (io_faults.h).  A
+// short transfer is at least one byte, so it is never mistaken for the end.
+ssize_t ReadCall(int fd, char* dst, size_t n, const std::string& path) {
+  const IoFault f = CheckIoFault(IoOp::kRead, path, n);
+  if (f.error != 0) {
+    errno = f.error;
+    return -1;
+  }
+  return read(fd, dst, std::min(n, std::max<size_t>(f.max_bytes, 1)));
+}
+
+ssize_t PreadCall(int fd, char* dst, size_t n, uint64_t offset,
+                  const std::string& path) {
+  const IoFault f = CheckIoFault(IoOp::kRead, path, n);
+  if (f.error != 0) {
+    errno = f.error;
+    return -1;
+  }
+  return pread(fd, dst, std::min(n, std::max<size_t>(f.max_bytes, 1)),
+               static_cast<off_t>(offset));
+}
+
+ssize_t WritevCall(int fd, iovec* iov, int count, const std::string& path) {
+  size_t total = 0;
+  for (int i = 0; i < count; ++i) total += iov[i].iov_len;
+  const IoFault f = CheckIoFault(IoOp::kWrite, path, total);
+  if (f.error != 0) {
+    errno = f.error;
+    return -1;
+  }
+  size_t budget = std::max<size_t>(f.max_bytes, 1);
+  int used = 0;
+  for (; used < count && budget > 0; ++used) {
+    iov[used].iov_len = std::min(iov[used].iov_len, budget);
+    budget -= iov[used].iov_len;
+  }
+  return writev(fd, iov, used);
+}
+
+int SyncCall(int fd, const std::string& path) {
+  const IoFault f = CheckIoFault(IoOp::kSync, path, 0);
+  if (f.error != 0) {
+    errno = f.error;
+    return -1;
+  }
+  return fdatasync(fd);
+}
+
+int RenameCall(const std::string& from, const std::string& to) {
+  const IoFault f = CheckIoFault(IoOp::kRename, to, 0);
+  if (f.error != 0) {
+    errno = f.error;
+    return -1;
+  }
+  return rename(from.c_str(), to.c_str());
+}
 
 std::string UniqueTempPath(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
@@ -27,15 +85,29 @@ std::string UniqueTempPath(const std::string& path) {
                      counter.fetch_add(1));
 }
 
-void SyncDirectory(const std::string& dir) {
+// Makes the entry of `path` (just renamed into place) durable.  Errors name
+// `path`, the file the caller wrote.
+void SyncDirectory(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
   const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw IoError(dir, "cannot open directory to sync it", errno);
-  const int rc = fsync(fd);
-  const int err = errno;
+  if (fd < 0) {
+    throw IoError(path,
+                  fmt::format("in place, but cannot open its directory {} "
+                              "to make that durable",
+                              dir),
+                  errno);
+  }
+  const IoFault f = CheckIoFault(IoOp::kSync, dir, 0);
+  const int rc = f.error != 0 ? -1 : fsync(fd);
+  const int err = f.error != 0 ? f.error : errno;
   close(fd);
   // Some file systems (and /dev/shm-like mounts) cannot sync directories.
   if (rc != 0 && err != EINVAL && err != EROFS) {
-    throw IoError(dir, "fsync of directory failed", err);
+    throw IoError(path,
+                  fmt::format("in place, but the fsync of its directory {} "
+                              "failed, so that may not survive a crash",
+                              dir),
+                  err);
   }
 }
 
@@ -73,7 +145,8 @@ ReadableFile::~ReadableFile() {
 size_t ReadableFile::Read(char* dst, size_t n) {
   size_t done = 0;
   while (done < n) {
-    const ssize_t r = read(fd_, dst + done, std::min(n - done, kMaxIo));
+    const ssize_t r =
+        ReadCall(fd_, dst + done, std::min(n - done, kMaxIo), path_);
     if (r < 0) {
       if (errno == EINTR) continue;
       throw IoError(path_, fmt::format("read at byte {} failed", position_),
@@ -96,8 +169,8 @@ void ReadableFile::Seek(uint64_t offset) {
 size_t ReadableFile::ReadAt(uint64_t offset, char* dst, size_t n) const {
   size_t done = 0;
   while (done < n) {
-    const ssize_t r = pread(fd_, dst + done, std::min(n - done, kMaxIo),
-                            static_cast<off_t>(offset + done));
+    const ssize_t r = PreadCall(fd_, dst + done, std::min(n - done, kMaxIo),
+                                offset + done, path_);
     if (r < 0) {
       if (errno == EINTR) continue;
       throw IoError(
@@ -168,7 +241,7 @@ void WritableFile::Append3(std::string_view a, std::string_view b,
       budget -= chunk[count].iov_len;
       ++count;
     }
-    const ssize_t w = writev(fd_, chunk, count);
+    const ssize_t w = WritevCall(fd_, chunk, count, path_);
     if (w < 0) {
       if (errno == EINTR) continue;
       throw IoError(
@@ -188,7 +261,7 @@ void WritableFile::Append3(std::string_view a, std::string_view b,
 
 void WritableFile::Sync() {
   if (fd_ < 0) throw IoError(path_, "sync after close");
-  if (regular_ && fdatasync(fd_) != 0) {
+  if (regular_ && SyncCall(fd_, path_) != 0) {
     throw IoError(path_, "fsync failed", errno);
   }
 }
@@ -215,14 +288,14 @@ void WritableFile::Commit() {
   if (!finished_) throw IoError(path_, "committed before it was finished");
   finished_ = false;
   if (temp_path_.empty()) return;
-  if (rename(temp_path_.c_str(), path_.c_str()) != 0) {
+  if (RenameCall(temp_path_, path_) != 0) {
     const int err = errno;
     unlink(temp_path_.c_str());
     temp_path_.clear();
     throw IoError(path_, "cannot rename the temporary file into place", err);
   }
   temp_path_.clear();
-  SyncDirectory(DirectoryOf(path_));
+  SyncDirectory(path_);
 }
 
 }  // namespace recflow::records

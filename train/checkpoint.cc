@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "records/crc32c.h"
 #include "records/file.h"
@@ -106,6 +104,10 @@ TensorMap ReadCheckpoint(const std::string& path) {
     }
     data.resize(got);
   }
+  return ParseCheckpoint(data, path);
+}
+
+TensorMap ParseCheckpoint(std::string_view data, const std::string& path) {
   Cursor c(path, data);
   if (c.Take(kMagic.size(), "the magic") != kMagic) {
     throw Error(fmt::format(
@@ -128,7 +130,15 @@ TensorMap ReadCheckpoint(const std::string& path) {
                       i, name, dtype, rank));
     }
     std::vector<int64_t> dims(rank);
-    for (auto& d : dims) d = c.Get<int64_t>(what);
+    // The element count, checked for overflow: the dimensions come from
+    // the file.
+    uint64_t elements = 1;
+    bool overflow = false;
+    for (auto& d : dims) {
+      d = c.Get<int64_t>(what);
+      overflow |= d < 0 || __builtin_mul_overflow(
+                               elements, static_cast<uint64_t>(d), &elements);
+    }
     const uint64_t bytes = c.Get<uint64_t>(what);
     const std::string_view values =
         c.Take(bytes, fmt::format("{} ({})", what, name));
@@ -143,9 +153,10 @@ TensorMap ReadCheckpoint(const std::string& path) {
     }
     const Shape shape{std::span<const int64_t>(dims)};
     const auto d = static_cast<DType>(dtype);
-    if (shape.num_elements() < 0 ||
-        static_cast<uint64_t>(shape.num_elements()) * pipeline::DTypeSize(d) !=
-            bytes) {
+    uint64_t want_bytes = 0;
+    if (overflow ||
+        __builtin_mul_overflow(elements, pipeline::DTypeSize(d), &want_bytes) ||
+        want_bytes != bytes) {
       c.Fail(fmt::format("entry {} ({}): {} bytes for shape {} of {}", i, name,
                          bytes, shape.ToString(), pipeline::DTypeName(d)));
     }
@@ -178,20 +189,51 @@ CheckpointManager::CheckpointManager(std::string model_dir, int keep_max)
   fs::create_directories(dir_);
 }
 
-std::vector<std::string> CheckpointManager::ReadState() const {
-  std::ifstream in(fs::path(dir_) / kStateFile);
+std::vector<std::string> ParseCheckpointState(std::string_view text,
+                                              const std::string& path) {
   std::vector<std::string> names;
-  std::string latest, line;
-  auto value = [](const std::string& l) {
-    const size_t a = l.find('"'), b = l.rfind('"');
-    return a == std::string::npos || b <= a ? std::string()
-                                            : l.substr(a + 1, b - a - 1);
-  };
-  while (std::getline(in, line)) {
-    if (line.starts_with("all_model_checkpoint_paths:")) {
-      names.push_back(value(line));
-    } else if (line.starts_with("model_checkpoint_path:")) {
-      latest = value(line);
+  std::string latest;
+  size_t line_number = 0;
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? "" : text.substr(eol + 1);
+    ++line_number;
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) {
+      line.remove_suffix(1);
+    }
+    if (line.empty() || line.front() == '#') continue;
+    const size_t colon = line.find(':');
+    const std::string_view key =
+        line.substr(0, colon == std::string_view::npos ? 0 : colon);
+    std::string_view value =
+        colon == std::string_view::npos ? "" : line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    auto fail = [&](std::string_view expected) {
+      throw Error(fmt::format(
+          "checkpoint state file {}: line {}: expected {}, found \"{}\"", path,
+          line_number, expected, line.substr(0, 80)));
+    };
+    // TensorFlow 2 also writes timestamps; their values do not matter here.
+    if (key == "all_model_checkpoint_timestamps" ||
+        key == "last_preserved_timestamp") {
+      continue;
+    }
+    if (key != "model_checkpoint_path" && key != "all_model_checkpoint_paths") {
+      fail("model_checkpoint_path: or all_model_checkpoint_paths:");
+    }
+    if (value.size() < 2 || value.front() != '"' || value.back() != '"' ||
+        value.substr(1, value.size() - 2).find('"') != std::string_view::npos) {
+      fail(fmt::format("{}: \"<checkpoint name>\"", key));
+    }
+    std::string name(value.substr(1, value.size() - 2));
+    if (name.empty() || name.find('\0') != std::string::npos) {
+      fail("a non-empty checkpoint name");
+    }
+    if (key == "model_checkpoint_path") {
+      latest = std::move(name);
+    } else {
+      names.push_back(std::move(name));
     }
   }
   if (!latest.empty() &&
@@ -199,6 +241,19 @@ std::vector<std::string> CheckpointManager::ReadState() const {
     names.push_back(latest);
   }
   return names;
+}
+
+std::vector<std::string> CheckpointManager::ReadState() const {
+  const std::string path = (fs::path(dir_) / kStateFile).string();
+  std::error_code ec;
+  if (!fs::exists(path, ec) && !ec) return {};
+  std::string text;
+  {
+    records::ReadableFile file(path);
+    text.resize(file.size());
+    text.resize(file.Read(text.data(), text.size()));
+  }
+  return ParseCheckpointState(text, path);
 }
 
 void CheckpointManager::WriteState(

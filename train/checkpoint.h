@@ -34,6 +34,15 @@ void WriteCheckpoint(const std::string& path, const TensorMap& tensors);
 // Verifies every CRC.  Throws records::IoError, or Error naming the file,
 // the byte offset and the entry of the first damage.
 TensorMap ReadCheckpoint(const std::string& path);
+// The same from a checkpoint's bytes; `path` is for messages.
+TensorMap ParseCheckpoint(std::string_view data, const std::string& path);
+
+// The checkpoint names in a `checkpoint` state file's text, oldest first
+// (the latest last).  Throws Error naming `path` and the line for anything
+// that is not TensorFlow's format, so a damaged state file is never taken
+// for "no checkpoints" (which would start training afresh).
+std::vector<std::string> ParseCheckpointState(std::string_view text,
+                                              const std::string& path);
 
 // The checkpoints of a model_dir: "model.ckpt-<step>" files and the
 // `checkpoint` state file in TensorFlow's text format:

@@ -12,6 +12,7 @@
 #include "records/example_builder.h"
 #include "records/example_parser.h"
 #include "records/feature_spec.h"
+#include "records/io_faults.h"
 #include "test_util.h"
 
 namespace recflow::pipeline {
@@ -117,6 +118,43 @@ TEST_F(TFRecordDatasetTest, IoUringAndPreadGiveIdenticalStreams) {
   }
   ASSERT_GE(streams.size(), 2u);
   for (const auto& s : streams) EXPECT_EQ(s, Sequential());
+}
+
+// Through the fault seam (records/io_faults.h), for both readers: a failing
+// read reaches next() as an IoError naming the file; short reads change
+// nothing.
+TEST_F(TFRecordDatasetTest, ReadFaultsReachNextAndShortReadsChangeNothing) {
+  for (auto backend : {IoBackend::kIoUring, IoBackend::kPread}) {
+    if (backend == IoBackend::kIoUring && !IoUringAvailable()) continue;
+    for (bool direct : {false, true}) {
+      TFRecordOptions o;
+      o.io.backend = backend;
+      o.io.block_bytes = 8192;
+      o.io.read_ahead = 3;
+      o.io.direct = direct;
+      SCOPED_TRACE(fmt::format("{} direct={}", IoBackendName(backend), direct));
+      for (uint64_t every : {1, 3, 10}) {
+        records::NthCallFaults faults(records::IoOp::kRead, every, EIO);
+        records::ScopedIoFaults scope(&faults);
+        try {
+          Collect(Dataset::FromTFRecords(files_, o));
+          ADD_FAILURE() << "no error, every " << every;
+        } catch (const records::IoError& e) {
+          EXPECT_NE(std::find(files_.begin(), files_.end(), e.path()),
+                    files_.end())
+              << e.what();
+          EXPECT_EQ(e.errno_value(), EIO);
+        }
+      }
+      for (size_t short_bytes : {size_t{1}, size_t{100}, size_t{5000}}) {
+        records::NthCallFaults faults(records::IoOp::kRead, 2, 0, short_bytes);
+        records::ScopedIoFaults scope(&faults);
+        EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_, o))),
+                  Sequential());
+        EXPECT_GT(faults.faults(), 0u);
+      }
+    }
+  }
 }
 
 TEST_F(TFRecordDatasetTest, DirectIoGivesTheSameRecords) {

@@ -1,10 +1,14 @@
 #include "train/checkpoint.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "records/errors.h"
+#include "records/io_faults.h"
 #include "test_util.h"
 
 namespace recflow::train {
@@ -105,6 +109,117 @@ TEST(CheckpointManagerTest, KeepsTheNewestAndWritesTensorFlowsStateFile) {
   EXPECT_NE(warnings[0].find("model.ckpt-30"), std::string::npos);
   std::filesystem::remove(dir.File("model.ckpt-20"));
   EXPECT_THROW(m.RestoreLatest(nullptr), Error);
+}
+
+// Through the fault seam: a save that fails at any write, fsync or rename
+// leaves the previous checkpoint and state file as they were.
+TEST(CheckpointManagerTest, FailedSavesKeepThePreviousCheckpoint) {
+  struct Kind {
+    records::IoOp op;
+    int error;
+  };
+  for (const Kind kind :
+       {Kind{records::IoOp::kWrite, ENOSPC}, Kind{records::IoOp::kWrite, EIO},
+        Kind{records::IoOp::kSync, EIO}, Kind{records::IoOp::kRename, EIO}}) {
+    for (uint64_t every : {1, 2, 3, 4}) {
+      SCOPED_TRACE(
+          fmt::format("{} every {}", records::IoOpName(kind.op), every));
+      testing::TempDir dir;
+      CheckpointManager m(dir.path().string(), 2);
+      TensorMap older = Sample();
+      older["global_step"] = Tensor::Scalar<int64_t>(10);
+      m.Save(10, older);
+      const std::string state = testing::ReadFileBytes(dir.File("checkpoint"));
+      TensorMap newer = Sample();
+      newer["global_step"] = Tensor::Scalar<int64_t>(20);
+      records::NthCallFaults faults(kind.op, every, kind.error);
+      bool failed = false;
+      {
+        records::ScopedIoFaults scope(&faults);
+        try {
+          m.Save(20, newer);
+        } catch (const records::IoError& e) {
+          failed = true;
+          EXPECT_EQ(e.errno_value(), kind.error);
+          EXPECT_NE(std::string(e.what()).find(dir.path().string()),
+                    std::string::npos);
+        }
+      }
+      EXPECT_EQ(failed, faults.faults() > 0);
+      auto restored = m.RestoreLatest(nullptr);
+      ASSERT_TRUE(restored);
+      const int64_t step =
+          restored->tensors.at("global_step").scalar<int64_t>();
+      if (failed && testing::ReadFileBytes(dir.File("checkpoint")) == state) {
+        EXPECT_EQ(step, 10);
+      } else {
+        // Only a failed fsync of the directory after the state file's
+        // rename: the new state is in place, complete.
+        EXPECT_EQ(step, 20);
+      }
+      // No temporary file left; a complete model.ckpt-20 may stay when
+      // only the state file's write failed (the next save replaces it).
+      for (const auto& name : dir.List()) {
+        EXPECT_NE(name[0], '.') << name;
+        EXPECT_NO_THROW(ReadCheckpoint(
+            dir.File(name == "checkpoint" ? "model.ckpt-10" : name)));
+      }
+    }
+  }
+}
+
+TEST(CheckpointManagerTest, ReadsTensorFlowTwosStateFileAndRefusesDamage) {
+  EXPECT_EQ(
+      ParseCheckpointState("model_checkpoint_path: \"ckpt-3\"\n"
+                           "all_model_checkpoint_paths: \"ckpt-2\"\n"
+                           "all_model_checkpoint_paths: \"ckpt-3\"\n"
+                           "all_model_checkpoint_timestamps: 1700000000.5\n"
+                           "all_model_checkpoint_timestamps: 1700000100.25\n"
+                           "last_preserved_timestamp: 1699999999.0\n",
+                           "checkpoint"),
+      (std::vector<std::string>{"ckpt-2", "ckpt-3"}));
+  EXPECT_EQ(ParseCheckpointState("model_checkpoint_path: \"a\"\r\n", "c"),
+            std::vector<std::string>{"a"});
+  for (const char* bad :
+       {"model_checkpoint_path \"x\"\n", "model_checkpoint_path: x\n", "junk\n",
+        "all_model_checkpoint_paths: \"\"\n",
+        "model_checkpoint_path: \"a\"b\"\n", "\x01\x02\x03"}) {
+    try {
+      ParseCheckpointState(bad, "dir/checkpoint");
+      ADD_FAILURE() << "accepted: " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dir/checkpoint: line 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // A damaged state file stops the restore instead of starting afresh.
+  testing::TempDir dir;
+  CheckpointManager m(dir.path().string(), 2);
+  m.Save(1, Sample());
+  testing::WriteFileBytes(dir.File("checkpoint"), "\x7f\x45garbage");
+  EXPECT_THROW(m.RestoreLatest(nullptr), Error);
+}
+
+TEST(CheckpointTest, HostileShapesAreRefusedWithoutOverflow) {
+  testing::TempDir dir;
+  WriteCheckpoint(dir.File("c"), Sample());
+  const std::string good = testing::ReadFileBytes(dir.File("c"));
+  // The first entry (sorted: "_input_iterator_state", uint8 rank 1) has its
+  // one dimension at byte 8 + 8 + 4 + 21 + 1 + 1.
+  const size_t dim_at = 8 + 8 + 4 + 21 + 2;
+  for (int64_t dim : {int64_t{-1}, int64_t{1} << 62, INT64_MAX, INT64_MIN}) {
+    std::string bad = good;
+    std::memcpy(bad.data() + dim_at, &dim, 8);
+    try {
+      ParseCheckpoint(bad, "c");
+      ADD_FAILURE() << dim;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("_input_iterator_state"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace
