@@ -22,6 +22,7 @@
 
 #include <tbb/flow_graph.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -58,6 +59,13 @@ class AsyncIterator final : public IteratorBase {
     bool end = false;
     bool ready = false;
     size_t bytes = 0;
+    AsyncIterator* owner = nullptr;
+    // Set (release) by the driver before it hands the slot to the graph,
+    // read (acquire) first by the node's body: oneTBB orders the two, but
+    // inside libtbb.so, where ThreadSanitizer cannot see it; this pair
+    // states the hand-off of the slot (and of the iterator it points to) in
+    // a form TSan checks.
+    std::atomic<bool> submitted{false};
   };
 
   void Start();

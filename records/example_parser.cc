@@ -712,8 +712,11 @@ bool FillFeatures(const Scratch& s, size_t index, ParsedBatch* out,
     if (fixed && c.dtype == DType::kFloat32) {
       AppendFloats(lists, dense.floats.data() + i * slot.count);
     } else if (slot.decoded) {
-      int64_t* dst = dense.ints.data() + i * slot.count;
-      if (!fixed) {
+      int64_t* dst;
+      if (fixed) {
+        dst = dense.ints.data() + i * slot.count;
+      } else {
+        // (dense.ints is empty, maybe null, for VarLen features.)
         const size_t at = f.ints.size();
         f.ints.resize(at + slot.count);
         dst = f.ints.data() + at;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 
 #include "records/crc32c.h"
 #include "records/tfrecord_format.h"
@@ -58,7 +59,15 @@ bool TFRecordReader::Refill(size_t n) {
       // make the reader allocate more than twice what the stream holds.
       const size_t grown =
           size_known_ ? n : std::min(n, std::max(capacity_ * 2, size_t{64}));
-      std::unique_ptr<char[]> bigger(new char[grown]);
+      std::unique_ptr<char[]> bigger(new (std::nothrow) char[grown]);
+      if (bigger == nullptr) {
+        throw IoError(
+            file_.path(),
+            fmt::format("out of memory: cannot allocate {} bytes to read the "
+                        "record at byte {} (record {}), which needs {}; lower "
+                        "max_record_bytes to refuse such records outright",
+                        grown, pos_offset_, RecordsSeen(), n));
+      }
       std::memcpy(bigger.get(), pos_, available);
       buffer_ = std::move(bigger);
       capacity_ = grown;

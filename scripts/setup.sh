@@ -11,6 +11,7 @@ packages=(
   libbenchmark-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev
   dataset-fashion-mnist
+  clang llvm  # scripts/sanitize.sh: libFuzzer, sanitizers, llvm-symbolizer
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -26,6 +27,8 @@ if ((${#missing[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[[ ${1:-} == --packages-only ]] && exit 0
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build

@@ -1,6 +1,8 @@
 #include "test_util.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -147,6 +149,108 @@ std::vector<std::string> ReadRecords(const std::string& path,
 std::string FixturesDir() {
   const std::string dir = RECFLOW_FIXTURES_DIR;
   return std::filesystem::is_directory(dir) ? dir : "";
+}
+
+std::string NpyBytes(const std::string& descr, const std::string& shape,
+                     const std::string& data) {
+  std::string header = "{'descr': '" + descr +
+                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out.push_back(1);
+  out.push_back(0);
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  return out + header + data;
+}
+
+std::string Zip(const std::vector<std::pair<std::string, std::string>>& files,
+                bool compress) {
+  auto le16 = [](std::string& s, uint32_t v) {
+    s.push_back(static_cast<char>(v));
+    s.push_back(static_cast<char>(v >> 8));
+  };
+  auto le32 = [&](std::string& s, uint32_t v) {
+    le16(s, v & 0xffff);
+    le16(s, v >> 16);
+  };
+  std::string out, dir;
+  for (const auto& [name, data] : files) {
+    std::string body = data;
+    if (compress) {
+      z_stream z{};
+      deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
+      body.resize(deflateBound(&z, data.size()));
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+      z.avail_in = static_cast<uInt>(data.size());
+      z.next_out = reinterpret_cast<Bytef*>(body.data());
+      z.avail_out = static_cast<uInt>(body.size());
+      deflate(&z, Z_FINISH);
+      body.resize(z.total_out);
+      deflateEnd(&z);
+    }
+    const uint32_t crc = static_cast<uint32_t>(
+        crc32(0, reinterpret_cast<const Bytef*>(data.data()),
+              static_cast<uInt>(data.size())));
+    const uint32_t offset = static_cast<uint32_t>(out.size());
+    le32(out, 0x04034b50);
+    le16(out, 20);
+    le16(out, 0);
+    le16(out, compress ? 8 : 0);
+    le32(out, 0);
+    le32(out, crc);
+    le32(out, static_cast<uint32_t>(body.size()));
+    le32(out, static_cast<uint32_t>(data.size()));
+    le16(out, static_cast<uint32_t>(name.size()));
+    le16(out, 0);
+    out += name + body;
+    le32(dir, 0x02014b50);
+    le16(dir, 20);
+    le16(dir, 20);
+    le16(dir, 0);
+    le16(dir, compress ? 8 : 0);
+    le32(dir, 0);
+    le32(dir, crc);
+    le32(dir, static_cast<uint32_t>(body.size()));
+    le32(dir, static_cast<uint32_t>(data.size()));
+    le16(dir, static_cast<uint32_t>(name.size()));
+    le16(dir, 0);
+    le16(dir, 0);
+    le16(dir, 0);
+    le16(dir, 0);
+    le32(dir, 0);
+    le32(dir, offset);
+    dir += name;
+  }
+  const uint32_t dir_offset = static_cast<uint32_t>(out.size());
+  out += dir;
+  le32(out, 0x06054b50);
+  le16(out, 0);
+  le16(out, 0);
+  le16(out, static_cast<uint32_t>(files.size()));
+  le16(out, static_cast<uint32_t>(files.size()));
+  le32(out, static_cast<uint32_t>(dir.size()));
+  le32(out, dir_offset);
+  le16(out, 0);
+  return out;
+}
+
+std::string Be32(uint32_t v) {
+  return {static_cast<char>(v >> 24), static_cast<char>(v >> 16),
+          static_cast<char>(v >> 8), static_cast<char>(v)};
+}
+
+bool CapAddressSpace(uint64_t bytes) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return false;
+#endif
+#endif
+  const rlimit limit{bytes, bytes};
+  return setrlimit(RLIMIT_AS, &limit) == 0;
 }
 
 }  // namespace recflow::testing

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "records/tfrecord_reader.h"
@@ -62,6 +63,30 @@ void WriteRecords(const std::string& path,
 // Every record of `path`, read with records::TFRecordReader.
 std::vector<std::string> ReadRecords(const std::string& path,
                                      records::ReaderOptions options = {});
+
+// A .npy file's bytes: header for `descr` ("<f4") and `shape` ("(3, 2)"),
+// then `data`.
+std::string NpyBytes(const std::string& descr, const std::string& shape,
+                     const std::string& data);
+// The bytes of a vector's elements.
+template <typename T>
+std::string Raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()),
+                     v.size() * sizeof(T));
+}
+// A zip archive as numpy.savez writes it (stored) or savez_compressed
+// (deflated), built by hand.
+std::string Zip(const std::vector<std::pair<std::string, std::string>>& files,
+                bool compress);
+// `v` as 4 big-endian bytes (IDX headers).
+std::string Be32(uint32_t v);
+
+// Caps this process's address space (RLIMIT_AS) at `bytes`, for tests that
+// show an input cannot make the process allocate what it claims; run it in
+// a child (a death test).  Returns false, capping nothing, under
+// AddressSanitizer or ThreadSanitizer, whose shadow memory needs far more
+// address space than any cap a test would set.
+bool CapAddressSpace(uint64_t bytes);
 
 // The fixtures directory, or "" when it is not there.
 std::string FixturesDir();

@@ -322,8 +322,7 @@ TEST(TFRecordReaderDeathTest, HostileLengthInGzipDoesNotAllocateIt) {
   gzclose(gz);
   const std::string path = dir.File("bomb.gz");
   auto child = [&] {
-    rlimit limit{size_t{1} << 30, size_t{1} << 30};
-    setrlimit(RLIMIT_AS, &limit);
+    testing::CapAddressSpace(uint64_t{1} << 30);
     try {
       testing::ReadRecords(path);
     } catch (const RecordError& e) {

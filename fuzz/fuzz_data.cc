@@ -1,0 +1,148 @@
+#include "fuzz_data.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "records/crc32c.h"
+#include "records/example_builder.h"
+#include "records/feature_spec.h"
+#include "records/index.h"
+#include "records/tfrecord_writer.h"
+
+namespace recflow::fuzz {
+namespace {
+
+// Writes a file with `write(path)` unless it is there already.
+template <typename Fn>
+std::string Ensure(const std::string& name, Fn write) {
+  const std::string path = FixedDataDir() + "/" + name;
+  if (!std::filesystem::exists(path)) write(path);
+  return path;
+}
+
+}  // namespace
+
+const std::string& FixedDataDir() {
+  static const std::string dir = [] {
+    std::string base = "/dev/shm";
+    if (!std::filesystem::is_directory(base)) {
+      base = std::filesystem::temp_directory_path().string();
+    }
+    const std::string d =
+        base + "/recflow-fuzz-data-v1-" + std::to_string(getuid());
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string SmallRecordFile(bool zstd) {
+  return Ensure(zstd ? "small.tfrecord.zst" : "small.tfrecord",
+                [&](const std::string& path) {
+                  records::WriterOptions o;
+                  o.compression = zstd ? records::Compression::kZstd
+                                       : records::Compression::kNone;
+                  o.zstd_frame_bytes = 64;
+                  records::TFRecordWriter w(path, o);
+                  for (int i = 0; i < 20; ++i) {
+                    w.Write(std::string(static_cast<size_t>(i * 7),
+                                        static_cast<char>('a' + i)));
+                  }
+                  w.Close();
+                });
+}
+
+std::vector<pipeline::Dataset> StatePipelines() {
+  using pipeline::Dataset;
+  std::vector<std::string> files;
+  for (int f = 0; f < 3; ++f) {
+    files.push_back(Ensure("part-" + std::to_string(f) + ".tfrecord",
+                           [&](const std::string& path) {
+                             records::WriterOptions o;
+                             o.build_index = true;
+                             records::TFRecordWriter w(path, o);
+                             records::ExampleBuilder b;
+                             for (int r = 0; r < 10 + 5 * f; ++r) {
+                               b.Clear();
+                               b.AddInt64("id", f * 100 + r);
+                               const float x[2] = {static_cast<float>(r), 0.5f};
+                               b.AddFloatList("x", x);
+                               w.Write(b.Serialize());
+                             }
+                             // The index first: a file is only used once its
+                             // index is there.
+                             records::WriteIndex(records::IndexPathFor(path),
+                                                 w.index());
+                             w.Close();
+                           }));
+  }
+  const auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
+      "id": {"kind": "fixed", "dtype": "int64", "shape": []},
+      "x": {"kind": "fixed", "dtype": "float32", "shape": [2]}}})");
+  std::vector<Dataset> out;
+  pipeline::TFRecordOptions t;
+  t.num_parallel_reads = 2;
+  t.shuffle_files = true;
+  t.seed = 3;
+  out.push_back(
+      Dataset::FromTFRecords(files, t).Shuffle(8, 1).Batch(3).Repeat(2));
+  pipeline::GlobalShuffleOptions g;
+  g.seed = 5;
+  g.num_shards = 2;
+  out.push_back(
+      Dataset::FromTFRecordsGlobalShuffle(files, g).Repeat(2).Parse(spec).Batch(
+          4, true));
+  pipeline::MapOptions m;
+  m.num_parallel_calls = 2;
+  out.push_back(Dataset::Range(0, 100)
+                    .Shuffle(10, 7)
+                    .Map([](pipeline::Element e) { return e; }, m)
+                    .Skip(3)
+                    .Take(60)
+                    .Prefetch(2));
+  out.push_back(Dataset::FromTFRecords(files).Parse(spec).Cache().Repeat(3));
+  return out;
+}
+
+std::string WithStateCrc(std::string_view state) {
+  std::string out(state.substr(0, state.size() < 4 ? 0 : state.size() - 4));
+  const uint32_t crc =
+      records::crc32c::Mask(records::crc32c::Value(out.data(), out.size()));
+  char bytes[4];
+  std::memcpy(bytes, &crc, 4);  // little-endian machines only (x86, arm)
+  out.append(bytes, 4);
+  return out;
+}
+
+std::string WithCheckpointCrcs(std::string_view checkpoint) {
+  std::string out(checkpoint);
+  size_t pos = 8 + 8;  // magic, entry count
+  auto get = [&](size_t n, uint64_t* v) {
+    if (pos + n > out.size()) return false;
+    *v = 0;
+    std::memcpy(v, out.data() + pos, n);
+    pos += n;
+    return true;
+  };
+  while (true) {
+    const size_t start = pos;
+    uint64_t name_size, dtype, rank, dim, bytes;
+    if (!get(4, &name_size) || name_size > out.size() - pos) break;
+    pos += name_size;
+    if (!get(1, &dtype) || !get(1, &rank) || rank > 8) break;
+    bool ok = true;
+    for (uint64_t i = 0; i < rank && ok; ++i) ok = get(8, &dim);
+    if (!ok || !get(8, &bytes) || bytes > out.size() - pos) break;
+    pos += bytes;
+    if (pos + 4 > out.size()) break;
+    const uint32_t crc = records::crc32c::Mask(
+        records::crc32c::Value(out.data() + start, pos - start));
+    std::memcpy(out.data() + pos, &crc, 4);
+    pos += 4;
+  }
+  return out;
+}
+
+}  // namespace recflow::fuzz

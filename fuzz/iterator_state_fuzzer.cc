@@ -1,0 +1,34 @@
+// Iterator::Restore() with arbitrary state blobs, for pipelines that cover
+// every stage with state: TFRecord files (interleaved, shuffled per epoch),
+// the index-based global shuffle (sharded), shuffle buffers holding
+// elements, batch, repeat, take/skip, cache, prefetch and parallel map.
+// After a restore that is accepted, up to 16 elements are drawn.  Any
+// records::Error (which pipeline errors derive from) is a correct answer.
+#include <cstdint>
+
+#include "fuzz_data.h"
+#include "fuzz_util.h"
+#include "pipeline/dataset.h"
+#include "records/errors.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace recflow;
+  static const std::vector<pipeline::Dataset> pipelines =
+      fuzz::StatePipelines();
+  fuzz::Input in(data, size);
+  const uint8_t mode = in.Byte();
+  const pipeline::Dataset& ds = pipelines[mode % pipelines.size()];
+  // Mostly with the CRC made right, so that changes reach the stages.
+  const std::string state = (mode & 0x80) != 0 ? std::string(in.Rest())
+                                               : fuzz::WithStateCrc(in.Rest());
+  try {
+    pipeline::Iterator it = ds.MakeIterator();
+    it.Restore(state);
+    pipeline::Element e;
+    for (int i = 0; i < 16 && it.Next(&e); ++i) {
+    }
+    it.Save();
+  } catch (const records::Error&) {
+  }
+  return 0;
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The reliability checks CI runs after the test suite (docs/RELIABILITY.md):
+#   1. the whole test suite (but the slow tests) built with clang under
+#      AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/;
+#   2. every fuzz target (fuzz/, libFuzzer, same build) for FUZZ_SECONDS
+#      each (default 60), two at a time, from the seed corpora;
+#   3. the pipeline tests under ThreadSanitizer, in build-tsan/.
+# Any sanitizer report, fuzzer crash, leak, timeout or out-of-memory fails.
+# Run one part with: bash scripts/sanitize.sh asan|fuzz|tsan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+parts=("${@:-asan fuzz tsan}")
+read -r -a parts <<<"${parts[*]}"
+fuzz_seconds=${FUZZ_SECONDS:-60}
+jobs=$(nproc)
+
+bash scripts/setup.sh --packages-only
+
+san_flags="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined"
+# vptr: oneTBB's flow graph casts task memory to its type before
+# constructing it, which the vptr check reports inside TBB.
+san_flags+=" -fno-sanitize=vptr -fno-sanitize-recover=undefined"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+
+build_asan() {
+  CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None \
+    -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_FUZZ=ON \
+    -DCMAKE_CXX_FLAGS="$san_flags -fsanitize=fuzzer-no-link" >/dev/null
+  cmake --build build-asan
+}
+
+for part in "${parts[@]}"; do
+  case "$part" in
+    asan)
+      echo "== test suite under AddressSanitizer + UndefinedBehaviorSanitizer"
+      build_asan
+      # StreamingMemoryTest measures RSS growth, which ASan's quarantine
+      # inflates; `install` re-builds the project without sanitizers.
+      ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+        -LE 'slow|install' -E StreamingMemoryTest
+      ;;
+    fuzz)
+      echo "== fuzz targets, ${fuzz_seconds} s each"
+      build_asan
+      ctest --test-dir build-asan -R '^fuzz\.make_seeds$' >/dev/null
+      mkdir -p build-asan/fuzz/corpus build-asan/fuzz/artifacts
+      targets=$(cd build-asan/fuzz && ls -- *_fuzzer)
+      export fuzz_seconds
+      # -rss_limit_mb: an input that makes a target use 2 GiB is a finding;
+      # -timeout: so is one that takes 20 s.
+      printf '%s\n' $targets | xargs -P "$jobs" -I{} bash -c '
+        t={}; name=${t%_fuzzer}
+        mkdir -p build-asan/fuzz/corpus/$name
+        if build-asan/fuzz/$t -max_total_time=$fuzz_seconds \
+             -rss_limit_mb=2048 -timeout=20 -max_len=65536 -print_final_stats=1 \
+             -artifact_prefix=build-asan/fuzz/artifacts/$name- \
+             build-asan/fuzz/corpus/$name build-asan/fuzz/seeds/$name \
+             >build-asan/fuzz/$name.log 2>&1; then
+          echo "fuzz $name: ok ($(grep -o "stat::number_of_executed_units: [0-9]*" build-asan/fuzz/$name.log | grep -o "[0-9]*$") runs)"
+        else
+          echo "fuzz $name: FAILED; the log ends:"; tail -40 build-asan/fuzz/$name.log
+          exit 255
+        fi'
+      ;;
+    tsan)
+      echo "== pipeline tests under ThreadSanitizer"
+      cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None \
+        -DRECFLOW_BUILD_BENCH=OFF \
+        -DCMAKE_CXX_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=thread" >/dev/null
+      cmake --build build-tsan --target pipeline_tests
+      TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" \
+        ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
+        -L pipeline -E StreamingMemoryTest
+      ;;
+    *)
+      echo "unknown part: $part (asan, fuzz or tsan)" >&2
+      exit 2
+      ;;
+  esac
+done
