@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "records/file.h"
 #include "records/tfrecord_writer.h"
@@ -185,8 +186,14 @@ ConvertSummary Convert(const ConvertJob& job) {
   Progress progress(*source);
   size_t chunk_index = 0;
   bool writers_stopped_early = false;
-  auto read_rows = [&](tbb::flow_control& fc) -> std::shared_ptr<RowChunk> {
-    auto chunk = std::make_shared<RowChunk>();
+  // The chunks between the stages.  They travel as raw pointers and are
+  // owned here: when an error cancels the pipeline, oneTBB drops the items
+  // in flight without destroying them, so owning tokens would leak.
+  std::mutex live_mu;
+  std::unordered_map<RowChunk*, std::unique_ptr<RowChunk>> live;
+  auto read_rows = [&](tbb::flow_control& fc) -> RowChunk* {
+    auto owned = std::make_unique<RowChunk>();
+    RowChunk* chunk = owned.get();
     chunk->rows.resize(kChunkRecords);
     size_t n = 0;
     while (n < kChunkRecords && source->NextRow(&chunk->rows[n])) ++n;
@@ -195,9 +202,11 @@ ConvertSummary Convert(const ConvertJob& job) {
       return nullptr;
     }
     chunk->rows.resize(n);
+    std::lock_guard<std::mutex> lock(live_mu);
+    live.emplace(chunk, std::move(owned));
     return chunk;
   };
-  auto build_examples = [&](std::shared_ptr<RowChunk> chunk) {
+  auto build_examples = [&](RowChunk* chunk) {
     records::ExampleBuilder builder;
     for (Row& row : chunk->rows) {
       if (row.built || !row.error.empty()) continue;
@@ -212,7 +221,7 @@ ConvertSummary Convert(const ConvertJob& job) {
     }
     return chunk;
   };
-  auto hand_to_writers = [&](std::shared_ptr<RowChunk> rows) {
+  auto hand_to_writers = [&](RowChunk* rows) {
     if (writer_failed) {
       writers_stopped_early = true;
       throw ConvertError("a shard writer failed", /*row_level=*/false);
@@ -227,6 +236,10 @@ ConvertSummary Convert(const ConvertJob& job) {
       }
       chunk->records.push_back(std::move(row.example));
     }
+    {
+      std::lock_guard<std::mutex> lock(live_mu);
+      live.erase(rows);
+    }
     summary.records += chunk->records.size();
     if (!chunk->records.empty()) {
       queues[chunk->shard % threads].Push(std::move(chunk));
@@ -237,13 +250,12 @@ ConvertSummary Convert(const ConvertJob& job) {
   try {
     tbb::parallel_pipeline(
         kChunksInFlight,
-        tbb::make_filter<void, std::shared_ptr<RowChunk>>(
-            tbb::filter_mode::serial_in_order, read_rows) &
-            tbb::make_filter<std::shared_ptr<RowChunk>,
-                             std::shared_ptr<RowChunk>>(
-                tbb::filter_mode::parallel, build_examples) &
-            tbb::make_filter<std::shared_ptr<RowChunk>, void>(
-                tbb::filter_mode::serial_in_order, hand_to_writers));
+        tbb::make_filter<void, RowChunk*>(tbb::filter_mode::serial_in_order,
+                                          read_rows) &
+            tbb::make_filter<RowChunk*, RowChunk*>(tbb::filter_mode::parallel,
+                                                   build_examples) &
+            tbb::make_filter<RowChunk*, void>(tbb::filter_mode::serial_in_order,
+                                              hand_to_writers));
   } catch (...) {
     progress.Finish();
     stop_workers();
