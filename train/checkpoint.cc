@@ -161,7 +161,10 @@ TensorMap ParseCheckpoint(std::string_view data, const std::string& path) {
                          bytes, shape.ToString(), pipeline::DTypeName(d)));
     }
     Tensor t = Tensor::Allocate(d, shape);
-    std::memcpy(const_cast<char*>(t.raw_data()), values.data(), bytes);
+    // (memcpy may not be given the null pointers of an empty tensor.)
+    if (bytes != 0) {
+      std::memcpy(const_cast<char*>(t.raw_data()), values.data(), bytes);
+    }
     out.emplace(name, std::move(t));
   }
   if (c.Take(kFooter.size(), "the footer") != kFooter ||
