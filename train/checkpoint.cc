@@ -132,12 +132,12 @@ TensorMap ParseCheckpoint(std::string_view data, const std::string& path) {
     std::vector<int64_t> dims(rank);
     // The element count, checked for overflow: the dimensions come from
     // the file.
-    uint64_t elements = 1;
+    // (In int64, as Shape::num_elements() computes it.)
+    int64_t elements = 1;
     bool overflow = false;
     for (auto& d : dims) {
       d = c.Get<int64_t>(what);
-      overflow |= d < 0 || __builtin_mul_overflow(
-                               elements, static_cast<uint64_t>(d), &elements);
+      overflow |= d < 0 || __builtin_mul_overflow(elements, d, &elements);
     }
     const uint64_t bytes = c.Get<uint64_t>(what);
     const std::string_view values =
@@ -155,7 +155,8 @@ TensorMap ParseCheckpoint(std::string_view data, const std::string& path) {
     const auto d = static_cast<DType>(dtype);
     uint64_t want_bytes = 0;
     if (overflow ||
-        __builtin_mul_overflow(elements, pipeline::DTypeSize(d), &want_bytes) ||
+        __builtin_mul_overflow(static_cast<uint64_t>(elements),
+                               pipeline::DTypeSize(d), &want_bytes) ||
         want_bytes != bytes) {
       c.Fail(fmt::format("entry {} ({}): {} bytes for shape {} of {}", i, name,
                          bytes, shape.ToString(), pipeline::DTypeName(d)));
