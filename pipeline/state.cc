@@ -200,7 +200,12 @@ Tensor StateReader::ReadTensor() {
 Element StateReader::ReadElement() {
   Element e;
   const uint64_t n = U64();
-  Need(n * 16);
+  // Each component takes at least 16 bytes (a name's length, a dtype).
+  if (n > (in_.size() - pos_) / 16) {
+    Fail(fmt::format("an element of {} components, more than the {} bytes "
+                     "left can hold",
+                     n, in_.size() - pos_));
+  }
   e.components.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
     std::string name = String();
