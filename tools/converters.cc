@@ -569,10 +569,16 @@ class NpyArray {
   uint64_t rows() const { return rows_; }
 
   void AddRow(ExampleBuilder* b) {
-    row_.resize(row_bytes_);
-    stream_->ReadExactly(row_.data(), row_bytes_,
-                         fmt::format("{}: data ends before row {} of {}",
-                                     where_, row_index_, rows_));
+    // In steps of at most 1 MiB, so that a header claiming huge rows
+    // cannot make us allocate more than the data there is.
+    for (size_t got = 0; got < row_bytes_;) {
+      const size_t step = std::min<size_t>(row_bytes_ - got, size_t{1} << 20);
+      if (row_.size() < got + step) row_.resize(got + step);
+      stream_->ReadExactly(row_.data() + got, step,
+                           fmt::format("{}: data ends before row {} of {}",
+                                       where_, row_index_, rows_));
+      got += step;
+    }
     ++row_index_;
     const char* p = row_.data();
     if (kind_ == 'f') {
@@ -693,9 +699,24 @@ class NpyArray {
       InputError(where_ + ": a 0-d array has no rows to convert");
     }
     rows_ = dims[0];
-    elements_ = 1;
-    for (size_t i = 1; i < dims.size(); ++i) elements_ *= dims[i];
-    row_bytes_ = elements_ * item_;
+    // A row becomes one tf.train.Example, which protobuf caps at 2 GiB:
+    // a larger row (or a product that overflows) is a damaged header, not
+    // an allocation to attempt.
+    constexpr uint64_t kMaxRowBytes = uint64_t{1} << 31;
+    uint64_t elements = 1, bytes = 0;
+    bool overflow = false;
+    for (size_t i = 1; i < dims.size(); ++i) {
+      overflow |= __builtin_mul_overflow(elements, dims[i], &elements);
+    }
+    overflow |= __builtin_mul_overflow(elements, item_, &bytes);
+    if (overflow || bytes > kMaxRowBytes) {
+      InputError(
+          fmt::format("{}: shape {} makes rows of more than {} bytes, "
+                      "more than a tf.train.Example can hold",
+                      where_, shape, kMaxRowBytes));
+    }
+    elements_ = static_cast<size_t>(elements);
+    row_bytes_ = static_cast<size_t>(bytes);
   }
 
   std::unique_ptr<ByteStream> stream_;
