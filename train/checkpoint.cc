@@ -61,6 +61,14 @@ class Cursor {
   size_t pos_ = 0;
 };
 
+// The file's bytes (ReadableFile::Read reads until `n` or the end).
+std::string ReadWholeFile(const std::string& path) {
+  records::ReadableFile file(path);
+  std::string data(file.size(), '\0');
+  data.resize(file.Read(data.data(), data.size()));
+  return data;
+}
+
 }  // namespace
 
 void WriteCheckpoint(const std::string& path, const TensorMap& tensors) {
@@ -92,19 +100,7 @@ void WriteCheckpoint(const std::string& path, const TensorMap& tensors) {
 }
 
 TensorMap ReadCheckpoint(const std::string& path) {
-  std::string data;
-  {
-    records::ReadableFile file(path);
-    data.resize(file.size());
-    size_t got = 0;
-    while (got < data.size()) {
-      const size_t n = file.Read(data.data() + got, data.size() - got);
-      if (n == 0) break;
-      got += n;
-    }
-    data.resize(got);
-  }
-  return ParseCheckpoint(data, path);
+  return ParseCheckpoint(ReadWholeFile(path), path);
 }
 
 TensorMap ParseCheckpoint(std::string_view data, const std::string& path) {
@@ -251,13 +247,7 @@ std::vector<std::string> CheckpointManager::ReadState() const {
   const std::string path = (fs::path(dir_) / kStateFile).string();
   std::error_code ec;
   if (!fs::exists(path, ec) && !ec) return {};
-  std::string text;
-  {
-    records::ReadableFile file(path);
-    text.resize(file.size());
-    text.resize(file.Read(text.data(), text.size()));
-  }
-  return ParseCheckpointState(text, path);
+  return ParseCheckpointState(ReadWholeFile(path), path);
 }
 
 void CheckpointManager::WriteState(
