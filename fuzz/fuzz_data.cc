@@ -9,6 +9,7 @@
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
 #include "records/index.h"
+#include "records/tfrecord_format.h"
 #include "records/tfrecord_writer.h"
 
 namespace recflow::fuzz {
@@ -111,7 +112,7 @@ std::string WithStateCrc(std::string_view state) {
   const uint32_t crc =
       records::crc32c::Mask(records::crc32c::Value(out.data(), out.size()));
   char bytes[4];
-  std::memcpy(bytes, &crc, 4);  // little-endian machines only (x86, arm)
+  records::EncodeLittleEndian<uint32_t>(bytes, crc);
   out.append(bytes, 4);
   return out;
 }
@@ -139,7 +140,7 @@ std::string WithCheckpointCrcs(std::string_view checkpoint) {
     if (pos + 4 > out.size()) break;
     const uint32_t crc = records::crc32c::Mask(
         records::crc32c::Value(out.data() + start, pos - start));
-    std::memcpy(out.data() + pos, &crc, 4);
+    records::EncodeLittleEndian<uint32_t>(out.data() + pos, crc);
     pos += 4;
   }
   return out;

@@ -41,10 +41,6 @@ void Seed(const std::string& target, const std::string& name, char mode,
   ++written;
 }
 
-std::string FileBytes(const std::string& path) {
-  return testing::ReadFileBytes(path);
-}
-
 // The first `n` records of a fixture (none when it is missing).
 std::vector<std::string> FixtureRecords(const fs::path& path, size_t n) {
   std::vector<std::string> out;
@@ -66,7 +62,7 @@ void RecordSeeds(const std::vector<std::string>& records,
     o.compression = kAll[c];
     o.zstd_frame_bytes = 256;
     testing::WriteRecords(path, records, o);
-    const std::string bytes = FileBytes(path);
+    const std::string bytes = testing::ReadFileBytes(path);
     const std::string name(records::CompressionName(kAll[c]));
     Seed("tfrecord_reader", name, static_cast<char>(c), bytes);
     Seed("tfrecord_reader", name + "-detect", 4, bytes);
@@ -128,7 +124,8 @@ void IndexSeeds() {
     const std::string path = fuzz::SmallRecordFile(zstd);
     const std::string idx = path + ".seed-idx";
     records::WriteIndex(idx, records::BuildIndex(path));
-    Seed("index_reader", zstd ? "zstd" : "plain", zstd ? 1 : 0, FileBytes(idx));
+    Seed("index_reader", zstd ? "zstd" : "plain", zstd ? 1 : 0,
+         testing::ReadFileBytes(idx));
     fs::remove(idx);
   }
 }
@@ -143,7 +140,7 @@ void CheckpointSeeds(const fs::path& scratch) {
       pipeline::Tensor::FromValues<uint8_t>(state, {3});
   const std::string path = (scratch / "model.ckpt-7").string();
   train::WriteCheckpoint(path, t);
-  Seed("checkpoint", "model", 0, FileBytes(path));
+  Seed("checkpoint", "model", 0, testing::ReadFileBytes(path));
   Seed("checkpoint", "state", 1,
        "model_checkpoint_path: \"model.ckpt-7\"\n"
        "all_model_checkpoint_paths: \"model.ckpt-5\"\n"
