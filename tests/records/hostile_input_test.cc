@@ -11,13 +11,16 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 
 #include "records/errors.h"
 #include "records/example.pb.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
 #include "records/feature_spec.h"
+#include "records/tfrecord_format.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
 #include "test_util.h"
@@ -78,42 +81,76 @@ void InCappedChild(Fn body) {
       ::testing::ExitedWithCode(0), "");
 }
 
+// A 12-byte record header with a valid length CRC claiming `length`.
+std::string HeaderClaiming(uint64_t length) {
+  char header[kHeaderBytes];
+  EncodeHeader(header, length);
+  return std::string(header, kHeaderBytes);
+}
+
+// `head` then `zeros` zero bytes as a whole stream in compression `c`,
+// compressed a megabyte at a time (never holding the zeros).
+std::string CompressedStream(Compression c, std::string_view head,
+                             uint64_t zeros) {
+  std::string out;
+  // Compresses `in`; `last` ends the stream.
+  std::function<void(std::string_view, bool)> feed;
+  ZSTD_CCtx* zstd = nullptr;
+  z_stream z{};
+  std::string buf(1 << 16, '\0');
+  if (c == Compression::kNone) {
+    feed = [&](std::string_view in, bool) { out.append(in); };
+  } else if (c == Compression::kZstd) {
+    zstd = ZSTD_createCCtx();
+    feed = [&](std::string_view in, bool last) {
+      ZSTD_inBuffer ib{in.data(), in.size(), 0};
+      const ZSTD_EndDirective end = last ? ZSTD_e_end : ZSTD_e_continue;
+      bool done = false;
+      while (!done) {
+        ZSTD_outBuffer ob{buf.data(), buf.size(), 0};
+        const size_t left = ZSTD_compressStream2(zstd, &ob, &ib, end);
+        out.append(buf.data(), ob.pos);
+        done = last ? left == 0 : ib.pos == ib.size;
+      }
+    };
+  } else {
+    deflateInit2(&z, 1, Z_DEFLATED,
+                 c == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS, 9,
+                 Z_DEFAULT_STRATEGY);
+    feed = [&](std::string_view in, bool last) {
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+      z.avail_in = static_cast<uInt>(in.size());
+      do {
+        z.next_out = reinterpret_cast<Bytef*>(buf.data());
+        z.avail_out = static_cast<uInt>(buf.size());
+        deflate(&z, last ? Z_FINISH : Z_NO_FLUSH);
+        out.append(buf.data(), buf.size() - z.avail_out);
+      } while (z.avail_out == 0);
+    };
+  }
+  const std::string block(1 << 20, '\0');
+  feed(head, false);
+  for (uint64_t left = zeros; left > 0;) {
+    const size_t n =
+        static_cast<size_t>(std::min<uint64_t>(left, block.size()));
+    feed(std::string_view(block).substr(0, n), false);
+    left -= n;
+  }
+  feed("", true);
+  if (zstd != nullptr) ZSTD_freeCCtx(zstd);
+  if (c == Compression::kZlib || c == Compression::kGzip) deflateEnd(&z);
+  return out;
+}
+
 TEST(HostileInputTest, ALengthOfTwoToTheSixtyThreeInEachCompression) {
   TempDir dir;
-  // A header with a valid length CRC claiming 2^63 bytes, then 100 bytes.
-  std::string frame = testing::ReferenceFrame(std::string(100, 'x'));
-  const uint64_t huge = uint64_t{1} << 63;
-  std::memcpy(frame.data(), &huge, 8);
-  const uint32_t crc =
-      testing::ReferenceMask(testing::ReferenceCrc32c(frame.substr(0, 8)));
-  std::memcpy(frame.data() + 8, &crc, 4);
   for (Compression c : {Compression::kNone, Compression::kZlib,
                         Compression::kGzip, Compression::kZstd}) {
     const std::string path =
         dir.File(fmt::format("huge-{}.tfrecord", CompressionName(c)));
-    const std::string stream = c == Compression::kNone ? frame : [&] {
-      // Compress the raw stream with the codec directly.
-      std::string out;
-      if (c == Compression::kZstd) {
-        out.resize(ZSTD_compressBound(frame.size()));
-        out.resize(ZSTD_compress(out.data(), out.size(), frame.data(),
-                                 frame.size(), 3));
-      } else {
-        z_stream z{};
-        deflateInit2(&z, 6, Z_DEFLATED,
-                     c == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS, 8,
-                     Z_DEFAULT_STRATEGY);
-        out.resize(deflateBound(&z, frame.size()));
-        z.next_in = reinterpret_cast<Bytef*>(frame.data());
-        z.avail_in = static_cast<uInt>(frame.size());
-        z.next_out = reinterpret_cast<Bytef*>(out.data());
-        z.avail_out = static_cast<uInt>(out.size());
-        deflate(&z, Z_FINISH);
-        out.resize(z.total_out);
-        deflateEnd(&z);
-      }
-      return out;
-    }();
+    // A header with a valid length CRC claiming 2^63 bytes, then 100 bytes.
+    const std::string stream = CompressedStream(
+        c, HeaderClaiming(uint64_t{1} << 63) + std::string(100, 'x'), 0);
     testing::WriteFileBytes(path, stream);
     InCappedChild([&] {
       try {
@@ -165,59 +202,12 @@ TEST(HostileInputTest, APackedListClaimingABillionValuesInAHundredBytes) {
 TEST(HostileInputTest, DecompressionBombs) {
   TempDir dir;
   const uint64_t claimed = uint64_t{768} << 20;
-  std::string header(12, '\0');
-  std::memcpy(header.data(), &claimed, 8);
-  const uint32_t crc =
-      testing::ReferenceMask(testing::ReferenceCrc32c(header.substr(0, 8)));
-  std::memcpy(header.data() + 8, &crc, 4);
-  const std::string zeros(1 << 20, '\0');
   for (Compression c :
        {Compression::kZlib, Compression::kGzip, Compression::kZstd}) {
     const std::string path =
         dir.File(fmt::format("bomb-{}", CompressionName(c)));
-    std::string out;
-    if (c == Compression::kZstd) {
-      ZSTD_CCtx* z = ZSTD_createCCtx();
-      std::string buf(ZSTD_CStreamOutSize(), '\0');
-      auto feed = [&](std::string_view in, ZSTD_EndDirective end) {
-        ZSTD_inBuffer ib{in.data(), in.size(), 0};
-        bool done = false;
-        while (!done) {
-          ZSTD_outBuffer ob{buf.data(), buf.size(), 0};
-          const size_t left = ZSTD_compressStream2(z, &ob, &ib, end);
-          out.append(buf.data(), ob.pos);
-          done = end == ZSTD_e_end ? left == 0 : ib.pos == ib.size;
-        }
-      };
-      feed(header, ZSTD_e_continue);
-      for (uint64_t i = 0; i < claimed / zeros.size(); ++i) {
-        feed(zeros, ZSTD_e_continue);
-      }
-      feed("", ZSTD_e_end);
-      ZSTD_freeCCtx(z);
-    } else {
-      z_stream z{};
-      deflateInit2(&z, 1, Z_DEFLATED,
-                   c == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS, 9,
-                   Z_DEFAULT_STRATEGY);
-      std::string buf(1 << 16, '\0');
-      auto feed = [&](std::string_view in, int flush) {
-        z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-        z.avail_in = static_cast<uInt>(in.size());
-        do {
-          z.next_out = reinterpret_cast<Bytef*>(buf.data());
-          z.avail_out = static_cast<uInt>(buf.size());
-          deflate(&z, flush);
-          out.append(buf.data(), buf.size() - z.avail_out);
-        } while (z.avail_out == 0);
-      };
-      feed(header, Z_NO_FLUSH);
-      for (uint64_t i = 0; i < claimed / zeros.size(); ++i) {
-        feed(zeros, Z_NO_FLUSH);
-      }
-      feed("", Z_FINISH);
-      deflateEnd(&z);
-    }
+    const std::string out =
+        CompressedStream(c, HeaderClaiming(claimed), claimed);
     ASSERT_LT(out.size(), size_t{16} << 20) << CompressionName(c);
     testing::WriteFileBytes(path, out);
     SCOPED_TRACE(CompressionName(c));
