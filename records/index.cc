@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <fstream>
 #include <stdexcept>
 
@@ -161,6 +163,10 @@ Index ReadIndex(const std::string& index_path, uint64_t file_size) {
     } else {
       e = {v[0], v[1], 0, 0};
     }
+    if (e.size > UINT64_MAX - e.offset ||
+        e.frame_bytes > UINT64_MAX - e.frame_offset) {
+      throw fail("offset plus size overflows 64 bits");
+    }
     if (e.size < kFrameOverhead) {
       throw fail(
           fmt::format("record size {} is below the 16 bytes of "
@@ -255,8 +261,35 @@ std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
 }
 
 const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
-  if (e.frame_offset == cached_frame_offset_) return frame_.data();
+  if (e.frame_offset == cached_frame_offset_ &&
+      (frame_complete_ ||
+       (e.size <= frame_.size() && e.offset <= frame_.size() - e.size))) {
+    return frame_.data();
+  }
   cached_frame_offset_ = UINT64_MAX;
+  // The index is not trusted for an allocation: the frame must lie in the
+  // file before its bytes are read, and decoding stops once it has given
+  // the bytes the index's records in this frame need (a frame that decodes
+  // to far more -- a bomb -- never gets further than that).
+  if (e.frame_bytes > file_.size() ||
+      e.frame_offset > file_.size() - e.frame_bytes) {
+    throw RecordError(file_.path(), e.frame_offset, i,
+                      DamageKind::kTruncatedData,
+                      fmt::format("the index gives a zstd frame of {} bytes "
+                                  "at byte {}, past the end of the {}-byte "
+                                  "file",
+                                  e.frame_bytes, e.frame_offset, file_.size()));
+  }
+  // Saturating: an index built by hand may hold sums past 64 bits.
+  const auto end = [](const IndexEntry& r) {
+    return r.size > UINT64_MAX - r.offset ? UINT64_MAX : r.offset + r.size;
+  };
+  uint64_t needed = end(e);
+  for (uint64_t j = i + 1; j < index_.entries.size() &&
+                           index_.entries[j].frame_offset == e.frame_offset;
+       ++j) {
+    needed = std::max(needed, end(index_.entries[j]));
+  }
   buffer_.resize(e.frame_bytes);
   if (file_.ReadAt(e.frame_offset, buffer_.data(), e.frame_bytes) !=
       e.frame_bytes) {
@@ -283,7 +316,8 @@ const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
                     : std::min<unsigned long long>(content, size_t{4} << 20));
   ZSTD_inBuffer in{buffer_.data(), buffer_.size(), 0};
   size_t decoded = 0;
-  while (true) {
+  frame_complete_ = false;
+  while (decoded < needed) {
     if (decoded == frame_.size()) frame_.resize(frame_.size() * 2);
     ZSTD_outBuffer out{frame_.data() + decoded, frame_.size() - decoded, 0};
     const size_t rc = ZSTD_decompressStream(dctx, &out, &in);
@@ -294,7 +328,10 @@ const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
                         fmt::format("zstd frame at file byte {}: {}",
                                     e.frame_offset, ZSTD_getErrorName(rc)));
     }
-    if (rc == 0) break;
+    if (rc == 0) {
+      frame_complete_ = true;
+      break;
+    }
     if (in.pos == in.size && out.pos < out.size) {
       throw RecordError(file_.path(), e.frame_offset, i,
                         DamageKind::kDecompressionError,
@@ -318,7 +355,7 @@ std::string_view IndexedReader::Read(uint64_t i) {
   const IndexEntry& e = index_.entries[i];
   if (index_.compression == Compression::kZstd) {
     const char* frame = ZstdFrame(e, i);
-    if (e.offset + e.size > frame_.size()) {
+    if (e.size > frame_.size() || e.offset > frame_.size() - e.size) {
       throw RecordError(
           file_.path(), e.frame_offset, i, DamageKind::kImplausibleLength,
           fmt::format("the index puts the record at [{}, {}) of "

@@ -91,6 +91,7 @@ class IndexedReader {
   std::vector<char> buffer_;
   std::vector<char> frame_;  // ZSTD: decoded content of the cached frame
   uint64_t cached_frame_offset_ = UINT64_MAX;
+  bool frame_complete_ = false;  // frame_ holds the whole decoded frame
   void* dctx_ = nullptr;
 };
 

@@ -154,6 +154,61 @@ TEST(IndexTest, ReadIndexRejectsMalformedIndexesNamingTheLine) {
   EXPECT_EQ(ReadIndex(idx, 40).entries.size(), 2u);
 }
 
+// An index read without the file's size (ReadIndex(path) alone) may point
+// anywhere; the reader must refuse before allocating what the index claims
+// (fuzz/regressions/index_reader/: a 5.6 GB frame once reached resize()).
+TEST(IndexTest, LyingZstdIndexIsRefusedBeforeAllocating) {
+  TempDir dir;
+  testing::WriteRecords(dir.File("f.zst"), {"aaaa", "bbbb"},
+                        {.compression = Compression::kZstd});
+  const Index good = BuildIndex(dir.File("f.zst"));
+  const uint64_t file_size = std::filesystem::file_size(dir.File("f.zst"));
+  const auto expect_refused = [&](Index index, const std::string& expected) {
+    IndexedReader reader(dir.File("f.zst"), std::move(index));
+    try {
+      reader.Read(0);
+      FAIL() << "accepted; expected: " << expected;
+    } catch (const RecordError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos)
+          << e.what();
+      EXPECT_EQ(e.record_index(), 0u);
+    }
+  };
+  Index frame_too_long = good;
+  frame_too_long.entries[0].frame_bytes = 5594994547;
+  expect_refused(frame_too_long, "past the end of the " +
+                                     std::to_string(file_size) + "-byte file");
+  Index frame_past_end = good;
+  frame_past_end.entries[0].frame_offset = UINT64_MAX - 2;
+  expect_refused(frame_past_end, "past the end");
+  // offset + size wraps to 0 past 64 bits: must not pass the bounds check.
+  Index wrapping = good;
+  wrapping.entries[0].offset = UINT64_MAX - 15;
+  wrapping.entries[0].size = 16;
+  expect_refused(wrapping, "a frame that decodes to");
+  // A record claimed far larger than the frame decodes to.
+  Index too_big = good;
+  too_big.entries[0].size = uint64_t{1} << 40;
+  expect_refused(too_big, "a frame that decodes to");
+  // The honest index still reads, in any order (frames cached partially).
+  IndexedReader reader(dir.File("f.zst"), good);
+  EXPECT_EQ(reader.Read(1), "bbbb");
+  EXPECT_EQ(reader.Read(0), "aaaa");
+  EXPECT_EQ(reader.Read(1), "bbbb");
+
+  testing::WriteFileBytes(dir.File("f.idx"),
+                          "#recflow-zstd-index v1\n0 10 "
+                          "18446744073709551600 17\n");
+  try {
+    ReadIndex(dir.File("f.idx"));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(":2: offset plus size overflows"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(IndexTest, StaleIndexIsDetectedOnRead) {
   TempDir dir;
   testing::WriteRecords(dir.File("f"), {"aaaa", "bbbb", "cccc"});
