@@ -231,6 +231,12 @@ void AsyncIterator::Restore(StateReader* r) {
     slot->ready = true;
     switch (r->U64()) {
       case 0:
+        if (i + 1 != n) {
+          throw Error(
+              fmt::format("{} state: the end of the input at slot {} "
+                          "of {}, not the last",
+                          config_.stage, i, n));
+        }
         slot->end = true;
         break;
       case 1:
@@ -245,6 +251,15 @@ void AsyncIterator::Restore(StateReader* r) {
     }
     bytes_ += slot->bytes;
     slots_.push_back(std::move(slot));
+  }
+  // The driver stops pulling once the input has ended, so the consumer
+  // would wait forever for an end slot that is not there.
+  const bool has_end = !slots_.empty() && slots_.back()->end;
+  if (input_end_ != has_end) {
+    throw Error(fmt::format(
+        "{} state: the input is marked {}ended but the "
+        "buffer {} its end",
+        config_.stage, input_end_ ? "" : "not ", has_end ? "holds" : "lacks"));
   }
   input_->Restore(r);
 }

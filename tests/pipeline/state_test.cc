@@ -8,6 +8,8 @@
 
 #include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
+#include "records/crc32c.h"
+#include "records/tfrecord_format.h"
 #include "test_util.h"
 
 namespace recflow::pipeline {
@@ -250,6 +252,62 @@ TEST(StateTest, DamagedStatesAreRefused) {
   for (size_t n = 0; n < state.size(); n += 5) {
     Iterator b = Dataset::Range(0, 10).Shuffle(4, 1).MakeIterator();
     EXPECT_THROW(b.Restore(state.substr(0, n)), Error) << "length " << n;
+  }
+}
+
+// A state whose CRC is right but whose prefetch buffer contradicts its
+// "input ended" flag once made Next() wait forever: the driver stops at an
+// end the consumer never sees (fuzz/regressions/iterator_state/).
+TEST(StateTest, PrefetchBufferInconsistentWithItsEndIsRefused) {
+  const Dataset ds = Dataset::Range(0, 3).Prefetch(2);
+  Iterator a = ds.MakeIterator();
+  Element e;
+  while (a.Next(&e)) {
+  }
+  const std::string state = a.Save();
+  const auto u64s = [](std::initializer_list<uint64_t> values) {
+    std::string out;
+    for (uint64_t v : values) {
+      char b[8];
+      records::EncodeLittleEndian<uint64_t>(b, v);
+      out.append(b, 8);
+    }
+    return out;
+  };
+  // The stage's fields after its name: ended, one slot, of kind "end".
+  const std::string fields = u64s({1, 1, 0});
+  const size_t at = state.find(fields);
+  ASSERT_NE(at, std::string::npos);
+  const auto with = [&](const std::string& replacement) {
+    std::string out =
+        state.substr(0, at) + replacement + state.substr(at + fields.size());
+    out.resize(out.size() - 4);
+    char crc[4];
+    records::EncodeLittleEndian<uint32_t>(
+        crc,
+        records::crc32c::Mask(records::crc32c::Value(out.data(), out.size())));
+    out.append(crc, 4);
+    return out;
+  };
+  {  // unchanged, it restores to the end
+    Iterator b = ds.MakeIterator();
+    b.Restore(with(fields));
+    EXPECT_FALSE(b.Next(&e));
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {u64s({1, 0}), "marked ended but the buffer lacks its end"},
+      {u64s({0, 1, 0}), "marked not ended but the buffer holds its end"},
+      {u64s({1, 2, 0, 0}), "the end of the input at slot 0 of 2"},
+  };
+  for (const auto& [replacement, expected] : cases) {
+    Iterator b = ds.MakeIterator();
+    try {
+      b.Restore(with(replacement));
+      FAIL() << "accepted; expected " << expected;
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(expected), std::string::npos)
+          << err.what();
+    }
   }
 }
 
