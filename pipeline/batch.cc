@@ -328,6 +328,10 @@ class BatchDataset final : public UnaryDataset {
       r->BeginStage(d_->StageName());
       end_ = r->Bool();
       const uint64_t n = r->U64();
+      if (n >= static_cast<uint64_t>(d_->batch_size_)) {
+        r->Fail(fmt::format("{} pending elements for batches of {}", n,
+                            d_->batch_size_));
+      }
       pending_.clear();
       for (uint64_t i = 0; i < n; ++i) pending_.push_back(r->ReadElement());
       in_->Restore(r);
@@ -407,6 +411,9 @@ class UnbatchDataset final : public UnaryDataset {
         rows_ = batch_.components.empty()
                     ? 0
                     : batch_.components[0].tensor.num_rows();
+        if (next_row_ < 0 || next_row_ > rows_) {
+          r->Fail(fmt::format("row {} of a batch of {}", next_row_, rows_));
+        }
       } else {
         next_row_ = rows_ = 0;
       }

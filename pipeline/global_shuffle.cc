@@ -163,6 +163,15 @@ class GlobalShuffleDataset final : public DatasetBase {
       if (stride == 0 || shard >= stride) {
         throw Error("global shuffle state: bad shard");
       }
+      // Positions past the epoch's records end it; ones past 64 bits would
+      // wrap around into it.
+      const unsigned __int128 position =
+          static_cast<unsigned __int128>(start) + shard +
+          static_cast<unsigned __int128>(stride) * taken;
+      if (position > static_cast<unsigned __int128>(d_->total_) + stride) {
+        r->Fail(fmt::format("position {} + {} + {} x {} is past the {} records",
+                            start, shard, stride, taken, d_->total_));
+      }
       if (stride == stride_ && shard == shard_) {
         start_ = start;
         taken_ = taken;

@@ -96,6 +96,10 @@ class InterleaveDataset final : public UnaryDataset {
       end_of_input_ = r->Bool();
       inputs_seen_ = r->U64();
       if (cycle_ >= slots_.size()) throw Error("interleave state: bad cycle");
+      if (block_index_ < 0 || block_index_ >= d_->block_length_) {
+        r->Fail(fmt::format("element {} of blocks of {}", block_index_,
+                            d_->block_length_));
+      }
       open_ = 0;
       for (Slot& slot : slots_) {
         slot.iterator.reset();

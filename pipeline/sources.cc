@@ -69,6 +69,9 @@ class TensorSlicesDataset final : public DatasetBase {
     void Restore(StateReader* r) override {
       r->BeginStage("tensor_slices");
       next_ = r->I64();
+      if (next_ < 0 || next_ > d_->rows_) {
+        r->Fail(fmt::format("row {} of {}", next_, d_->rows_));
+      }
     }
 
    private:
@@ -114,6 +117,16 @@ class RangeDataset final : public DatasetBase {
     void Restore(StateReader* r) override {
       r->BeginStage("range");
       next_ = r->I64();
+      // On the progression, at most one step past its end (where the
+      // iterator stops): [start, stop + step) for step > 0.
+      const __int128 offset = static_cast<__int128>(next_) - d_->start_;
+      const __int128 past = static_cast<__int128>(d_->stop_) + d_->step_;
+      const bool inside = d_->step_ > 0 ? next_ >= d_->start_ && next_ < past
+                                        : next_ <= d_->start_ && next_ > past;
+      if (!inside || offset % d_->step_ != 0) {
+        r->Fail(fmt::format("{} is not a position of Range({}, {}, {})", next_,
+                            d_->start_, d_->stop_, d_->step_));
+      }
     }
 
    private:

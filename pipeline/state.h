@@ -53,9 +53,13 @@ class StateReader {
   Element ReadElement();
   // Throws unless every byte was consumed.
   void Finish();
+  // Throws Error naming the stage and the byte: for a value that the stage
+  // could not have saved (a position outside its range).  Stages check
+  // what they restore, so that a damaged or forged state with a valid CRC
+  // fails here instead of making Next() run for ever or out of range.
+  [[noreturn]] void Fail(std::string_view what) const;
 
  private:
-  [[noreturn]] void Fail(std::string_view what) const;
   void Need(size_t n) const;
 
   std::string_view in_;

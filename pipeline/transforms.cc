@@ -99,6 +99,9 @@ class RepeatDataset final : public UnaryDataset {
     void Restore(StateReader* r) override {
       r->BeginStage("repeat");
       epoch_ = r->I64();
+      if (epoch_ < 0 || (d_->count_ >= 0 && epoch_ > d_->count_)) {
+        r->Fail(fmt::format("epoch {} of Repeat({})", epoch_, d_->count_));
+      }
       const bool produced = r->Bool();
       in_.reset();
       if (r->Bool()) {
@@ -167,6 +170,9 @@ class CountDataset final : public UnaryDataset {
     void Restore(StateReader* r) override {
       r->BeginStage(d_->take_ ? "take" : "skip");
       seen_ = r->I64();
+      if (seen_ < 0 || (d_->count_ >= 0 && seen_ > d_->count_)) {
+        r->Fail(fmt::format("{} elements counted by {}", seen_, d_->Label()));
+      }
       in_->Restore(r);
     }
 
@@ -213,6 +219,7 @@ class ShardDataset final : public UnaryDataset {
     void Restore(StateReader* r) override {
       r->BeginStage("shard");
       next_index_ = r->I64();
+      if (next_index_ < 0) r->Fail(fmt::format("element {}", next_index_));
       in_->Restore(r);
     }
 

@@ -255,6 +255,51 @@ TEST(StateTest, DamagedStatesAreRefused) {
   }
 }
 
+// Fields of a state as the StateWriter writes them (8-byte little-endian
+// integers; a string is its length, then its bytes).
+std::string U64s(std::initializer_list<uint64_t> values) {
+  std::string out;
+  for (uint64_t v : values) {
+    char b[8];
+    records::EncodeLittleEndian<uint64_t>(b, v);
+    out.append(b, 8);
+  }
+  return out;
+}
+std::string StateString(std::string_view s) {
+  return U64s({s.size()}) + std::string(s);
+}
+
+// `state` with the first `fields` replaced by `replacement` and the CRC made
+// right again: a forged state that only the stages' own checks can refuse.
+std::string Forged(const std::string& state, const std::string& fields,
+                   const std::string& replacement) {
+  const size_t at = state.find(fields);
+  EXPECT_NE(at, std::string::npos);
+  if (at == std::string::npos) return state;
+  std::string out =
+      state.substr(0, at) + replacement + state.substr(at + fields.size());
+  out.resize(out.size() - 4);
+  char crc[4];
+  records::EncodeLittleEndian<uint32_t>(
+      crc,
+      records::crc32c::Mask(records::crc32c::Value(out.data(), out.size())));
+  out.append(crc, 4);
+  return out;
+}
+
+void ExpectRefused(const Dataset& ds, const std::string& state,
+                   const std::string& expected) {
+  Iterator b = ds.MakeIterator();
+  try {
+    b.Restore(state);
+    FAIL() << "accepted; expected " << expected;
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(expected), std::string::npos)
+        << err.what();
+  }
+}
+
 // A state whose CRC is right but whose prefetch buffer contradicts its
 // "input ended" flag once made Next() wait forever: the driver stops at an
 // end the consumer never sees (fuzz/regressions/iterator_state/).
@@ -265,50 +310,60 @@ TEST(StateTest, PrefetchBufferInconsistentWithItsEndIsRefused) {
   while (a.Next(&e)) {
   }
   const std::string state = a.Save();
-  const auto u64s = [](std::initializer_list<uint64_t> values) {
-    std::string out;
-    for (uint64_t v : values) {
-      char b[8];
-      records::EncodeLittleEndian<uint64_t>(b, v);
-      out.append(b, 8);
-    }
-    return out;
-  };
   // The stage's fields after its name: ended, one slot, of kind "end".
-  const std::string fields = u64s({1, 1, 0});
-  const size_t at = state.find(fields);
-  ASSERT_NE(at, std::string::npos);
-  const auto with = [&](const std::string& replacement) {
-    std::string out =
-        state.substr(0, at) + replacement + state.substr(at + fields.size());
-    out.resize(out.size() - 4);
-    char crc[4];
-    records::EncodeLittleEndian<uint32_t>(
-        crc,
-        records::crc32c::Mask(records::crc32c::Value(out.data(), out.size())));
-    out.append(crc, 4);
-    return out;
-  };
+  const std::string fields = U64s({1, 1, 0});
   {  // unchanged, it restores to the end
     Iterator b = ds.MakeIterator();
-    b.Restore(with(fields));
+    b.Restore(Forged(state, fields, fields));
     EXPECT_FALSE(b.Next(&e));
   }
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {u64s({1, 0}), "marked ended but the buffer lacks its end"},
-      {u64s({0, 1, 0}), "marked not ended but the buffer holds its end"},
-      {u64s({1, 2, 0, 0}), "the end of the input at slot 0 of 2"},
-  };
-  for (const auto& [replacement, expected] : cases) {
+  ExpectRefused(ds, Forged(state, fields, U64s({1, 0})),
+                "marked ended but the buffer lacks its end");
+  ExpectRefused(ds, Forged(state, fields, U64s({0, 1, 0})),
+                "marked not ended but the buffer holds its end");
+  ExpectRefused(ds, Forged(state, fields, U64s({1, 2, 0, 0})),
+                "the end of the input at slot 0 of 2");
+}
+
+// Positions a stage could not have saved: a Range restored 4 billion
+// before its start once made the fuzzer's Take(60) run for minutes.
+TEST(StateTest, PositionsOutsideAStagesRangeAreRefused) {
+  const Dataset ds =
+      Dataset::Range(10, 40, 3).Repeat(2).Skip(2).Take(30).Batch(4).Shard(2, 1);
+  Iterator a = ds.MakeIterator();
+  Element e;
+  ASSERT_TRUE(a.Next(&e));
+  const std::string state = a.Save();
+  // Shard(2, 1) took two batches: Range delivered 2 + 8 elements and is at
+  // 10 + 3 x 10 = 40, the end of its progression.
+  const std::string range = StateString("range") + U64s({40});
+  {
     Iterator b = ds.MakeIterator();
-    try {
-      b.Restore(with(replacement));
-      FAIL() << "accepted; expected " << expected;
-    } catch (const Error& err) {
-      EXPECT_NE(std::string(err.what()).find(expected), std::string::npos)
-          << err.what();
-    }
+    b.Restore(Forged(state, range, range));
+    ASSERT_TRUE(b.Next(&e));
   }
+  for (int64_t bad :
+       {int64_t{-4294967296}, int64_t{11}, int64_t{43}, int64_t{7}}) {
+    ExpectRefused(
+        ds,
+        Forged(state, range,
+               StateString("range") + U64s({static_cast<uint64_t>(bad)})),
+        fmt::format("{} is not a position of Range(10, 40, 3)", bad));
+  }
+  const std::string repeat = StateString("repeat") + U64s({0});
+  ExpectRefused(ds, Forged(state, repeat, StateString("repeat") + U64s({3})),
+                "epoch 3 of Repeat(2)");
+  const std::string skip = StateString("skip") + U64s({2});
+  ExpectRefused(ds, Forged(state, skip, StateString("skip") + U64s({3})),
+                "3 elements counted by Skip(2)");
+  const std::string take = StateString("take") + U64s({8});
+  ExpectRefused(ds,
+                Forged(state, take,
+                       StateString("take") + U64s({static_cast<uint64_t>(-1)})),
+                "-1 elements counted by Take(30)");
+  const std::string batch = StateString("batch") + U64s({0, 0});
+  ExpectRefused(ds, Forged(state, batch, StateString("batch") + U64s({0, 4})),
+                "4 pending elements for batches of 4");
 }
 
 TEST(StateTest, RestoreOnlyBeforeTheFirstNext) {
