@@ -202,9 +202,10 @@ Element StateReader::ReadElement() {
   const uint64_t n = U64();
   // Each component takes at least 16 bytes (a name's length, a dtype).
   if (n > (in_.size() - pos_) / 16) {
-    Fail(fmt::format("an element of {} components, more than the {} bytes "
-                     "left can hold",
-                     n, in_.size() - pos_));
+    Fail(
+        fmt::format("an element of {} components, more than the {} bytes "
+                    "left can hold",
+                    n, in_.size() - pos_));
   }
   e.components.reserve(n);
   for (uint64_t i = 0; i < n; ++i) {
