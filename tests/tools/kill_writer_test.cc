@@ -1,4 +1,4 @@
-// SIGKILL a writer (`recflow convert`) at random points
+// SIGKILL a writer (`recflow convert`, `recflow reshard`) at random points
 // while it replaces an earlier output: afterwards every file under a final
 // name is byte for byte either the earlier version or the complete new one
 // (never a partial file), and what else is left are hidden temporary files.
@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "recflow_runner.h"
+#include "records/crc32c.h"
 #include "test_util.h"
 
 namespace recflow::tools {
@@ -24,19 +25,40 @@ namespace {
 namespace fs = std::filesystem;
 using testing::Recflow;
 using testing::TempDir;
-using Files = std::map<std::string, std::string>;  // name -> bytes
+// name -> "SIZE bytes, crc32c CRC": files of several MB compare, and a
+// failure prints, without holding (or diffing) their bytes.
+using Files = std::map<std::string, std::string>;
 
-// The files of `dir` (not hidden ones), with their bytes.
+std::string Fingerprint(const std::string& bytes) {
+  return fmt::format("{} bytes, crc32c {:08x}", bytes.size(),
+                     records::crc32c::Value(bytes.data(), bytes.size()));
+}
+
+// The files of `dir` (not hidden ones), with their fingerprints.
 Files Snapshot(const fs::path& dir) {
   Files out;
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name[0] != '.') out[name] = testing::ReadFileBytes(e.path().string());
+    if (name[0] != '.') {
+      out[name] = Fingerprint(testing::ReadFileBytes(e.path().string()));
+    }
   }
   return out;
 }
 
-void Restore(const fs::path& dir, const Files& files) {
+// A directory's files, bytes and all, to put back before each trial.
+using Contents = std::map<std::string, std::string>;  // name -> bytes
+
+Contents Read(const fs::path& dir) {
+  Contents out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    out[e.path().filename().string()] =
+        testing::ReadFileBytes(e.path().string());
+  }
+  return out;
+}
+
+void Restore(const fs::path& dir, const Contents& files) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   for (const auto& [name, bytes] : files) {
@@ -75,10 +97,11 @@ bool RunAndKill(const std::string& args, std::chrono::microseconds delay) {
 
 // Replaces `old_files` in `work` by what `args` writes (`new_files` when it
 // completes), killing it at random points; checks the invariant each time.
-void KillRepeatedly(const fs::path& work, const Files& old_files,
+void KillRepeatedly(const fs::path& work, const Contents& old_contents,
                     const Files& new_files, const std::string& args) {
+  const Files old_files = Snapshot(work);
   // How long a full run takes, to spread the kills over it.
-  Restore(work, old_files);
+  Restore(work, old_contents);
   const auto start = std::chrono::steady_clock::now();
   ASSERT_FALSE(RunAndKill(args, std::chrono::seconds(60)));
   const auto full = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -87,19 +110,19 @@ void KillRepeatedly(const fs::path& work, const Files& old_files,
   std::mt19937_64 rng(42);
   int killed = 0, mixed = 0;
   for (int trial = 0; trial < 12; ++trial) {
-    Restore(work, old_files);
+    Restore(work, old_contents);
     const auto delay = std::chrono::microseconds(
         std::uniform_int_distribution<int64_t>(0, full.count())(rng));
     killed += RunAndKill(args, delay) ? 1 : 0;
     int from_old = 0, from_new = 0;
-    for (const auto& [name, bytes] : Snapshot(work)) {
+    for (const auto& [name, fingerprint] : Snapshot(work)) {
       const auto o = old_files.find(name);
       const auto n = new_files.find(name);
-      const bool is_old = o != old_files.end() && o->second == bytes;
-      const bool is_new = n != new_files.end() && n->second == bytes;
+      const bool is_old = o != old_files.end() && o->second == fingerprint;
+      const bool is_new = n != new_files.end() && n->second == fingerprint;
       EXPECT_TRUE(is_old || is_new)
-          << name << " is neither version (" << bytes.size()
-          << " bytes), killed after " << delay.count() << " us";
+          << name << " is neither version (" << fingerprint
+          << "), killed after " << delay.count() << " us";
       from_old += is_old && !is_new;
       from_new += is_new && !is_old;
     }
@@ -132,9 +155,9 @@ TEST(KillWriterTest, KilledConvertLeavesTheOldOrTheNewFilesNeverPartOfOne) {
                                      dir.File("a.csv"), work.string(), opts))
                 .code,
             0);
-  const Files old_files = Snapshot(work);
+  const Contents old_contents = Read(work);
   KillRepeatedly(
-      work, old_files,
+      work, old_contents,
       [&] {
         Restore(ref, {});
         EXPECT_EQ(
@@ -146,6 +169,48 @@ TEST(KillWriterTest, KilledConvertLeavesTheOldOrTheNewFilesNeverPartOfOne) {
       }(),
       fmt::format("convert csv {} -o {}/out {}", dir.File("b.csv"),
                   work.string(), opts));
+}
+
+TEST(KillWriterTest, KilledReshardLeavesTheOldOrTheNewShardsNeverPartOfOne) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), Csv(10'000, 1));
+  testing::WriteFileBytes(dir.File("b.csv"), Csv(150'000, 3));
+  const fs::path in = dir.path() / "in", work = dir.path() / "work",
+                 ref = dir.path() / "ref";
+  fs::create_directories(in);
+  fs::create_directories(work);
+  // Input: 3 uncompressed shards of b; the old output: a, resharded.
+  ASSERT_EQ(Recflow(dir, fmt::format("convert csv {} -o {}/b -n 3",
+                                     dir.File("b.csv"), in.string()))
+                .code,
+            0);
+  ASSERT_EQ(Recflow(dir, fmt::format("convert csv {} -o {}/a -n 1",
+                                     dir.File("a.csv"), dir.path().string()))
+                .code,
+            0);
+  // zstd and uncompressed outputs: both byte-repeatable (gzip's header
+  // holds a time).
+  for (const char* compression : {"zstd", "none"}) {
+    SCOPED_TRACE(compression);
+    const std::string opts =
+        fmt::format("-n 5 --index --compression {}", compression);
+    Restore(work, {});
+    ASSERT_EQ(Recflow(dir, fmt::format("reshard {} -o {}/part {}",
+                                       dir.File("a-00000-of-00001.tfrecord"),
+                                       work.string(), opts))
+                  .code,
+              0);
+    const Contents old_contents = Read(work);
+    ASSERT_FALSE(old_contents.empty());
+    Restore(ref, {});
+    ASSERT_EQ(Recflow(dir, fmt::format("reshard {} -o {}/part {}", in.string(),
+                                       ref.string(), opts))
+                  .code,
+              0);
+    KillRepeatedly(work, old_contents, Snapshot(ref),
+                   fmt::format("reshard {} -o {}/part {}", in.string(),
+                               work.string(), opts));
+  }
 }
 
 }  // namespace
