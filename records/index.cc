@@ -15,6 +15,12 @@
 namespace recflow::records {
 namespace {
 
+// Whether [offset, offset + size) lies within `n` bytes (no overflow: the
+// numbers come from an index file).
+bool FitsIn(uint64_t offset, uint64_t size, uint64_t n) {
+  return size <= n && offset <= n - size;
+}
+
 // Parses the unsigned integers of one index line into `out`; returns how
 // many it found, or -1 when the line holds anything else.
 int ParseNumbers(std::string_view line, uint64_t* out, int max) {
@@ -262,8 +268,7 @@ std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
 
 const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
   if (e.frame_offset == cached_frame_offset_ &&
-      (frame_complete_ ||
-       (e.size <= frame_.size() && e.offset <= frame_.size() - e.size))) {
+      (frame_complete_ || FitsIn(e.offset, e.size, frame_.size()))) {
     return frame_.data();
   }
   cached_frame_offset_ = UINT64_MAX;
@@ -271,8 +276,7 @@ const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
   // file before its bytes are read, and decoding stops once it has given
   // the bytes the index's records in this frame need (a frame that decodes
   // to far more -- a bomb -- never gets further than that).
-  if (e.frame_bytes > file_.size() ||
-      e.frame_offset > file_.size() - e.frame_bytes) {
+  if (!FitsIn(e.frame_offset, e.frame_bytes, file_.size())) {
     throw RecordError(file_.path(), e.frame_offset, i,
                       DamageKind::kTruncatedData,
                       fmt::format("the index gives a zstd frame of {} bytes "
@@ -355,7 +359,7 @@ std::string_view IndexedReader::Read(uint64_t i) {
   const IndexEntry& e = index_.entries[i];
   if (index_.compression == Compression::kZstd) {
     const char* frame = ZstdFrame(e, i);
-    if (e.size > frame_.size() || e.offset > frame_.size() - e.size) {
+    if (!FitsIn(e.offset, e.size, frame_.size())) {
       throw RecordError(
           file_.path(), e.frame_offset, i, DamageKind::kImplausibleLength,
           fmt::format("the index puts the record at [{}, {}) of "
@@ -364,7 +368,7 @@ std::string_view IndexedReader::Read(uint64_t i) {
     }
     return CheckFrame(i, e.offset, frame + e.offset, e.size);
   }
-  if (e.size > file_.size() || e.offset > file_.size() - e.size) {
+  if (!FitsIn(e.offset, e.size, file_.size())) {
     throw RecordError(file_.path(), e.offset, i, DamageKind::kTruncatedData,
                       fmt::format("the index gives {} bytes at byte {}, past "
                                   "the end of the {}-byte file",
