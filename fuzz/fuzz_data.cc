@@ -107,16 +107,6 @@ std::vector<pipeline::Dataset> StatePipelines() {
   return out;
 }
 
-std::string WithStateCrc(std::string_view state) {
-  std::string out(state.substr(0, state.size() < 4 ? 0 : state.size() - 4));
-  const uint32_t crc =
-      records::crc32c::Mask(records::crc32c::Value(out.data(), out.size()));
-  char bytes[4];
-  records::EncodeLittleEndian<uint32_t>(bytes, crc);
-  out.append(bytes, 4);
-  return out;
-}
-
 std::string WithCheckpointCrcs(std::string_view checkpoint) {
   std::string out(checkpoint);
   size_t pos = 8 + 8;  // magic, entry count

@@ -28,10 +28,6 @@ std::string SmallRecordFile(bool zstd);
 // Examples in FixedDataDir().
 std::vector<pipeline::Dataset> StatePipelines();
 
-// `state` with its last 4 bytes replaced by the masked CRC-32C of the rest
-// (an iterator state's trailer).
-std::string WithStateCrc(std::string_view state);
-
 // A checkpoint with each entry's CRC recomputed, as far as its structure
 // can be followed.
 std::string WithCheckpointCrcs(std::string_view checkpoint);

@@ -10,6 +10,7 @@
 #include "fuzz_util.h"
 #include "pipeline/dataset.h"
 #include "records/errors.h"
+#include "test_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace recflow;
@@ -19,8 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t mode = in.Byte();
   const pipeline::Dataset& ds = pipelines[mode % pipelines.size()];
   // Mostly with the CRC made right, so that changes reach the stages.
-  const std::string state = (mode & 0x80) != 0 ? std::string(in.Rest())
-                                               : fuzz::WithStateCrc(in.Rest());
+  const std::string state = (mode & 0x80) != 0
+                                ? std::string(in.Rest())
+                                : recflow::testing::WithStateCrc(in.Rest());
   try {
     pipeline::Iterator it = ds.MakeIterator();
     it.Restore(state);

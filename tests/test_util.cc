@@ -10,6 +10,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "records/crc32c.h"
+#include "records/tfrecord_format.h"
+
 namespace recflow::testing {
 
 TempDir::TempDir() {
@@ -33,6 +36,16 @@ std::vector<std::string> TempDir::List() const {
   }
   std::sort(names.begin(), names.end());
   return names;
+}
+
+std::string WithStateCrc(std::string_view state) {
+  std::string out(state.substr(0, state.size() < 4 ? 0 : state.size() - 4));
+  const uint32_t crc =
+      records::crc32c::Mask(records::crc32c::Value(out.data(), out.size()));
+  char bytes[4];
+  records::EncodeLittleEndian<uint32_t>(bytes, crc);
+  out.append(bytes, 4);
+  return out;
 }
 
 std::string ReadFileBytes(const std::string& path) {

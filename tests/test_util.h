@@ -42,6 +42,11 @@ void WriteFileBytes(const std::string& path, const std::string& bytes);
 uint32_t ReferenceCrc32c(const std::string& data);
 uint32_t ReferenceMask(uint32_t crc);
 
+// `state` with its last 4 bytes replaced by the masked CRC-32C of the rest:
+// an iterator state (pipeline/state.h) changed on purpose and made to pass
+// the CRC, so that only the stages' own checks can refuse it.
+std::string WithStateCrc(std::string_view state);
+
 // TFRecord framing written from the definition, independent of records/.
 std::string ReferenceFrame(const std::string& payload);
 // Decodes a whole uncompressed TFRecord stream from the definition,

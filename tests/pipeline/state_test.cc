@@ -8,7 +8,6 @@
 
 #include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
-#include "records/crc32c.h"
 #include "records/tfrecord_format.h"
 #include "test_util.h"
 
@@ -277,15 +276,8 @@ std::string Forged(const std::string& state, const std::string& fields,
   const size_t at = state.find(fields);
   EXPECT_NE(at, std::string::npos);
   if (at == std::string::npos) return state;
-  std::string out =
-      state.substr(0, at) + replacement + state.substr(at + fields.size());
-  out.resize(out.size() - 4);
-  char crc[4];
-  records::EncodeLittleEndian<uint32_t>(
-      crc,
-      records::crc32c::Mask(records::crc32c::Value(out.data(), out.size())));
-  out.append(crc, 4);
-  return out;
+  return testing::WithStateCrc(state.substr(0, at) + replacement +
+                               state.substr(at + fields.size()));
 }
 
 void ExpectRefused(const Dataset& ds, const std::string& state,
