@@ -312,12 +312,15 @@ Tensor Tensor::Ragged(Tensor values, Tensor row_lengths) {
   return values;
 }
 
-Tensor Tensor::Compact() const {
+bool Tensor::IsCompact() const {
   constexpr size_t kSmallStorage = 64 << 10;
+  return storage_bytes_ <= kSmallStorage ||
+         storage_bytes_ <= 2 * byte_size() + 64;
+}
+
+Tensor Tensor::Compact() const {
+  if (IsCompact()) return *this;
   const size_t size = byte_size();
-  if (storage_bytes_ <= kSmallStorage || storage_bytes_ <= 2 * size + 64) {
-    return *this;
-  }
   Tensor t;
   if (dtype_ == DType::kBytes) {
     if (offsets_ == nullptr) {

@@ -179,8 +179,11 @@ class Tensor {
 
   // A copy in fresh storage sized to the values, so that holding it does
   // not keep a larger buffer (a read block) alive.  Returns *this when the
-  // storage is already its own.
+  // storage is already its own (IsCompact()).
   Tensor Compact() const;
+  // Whether Compact() would return this tensor as it is: its storage is
+  // small or not much larger than its values.
+  bool IsCompact() const;
   // Bytes of storage kept alive by this tensor, when known (0 otherwise).
   size_t storage_bytes() const { return storage_bytes_; }
 

@@ -344,6 +344,41 @@ TEST(FixtureDatasetTest, MnistFixtureParsesThroughThePipeline) {
   }
 }
 
+// The shuffle copies records out of their read blocks into reused slots
+// of size classes (shuffle.cc's SlotPool): every size, at and around the
+// class edges and past the largest class, must come out byte for byte,
+// and records held after later epochs reused the slots must not change.
+TEST(ShuffleSlotsTest, ShuffledRecordsAreExactCopiesWhateverTheirSize) {
+  testing::TempDir dir;
+  const std::string path = dir.File("sizes.tfrecord");
+  std::vector<std::string> recs;
+  for (size_t n : {0,    1,    63,    64,    65,    127,   128,   129,
+                   159,  160,  161,   1000,  3135,  3136,  3137,  4095,
+                   4096, 4097, 40000, 65535, 65536, 65537, 100000}) {
+    for (int copy = 0; copy < 3; ++copy) {
+      std::string r(n, '\0');
+      for (size_t i = 0; i < n; ++i) {
+        r[i] = static_cast<char>((i * 131 + n * 7 + copy) & 0xff);
+      }
+      recs.push_back(std::move(r));
+    }
+  }
+  testing::WriteRecords(path, recs);
+  std::multiset<std::string> want(recs.begin(), recs.end());
+  const auto got =
+      Records(Collect(Dataset::FromTFRecords({path}).Shuffle(16, 9).Repeat(4)));
+  ASSERT_EQ(got.size(), 4 * recs.size());
+  for (size_t epoch = 0; epoch < 4; ++epoch) {
+    const auto begin =
+        got.begin() + static_cast<std::ptrdiff_t>(epoch * recs.size());
+    EXPECT_EQ(std::multiset<std::string>(
+                  begin, begin + static_cast<std::ptrdiff_t>(recs.size())),
+              want)
+        << "epoch " << epoch;
+  }
+  EXPECT_NE(std::vector<std::string>(got.begin(), got.begin() + 69), recs);
+}
+
 uint64_t RssBytes() {
   std::ifstream statm("/proc/self/statm");
   uint64_t size = 0, resident = 0;
