@@ -53,6 +53,16 @@ TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  // The baseline's reading alone bounds any pipeline's speed-up over it.
+  const double pb = j["protobuf_records_per_s"];
+  const double read = j["protobuf_read_records_per_s"];
+  EXPECT_GT(pb, 0);
+  EXPECT_GT(read, 0);
+  EXPECT_NEAR(j["speedup_bound_from_reading"].get<double>(), read / pb,
+              1e-9 * read / pb);
+  EXPECT_NEAR(j["speedup_vs_protobuf"].get<double>(),
+              j["records_per_s"].get<double>() / pb,
+              1e-9 * j["records_per_s"].get<double>() / pb);
   std::map<std::string, uint64_t> elements;
   for (const auto& s : j["stages"]) elements[s["name"]] = s["elements"];
   EXPECT_EQ(elements["tfrecord"], 900u);
