@@ -140,46 +140,49 @@ struct ProtobufBaseline {
   double read_records_per_s = 0;  // the same reading alone
 };
 
-// The baseline for parsing: the same records read in file order, parsed
-// by protobuf into a reused tf.train.Example and, with a spec, each
-// feature's values copied into batch buffers as a parse_example built on
-// protobuf does (the baseline of docs/PERFORMANCE.md's parse figures).
-// The reading alone (records::TFRecordReader, CRCs checked) is timed too:
-// no pipeline that reads these files can beat the baseline by more than
-// the baseline's time over that.
-ProtobufBaseline MeasureProtobuf(const std::vector<std::string>& files,
-                                 const records::FeatureSpec* spec,
-                                 uint64_t limit, int64_t batch) {
-  ProtobufBaseline out;
-  {
-    uint64_t n = 0, bytes = 0;
-    const auto start = Clock::now();
-    for (const auto& f : files) {
-      records::TFRecordReader reader(f);
-      std::string_view r;
-      while (n < limit && reader.ReadRecord(&r)) {
-        bytes += r.size();
-        ++n;
-      }
-    }
-    const double s = Seconds(Clock::now() - start);
-    out.read_records_per_s = s > 0 && bytes > 0 ? n / s : 0;
-  }
-  tensorflow::Example example;
-  std::vector<float> floats;
-  std::vector<int64_t> ints;
-  std::string bytes;
+// Reads up to `limit` records of `files` in order (records::TFRecordReader,
+// CRCs checked), calls each(file, reader, record, index) for each, and
+// returns records per second.
+template <typename Each>
+double TimedPass(const std::vector<std::string>& files, uint64_t limit,
+                 Each each) {
   uint64_t n = 0;
   const auto start = Clock::now();
   for (const auto& f : files) {
     records::TFRecordReader reader(f);
     std::string_view r;
-    while (n < limit && reader.ReadRecord(&r)) {
-      if (!example.ParseFromArray(r.data(), static_cast<int>(r.size()))) {
-        throw UsageError(fmt::format("{}: record {} is not a tf.Example", f,
-                                     reader.last_index()));
-      }
-      if (spec != nullptr) {
+    while (n < limit && reader.ReadRecord(&r)) each(f, reader, r, n++);
+  }
+  const double s = Seconds(Clock::now() - start);
+  return s > 0 ? static_cast<double>(n) / s : 0;
+}
+
+// The baseline for parsing: the same records read in file order, parsed
+// by protobuf into a reused tf.train.Example and, with a spec, each
+// feature's values copied into batch buffers as a parse_example built on
+// protobuf does (the baseline of docs/PERFORMANCE.md's parse figures).
+// The reading alone is timed too: no pipeline that reads these files can
+// beat the baseline by more than the baseline's time over that.
+ProtobufBaseline MeasureProtobuf(const std::vector<std::string>& files,
+                                 const records::FeatureSpec* spec,
+                                 uint64_t limit, int64_t batch) {
+  ProtobufBaseline out;
+  out.read_records_per_s = TimedPass(
+      files, limit,
+      [](const std::string&, const auto&, std::string_view, uint64_t) {});
+  tensorflow::Example example;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::string bytes;
+  out.records_per_s = TimedPass(
+      files, limit,
+      [&](const std::string& f, const auto& reader, std::string_view r,
+          uint64_t n) {
+        if (!example.ParseFromArray(r.data(), static_cast<int>(r.size()))) {
+          throw UsageError(fmt::format("{}: record {} is not a tf.Example", f,
+                                       reader.last_index()));
+        }
+        if (spec == nullptr) return;
         if (batch > 0 && n % static_cast<uint64_t>(batch) == 0) {
           floats.clear();
           ints.clear();
@@ -194,12 +197,7 @@ ProtobufBaseline MeasureProtobuf(const std::vector<std::string>& files,
           for (int64_t x : feature.int64_list().value()) ints.push_back(x);
           for (const auto& x : feature.bytes_list().value()) bytes += x;
         }
-      }
-      ++n;
-    }
-  }
-  const double s = Seconds(Clock::now() - start);
-  out.records_per_s = s > 0 ? static_cast<double>(n) / s : 0;
+      });
   return out;
 }
 
