@@ -511,9 +511,7 @@ class ExampleDecoder {
              uint64_t{static_cast<uint8_t>(p[n / 2])} << 8 |
              uint64_t{static_cast<uint8_t>(p[n - 1])} << 16;
     }
-    const uint64_t h =
-        (head ^ (tail * 0xc2b2ae3d27d4eb4fULL + n)) * 0x9e3779b97f4a7c15ULL;
-    return h;
+    return (head ^ (tail * 0xc2b2ae3d27d4eb4fULL + n)) * 0x9e3779b97f4a7c15ULL;
   }
 
   // String equality without a library call for short keys.
