@@ -111,10 +111,11 @@ Element ReadRecordAt(const std::shared_ptr<const std::string>& path,
 // record and the page faults of a heap that glibc grows and trims; it was
 // 11-15% of a shuffled pipeline's samples under perf (docs/PERFORMANCE.md).
 //
-// Slots come in size classes a quarter of a power of two apart (so at most
-// 25% of a slot is unused), are carved from 256 KiB chunks, and go back to
-// their free list when the last Tensor viewing them is dropped, on any
-// thread (the deleter holds the pool).  The pool keeps what it carved until
+// Slots come in size classes a quarter of a power of two apart (from 256
+// bytes up at most 25% of a slot is unused; below that the classes are 64,
+// 128 and 192 bytes), are carved from 256 KiB chunks, and go back to their
+// free list when the last Tensor viewing them is dropped, on any thread
+// (the deleter holds the pool).  The pool keeps what it carved until
 // it is destroyed: its high-water mark is the shuffle buffer plus what is
 // in flight downstream.  One pool serves a dataset's iterators over all
 // epochs (IteratorContext::Shared).  Thread-safe.
