@@ -176,6 +176,14 @@ class BatchDataset final : public UnaryDataset {
   std::string StageName() const override {
     return padded_ ? "padded_batch" : "batch";
   }
+  bool DescribeForFusion(FusableStage* out) const override {
+    if (padded_) return false;
+    out->kind = FusableStage::Kind::kBatch;
+    out->input = input_;
+    out->batch_size = batch_size_;
+    out->drop_remainder = drop_remainder_;
+    return true;
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));

@@ -52,35 +52,9 @@ struct Clock {
 uint64_t Nanos(uint64_t ns) { return ns; }
 #endif
 
-// Self time: each thread keeps a stack of the stages whose GetNext it is
-// in; entering a nested stage stops the clock of the one that called it.
-struct Frame {
-  StageCounter* counter;
-  Clock::time_point resumed;
-  Frame* parent;
-};
-thread_local Frame* current_frame = nullptr;
-
-class FrameScope {
- public:
-  explicit FrameScope(StageCounter* counter) {
-    const auto now = Clock::now();
-    if (current_frame != nullptr) {
-      current_frame->counter->busy_ns += Nanos(now - current_frame->resumed);
-    }
-    frame_ = {counter, now, current_frame};
-    current_frame = &frame_;
-  }
-  ~FrameScope() {
-    const auto now = Clock::now();
-    frame_.counter->busy_ns += Nanos(now - frame_.resumed);
-    current_frame = frame_.parent;
-    if (current_frame != nullptr) current_frame->resumed = now;
-  }
-
- private:
-  Frame frame_;
-};
+// Self time: each thread keeps a stack of BusyScopes (the stages whose
+// work it is in); entering a nested one stops the clock of its parent.
+thread_local BusyScope* current_frame = nullptr;
 
 // Counts a stage's output and time.
 class CountedIterator final : public IteratorBase {
@@ -89,7 +63,7 @@ class CountedIterator final : public IteratorBase {
       : inner_(std::move(inner)), counter_(counter) {}
 
   bool GetNext(Element* out) override {
-    FrameScope scope(counter_);
+    BusyScope scope(counter_);
     if (!inner_->GetNext(out)) return false;
     counter_->elements.fetch_add(1, std::memory_order_relaxed);
     counter_->bytes.fetch_add(out->byte_size(), std::memory_order_relaxed);
@@ -121,17 +95,32 @@ uint64_t Fingerprint(std::string_view s) {
   return h;
 }
 
+BusyScope::BusyScope(StageCounter* counter)
+    : counter_(counter), resumed_(Clock::now()), parent_(current_frame) {
+  if (parent_ != nullptr) {
+    parent_->counter_->busy_ns += Nanos(resumed_ - parent_->resumed_);
+  }
+  current_frame = this;
+}
+
+BusyScope::~BusyScope() {
+  const auto now = Clock::now();
+  counter_->busy_ns += Nanos(now - resumed_);
+  current_frame = parent_;
+  if (parent_ != nullptr) parent_->resumed_ = now;
+}
+
 WaitScope::WaitScope(StageCounter* counter)
     : counter_(counter), start_(Clock::now()) {
   if (current_frame != nullptr) {
-    current_frame->counter->busy_ns += Nanos(start_ - current_frame->resumed);
+    current_frame->counter_->busy_ns += Nanos(start_ - current_frame->resumed_);
   }
 }
 
 WaitScope::~WaitScope() {
   const auto now = Clock::now();
   if (counter_ != nullptr) counter_->wait_ns += Nanos(now - start_);
-  if (current_frame != nullptr) current_frame->resumed = now;
+  if (current_frame != nullptr) current_frame->resumed_ = now;
 }
 
 // --- IteratorContext -------------------------------------------------------
@@ -160,6 +149,7 @@ IteratorContext::IteratorContext(const IteratorOptions& options)
                    ? options.threads
                    : static_cast<int>(
                          std::max(1u, std::thread::hardware_concurrency()))),
+      optimize_(options.optimize),
       seed_(stages::SeedOrRandom(std::nullopt)),
       // No slot is reserved for an external thread: the consumer and the
       // drivers never run arena work, so every slot is a worker's.

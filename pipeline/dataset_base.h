@@ -37,6 +37,10 @@
 
 namespace recflow::pipeline {
 
+namespace stages {
+struct FusableStage;  // stages.h
+}
+
 struct StageStats {
   std::string name;
   uint64_t elements = 0;        // elements the stage delivered
@@ -63,6 +67,11 @@ struct StageCounter {
 struct IteratorOptions {
   // Threads of the task arena that runs parallel stages; 0 = all cores.
   int threads = 0;
+  // Runs Parse(Batch(Shuffle/Repeat...(FromTFRecords))) as one fused stage
+  // (tf.data's map_and_batch fusion; pipeline/README.md): the same
+  // elements, order and errors, with reading, checksums and parsing on
+  // every thread.  false: every stage as written, for comparison.
+  bool optimize = true;
 };
 
 // Shared by all stages of one Iterator: the task arena, statistics,
@@ -73,6 +82,7 @@ class IteratorContext {
   ~IteratorContext();
 
   int threads() const { return threads_; }
+  bool optimize() const { return optimize_; }
   // The seed of stages given none: random per Iterator, kept in its state.
   uint64_t seed() const { return seed_; }
   void set_seed(uint64_t seed) { seed_ = seed; }
@@ -99,6 +109,7 @@ class IteratorContext {
 
  private:
   int threads_;
+  bool optimize_;
   uint64_t seed_;
   std::unique_ptr<tbb::task_arena> arena_;
   mutable std::mutex mu_;
@@ -147,9 +158,32 @@ class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
   virtual std::string StageName() const = 0;
   // Threads the stage's work may use (for busy %).
   virtual int Parallelism(const IteratorContext&) const { return 1; }
+  // Stages the fused batch-parse path can take over describe themselves
+  // (internal: stages.h); the others return false.
+  virtual bool DescribeForFusion(stages::FusableStage*) const { return false; }
 };
 
 using DatasetPtr = std::shared_ptr<const DatasetBase>;
+
+// Work of `counter`'s stage: the time between construction and
+// destruction goes to `counter->busy_ns`, and not to the scope it is
+// nested in on this thread (whose clock stops meanwhile).  Every GetNext
+// runs in one for its stage; a stage that works for others (a fused stage
+// reading or planning for the stages it replaced, on any thread) opens
+// theirs, so each stage's busy time is its own work exactly once.
+class BusyScope {
+ public:
+  explicit BusyScope(StageCounter* counter);
+  ~BusyScope();
+  BusyScope(const BusyScope&) = delete;
+  BusyScope& operator=(const BusyScope&) = delete;
+
+ private:
+  friend class WaitScope;
+  StageCounter* counter_;
+  uint64_t resumed_;  // the stage clock's reading (dataset.cc)
+  BusyScope* parent_;
+};
 
 // A blocking wait that does not count as its stage's work: the time
 // between construction and destruction goes to `counter->wait_ns` instead

@@ -17,10 +17,12 @@ int ParallelCalls(int requested, const IteratorContext& ctx) {
 
 class MapDataset final : public UnaryDataset {
  public:
-  MapDataset(DatasetPtr input, MapFn fn, MapOptions options)
+  MapDataset(DatasetPtr input, MapFn fn, MapOptions options,
+             std::shared_ptr<const ParseInfo> parse)
       : UnaryDataset(std::move(input)),
         fn_(std::move(fn)),
-        options_(std::move(options)) {}
+        options_(std::move(options)),
+        parse_(std::move(parse)) {}
 
   // The parallelism is not part of the description: a state saved with one
   // thread count restores with another.
@@ -29,9 +31,7 @@ class MapDataset final : public UnaryDataset {
                        options_.deterministic ? "" : ", deterministic=false");
   }
   std::string StageName() const override {
-    // Parse's map is named "parse[<spec fingerprint>]".
-    if (options_.name.starts_with("parse[")) return "parse";
-    return "map:" + options_.name;
+    return parse_ ? "parse" : "map:" + options_.name;
   }
   int Parallelism(const IteratorContext& ctx) const override {
     return ParallelCalls(options_.num_parallel_calls, ctx);
@@ -39,8 +39,14 @@ class MapDataset final : public UnaryDataset {
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    auto in = input_->MakeIterator(ctx, salt);
     const int calls = ParallelCalls(options_.num_parallel_calls, *ctx);
+    if (parse_) {
+      if (auto fused =
+              MakeFusedBatchParse(*this, input_, *parse_, calls, ctx, salt)) {
+        return fused;
+      }
+    }
+    auto in = input_->MakeIterator(ctx, salt);
     if (calls <= 1) return std::make_unique<SyncIt>(this, std::move(in));
     AsyncIterator::Config config;
     config.stage = "map";
@@ -129,6 +135,7 @@ class MapDataset final : public UnaryDataset {
 
   MapFn fn_;
   MapOptions options_;
+  std::shared_ptr<const ParseInfo> parse_;
 };
 
 class PrefetchDataset final : public UnaryDataset {
@@ -157,9 +164,10 @@ class PrefetchDataset final : public UnaryDataset {
 
 }  // namespace
 
-DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options) {
+DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options,
+               std::shared_ptr<const ParseInfo> parse) {
   return std::make_shared<MapDataset>(std::move(input), std::move(fn),
-                                      std::move(options));
+                                      std::move(options), std::move(parse));
 }
 DatasetPtr Prefetch(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes) {
   return std::make_shared<PrefetchDataset>(std::move(input), buffer_size,

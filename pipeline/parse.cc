@@ -41,63 +41,69 @@ Tensor FeatureTensor(records::ParsedFeature& f, bool batched, int64_t n) {
                     Shape{static_cast<int64_t>(f.row_lengths.size())}));
 }
 
+records::ParseContext Context(const Element& e, int64_t i) {
+  const Origin* o = e.OriginOf(i);
+  if (o == nullptr || !o->file) return {};
+  return {*o->file, o->record};
+}
+
 class ParseFn {
  public:
-  ParseFn(records::FeatureSpec spec, ParseOptions options)
-      : parser_(std::make_shared<records::ExampleParser>(std::move(spec))),
-        options_(std::move(options)) {}
+  explicit ParseFn(std::shared_ptr<const ParseInfo> info)
+      : info_(std::move(info)) {}
 
   Element operator()(Element in) const {
-    const Tensor* records_tensor = in.Find(options_.record_key);
+    const std::string& key = info_->options.record_key;
+    const Tensor* records_tensor = in.Find(key);
     if (records_tensor == nullptr || records_tensor->dtype() != DType::kBytes ||
         records_tensor->shape().rank() > 1) {
       throw Error(fmt::format(
           "Parse: the element needs a bytes scalar or vector '{}' of "
           "serialized tf.Examples; it has {}",
-          options_.record_key, in.DebugString()));
+          key, in.DebugString()));
     }
     const bool batched = records_tensor->shape().rank() == 1;
     const int64_t n = batched ? records_tensor->shape()[0] : 1;
     std::vector<std::string_view> serialized(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) serialized[i] = records_tensor->bytes(i);
 
-    records::ParsedBatch parsed;
-    try {
-      parser_->ParseBatch(serialized, &parsed,
-                          batched ? records::ParseContext{} : Context(in, 0));
-    } catch (const records::ParseError&) {
-      if (!batched) throw;
-      // Find the bad record and name it with its own origin.
-      records::ParsedBatch one;
-      for (int64_t i = 0; i < n; ++i) {
-        parser_->ParseBatch(std::span(&serialized[i], 1), &one, Context(in, i));
-      }
-      throw;
-    }
     Element out;
-    for (auto& f : parsed.features) {
-      out.components.push_back({f.name, FeatureTensor(f, batched, n)});
-    }
-    if (options_.keep_record) {
-      out.components.push_back({options_.record_key, *records_tensor});
-    }
     out.origin = std::move(in.origin);
     out.batch_origins = std::move(in.batch_origins);
+    ParseRecords(*info_->parser, serialized, batched, &out);
+    if (info_->options.keep_record) {
+      out.components.push_back({key, *records_tensor});
+    }
     return out;
   }
 
  private:
-  static records::ParseContext Context(const Element& e, int64_t i) {
-    const Origin* o = e.OriginOf(i);
-    if (o == nullptr || !o->file) return {};
-    return {*o->file, o->record};
-  }
-
-  std::shared_ptr<const records::ExampleParser> parser_;
-  ParseOptions options_;
+  std::shared_ptr<const ParseInfo> info_;
 };
 
 }  // namespace
+
+void ParseRecords(const records::ExampleParser& parser,
+                  std::span<const std::string_view> serialized, bool batched,
+                  Element* out) {
+  const auto n = static_cast<int64_t>(serialized.size());
+  records::ParsedBatch parsed;
+  try {
+    parser.ParseBatch(serialized, &parsed,
+                      batched ? records::ParseContext{} : Context(*out, 0));
+  } catch (const records::ParseError&) {
+    if (!batched) throw;
+    // Find the bad record and name it with its own origin.
+    records::ParsedBatch one;
+    for (int64_t i = 0; i < n; ++i) {
+      parser.ParseBatch(serialized.subspan(i, 1), &one, Context(*out, i));
+    }
+    throw;
+  }
+  for (auto& f : parsed.features) {
+    out->components.push_back({f.name, FeatureTensor(f, batched, n)});
+  }
+}
 
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
                  ParseOptions options) {
@@ -105,8 +111,10 @@ DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
   map.num_parallel_calls = options.num_parallel_calls;
   map.deterministic = options.deterministic;
   map.name = fmt::format("parse[{:016x}]", Fingerprint(spec.ToJson().dump()));
-  return Map(std::move(input), ParseFn(std::move(spec), std::move(options)),
-             std::move(map));
+  auto info = std::make_shared<ParseInfo>();
+  info->parser = std::make_shared<records::ExampleParser>(std::move(spec));
+  info->options = std::move(options);
+  return Map(std::move(input), ParseFn(info), std::move(map), info);
 }
 
 }  // namespace recflow::pipeline::stages

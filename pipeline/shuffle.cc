@@ -15,92 +15,6 @@
 namespace recflow::pipeline::stages {
 namespace {
 
-// Decides which buffered elements can be saved as references: a single
-// "record" bytes scalar whose bytes are those of the frame at its origin
-// in an uncompressed file (both CRCs of the frame are checked against the
-// file now).
-struct RecordReferences {
-  std::vector<std::string> files;
-  std::map<std::string, int64_t> index;  // -1: not usable
-  std::map<std::string, std::unique_ptr<records::ReadableFile>> open;
-
-  int64_t Find(const Element& e) {
-    if (e.components.size() != 1 || e.components[0].name != "record" ||
-        !e.origin.file || e.batch_origins) {
-      return -1;
-    }
-    const Tensor& t = e.components[0].tensor;
-    if (t.dtype() != DType::kBytes || t.shape().rank() != 0) return -1;
-    const std::string& path = *e.origin.file;
-    auto it = index.find(path);
-    if (it == index.end()) {
-      int64_t id = -1;
-      try {
-        auto file = std::make_unique<records::ReadableFile>(path);
-        if (records::DetectCompression(*file) == records::Compression::kNone) {
-          id = static_cast<int64_t>(files.size());
-          files.push_back(path);
-          open[path] = std::move(file);
-        }
-      } catch (const records::Error&) {
-      }
-      it = index.emplace(path, id).first;
-    }
-    if (it->second < 0) return -1;
-    const std::string_view bytes = t.bytes(0);
-    char header[records::kHeaderBytes];
-    char footer[records::kFooterBytes];
-    const records::ReadableFile& file = *open[path];
-    const uint64_t at = e.origin.offset;
-    if (file.ReadAt(at, header, sizeof header) != sizeof header ||
-        !records::HeaderChecks(header) ||
-        records::HeaderLength(header) != bytes.size() ||
-        file.ReadAt(at + records::kHeaderBytes + bytes.size(), footer,
-                    sizeof footer) != sizeof footer ||
-        records::crc32c::Unmask(records::DecodeLittleEndian<uint32_t>(
-            footer)) != records::crc32c::Value(bytes.data(), bytes.size())) {
-      return -1;
-    }
-    return it->second;
-  }
-};
-
-// The record a reference names, checked against its CRC in the state.
-Element ReadRecordAt(const std::shared_ptr<const std::string>& path,
-                     uint64_t offset, uint64_t record, uint32_t crc) {
-  records::ReadableFile file(*path);
-  char header[records::kHeaderBytes];
-  auto fail = [&](std::string_view what) -> Element {
-    throw Error(
-        fmt::format("shuffle state: {}: record {} at offset {}: {}; "
-                    "the file changed since the state was saved",
-                    *path, record, offset, what));
-  };
-  if (file.ReadAt(offset, header, sizeof header) != sizeof header ||
-      !records::HeaderChecks(header)) {
-    return fail("no record header there");
-  }
-  const uint64_t length = records::HeaderLength(header);
-  if (length > (file.size() > offset + records::kFrameOverhead
-                    ? file.size() - offset - records::kFrameOverhead
-                    : 0))
-    return fail("length past the end");
-  std::string data(length, '\0');
-  if (file.ReadAt(offset + records::kHeaderBytes, data.data(), length) !=
-      length) {
-    return fail("the record is cut short");
-  }
-  if (records::crc32c::Value(data.data(), data.size()) != crc) {
-    return fail("different bytes");
-  }
-  Element e;
-  e.components.push_back({"record", Tensor::BytesScalar(data)});
-  e.origin.file = path;
-  e.origin.offset = offset;
-  e.origin.record = record;
-  return e;
-}
-
 // Storage for the records a shuffle buffer holds, reused LIFO.
 //
 // In the fill-and-replace algorithm every delivered record makes room for
@@ -205,12 +119,27 @@ class ShuffleDataset final : public UnaryDataset {
   }
   std::string StageName() const override { return "shuffle"; }
 
-  std::unique_ptr<IteratorBase> MakeIteratorInternal(
-      IteratorContext* ctx, uint64_t salt) const override {
-    // Unseeded: the iterator's random seed, told apart per stage.
+  // The seed of an iterator made with `salt`.  Unseeded: the iterator's
+  // random seed, told apart per stage.
+  uint64_t SeedFor(IteratorContext* ctx, uint64_t salt) const {
     const uint64_t base =
         seed_ ? *seed_ : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    const uint64_t seed = reshuffle_ ? MixSeed(base, salt) : base;
+    return reshuffle_ ? MixSeed(base, salt) : base;
+  }
+
+  bool DescribeForFusion(FusableStage* out) const override {
+    out->kind = FusableStage::Kind::kShuffle;
+    out->input = input_;
+    out->buffer_size = buffer_size_;
+    out->shuffle_seed = [this](IteratorContext* ctx, uint64_t salt) {
+      return SeedFor(ctx, salt);
+    };
+    return true;
+  }
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    const uint64_t seed = SeedFor(ctx, salt);
     auto pool = std::static_pointer_cast<SlotPool>(
         ctx->Shared(this, [] { return std::make_shared<SlotPool>(); }));
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt), seed,
@@ -266,26 +195,29 @@ class ShuffleDataset final : public UnaryDataset {
       w->U64(rng_.state());
       w->Bool(input_end_);
       RecordReferences refs;
-      std::vector<int64_t> file_of(buffer_.size(), -1);
+      std::vector<std::optional<uint64_t>> file_of(buffer_.size());
       for (size_t i = 0; i < buffer_.size(); ++i) {
-        file_of[i] = refs.Find(buffer_[i]);
+        const Element& e = buffer_[i];
+        if (e.components.size() != 1 || e.components[0].name != "record" ||
+            !e.origin.file || e.batch_origins) {
+          continue;
+        }
+        const Tensor& t = e.components[0].tensor;
+        if (t.dtype() != DType::kBytes || t.shape().rank() != 0) continue;
+        file_of[i] = refs.Find(t.bytes(0), *e.origin.file, e.origin.offset);
       }
-      w->U64(refs.files.size());
-      for (const auto& f : refs.files) w->String(f);
+      refs.WriteFiles(w);
       w->U64(buffer_.size());
       for (size_t i = 0; i < buffer_.size(); ++i) {
         const Element& e = buffer_[i];
-        if (file_of[i] < 0) {
+        if (!file_of[i]) {
           w->U64(0);
           w->WriteElement(e);
           continue;
         }
         const std::string_view record = e.components[0].tensor.bytes(0);
-        w->U64(1);
-        w->U64(static_cast<uint64_t>(file_of[i]));
-        w->U64(e.origin.offset);
-        w->U64(e.origin.record);
-        w->U64(records::crc32c::Value(record.data(), record.size()));
+        WriteRecordReference(w, *file_of[i], e.origin.offset, e.origin.record,
+                             record);
       }
       in_->Save(w);
     }
@@ -318,8 +250,11 @@ class ShuffleDataset final : public UnaryDataset {
         const uint64_t record = r->U64();
         const uint64_t crc = r->U64();
         if (file >= paths.size()) throw Error("shuffle state: bad file");
-        buffer_.push_back(ReadRecordAt(paths[file], offset, record,
-                                       static_cast<uint32_t>(crc)));
+        RecordView v = ReadRecordAt(paths[file], offset, record,
+                                    static_cast<uint32_t>(crc));
+        Element e;
+        SetRecord(&e, v.ToTensor(), paths[file], offset, record);
+        buffer_.push_back(std::move(e));
       }
       in_->Restore(r);
     }
@@ -352,6 +287,78 @@ class ShuffleDataset final : public UnaryDataset {
 };
 
 }  // namespace
+
+RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
+                        uint64_t offset, uint64_t record, uint32_t crc) {
+  records::ReadableFile file(*path);
+  char header[records::kHeaderBytes];
+  auto fail = [&](std::string_view what) -> RecordView {
+    throw Error(
+        fmt::format("shuffle state: {}: record {} at offset {}: {}; "
+                    "the file changed since the state was saved",
+                    *path, record, offset, what));
+  };
+  if (file.ReadAt(offset, header, sizeof header) != sizeof header ||
+      !records::HeaderChecks(header)) {
+    return fail("no record header there");
+  }
+  const uint64_t length = records::HeaderLength(header);
+  if (length > (file.size() > offset + records::kFrameOverhead
+                    ? file.size() - offset - records::kFrameOverhead
+                    : 0))
+    return fail("length past the end");
+  auto data = std::make_shared<records::AlignedVector<char>>(length);
+  if (file.ReadAt(offset + records::kHeaderBytes, data->data(), length) !=
+      length) {
+    return fail("the record is cut short");
+  }
+  if (records::crc32c::Value(data->data(), data->size()) != crc) {
+    return fail("different bytes");
+  }
+  RecordView v;
+  v.data = data->data();
+  v.size = length;
+  v.storage_bytes = length;
+  v.owner = std::move(data);
+  v.path = &path;
+  v.offset = offset;
+  v.index = record;
+  v.at_offset = true;
+  return v;
+}
+
+std::optional<uint64_t> RecordReferences::Find(std::string_view bytes,
+                                               const std::string& path,
+                                               uint64_t offset) {
+  auto it = index_.find(path);
+  if (it == index_.end()) {
+    int64_t id = -1;
+    try {
+      auto file = std::make_unique<records::ReadableFile>(path);
+      if (records::DetectCompression(*file) == records::Compression::kNone) {
+        id = static_cast<int64_t>(files_.size());
+        files_.push_back(path);
+        open_[path] = std::move(file);
+      }
+    } catch (const records::Error&) {
+    }
+    it = index_.emplace(path, id).first;
+  }
+  if (it->second < 0) return std::nullopt;
+  char header[records::kHeaderBytes];
+  char footer[records::kFooterBytes];
+  const records::ReadableFile& file = *open_[path];
+  if (file.ReadAt(offset, header, sizeof header) != sizeof header ||
+      !records::HeaderChecks(header) ||
+      records::HeaderLength(header) != bytes.size() ||
+      file.ReadAt(offset + records::kHeaderBytes + bytes.size(), footer,
+                  sizeof footer) != sizeof footer ||
+      records::crc32c::Unmask(records::DecodeLittleEndian<uint32_t>(footer)) !=
+          records::crc32c::Value(bytes.data(), bytes.size())) {
+    return std::nullopt;
+  }
+  return static_cast<uint64_t>(it->second);
+}
 
 DatasetPtr Shuffle(DatasetPtr input, int64_t buffer_size,
                    std::optional<uint64_t> seed, bool reshuffle) {

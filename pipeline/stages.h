@@ -3,10 +3,17 @@
 #ifndef RECFLOW_PIPELINE_STAGES_H_
 #define RECFLOW_PIPELINE_STAGES_H_
 
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "pipeline/dataset.h"
+#include "records/crc32c.h"
+#include "records/example_parser.h"
+#include "records/file.h"
 
 namespace recflow::pipeline::stages {
 
@@ -36,11 +43,56 @@ void SetRecord(Element* out, Tensor record,
                const std::shared_ptr<const std::string>& path, uint64_t offset,
                uint64_t index);
 
+// One record as a source reads it: `size` bytes at `data`, kept alive by
+// `owner` (a read block or a copy), and where it came from.  `path` points
+// at the dataset's own copy of the file name, so a view must not outlive
+// the dataset that made it.
+struct RecordView {
+  const char* data = nullptr;
+  uint64_t size = 0;
+  std::shared_ptr<const void> owner;
+  size_t storage_bytes = 0;  // bytes `owner` holds (0: unknown)
+  const std::shared_ptr<const std::string>* path = nullptr;
+  uint64_t offset = 0;  // of the frame, in the uncompressed stream
+  uint64_t index = 0;   // the record's index in its file
+  // The bytes are those of the frame at `offset` in an uncompressed file
+  // (so a saved state may name them by reference).
+  bool at_offset = false;
+
+  std::string_view bytes() const { return {data, size}; }
+  Tensor ToTensor() const {
+    return Tensor::BytesView(data, size, owner, storage_bytes);
+  }
+};
+
+// One file's records, from a position (tfrecord_dataset.cc).
+class FileRecords {
+ public:
+  virtual ~FileRecords() = default;
+  // The next record; false at the end.  After an exception the file is
+  // finished.
+  virtual bool NextView(RecordView* out) = 0;
+  // The same as the element {"record": ...} with its origin.
+  bool Next(Element* out);
+  // Where to continue: the offset and index of the next record
+  // (compressed files: the index only).
+  virtual uint64_t next_offset() const = 0;
+  virtual uint64_t next_index() const = 0;
+};
+// Opens `path` (kept by reference: it must outlive the reader) at a
+// record boundary: uncompressed files through io.h's block readers, with
+// records viewing the blocks; compressed ones (detected unless `options`
+// says) decoded from the start, dropping `index` records.
+std::unique_ptr<FileRecords> OpenFileRecords(
+    const std::shared_ptr<const std::string>& path, uint64_t offset,
+    uint64_t index, const TFRecordOptions& options);
+
 // Copies records into shared 1 MiB chunks: one allocation per chunk, not
 // per record.  Records over a quarter chunk get their own buffer.
 class RecordArena {
  public:
   Tensor Copy(std::string_view r);
+  void Copy(std::string_view r, RecordView* out);
 
  private:
   static constexpr size_t kChunkBytes = size_t{1} << 20;
@@ -65,14 +117,66 @@ DatasetPtr ShardTFRecordFiles(const DatasetPtr& d, int64_t num_shards,
 DatasetPtr GlobalShuffle(std::vector<std::string> files,
                          GlobalShuffleOptions options);
 
+// What a stage tells the fused batch-parse path (batch_parse_fusion.cc)
+// about itself, through DatasetBase::DescribeForFusion.
+struct FusableStage {
+  enum class Kind { kTFRecord, kShuffle, kRepeat, kBatch };
+  Kind kind = Kind::kTFRecord;
+  const DatasetBase* dataset = nullptr;
+  DatasetPtr input;  // null for the source
+  // kTFRecord: the files (the dataset's own copies), options and the order
+  // an iterator made with a salt reads them in.
+  const std::vector<std::shared_ptr<const std::string>>* paths = nullptr;
+  const TFRecordOptions* tfrecord = nullptr;
+  std::function<std::vector<size_t>(IteratorContext*, uint64_t salt)>
+      file_order;
+  // kShuffle: the buffer and the seed of an iterator made with a salt.
+  int64_t buffer_size = 0;
+  std::function<uint64_t(IteratorContext*, uint64_t salt)> shuffle_seed;
+  // kRepeat
+  int64_t count = 0;
+  // kBatch
+  int64_t batch_size = 0;
+  bool drop_remainder = false;
+};
+
+// A Map that parses tf.Examples (Parse); null for other maps.
+struct ParseInfo {
+  std::shared_ptr<const records::ExampleParser> parser;
+  ParseOptions options;
+};
+
 // map.cc
-DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options);
+DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options,
+               std::shared_ptr<const ParseInfo> parse = nullptr);
 
 // parse.cc
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
                  ParseOptions options);
+// Parses `serialized` (a batch when `batched`, else one record) into the
+// components of `out`, which keeps its origins.  On a bad record of a
+// batch, throws the ParseError naming that record by `out`'s origins.
+void ParseRecords(const records::ExampleParser& parser,
+                  std::span<const std::string_view> serialized, bool batched,
+                  Element* out);
+
+// batch_parse_fusion.cc: tf.data's map_and_batch fusion, with the reading
+// and shuffling below it.  For a Parse whose input is
+// Batch(Shuffle|Repeat ...(TFRecord)), an iterator that reads files in
+// parallel tasks, decides shuffle, repeat and batch order on one thread
+// over record views (no record bytes copied), and parses each batch's
+// records straight into its tensors in parallel tasks; the same elements,
+// order, errors and states as the stages run one by one.  Null when the
+// chain is not of that form or the iterator's options turn fusion off.
+std::unique_ptr<IteratorBase> MakeFusedBatchParse(
+    const DatasetBase& parse, const DatasetPtr& input, const ParseInfo& info,
+    int parallel_calls, IteratorContext* ctx, uint64_t salt);
 
 // transforms.cc
+// The salt of the iterator Repeat makes for `epoch` under its own `salt`.
+inline uint64_t RepeatSalt(uint64_t salt, int64_t epoch) {
+  return MixSeed(salt, static_cast<uint64_t>(epoch));
+}
 DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name);
 DatasetPtr Repeat(DatasetPtr input, int64_t count);
 DatasetPtr Take(DatasetPtr input, int64_t count);
@@ -90,11 +194,45 @@ DatasetPtr Unbatch(DatasetPtr input);
 DatasetPtr Shuffle(DatasetPtr input, int64_t buffer_size,
                    std::optional<uint64_t> seed, bool reshuffle);
 
+// Saved shuffle buffers name records that are still byte for byte the
+// frame at their origin in an uncompressed file by reference: (file,
+// offset, record, CRC-32C), 40 bytes, instead of their bytes.
+class RecordReferences {
+ public:
+  // The file id to save `bytes` by (checking both CRCs of the frame at
+  // `offset` against the file now), or nullopt when it must be saved whole.
+  std::optional<uint64_t> Find(std::string_view bytes, const std::string& path,
+                               uint64_t offset);
+  // The table of files the ids index.
+  void WriteFiles(StateWriter* w) const {
+    w->U64(files_.size());
+    for (const auto& f : files_) w->String(f);
+  }
+
+ private:
+  std::vector<std::string> files_;
+  std::map<std::string, int64_t> index_;  // -1: not usable
+  std::map<std::string, std::unique_ptr<records::ReadableFile>> open_;
+};
+// Kind 1 of a saved buffer entry: a reference (kind 0: WriteElement).
+inline void WriteRecordReference(StateWriter* w, uint64_t file, uint64_t offset,
+                                 uint64_t record, std::string_view bytes) {
+  w->U64(1);
+  w->U64(file);
+  w->U64(offset);
+  w->U64(record);
+  w->U64(records::crc32c::Value(bytes.data(), bytes.size()));
+}
+// The record a reference names, checked against its CRC in the state;
+// throws Error when the file changed.
+RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
+                        uint64_t offset, uint64_t record, uint32_t crc);
+
 // interleave.cc
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
                       int64_t block_length, std::string name);
 
-// prefetch.cc
+// map.cc
 DatasetPtr Prefetch(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes);
 
 // cache.cc

@@ -26,31 +26,19 @@ namespace {
 using records::DamageKind;
 using records::RecordError;
 
-// One file's records, from a position.
-class FileRecords {
- public:
-  virtual ~FileRecords() = default;
-  // Fills `out` with {"record": ...} and its origin; false at the end.
-  // After an exception the file is finished.
-  virtual bool Next(Element* out) = 0;
-  // Where to continue: the offset and index of the next record
-  // (compressed files: the index only).
-  virtual uint64_t next_offset() const = 0;
-  virtual uint64_t next_index() const = 0;
-};
-
 class BlockFileRecords final : public FileRecords {
  public:
-  BlockFileRecords(std::shared_ptr<const std::string> path, uint64_t offset,
-                   uint64_t index, const TFRecordOptions& options)
-      : path_(std::move(path)),
+  BlockFileRecords(const std::shared_ptr<const std::string>& path,
+                   uint64_t offset, uint64_t index,
+                   const TFRecordOptions& options)
+      : path_(path),
         options_(options),
         blocks_(OpenBlockReader(*path_, offset, options.io)),
         file_size_(blocks_->file_size()),
         next_offset_(offset),
         next_index_(index) {}
 
-  bool Next(Element* out) override {
+  bool NextView(RecordView* out) override {
     if (done_) return false;
     try {
       return ReadRecord(out);
@@ -95,7 +83,7 @@ class BlockFileRecords final : public FileRecords {
     return true;
   }
 
-  bool ReadRecord(Element* out) {
+  bool ReadRecord(RecordView* out) {
     const uint64_t offset = next_offset_;
     if (offset >= file_size_) {
       done_ = true;
@@ -144,10 +132,10 @@ class BlockFileRecords final : public FileRecords {
                        length, frame, left));
     }
     const char* data;
-    Tensor record;
     if (header_in_block && Available() >= frame) {
       data = Here() + records::kHeaderBytes;
-      record = Tensor::BytesView(data, length, block_.owner, block_.size);
+      out->owner = block_.owner;
+      out->storage_bytes = block_.size;
       pos_ += frame;
     } else {
       checked = false;
@@ -156,7 +144,8 @@ class BlockFileRecords final : public FileRecords {
           length + records::kFooterBytes);
       Take(buffer->size(), buffer->data());
       data = buffer->data();
-      record = Tensor::BytesView(data, length, buffer, buffer->size());
+      out->storage_bytes = buffer->size();
+      out->owner = std::move(buffer);
     }
     if (verify && !checked) {
       const uint32_t stored = records::crc32c::Unmask(
@@ -169,13 +158,18 @@ class BlockFileRecords final : public FileRecords {
                          length, stored, computed));
       }
     }
-    SetRecord(out, std::move(record), path_, offset, next_index_);
+    out->data = data;
+    out->size = length;
+    out->path = &path_;
+    out->offset = offset;
+    out->index = next_index_;
+    out->at_offset = true;
     next_offset_ += frame;
     ++next_index_;
     return true;
   }
 
-  std::shared_ptr<const std::string> path_;
+  const std::shared_ptr<const std::string>& path_;
   const TFRecordOptions& options_;
   std::unique_ptr<BlockReader> blocks_;
   const uint64_t file_size_;
@@ -190,10 +184,10 @@ class BlockFileRecords final : public FileRecords {
 // Records decoded from a compressed stream are copied into a RecordArena.
 class StreamFileRecords final : public FileRecords {
  public:
-  StreamFileRecords(std::shared_ptr<const std::string> path, uint64_t skip,
-                    records::Compression compression,
+  StreamFileRecords(const std::shared_ptr<const std::string>& path,
+                    uint64_t skip, records::Compression compression,
                     const TFRecordOptions& options)
-      : path_(std::move(path)) {
+      : path_(path) {
     records::ReaderOptions ro;
     ro.compression = compression;
     ro.verify_checksums = options.verify_checksums;
@@ -213,11 +207,14 @@ class StreamFileRecords final : public FileRecords {
     next_index_ = skip;
   }
 
-  bool Next(Element* out) override {
+  bool NextView(RecordView* out) override {
     std::string_view r;
     if (!reader_->ReadRecord(&r)) return false;
-    SetRecord(out, Copy(r), path_, reader_->last_offset(),
-              reader_->last_index());
+    arena_.Copy(r, out);
+    out->at_offset = false;
+    out->path = &path_;
+    out->offset = reader_->last_offset();
+    out->index = reader_->last_index();
     next_index_ = reader_->last_index() + 1;
     return true;
   }
@@ -225,9 +222,7 @@ class StreamFileRecords final : public FileRecords {
   uint64_t next_index() const override { return next_index_; }
 
  private:
-  Tensor Copy(std::string_view r) { return arena_.Copy(r); }
-
-  std::shared_ptr<const std::string> path_;
+  const std::shared_ptr<const std::string>& path_;
   std::unique_ptr<records::TFRecordReader> reader_;
   RecordArena arena_;
   uint64_t next_index_ = 0;
@@ -261,6 +256,21 @@ class TFRecordDataset final : public DatasetBase {
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, FileOrder(ctx, salt));
+  }
+
+  bool DescribeForFusion(FusableStage* out) const override {
+    out->kind = FusableStage::Kind::kTFRecord;
+    out->paths = &paths_;
+    out->tfrecord = &options_;
+    out->file_order = [this](IteratorContext* ctx, uint64_t salt) {
+      return FileOrder(ctx, salt);
+    };
+    return true;
+  }
+
+  // The order in which an iterator made with `salt` reads the files.
+  std::vector<size_t> FileOrder(IteratorContext* ctx, uint64_t salt) const {
     std::vector<size_t> order(files_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (options_.shuffle_files) {
@@ -272,7 +282,7 @@ class TFRecordDataset final : public DatasetBase {
         std::swap(order[i - 1], order[rng.Below(i)]);
       }
     }
-    return std::make_unique<It>(this, std::move(order));
+    return order;
   }
 
   const std::vector<std::string>& files() const { return files_; }
@@ -357,18 +367,8 @@ class TFRecordDataset final : public DatasetBase {
 
     void Open(Slot& slot, size_t order_index, uint64_t offset,
               uint64_t record) {
-      const auto& path = d_->paths_[order_[order_index]];
-      const TFRecordOptions& o = d_->options_;
-      records::Compression c =
-          o.compression
-              ? *o.compression
-              : records::DetectCompression(records::ReadableFile(*path));
-      if (c == records::Compression::kNone) {
-        slot.records =
-            std::make_unique<BlockFileRecords>(path, offset, record, o);
-      } else {
-        slot.records = std::make_unique<StreamFileRecords>(path, record, c, o);
-      }
+      slot.records = OpenFileRecords(d_->paths_[order_[order_index]], offset,
+                                     record, d_->options_);
       slot.order_index = order_index;
       ++open_;
     }
@@ -394,8 +394,16 @@ class TFRecordDataset final : public DatasetBase {
 
 }  // namespace
 
-Tensor RecordArena::Copy(std::string_view r) {
-  if (r.size() > kChunkBytes / 4) return Tensor::BytesScalar(r);
+void RecordArena::Copy(std::string_view r, RecordView* out) {
+  if (r.size() > kChunkBytes / 4) {
+    auto own = std::make_shared<records::AlignedVector<char>>(r.size());
+    if (!r.empty()) std::memcpy(own->data(), r.data(), r.size());
+    out->data = own->data();
+    out->size = r.size();
+    out->storage_bytes = r.size();
+    out->owner = std::move(own);
+    return;
+  }
   if (!chunk_ || used_ + r.size() > chunk_->size()) {
     chunk_ = std::make_shared<records::AlignedVector<char>>(kChunkBytes);
     used_ = 0;
@@ -403,7 +411,36 @@ Tensor RecordArena::Copy(std::string_view r) {
   char* dst = chunk_->data() + used_;
   if (!r.empty()) std::memcpy(dst, r.data(), r.size());
   used_ += r.size();
-  return Tensor::BytesView(dst, r.size(), chunk_, chunk_->size());
+  out->data = dst;
+  out->size = r.size();
+  out->owner = chunk_;
+  out->storage_bytes = chunk_->size();
+}
+
+Tensor RecordArena::Copy(std::string_view r) {
+  RecordView v;
+  Copy(r, &v);
+  return v.ToTensor();
+}
+
+bool FileRecords::Next(Element* out) {
+  RecordView v;
+  if (!NextView(&v)) return false;
+  SetRecord(out, v.ToTensor(), *v.path, v.offset, v.index);
+  return true;
+}
+
+std::unique_ptr<FileRecords> OpenFileRecords(
+    const std::shared_ptr<const std::string>& path, uint64_t offset,
+    uint64_t index, const TFRecordOptions& options) {
+  const records::Compression c =
+      options.compression
+          ? *options.compression
+          : records::DetectCompression(records::ReadableFile(*path));
+  if (c == records::Compression::kNone) {
+    return std::make_unique<BlockFileRecords>(path, offset, index, options);
+  }
+  return std::make_unique<StreamFileRecords>(path, index, c, options);
 }
 
 void SetRecord(Element* out, Tensor record,

@@ -59,6 +59,12 @@ class RepeatDataset final : public UnaryDataset {
     return fmt::format("Repeat({})", count_);
   }
   std::string StageName() const override { return "repeat"; }
+  bool DescribeForFusion(FusableStage* out) const override {
+    out->kind = FusableStage::Kind::kRepeat;
+    out->input = input_;
+    out->count = count_;
+    return true;
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, ctx, salt);
@@ -113,8 +119,7 @@ class RepeatDataset final : public UnaryDataset {
 
    private:
     void Open() {
-      in_ = d_->input_->MakeIterator(
-          ctx_, MixSeed(salt_, static_cast<uint64_t>(epoch_)));
+      in_ = d_->input_->MakeIterator(ctx_, RepeatSalt(salt_, epoch_));
       produced_ = false;
     }
 

@@ -1,0 +1,1043 @@
+// The fused batch-parse path: tf.data's map_and_batch fusion, taken down
+// through the shuffle and the reading below it.
+//
+// For Parse(Batch(S1(S2(...(FromTFRecords))))) with each S a Shuffle or a
+// Repeat, the stages run as one, so that per-record work is on every core:
+//
+//   reader tasks (one per open file, in the arena, kChunksAhead ahead):
+//     read blocks, check frames and CRCs ──▶ chunks of record views
+//   planner (one thread): interleave files ──▶ shuffle ──▶ repeat ──▶
+//     batch, over views (pointers and origins, never record bytes)
+//   parse tasks (parse's num_parallel_calls at once, in the arena):
+//     parse a batch's views straight into its tensors
+//   consumer: takes the batches in planned order
+//
+// The planner runs the same algorithms with the same seeds as the stages
+// it replaces (the TFRecord interleave, TensorFlow's buffered shuffle,
+// Repeat's per-epoch salts, Batch's remainder rule), so the elements and
+// their order are those of the unfused pipeline, whatever the thread
+// count; only where the work runs changes.  Errors keep their place: a
+// reader stops its file at a damaged record and the planner throws that
+// error when it reaches the record, as the source would; a bad Example
+// fails its batch.
+//
+// Memory: reader tasks hold at most kChunksAhead chunks per open file (and
+// one file opened ahead); the planner holds the shuffle buffers' views,
+// which keep their read blocks alive.  A view still buffered after
+// kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of records
+// under TensorFlow's shuffle) is copied into a buffer of its own so that
+// it stops holding a block; so the blocks held span at most about three
+// buffers' worth of records.  Batches in flight: kBatchesAhead x calls.
+//
+// The saved state (stage "batch_parse") holds the finished batches not yet
+// taken, the planner's pending records, and each fused stage's position:
+// files, offsets and record indexes; shuffle generators and buffers (records
+// from uncompressed files by reference, as Shuffle saves them); epochs.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+
+#include "pipeline/stages.h"
+
+namespace recflow::pipeline::stages {
+namespace {
+
+// Records one reader task reads at once (or fewer, to at most
+// kChunkBytes): 100-300 µs of work, so a task is worth its scheduling.
+constexpr size_t kChunkRecords = 512;
+constexpr uint64_t kChunkBytes = uint64_t{1} << 20;
+// Chunks a file's reader keeps ready ahead of the planner.
+constexpr size_t kChunksAhead = 2;
+// Batches planned ahead of the consumer, per parse call.
+constexpr size_t kBatchesAhead = 2;
+// More finished batches than any state holds (kBatchesAhead per call, for
+// more calls than any machine has threads): a bound on forged states.
+constexpr uint64_t kMaxSavedBatches = kBatchesAhead * 65536 + 1;
+// Shuffle buffers copy out views that stayed this many buffer lengths.
+constexpr uint64_t kCompactAfter = 3;
+
+// What the parts of one fused iterator share.
+struct Env {
+  IteratorContext* ctx;
+  const std::vector<std::shared_ptr<const std::string>>* paths;
+  const TFRecordOptions* options;
+  StageCounter* read_counter;
+  // Reader tasks read ahead; false: the planner reads, on its own thread.
+  bool read_ahead = true;
+  // Set while a state is saved: reader tasks stop after their chunk.
+  std::atomic<bool> paused{false};
+
+  uint64_t FileId(const RecordView& v) const {
+    return static_cast<uint64_t>(v.path - paths->data());
+  }
+};
+
+// Makes `v` hold a copy of its bytes in a buffer of their size, so that it
+// stops keeping a larger one (a read block) alive.
+void OwnBytes(RecordView* v, std::string_view bytes) {
+  auto own = std::make_shared<records::AlignedVector<char>>(bytes.size());
+  if (!bytes.empty()) std::memcpy(own->data(), bytes.data(), bytes.size());
+  v->data = own->data();
+  v->size = bytes.size();
+  v->storage_bytes = bytes.size();
+  v->owner = std::move(own);
+}
+
+// A saved record: by reference when its bytes are the frame at its origin
+// (WriteRecordReference), else whole, with its origin.
+void WriteView(StateWriter* w, const Env& env, const RecordView& v) {
+  if (v.at_offset) {
+    WriteRecordReference(w, env.FileId(v), v.offset, v.index, v.bytes());
+    return;
+  }
+  w->U64(0);
+  w->U64(env.FileId(v));
+  w->U64(v.offset);
+  w->U64(v.index);
+  w->String(v.bytes());
+}
+
+RecordView ReadView(StateReader* r, const Env& env) {
+  const uint64_t kind = r->U64();
+  if (kind > 1) r->Fail("unknown record kind");
+  const uint64_t file = r->U64();
+  if (file >= env.paths->size()) r->Fail("file out of range");
+  const auto& path = (*env.paths)[file];
+  const uint64_t offset = r->U64();
+  const uint64_t index = r->U64();
+  if (kind == 1) {
+    return ReadRecordAt(path, offset, index, static_cast<uint32_t>(r->U64()));
+  }
+  RecordView v;
+  OwnBytes(&v, r->String());
+  v.path = &path;
+  v.offset = offset;
+  v.index = index;
+  return v;
+}
+
+// One open file's records, read ahead by tasks in the arena.
+//
+// A chunk is filled by one thread at a time: a reader task, or the planner
+// itself when it needs a chunk that no task is filling (so the planner
+// never waits on a task that has not started).  The planner alone takes
+// chunks.  A task's last touch of the reader is under mu_, and the
+// destructor waits for it.
+class FileReader {
+ public:
+  FileReader(Env* env, const std::shared_ptr<const std::string>& path,
+             uint64_t offset, uint64_t index)
+      : env_(env), path_(path), open_offset_(offset), open_index_(index) {}
+
+  ~FileReader() {
+    std::unique_lock<std::mutex> lock(mu_);
+    stop_ = true;
+    Wait(lock, [this] { return !task_pending_ && !filling_; });
+  }
+  FileReader(const FileReader&) = delete;
+  FileReader& operator=(const FileReader&) = delete;
+
+  // Opens the file now (so that a state naming a missing file fails when
+  // it is restored, as the source's does).
+  void OpenNow() { Open(); }
+
+  // The next record; false at the end.  Throws the file's error at its
+  // place; failed_at_open() then says whether the file could not be
+  // opened at all.
+  bool Next(RecordView* out) {
+    while (pos_ >= current_.views.size()) {
+      if (current_.error) {
+        std::exception_ptr e = std::move(current_.error);
+        current_.error = nullptr;
+        current_.end = true;
+        failed_at_open_ = current_.open_failed;
+        std::rethrow_exception(e);
+      }
+      if (current_.end) return false;
+      TakeChunk();
+    }
+    *out = std::move(current_.views[pos_++]);
+    return true;
+  }
+  bool failed_at_open() const { return failed_at_open_; }
+
+  // Starts reading ahead if there is room.
+  void Kick() {
+    std::lock_guard<std::mutex> lock(mu_);
+    KickLocked();
+  }
+  // Waits until no task is reading (env_->paused keeps new ones off).
+  void Quiesce() {
+    std::unique_lock<std::mutex> lock(mu_);
+    Wait(lock, [this] { return !task_pending_ && !filling_; });
+  }
+  // The offset and index of the next record Next() returns (quiesced).
+  std::pair<uint64_t, uint64_t> Position() const {
+    if (pos_ < current_.views.size()) {
+      return {current_.views[pos_].offset, current_.views[pos_].index};
+    }
+    if (!ready_.empty()) return ready_.front().start;
+    if (!records_) return {open_offset_, open_index_};
+    return {records_->next_offset(), records_->next_index()};
+  }
+
+ private:
+  struct Chunk {
+    std::vector<RecordView> views;
+    std::pair<uint64_t, uint64_t> start;  // offset and index of views[0]
+    std::exception_ptr error;             // after the views
+    bool open_failed = false;
+    bool end = false;  // nothing after this chunk
+  };
+
+  void Open() {
+    if (!records_) {
+      records_ =
+          OpenFileRecords(path_, open_offset_, open_index_, *env_->options);
+    }
+  }
+
+  // Reads one chunk (by the thread that set filling_).
+  void Fill(Chunk* c) {
+    BusyScope busy(env_->read_counter);
+    uint64_t bytes = 0;
+    try {
+      if (!records_) {
+        c->open_failed = true;
+        Open();
+        c->open_failed = false;
+      }
+      c->start = {records_->next_offset(), records_->next_index()};
+      c->views.reserve(kChunkRecords);
+      while (c->views.size() < kChunkRecords && bytes < kChunkBytes) {
+        RecordView& v = c->views.emplace_back();
+        if (!records_->NextView(&v)) {
+          c->views.pop_back();
+          c->end = true;
+          break;
+        }
+        bytes += v.size;
+      }
+    } catch (...) {
+      if (!c->open_failed) c->views.pop_back();
+      c->error = std::current_exception();
+      c->end = true;
+    }
+    StageCounter* counter = env_->read_counter;
+    counter->elements.fetch_add(c->views.size(), std::memory_order_relaxed);
+    counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  // Under mu_.
+  bool WantsMore() const {
+    return env_->read_ahead && !stop_ && !ended_ &&
+           ready_.size() < kChunksAhead &&
+           !env_->paused.load(std::memory_order_acquire) &&
+           !env_->ctx->cancelled();
+  }
+  void KickLocked() {
+    if (task_pending_ || filling_ || !WantsMore()) return;
+    task_pending_ = true;
+    env_->ctx->arena().enqueue([this] { RunTask(); });
+  }
+  void RunTask() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!filling_ && WantsMore()) {
+      filling_ = true;
+      lock.unlock();
+      Chunk c;
+      Fill(&c);
+      lock.lock();
+      Push(std::move(c));
+    }
+    task_pending_ = false;
+    if (waiting_ > 0) cv_.notify_all();
+  }
+  // Under mu_, by the thread that filled `c`.
+  void Push(Chunk c) {
+    ended_ = ended_ || c.end;
+    ready_.push_back(std::move(c));
+    filling_ = false;
+    if (waiting_ > 0) cv_.notify_all();
+  }
+  template <typename Pred>
+  void Wait(std::unique_lock<std::mutex>& lock, Pred pred) {
+    ++waiting_;
+    cv_.wait(lock, pred);
+    --waiting_;
+  }
+
+  // The planner: makes the next chunk current, reading it here when no
+  // task is at it.
+  void TakeChunk() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (ready_.empty()) {
+      if (filling_) {
+        WaitScope wait(env_->read_counter);
+        Wait(lock, [this] { return !filling_; });
+        continue;
+      }
+      filling_ = true;
+      lock.unlock();
+      Chunk c;
+      Fill(&c);
+      lock.lock();
+      Push(std::move(c));
+    }
+    current_ = std::move(ready_.front());
+    ready_.pop_front();
+    pos_ = 0;
+    KickLocked();
+  }
+
+  Env* env_;
+  const std::shared_ptr<const std::string>& path_;
+  const uint64_t open_offset_;
+  const uint64_t open_index_;
+  std::unique_ptr<FileRecords> records_;  // by whoever fills
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Chunk> ready_;
+  int waiting_ = 0;            // threads in cv_.wait: notify only then
+  bool task_pending_ = false;  // a task is enqueued or running
+  bool filling_ = false;       // a chunk is being read
+  bool ended_ = false;         // a chunk with the end was read
+  bool stop_ = false;
+
+  // The planner's.
+  Chunk current_;
+  size_t pos_ = 0;
+  bool failed_at_open_ = false;
+};
+
+// A stream of record views: a fused stage on the planner's thread.
+class RecordStream {
+ public:
+  virtual ~RecordStream() = default;
+  virtual bool Next(RecordView* out) = 0;
+  // Waits until no reader task below is running (Env::paused set).
+  virtual void Quiesce() = 0;
+  // Starts reading ahead again after Env::paused was cleared.
+  virtual void Resume() = 0;
+  virtual void Save(StateWriter* w) = 0;
+  virtual void Restore(StateReader* r) = 0;
+};
+
+using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
+
+// The TFRecord source (TFRecordDataset's iterator over views): the files
+// in their order, num_parallel_reads at once, one record from each in
+// turn; a finished file's slot takes the next file when the cycle comes
+// back to it.  The next file is opened (and read ahead) early.
+class SourceStream final : public RecordStream {
+ public:
+  SourceStream(Env* env, const FusableStage& stage, uint64_t salt)
+      : env_(env),
+        order_(stage.file_order(env->ctx, salt)),
+        slots_(static_cast<size_t>(stage.tfrecord->num_parallel_reads)) {}
+
+  bool Next(RecordView* out) override {
+    while (true) {
+      if (open_ == 0 && next_file_ >= order_.size()) return false;
+      Slot& slot = slots_[cycle_];
+      if (slot.reader) {
+        bool got;
+        try {
+          got = slot.reader->Next(out);
+        } catch (...) {
+          if (slot.reader->failed_at_open()) {
+            // As the source: the slot stays empty and the cycle stays.
+            slot.reader.reset();
+            --open_;
+          } else {
+            Close(slot);
+          }
+          throw;
+        }
+        if (got) {
+          Advance();
+          return true;
+        }
+        Close(slot);
+      } else if (next_file_ < order_.size()) {
+        Open(slot, next_file_++);
+      } else {
+        Advance();
+      }
+    }
+  }
+
+  void Quiesce() override {
+    for (auto& s : slots_) {
+      if (s.reader) s.reader->Quiesce();
+    }
+    if (ahead_) ahead_->Quiesce();
+  }
+  void Resume() override {
+    for (auto& s : slots_) {
+      if (s.reader) s.reader->Kick();
+    }
+    if (ahead_) ahead_->Kick();
+  }
+
+  // TFRecordDataset's layout: the cycle, the next file, and per slot the
+  // file's place in the order and its next offset and record.
+  void Save(StateWriter* w) override {
+    w->BeginStage("tfrecord");
+    w->U64(cycle_);
+    w->U64(next_file_);
+    for (const Slot& slot : slots_) {
+      w->Bool(slot.reader != nullptr);
+      if (slot.reader) {
+        const auto [offset, index] = slot.reader->Position();
+        w->U64(slot.order_index);
+        w->U64(offset);
+        w->U64(index);
+      }
+    }
+  }
+  void Restore(StateReader* r) override {
+    r->BeginStage("tfrecord");
+    cycle_ = r->U64();
+    next_file_ = r->U64();
+    if (cycle_ >= slots_.size() || next_file_ > order_.size()) {
+      throw Error("tfrecord state: position out of range");
+    }
+    ahead_.reset();
+    open_ = 0;
+    for (Slot& slot : slots_) {
+      slot.reader.reset();
+      if (!r->Bool()) continue;
+      const uint64_t index = r->U64();
+      const uint64_t offset = r->U64();
+      const uint64_t record = r->U64();
+      if (index >= order_.size()) {
+        throw Error("tfrecord state: file out of range");
+      }
+      slot.reader =
+          std::make_unique<FileReader>(env_, Path(index), offset, record);
+      slot.reader->OpenNow();
+      slot.order_index = index;
+      ++open_;
+    }
+  }
+
+ private:
+  struct Slot {
+    std::unique_ptr<FileReader> reader;
+    size_t order_index = 0;
+  };
+
+  const std::shared_ptr<const std::string>& Path(size_t order_index) const {
+    return (*env_->paths)[order_[order_index]];
+  }
+  void Open(Slot& slot, size_t order_index) {
+    if (ahead_ && ahead_index_ == order_index) {
+      slot.reader = std::move(ahead_);
+    } else {
+      slot.reader = std::make_unique<FileReader>(env_, Path(order_index), 0, 0);
+    }
+    slot.order_index = order_index;
+    ++open_;
+    slot.reader->Kick();
+    if (next_file_ < order_.size()) {
+      ahead_ = std::make_unique<FileReader>(env_, Path(next_file_), 0, 0);
+      ahead_index_ = next_file_;
+      ahead_->Kick();
+    }
+  }
+  void Close(Slot& slot) {
+    slot.reader.reset();
+    --open_;
+    Advance();
+  }
+  void Advance() { cycle_ = (cycle_ + 1) % slots_.size(); }
+
+  Env* env_;
+  std::vector<size_t> order_;
+  std::vector<Slot> slots_;
+  size_t cycle_ = 0;
+  size_t next_file_ = 0;
+  size_t open_ = 0;
+  std::unique_ptr<FileReader> ahead_;  // the file next_file_ names
+  size_t ahead_index_ = 0;
+};
+
+// TensorFlow's buffered shuffle (ShuffleDataset's iterator over views).
+class ShuffleStream final : public RecordStream {
+ public:
+  ShuffleStream(Env* env, const FusableStage& stage, uint64_t salt,
+                std::unique_ptr<RecordStream> in)
+      : env_(env),
+        buffer_size_(stage.buffer_size),
+        in_(std::move(in)),
+        rng_(stage.shuffle_seed(env->ctx, salt)),
+        sweep_every_(static_cast<uint64_t>(
+            std::max<int64_t>(stage.buffer_size / 4, 64))) {
+    buffer_.reserve(
+        static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
+  }
+
+  bool Next(RecordView* out) override {
+    while (!input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
+      Entry e;
+      if (!in_->Next(&e.view)) {
+        input_end_ = true;
+        break;
+      }
+      e.inserted = inserted_++;
+      buffer_.push_back(std::move(e));
+      if (inserted_ % sweep_every_ == 0) CompactOld();
+    }
+    if (buffer_.empty()) return false;
+    const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
+    *out = std::move(buffer_[i].view);
+    if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
+    buffer_.pop_back();
+    return true;
+  }
+
+  void Quiesce() override { in_->Quiesce(); }
+  void Resume() override { in_->Resume(); }
+
+  void Save(StateWriter* w) override {
+    w->BeginStage("shuffle");
+    w->U64(rng_.state());
+    w->Bool(input_end_);
+    w->U64(buffer_.size());
+    for (const Entry& e : buffer_) WriteView(w, *env_, e.view);
+    in_->Save(w);
+  }
+  void Restore(StateReader* r) override {
+    r->BeginStage("shuffle");
+    rng_.set_state(r->U64());
+    input_end_ = r->Bool();
+    const uint64_t n = r->U64();
+    if (n > static_cast<uint64_t>(buffer_size_)) {
+      r->Fail(fmt::format("{} elements in a buffer of {}", n, buffer_size_));
+    }
+    buffer_.clear();
+    for (uint64_t i = 0; i < n; ++i) {
+      buffer_.push_back({ReadView(r, *env_), inserted_});
+    }
+    in_->Restore(r);
+  }
+
+ private:
+  struct Entry {
+    RecordView view;
+    uint64_t inserted = 0;
+  };
+
+  // Copies out the views that have been buffered for kCompactAfter buffer
+  // lengths and still hold a larger block.
+  void CompactOld() {
+    const uint64_t limit = kCompactAfter * static_cast<uint64_t>(buffer_size_);
+    if (inserted_ <= limit) return;
+    for (Entry& e : buffer_) {
+      RecordView& v = e.view;
+      if (inserted_ - e.inserted <= limit ||
+          (v.storage_bytes != 0 && v.storage_bytes <= 2 * v.size)) {
+        continue;
+      }
+      OwnBytes(&v, v.bytes());
+    }
+  }
+
+  Env* env_;
+  const int64_t buffer_size_;
+  std::unique_ptr<RecordStream> in_;
+  Rng rng_;
+  const uint64_t sweep_every_;
+  std::vector<Entry> buffer_;
+  uint64_t inserted_ = 0;
+  bool input_end_ = false;
+};
+
+// Repeat (RepeatDataset's iterator): a fresh input per epoch, salted by
+// the epoch.
+class RepeatStream final : public RecordStream {
+ public:
+  RepeatStream(const FusableStage& stage, uint64_t salt, StreamMaker make_input)
+      : count_(stage.count), salt_(salt), make_input_(std::move(make_input)) {}
+
+  bool Next(RecordView* out) override {
+    while (true) {
+      if (!in_) {
+        if (count_ >= 0 && epoch_ >= count_) return false;
+        Open();
+      }
+      if (in_->Next(out)) {
+        produced_ = true;
+        return true;
+      }
+      in_.reset();
+      // As Repeat: an input that is empty ends the repetition.
+      if (!produced_) {
+        epoch_ = count_ >= 0 ? count_ : epoch_;
+        return false;
+      }
+      ++epoch_;
+    }
+  }
+
+  void Quiesce() override {
+    if (in_) in_->Quiesce();
+  }
+  void Resume() override {
+    if (in_) in_->Resume();
+  }
+
+  void Save(StateWriter* w) override {
+    w->BeginStage("repeat");
+    w->I64(epoch_);
+    w->Bool(produced_);
+    w->Bool(in_ != nullptr);
+    if (in_) in_->Save(w);
+  }
+  void Restore(StateReader* r) override {
+    r->BeginStage("repeat");
+    epoch_ = r->I64();
+    if (epoch_ < 0 || (count_ >= 0 && epoch_ > count_)) {
+      r->Fail(fmt::format("epoch {} of Repeat({})", epoch_, count_));
+    }
+    const bool produced = r->Bool();
+    in_.reset();
+    if (r->Bool()) {
+      Open();
+      in_->Restore(r);
+    }
+    produced_ = produced;
+  }
+
+ private:
+  void Open() {
+    in_ = make_input_(RepeatSalt(salt_, epoch_));
+    produced_ = false;
+  }
+
+  const int64_t count_;
+  const uint64_t salt_;
+  StreamMaker make_input_;
+  int64_t epoch_ = 0;
+  bool produced_ = false;
+  std::unique_ptr<RecordStream> in_;
+};
+
+// Makes the stream of chain[i..] (chain.back() is the source) for `salt`.
+std::unique_ptr<RecordStream> MakeStream(Env* env,
+                                         const std::vector<FusableStage>& chain,
+                                         size_t i, uint64_t salt) {
+  const FusableStage& s = chain[i];
+  switch (s.kind) {
+    case FusableStage::Kind::kTFRecord:
+      return std::make_unique<SourceStream>(env, s, salt);
+    case FusableStage::Kind::kShuffle:
+      return std::make_unique<ShuffleStream>(
+          env, s, salt, MakeStream(env, chain, i + 1, salt));
+    case FusableStage::Kind::kRepeat:
+      return std::make_unique<RepeatStream>(
+          s, salt, [env, &chain, i](uint64_t epoch_salt) {
+            return MakeStream(env, chain, i + 1, epoch_salt);
+          });
+    case FusableStage::Kind::kBatch:
+      break;
+  }
+  throw Error("batch-parse fusion: a Batch below the fused Batch");
+}
+
+class FusedBatchParse final : public IteratorBase {
+ public:
+  FusedBatchParse(IteratorContext* ctx, const DatasetBase& parse_stage,
+                  const ParseInfo& info, int calls, FusableStage batch,
+                  std::vector<FusableStage> chain, uint64_t salt)
+      : ctx_(ctx),
+        info_(info),
+        calls_(calls),
+        batch_(std::move(batch)),
+        chain_(std::move(chain)),
+        max_slots_(kBatchesAhead * static_cast<size_t>(calls) + 1) {
+    const FusableStage& source = chain_.back();
+    env_.ctx = ctx;
+    env_.paths = source.paths;
+    env_.options = source.tfrecord;
+    env_.read_ahead = calls > 1;
+    env_.read_counter = ctx->Counter(source.dataset, "tfrecord",
+                                     env_.read_ahead ? ctx->threads() : 1);
+    plan_counter_ = ctx->Counter(batch_.dataset, "batch");
+    parse_counter_ = ctx->Counter(&parse_stage, "parse", calls);
+    stream_ = MakeStream(&env_, chain_, 0, salt);
+    wake_up_id_ = ctx_->AddWakeUp([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    });
+  }
+
+  ~FusedBatchParse() override {
+    ctx_->RemoveWakeUp(wake_up_id_);
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      stop_ = true;
+      ++waiting_;
+      cv_.wait(lock, [this] { return parse_tasks_ == 0; });
+      --waiting_;
+    }
+    // The readers (in stream_) wait for their own tasks.
+    stream_.reset();
+  }
+
+  bool GetNext(Element* out) override {
+    if (!started_) {
+      started_ = true;
+      stream_->Resume();
+    }
+    if (calls_ == 1) return GetNextInline(out);
+    TopUp();
+    std::unique_lock<std::mutex> lock(mu_);
+    // While the batch due is not parsed, parse queued ones here rather
+    // than sleep (as a thread waiting in TBB runs tasks).
+    while (!slots_.front()->ready && !to_parse_.empty()) {
+      Slot* slot = to_parse_.front();
+      to_parse_.pop_front();
+      lock.unlock();
+      Parse(slot);
+      lock.lock();
+      slot->ready = true;
+    }
+    if (!slots_.front()->ready) {
+      WaitScope wait(parse_counter_);
+      ++waiting_;
+      cv_.wait(lock,
+               [&] { return slots_.front()->ready || ctx_->cancelled(); });
+      --waiting_;
+    }
+    if (!slots_.front()->ready) throw Cancelled();
+    if (slots_.front()->end) return false;  // stays: later calls end too
+    std::unique_ptr<Slot> taken = std::move(slots_.front());
+    slots_.pop_front();
+    lock.unlock();
+    if (taken->error) std::rethrow_exception(taken->error);
+    *out = std::move(taken->element);
+    return true;
+  }
+
+  void Save(StateWriter* w) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++waiting_;
+      cv_.wait(lock, [this] { return to_parse_.empty() && parse_tasks_ == 0; });
+      --waiting_;
+    }
+    env_.paused.store(true, std::memory_order_release);
+    stream_->Quiesce();
+    w->BeginStage("batch_parse");
+    w->Bool(input_end_);
+    w->U64(slots_.size());
+    for (const auto& slot : slots_) {
+      if (slot->end) {
+        w->U64(0);
+      } else if (slot->error) {
+        w->U64(1);
+        try {
+          std::rethrow_exception(slot->error);
+        } catch (const std::exception& e) {
+          w->String(e.what());
+        } catch (...) {
+          w->String("unknown error");
+        }
+      } else {
+        w->U64(2);
+        w->WriteElement(slot->element);
+      }
+    }
+    w->Bool(batch_end_);
+    w->U64(pending_.size());
+    for (const RecordView& v : pending_) WriteView(w, env_, v);
+    stream_->Save(w);
+    env_.paused.store(false, std::memory_order_release);
+    if (started_) stream_->Resume();
+  }
+
+  // Before the first GetNext, so nothing else touches the buffers.
+  void Restore(StateReader* r) override {
+    if (started_) throw Error("cannot restore a running batch-parse stage");
+    r->BeginStage("batch_parse");
+    input_end_ = r->Bool();
+    // A state saved with more parse calls holds more finished batches than
+    // this iterator plans ahead; they are delivered before it plans again.
+    const uint64_t n = r->U64();
+    if (n > kMaxSavedBatches) {
+      r->Fail(fmt::format("{} batches, more than any iterator holds", n));
+    }
+    slots_.clear();
+    for (uint64_t i = 0; i < n; ++i) {
+      auto slot = std::make_unique<Slot>();
+      slot->ready = true;
+      switch (r->U64()) {
+        case 0:
+          if (i + 1 != n) r->Fail("the end of the input before the last batch");
+          slot->end = true;
+          break;
+        case 1:
+          slot->error = std::make_exception_ptr(Error(r->String()));
+          break;
+        case 2:
+          slot->element = r->ReadElement();
+          break;
+        default:
+          r->Fail("unknown batch kind");
+      }
+      slots_.push_back(std::move(slot));
+    }
+    const bool has_end = !slots_.empty() && slots_.back()->end;
+    if (input_end_ != has_end) {
+      r->Fail(
+          fmt::format("the input is marked {}ended but the buffer {} "
+                      "its end",
+                      input_end_ ? "" : "not ", has_end ? "holds" : "lacks"));
+    }
+    batch_end_ = r->Bool();
+    const uint64_t pending = r->U64();
+    if (pending >= static_cast<uint64_t>(batch_.batch_size)) {
+      r->Fail(fmt::format("{} pending records for batches of {}", pending,
+                          batch_.batch_size));
+    }
+    pending_.clear();
+    for (uint64_t i = 0; i < pending; ++i) {
+      pending_.push_back(ReadView(r, env_));
+    }
+    stream_->Restore(r);
+  }
+
+ private:
+  struct Slot {
+    std::vector<RecordView> records;  // until parsed
+    Element element;
+    std::exception_ptr error;
+    bool end = false;
+    bool ready = false;
+  };
+
+  // Batch's iterator over views: the next batch into *out, false at the
+  // end.  Records of a batch that an error interrupted stay pending.
+  bool Plan(std::vector<RecordView>* out) {
+    if (batch_end_) return false;
+    const auto n = static_cast<size_t>(batch_.batch_size);
+    pending_.reserve(n);
+    while (pending_.size() < n) {
+      RecordView v;
+      if (!stream_->Next(&v)) {
+        batch_end_ = true;
+        break;
+      }
+      pending_.push_back(std::move(v));
+    }
+    if (pending_.empty() ||
+        (batch_end_ && batch_.drop_remainder && pending_.size() < n)) {
+      pending_.clear();
+      return false;
+    }
+    out->swap(pending_);
+    pending_.clear();
+    return true;
+  }
+
+  // Plans the next batch into a fresh slot: its records, or its error, or
+  // the end.
+  std::unique_ptr<Slot> PlanSlot() {
+    BusyScope busy(plan_counter_);
+    auto slot = std::make_unique<Slot>();
+    bool got = false;
+    try {
+      got = Plan(&slot->records);
+    } catch (...) {
+      slot->error = std::current_exception();
+    }
+    if (got) {
+      uint64_t bytes = 0;
+      for (const auto& v : slot->records) bytes += v.size;
+      plan_counter_->elements.fetch_add(1, std::memory_order_relaxed);
+      plan_counter_->bytes.fetch_add(bytes, std::memory_order_relaxed);
+    } else {
+      slot->end = !slot->error;
+      slot->ready = true;
+    }
+    return slot;
+  }
+
+  // One parse call: everything on the consumer's thread, as an unfused
+  // Map of one call runs, with no task and no reading ahead.
+  bool GetNextInline(Element* out) {
+    if (slots_.empty()) {
+      if (input_end_) return false;
+      auto slot = PlanSlot();
+      if (slot->end) {
+        input_end_ = true;
+        slots_.push_back(std::move(slot));
+      } else {
+        if (!slot->ready) Parse(slot.get());
+        slots_.push_back(std::move(slot));
+      }
+    }
+    if (slots_.front()->end) return false;
+    std::unique_ptr<Slot> taken = std::move(slots_.front());
+    slots_.pop_front();
+    if (taken->error) std::rethrow_exception(taken->error);
+    *out = std::move(taken->element);
+    return true;
+  }
+
+  // Plans batches until kBatchesAhead per call are in flight, handing each
+  // to the parse tasks.  The consumer's thread is the planner: planning a
+  // batch moves views, a small part of the work (the "batch" stage in
+  // Stats()).
+  void TopUp() {
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (input_end_ || slots_.size() >= max_slots_) return;
+      }
+      std::unique_ptr<Slot> slot = PlanSlot();
+      std::lock_guard<std::mutex> lock(mu_);
+      Slot* raw = slot.get();
+      if (slot->end) input_end_ = true;
+      slots_.push_back(std::move(slot));
+      if (raw->ready) continue;
+      to_parse_.push_back(raw);
+      if (parse_tasks_ < calls_) {
+        ++parse_tasks_;
+        ctx_->arena().enqueue([this] { ParseTask(); });
+      }
+    }
+  }
+
+  // A parse task: parses queued batches until none is left.
+  void ParseTask() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!to_parse_.empty() && !stop_) {
+      Slot* slot = to_parse_.front();
+      to_parse_.pop_front();
+      lock.unlock();
+      Parse(slot);
+      lock.lock();
+      slot->ready = true;
+      if (waiting_ > 0) cv_.notify_all();
+    }
+    --parse_tasks_;
+    if (waiting_ > 0) cv_.notify_all();
+  }
+
+  // The batch's records straight into its tensors.
+  void Parse(Slot* slot) {
+    BusyScope busy(parse_counter_);
+    try {
+      const std::vector<RecordView>& records = slot->records;
+      // Shuffled records come from all over the buffered blocks, so the
+      // parse would stall on each one's first line; asking for them all
+      // first overlaps those misses (a batch fits in L2).
+      for (const RecordView& r : records) {
+        for (uint64_t k = 0; k < r.size; k += 64) {
+          __builtin_prefetch(r.data + k, 0, 2);
+        }
+      }
+      std::vector<std::string_view> serialized(records.size());
+      auto origins = std::make_shared<std::vector<Origin>>(records.size());
+      for (size_t i = 0; i < records.size(); ++i) {
+        serialized[i] = records[i].bytes();
+        (*origins)[i] = {*records[i].path, records[i].offset, records[i].index};
+      }
+      slot->element.batch_origins = std::move(origins);
+      ParseRecords(*info_.parser, serialized, true, &slot->element);
+      if (info_.options.keep_record) {
+        slot->element.components.push_back(
+            {info_.options.record_key, StackRecords(serialized)});
+      }
+    } catch (...) {
+      slot->element = Element{};
+      slot->error = std::current_exception();
+    }
+    slot->records = {};  // lets the read blocks go
+  }
+
+  // The records as Batch stacks them: one bytes vector.
+  static Tensor StackRecords(std::span<const std::string_view> records) {
+    std::string data;
+    records::AlignedVector<uint64_t> offsets;
+    offsets.reserve(records.size() + 1);
+    size_t total = 0;
+    for (auto r : records) total += r.size();
+    data.reserve(total);
+    offsets.push_back(0);
+    for (auto r : records) {
+      data.append(r);
+      offsets.push_back(data.size());
+    }
+    return Tensor::AdoptBytes(std::move(data), std::move(offsets),
+                              Shape{static_cast<int64_t>(records.size())});
+  }
+
+  IteratorContext* ctx_;
+  const ParseInfo& info_;
+  const int calls_;
+  const FusableStage batch_;
+  const std::vector<FusableStage> chain_;
+  const size_t max_slots_;
+  Env env_;
+  StageCounter* plan_counter_;
+  StageCounter* parse_counter_;
+  uint64_t wake_up_id_;
+
+  // The consumer's: the planner.
+  std::unique_ptr<RecordStream> stream_;
+  std::vector<RecordView> pending_;
+  bool batch_end_ = false;
+  bool started_ = false;
+
+  // Shared with the parse tasks.  A slot's records and element belong to
+  // the task that took it from to_parse_ until it is ready.
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;  // threads in cv_.wait: tasks notify only then
+  std::deque<std::unique_ptr<Slot>> slots_;
+  std::deque<Slot*> to_parse_;
+  int parse_tasks_ = 0;
+  bool input_end_ = false;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<IteratorBase> MakeFusedBatchParse(
+    const DatasetBase& parse, const DatasetPtr& input, const ParseInfo& info,
+    int parallel_calls, IteratorContext* ctx, uint64_t salt) {
+  if (!ctx->optimize() || info.options.record_key != "record") return nullptr;
+  FusableStage batch;
+  batch.dataset = input.get();
+  if (!input->DescribeForFusion(&batch) ||
+      batch.kind != FusableStage::Kind::kBatch) {
+    return nullptr;
+  }
+  std::vector<FusableStage> chain;
+  DatasetPtr d = batch.input;
+  while (true) {
+    FusableStage s;
+    s.dataset = d.get();
+    if (!d->DescribeForFusion(&s) || s.kind == FusableStage::Kind::kBatch) {
+      return nullptr;
+    }
+    chain.push_back(s);
+    if (s.kind == FusableStage::Kind::kTFRecord) break;
+    d = s.input;
+  }
+  return std::make_unique<FusedBatchParse>(
+      ctx, parse, info, std::max(parallel_calls, 1), std::move(batch),
+      std::move(chain), salt);
+}
+
+}  // namespace recflow::pipeline::stages

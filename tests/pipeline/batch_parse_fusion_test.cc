@@ -1,0 +1,337 @@
+// The fused batch-parse path (pipeline/batch_parse_fusion.cc) against the
+// same pipelines run stage by stage (IteratorOptions::optimize = false):
+// elements, order, origins, errors, saved states and statistics.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+
+#include "pipeline/dataset.h"
+#include "pipeline_test_util.h"
+#include "records/example_builder.h"
+#include "records/example_parser.h"
+#include "records/tfrecord_format.h"
+#include "test_util.h"
+
+namespace recflow::pipeline {
+namespace {
+
+using testing::Collect;
+
+// Example i of file f: a label, a [3] float vector, a ragged int64 list
+// and a bytes value whose length varies, so records cross 4 KiB blocks.
+std::string MakeExample(int f, int i) {
+  records::ExampleBuilder b;
+  b.AddInt64("label", f * 1000 + i);
+  b.AddFloatList("x", std::vector<float>{1.0f * i, 2.0f * f, 0.5f});
+  b.AddInt64List("tokens", std::vector<int64_t>(static_cast<size_t>(i % 4), f));
+  b.AddBytes("blob", std::string(static_cast<size_t>((i * 389) % 5000), 'b'));
+  return std::string(b.Serialize());
+}
+
+records::FeatureSpec Spec() {
+  return records::FeatureSpec::FromJsonText(R"({"features": {
+    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+    "x": {"kind": "fixed", "dtype": "float32", "shape": [3]},
+    "tokens": {"kind": "var", "dtype": "int64"},
+    "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
+}
+
+IteratorOptions Unfused() { return {.threads = 1, .optimize = false}; }
+
+class BatchParseFusionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const records::Compression kinds[] = {
+        records::Compression::kNone, records::Compression::kNone,
+        records::Compression::kNone, records::Compression::kGzip};
+    for (int f = 0; f < 4; ++f) {
+      std::vector<std::string> recs;
+      for (int i = 0; i < 150 + 37 * f; ++i) recs.push_back(MakeExample(f, i));
+      files_.push_back(dir_.File(fmt::format("part-{}.tfrecord", f)));
+      testing::WriteRecords(files_.back(), recs, kinds[f]);
+    }
+  }
+
+  // Every element the pipeline gives with each option set, the
+  // stage-by-stage run first; all must be equal, element by element, with
+  // the same origins.
+  void ExpectSameAsUnfused(const Dataset& ds, const std::string& what) {
+    const auto want = Collect(ds, Unfused());
+    ASSERT_FALSE(want.empty()) << what;
+    for (int threads : {1, 2, 4}) {
+      const auto got = Collect(ds, {.threads = threads});
+      ASSERT_EQ(got.size(), want.size()) << what << " threads " << threads;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_EQ(got[i], want[i])
+            << what << " threads " << threads << " element " << i;
+        ASSERT_TRUE(got[i].batch_origins && want[i].batch_origins);
+        for (size_t r = 0; r < want[i].batch_origins->size(); ++r) {
+          const Origin& a = (*got[i].batch_origins)[r];
+          const Origin& b = (*want[i].batch_origins)[r];
+          ASSERT_EQ(a.ToString(), b.ToString()) << what << " " << i;
+        }
+      }
+    }
+  }
+
+  testing::TempDir dir_;
+  std::vector<std::string> files_;
+};
+
+ParseOptions Calls(int n, bool keep_record = false) {
+  ParseOptions p;
+  p.num_parallel_calls = n;
+  p.keep_record = keep_record;
+  return p;
+}
+
+TEST_F(BatchParseFusionTest, GivesTheElementsOfTheStagesRunOneByOne) {
+  TFRecordOptions interleaved;
+  interleaved.num_parallel_reads = 3;
+  TFRecordOptions shuffled_files;
+  shuffled_files.shuffle_files = true;
+  shuffled_files.seed = 11;
+  shuffled_files.num_parallel_reads = 2;
+  const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"batch", [&] { return Dataset::FromTFRecords(files_).Batch(32); }},
+      {"interleaved, drop remainder",
+       [&] {
+         return Dataset::FromTFRecords(files_, interleaved).Batch(50, true);
+       }},
+      {"shuffle",
+       [&] {
+         return Dataset::FromTFRecords(files_).Shuffle(100, 3).Batch(17);
+       }},
+      {"shuffle then repeat",
+       [&] {
+         return Dataset::FromTFRecords(files_, shuffled_files)
+             .Shuffle(64, 5)
+             .Repeat(3)
+             .Batch(40);
+       }},
+      {"repeat then shuffle (across epochs)",
+       [&] {
+         return Dataset::FromTFRecords(files_).Repeat(2).Shuffle(500, 9).Batch(
+             64, true);
+       }},
+      {"two shuffles, a buffer larger than the data",
+       [&] {
+         return Dataset::FromTFRecords(files_)
+             .Shuffle(7, 1)
+             .Shuffle(100000, 2)
+             .Batch(33);
+       }},
+  };
+  for (const auto& [what, make] : cases) {
+    for (int calls : {1, 3, kAutotune}) {
+      ExpectSameAsUnfused(make().Parse(Spec(), Calls(calls)),
+                          fmt::format("{}, {} calls", what, calls));
+    }
+  }
+  ExpectSameAsUnfused(
+      Dataset::FromTFRecords(files_).Shuffle(50, 4).Batch(16).Parse(
+          Spec(), Calls(2, /*keep_record=*/true)),
+      "keep_record");
+}
+
+TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
+  auto names = [](const Dataset& ds, IteratorOptions o) {
+    Iterator it = ds.MakeIterator(o);
+    Element e;
+    it.Next(&e);
+    std::set<std::string> out;
+    for (const auto& s : it.Stats()) out.insert(s.name);
+    return out;
+  };
+  const Dataset fusable =
+      Dataset::FromTFRecords(files_).Shuffle(64, 1).Batch(8).Parse(Spec());
+  // Shuffle's work is the planner's ("batch") when fused.
+  EXPECT_EQ(names(fusable, {.threads = 2}),
+            (std::set<std::string>{"tfrecord", "batch", "parse"}));
+  EXPECT_EQ(names(fusable, Unfused()),
+            (std::set<std::string>{"tfrecord", "shuffle", "batch", "parse"}));
+  // A Take between the source and Batch keeps every stage.
+  EXPECT_EQ(
+      names(Dataset::FromTFRecords(files_).Take(100).Batch(8).Parse(Spec()),
+            {.threads = 2}),
+      (std::set<std::string>{"tfrecord", "take", "batch", "parse"}));
+}
+
+TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
+  const Dataset ds = Dataset::FromTFRecords(files_).Repeat(2).Batch(64).Parse(
+      Spec(), Calls(2));
+  Iterator it = ds.MakeIterator({.threads = 2});
+  Element e;
+  uint64_t rows = 0;
+  while (it.Next(&e)) rows += static_cast<uint64_t>(e["label"].num_rows());
+  uint64_t read = 0, batches = 0;
+  for (const auto& s : it.Stats()) {
+    if (s.name == "tfrecord") read = s.elements;
+    if (s.name == "parse") batches = s.elements;
+  }
+  EXPECT_EQ(rows, 2u * (150 + 187 + 224 + 261));
+  EXPECT_EQ(read, rows);
+  EXPECT_EQ(batches, (rows + 63) / 64);
+}
+
+// Saves after every k-th element, restores in a fresh iterator (another
+// thread count), and checks the rest of the stream.
+TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
+  TFRecordOptions interleaved;
+  interleaved.num_parallel_reads = 2;
+  const Dataset ds = Dataset::FromTFRecords(files_, interleaved)
+                         .Shuffle(120, 8)
+                         .Repeat(2)
+                         .Batch(24)
+                         .Parse(Spec(), Calls(kAutotune));
+  const auto all = Collect(ds, Unfused());
+  for (size_t k : {size_t{0}, size_t{1}, size_t{7}, all.size() / 2,
+                   all.size() - 1, all.size()}) {
+    Iterator it = ds.MakeIterator({.threads = 3});
+    Element e;
+    for (size_t i = 0; i < k; ++i) ASSERT_TRUE(it.Next(&e));
+    const std::string state = it.Save();
+    // The iterator that saved goes on as if nothing happened.
+    if (k < all.size()) {
+      ASSERT_TRUE(it.Next(&e));
+      EXPECT_EQ(e, all[k]);
+    }
+    for (int threads : {1, 2}) {
+      Iterator restored = ds.MakeIterator({.threads = threads});
+      restored.Restore(state);
+      for (size_t i = k; i < all.size(); ++i) {
+        ASSERT_TRUE(restored.Next(&e)) << "k " << k << " i " << i;
+        ASSERT_EQ(e, all[i]) << "k " << k << " i " << i;
+      }
+      EXPECT_FALSE(restored.Next(&e));
+    }
+  }
+}
+
+TEST_F(BatchParseFusionTest, StatesOfAnotherPipelineOrRunAreRefused) {
+  const Dataset fused =
+      Dataset::FromTFRecords(files_).Shuffle(30, 1).Batch(8).Parse(Spec());
+  Iterator a = fused.MakeIterator({.threads = 2});
+  Element e;
+  a.Next(&e);
+  const std::string state = a.Save();
+  // Stage by stage, the same pipeline saves another layout: refused with
+  // the stage named, not misread.
+  Iterator unfused = fused.MakeIterator(Unfused());
+  try {
+    unfused.Restore(state);
+    FAIL() << "restored";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("batch_parse"), std::string::npos)
+        << err.what();
+  }
+  // The buffered records' file changed since the save (other Examples).
+  std::vector<std::string> other;
+  for (int i = 0; i < 150; ++i) other.push_back(MakeExample(7, i));
+  testing::WriteRecords(files_[0], other);
+  Iterator b = fused.MakeIterator({.threads = 2});
+  EXPECT_THROW(b.Restore(state), Error);
+}
+
+// A damaged record: the same error, at the same element, as the stages
+// give, and the stream goes on after it as theirs does.
+TEST_F(BatchParseFusionTest, ADamagedRecordFailsAtItsPlace) {
+  std::string bytes = testing::ReadFileBytes(files_[1]);
+  // Record 60's payload: 60 frames in.
+  uint64_t offset = 0;
+  for (int r = 0; r < 60; ++r) {
+    offset +=
+        records::HeaderLength(bytes.data() + offset) + records::kFrameOverhead;
+  }
+  bytes[offset + records::kHeaderBytes + 5] ^= 0x40;
+  testing::WriteFileBytes(files_[1], bytes);
+  for (int shuffle : {0, 80}) {
+    Dataset ds = Dataset::FromTFRecords(files_);
+    if (shuffle > 0) ds = ds.Shuffle(shuffle, 2);
+    ds = ds.Batch(25).Parse(Spec(), Calls(2));
+    auto run = [&](IteratorOptions o) {
+      std::vector<std::string> out;
+      Iterator it = ds.MakeIterator(o);
+      Element e;
+      while (true) {
+        try {
+          if (!it.Next(&e)) break;
+          out.push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
+                                    e["label"].data<int64_t>()[0]));
+        } catch (const records::Error& err) {
+          out.push_back(std::string("error: ") + err.what());
+        }
+      }
+      return out;
+    };
+    const auto want = run(Unfused());
+    int errors = 0;
+    for (const auto& line : want) errors += line.starts_with("error: ");
+    ASSERT_EQ(errors, 1) << shuffle;
+    for (int threads : {1, 2, 4}) {
+      EXPECT_EQ(run({.threads = threads}), want) << shuffle << " " << threads;
+    }
+  }
+}
+
+TEST_F(BatchParseFusionTest, ABadExampleIsNamedByItsFileAndRecord) {
+  records::ExampleBuilder b;
+  b.AddFloatList("label", std::vector<float>{1.0f});  // int64 in the spec
+  std::vector<std::string> recs;
+  for (int i = 0; i < 40; ++i) recs.push_back(MakeExample(9, i));
+  recs[29] = std::string(b.Serialize());
+  const std::string bad = dir_.File("bad.tfrecord");
+  testing::WriteRecords(bad, recs);
+  const Dataset ds =
+      Dataset::FromTFRecords({bad}).Shuffle(40, 3).Batch(8).Parse(Spec(),
+                                                                  Calls(2));
+  for (IteratorOptions o : {Unfused(), IteratorOptions{.threads = 2}}) {
+    try {
+      Collect(ds, o);
+      FAIL() << "no parse error";
+    } catch (const records::ParseError& e) {
+      EXPECT_NE(std::string(e.what()).find(bad + ": record 29"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST_F(BatchParseFusionTest, AMissingFileFailsWhenItsTurnComes) {
+  std::vector<std::string> files = files_;
+  const Dataset ds = Dataset::FromTFRecords(files).Batch(64).Parse(Spec());
+  std::remove(files_[2].c_str());
+  auto run = [&](IteratorOptions o) {
+    std::vector<std::string> out;
+    Iterator it = ds.MakeIterator(o);
+    Element e;
+    while (true) {
+      try {
+        if (!it.Next(&e)) break;
+        out.push_back(fmt::format("{}", e["label"].num_rows()));
+      } catch (const records::Error& err) {
+        out.push_back(err.what());
+      }
+    }
+    return out;
+  };
+  const auto want = run(Unfused());
+  EXPECT_EQ(run({.threads = 2}), want);
+  EXPECT_EQ(run({.threads = 1}), want);
+}
+
+TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {
+  const Dataset ds =
+      Dataset::FromTFRecords(files_).Shuffle(200, 1).Repeat().Batch(16).Parse(
+          Spec(), Calls(4));
+  for (int i = 0; i < 20; ++i) {
+    Iterator it = ds.MakeIterator({.threads = 4});
+    Element e;
+    for (int k = 0; k < i; ++k) ASSERT_TRUE(it.Next(&e));
+  }
+}
+
+}  // namespace
+}  // namespace recflow::pipeline
