@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -39,7 +40,8 @@ struct BenchOptions {
   bool drop_remainder = false;
   int64_t repeat = 1;
   int64_t prefetch = 0;
-  int threads = 0;
+  std::string threads = "0";  // one count, or a comma-separated sweep
+  bool fusion = true;
   double duration = 0;
   bool json = false;
   std::string io = "auto";
@@ -201,16 +203,38 @@ ProtobufBaseline MeasureProtobuf(const std::vector<std::string>& files,
   return out;
 }
 
-int RunBench(const BenchOptions& o) {
-  const std::vector<std::string> files = ExpandInputs(o.inputs);
-  if (o.map_threads == 0 || o.parallel_reads < 1 || o.threads < 0) {
-    throw UsageError(
-        "--map-threads, --parallel-reads and --threads must be "
-        "positive (--map-threads -1: one per arena thread)");
+// The thread counts of --threads: "4" or "1,2,4,8,16".
+std::vector<int> ThreadCounts(const std::string& text) {
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    int n = -1;
+    const auto [end, ec] =
+        std::from_chars(item.data(), item.data() + item.size(), n);
+    if (ec != std::errc() || end != item.data() + item.size() || n < 0) {
+      throw UsageError(fmt::format(
+          "--threads {}: expected a count or a comma-separated list of "
+          "counts (0: one per core), such as 1,2,4,8,16",
+          text));
+    }
+    out.push_back(n);
+    start = comma + 1;
   }
+  return out;
+}
+
+// One run of the pipeline on an arena of `threads`: the --json object of
+// that run (without the protobuf baseline), and the busiest stage's busy
+// fraction in *worst.
+nlohmann::json RunOnce(const BenchOptions& o,
+                       const std::vector<std::string>& files, int threads,
+                       double* worst) {
   const pipeline::Dataset ds = BuildPipeline(o, files);
   pipeline::IteratorOptions io;
-  io.threads = o.threads;
+  io.threads = threads;
+  io.optimize = o.fusion;
   pipeline::Iterator it = ds.MakeIterator(io);
   const bool live = !o.json && isatty(STDERR_FILENO);
   const bool batched = o.batch > 0;
@@ -243,13 +267,13 @@ int RunBench(const BenchOptions& o) {
 
   nlohmann::json stages = nlohmann::json::array();
   std::string bottleneck;
-  double worst = -1;
+  *worst = -1;
   for (const auto& st : stats) {
     const double busy =
         seconds > 0 ? st.busy_seconds / (seconds * st.parallelism) : 0;
     const double wait = seconds > 0 ? st.wait_seconds / seconds : 0;
-    if (busy > worst) {
-      worst = busy;
+    if (busy > *worst) {
+      *worst = busy;
       bottleneck = st.name;
     }
     nlohmann::json s = {
@@ -265,63 +289,138 @@ int RunBench(const BenchOptions& o) {
     if (st.errors_ignored) s["errors_ignored"] = st.errors_ignored;
     stages.push_back(std::move(s));
   }
-  const double rps = seconds > 0 ? records / seconds : 0;
-  nlohmann::json out = {{"records", records},
-                        {"batches", batches},
-                        {"seconds", seconds},
-                        {"records_per_s", rps},
-                        {"bytes_per_s", seconds > 0 ? bytes / seconds : 0},
-                        {"peak_rss_bytes", PeakRssBytes()},
-                        {"stages", stages},
-                        {"bottleneck", bottleneck},
-                        {"order_digest", fmt::format("{:016x}", digest)},
-                        {"pipeline", ds.Describe()},
-                        {"threads", it.context().threads()}};
+  return {{"records", records},
+          {"batches", batches},
+          {"seconds", seconds},
+          {"records_per_s", seconds > 0 ? records / seconds : 0},
+          {"bytes_per_s", seconds > 0 ? bytes / seconds : 0},
+          {"peak_rss_bytes", PeakRssBytes()},
+          {"stages", stages},
+          {"bottleneck", bottleneck},
+          {"order_digest", fmt::format("{:016x}", digest)},
+          {"pipeline", ds.Describe()},
+          {"fusion", o.fusion},
+          {"threads", it.context().threads()}};
+}
+
+void AddProtobufBaseline(const BenchOptions& o,
+                         const std::vector<std::string>& files,
+                         uint64_t records, nlohmann::json* out) {
+  std::optional<records::FeatureSpec> spec;
+  if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
+  const ProtobufBaseline pb =
+      MeasureProtobuf(files, spec ? &*spec : nullptr, records, o.batch);
+  const double rps = (*out)["records_per_s"].get<double>();
+  (*out)["protobuf_records_per_s"] = pb.records_per_s;
+  (*out)["speedup_vs_protobuf"] =
+      pb.records_per_s > 0 ? rps / pb.records_per_s : 0;
+  (*out)["protobuf_read_records_per_s"] = pb.read_records_per_s;
+  (*out)["speedup_bound_from_reading"] =
+      pb.records_per_s > 0 ? pb.read_records_per_s / pb.records_per_s : 0;
+}
+
+void PrintProtobufBaseline(const nlohmann::json& out) {
+  fmt::print(
+      "protobuf parse, one thread: {:.0f} records/s; this pipeline "
+      "{:.2f}x\n",
+      out["protobuf_records_per_s"].get<double>(),
+      out["speedup_vs_protobuf"].get<double>());
+  fmt::print(
+      "reading alone (CRCs checked), one thread: {:.0f} records/s: a "
+      "pipeline reading these files is at most {:.2f}x the protobuf "
+      "baseline\n",
+      out["protobuf_read_records_per_s"].get<double>(),
+      out["speedup_bound_from_reading"].get<double>());
+}
+
+// --threads 1,2,4,...: the same pipeline at each count, and the scaling
+// table (or one JSON object per count, each with its speed-up over the
+// first count).
+int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
+             const std::vector<int>& counts) {
+  std::vector<nlohmann::json> runs;
+  std::vector<double> worst(counts.size());
+  for (size_t i = 0; i < counts.size(); ++i) {
+    runs.push_back(RunOnce(o, files, counts[i], &worst[i]));
+  }
+  const double base = runs[0]["records_per_s"].get<double>();
+  bool same_order = true;
+  for (auto& r : runs) {
+    r["speedup"] = base > 0 ? r["records_per_s"].get<double>() / base : 0;
+    same_order = same_order && r["order_digest"] == runs[0]["order_digest"];
+  }
   if (o.compare_protobuf) {
-    std::optional<records::FeatureSpec> spec;
-    if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
-    const ProtobufBaseline pb =
-        MeasureProtobuf(files, spec ? &*spec : nullptr, records, o.batch);
-    out["protobuf_records_per_s"] = pb.records_per_s;
-    out["speedup_vs_protobuf"] =
-        pb.records_per_s > 0 ? rps / pb.records_per_s : 0;
-    out["protobuf_read_records_per_s"] = pb.read_records_per_s;
-    out["speedup_bound_from_reading"] =
-        pb.records_per_s > 0 ? pb.read_records_per_s / pb.records_per_s : 0;
+    for (auto& r : runs) {
+      AddProtobufBaseline(o, files, r["records"].get<uint64_t>(), &r);
+      if (!o.json) break;  // the table prints it once
+    }
+  }
+  if (o.json) {
+    for (const auto& r : runs) fmt::print("{}\n", r.dump());
+    return kExitOk;
+  }
+  fmt::print("{}\n", runs[0]["pipeline"].get<std::string>());
+  fmt::print("{:>7} {:>14} {:>9} {:>22} {:>10} {:>16}\n", "threads",
+             "records/s", "speed-up", "bottleneck (busy %)", "peak RSS",
+             "order digest");
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& r = runs[i];
+    fmt::print("{:>7} {:>14.0f} {:>8.2f}x {:>22} {:>6.1f} MiB {:>16}\n",
+               r["threads"].get<int>(), r["records_per_s"].get<double>(),
+               r["speedup"].get<double>(),
+               fmt::format("{} ({:.0f}%)", r["bottleneck"].get<std::string>(),
+                           100 * worst[i]),
+               r["peak_rss_bytes"].get<uint64_t>() / 1048576.0,
+               r["order_digest"].get<std::string>());
+  }
+  fmt::print(
+      "speed-up over {} thread(s); peak RSS is the process's so far; "
+      "order {} at every count\n",
+      runs[0]["threads"].get<int>(), same_order ? "the same" : "NOT the same");
+  if (o.compare_protobuf) PrintProtobufBaseline(runs[0]);
+  return kExitOk;
+}
+
+int RunBench(const BenchOptions& o) {
+  const std::vector<std::string> files = ExpandInputs(o.inputs);
+  const std::vector<int> counts = ThreadCounts(o.threads);
+  if (o.map_threads == 0 || o.parallel_reads < 1) {
+    throw UsageError(
+        "--map-threads, --parallel-reads and --threads must be "
+        "positive (--map-threads -1: one per arena thread)");
+  }
+  if (counts.size() > 1) return RunSweep(o, files, counts);
+  double worst = 0;
+  nlohmann::json out = RunOnce(o, files, counts[0], &worst);
+  if (o.compare_protobuf) {
+    AddProtobufBaseline(o, files, out["records"].get<uint64_t>(), &out);
   }
   if (o.json) {
     fmt::print("{}\n", out.dump());
     return kExitOk;
   }
-  fmt::print("{}\n", ds.Describe());
+  const double seconds = out["seconds"].get<double>();
+  fmt::print("{}\n", out["pipeline"].get<std::string>());
   fmt::print(
       "{} records in {} elements, {:.3f} s: {:.0f} records/s, {:.1f} "
-      "MB/s; peak RSS {:.1f} MiB; {} threads\n",
-      records, batches, seconds, rps, bytes / seconds / 1e6,
-      PeakRssBytes() / 1048576.0, it.context().threads());
+      "MB/s; peak RSS {:.1f} MiB; {} threads{}\n",
+      out["records"].get<uint64_t>(), out["batches"].get<uint64_t>(), seconds,
+      out["records_per_s"].get<double>(),
+      out["bytes_per_s"].get<double>() / 1e6,
+      out["peak_rss_bytes"].get<uint64_t>() / 1048576.0,
+      out["threads"].get<int>(), o.fusion ? "" : "; stages not fused");
   fmt::print("{:<22} {:>12} {:>14} {:>7} {:>8}\n", "stage", "elements",
              "elements/s", "busy %", "wait %");
-  for (const auto& s : stages) {
+  for (const auto& s : out["stages"]) {
     fmt::print("{:<22} {:>12} {:>14.0f} {:>7.1f} {:>8.1f}\n",
                s["name"].get<std::string>(), s["elements"].get<uint64_t>(),
                s["elements_per_s"].get<double>(),
                100 * s["busy_fraction"].get<double>(),
                100 * s["wait_fraction"].get<double>());
   }
-  fmt::print("bottleneck: {} ({:.0f}% busy)\n", bottleneck, 100 * worst);
-  if (o.compare_protobuf) {
-    fmt::print(
-        "protobuf parse, one thread: {:.0f} records/s; this pipeline "
-        "{:.2f}x\n",
-        out["protobuf_records_per_s"].get<double>(),
-        out["speedup_vs_protobuf"].get<double>());
-    fmt::print(
-        "reading alone (CRCs checked), one thread: {:.0f} records/s: a "
-        "pipeline reading these files is at most {:.2f}x the protobuf "
-        "baseline\n",
-        out["protobuf_read_records_per_s"].get<double>(),
-        out["speedup_bound_from_reading"].get<double>());
-  }
+  fmt::print("bottleneck: {} ({:.0f}% busy)\n",
+             out["bottleneck"].get<std::string>(), 100 * worst);
+  if (o.compare_protobuf) PrintProtobufBaseline(out);
   fmt::print("order digest {}\n", out["order_digest"].get<std::string>());
   return kExitOk;
 }
@@ -356,8 +455,14 @@ Runner AddBenchCommand(CLI::App& app) {
   app.add_option("--prefetch", o->prefetch,
                  "elements prefetched on a thread of their own (0: none)");
   app.add_option("--threads", o->threads,
-                 "threads of the task arena (0: one per core)")
+                 "threads of the task arena (0: one per core); a list such "
+                 "as 1,2,4,8,16 runs the pipeline at each count and prints "
+                 "a scaling table (--json: one object per count, with its "
+                 "speedup over the first)")
       ->capture_default_str();
+  app.add_flag("!--no-fusion", o->fusion,
+               "run every stage as written, rather than Parse(Batch(shuffle, "
+               "repeat, files)) as one fused stage (for comparison)");
   app.add_option("--duration", o->duration, "stop after this many seconds");
   app.add_flag("--json", o->json,
                "print one JSON object as the last line: records, batches, "
@@ -379,7 +484,10 @@ Runner AddBenchCommand(CLI::App& app) {
       "The pipeline: files -> [shuffle] -> [repeat] -> [batch] -> [parse] -> "
       "[prefetch].  busy % is a stage's own work over the wall time (per "
       "thread it may use); wait % is the time its consumer waited on it.  The "
-      "busiest stage is named the bottleneck.");
+      "busiest stage is named the bottleneck.  With --spec and --batch, the "
+      "stages up to parse run fused (unless --no-fusion): tfrecord (reading "
+      "and checksums, on every thread), batch (the one-thread plan: "
+      "shuffle, repeat and batch order) and parse (on every thread).");
   return [o] { return RunBench(*o); };
 }
 
