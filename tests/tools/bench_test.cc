@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "recflow_runner.h"
 #include "records/example_builder.h"
@@ -104,6 +105,46 @@ TEST_F(BenchTest, TableNamesTheBottleneckAndGlobalShuffleRuns) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.Json()["records"], 900);
   EXPECT_NE(r.err.find("indexing it in memory"), std::string::npos);
+}
+
+TEST_F(BenchTest, ThreadSweepRunsEachCountWithTheSameOrder) {
+  const std::string pipeline = "bench " + dir_.path().string() + " --spec " +
+                               dir_.File("spec.json") +
+                               " --shuffle 100 --seed 3 --batch 32"
+                               " --map-threads -1 --threads 1,2,4";
+  Result r = Recflow(dir_, pipeline + " --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // One object per count, in order.
+  std::vector<nlohmann::json> runs;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) runs.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(runs.size(), 3u) << r.out;
+  const int want[] = {1, 2, 4};
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_EQ(runs[i]["threads"], want[i]);
+    EXPECT_EQ(runs[i]["records"], 900);
+    EXPECT_EQ(runs[i]["order_digest"], runs[0]["order_digest"]);
+    EXPECT_NEAR(runs[i]["speedup"].get<double>(),
+                runs[i]["records_per_s"].get<double>() /
+                    runs[0]["records_per_s"].get<double>(),
+                1e-9);
+  }
+  // The stages run one by one give the same stream.
+  r = Recflow(dir_, pipeline + " --json --no-fusion");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["order_digest"], runs[0]["order_digest"]);
+  EXPECT_EQ(r.Json()["fusion"], false);
+  // The table: a row per count and the order check.
+  r = Recflow(dir_, pipeline);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("speed-up"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("order the same at every count"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(
+      Recflow(dir_, "bench " + dir_.path().string() + " --threads 1,,2").code,
+      2);
 }
 
 TEST_F(BenchTest, BadArgumentsAndDamageExitNonZero) {
