@@ -6,11 +6,16 @@
 //
 //   reader tasks (one per open file, in the arena, kChunksAhead ahead):
 //     read blocks, check frames and CRCs ──▶ chunks of record views
-//   planner (one thread): interleave files ──▶ shuffle ──▶ repeat ──▶
-//     batch, over views (pointers and origins, never record bytes)
+//   planner (the consumer's thread, in GetNext): interleave files ──▶
+//     shuffle ──▶ repeat ──▶ batch, over views (pointers and origins,
+//     never record bytes), kBatchesAhead batches per parse call ahead
 //   parse tasks (parse's num_parallel_calls at once, in the arena):
-//     parse a batch's views straight into its tensors
+//     parse a batch's views straight into its tensors; the consumer
+//     parses queued batches too while the one it needs is not ready
 //   consumer: takes the batches in planned order
+//
+// With one parse call there are no tasks: the consumer's thread reads,
+// plans and parses, as an unfused pipeline of one call runs.
 //
 // The planner runs the same algorithms with the same seeds as the stages
 // it replaces (the TFRecord interleave, TensorFlow's buffered shuffle,

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The pipeline-scaling figures of docs/PERFORMANCE.md: Fashion-MNIST as 16
+# TFRecord shards (~850-byte Examples) and the MNIST-like fixture (3.2 KB),
+# parse-only and shuffled (10,000), fused and stage by stage, at each
+# thread count, RUNS times alternating; prints the median records/s of
+# each, the ratios the targets name, and whether every run of a pipeline
+# gave the same order digest.
+#
+#   bash bench/pipeline_scaling.sh [BUILD_DIR] [RUNS] [THREADS]
+#   e.g. bash bench/pipeline_scaling.sh build 5 1,2
+#        bash bench/pipeline_scaling.sh build 5 1,2,4,8,16   (16 cores)
+set -euo pipefail
+build=${1:-build}
+runs=${2:-5}
+threads=${3:-1,2}
+recflow=$(realpath "$build/tools/recflow")
+here=$(cd "$(dirname "$0")/.." && pwd)
+data=/usr/share/datasets/fashion-mnist
+work=${TMPDIR:-/tmp}/recflow-bench/scaling
+mkdir -p "$work"
+if [[ ! -f $work/fm/train-00015-of-00016.tfrecord ]]; then
+  rm -rf "$work/fm"
+  mkdir -p "$work/fm"
+  "$recflow" convert idx --images "$data/train-images-idx3-ubyte.gz" \
+    --labels "$data/train-labels-idx1-ubyte.gz" --output "$work/fm/train" \
+    --shards 16 > /dev/null
+fi
+"$recflow" inspect --spec "$work/fm/train-00000-of-00016.tfrecord" > "$work/fm.json"
+mnist=$here/../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord
+cat > "$work/mnist.json" <<'EOF'
+{"features": {"image_class": {"kind": "fixed", "dtype": "int64", "shape": []},
+              "image_floats": {"kind": "fixed", "dtype": "float32", "shape": [784]}}}
+EOF
+
+out=$work/runs.jsonl
+: > "$out"
+run() {  # name files spec repeat extra...
+  local name=$1 files=$2 spec=$3 repeat=$4
+  shift 4
+  # shellcheck disable=SC2086
+  "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
+    --seed 1 --repeat "$repeat" --threads "$threads" --json "$@" |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    d = json.loads(line)
+    print(json.dumps({"name": sys.argv[1], "threads": d["threads"],
+                      "rps": d["records_per_s"], "digest": d["order_digest"],
+                      "rss": d["peak_rss_bytes"],
+                      "read_rps": d.get("protobuf_read_records_per_s")}))
+' "$name" >> "$out"
+}
+fm="$work/fm/train-*.tfrecord"
+for ((i = 0; i < runs; i++)); do
+  for fusion in "" --no-fusion; do
+    tag=${fusion:+ unfused}
+    run "fashion parse-only$tag" "$fm" "$work/fm.json" 10 $fusion --compare-protobuf
+    run "fashion shuffled$tag" "$fm" "$work/fm.json" 10 --shuffle 10000 $fusion
+    if [[ -f $mnist ]]; then
+      run "mnist parse-only$tag" "$mnist" "$work/mnist.json" 30 $fusion --compare-protobuf
+      run "mnist shuffled$tag" "$mnist" "$work/mnist.json" 30 --shuffle 10000 $fusion
+    fi
+  done
+done
+
+python3 - "$out" <<'EOF'
+import json, statistics, sys
+from collections import defaultdict
+rps, digests, rss, read = defaultdict(list), defaultdict(set), defaultdict(int), defaultdict(list)
+for line in open(sys.argv[1]):
+    d = json.loads(line)
+    key = (d["name"], d["threads"])
+    rps[key].append(d["rps"])
+    digests[d["name"].replace(" unfused", "")].add(d["digest"])
+    rss[key] = max(rss[key], d["rss"])
+    if d["read_rps"]:
+        read[d["name"].split()[0]].append(d["read_rps"])
+med = {k: statistics.median(v) for k, v in rps.items()}
+counts = sorted({t for _, t in med})
+print(f"{'pipeline':<28}" + "".join(f"{f'T={t}':>14}" for t in counts) +
+      f"{'T=max/T=1':>11}{'peak RSS':>10}")
+for name in sorted({n for n, _ in med}):
+    row = [med.get((name, t)) for t in counts]
+    scale = row[-1] / row[0] if row[0] else 0
+    mib = max(rss[(name, t)] for t in counts) / 2**20
+    print(f"{name:<28}" + "".join(f"{v:>14,.0f}" for v in row) +
+          f"{scale:>10.2f}x{mib:>7.0f} MiB")
+print()
+for data in sorted(read):
+    r = statistics.median(read[data])
+    p = med[(f"{data} parse-only", counts[0])]
+    print(f"{data}: reading alone (one thread, CRCs checked) {r:,.0f} records/s;"
+          f" fused parse-only at T={counts[0]} is {p / r:.2f}x of it")
+    for t in counts:
+        s, po = med[(f"{data} shuffled", t)], med[(f"{data} parse-only", t)]
+        su, pu = med[(f"{data} shuffled unfused", t)], med[(f"{data} parse-only unfused", t)]
+        print(f"  T={t}: shuffled/parse-only {s / po:.2f} (unfused {su / pu:.2f});"
+              f" fused/unfused: parse-only {po / pu:.2f}x, shuffled {s / su:.2f}x")
+print()
+for name, ds in sorted(digests.items()):
+    print(f"{name}: {'one order digest' if len(ds) == 1 else 'DIFFERENT digests'}"
+          f" over every run, count and mode ({', '.join(sorted(ds))})")
+EOF
