@@ -186,21 +186,7 @@ void AsyncIterator::Save(StateWriter* w) {
   w->Bool(input_end_);
   w->U64(slots_.size());
   for (const auto& slot : slots_) {
-    if (slot->end) {
-      w->U64(0);
-    } else if (slot->error) {
-      w->U64(1);
-      try {
-        std::rethrow_exception(slot->error);
-      } catch (const std::exception& e) {
-        w->String(e.what());
-      } catch (...) {
-        w->String("unknown error");
-      }
-    } else {
-      w->U64(2);
-      w->WriteElement(slot->element);
-    }
+    WriteResult(w, slot->end, slot->error, slot->element);
   }
   // The driver is paused outside input_, so the input can be saved, and
   // without the lock: saving may create iterators, which takes the
@@ -229,26 +215,14 @@ void AsyncIterator::Restore(StateReader* r) {
   for (uint64_t i = 0; i < n; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->ready = true;
-    switch (r->U64()) {
-      case 0:
-        if (i + 1 != n) {
-          throw Error(
-              fmt::format("{} state: the end of the input at slot {} "
-                          "of {}, not the last",
-                          config_.stage, i, n));
-        }
-        slot->end = true;
-        break;
-      case 1:
-        slot->error = std::make_exception_ptr(Error(r->String()));
-        break;
-      case 2:
-        slot->element = r->ReadElement();
-        slot->bytes = slot->element.byte_size();
-        break;
-      default:
-        throw Error(fmt::format("{} state: unknown slot kind", config_.stage));
+    ReadResult(r, &slot->end, &slot->error, &slot->element);
+    if (slot->end && i + 1 != n) {
+      throw Error(
+          fmt::format("{} state: the end of the input at slot {} "
+                      "of {}, not the last",
+                      config_.stage, i, n));
     }
+    if (!slot->end && !slot->error) slot->bytes = slot->element.byte_size();
     bytes_ += slot->bytes;
     slots_.push_back(std::move(slot));
   }

@@ -252,19 +252,18 @@ class FileReader {
   }
   void RunTask() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!filling_ && WantsMore()) {
-      filling_ = true;
-      lock.unlock();
-      Chunk c;
-      Fill(&c);
-      lock.lock();
-      Push(std::move(c));
-    }
+    while (!filling_ && WantsMore()) FillAndPush(lock);
     task_pending_ = false;
     if (waiting_ > 0) cv_.notify_all();
   }
-  // Under mu_, by the thread that filled `c`.
-  void Push(Chunk c) {
+  // Reads a chunk with mu_ (held by `lock`) released meanwhile, and makes
+  // it ready.  Only while no one else is filling.
+  void FillAndPush(std::unique_lock<std::mutex>& lock) {
+    filling_ = true;
+    lock.unlock();
+    Chunk c;
+    Fill(&c);
+    lock.lock();
     ended_ = ended_ || c.end;
     ready_.push_back(std::move(c));
     filling_ = false;
@@ -287,12 +286,7 @@ class FileReader {
         Wait(lock, [this] { return !filling_; });
         continue;
       }
-      filling_ = true;
-      lock.unlock();
-      Chunk c;
-      Fill(&c);
-      lock.lock();
-      Push(std::move(c));
+      FillAndPush(lock);
     }
     current_ = std::move(ready_.front());
     ready_.pop_front();
@@ -745,21 +739,7 @@ class FusedBatchParse final : public IteratorBase {
     w->Bool(input_end_);
     w->U64(slots_.size());
     for (const auto& slot : slots_) {
-      if (slot->end) {
-        w->U64(0);
-      } else if (slot->error) {
-        w->U64(1);
-        try {
-          std::rethrow_exception(slot->error);
-        } catch (const std::exception& e) {
-          w->String(e.what());
-        } catch (...) {
-          w->String("unknown error");
-        }
-      } else {
-        w->U64(2);
-        w->WriteElement(slot->element);
-      }
+      WriteResult(w, slot->end, slot->error, slot->element);
     }
     w->Bool(batch_end_);
     w->U64(pending_.size());
@@ -784,19 +764,9 @@ class FusedBatchParse final : public IteratorBase {
     for (uint64_t i = 0; i < n; ++i) {
       auto slot = std::make_unique<Slot>();
       slot->ready = true;
-      switch (r->U64()) {
-        case 0:
-          if (i + 1 != n) r->Fail("the end of the input before the last batch");
-          slot->end = true;
-          break;
-        case 1:
-          slot->error = std::make_exception_ptr(Error(r->String()));
-          break;
-        case 2:
-          slot->element = r->ReadElement();
-          break;
-        default:
-          r->Fail("unknown batch kind");
+      ReadResult(r, &slot->end, &slot->error, &slot->element);
+      if (slot->end && i + 1 != n) {
+        r->Fail("the end of the input before the last batch");
       }
       slots_.push_back(std::move(slot));
     }

@@ -73,7 +73,7 @@ class MapDataset final : public UnaryDataset {
       if (!pending_.empty()) {
         Pending p = std::move(pending_.front());
         pending_.pop_front();
-        if (p.error) throw Error(*p.error);
+        if (p.error) std::rethrow_exception(p.error);
         *out = std::move(p.element);
         return true;
       }
@@ -91,15 +91,9 @@ class MapDataset final : public UnaryDataset {
       w->Bool(end_);
       w->U64(pending_.size() + (end_ ? 1 : 0));
       for (const auto& p : pending_) {
-        if (p.error) {
-          w->U64(1);
-          w->String(*p.error);
-        } else {
-          w->U64(2);
-          w->WriteElement(p.element);
-        }
+        WriteResult(w, false, p.error, p.element);
       }
-      if (end_) w->U64(0);
+      if (end_) WriteResult(w, true, nullptr, Element{});
       in_->Save(w);
     }
     // Results a parallel map had buffered when the state was saved come
@@ -110,14 +104,10 @@ class MapDataset final : public UnaryDataset {
       const uint64_t n = r->U64();
       pending_.clear();
       for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t kind = r->U64();
-        if (kind == 1) {
-          pending_.push_back({Element{}, r->String()});
-        } else if (kind == 2) {
-          pending_.push_back({r->ReadElement(), std::nullopt});
-        } else if (kind != 0) {
-          throw Error("map state: unknown slot kind");
-        }
+        Pending p;
+        bool end = false;
+        ReadResult(r, &end, &p.error, &p.element);
+        if (!end) pending_.push_back(std::move(p));
       }
       in_->Restore(r);
     }
@@ -125,7 +115,7 @@ class MapDataset final : public UnaryDataset {
    private:
     struct Pending {
       Element element;
-      std::optional<std::string> error;
+      std::exception_ptr error;
     };
     const MapDataset* d_;
     std::unique_ptr<IteratorBase> in_;

@@ -228,4 +228,40 @@ void StateReader::Finish() {
   }
 }
 
+void WriteResult(StateWriter* w, bool end, const std::exception_ptr& error,
+                 const Element& element) {
+  if (end) {
+    w->U64(0);
+  } else if (error) {
+    w->U64(1);
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      w->String(e.what());
+    } catch (...) {
+      w->String("unknown error");
+    }
+  } else {
+    w->U64(2);
+    w->WriteElement(element);
+  }
+}
+
+void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
+                Element* element) {
+  switch (r->U64()) {
+    case 0:
+      *end = true;
+      break;
+    case 1:
+      *error = std::make_exception_ptr(Error(r->String()));
+      break;
+    case 2:
+      *element = r->ReadElement();
+      break;
+    default:
+      r->Fail("unknown kind of buffered result");
+  }
+}
+
 }  // namespace recflow::pipeline

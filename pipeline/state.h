@@ -11,6 +11,7 @@
 #define RECFLOW_PIPELINE_STATE_H_
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <string_view>
 
@@ -66,6 +67,15 @@ class StateReader {
   size_t pos_ = 0;
   std::string stage_ = "header";
 };
+
+// A finished result an asynchronous stage holds: the end of its input
+// (kind 0), an error, saved by its message (1), or an element (2).
+void WriteResult(StateWriter* w, bool end, const std::exception_ptr& error,
+                 const Element& element);
+// Reads one into whichever of *end, *error (an Error with the message) and
+// *element it is; fails on another kind.
+void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
+                Element* element);
 
 }  // namespace recflow::pipeline
 

@@ -40,6 +40,24 @@ records::FeatureSpec Spec() {
 
 IteratorOptions Unfused() { return {.threads = 1, .optimize = false}; }
 
+// What each Next() of `ds` gives, to the end: "ROWS rows, first LABEL" or
+// "error: MESSAGE"; iteration goes on after errors.
+std::vector<std::string> Outcomes(const Dataset& ds, IteratorOptions o) {
+  std::vector<std::string> out;
+  Iterator it = ds.MakeIterator(o);
+  Element e;
+  while (true) {
+    try {
+      if (!it.Next(&e)) break;
+      out.push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
+                                e["label"].data<int64_t>()[0]));
+    } catch (const records::Error& err) {
+      out.push_back(std::string("error: ") + err.what());
+    }
+  }
+  return out;
+}
+
 class BatchParseFusionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -251,27 +269,13 @@ TEST_F(BatchParseFusionTest, ADamagedRecordFailsAtItsPlace) {
     Dataset ds = Dataset::FromTFRecords(files_);
     if (shuffle > 0) ds = ds.Shuffle(shuffle, 2);
     ds = ds.Batch(25).Parse(Spec(), Calls(2));
-    auto run = [&](IteratorOptions o) {
-      std::vector<std::string> out;
-      Iterator it = ds.MakeIterator(o);
-      Element e;
-      while (true) {
-        try {
-          if (!it.Next(&e)) break;
-          out.push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
-                                    e["label"].data<int64_t>()[0]));
-        } catch (const records::Error& err) {
-          out.push_back(std::string("error: ") + err.what());
-        }
-      }
-      return out;
-    };
-    const auto want = run(Unfused());
+    const auto want = Outcomes(ds, Unfused());
     int errors = 0;
     for (const auto& line : want) errors += line.starts_with("error: ");
     ASSERT_EQ(errors, 1) << shuffle;
     for (int threads : {1, 2, 4}) {
-      EXPECT_EQ(run({.threads = threads}), want) << shuffle << " " << threads;
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
+          << shuffle << " " << threads;
     }
   }
 }
@@ -300,26 +304,14 @@ TEST_F(BatchParseFusionTest, ABadExampleIsNamedByItsFileAndRecord) {
 }
 
 TEST_F(BatchParseFusionTest, AMissingFileFailsWhenItsTurnComes) {
-  std::vector<std::string> files = files_;
-  const Dataset ds = Dataset::FromTFRecords(files).Batch(64).Parse(Spec());
+  const Dataset ds = Dataset::FromTFRecords(files_).Batch(64).Parse(Spec());
   std::remove(files_[2].c_str());
-  auto run = [&](IteratorOptions o) {
-    std::vector<std::string> out;
-    Iterator it = ds.MakeIterator(o);
-    Element e;
-    while (true) {
-      try {
-        if (!it.Next(&e)) break;
-        out.push_back(fmt::format("{}", e["label"].num_rows()));
-      } catch (const records::Error& err) {
-        out.push_back(err.what());
-      }
-    }
-    return out;
-  };
-  const auto want = run(Unfused());
-  EXPECT_EQ(run({.threads = 2}), want);
-  EXPECT_EQ(run({.threads = 1}), want);
+  const auto want = Outcomes(ds, Unfused());
+  int errors = 0;
+  for (const auto& line : want) errors += line.starts_with("error: ");
+  ASSERT_EQ(errors, 1);
+  EXPECT_EQ(Outcomes(ds, {.threads = 2}), want);
+  EXPECT_EQ(Outcomes(ds, {.threads = 1}), want);
 }
 
 TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {
