@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <string>
 
+#include "convert/convert.h"
 #include "fuzz_util.h"
 #include "records/errors.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
-#include "tools/converters.h"
 
 #ifndef FUZZ_FORMAT
 #error "define FUZZ_FORMAT"
@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::Input in(data, size);
   const uint8_t mode = in.Byte();
   const std::string format = FUZZ_FORMAT;
-  tools::ConvertInputs inputs;
+  convert::ConvertInputs inputs;
   std::string source_format = format;
   if (format == "idx") {
     // Labels first (a length byte picks where they end), then images.
@@ -52,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if ((mode & 2) != 0) inputs.spec = &Spec();
   }
   try {
-    auto source = tools::OpenSource(source_format, inputs);
-    tools::Row row;
+    auto source = convert::OpenSource(source_format, inputs);
+    convert::Row row;
     records::ExampleBuilder builder;
     // At most 4096 rows per input: a header may legitimately describe
     // billions of empty rows (shape (10**12, 0)), which would only time out.
@@ -61,11 +61,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!row.error.empty() || row.built) continue;
       try {
         source->Build(row, &builder);
-      } catch (const tools::ConvertError& e) {
+      } catch (const convert::ConvertError& e) {
         if (!e.row_level()) throw;
       }
     }
-  } catch (const tools::ConvertError&) {
+  } catch (const convert::ConvertError&) {
   } catch (const records::Error&) {
   }
   return 0;

@@ -9,7 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libzstd-dev zstd zlib1g-dev libtbb-dev liburing-dev libeigen3-dev
   libbenchmark-dev libgtest-dev libgmock-dev
-  libcli11-dev nlohmann-json3-dev libfmt-dev
+  libcli11-dev nlohmann-json3-dev libfmt-dev libzip-dev
   dataset-fashion-mnist
   clang llvm  # scripts/sanitize.sh: libFuzzer, sanitizers, llvm-symbolizer
 )

@@ -36,12 +36,6 @@ records::WriterOptions ShardWriterOptions(uint64_t shards,
   return options;
 }
 
-std::string ShardName(const std::string& prefix, uint64_t shard,
-                      uint64_t shards, std::string_view suffix) {
-  return fmt::format("{}-{:05d}-of-{:05d}.tfrecord{}", prefix, shard, shards,
-                     suffix);
-}
-
 std::string FormatRate(double bytes, double seconds) {
   if (seconds <= 0) return "-";
   return fmt::format("{:.1f} MB/s", bytes / seconds / 1e6);

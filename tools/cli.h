@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "convert/convert.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
 
@@ -52,16 +53,8 @@ records::WriterOptions ShardWriterOptions(uint64_t shards,
                                           const std::string& compression,
                                           bool index);
 
-// The shard naming of TensorFlow's and Beam's writers:
-// PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
-std::string ShardName(const std::string& prefix, uint64_t shard,
-                      uint64_t shards, std::string_view suffix);
-
-struct ShardResult {
-  std::string path;
-  uint64_t records;
-  uint64_t bytes;  // file bytes
-};
+using convert::ShardName;
+using convert::ShardResult;
 // Reads `files` (twice: to count, then to copy) and writes their records,
 // in order, into `shards` balanced shards named ShardName(prefix, ...),
 // with FILE.idx beside each when `write_index`.  All shards appear together

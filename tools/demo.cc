@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "convert/convert.h"
 #include "pipeline/dataset.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
@@ -22,7 +23,6 @@
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
 #include "tools/cli.h"
-#include "tools/converters.h"
 #include "tools/training.h"
 
 namespace recflow::tools {
@@ -247,7 +247,7 @@ int RunDemo(const DemoOptions& o) {
   // streamed back through the input pipeline.
   const fs::path fashion = "/usr/share/datasets/fashion-mnist";
   if (fs::exists(fashion / "train-images-idx3-ubyte.gz")) {
-    ConvertJob job;
+    convert::ConvertJob job;
     job.format = "idx";
     job.inputs.images = (fashion / "train-images-idx3-ubyte.gz").string();
     job.inputs.labels = (fashion / "train-labels-idx1-ubyte.gz").string();
@@ -255,7 +255,7 @@ int RunDemo(const DemoOptions& o) {
     job.output = (dir / "fashion-mnist" / "train").string();
     job.shards = 8;
     job.writer.build_index = true;
-    const ConvertSummary converted = Convert(job);
+    const convert::ConvertSummary converted = convert::Convert(job);
     const records::FeatureSpec spec = records::FeatureSpec::FromJsonText(
         R"({"features": {"image": {"kind": "fixed", "dtype": "bytes", "shape": []},
                          "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
@@ -349,12 +349,12 @@ int RunDemo(const DemoOptions& o) {
         fmt::join(global_class, "/")));
 
     // 8. Train on the shards, evaluate on the 10,000 test images.
-    ConvertJob test_job = job;
+    convert::ConvertJob test_job = job;
     test_job.inputs.images = (fashion / "t10k-images-idx3-ubyte.gz").string();
     test_job.inputs.labels = (fashion / "t10k-labels-idx1-ubyte.gz").string();
     test_job.output = (dir / "fashion-mnist" / "test").string();
     test_job.shards = 2;
-    const ConvertSummary test_converted = Convert(test_job);
+    const convert::ConvertSummary test_converted = convert::Convert(test_job);
     std::vector<std::string> test_paths;
     for (const auto& shard : test_converted.shards)
       test_paths.push_back(shard.path);

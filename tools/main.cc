@@ -8,11 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "convert/convert.h"
 #include "pipeline/io.h"
 #include "records/errors.h"
 #include "records/example_parser.h"
 #include "tools/cli.h"
-#include "tools/converters.h"
 
 int main(int argc, char** argv) {
   using namespace recflow::tools;
@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   } catch (const recflow::records::RecordError& e) {
     fmt::print(stderr, "recflow: {}\n", e.what());
     return kExitDamage;
-  } catch (const ConvertError& e) {
+  } catch (const recflow::convert::ConvertError& e) {
     fmt::print(stderr, "recflow: {}\n", e.what());
     return kExitDamage;
   } catch (const recflow::records::ParseError& e) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "convert/convert.h"
 #include "pipeline/dataset.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
@@ -44,5 +45,21 @@ int main(int argc, char** argv) {
   size_t streamed = 0;
   while (it.Next(&e)) streamed += e["record"].num_elements();
   std::printf("downstream streamed %zu records\n", streamed);
-  return streamed == written.size() ? 0 : 1;
+  if (streamed != written.size()) return 1;
+
+  // The convert layer: a CSV file into two shards.
+  const std::string csv = std::string(argv[1]) + ".csv";
+  std::FILE* f = std::fopen(csv.c_str(), "w");
+  if (f == nullptr) return 1;
+  std::fputs("id,name\n1,a\n2,b\n3,c\n", f);
+  std::fclose(f);
+  recflow::convert::ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = {csv};
+  job.output = std::string(argv[1]) + "-converted";
+  job.shards = 2;
+  const auto summary = recflow::convert::Convert(job);
+  std::printf("downstream converted %llu rows\n",
+              static_cast<unsigned long long>(summary.records));
+  return summary.records == 3 && summary.shards.size() == 2 ? 0 : 1;
 }

@@ -1,0 +1,153 @@
+// recflow::convert: datasets (CSV, JSON Lines, NumPy .npy/.npz, IDX,
+// image folders) into sharded TFRecord files of tf.train.Example, for any
+// C++ program, the `recflow convert` command and the Python module.
+//
+//   convert::ConvertJob job;
+//   job.format = "csv";
+//   job.inputs.files = {"people.csv"};
+//   job.output = "out/people";            // out/people-00000-of-00004.tfrecord
+//   job.shards = 4;
+//   job.writer.build_index = true;        // out/people-...tfrecord.idx
+//   convert::ConvertSummary s = convert::Convert(job);
+//
+// Contract of a conversion (Convert):
+// - Threads: one thread reads the input; Examples are built on every core
+//   (oneTBB) and the shards written side by side by up to `threads`
+//   threads.  Convert itself is called from one thread; separate jobs may
+//   run at once.
+// - Atomicity: every shard, its index and the images' labels file are
+//   written under temporary names and appear together when the job
+//   succeeds; on any error none appears and no temporary file is left.
+// - Order: rows keep their input order within a shard; chunks of 256 rows
+//   go round-robin to the shards.
+// - Errors: ConvertError names the file and the line, row or member, and
+//   what was expected.  A row-level error (one bad row) ends the job
+//   unless `skip_bad`, which counts the row and skips it; an error that
+//   makes the whole input unusable always ends it.  records::IoError and
+//   records::Error for failing reads and writes.
+#ifndef RECFLOW_CONVERT_CONVERT_H_
+#define RECFLOW_CONVERT_CONVERT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "records/example_builder.h"
+#include "records/feature_spec.h"
+#include "records/tfrecord_writer.h"
+
+namespace recflow::convert {
+
+// A bad input: names the file and the line, row or member, and what was
+// expected.  row_level(): the error concerns one row, which `skip_bad`
+// may skip.
+class ConvertError : public std::runtime_error {
+ public:
+  ConvertError(std::string what, bool row_level)
+      : std::runtime_error(std::move(what)), row_level_(row_level) {}
+  bool row_level() const { return row_level_; }
+
+ private:
+  bool row_level_;
+};
+
+// One row of input on its way to an Example.  Sources whose rows are cheap
+// to turn into Examples build them while reading (`built`); CSV and JSON
+// Lines hand over the raw row, and Build() runs on worker threads.
+struct Row {
+  std::vector<std::string> fields;  // csv: the cells
+  std::string text;                 // jsonl: the line
+  std::string path;                 // where the row is, for errors
+  uint64_t line = 0;
+  bool built = false;
+  std::string example;  // the serialized Example, once built
+  std::string error;    // a row-level error found while reading
+};
+
+// A format's reader: rows of one input, in order.
+class ExampleSource {
+ public:
+  virtual ~ExampleSource() = default;
+  // Reads the next row, on one thread.  Returns false at the end.  A bad
+  // row is returned with `error` set (the source moves past it); errors
+  // that make the input unusable throw ConvertError.
+  virtual bool NextRow(Row* row) = 0;
+  // Turns a row that is not `built` into an Example.  Thread-safe: called
+  // from several threads at once.  Throws ConvertError (row-level) for a
+  // bad row.
+  virtual void Build(const Row& row, records::ExampleBuilder* builder) const;
+  // The number of rows, when known before reading (for balanced shards
+  // and an ETA), counting rows that may turn out bad.
+  virtual std::optional<uint64_t> rows() const { return std::nullopt; }
+  // Bytes of input consumed so far, and in all (for progress).
+  virtual uint64_t bytes_read() const = 0;
+  virtual uint64_t total_bytes() const = 0;
+};
+
+struct ConvertInputs {
+  std::vector<std::string> files{};  // csv, jsonl, npy, npz, images (dir)
+  std::string images{}, labels{};    // idx
+  // Optional dtypes of csv columns and jsonl keys (others are inferred);
+  // must outlive the source.
+  const records::FeatureSpec* spec = nullptr;
+};
+
+// The formats: "csv", "jsonl", "npy", "npz", "idx", "images".
+inline constexpr std::string_view kFormats[] = {"csv", "jsonl", "npy",
+                                                "npz", "idx",   "images"};
+
+// Opens the source of `format` over `inputs`.  Throws ConvertError for an
+// unknown format or unusable inputs.
+std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
+                                          const ConvertInputs& inputs);
+
+// The shard naming of TensorFlow's and Beam's writers:
+// PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
+std::string ShardName(const std::string& prefix, uint64_t shard,
+                      uint64_t shards, std::string_view suffix);
+
+struct ShardResult {
+  std::string path;
+  uint64_t records;
+  uint64_t bytes;  // file bytes
+};
+
+struct ConvertJob {
+  std::string format;
+  ConvertInputs inputs;
+  std::string output;  // the shards' prefix (ShardName)
+  uint64_t shards = 1;
+  records::WriterOptions writer;  // compression; build_index: FILE.idx too
+  int threads = 0;                // writer threads (0: one per core)
+  bool skip_bad = false;
+  // Called on the reading thread after each chunk of rows is handed to
+  // the writers: records so far, and the source (bytes_read, total_bytes).
+  std::function<void(uint64_t records, const ExampleSource& source)> progress;
+};
+
+struct ConvertSummary {
+  uint64_t records = 0;
+  uint64_t skipped = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;
+  std::vector<ShardResult> shards;
+  std::string first_skipped;  // the first skipped row's error
+  std::string labels_file;    // images only
+};
+
+// Runs a whole conversion (the contract above).
+ConvertSummary Convert(const ConvertJob& job);
+
+// For the images format: the class names in label order (sorted folder
+// names), written beside the shards as PREFIX-labels.txt ("0:name" lines,
+// as TF-slim writes).  Throws ConvertError.
+std::vector<std::string> ImageClassNames(const std::string& directory);
+
+}  // namespace recflow::convert
+
+#endif  // RECFLOW_CONVERT_CONVERT_H_

@@ -1,0 +1,182 @@
+#include "convert/sources.h"
+#include "records/csv_reader.h"
+#include "records/wire_format.h"
+
+namespace recflow::convert {
+namespace {
+
+using records::DType;
+
+// --- CSV (RFC 4180) -----------------------------------------------------
+
+// records::CsvReader, its errors as ConvertErrors.
+class CsvReader {
+ public:
+  explicit CsvReader(const std::string& path) {
+    try {
+      reader_ = std::make_unique<records::CsvReader>(path);
+    } catch (const records::CsvError& e) {
+      InputError(e.what());
+    }
+  }
+  bool ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
+    try {
+      return reader_->ReadRecord(fields, line);
+    } catch (const records::CsvError& e) {
+      throw ConvertError(e.what(), e.row_level());
+    }
+  }
+  uint64_t position() const { return reader_->position(); }
+  const std::string& path() const { return reader_->path(); }
+
+ private:
+  std::unique_ptr<records::CsvReader> reader_;
+};
+
+class CsvSource final : public ExampleSource {
+ public:
+  CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec)
+      : files_(std::move(files)) {
+    for (const auto& f : files_) total_bytes_ += FileSize(f);
+    // First pass: header, column types, and the row count.
+    for (const auto& path : files_) {
+      CsvReader reader(path);
+      std::vector<std::string> fields;
+      uint64_t line;
+      if (!reader.ReadRecord(&fields, &line)) {
+        InputError(
+            fmt::format("{}: empty; a CSV file starts with a header "
+                        "row",
+                        path));
+      }
+      if (header_.empty()) {
+        header_ = fields;
+        for (const auto& name : header_) {
+          if (name.empty() || !records::wire::IsValidUtf8(name)) {
+            InputError(
+                fmt::format("{}:1: header names must be non-empty "
+                            "UTF-8",
+                            path));
+          }
+        }
+        types_.assign(header_.size(), CellType::kNone);
+      } else if (fields != header_) {
+        InputError(
+            fmt::format("{}:1: header differs from {}'s", path, files_[0]));
+      }
+      while (true) {
+        try {
+          if (!reader.ReadRecord(&fields, &line)) break;
+        } catch (const ConvertError& e) {
+          if (!e.row_level()) throw;
+          ++rows_;
+          continue;
+        }
+        ++rows_;
+        for (size_t i = 0; i < fields.size() && i < types_.size(); ++i) {
+          if (!fields[i].empty()) {
+            types_[i] = Widen(types_[i], InferCell(fields[i]));
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < header_.size(); ++i) {
+      types_[i] = FromSpec(spec, header_[i], types_[i]);
+    }
+    Open(0);
+  }
+
+  bool NextRow(Row* row) override {
+    row->built = false;
+    row->error.clear();
+    while (true) {
+      if (reader_ == nullptr) return false;
+      try {
+        if (reader_->ReadRecord(&row->fields, &row->line)) break;
+      } catch (const ConvertError& e) {
+        if (!e.row_level()) throw;
+        row->error = e.what();
+        break;
+      }
+      bytes_done_ += FileSize(reader_->path());
+      Open(file_index_ + 1);
+    }
+    row->path = reader_->path();
+    return true;
+  }
+
+  void Build(const Row& row, records::ExampleBuilder* b) const override {
+    const std::vector<std::string>& fields = row.fields;
+    const uint64_t line = row.line;
+    if (fields.size() != header_.size()) {
+      RowError(fmt::format("{}:{}: {} fields, the header has {}", row.path,
+                           line, fields.size(), header_.size()));
+    }
+    for (size_t i = 0; i < fields.size(); ++i) {
+      const std::string& cell = fields[i];
+      if (cell.empty()) continue;  // absent in this record
+      switch (types_[i]) {
+        case CellType::kInt64: {
+          int64_t v;
+          if (!records::ParseInt64Cell(cell, &v)) {
+            RowError(
+                fmt::format("{}:{}: column '{}': expected an integer, "
+                            "found \"{}\"",
+                            row.path, line, header_[i], cell));
+          }
+          b->AddInt64(header_[i], v);
+          break;
+        }
+        case CellType::kFloat: {
+          float v;
+          if (!records::ParseFloatCell(cell, &v)) {
+            RowError(
+                fmt::format("{}:{}: column '{}': expected a number, "
+                            "found \"{}\"",
+                            row.path, line, header_[i], cell));
+          }
+          b->AddFloat(header_[i], v);
+          break;
+        }
+        default:
+          b->AddBytes(header_[i], cell);
+          break;
+      }
+    }
+  }
+
+  std::optional<uint64_t> rows() const override { return rows_; }
+  uint64_t bytes_read() const override {
+    return bytes_done_ + (reader_ ? reader_->position() : 0);
+  }
+  uint64_t total_bytes() const override { return total_bytes_; }
+
+ private:
+  void Open(size_t index) {
+    file_index_ = index;
+    reader_.reset();
+    if (index >= files_.size()) return;
+    reader_ = std::make_unique<CsvReader>(files_[index]);
+    std::vector<std::string> header;
+    uint64_t line;
+    reader_->ReadRecord(&header, &line);
+  }
+
+  std::vector<std::string> files_;
+  std::vector<std::string> header_;
+  std::vector<CellType> types_;
+  std::unique_ptr<CsvReader> reader_;
+  size_t file_index_ = 0;
+  uint64_t rows_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint64_t bytes_done_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,
+                                       const records::FeatureSpec* spec) {
+  return std::make_unique<CsvSource>(std::move(files), spec);
+}
+
+}  // namespace recflow::convert

@@ -1,0 +1,184 @@
+#include <nlohmann/json.hpp>
+
+#include "convert/sources.h"
+#include "records/csv_reader.h"
+#include "records/wire_format.h"
+
+namespace recflow::convert {
+namespace {
+
+using records::DType;
+
+// --- JSON Lines ---------------------------------------------------------
+
+CellType JsonType(const nlohmann::json& v) {
+  if (v.is_number_integer()) return CellType::kInt64;
+  if (v.is_boolean()) return CellType::kInt64;
+  if (v.is_number()) return CellType::kFloat;
+  if (v.is_string()) return CellType::kBytes;
+  return CellType::kNone;
+}
+
+class JsonlSource final : public ExampleSource {
+ public:
+  JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec)
+      : files_(std::move(files)) {
+    for (const auto& f : files_) total_bytes_ += FileSize(f);
+    // First pass: the type of every key (numbers widen int64 -> float;
+    // strings and numbers under one key are an error in the rows that
+    // disagree with the first seen) and the row count.
+    for (const auto& path : files_) {
+      File file(path);
+      std::string line;
+      while (ReadLine(file.f, &line)) {
+        if (IsBlank(line)) continue;
+        ++rows_;
+        nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+        if (!row.is_object()) continue;  // reported in the second pass
+        for (const auto& [key, value] : row.items()) {
+          CellType t = CellType::kNone;
+          if (value.is_array()) {
+            for (const auto& e : value) t = Widen(t, JsonType(e));
+          } else {
+            t = JsonType(value);
+          }
+          CellType& known = types_[key];
+          if (known == CellType::kNone ||
+              (known != CellType::kBytes && t != CellType::kBytes)) {
+            known = Widen(known, t);
+          }
+        }
+      }
+    }
+    for (auto& [key, type] : types_) type = FromSpec(spec, key, type);
+    Open(0);
+  }
+
+  bool NextRow(Row* r) override {
+    r->built = false;
+    r->error.clear();
+    while (true) {
+      if (file_ == nullptr) return false;
+      if (ReadLine(file_->f, &r->text)) {
+        ++line_number_;
+        if (!IsBlank(r->text)) break;
+        continue;
+      }
+      bytes_done_ += FileSize(file_->path);
+      Open(file_index_ + 1);
+    }
+    r->path = file_->path;
+    r->line = line_number_;
+    return true;
+  }
+
+  void Build(const Row& r, records::ExampleBuilder* b) const override {
+    const nlohmann::json row = nlohmann::json::parse(r.text, nullptr, false);
+    if (row.is_discarded() || !row.is_object()) {
+      RowError(fmt::format("{}:{}: expected one JSON object per line", r.path,
+                           r.line));
+    }
+    std::vector<int64_t> ints;
+    std::vector<float> floats;
+    std::vector<std::string> strings;
+    for (const auto& [key, value] : row.items()) {
+      if (value.is_null()) continue;  // absent
+      const auto known = types_.find(key);
+      const CellType type =
+          known == types_.end() ? CellType::kNone : known->second;
+      const nlohmann::json values =
+          value.is_array() ? value : nlohmann::json::array({value});
+      if (!records::wire::IsValidUtf8(key)) {
+        RowError(fmt::format("{}:{}: key is not UTF-8", r.path, r.line));
+      }
+      try {
+        switch (type) {
+          case CellType::kInt64: {
+            ints.clear();
+            for (const auto& e : values) {
+              if (!e.is_number_integer() && !e.is_boolean()) throw 0;
+              ints.push_back(e.is_boolean() ? e.get<bool>() : e.get<int64_t>());
+            }
+            b->AddInt64List(key, ints);
+            break;
+          }
+          case CellType::kFloat: {
+            floats.clear();
+            for (const auto& e : values) {
+              if (!e.is_number() && !e.is_boolean()) throw 0;
+              floats.push_back(e.is_boolean() ? e.get<bool>() : e.get<float>());
+            }
+            b->AddFloatList(key, floats);
+            break;
+          }
+          case CellType::kBytes: {
+            strings.clear();
+            for (const auto& e : values) {
+              if (!e.is_string()) throw 0;
+              strings.push_back(e.get<std::string>());
+            }
+            b->AddBytesList(key, strings);
+            break;
+          }
+          case CellType::kNone:
+            if (!values.empty()) throw 0;
+            break;
+        }
+      } catch (int) {
+        RowError(fmt::format(
+            "{}:{}: key '{}': expected {} values (numbers, strings, or "
+            "lists of one of them), found {}",
+            r.path, r.line, key,
+            type == CellType::kBytes   ? "string"
+            : type == CellType::kFloat ? "numeric"
+            : type == CellType::kInt64 ? "integer"
+                                       : "no",
+            value.dump().substr(0, 80)));
+      }
+    }
+  }
+
+  std::optional<uint64_t> rows() const override { return rows_; }
+  uint64_t bytes_read() const override {
+    return bytes_done_ +
+           (file_ ? static_cast<uint64_t>(std::ftell(file_->f)) : 0);
+  }
+  uint64_t total_bytes() const override { return total_bytes_; }
+
+ private:
+  static bool ReadLine(FILE* f, std::string* line) {
+    line->clear();
+    int c;
+    while ((c = getc_unlocked(f)) != EOF && c != '\n') {
+      line->push_back(static_cast<char>(c));
+    }
+    return c != EOF || !line->empty();
+  }
+  static bool IsBlank(const std::string& s) {
+    return s.find_first_not_of(" \t\r") == std::string::npos;
+  }
+  void Open(size_t index) {
+    file_index_ = index;
+    file_.reset();
+    line_number_ = 0;
+    if (index < files_.size()) file_ = std::make_unique<File>(files_[index]);
+  }
+
+  std::vector<std::string> files_;
+  std::map<std::string, CellType> types_;
+  std::unique_ptr<File> file_;
+  size_t file_index_ = 0;
+  uint64_t line_number_ = 0;
+  uint64_t rows_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint64_t bytes_done_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<ExampleSource> OpenJsonl(std::vector<std::string> files,
+                                         const records::FeatureSpec* spec) {
+  return std::make_unique<JsonlSource>(std::move(files), spec);
+}
+
+}  // namespace recflow::convert

@@ -1,0 +1,125 @@
+#include "convert/sources.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "records/csv_reader.h"
+
+namespace recflow::convert {
+
+using records::DType;
+
+[[noreturn]] void InputError(const std::string& what) {
+  throw ConvertError(what, /*row_level=*/false);
+}
+[[noreturn]] void RowError(const std::string& what) {
+  throw ConvertError(what, /*row_level=*/true);
+}
+
+uint64_t FileSize(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    InputError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
+  }
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool BuildingSource::NextRow(Row* row) {
+  builder_.Clear();
+  row->built = true;
+  row->error.clear();
+  try {
+    if (!Next(&builder_)) return false;
+    row->example.assign(builder_.Serialize());
+  } catch (const ConvertError& e) {
+    if (!e.row_level()) throw;
+    row->error = e.what();
+  }
+  return true;
+}
+
+CellType InferCell(std::string_view s) {
+  int64_t i;
+  float f;
+  if (records::ParseInt64Cell(s, &i)) return CellType::kInt64;
+  if (records::ParseFloatCell(s, &f)) return CellType::kFloat;
+  return CellType::kBytes;
+}
+
+CellType Widen(CellType a, CellType b) {
+  return static_cast<CellType>(
+      std::max(static_cast<int>(a), static_cast<int>(b)));
+}
+
+CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
+                  CellType inferred) {
+  const records::FeatureConfig* c = spec ? spec->Find(name) : nullptr;
+  if (c == nullptr) return inferred;
+  switch (c->dtype) {
+    case DType::kInt64:
+      return CellType::kInt64;
+    case DType::kFloat32:
+      return CellType::kFloat;
+    case DType::kBytes:
+      return CellType::kBytes;
+  }
+  return inferred;
+}
+
+void ExampleSource::Build(const Row& row, records::ExampleBuilder*) const {
+  throw ConvertError(
+      fmt::format("{}:{}: internal error: this source builds its rows "
+                  "while reading them",
+                  row.path, row.line),
+      /*row_level=*/false);
+}
+
+std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
+                                          const ConvertInputs& in) {
+  auto need_files = [&] {
+    if (in.files.empty()) InputError(format + ": no INPUT files given");
+  };
+  if (format == "csv") {
+    need_files();
+    return OpenCsv(in.files, in.spec);
+  }
+  if (format == "jsonl") {
+    need_files();
+    return OpenJsonl(in.files, in.spec);
+  }
+  if (format == "npy") {
+    need_files();
+    return OpenNpy(in.files);
+  }
+  if (format == "npz") {
+    if (in.files.size() != 1) InputError("npz: give exactly one .npz file");
+    return OpenNpz(in.files[0]);
+  }
+  if (format == "idx") {
+    if (in.images.empty() || in.labels.empty()) {
+      InputError("idx: give --images FILE and --labels FILE");
+    }
+    return OpenIdx(in.images, in.labels);
+  }
+  if (format == "images") {
+    if (in.files.size() != 1) {
+      InputError(
+          "images: give exactly one directory (one subfolder per "
+          "class)");
+    }
+    return OpenImages(in.files[0]);
+  }
+  InputError(
+      fmt::format("unknown format '{}': expected csv, jsonl, npy, "
+                  "npz, idx or images",
+                  format));
+}
+
+std::string ShardName(const std::string& prefix, uint64_t shard,
+                      uint64_t shards, std::string_view suffix) {
+  return fmt::format("{}-{:05d}-of-{:05d}.tfrecord{}", prefix, shard, shards,
+                     suffix);
+}
+
+}  // namespace recflow::convert

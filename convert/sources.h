@@ -1,0 +1,116 @@
+// Internal to convert/: what the formats' sources share (errors, files,
+// sources that build while reading, typed cells) and each format's
+// factory, one file per format.
+#ifndef RECFLOW_CONVERT_SOURCES_H_
+#define RECFLOW_CONVERT_SOURCES_H_
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "convert/convert.h"
+
+namespace recflow::convert {
+
+[[noreturn]] void InputError(const std::string& what);
+[[noreturn]] void RowError(const std::string& what);
+
+// The size of `path`; InputError when it cannot be read.
+uint64_t FileSize(const std::string& path);
+
+// A FILE* that closes itself.
+struct File {
+  explicit File(const std::string& path) : path(path) {
+    f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) {
+      InputError(
+          fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
+    }
+  }
+  ~File() {
+    if (f) std::fclose(f);
+  }
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  std::string path;
+  FILE* f = nullptr;
+};
+
+// A sequential byte stream: a file, or a member of a zip archive.
+class ByteStream {
+ public:
+  virtual ~ByteStream() = default;
+  virtual size_t Read(char* dst, size_t n) = 0;
+  virtual uint64_t consumed() const = 0;  // input bytes read so far
+  // Called once everything needed was read: checks what can be checked
+  // only at the end (a zip member's CRC-32).
+  virtual void Finish() {}
+  // Reads exactly n bytes or throws naming `what`.
+  void ReadExactly(char* dst, size_t n, const std::string& what) {
+    if (Read(dst, n) != n) InputError(what);
+  }
+};
+
+class FileStream final : public ByteStream {
+ public:
+  explicit FileStream(const std::string& path) : file_(path) {}
+  size_t Read(char* dst, size_t n) override {
+    const size_t got = std::fread(dst, 1, n, file_.f);
+    consumed_ += got;
+    return got;
+  }
+  uint64_t consumed() const override { return consumed_; }
+
+ private:
+  File file_;
+  uint64_t consumed_ = 0;
+};
+
+// A big-endian 32-bit integer (IDX headers, PNG chunks).
+inline uint32_t Be32(const unsigned char* p) {
+  return (uint32_t{p[0]} << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
+}
+
+// A source that builds each Example while reading it (arrays, IDX,
+// images: the work is in the reading).
+class BuildingSource : public ExampleSource {
+ public:
+  bool NextRow(Row* row) final;
+
+ protected:
+  // Writes the next row into `b`; false at the end.  Throws ConvertError.
+  virtual bool Next(records::ExampleBuilder* b) = 0;
+
+ private:
+  records::ExampleBuilder builder_;
+};
+
+// Typed cells (CSV and JSON Lines): what a column or key holds, widened
+// as rows are seen: int64 -> float; anything with text -> bytes.
+enum class CellType { kNone, kInt64, kFloat, kBytes };
+CellType InferCell(std::string_view s);
+CellType Widen(CellType a, CellType b);
+// The spec's dtype for `name`, if it names it; else `inferred`.
+CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
+                  CellType inferred);
+
+// The formats (csv.cc, jsonl.cc, npy.cc, idx.cc, images.cc).
+std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,
+                                       const records::FeatureSpec* spec);
+std::unique_ptr<ExampleSource> OpenJsonl(std::vector<std::string> files,
+                                         const records::FeatureSpec* spec);
+std::unique_ptr<ExampleSource> OpenNpy(const std::vector<std::string>& files);
+std::unique_ptr<ExampleSource> OpenNpz(const std::string& path);
+std::unique_ptr<ExampleSource> OpenIdx(const std::string& images,
+                                       const std::string& labels);
+std::unique_ptr<ExampleSource> OpenImages(const std::string& directory);
+
+}  // namespace recflow::convert
+
+#endif  // RECFLOW_CONVERT_SOURCES_H_

@@ -1,0 +1,108 @@
+// convert/convert.cc: the sharded job: order and balance across shards,
+// indexes, progress, skipping bad rows, and all shards or none.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "convert_test_util.h"
+#include "records/index.h"
+
+namespace recflow::convert {
+namespace {
+
+using testing::Get;
+using testing::ShardExamples;
+
+std::string Csv(int rows, int bad_row = -1) {
+  std::string csv = "id,v\n";
+  for (int i = 0; i < rows; ++i) {
+    csv += i == bad_row
+               ? std::to_string(i) + "\n"
+               : std::to_string(i) + "," + std::to_string(i * 2) + "\n";
+  }
+  return csv;
+}
+
+TEST(ConvertJobTest, ShardsHoldEveryRowInOrderWithTheirIndexes) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(2000));
+  ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = {dir.File("in.csv")};
+  job.output = dir.File("out/part");
+  std::filesystem::create_directories(dir.File("out"));
+  job.shards = 3;
+  job.writer.build_index = true;
+  uint64_t last = 0, calls = 0;
+  job.progress = [&](uint64_t records, const ExampleSource& source) {
+    EXPECT_GE(records, last);
+    EXPECT_LE(source.bytes_read(), source.total_bytes());
+    last = records;
+    ++calls;
+  };
+  const ConvertSummary s = Convert(job);
+  EXPECT_EQ(s.records, 2000u);
+  EXPECT_EQ(last, 2000u);
+  EXPECT_GT(calls, 1u);
+  ASSERT_EQ(s.shards.size(), 3u);
+  EXPECT_EQ(s.shards[1].path, dir.File("out/part-00001-of-00003.tfrecord"));
+  uint64_t records = 0, bytes = 0;
+  for (const auto& shard : s.shards) {
+    // Chunks of 256 rows go round-robin: shards within one chunk.
+    EXPECT_NEAR(static_cast<double>(shard.records), 2000.0 / 3, 256);
+    EXPECT_EQ(
+        records::ReadIndex(records::IndexPathFor(shard.path)).entries.size(),
+        shard.records);
+    records += shard.records;
+    bytes += shard.bytes;
+  }
+  EXPECT_EQ(records, 2000u);
+  EXPECT_EQ(bytes, s.bytes);
+  // Within a shard, input order; chunk j in shard j mod 3.
+  const auto ex = ShardExamples(s);
+  int64_t prev = -1;
+  for (size_t i = 0; i < s.shards[0].records; ++i) {
+    const int64_t id = Get(ex[i], "id")->int64_list().value(0);
+    EXPECT_GT(id, prev);
+    prev = id;
+    EXPECT_EQ(id / 256 % 3, 0) << id;
+  }
+}
+
+TEST(ConvertJobTest, ABadRowLeavesNoShardUnlessSkipped) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(1000, 700));
+  ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = {dir.File("in.csv")};
+  job.output = dir.File("part");
+  job.shards = 2;
+  EXPECT_EQ(testing::ConvertErrorOf([&] { Convert(job); }),
+            dir.File("in.csv") + ":702: 1 fields, the header has 2");
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(e.path().filename().string(), "in.csv");  // nothing else
+  }
+  job.skip_bad = true;
+  const ConvertSummary s = Convert(job);
+  EXPECT_EQ(s.records, 999u);
+  EXPECT_EQ(s.skipped, 1u);
+  EXPECT_EQ(s.first_skipped,
+            dir.File("in.csv") + ":702: 1 fields, the header has 2");
+  EXPECT_EQ(ShardExamples(s).size(), 999u);
+}
+
+TEST(ConvertJobTest, UnknownFormatsAndMissingInputsAreConvertErrors) {
+  ConvertJob job;
+  job.format = "parquet";
+  job.output = "/nonexistent/x";
+  EXPECT_EQ(testing::ConvertErrorOf([&] { Convert(job); }),
+            "unknown format 'parquet': expected csv, jsonl, npy, npz, idx or "
+            "images");
+  job.format = "csv";
+  EXPECT_EQ(testing::ConvertErrorOf([&] { Convert(job); }),
+            "csv: no INPUT files given");
+  EXPECT_EQ(ShardName("p", 3, 8, ".zst"), "p-00003-of-00008.tfrecord.zst");
+}
+
+}  // namespace
+}  // namespace recflow::convert

@@ -1,0 +1,48 @@
+// convert/csv.cc: RFC 4180 rows, typed columns, and row errors.
+#include <gtest/gtest.h>
+
+#include "convert_test_util.h"
+
+namespace recflow::convert {
+namespace {
+
+using testing::ConvertErrorOf;
+using testing::Get;
+using testing::SourceExamples;
+
+TEST(CsvTest, ColumnsAreTypedFromEveryCellOrTheSpec) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"),
+                          "id,score,name,code\r\n"
+                          "1,2,\"Smith, Jane\",7\r\n"
+                          "2,2.5,\"two\nlines\",8\r\n"
+                          "3,,bob,9\n");
+  const auto spec = records::FeatureSpec::FromJsonText(
+      R"({"features": {"code": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
+  const auto ex =
+      SourceExamples("csv", {.files = {dir.File("in.csv")}, .spec = &spec});
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(Get(ex[0], "id")->int64_list().value(0), 1);
+  // 2 then 2.5: the column widens to float, the 2 with it.
+  EXPECT_FLOAT_EQ(Get(ex[0], "score")->float_list().value(0), 2.0f);
+  EXPECT_EQ(Get(ex[1], "name")->bytes_list().value(0), "two\nlines");
+  EXPECT_EQ(Get(ex[2], "code")->bytes_list().value(0), "9");  // the spec's
+  EXPECT_EQ(Get(ex[2], "score"), nullptr);                    // empty cell
+}
+
+TEST(CsvTest, ARowWithTooFewFieldsNamesTheFileAndLine) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), "a,b\n1,2\n5\n");
+  EXPECT_EQ(ConvertErrorOf([&] {
+              SourceExamples("csv", {.files = {dir.File("in.csv")}});
+            }),
+            dir.File("in.csv") + ":3: 1 fields, the header has 2");
+  testing::WriteFileBytes(dir.File("empty.csv"), "");
+  EXPECT_NE(ConvertErrorOf([&] {
+              OpenSource("csv", {.files = {dir.File("empty.csv")}});
+            }).find("empty; a CSV file starts with a header row"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace recflow::convert

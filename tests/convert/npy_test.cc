@@ -1,0 +1,96 @@
+// convert/npy.cc: .npy arrays side by side, and .npz archives of them read
+// through libzip (stored and deflated members, damage, not a zip).
+#include <gtest/gtest.h>
+
+#include "convert_test_util.h"
+
+namespace recflow::convert {
+namespace {
+
+using testing::ConvertErrorOf;
+using testing::Get;
+using testing::NpyBytes;
+using testing::Raw;
+using testing::SourceExamples;
+using testing::Zip;
+
+const std::string kFeatures =
+    NpyBytes("<f8", "(2, 2)", Raw(std::vector<double>{0.5, 1, 2, 4}));
+const std::string kLabels =
+    NpyBytes("<i8", "(2,)", Raw(std::vector<int64_t>{3, 9}));
+
+TEST(NpyTest, ArraysSideBySideOneExamplePerRow) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("x.npy"), kFeatures);
+  testing::WriteFileBytes(dir.File("y.npy"), kLabels);
+  const auto ex =
+      SourceExamples("npy", {.files = {dir.File("x.npy"), dir.File("y.npy")}});
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(Get(ex[1], "x")->float_list().value(1), 4.0f);
+  EXPECT_EQ(Get(ex[1], "y")->int64_list().value(0), 9);
+  testing::WriteFileBytes(dir.File("short.npy"),
+                          NpyBytes("<f4", "(3,)", Raw(std::vector<float>{1})));
+  EXPECT_NE(ConvertErrorOf([&] {
+              SourceExamples("npy", {.files = {dir.File("short.npy")}});
+            }).find("data ends before row 1 of 3"),
+            std::string::npos);
+}
+
+TEST(NpyTest, NpzMembersStoredOrDeflated) {
+  testing::TempDir dir;
+  for (bool deflate : {false, true}) {
+    const std::string path = dir.File(deflate ? "d.npz" : "s.npz");
+    testing::WriteFileBytes(path, Zip({{"features.npy", kFeatures},
+                                       {"notes.txt", "not an array"},
+                                       {"labels.npy", kLabels}},
+                                      deflate));
+    const auto ex = SourceExamples("npz", {.files = {path}});
+    ASSERT_EQ(ex.size(), 2u) << deflate;
+    EXPECT_EQ(Get(ex[1], "features")->float_list().value(1), 4.0f);
+    EXPECT_EQ(Get(ex[1], "labels")->int64_list().value(0), 9);
+    EXPECT_EQ(Get(ex[0], "notes"), nullptr);
+  }
+}
+
+TEST(NpyTest, DamagedOrForeignArchivesNameTheFileAndMember) {
+  testing::TempDir dir;
+  // A stored member whose last data byte changed: its CRC-32 disagrees.
+  std::string zip = Zip({{"a.npy", kLabels}}, false);
+  const size_t data = 30 + 5;  // local header + "a.npy"
+  zip[data + kLabels.size() - 1] ^= 0x01;
+  testing::WriteFileBytes(dir.File("crc.npz"), zip);
+  EXPECT_EQ(ConvertErrorOf([&] {
+              SourceExamples("npz", {.files = {dir.File("crc.npz")}});
+            }),
+            dir.File("crc.npz") +
+                ": member a.npy: CRC-32 mismatch: the member's data is "
+                "damaged");
+  // A deflated member whose stream is garbage.
+  zip = Zip({{"a.npy", kLabels}}, true);
+  for (size_t i = data; i < data + 8; ++i) zip[i] = '\xff';
+  testing::WriteFileBytes(dir.File("inflate.npz"), zip);
+  const std::string inflate = ConvertErrorOf(
+      [&] { SourceExamples("npz", {.files = {dir.File("inflate.npz")}}); });
+  EXPECT_TRUE(inflate.starts_with(dir.File("inflate.npz") + ": member a.npy: "))
+      << inflate;
+  EXPECT_TRUE(
+      inflate.ends_with("deflate data is corrupt") ||
+      inflate.ends_with("CRC-32 mismatch: the member's data is damaged"))
+      << inflate;
+  testing::WriteFileBytes(dir.File("plain.npz"), kLabels);
+  EXPECT_EQ(ConvertErrorOf(
+                [&] { OpenSource("npz", {.files = {dir.File("plain.npz")}}); }),
+            dir.File("plain.npz") + ": not a zip archive (.npz)");
+  testing::WriteFileBytes(dir.File("none.npz"),
+                          Zip({{"readme.txt", "hello"}}, false));
+  EXPECT_EQ(ConvertErrorOf(
+                [&] { OpenSource("npz", {.files = {dir.File("none.npz")}}); }),
+            dir.File("none.npz") + ": no .npy members");
+  EXPECT_NE(ConvertErrorOf([&] {
+              OpenSource("npz", {.files = {dir.File("missing.npz")}});
+            }).find("missing.npz: cannot open"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace recflow::convert
