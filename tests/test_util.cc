@@ -254,6 +254,16 @@ std::string Be32(uint32_t v) {
           static_cast<char>(v >> 8), static_cast<char>(v)};
 }
 
+std::string TinyPng() {
+  return std::string("\x89PNG\r\n\x1a\n", 8) + Be32(13) + "IHDR" + Be32(4) +
+         Be32(3) + std::string("\x08\x02\0\0\0", 5) + "rest";
+}
+
+std::string TinyJpeg() {
+  return std::string("\xff\xd8\xff\xe0\x00\x04\x00\x00", 8) +
+         std::string("\xff\xc0\x00\x11\x08\x00\x05\x00\x07", 9) + "scan";
+}
+
 bool CapAddressSpace(uint64_t bytes) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return false;

@@ -85,6 +85,10 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& files,
                 bool compress);
 // `v` as 4 big-endian bytes (IDX headers).
 std::string Be32(uint32_t v);
+// The smallest headers the images converter sizes: a PNG of 4 x 3 pixels
+// (IHDR) and a JPEG of 7 x 5 (SOF0), each followed by filler bytes.
+std::string TinyPng();
+std::string TinyJpeg();
 
 // Caps this process's address space (RLIMIT_AS) at `bytes`, for tests that
 // show an input cannot make the process allocate what it claims; run it in

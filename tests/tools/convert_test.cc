@@ -262,12 +262,8 @@ TEST(ConvertTest, ImageFoldersWithLabels) {
   TempDir dir;
   std::filesystem::create_directories(dir.File("imgs/cat"));
   std::filesystem::create_directories(dir.File("imgs/dog"));
-  const std::string png = std::string("\x89PNG\r\n\x1a\n", 8) + Be32(13) +
-                          "IHDR" + Be32(4) + Be32(3) +
-                          std::string("\x08\x02\0\0\0", 5) + "rest";
-  const std::string jpeg =
-      std::string("\xff\xd8\xff\xe0\x00\x04\x00\x00", 8) +
-      std::string("\xff\xc0\x00\x11\x08\x00\x05\x00\x07", 9) + "scan";
+  const std::string png = testing::TinyPng();
+  const std::string jpeg = testing::TinyJpeg();
   testing::WriteFileBytes(dir.File("imgs/cat/a.png"), png);
   testing::WriteFileBytes(dir.File("imgs/dog/b.JPG"), jpeg);
   testing::WriteFileBytes(dir.File("imgs/dog/notes.txt"), "ignored");
