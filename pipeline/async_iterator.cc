@@ -125,7 +125,7 @@ void AsyncIterator::RunTask(Slot* slot) {
   const size_t bytes = error ? 0 : result.byte_size();
   std::lock_guard<std::mutex> lock(mu_);
   slot->element = std::move(result);
-  slot->error = error;
+  slot->error = std::move(error);  // no reference left here after the lock
   bytes_ = bytes_ - slot->bytes + bytes;
   slot->bytes = bytes;
   slot->ready = true;
