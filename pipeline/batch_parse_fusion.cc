@@ -82,17 +82,6 @@ struct Env {
   }
 };
 
-// Makes `v` hold a copy of its bytes in a buffer of their size, so that it
-// stops keeping a larger one (a read block) alive.
-void OwnBytes(RecordView* v, std::string_view bytes) {
-  auto own = std::make_shared<records::AlignedVector<char>>(bytes.size());
-  if (!bytes.empty()) std::memcpy(own->data(), bytes.data(), bytes.size());
-  v->data = own->data();
-  v->size = bytes.size();
-  v->storage_bytes = bytes.size();
-  v->owner = std::move(own);
-}
-
 // A saved record: by reference when its bytes are the frame at its origin
 // (WriteRecordReference), else whole, with its origin.
 void WriteView(StateWriter* w, const Env& env, const RecordView& v) {
@@ -701,14 +690,7 @@ class FusedBatchParse final : public IteratorBase {
     std::unique_lock<std::mutex> lock(mu_);
     // While the batch due is not parsed, parse queued ones here rather
     // than sleep (as a thread waiting in TBB runs tasks).
-    while (!slots_.front()->ready && !to_parse_.empty()) {
-      Slot* slot = to_parse_.front();
-      to_parse_.pop_front();
-      lock.unlock();
-      Parse(slot);
-      lock.lock();
-      slot->ready = true;
-    }
+    while (!slots_.front()->ready && !to_parse_.empty()) ParseQueued(lock);
     if (!slots_.front()->ready) {
       WaitScope wait(parse_counter_);
       ++waiting_;
@@ -895,16 +877,20 @@ class FusedBatchParse final : public IteratorBase {
   // A parse task: parses queued batches until none is left.
   void ParseTask() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!to_parse_.empty() && !stop_) {
-      Slot* slot = to_parse_.front();
-      to_parse_.pop_front();
-      lock.unlock();
-      Parse(slot);
-      lock.lock();
-      slot->ready = true;
-      if (waiting_ > 0) cv_.notify_all();
-    }
+    while (!to_parse_.empty() && !stop_) ParseQueued(lock);
     --parse_tasks_;
+    if (waiting_ > 0) cv_.notify_all();
+  }
+
+  // Parses the oldest queued batch with mu_ (held by `lock`) released
+  // meanwhile, and marks it ready.
+  void ParseQueued(std::unique_lock<std::mutex>& lock) {
+    Slot* slot = to_parse_.front();
+    to_parse_.pop_front();
+    lock.unlock();
+    Parse(slot);
+    lock.lock();
+    slot->ready = true;
     if (waiting_ > 0) cv_.notify_all();
   }
 

@@ -87,6 +87,10 @@ std::unique_ptr<FileRecords> OpenFileRecords(
     const std::shared_ptr<const std::string>& path, uint64_t offset,
     uint64_t index, const TFRecordOptions& options);
 
+// Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
+// stops keeping a larger one (a read block) alive.
+void OwnBytes(RecordView* v, std::string_view bytes);
+
 // Copies records into shared 1 MiB chunks: one allocation per chunk, not
 // per record.  Records over a quarter chunk get their own buffer.
 class RecordArena {

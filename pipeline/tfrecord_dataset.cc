@@ -394,14 +394,18 @@ class TFRecordDataset final : public DatasetBase {
 
 }  // namespace
 
+void OwnBytes(RecordView* v, std::string_view bytes) {
+  auto own = std::make_shared<records::AlignedVector<char>>(bytes.size());
+  if (!bytes.empty()) std::memcpy(own->data(), bytes.data(), bytes.size());
+  v->data = own->data();
+  v->size = bytes.size();
+  v->storage_bytes = bytes.size();
+  v->owner = std::move(own);
+}
+
 void RecordArena::Copy(std::string_view r, RecordView* out) {
   if (r.size() > kChunkBytes / 4) {
-    auto own = std::make_shared<records::AlignedVector<char>>(r.size());
-    if (!r.empty()) std::memcpy(own->data(), r.data(), r.size());
-    out->data = own->data();
-    out->size = r.size();
-    out->storage_bytes = r.size();
-    out->owner = std::move(own);
+    OwnBytes(out, r);
     return;
   }
   if (!chunk_ || used_ + r.size() > chunk_->size()) {
