@@ -158,8 +158,11 @@ Tensor StateReader::ReadTensor() {
     if (dims[i] < 0 || static_cast<uint64_t>(dims[i]) > kMaxStateValues) {
       Fail(fmt::format("dimension {} out of range", dims[i]));
     }
+    // Checked before multiplying: the product could wrap past the bound.
+    if (dims[i] != 0 && n > kMaxStateValues / static_cast<uint64_t>(dims[i])) {
+      Fail("tensor too large");
+    }
     n *= static_cast<uint64_t>(dims[i]);
-    if (n > kMaxStateValues) Fail("tensor too large");
   }
   const Shape shape(std::span<const int64_t>(dims, rank));
   const bool ragged = Bool();
