@@ -98,6 +98,10 @@ std::string Shape::ToString() const {
   return fmt::format("[{}]", fmt::join(dims(), ", "));
 }
 
+std::string_view DeviceName(Device d) {
+  return d == Device::kCuda ? "cuda" : "cpu";
+}
+
 // --- Tensor --------------------------------------------------------------
 
 Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
@@ -116,6 +120,41 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
   t.storage_bytes_ = bytes;
   t.owner_ = std::move(storage);
   return t;
+}
+
+Tensor Tensor::Allocate(DType dtype, const Shape& shape,
+                        const std::shared_ptr<Allocator>& allocator) {
+  if (!allocator) return Allocate(dtype, shape);
+  if (dtype == DType::kBytes) {
+    throw Error(
+        "Tensor::Allocate is for numeric dtypes; build bytes tensors "
+        "with AdoptBytes or FromStrings");
+  }
+  const size_t bytes =
+      DTypeSize(dtype) * static_cast<size_t>(shape.num_elements());
+  void* p = bytes == 0 ? nullptr : allocator->Allocate(bytes);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.device_ = allocator->device();
+  t.data_ = static_cast<const char*>(p);
+  t.storage_bytes_ = bytes;
+  if (p != nullptr) {
+    t.owner_ = std::shared_ptr<const void>(
+        p, [allocator, bytes](const void* q) {
+          allocator->Deallocate(const_cast<void*>(q), bytes);
+        });
+  }
+  return t;
+}
+
+void Tensor::CheckHost(std::string_view what) const {
+  if (device_ != Device::kCpu) {
+    throw Error(fmt::format(
+        "{}: this {}{} tensor is in {} memory; copy it to the host first "
+        "(Backend::ToHost)",
+        what, DTypeName(dtype_), shape_.ToString(), DeviceName(device_)));
+  }
 }
 
 template <typename T>
@@ -158,7 +197,7 @@ RECFLOW_TENSOR_INSTANTIATE(uint8_t)
 #undef RECFLOW_TENSOR_INSTANTIATE
 
 Tensor Tensor::View(DType dtype, const Shape& shape, const void* data,
-                    std::shared_ptr<const void> owner) {
+                    std::shared_ptr<const void> owner, Device device) {
   if (dtype == DType::kBytes) {
     throw Error("Tensor::View is for numeric dtypes; use BytesView");
   }
@@ -167,6 +206,7 @@ Tensor Tensor::View(DType dtype, const Shape& shape, const void* data,
   t.shape_ = shape;
   t.data_ = static_cast<const char*>(data);
   t.owner_ = std::move(owner);
+  t.device_ = device;
   return t;
 }
 
@@ -241,6 +281,7 @@ size_t Tensor::byte_size() const {
 
 std::string_view Tensor::bytes(int64_t k) const {
   CheckType(DType::kBytes);
+  CheckHost("bytes()");
   if (offsets_ == nullptr) return {data_, scalar_bytes_};
   return {data_ + offsets_[k], offsets_[k + 1] - offsets_[k]};
 }
@@ -320,6 +361,7 @@ bool Tensor::IsCompact() const {
 
 Tensor Tensor::Compact() const {
   if (IsCompact()) return *this;
+  CheckHost("Compact()");
   const size_t size = byte_size();
   Tensor t;
   if (dtype_ == DType::kBytes) {
@@ -346,6 +388,8 @@ bool Tensor::operator==(const Tensor& o) const {
     return false;
   }
   if (ragged() && !(*row_lengths_ == *o.row_lengths_)) return false;
+  CheckHost("operator==");
+  o.CheckHost("operator==");
   const int64_t n = num_elements();
   if (dtype_ == DType::kBytes) {
     for (int64_t k = 0; k < n; ++k) {
@@ -359,6 +403,9 @@ bool Tensor::operator==(const Tensor& o) const {
 std::string Tensor::DebugString(int max_values) const {
   std::string out = fmt::format("{}{}{} [", DTypeName(dtype_),
                                 shape_.ToString(), ragged() ? " ragged" : "");
+  if (device_ != Device::kCpu) {
+    return out + fmt::format("in {} memory]", DeviceName(device_));
+  }
   const int64_t n = std::min<int64_t>(num_elements(), max_values);
   for (int64_t k = 0; k < n; ++k) {
     if (k) out += ", ";

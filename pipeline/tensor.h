@@ -12,6 +12,14 @@
 // tensor (a VarLen feature parsed over a batch) is a flat values tensor plus
 // row_lengths: row i holds row_lengths[i] of the values, in order.
 //
+// A tensor's storage may be a GPU's memory (device() == Device::kCuda, made
+// by Allocate with a device Allocator, see allocator.h).  data<T>() then is
+// a device pointer, for kernels and copies; every operation that reads
+// values on the host (values, scalar, bytes, ==, DebugString, Compact)
+// throws an Error naming the device instead of touching it.  Copies
+// between host and device are explicit (train::Backend::ToHost/ToDevice),
+// never hidden in an accessor.
+//
 // Thread safety: Tensors are immutable once built and may be shared between
 // threads; mutable_data() is only for the builder of a fresh tensor.
 #ifndef RECFLOW_PIPELINE_TENSOR_H_
@@ -27,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pipeline/allocator.h"
 #include "records/aligned_buffer.h"
 #include "records/errors.h"
 
@@ -69,10 +78,6 @@ constexpr DType DTypeOf<uint8_t>() {
   return DType::kUInt8;
 }
 
-// Where a tensor's storage lives.  Only kCpu exists today; the tag is here
-// so that device memory can be added without changing the Tensor API.
-enum class Device : uint8_t { kCpu };
-
 // A shape of up to kMaxRank dimensions, held inline (no allocation).
 class Shape {
  public:
@@ -105,6 +110,10 @@ class Tensor {
 
   // Fresh, 64-byte aligned, uninitialised storage for a numeric tensor.
   static Tensor Allocate(DType dtype, const Shape& shape);
+  // The same from `allocator` (host, pinned host or device memory); the
+  // tensor keeps the allocator alive.  Null: as above.
+  static Tensor Allocate(DType dtype, const Shape& shape,
+                         const std::shared_ptr<Allocator>& allocator);
   // Adopts a parser buffer without copying.
   template <typename T>
   static Tensor Adopt(records::AlignedVector<T>&& values, const Shape& shape);
@@ -119,7 +128,8 @@ class Tensor {
   // guarantees the memory outlives every Tensor made from it) is kept alive
   // as long as the view or any slice of it.
   static Tensor View(DType dtype, const Shape& shape, const void* data,
-                     std::shared_ptr<const void> owner);
+                     std::shared_ptr<const void> owner,
+                     Device device = Device::kCpu);
 
   // Bytes tensors.  A scalar viewing `n` bytes at `data`, kept alive by
   // `owner`, which holds `storage_bytes` (for Compact(); 0: unknown).
@@ -137,7 +147,11 @@ class Tensor {
 
   bool valid() const { return data_ != nullptr || num_elements() == 0; }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device::kCpu; }
+  Device device() const { return device_; }
+  bool on_host() const { return device_ == Device::kCpu; }
+  // Throws an Error saying that `what` needs host memory when this tensor
+  // is on a GPU.
+  void CheckHost(std::string_view what) const;
   const Shape& shape() const { return shape_; }
   int64_t num_elements() const { return shape_.num_elements(); }
   // Bytes of values (for bytes tensors: the values' total length).
@@ -154,12 +168,15 @@ class Tensor {
     return const_cast<T*>(reinterpret_cast<const T*>(data_));
   }
   const char* raw_data() const { return data_; }
+  // Host tensors only (throw for a device tensor).
   template <typename T>
   std::span<const T> values() const {
+    CheckHost("values()");
     return {data<T>(), static_cast<size_t>(num_elements())};
   }
   template <typename T>
   T scalar() const {
+    CheckHost("scalar()");
     return data<T>()[0];
   }
   // Value k of a bytes tensor (flat index).
@@ -195,6 +212,7 @@ class Tensor {
   void CheckType(DType want) const;
 
   DType dtype_ = DType::kFloat32;
+  Device device_ = Device::kCpu;
   Shape shape_;
   const char* data_ = nullptr;
   // Bytes tensors: num_elements + 1 offsets relative to data_, or null for

@@ -8,9 +8,19 @@
 // means the result is added to what the output holds (gradients of a
 // value used twice add up); otherwise the output is overwritten.
 //
-// Thread safety: a Backend runs one call at a time per caller thread and
-// may use its own threads inside a call; the training loop is its only
-// caller.  Calls are synchronous.
+// Memory: Allocate() gives tensors in the backend's memory (host for the
+// CPU backend, the GPU's for CUDA).  Host tensors enter with ToDevice()
+// (a no-op on the CPU) and leave with ToHost(); nothing copies implicitly.
+//
+// Ordering: calls are ordered as made.  The CPU backend finishes each call
+// before returning; the CUDA backend enqueues it on its compute stream and
+// returns, so a result may be read on the host only through ToHost() (or
+// after Synchronize()).  Errors found on the device (a label out of range)
+// are reported by the next ToHost()/Synchronize() with the same message the
+// CPU backend throws at once.
+//
+// Thread safety: one caller thread (the training loop); a backend may use
+// its own threads or streams inside a call.
 #ifndef RECFLOW_TRAIN_BACKEND_H_
 #define RECFLOW_TRAIN_BACKEND_H_
 
@@ -19,12 +29,16 @@
 #include <memory>
 #include <string>
 
+#include "pipeline/dataset_base.h"
 #include "pipeline/tensor.h"
 #include "train/error.h"
 
 namespace recflow::train {
 
 using pipeline::Device;
+using pipeline::DType;
+using pipeline::Shape;
+using pipeline::Tensor;
 
 enum class Activation : uint8_t { kLinear, kRelu, kSigmoid, kTanh };
 // "linear", "relu", "sigmoid", "tanh"; throws Error for other names.
@@ -58,6 +72,29 @@ class Backend {
   virtual Device device() const = 0;
   virtual std::string name() const = 0;  // "eigen-cpu (2 threads)"
   virtual int threads() const = 0;
+  // What runs the kernels, for reports: the GPU's name ("NVIDIA H100 80GB
+  // HBM3") or the CPU backend's name.
+  virtual std::string device_name() const { return name(); }
+
+  // --- Memory -------------------------------------------------------------
+  // Fresh uninitialised numeric storage in this backend's memory.
+  virtual Tensor Allocate(DType dtype, const Shape& shape) = 0;
+  // `t` in this backend's memory: `t` itself when it is there already; a
+  // bytes tensor whose values all hold `row_bytes` bytes (decode_raw's
+  // input) becomes uint8 [t.shape..., row_bytes] (ragged or bytes tensors
+  // of other lengths: Error).  Input that Prefetch() staged is not copied
+  // again.
+  virtual Tensor ToDevice(const Tensor& t) = 0;
+  // A host copy of `t` (waits for the work that computes it); `t` itself
+  // when it is on the host.
+  virtual Tensor ToHost(const Tensor& t) = 0;
+  // Starts copying `element`'s numeric components (and fixed-length bytes)
+  // to the device while earlier calls compute, so that a later ToDevice of
+  // the same tensors finds them there (TF's prefetch_to_device).  Host
+  // backends ignore it.
+  virtual void Prefetch(const pipeline::Element& element) { (void)element; }
+  // Waits for every call made so far; throws a pending device error.
+  virtual void Synchronize() {}
 
   // C[m, n] = alpha * op(A) op(B) + beta * C, row-major; op(A) is A
   // ([m, k]) or, with transpose_a, the transpose of A stored as [k, m].
@@ -90,6 +127,9 @@ class Backend {
   // Row-wise softmax of x [rows, cols].
   virtual void Softmax(int64_t rows, int64_t cols, const float* x,
                        float* y) = 0;
+  // Accumulates dx = y * (dy - sum_c(dy * y)) per row.
+  virtual void SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
+                               const float* dy, float* dx) = 0;
   // Sparse softmax cross-entropy from logits [rows, cols] and labels in
   // [0, cols): losses[rows] and, when dlogits is not null, accumulates
   // scale * (softmax - onehot) into it.  Throws Error naming the row of a
@@ -120,8 +160,32 @@ class Backend {
   // out[c] = sum_r x[r, c] + beta * out[c]
   virtual void ColumnSum(int64_t rows, int64_t cols, const float* x, float beta,
                          float* out) = 0;
-  // sum of n values
-  virtual double Sum(int64_t n, const float* x) = 0;
+  // y[0] = scale * (sum of n values of x), y in backend memory.
+  virtual void Sum(int64_t n, const float* x, float scale, float* y) = 0;
+  // Accumulates y[i] += alpha[0] * x[i], or += alpha[0] when x is null;
+  // alpha in backend memory (a gradient that never visits the host).
+  virtual void AxpyScalar(int64_t n, const float* alpha, const float* x,
+                          float* y) = 0;
+  // y[i] = scale * float(x[i]) for x of numeric `dtype` (not bytes).
+  virtual void Convert(DType dtype, int64_t n, const void* x, float scale,
+                       float* y) = 0;
+  // ids[i] = int64(x[i]) for x of integer `dtype` (int32, int64, uint8).
+  virtual void ToInt64(DType dtype, int64_t n, const void* x, int64_t* y) = 0;
+  // Copies a [rows, cols] block: y[r * ldy + c] (+)= x[r * ldx + c].
+  virtual void CopyBlock(int64_t rows, int64_t cols, const float* x,
+                         int64_t ldx, float* y, int64_t ldy,
+                         bool accumulate) = 0;
+  // Inverted-dropout mask: mask[i] = 0 with probability `rate`, else
+  // 1 / (1 - rate), from DropoutBits(seed, i) alone (the same mask on
+  // every backend).
+  virtual void DropoutMask(int64_t n, float rate, uint64_t seed,
+                           float* mask) = 0;
+  // Row-wise argmax of x [rows, cols] (the first maximum), as int64.
+  virtual void ArgMax(int64_t rows, int64_t cols, const float* x,
+                      int64_t* out) = 0;
+  // out[i] = x[i] > threshold ? 1 : 0, as int64.
+  virtual void GreaterThan(int64_t n, const float* x, float threshold,
+                           int64_t* out) = 0;
 
   // Rows of a table: y[i] = table[ids[i]] for rows of `dim` floats; ids
   // are checked against `rows` (Error names the position).
@@ -140,11 +204,14 @@ class Backend {
                                 float epsilon, bool training, float momentum,
                                 float* moving_mean, float* moving_var,
                                 float* mean, float* inv_std, float* y) = 0;
-  // Accumulates dx, dgamma, dbeta for a training-mode forward.
-  virtual void BatchNormBackward(int64_t rows, int64_t cols, const float* x,
-                                 const float* gamma, const float* mean,
-                                 const float* inv_std, const float* dy,
-                                 float* dx, float* dgamma, float* dbeta) = 0;
+  // Accumulates dx, dgamma, dbeta (each may be null) for a forward in
+  // the same mode; mean/inv_std are what that forward wrote.  In inference
+  // mode the map is affine per channel: dx = dy gamma inv_std.
+  virtual void BatchNormBackward(int64_t rows, int64_t cols, bool training,
+                                 const float* x, const float* gamma,
+                                 const float* mean, const float* inv_std,
+                                 const float* dy, float* dx, float* dgamma,
+                                 float* dbeta) = 0;
 
   // Optimizer updates (TensorFlow's formulas, applied in place).
   virtual void SgdUpdate(int64_t n, float lr, const float* g, float* w) = 0;
@@ -160,9 +227,45 @@ class Backend {
                           float* w) = 0;
 };
 
+// The bits behind DropoutMask: a counter-based hash of (seed, i), so any
+// backend draws element i's mask without drawing the ones before it.
+inline uint64_t DropoutBits(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 // The Eigen backend: Eigen's tensor contractions and a thread pool of
 // `threads` (0: the machine's cores).
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
+
+// Which backend a RunConfig.device / --device string names: "cpu",
+// "cuda" (GPU 0) or "cuda:N".  Throws Error for anything else.
+struct DeviceSpec {
+  Device device = Device::kCpu;
+  int index = 0;
+  std::string ToString() const;  // "cpu", "cuda:0"
+};
+DeviceSpec ParseDevice(std::string_view text);
+
+// Whether this build has the CUDA backend (RECFLOW_CUDA) .
+bool CudaBuilt();
+// The CUDA backend on GPU `index`: cuBLAS, cuDNN and kernels of its own on
+// one compute stream and one copy stream, with a caching device allocator
+// and pinned staging for input.  Throws CudaUnavailable (one line: no
+// driver, no such GPU, or a build without CUDA) when it cannot run.
+std::unique_ptr<Backend> MakeCudaBackend(int index = 0);
+// A backend for `spec` (threads: the CPU backend's threads).
+std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads = 0);
+
+// No usable GPU: the CLI prints what() as one line and exits with code 2.
+class CudaUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+
 
 }  // namespace recflow::train
 

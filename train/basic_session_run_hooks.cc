@@ -75,7 +75,13 @@ LoggingTensorHook::LoggingTensorHook(std::vector<std::string> tensors,
       timer_(every_n_secs > 0 ? 0 : every_n_iter, every_n_secs),
       at_end_(at_end) {}
 
-SessionRunArgs LoggingTensorHook::before_run(RunContext&) { return {tensors_}; }
+SessionRunArgs LoggingTensorHook::before_run(RunContext&) {
+  // Fetch only on steps that log (or every step when the last values are
+  // logged at the end): a fetch from a GPU waits for its step.
+  triggered_ = at_end_ || timer_.ShouldTrigger(iter_);
+  if (!triggered_) return {};
+  return {tensors_};
+}
 
 void LoggingTensorHook::LogValues(TrainingSession& session,
                                   const SessionRunValues& values,
@@ -95,6 +101,10 @@ void LoggingTensorHook::LogValues(TrainingSession& session,
 
 void LoggingTensorHook::after_run(RunContext& ctx,
                                   const SessionRunValues& values) {
+  if (!triggered_) {
+    ++iter_;
+    return;
+  }
   last_ = values;
   if (!timer_.ShouldTrigger(iter_)) {
     ++iter_;
@@ -187,10 +197,13 @@ void CheckpointSaverHook::end(TrainingSession& session) {
 // ---- NanTensorHook ----
 
 SessionRunArgs NanTensorHook::before_run(RunContext&) {
+  triggered_ = ++iter_ % every_n_steps_ == 0;
+  if (!triggered_) return {};
   return {{"loss", "global_step"}};
 }
 
 void NanTensorHook::after_run(RunContext& ctx, const SessionRunValues& values) {
+  if (!triggered_) return;
   const double loss = values.scalar("loss");
   if (std::isfinite(loss)) return;
   const std::string what =

@@ -5,6 +5,7 @@
 #ifndef RECFLOW_TRAIN_BASIC_SESSION_RUN_HOOKS_H_
 #define RECFLOW_TRAIN_BASIC_SESSION_RUN_HOOKS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -65,6 +66,7 @@ class LoggingTensorHook : public SessionRunHook {
   SecondOrStepTimer timer_;
   bool at_end_;
   int64_t iter_ = 0;
+  bool triggered_ = false;
   std::optional<SessionRunValues> last_;
 };
 
@@ -118,13 +120,21 @@ class CheckpointSaverHook : public SessionRunHook {
 // Fails (throws Error) or stops when the loss is NaN or infinite.
 class NanTensorHook : public SessionRunHook {
  public:
-  explicit NanTensorHook(bool fail_on_nan_loss = true)
-      : fail_(fail_on_nan_loss) {}
+  // Checks every step (TensorFlow's), or every `every_n_steps`-th: the
+  // Estimator checks a GPU's loss at its logging cadence so that other
+  // steps never wait for the device.
+  explicit NanTensorHook(bool fail_on_nan_loss = true,
+                         int64_t every_n_steps = 1)
+      : fail_(fail_on_nan_loss),
+        every_n_steps_(std::max<int64_t>(every_n_steps, 1)) {}
   SessionRunArgs before_run(RunContext& ctx) override;
   void after_run(RunContext& ctx, const SessionRunValues& values) override;
 
  private:
   bool fail_;
+  int64_t every_n_steps_;
+  int64_t iter_ = 0;
+  bool triggered_ = false;
 };
 
 // Writes the named scalar values to the session's event file every N

@@ -92,8 +92,8 @@ int64_t BatchOf(const Tensor& t) {
 // Numeric or raw-bytes column as float [batch, shape...].
 Var NumericInput(ModelContext& ctx, const Tensor& t, const FeatureColumn& c) {
   Var x = c.kind == FeatureColumn::Kind::kRawBytes
-              ? ops::DecodeRaw(t, c.shape, c.scale)
-              : ops::Constant(t, c.scale);
+              ? ops::DecodeRaw(ctx.backend(), t, c.shape, c.scale)
+              : ops::Constant(ctx.backend(), t, c.scale);
   const int64_t batch = BatchOf(t);
   if (x.value().num_elements() != batch * c.shape.num_elements()) {
     throw Error(fmt::format(
@@ -102,12 +102,12 @@ Var NumericInput(ModelContext& ctx, const Tensor& t, const FeatureColumn& c) {
         c.key, x.value().num_elements(), batch, c.shape.ToString()));
   }
   Shape full = c.shape.Prepend(batch);
-  x = ops::Reshape(x, full);
+  x = ops::Reshape(ctx.backend(), x, full);
   if (c.shift != 0.0f) {
-    Tensor shift = NewFloat(full);
+    Tensor shift = NewFloat(ctx.backend(), full);
     ctx.backend().Fill(shift.num_elements(), -c.shift * c.scale,
                        shift.mutable_data<float>());
-    x = ops::Add(ctx.backend(), x, ops::Constant(shift));
+    x = ops::Add(ctx.backend(), x, ops::Constant(ctx.backend(), shift));
   }
   return x;
 }
@@ -135,11 +135,28 @@ Tensor BucketIds(const Tensor& t, const FeatureColumn& c) {
     }
     return ids;
   }
-  Var v = ops::Constant(t);  // any integer type, as float
+  t.CheckHost("a categorical column's ids");
+  auto value = [&t](int64_t i) -> double {
+    switch (t.dtype()) {
+      case DType::kFloat32:
+        return t.data<float>()[i];
+      case DType::kFloat64:
+        return t.data<double>()[i];
+      case DType::kInt32:
+        return t.data<int32_t>()[i];
+      case DType::kInt64:
+        return static_cast<double>(t.data<int64_t>()[i]);
+      case DType::kUInt8:
+        return t.data<uint8_t>()[i];
+      case DType::kBytes:
+        break;
+    }
+    throw Error("a bytes tensor cannot be used as ids");
+  };
   for (int64_t i = 0; i < n; ++i) {
-    const float id = v.data()[i];
-    if (id < 0 || id >= static_cast<float>(c.num_buckets) ||
-        id != static_cast<float>(static_cast<int64_t>(id))) {
+    const double id = value(i);
+    if (id < 0 || id >= static_cast<double>(c.num_buckets) ||
+        id != static_cast<double>(static_cast<int64_t>(id))) {
       throw Error(fmt::format(
           "feature {}: value {} of example {} is not an id in [0, {})", c.key,
           id, i, c.num_buckets));
@@ -168,11 +185,11 @@ Var CategoricalInput(ModelContext& ctx, const Tensor& t,
                               .name = "input_layer/" + c.key + "_embedding"});
   }
   const int64_t n = ids.num_elements();
-  Tensor onehot = NewFloat(Shape{n, buckets});
+  Tensor onehot = Tensor::Allocate(DType::kFloat32, Shape{n, buckets});
   float* o = onehot.mutable_data<float>();
   std::fill_n(o, n * buckets, 0.0f);
   for (int64_t i = 0; i < n; ++i) o[i * buckets + ids.data<int64_t>()[i]] = 1;
-  return ops::Constant(onehot);
+  return ops::Constant(ctx.backend(), onehot);
 }
 
 void CheckClasses(int n_classes) {
@@ -192,37 +209,40 @@ EstimatorSpec ClassifierHead(ModelContext& ctx, const Var& logits,
   const int64_t batch = logits.shape()[0];
   if (n_classes == 2) {
     Var p = ops::Activate(be, logits, Activation::kSigmoid);
-    Tensor classes = Tensor::Allocate(DType::kInt64, Shape{batch});
-    for (int64_t i = 0; i < batch; ++i) {
-      classes.mutable_data<int64_t>()[i] = p.data()[i] > 0.5f;
-    }
+    Tensor classes = be.Allocate(DType::kInt64, Shape{batch});
+    be.GreaterThan(batch, p.data(), 0.5f, classes.mutable_data<int64_t>());
     spec.predictions["probabilities"] = p.value().Reshape(Shape{batch});
     spec.predictions["classes"] = classes;
     if (mode == Mode::kPredict) return spec;
     spec.loss = ops::SigmoidCrossEntropy(be, logits, *labels);
     if (mode == Mode::kEval) {
-      Var y = ops::Constant(*labels);
-      const std::span<const float> ys(y.data(), static_cast<size_t>(batch));
-      const std::span<const float> ps(p.data(), static_cast<size_t>(batch));
+      // Metrics are host values (an evaluation step reads them anyway).
+      const Tensor y = be.ToHost(ops::Constant(be, *labels).value());
+      const Tensor p_host = be.ToHost(p.value());
+      const std::span<const float> ys(y.data<float>(),
+                                      static_cast<size_t>(batch));
+      const std::span<const float> ps(p_host.data<float>(),
+                                      static_cast<size_t>(batch));
       std::vector<int64_t> label_ids(ys.begin(), ys.end());
       ctx.metrics()
           .Get<Accuracy>("accuracy")
-          .Update(label_ids, classes.values<int64_t>());
+          .Update(label_ids, be.ToHost(classes).values<int64_t>());
       ctx.metrics().Get<Precision>("precision").Update(ys, ps);
       ctx.metrics().Get<Recall>("recall").Update(ys, ps);
       ctx.metrics().Get<AUC>("auc").Update(ys, ps);
     }
   } else {
     spec.predictions["probabilities"] = ops::Softmax(be, logits).value();
-    spec.predictions["classes"] = ArgMax(logits.value());
+    spec.predictions["classes"] = ArgMax(be, logits.value());
     if (mode == Mode::kPredict) return spec;
     spec.loss = ops::SparseSoftmaxCrossEntropy(be, logits, *labels);
     if (mode == Mode::kEval) {
-      Var y = ops::Constant(*labels);
-      std::vector<int64_t> label_ids(y.data(), y.data() + batch);
+      const Tensor y = be.ToHost(ops::Constant(be, *labels).value());
+      std::vector<int64_t> label_ids(y.data<float>(), y.data<float>() + batch);
       ctx.metrics()
           .Get<Accuracy>("accuracy")
-          .Update(label_ids, spec.predictions["classes"].values<int64_t>());
+          .Update(label_ids,
+                  be.ToHost(spec.predictions["classes"]).values<int64_t>());
     }
   }
   if (mode == Mode::kTrain) {
@@ -276,7 +296,7 @@ Var InputLayer(ModelContext& ctx, const Features& features,
     const Tensor& t = features[c.key];
     Var part =
         c.categorical() ? CategoricalInput(ctx, t, c) : NumericInput(ctx, t, c);
-    parts.push_back(ops::Flatten(part));
+    parts.push_back(ops::Flatten(ctx.backend(), part));
   }
   return parts.size() == 1 ? parts[0] : ops::Concat(ctx.backend(), parts);
 }
@@ -348,7 +368,7 @@ ModelFn CNNClassifierFn(CNNOptions o) {
                           .name = fmt::format("cnn/conv{}", i)});
       x = layers::MaxPool2D(ctx, x);
     }
-    x = layers::Flatten(x);
+    x = layers::Flatten(ctx, x);
     for (size_t i = 0; i < o.dense_units.size(); ++i) {
       x = layers::Dense(ctx, x,
                         {.units = o.dense_units[i],

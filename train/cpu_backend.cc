@@ -95,6 +95,18 @@ class CpuBackend final : public Backend {
   }
   int threads() const override { return threads_; }
 
+  Tensor Allocate(DType dtype, const Shape& shape) override {
+    return Tensor::Allocate(dtype, shape);
+  }
+  Tensor ToDevice(const Tensor& t) override {
+    t.CheckHost("the CPU backend");
+    return t;
+  }
+  Tensor ToHost(const Tensor& t) override {
+    t.CheckHost("the CPU backend");
+    return t;
+  }
+
   void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
     ConstRowMatrix A(a, ta ? k : m, ta ? m : k);
@@ -228,6 +240,19 @@ class CpuBackend final : public Backend {
       SoftmaxRow(cols, x + r * cols, y + r * cols);
     });
   }
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
+                       const float* dy, float* dx) override {
+    ParallelRows(rows, cols * 4, [&](int64_t r) {
+      const float* yr = y + r * cols;
+      const float* dyr = dy + r * cols;
+      float* dxr = dx + r * cols;
+      double dot = 0;
+      for (int64_t c = 0; c < cols; ++c) dot += dyr[c] * yr[c];
+      for (int64_t c = 0; c < cols; ++c) {
+        dxr[c] += yr[c] * static_cast<float>(dyr[c] - dot);
+      }
+    });
+  }
 
   void SparseSoftmaxCrossEntropy(int64_t rows, int64_t cols,
                                  const float* logits, const int64_t* labels,
@@ -315,10 +340,98 @@ class CpuBackend final : public Backend {
       O.device(device_) = X.sum(first) + O * beta;
     }
   }
-  double Sum(int64_t n, const float* x) override {
+  void Sum(int64_t n, const float* x, float scale, float* y) override {
     double sum = 0;
     for (int64_t i = 0; i < n; ++i) sum += x[i];
-    return sum;
+    y[0] = static_cast<float>(sum * scale);
+  }
+  void AxpyScalar(int64_t n, const float* alpha, const float* x,
+                  float* y) override {
+    const float a = alpha[0];
+    Vector Y(y, n);
+    if (x == nullptr) {
+      Y.device(device_) = Y + Y.constant(a);
+    } else {
+      Y.device(device_) = Y + ConstVector(x, n) * a;
+    }
+  }
+  void Convert(DType dtype, int64_t n, const void* x, float scale,
+               float* y) override {
+    auto convert = [&](const auto* in) {
+      ParallelRows(n, 2, [&](int64_t i) {
+        y[i] = static_cast<float>(in[i]) * scale;
+      });
+    };
+    switch (dtype) {
+      case DType::kFloat32:
+        convert(static_cast<const float*>(x));
+        break;
+      case DType::kFloat64:
+        convert(static_cast<const double*>(x));
+        break;
+      case DType::kInt32:
+        convert(static_cast<const int32_t*>(x));
+        break;
+      case DType::kInt64:
+        convert(static_cast<const int64_t*>(x));
+        break;
+      case DType::kUInt8:
+        convert(static_cast<const uint8_t*>(x));
+        break;
+      case DType::kBytes:
+        throw Error(
+            "a bytes tensor cannot be used as numbers; decode it first "
+            "(ops::DecodeRaw)");
+    }
+  }
+  void ToInt64(DType dtype, int64_t n, const void* x, int64_t* y) override {
+    switch (dtype) {
+      case DType::kInt64:
+        std::copy_n(static_cast<const int64_t*>(x), n, y);
+        break;
+      case DType::kInt32:
+        std::copy_n(static_cast<const int32_t*>(x), n, y);
+        break;
+      case DType::kUInt8:
+        std::copy_n(static_cast<const uint8_t*>(x), n, y);
+        break;
+      default:
+        throw Error(fmt::format("ids must be integers, got {}",
+                                pipeline::DTypeName(dtype)));
+    }
+  }
+  void CopyBlock(int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                 float* y, int64_t ldy, bool accumulate) override {
+    ParallelRows(rows, cols, [&](int64_t r) {
+      const float* in = x + r * ldx;
+      float* out = y + r * ldy;
+      if (accumulate) {
+        for (int64_t c = 0; c < cols; ++c) out[c] += in[c];
+      } else {
+        std::copy_n(in, cols, out);
+      }
+    });
+  }
+  void DropoutMask(int64_t n, float rate, uint64_t seed, float* mask) override {
+    const float keep = 1.0f / (1.0f - rate);
+    const uint64_t threshold = static_cast<uint64_t>(
+        static_cast<double>(rate) * 18446744073709551616.0);
+    ParallelRows(n, 8, [&](int64_t i) {
+      mask[i] = DropoutBits(seed, static_cast<uint64_t>(i)) < threshold
+                    ? 0.0f
+                    : keep;
+    });
+  }
+  void ArgMax(int64_t rows, int64_t cols, const float* x,
+              int64_t* out) override {
+    ParallelRows(rows, cols, [&](int64_t r) {
+      const float* z = x + r * cols;
+      out[r] = cols == 0 ? 0 : std::max_element(z, z + cols) - z;
+    });
+  }
+  void GreaterThan(int64_t n, const float* x, float threshold,
+                   int64_t* out) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > threshold ? 1 : 0;
   }
 
   void Gather(int64_t rows, int64_t dim, const float* table, int64_t n,
@@ -380,8 +493,8 @@ class CpuBackend final : public Backend {
     });
   }
 
-  void BatchNormBackward(int64_t rows, int64_t cols, const float* x,
-                         const float* gamma, const float* mean,
+  void BatchNormBackward(int64_t rows, int64_t cols, bool training,
+                         const float* x, const float* gamma, const float* mean,
                          const float* inv_std, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
     std::vector<double> sum_dy(cols), sum_dy_xhat(cols);
@@ -398,6 +511,14 @@ class CpuBackend final : public Backend {
       if (dbeta != nullptr) dbeta[c] += static_cast<float>(sum_dy[c]);
     }
     if (dx == nullptr) return;
+    if (!training) {
+      ParallelRows(rows, cols * 2, [&](int64_t r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          dx[r * cols + c] += dy[r * cols + c] * gamma[c] * inv_std[c];
+        }
+      });
+      return;
+    }
     const double inv_rows = 1.0 / static_cast<double>(rows);
     ParallelRows(rows, cols * 6, [&](int64_t r) {
       const float* xr = x + r * cols;
@@ -606,6 +727,40 @@ class CpuBackend final : public Backend {
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads) {
   return std::make_unique<CpuBackend>(threads);
+}
+
+std::string DeviceSpec::ToString() const {
+  return device == Device::kCpu ? "cpu" : fmt::format("cuda:{}", index);
+}
+
+DeviceSpec ParseDevice(std::string_view text) {
+  DeviceSpec spec;
+  if (text == "cpu") return spec;
+  if (text == "cuda" || text == "gpu") {
+    spec.device = Device::kCuda;
+    return spec;
+  }
+  if (text.starts_with("cuda:")) {
+    const std::string_view n = text.substr(5);
+    int index = 0;
+    bool ok = !n.empty() && n.size() <= 4;
+    for (char c : n) {
+      if (c < '0' || c > '9') ok = false;
+      index = index * 10 + (c - '0');
+    }
+    if (ok) {
+      spec.device = Device::kCuda;
+      spec.index = index;
+      return spec;
+    }
+  }
+  throw Error(fmt::format(
+      "unknown device \"{}\" (expected cpu, cuda or cuda:N)", text));
+}
+
+std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads) {
+  if (spec.device == Device::kCpu) return MakeCpuBackend(threads);
+  return MakeCudaBackend(spec.index);
 }
 
 }  // namespace recflow::train

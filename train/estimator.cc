@@ -19,6 +19,11 @@ Tensor FloatScalar(double v) {
   return Tensor::Scalar<float>(static_cast<float>(v));
 }
 
+// The value of a float32 scalar in the backend's memory.
+double ScalarOf(Backend& be, const Tensor& t) {
+  return be.ToHost(t).data<float>()[0];
+}
+
 // Runs `fn` for each hook, stopping at the first exception after telling
 // every hook about it.
 template <typename Fn>
@@ -38,22 +43,33 @@ void NotifyException(const Hooks& hooks, const std::exception& e) {
 
 // Hands every hook the values its before_run asked for: "loss",
 // "global_step", or a prediction or tensor of the model_fn's spec.
-void AfterRun(const Hooks& hooks, const std::vector<SessionRunArgs>& args,
-              RunContext& run, const EstimatorSpec& spec, double loss,
+// Values come to the host only when some hook asked for them (a fetch
+// from a GPU waits for the step that computes it), each once per step.
+void AfterRun(Backend& be, const Hooks& hooks,
+              const std::vector<SessionRunArgs>& args, RunContext& run,
+              const EstimatorSpec& spec, const std::function<double()>& loss,
               int64_t global_step, int64_t batch) {
+  std::map<std::string, Tensor> fetched;
+  auto host = [&](const std::string& name, const Tensor& t) {
+    auto it = fetched.find(name);
+    if (it == fetched.end()) it = fetched.emplace(name, be.ToHost(t)).first;
+    return it->second;
+  };
+  std::optional<double> loss_value;
   for (size_t i = 0; i < hooks.size(); ++i) {
     SessionRunValues values;
     values.batch_size = batch;
     for (const std::string& name : args[i].fetches) {
       if (name == "loss") {
-        values.results[name] = FloatScalar(loss);
+        if (!loss_value) loss_value = loss();
+        values.results[name] = FloatScalar(*loss_value);
       } else if (name == "global_step") {
         values.results[name] = Int64Scalar(global_step);
       } else if (auto p = spec.predictions.find(name);
                  p != spec.predictions.end()) {
-        values.results[name] = p->second;
+        values.results[name] = host(name, p->second);
       } else if (auto t = spec.tensors.find(name); t != spec.tensors.end()) {
-        values.results[name] = t->second;
+        values.results[name] = host(name, t->second);
       } else {
         throw Error(fmt::format(
             "a hook fetches \"{}\", which the model_fn does not provide "
@@ -98,18 +114,14 @@ double SessionRunValues::scalar(const std::string& name) const {
   throw Error(fmt::format("\"{}\" is not numeric", name));
 }
 
-Tensor ArgMax(const Tensor& logits) {
+Tensor ArgMax(Backend& be, const Tensor& logits) {
   if (logits.shape().rank() != 2) {
     throw Error(fmt::format("argmax: expected [rows, cols], got {}",
                             logits.shape().ToString()));
   }
   const int64_t rows = logits.shape()[0], cols = logits.shape()[1];
-  Tensor out = Tensor::Allocate(DType::kInt64, Shape{rows});
-  int64_t* o = out.mutable_data<int64_t>();
-  const float* z = logits.data<float>();
-  for (int64_t r = 0; r < rows; ++r) {
-    o[r] = std::max_element(z + r * cols, z + (r + 1) * cols) - (z + r * cols);
-  }
+  Tensor out = be.Allocate(DType::kInt64, Shape{rows});
+  be.ArgMax(rows, cols, logits.data<float>(), out.mutable_data<int64_t>());
   return out;
 }
 
@@ -120,7 +132,7 @@ TrainingSession::TrainingSession(Estimator& est, Mode mode,
     : est_(est),
       mode_(mode),
       summary_dir_(std::move(summary_dir)),
-      variables_(est.config().seed) {}
+      variables_(est.config().seed, est.backend_.get()) {}
 
 const RunConfig& TrainingSession::config() const { return est_.config(); }
 
@@ -136,7 +148,9 @@ std::string TrainingSession::SaveCheckpoint() {
     throw Error("checkpoints are saved by training sessions only");
   }
   TensorMap tensors;
-  for (Variable* v : variables_.all()) tensors.emplace(v->name, v->value);
+  for (Variable* v : variables_.all()) {
+    tensors.emplace(v->name, est_.backend_->ToHost(v->value));
+  }
   tensors.emplace("global_step", Int64Scalar(global_step_));
   if (iterator_ != nullptr) {
     const std::string state = iterator_->Save();
@@ -162,7 +176,8 @@ Estimator::Estimator(ModelFn model_fn, RunConfig config,
       options_(std::move(options)),
       backend_(options_.backend
                    ? options_.backend
-                   : std::shared_ptr<Backend>(MakeCpuBackend(config_.threads))),
+                   : std::shared_ptr<Backend>(MakeBackend(
+                         ParseDevice(config_.device), config_.threads))),
       checkpoints_(config_.model_dir.empty()
                        ? throw Error("RunConfig.model_dir is empty")
                        : config_.model_dir,
@@ -268,7 +283,12 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
   Hooks hooks = user_hooks;
   if (steps) hooks.push_back(StopAtStepHook::NumSteps(*steps));
   if (max_steps) hooks.push_back(StopAtStepHook::LastStep(*max_steps));
-  hooks.push_back(std::make_shared<NanTensorHook>(true));
+  // On a GPU the loss is checked at the logging cadence, so that the steps
+  // between never wait for the device (TF checks every step).
+  hooks.push_back(std::make_shared<NanTensorHook>(
+      true, backend_->device() == Device::kCpu
+                ? 1
+                : std::max<int64_t>(config_.log_step_count_steps, 1)));
   if (config_.log_step_count_steps > 0) {
     hooks.push_back(
         std::make_shared<StepCounterHook>(config_.log_step_count_steps));
@@ -320,15 +340,18 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
                         session.global_step_));
         break;
       }
+      // Starts the batch's copy to the device on the copy stream, while
+      // the device still computes the previous step.
+      backend_->Prefetch(element);
       const int64_t batch = BatchSizeOf(element);
       std::unique_ptr<ModelContext> ctx;
       Tensor labels;
       EstimatorSpec spec =
           RunModel(session, element, Mode::kTrain, &ctx, &labels);
-      const float loss_value =
-          static_cast<float>(spec.loss.value().data<float>()[0]);
       spec.train_op();
-      AfterRun(hooks, args, run, spec, loss_value, session.global_step_, batch);
+      AfterRun(*backend_, hooks, args, run, spec,
+               [&] { return ScalarOf(*backend_, spec.loss.value()); },
+               session.global_step_, batch);
       if (run.stop_requested()) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
@@ -370,15 +393,17 @@ std::map<std::string, double> Estimator::Evaluate(
       std::vector<SessionRunArgs> args;
       for (auto& h : hooks) args.push_back(h->before_run(run));
       if (run.stop_requested() || !it.Next(&element)) break;
+      backend_->Prefetch(element);
       const int64_t batch = BatchSizeOf(element);
       std::unique_ptr<ModelContext> ctx;
       Tensor labels;
       EstimatorSpec spec =
           RunModel(session, element, Mode::kEval, &ctx, &labels);
-      const double value = spec.loss.value().data<float>()[0];
+      const double value = ScalarOf(*backend_, spec.loss.value());
       loss.Update(value, static_cast<double>(batch));
       ++batches;
-      AfterRun(hooks, args, run, spec, value, session.global_step_, batch);
+      AfterRun(*backend_, hooks, args, run, spec, [value] { return value; },
+               session.global_step_, batch);
       if (run.stop_requested()) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
@@ -418,6 +443,7 @@ void Estimator::Predict(
   pipeline::Iterator it = input_fn().MakeIterator();
   pipeline::Element element;
   while (it.Next(&element)) {
+    backend_->Prefetch(element);
     std::unique_ptr<ModelContext> ctx;
     Tensor labels;
     EstimatorSpec spec =
@@ -425,7 +451,11 @@ void Estimator::Predict(
     if (spec.predictions.empty()) {
       throw Error("model_fn returned no predictions in infer mode");
     }
-    if (!on_batch(spec.predictions)) break;
+    std::map<std::string, Tensor> host;
+    for (const auto& [name, t] : spec.predictions) {
+      host.emplace(name, backend_->ToHost(t));
+    }
+    if (!on_batch(host)) break;
   }
 }
 

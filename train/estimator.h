@@ -4,10 +4,10 @@
 //
 //   EstimatorSpec ModelFn(const Features& f, const Tensor* labels, Mode mode,
 //                         ModelContext& ctx) {
-//     Var x = ops::Constant(f["x"]);
+//     Var x = ops::Constant(ctx.backend(), f["x"]);
 //     Var logits = layers::Dense(ctx, x, {.units = 10});
 //     EstimatorSpec spec;
-//     spec.predictions["classes"] = ArgMax(logits.value());
+//     spec.predictions["classes"] = ArgMax(ctx.backend(), logits.value());
 //     if (mode == Mode::kPredict) return spec;
 //     spec.loss = ops::SparseSoftmaxCrossEntropy(ctx.backend(), logits,
 //                                                *labels);
@@ -63,7 +63,11 @@ struct RunConfig {
   int keep_checkpoint_max = 5;  // <= 0: keep all
   int64_t save_summary_steps = 100;
   int64_t log_step_count_steps = 100;
-  int threads = 0;  // backend threads; 0: the machine's cores
+  int threads = 0;  // CPU backend threads; 0: the machine's cores
+  // Where the model trains: "cpu", "cuda" (GPU 0) or "cuda:N".  The same
+  // model_fn, hooks and checkpoints work on each; a checkpoint written on
+  // one device restores on the other.
+  std::string device = "cpu";
 };
 
 using Features = pipeline::Element;
@@ -85,7 +89,8 @@ using Hooks = std::vector<std::shared_ptr<SessionRunHook>>;
 struct EstimatorOptions {
   // The element component passed as labels (and removed from features).
   std::string label_key = "label";
-  // Null: an Eigen CPU backend with RunConfig::threads threads.
+  // Null: the backend RunConfig::device names (the CPU backend with
+  // RunConfig::threads threads, or the CUDA backend).
   std::shared_ptr<Backend> backend;
   // Where log lines go (null: pipeline::LogLine, stderr by default).
   std::function<void(std::string_view)> log;
@@ -195,8 +200,8 @@ class Estimator {
 inline constexpr char kIteratorStateKey[] = "_input_iterator_state";
 
 // The index of the largest value of each row of a [rows, cols] float
-// tensor, as int64 [rows] (tf.argmax(axis=-1)).
-Tensor ArgMax(const Tensor& logits);
+// tensor, as int64 [rows] (tf.argmax(axis=-1)), in the backend's memory.
+Tensor ArgMax(Backend& be, const Tensor& logits);
 
 }  // namespace recflow::train
 

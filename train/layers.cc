@@ -101,7 +101,9 @@ Var AvgPool2D(ModelContext& ctx, const Var& x, const Pool2DOptions& o) {
   return Pool(ctx, Pooling::kAverage, x, o);
 }
 
-Var Flatten(const Var& x) { return ops::Flatten(x); }
+Var Flatten(ModelContext& ctx, const Var& x) {
+  return ops::Flatten(ctx.backend(), x);
+}
 
 Var Dropout(ModelContext& ctx, const Var& x, float rate) {
   if (!ctx.training()) return x;

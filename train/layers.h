@@ -49,7 +49,7 @@ Var MaxPool2D(ModelContext& ctx, const Var& x, const Pool2DOptions& o = {});
 Var AvgPool2D(ModelContext& ctx, const Var& x, const Pool2DOptions& o = {});
 
 // [batch, ...] -> [batch, rest].
-Var Flatten(const Var& x);
+Var Flatten(ModelContext& ctx, const Var& x);
 
 // Identity outside training.
 Var Dropout(ModelContext& ctx, const Var& x, float rate);

@@ -11,12 +11,12 @@
 
 namespace recflow::train {
 
-Tensor NewFloat(const Shape& shape) {
-  return Tensor::Allocate(DType::kFloat32, shape);
+Tensor NewFloat(Backend& b, const Shape& shape) {
+  return b.Allocate(DType::kFloat32, shape);
 }
 
 Tensor Zeros(Backend& b, const Shape& shape) {
-  Tensor t = NewFloat(shape);
+  Tensor t = NewFloat(b, shape);
   b.Fill(t.num_elements(), 0.0f, t.mutable_data<float>());
   return t;
 }
@@ -53,79 +53,59 @@ void CheckRank(const Var& x, int rank, const char* op) {
 
 int64_t LastDim(const Shape& s) { return s.rank() == 0 ? 1 : s[s.rank() - 1]; }
 
-// Converts any numeric tensor to float32 times `scale`.
-Tensor ToFloat(const Tensor& t, float scale) {
-  if (t.dtype() == DType::kFloat32 && scale == 1.0f) return t;
-  Tensor out = NewFloat(t.shape());
-  float* o = out.mutable_data<float>();
-  const int64_t n = t.num_elements();
-  auto convert = [&](const auto* in) {
-    for (int64_t i = 0; i < n; ++i) o[i] = static_cast<float>(in[i]) * scale;
-  };
-  switch (t.dtype()) {
-    case DType::kFloat32:
-      convert(t.data<float>());
-      break;
-    case DType::kFloat64:
-      convert(t.data<double>());
-      break;
-    case DType::kInt32:
-      convert(t.data<int32_t>());
-      break;
-    case DType::kInt64:
-      convert(t.data<int64_t>());
-      break;
-    case DType::kUInt8:
-      convert(t.data<uint8_t>());
-      break;
-    case DType::kBytes:
-      throw Error(
-          "a bytes tensor cannot be used as numbers; decode it first "
-          "(ops::DecodeRaw)");
+// Any numeric tensor, in the backend's memory, as float32 times `scale`.
+Tensor ToFloat(Backend& be, const Tensor& t, float scale) {
+  if (t.dtype() == DType::kBytes) {
+    throw Error(
+        "a bytes tensor cannot be used as numbers; decode it first "
+        "(ops::DecodeRaw)");
   }
+  Tensor in = be.ToDevice(t);
+  if (in.dtype() == DType::kFloat32 && scale == 1.0f) return in;
+  Tensor out = NewFloat(be, t.shape());
+  be.Convert(in.dtype(), in.num_elements(), in.raw_data(), scale,
+             out.mutable_data<float>());
   return out;
 }
 
-// Labels as int64 [rows] (accepts [rows] or [rows, 1] of any integer type).
-std::vector<int64_t> LabelsAsInt64(const Tensor& labels, int64_t rows,
-                                   const char* op) {
+// Ids or labels as int64 [rows] in the backend's memory (accepts [rows] or
+// [rows, 1] of any integer type).
+Tensor AsInt64(Backend& be, const Tensor& labels, int64_t rows,
+               const char* op) {
   if (labels.num_elements() != rows) {
     throw Error(fmt::format("{}: {} labels for a batch of {} (labels shape {})",
                             op, labels.num_elements(), rows,
                             labels.shape().ToString()));
   }
-  std::vector<int64_t> out(static_cast<size_t>(rows));
   switch (labels.dtype()) {
     case DType::kInt64:
-      std::copy_n(labels.data<int64_t>(), rows, out.begin());
-      break;
     case DType::kInt32:
-      std::copy_n(labels.data<int32_t>(), rows, out.begin());
-      break;
     case DType::kUInt8:
-      std::copy_n(labels.data<uint8_t>(), rows, out.begin());
       break;
     default:
       throw Error(fmt::format("{}: labels must be integers, got {}", op,
                               pipeline::DTypeName(labels.dtype())));
   }
+  Tensor in = be.ToDevice(labels);
+  if (in.dtype() == DType::kInt64) return in;
+  Tensor out = be.Allocate(DType::kInt64, Shape{rows});
+  be.ToInt64(in.dtype(), rows, in.raw_data(), out.mutable_data<int64_t>());
   return out;
 }
 
 // sum(losses) * scale (scale = 1/n: the mean) as a scalar Var whose
 // backward passes `dlogits` (the backend computed it, already scaled, with
 // the forward pass) on to `logits`.
-Var MeanLoss(Backend& be, const Var& logits, std::span<const float> losses,
-             float scale, Tensor dlogits) {
-  double sum = 0;
-  for (float l : losses) sum += l;
-  Tensor y = NewFloat(Shape{});
-  y.mutable_data<float>()[0] = static_cast<float>(sum * scale);
+Var MeanLoss(Backend& be, const Var& logits, const Tensor& losses, float scale,
+             Tensor dlogits) {
+  Tensor y = NewFloat(be, Shape{});
+  be.Sum(losses.num_elements(), losses.data<float>(), scale,
+         y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {logits.shared()});
   node->backward = [&be, dlogits = std::move(dlogits)](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
-    be.Axpby(dlogits.num_elements(), GradIn(self)[0], dlogits.data<float>(),
-             1.0f, Grad(be, *self.inputs[0]));
+    be.AxpyScalar(dlogits.num_elements(), GradIn(self), dlogits.data<float>(),
+                  Grad(be, *self.inputs[0]));
   };
   return Var(std::move(node));
 }
@@ -134,32 +114,36 @@ Var MeanLoss(Backend& be, const Var& logits, std::span<const float> losses,
 
 namespace ops {
 
-Var Constant(const Tensor& t, float scale) {
+Var Constant(Backend& be, const Tensor& t, float scale) {
   auto n = std::make_shared<Node>();
-  n->value = ToFloat(t, scale);
+  n->value = ToFloat(be, t, scale);
   return Var(std::move(n));
 }
 
-Var DecodeRaw(const Tensor& bytes, const Shape& per_element, float scale) {
-  if (bytes.dtype() != DType::kBytes) return Constant(bytes, scale);
+Var DecodeRaw(Backend& be, const Tensor& bytes, const Shape& per_element,
+              float scale) {
+  if (bytes.dtype() != DType::kBytes) return Constant(be, bytes, scale);
   const int64_t count = bytes.num_elements();
   const int64_t each = per_element.num_elements();
+  if (bytes.on_host()) {
+    for (int64_t k = 0; k < count; ++k) {
+      const size_t size = bytes.bytes(k).size();
+      if (static_cast<int64_t>(size) != each) {
+        throw Error(fmt::format(
+            "decode_raw: value {} holds {} bytes, expected {} for shape {}", k,
+            size, each, per_element.ToString()));
+      }
+    }
+  }
   Shape shape = per_element;
   for (int i = bytes.shape().rank() - 1; i >= 0; --i) {
     shape = shape.Prepend(bytes.shape()[i]);
   }
-  Tensor out = NewFloat(shape);
-  float* o = out.mutable_data<float>();
-  for (int64_t k = 0; k < count; ++k) {
-    const std::string_view v = bytes.bytes(k);
-    if (static_cast<int64_t>(v.size()) != each) {
-      throw Error(fmt::format(
-          "decode_raw: value {} holds {} bytes, expected {} for shape {}", k,
-          v.size(), each, per_element.ToString()));
-    }
-    const auto* u = reinterpret_cast<const uint8_t*>(v.data());
-    for (int64_t i = 0; i < each; ++i) o[k * each + i] = u[i] * scale;
-  }
+  // The values as uint8 [..., each] in the backend's memory.
+  const Tensor raw = be.ToDevice(bytes);
+  Tensor out = NewFloat(be, shape);
+  be.Convert(DType::kUInt8, count * each, raw.raw_data(), scale,
+             out.mutable_data<float>());
   auto n = std::make_shared<Node>();
   n->value = std::move(out);
   return Var(std::move(n));
@@ -178,7 +162,7 @@ Var MatMul(Backend& be, const Var& a, const Var& b, bool ta, bool tb) {
                             ta ? " (a transposed)" : "",
                             tb ? " (b transposed)" : ""));
   }
-  Tensor y = NewFloat(Shape{m, n});
+  Tensor y = NewFloat(be, Shape{m, n});
   be.Gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f,
           y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
@@ -216,7 +200,7 @@ Var BiasAdd(Backend& be, const Var& x, const Var& bias) {
                             bias.shape().ToString(), x.shape().ToString()));
   }
   const int64_t rows = x.value().num_elements() / std::max<int64_t>(cols, 1);
-  Tensor y = NewFloat(x.shape());
+  Tensor y = NewFloat(be, x.shape());
   be.BiasAdd(rows, cols, x.data(), bias.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared(), bias.shared()});
   node->backward = [&be, rows, cols](Node& self) {
@@ -237,7 +221,7 @@ Var Add(Backend& be, const Var& a, const Var& b) {
                             a.shape().ToString(), b.shape().ToString()));
   }
   const int64_t n = a.value().num_elements();
-  Tensor y = NewFloat(a.shape());
+  Tensor y = NewFloat(be, a.shape());
   be.Copy(n, a.data(), y.mutable_data<float>());
   be.Axpby(n, 1.0f, b.data(), 1.0f, y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
@@ -256,11 +240,11 @@ Var Multiply(Backend& be, const Var& a, const Var& b) {
                             a.shape().ToString(), b.shape().ToString()));
   }
   const int64_t n = a.value().num_elements();
-  Tensor y = NewFloat(a.shape());
+  Tensor y = NewFloat(be, a.shape());
   be.Multiply(n, a.data(), b.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
   node->backward = [&be, n](Node& self) {
-    Tensor t = NewFloat(self.value.shape());
+    Tensor t = NewFloat(be, self.value.shape());
     for (int i = 0; i < 2; ++i) {
       Node& in = *self.inputs[i];
       if (!in.requires_grad) continue;
@@ -274,7 +258,7 @@ Var Multiply(Backend& be, const Var& a, const Var& b) {
 
 Var Scale(Backend& be, const Var& x, float s) {
   const int64_t n = x.value().num_elements();
-  Tensor y = NewFloat(x.shape());
+  Tensor y = NewFloat(be, x.shape());
   be.Axpby(n, s, x.data(), 0.0f, y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n, s](Node& self) {
@@ -288,7 +272,7 @@ Var Scale(Backend& be, const Var& x, float s) {
 Var Activate(Backend& be, const Var& x, Activation f) {
   if (f == Activation::kLinear) return x;
   const int64_t n = x.value().num_elements();
-  Tensor y = NewFloat(x.shape());
+  Tensor y = NewFloat(be, x.shape());
   be.ActivationForward(f, n, x.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n, f](Node& self) {
@@ -303,36 +287,25 @@ Var Activate(Backend& be, const Var& x, Activation f) {
 Var Softmax(Backend& be, const Var& x) {
   const int64_t cols = LastDim(x.shape());
   const int64_t rows = x.value().num_elements() / std::max<int64_t>(cols, 1);
-  Tensor y = NewFloat(x.shape());
+  Tensor y = NewFloat(be, x.shape());
   be.Softmax(rows, cols, x.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, rows, cols](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
-    // dx = y * (dy - sum(dy * y)) per row.
-    const float* y = self.value.data<float>();
-    const float* dy = GradIn(self);
-    float* dx = Grad(be, *self.inputs[0]);
-    for (int64_t r = 0; r < rows; ++r) {
-      double dot = 0;
-      for (int64_t c = 0; c < cols; ++c)
-        dot += dy[r * cols + c] * y[r * cols + c];
-      for (int64_t c = 0; c < cols; ++c) {
-        dx[r * cols + c] +=
-            y[r * cols + c] * static_cast<float>(dy[r * cols + c] - dot);
-      }
-    }
+    be.SoftmaxBackward(rows, cols, self.value.data<float>(), GradIn(self),
+                       Grad(be, *self.inputs[0]));
   };
   return Var(std::move(node));
 }
 
-Var Reshape(const Var& x, const Shape& shape) {
+Var Reshape(Backend& be, const Var& x, const Shape& shape) {
   if (shape.num_elements() != x.value().num_elements()) {
     throw Error(fmt::format("reshape: {} has {} values, {} needs {}",
                             x.shape().ToString(), x.value().num_elements(),
                             shape.ToString(), shape.num_elements()));
   }
   auto node = MakeNode(x.value().Reshape(shape), {x.shared()});
-  node->backward = [](Node& self) {
+  node->backward = [&be](Node& self) {
     Node& in = *self.inputs[0];
     if (!in.requires_grad) return;
     // Same layout: the gradients are the same numbers.
@@ -342,18 +315,17 @@ Var Reshape(const Var& x, const Shape& shape) {
       // self's gradient, but self is done once its backward ran.
       return;
     }
-    float* d = in.grad.mutable_data<float>();
-    const float* g = self.grad.data<float>();
-    for (int64_t i = 0; i < in.value.num_elements(); ++i) d[i] += g[i];
+    be.Axpby(in.value.num_elements(), 1.0f, self.grad.data<float>(), 1.0f,
+             in.grad.mutable_data<float>());
   };
   return Var(std::move(node));
 }
 
-Var Flatten(const Var& x) {
+Var Flatten(Backend& be, const Var& x) {
   if (x.shape().rank() < 1) throw Error("flatten: needs a batch dimension");
   const int64_t batch = x.shape()[0];
   return Reshape(
-      x, Shape{batch, batch == 0 ? 0 : x.value().num_elements() / batch});
+      be, x, Shape{batch, batch == 0 ? 0 : x.value().num_elements() / batch});
 }
 
 Var Concat(Backend& be, std::span<const Var> parts) {
@@ -371,14 +343,12 @@ Var Concat(Backend& be, std::span<const Var> parts) {
     cols += p.shape()[1];
     inputs.push_back(p.shared());
   }
-  Tensor y = NewFloat(Shape{rows, cols});
+  Tensor y = NewFloat(be, Shape{rows, cols});
   float* o = y.mutable_data<float>();
   int64_t at = 0;
   for (size_t i = 0; i < parts.size(); ++i) {
-    const float* in = parts[i].data();
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(in + r * widths[i], widths[i], o + r * cols + at);
-    }
+    be.CopyBlock(rows, widths[i], parts[i].data(), widths[i], o + at, cols,
+                 /*accumulate=*/false);
     at += widths[i];
   }
   auto node = MakeNode(std::move(y), std::move(inputs));
@@ -388,12 +358,8 @@ Var Concat(Backend& be, std::span<const Var> parts) {
     for (size_t i = 0; i < widths.size(); ++i) {
       Node& in = *self.inputs[i];
       if (in.requires_grad) {
-        float* d = Grad(be, in);
-        for (int64_t r = 0; r < rows; ++r) {
-          for (int64_t c = 0; c < widths[i]; ++c) {
-            d[r * widths[i] + c] += dy[r * cols + at + c];
-          }
-        }
+        be.CopyBlock(rows, widths[i], dy + at, cols, Grad(be, in), widths[i],
+                     /*accumulate=*/true);
       }
       at += widths[i];
     }
@@ -403,14 +369,12 @@ Var Concat(Backend& be, std::span<const Var> parts) {
 
 Var ReduceSum(Backend& be, const Var& x) {
   const int64_t n = x.value().num_elements();
-  Tensor y = NewFloat(Shape{});
-  y.mutable_data<float>()[0] = static_cast<float>(be.Sum(n, x.data()));
+  Tensor y = NewFloat(be, Shape{});
+  be.Sum(n, x.data(), 1.0f, y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
-    const float g = GradIn(self)[0];
-    float* d = Grad(be, *self.inputs[0]);
-    for (int64_t i = 0; i < n; ++i) d[i] += g;
+    be.AxpyScalar(n, GradIn(self), nullptr, Grad(be, *self.inputs[0]));
   };
   return Var(std::move(node));
 }
@@ -442,7 +406,7 @@ Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
   g.stride_w = stride_w;
   g.padding = padding;
   g.Resolve();
-  Tensor y = NewFloat(Shape{g.batch, g.out_h, g.out_w, g.out_c});
+  Tensor y = NewFloat(be, Shape{g.batch, g.out_h, g.out_w, g.out_c});
   be.Conv2D(g, x.data(), filter.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared(), filter.shared()});
   node->backward = [&be, g](Node& self) {
@@ -470,7 +434,7 @@ Var Pool2D(Backend& be, Pooling kind, const Var& x, int window_h, int window_w,
   g.stride_w = stride_w;
   g.padding = padding;
   g.Resolve();
-  Tensor y = NewFloat(Shape{g.batch, g.out_h, g.out_w, g.in_c});
+  Tensor y = NewFloat(be, Shape{g.batch, g.out_h, g.out_w, g.in_c});
   be.Pool2D(kind, g, x.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, g, kind](Node& self) {
@@ -488,19 +452,15 @@ Var Dropout(Backend& be, const Var& x, float rate, uint64_t seed) {
   }
   if (rate == 0.0f) return x;
   const int64_t n = x.value().num_elements();
-  Tensor mask = NewFloat(x.shape());
+  Tensor mask = NewFloat(be, x.shape());
   float* m = mask.mutable_data<float>();
-  const float keep = 1.0f / (1.0f - rate);
-  const uint64_t threshold =
-      static_cast<uint64_t>(static_cast<double>(rate) * 18446744073709551616.0);
-  pipeline::Rng rng(seed);
-  for (int64_t i = 0; i < n; ++i) m[i] = rng.Next() < threshold ? 0.0f : keep;
-  Tensor y = NewFloat(x.shape());
+  be.DropoutMask(n, rate, seed, m);
+  Tensor y = NewFloat(be, x.shape());
   be.Multiply(n, x.data(), m, y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n, mask](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
-    Tensor t = NewFloat(self.value.shape());
+    Tensor t = NewFloat(be, self.value.shape());
     be.Multiply(n, GradIn(self), mask.data<float>(), t.mutable_data<float>());
     be.Axpby(n, 1.0f, t.data<float>(), 1.0f, Grad(be, *self.inputs[0]));
   };
@@ -518,9 +478,9 @@ Var BatchNorm(Backend& be, const Var& x, const Var& gamma, const Var& beta,
                             cols, gamma.value().num_elements(),
                             beta.value().num_elements()));
   }
-  Tensor mean = NewFloat(Shape{cols});
-  Tensor inv_std = NewFloat(Shape{cols});
-  Tensor y = NewFloat(x.shape());
+  Tensor mean = NewFloat(be, Shape{cols});
+  Tensor inv_std = NewFloat(be, Shape{cols});
+  Tensor y = NewFloat(be, x.shape());
   be.BatchNormForward(rows, cols, x.data(), gamma.data(), beta.data(), epsilon,
                       training, momentum, moving_mean, moving_var,
                       mean.mutable_data<float>(), inv_std.mutable_data<float>(),
@@ -532,29 +492,12 @@ Var BatchNorm(Backend& be, const Var& x, const Var& gamma, const Var& beta,
     Node& G = *self.inputs[1];
     Node& B = *self.inputs[2];
     const float* dy = GradIn(self);
-    if (training) {
-      be.BatchNormBackward(rows, cols, X.value.data<float>(),
-                           G.value.data<float>(), mean.data<float>(),
-                           inv_std.data<float>(), dy,
-                           X.requires_grad ? Grad(be, X) : nullptr,
-                           G.requires_grad ? Grad(be, G) : nullptr,
-                           B.requires_grad ? Grad(be, B) : nullptr);
-      return;
-    }
-    // Inference mode: an affine map per channel.
-    const float* x = X.value.data<float>();
-    const float* gamma = G.value.data<float>();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < cols; ++c) {
-        const float d = dy[r * cols + c];
-        const float is = inv_std.data<float>()[c];
-        if (X.requires_grad) Grad(be, X)[r * cols + c] += d * gamma[c] * is;
-        if (G.requires_grad) {
-          Grad(be, G)[c] += d * (x[r * cols + c] - mean.data<float>()[c]) * is;
-        }
-        if (B.requires_grad) Grad(be, B)[c] += d;
-      }
-    }
+    be.BatchNormBackward(rows, cols, training, X.value.data<float>(),
+                         G.value.data<float>(), mean.data<float>(),
+                         inv_std.data<float>(), dy,
+                         X.requires_grad ? Grad(be, X) : nullptr,
+                         G.requires_grad ? Grad(be, G) : nullptr,
+                         B.requires_grad ? Grad(be, B) : nullptr);
   };
   return Var(std::move(node));
 }
@@ -563,18 +506,18 @@ Var Gather(Backend& be, const Var& table, const Tensor& ids) {
   CheckRank(table, 2, "embedding table");
   const int64_t rows = table.shape()[0], dim = table.shape()[1];
   const int64_t n = ids.num_elements();
-  std::vector<int64_t> id_values = LabelsAsInt64(ids, n, "embedding lookup");
+  Tensor id_values = AsInt64(be, ids, n, "embedding lookup");
   Shape shape = ids.shape();
   // ids.shape + [dim]
   std::vector<int64_t> dims(shape.dims().begin(), shape.dims().end());
   dims.push_back(dim);
-  Tensor y = NewFloat(Shape(std::span<const int64_t>(dims)));
-  be.Gather(rows, dim, table.data(), n, id_values.data(),
+  Tensor y = NewFloat(be, Shape(std::span<const int64_t>(dims)));
+  be.Gather(rows, dim, table.data(), n, id_values.data<int64_t>(),
             y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {table.shared()});
   node->backward = [&be, dim, n, id_values](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
-    be.ScatterAdd(dim, n, id_values.data(), GradIn(self),
+    be.ScatterAdd(dim, n, id_values.data<int64_t>(), GradIn(self),
                   Grad(be, *self.inputs[0]));
   };
   return Var(std::move(node));
@@ -584,15 +527,14 @@ Var SparseSoftmaxCrossEntropy(Backend& be, const Var& logits,
                               const Tensor& labels) {
   CheckRank(logits, 2, "sparse_softmax_cross_entropy");
   const int64_t rows = logits.shape()[0], cols = logits.shape()[1];
-  std::vector<int64_t> ids =
-      LabelsAsInt64(labels, rows, "sparse_softmax_cross_entropy");
-  std::vector<float> losses(static_cast<size_t>(rows));
+  const Tensor ids = AsInt64(be, labels, rows, "sparse_softmax_cross_entropy");
+  Tensor losses = NewFloat(be, Shape{rows});
   // The gradient is computed with the forward pass (it needs the softmax).
   Tensor dlogits = Zeros(be, logits.shape());
   const float scale = rows == 0 ? 0.0f : 1.0f / static_cast<float>(rows);
-  be.SparseSoftmaxCrossEntropy(rows, cols, logits.data(), ids.data(),
-                               losses.data(), dlogits.mutable_data<float>(),
-                               scale);
+  be.SparseSoftmaxCrossEntropy(rows, cols, logits.data(), ids.data<int64_t>(),
+                               losses.mutable_data<float>(),
+                               dlogits.mutable_data<float>(), scale);
   return MeanLoss(be, logits, losses, scale, std::move(dlogits));
 }
 
@@ -603,11 +545,12 @@ Var SigmoidCrossEntropy(Backend& be, const Var& logits, const Tensor& labels) {
         fmt::format("sigmoid_cross_entropy: {} labels for logits of shape {}",
                     labels.num_elements(), logits.shape().ToString()));
   }
-  Tensor targets = ToFloat(labels, 1.0f);
-  std::vector<float> losses(static_cast<size_t>(n));
+  Tensor targets = ToFloat(be, labels, 1.0f);
+  Tensor losses = NewFloat(be, Shape{n});
   Tensor dlogits = Zeros(be, logits.shape());
   const float scale = n == 0 ? 0.0f : 1.0f / static_cast<float>(n);
-  be.SigmoidCrossEntropy(n, logits.data(), targets.data<float>(), losses.data(),
+  be.SigmoidCrossEntropy(n, logits.data(), targets.data<float>(),
+                         losses.mutable_data<float>(),
                          dlogits.mutable_data<float>(), scale);
   return MeanLoss(be, logits, losses, scale, std::move(dlogits));
 }
@@ -621,9 +564,9 @@ Var MeanSquaredError(Backend& be, const Var& predictions,
                     "shape {}",
                     labels.num_elements(), predictions.shape().ToString()));
   }
-  Var target = Constant(labels);
+  Var target = Constant(be, labels);
   if (!(target.shape() == predictions.shape())) {
-    target = Reshape(target, predictions.shape());
+    target = Reshape(be, target, predictions.shape());
   }
   Var diff = Add(be, predictions, Scale(be, target, -1.0f));
   return ReduceMean(be, Multiply(be, diff, diff));
@@ -649,7 +592,10 @@ void Backward(Backend& be, const Var& loss) {
       stack.pop_back();
     }
   }
-  Grad(be, *loss.node())[0] += 1.0f;
+  // dL/dL = 1, added as the loss's gradient may already hold a value.
+  Tensor one = NewFloat(be, Shape{});
+  be.Fill(1, 1.0f, one.mutable_data<float>());
+  be.Axpby(1, 1.0f, one.data<float>(), 1.0f, Grad(be, *loss.node()));
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (n->backward && n->grad.valid()) n->backward(*n);

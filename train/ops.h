@@ -55,6 +55,7 @@ class Var {
   bool valid() const { return node_ != nullptr; }
   const Tensor& value() const { return node_->value; }
   const Shape& shape() const { return node_->value.shape(); }
+  // In the backend's memory (a device pointer on a GPU backend).
   const float* data() const { return node_->value.data<float>(); }
   bool requires_grad() const { return node_->requires_grad; }
   // The gradient after Backward() (invalid when none reached this Var).
@@ -66,18 +67,21 @@ class Var {
   std::shared_ptr<Node> node_;
 };
 
-// Fresh float32 storage, uninitialised / zeroed.
-Tensor NewFloat(const Shape& shape);
+// Fresh float32 storage in the backend's memory, uninitialised / zeroed.
+Tensor NewFloat(Backend& b, const Shape& shape);
 Tensor Zeros(Backend& b, const Shape& shape);
 
 namespace ops {
 
-// A value that needs no gradient (inputs, labels).  Non-float32 tensors
-// (uint8 pixels, int64 ids, float64) are converted to float32 and
-// multiplied by `scale` (1/255 turns bytes into [0, 1]).  A bytes tensor
-// is taken as raw uint8 values (tf.io.decode_raw) of `shape` per element.
-Var Constant(const Tensor& t, float scale = 1.0f);
-Var DecodeRaw(const Tensor& bytes, const Shape& per_element, float scale);
+// A value that needs no gradient (inputs, labels), brought into the
+// backend's memory (Backend::ToDevice: input the backend prefetched is not
+// copied again).  Non-float32 tensors (uint8 pixels, int64 ids, float64)
+// are converted to float32 and multiplied by `scale` (1/255 turns bytes
+// into [0, 1]).  A bytes tensor is taken as raw uint8 values
+// (tf.io.decode_raw) of `shape` per element.
+Var Constant(Backend& be, const Tensor& t, float scale = 1.0f);
+Var DecodeRaw(Backend& be, const Tensor& bytes, const Shape& per_element,
+              float scale);
 
 // a [m, k] x b [k, n]; transposes as Backend::Gemm.
 Var MatMul(Backend& be, const Var& a, const Var& b, bool transpose_a = false,
@@ -89,9 +93,9 @@ Var Multiply(Backend& be, const Var& a, const Var& b);
 Var Scale(Backend& be, const Var& x, float s);
 Var Activate(Backend& be, const Var& x, Activation f);
 Var Softmax(Backend& be, const Var& x);  // over the last dimension
-Var Reshape(const Var& x, const Shape& shape);
+Var Reshape(Backend& be, const Var& x, const Shape& shape);
 // [batch, ...] -> [batch, rest]
-Var Flatten(const Var& x);
+Var Flatten(Backend& be, const Var& x);
 // Along the last dimension; all inputs [rows, *].
 Var Concat(Backend& be, std::span<const Var> parts);
 // Sum / mean of all values, a scalar.

@@ -94,7 +94,6 @@ Variable& VariableStore::GetOrCreate(const std::string& name,
   auto v = std::make_unique<Variable>();
   v->name = name;
   v->trainable = trainable;
-  v->value = NewFloat(shape);
   auto restored = restored_.find(name);
   if (!restored_from_.empty() && restored == restored_.end()) {
     throw Error(fmt::format(
@@ -111,20 +110,40 @@ Variable& VariableStore::GetOrCreate(const std::string& name,
           restored_from_, name, pipeline::DTypeName(t.dtype()),
           t.shape().ToString(), shape.ToString()));
     }
-    std::copy_n(t.data<float>(), t.num_elements(), v->data());
+    v->value = Place(t);
     restored_.erase(restored);
   } else {
+    Tensor host = Tensor::Allocate(DType::kFloat32, shape);
     init.Fill(shape, pipeline::MixSeed(seed_, pipeline::Fingerprint(name)),
-              {v->data(), static_cast<size_t>(v->size())});
+              {host.mutable_data<float>(),
+               static_cast<size_t>(host.num_elements())});
+    v->value = Place(std::move(host));
   }
   if (trainable) {
-    v->grad = NewFloat(shape);
-    std::fill_n(v->grad_data(), v->size(), 0.0f);
+    Tensor zeros = Tensor::Allocate(DType::kFloat32, shape);
+    std::fill_n(zeros.mutable_data<float>(), zeros.num_elements(), 0.0f);
+    v->grad = Place(std::move(zeros));
   }
   Variable& ref = *v;
   order_.push_back(v.get());
   by_name_.emplace(name, std::move(v));
   return ref;
+}
+
+Tensor VariableStore::Place(Tensor host) {
+  if (backend_ == nullptr) {
+    host.CheckHost("a variable without a backend");
+    // Own storage: the optimizers update it in place.
+    Tensor t = Tensor::Allocate(DType::kFloat32, host.shape());
+    std::copy_n(host.data<float>(), host.num_elements(),
+                t.mutable_data<float>());
+    return t;
+  }
+  Tensor t = backend_->Allocate(DType::kFloat32, host.shape());
+  const Tensor on_device = backend_->ToDevice(host);
+  backend_->Copy(host.num_elements(), on_device.data<float>(),
+                 t.mutable_data<float>());
+  return t;
 }
 
 Variable* VariableStore::Find(const std::string& name) {
@@ -171,7 +190,7 @@ void VariableStore::Restore(std::map<std::string, Tensor> values,
           restored_from_, v->name, pipeline::DTypeName(it->second.dtype()),
           it->second.shape().ToString(), v->value.shape().ToString()));
     }
-    std::copy_n(it->second.data<float>(), v->size(), v->data());
+    v->value = Place(it->second);
     restored_.erase(it);
   }
 }

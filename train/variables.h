@@ -58,7 +58,9 @@ struct Initializer {
 
 struct Variable {
   std::string name;
-  Tensor value;  // float32, updated in place by optimizers and layers
+  // float32 in the store's memory (the backend's), updated in place by
+  // optimizers and layers.
+  Tensor value;
   Tensor grad;   // same shape, zero between steps (trainable only)
   bool trainable = true;
 
@@ -69,7 +71,10 @@ struct Variable {
 
 class VariableStore {
  public:
-  explicit VariableStore(uint64_t seed = 0) : seed_(seed) {}
+  // Values live in `backend`'s memory (null: host memory); the backend
+  // must outlive the store.
+  explicit VariableStore(uint64_t seed = 0, Backend* backend = nullptr)
+      : seed_(seed), backend_(backend) {}
   VariableStore(const VariableStore&) = delete;
   VariableStore& operator=(const VariableStore&) = delete;
 
@@ -98,7 +103,11 @@ class VariableStore {
   uint64_t seed() const { return seed_; }
 
  private:
+  // `host` (float32, host memory) in the store's memory.
+  Tensor Place(Tensor host);
+
   uint64_t seed_;
+  Backend* backend_;
   std::map<std::string, std::unique_ptr<Variable>> by_name_;
   std::vector<Variable*> order_;
   std::map<std::string, Tensor> restored_;

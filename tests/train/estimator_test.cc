@@ -25,6 +25,15 @@
 namespace recflow::train {
 namespace {
 
+// Host tensors and a CPU backend for values built outside a model_fn.
+[[maybe_unused]] Tensor HostFloat(const Shape& s) {
+  return Tensor::Allocate(DType::kFloat32, s);
+}
+[[maybe_unused]] Backend& HostBackend() {
+  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+  return *backend;
+}
+
 namespace fs = std::filesystem;
 using pipeline::Dataset;
 using pipeline::Element;
@@ -77,18 +86,18 @@ ModelFn Classifier(int64_t hidden = 16, Recorder* rec = nullptr,
                    bool nan_loss = false) {
   return [=](const Features& f, const Tensor* labels, Mode mode,
              ModelContext& ctx) {
-    Var x = ops::Constant(f["x"]);
+    Var x = ops::Constant(ctx.backend(), f["x"]);
     Var h = layers::Dense(ctx, x,
                           {.units = hidden, .activation = Activation::kRelu});
     Var logits = layers::Dense(ctx, h, {.units = 3});
     EstimatorSpec spec;
-    spec.predictions["classes"] = ArgMax(logits.value());
+    spec.predictions["classes"] = ArgMax(ctx.backend(), logits.value());
     spec.tensors["first_id"] = f["id"].Slice(0);
     if (mode == Mode::kPredict) return spec;
     spec.loss = ops::SparseSoftmaxCrossEntropy(ctx.backend(), logits, *labels);
     if (nan_loss) spec.loss = ops::Scale(ctx.backend(), spec.loss, NAN);
     if (mode == Mode::kEval) {
-      const Tensor classes = ArgMax(logits.value());
+      const Tensor classes = ArgMax(ctx.backend(), logits.value());
       ctx.metrics()
           .Get<Accuracy>("accuracy")
           .Update(labels->values<int64_t>(), classes.values<int64_t>());
@@ -491,7 +500,7 @@ TEST(EstimatorSlowTest, TrainsOnAnArrayLargerThan2GiBWithSmallCheckpoints) {
   ASSERT_GT(arrays.byte_size(), size_t{2} << 30);
   auto model = [](const Features& f, const Tensor* l, Mode mode,
                   ModelContext& ctx) {
-    Var logits = layers::Dense(ctx, ops::Constant(f["x"]), {.units = 3});
+    Var logits = layers::Dense(ctx, ops::Constant(ctx.backend(), f["x"]), {.units = 3});
     EstimatorSpec spec;
     spec.loss = ops::SparseSoftmaxCrossEntropy(ctx.backend(), logits, *l);
     if (mode == Mode::kTrain) {

@@ -11,6 +11,15 @@
 namespace recflow::train {
 namespace {
 
+// Host tensors and a CPU backend for values built outside a model_fn.
+[[maybe_unused]] Tensor HostFloat(const Shape& s) {
+  return Tensor::Allocate(DType::kFloat32, s);
+}
+[[maybe_unused]] Backend& HostBackend() {
+  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+  return *backend;
+}
+
 struct Fixture {
   std::unique_ptr<Backend> backend = MakeCpuBackend(2);
   VariableStore vars{7};
@@ -22,7 +31,7 @@ struct Fixture {
 };
 
 Tensor Filled(const Shape& s, float v) {
-  Tensor t = NewFloat(s);
+  Tensor t = HostFloat(s);
   std::fill_n(t.mutable_data<float>(), t.num_elements(), v);
   return t;
 }
@@ -31,7 +40,7 @@ TEST(LayersTest, DenseCreatesNamedVariablesOnceWithGlorotValues) {
   Fixture f;
   for (int step = 0; step < 2; ++step) {
     ModelContext ctx = f.Context();
-    Var x = ops::Constant(Filled({4, 30}, 1.0f));
+    Var x = ops::Constant(HostBackend(), Filled({4, 30}, 1.0f));
     Var h =
         layers::Dense(ctx, x, {.units = 20, .activation = Activation::kRelu});
     Var y = layers::Dense(ctx, h, {.units = 5});
@@ -63,7 +72,7 @@ TEST(LayersTest, DenseCreatesNamedVariablesOnceWithGlorotValues) {
 TEST(LayersTest, ConvPoolFlattenShapes) {
   Fixture f;
   ModelContext ctx = f.Context();
-  Var x = ops::Constant(Filled({2, 28, 28, 1}, 0.5f));
+  Var x = ops::Constant(HostBackend(), Filled({2, 28, 28, 1}, 0.5f));
   Var c = layers::Conv2D(ctx, x,
                          {.filters = 8,
                           .padding = Padding::kSame,
@@ -75,13 +84,13 @@ TEST(LayersTest, ConvPoolFlattenShapes) {
   EXPECT_EQ(c2.shape(), (Shape{2, 10, 10, 4}));
   EXPECT_EQ(layers::AvgPool2D(ctx, c2, {.pool_h = 3, .pool_w = 3}).shape(),
             (Shape{2, 3, 3, 4}));
-  EXPECT_EQ(layers::Flatten(c2).shape(), (Shape{2, 400}));
+  EXPECT_EQ(layers::Flatten(ctx, c2).shape(), (Shape{2, 400}));
   EXPECT_THROW(layers::Dense(ctx, c2, {.units = 3}), Error);
 }
 
 TEST(LayersTest, DropoutOnlyInTrainingAndKeepsTheMean) {
   Fixture f;
-  Var x = ops::Constant(Filled({100, 100}, 1.0f));
+  Var x = ops::Constant(HostBackend(), Filled({100, 100}, 1.0f));
   ModelContext eval = f.Context(Mode::kEval);
   EXPECT_EQ(layers::Dropout(eval, x, 0.3f).value(), x.value());
   ModelContext train = f.Context();
@@ -100,11 +109,11 @@ TEST(LayersTest, DropoutOnlyInTrainingAndKeepsTheMean) {
 
 TEST(LayersTest, BatchNormUsesBatchStatisticsInTrainingAndMovingOnesLater) {
   Fixture f;
-  Tensor x = NewFloat({4, 2});
+  Tensor x = HostFloat({4, 2});
   const float values[] = {1, 10, 3, 10, 5, 20, 7, 20};
   std::copy(values, values + 8, x.mutable_data<float>());
   ModelContext train = f.Context();
-  Var y = layers::BatchNorm(train, ops::Constant(x), {.momentum = 0.5f});
+  Var y = layers::BatchNorm(train, ops::Constant(HostBackend(), x), {.momentum = 0.5f});
   // Channel 0: mean 4, variance 5.
   EXPECT_NEAR(y.data()[0], (1 - 4) / std::sqrt(5 + 1e-3), 1e-4);
   Variable* mean = f.vars.Find("batch_normalization/moving_mean");
@@ -113,7 +122,7 @@ TEST(LayersTest, BatchNormUsesBatchStatisticsInTrainingAndMovingOnesLater) {
   EXPECT_FLOAT_EQ(var->value.data<float>()[0], 3.0f);   // 0.5*1 + 0.5*5
   EXPECT_FALSE(mean->trainable);
   ModelContext eval = f.Context(Mode::kEval);
-  Var z = layers::BatchNorm(eval, ops::Constant(x),
+  Var z = layers::BatchNorm(eval, ops::Constant(HostBackend(), x),
                             {.name = "batch_normalization"});
   EXPECT_NEAR(z.data()[0], (1 - 2) / std::sqrt(3 + 1e-3), 1e-4);
 }
@@ -146,7 +155,7 @@ float RunOptimizer(const std::shared_ptr<Optimizer>& opt, int steps,
     Var loss = ops::ReduceSum(
         ctx.backend(),
         ops::Multiply(ctx.backend(), VariableStore::Read(w),
-                      ops::Constant(Tensor::FromValues<float>(g, Shape{2}))));
+                      ops::Constant(HostBackend(), Tensor::FromValues<float>(g, Shape{2}))));
     opt->Minimize(ctx, loss)();
   }
   return f.vars.Find("w")->value.data<float>()[0];

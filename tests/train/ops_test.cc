@@ -13,11 +13,20 @@
 namespace recflow::train {
 namespace {
 
+// Host tensors and a CPU backend for values built outside a model_fn.
+[[maybe_unused]] Tensor HostFloat(const Shape& s) {
+  return Tensor::Allocate(DType::kFloat32, s);
+}
+[[maybe_unused]] Backend& HostBackend() {
+  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+  return *backend;
+}
+
 std::unique_ptr<Backend> TestBackend() { return MakeCpuBackend(2); }
 
 Tensor RandomTensor(const Shape& s, uint64_t seed, float lo = -1,
                     float hi = 1) {
-  Tensor t = NewFloat(s);
+  Tensor t = HostFloat(s);
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_real_distribution<float> u(lo, hi);
   for (int64_t i = 0; i < t.num_elements(); ++i)
@@ -34,12 +43,12 @@ Var Param(const Tensor& t) {
 }
 
 Tensor Copy(const Tensor& t) {
-  Tensor c = NewFloat(t.shape());
+  Tensor c = HostFloat(t.shape());
   std::copy_n(t.data<float>(), t.num_elements(), c.mutable_data<float>());
   return c;
 }
 
-Var Constant(const Tensor& t) { return ops::Constant(t); }
+Var Constant(const Tensor& t) { return ops::Constant(HostBackend(), t); }
 
 // Checks d(sum(f(inputs) * w))/d(inputs) for a fixed random w against
 // central differences on float64 sums.
@@ -57,7 +66,7 @@ void CheckGradients(
 
   auto eval = [&](const std::vector<Tensor>& values) {
     std::vector<Var> ps;
-    for (const Tensor& t : values) ps.push_back(ops::Constant(t));
+    for (const Tensor& t : values) ps.push_back(ops::Constant(HostBackend(), t));
     Var o = f(*be, ps);
     double s = 0;
     for (int64_t i = 0; i < o.value().num_elements(); ++i) {
@@ -128,7 +137,7 @@ TEST(OpsGradientTest, SoftmaxReshapeConcatMean) {
   CheckGradients(
       [](Backend& be, const std::vector<Var>& v) {
         Var s = ops::Softmax(be, v[0]);
-        Var parts[] = {ops::Reshape(s, Shape{3, 4}), v[1]};
+        Var parts[] = {ops::Reshape(be, s, Shape{3, 4}), v[1]};
         return ops::Concat(be, parts);
       },
       {RandomTensor({2, 6}, 7), RandomTensor({3, 2}, 8)});
@@ -264,11 +273,11 @@ TEST(OpsTest, DecodeRawTurnsBytesIntoScaledFloats) {
   const std::string values[] = {std::string("\x00\x80\xff\x01", 4),
                                 std::string("\x02\x03\x04\x05", 4)};
   const Tensor bytes = Tensor::FromStrings(values, Shape{2});
-  Var v = ops::DecodeRaw(bytes, Shape{2, 2, 1}, 1.0f / 255);
+  Var v = ops::DecodeRaw(HostBackend(), bytes, Shape{2, 2, 1}, 1.0f / 255);
   ASSERT_EQ(v.shape(), (Shape{2, 2, 2, 1}));
   EXPECT_FLOAT_EQ(v.data()[1], 128.0f / 255);
   EXPECT_FLOAT_EQ(v.data()[2], 1.0f);
-  EXPECT_THROW(ops::DecodeRaw(bytes, Shape{3}, 1.0f), Error);
+  EXPECT_THROW(ops::DecodeRaw(HostBackend(), bytes, Shape{3}, 1.0f), Error);
 }
 
 }  // namespace
