@@ -24,6 +24,7 @@
 #include "records/tfrecord_writer.h"
 #include "tools/cli.h"
 #include "tools/training.h"
+#include "train/backend.h"
 
 namespace recflow::tools {
 namespace {
@@ -34,6 +35,7 @@ struct DemoOptions {
   std::string workdir;
   uint64_t records = 100000;
   std::string model = "dnn";
+  std::string device = "cpu";
   int64_t train_steps = 0;  // 0: the model's default
   bool json = false;
 };
@@ -76,6 +78,8 @@ class CountingReporter final : public records::Reporter {
 };
 
 int RunDemo(const DemoOptions& o) {
+  // A GPU that is not there is said at once, not after the first steps.
+  if (o.device != "cpu") train::MakeBackend(train::ParseDevice(o.device));
   const fs::path dir = o.workdir.empty()
                            ? fs::temp_directory_path() / "recflow-demo"
                            : fs::path(o.workdir);
@@ -363,7 +367,11 @@ int RunDemo(const DemoOptions& o) {
     train.spec = spec;
     train.train_files = shard_paths;
     train.eval_files = test_paths;
-    train.model_dir = (dir / ("model-" + o.model)).string();
+    train.device = o.device;
+    train.model_dir =
+        (dir / ("model-" + o.model +
+                (o.device == "cpu" ? std::string() : "-" + o.device)))
+            .string();
     train.image_shape = {28, 28, 1};
     train.n_classes = 10;
     // About 19 epochs of the DNN (~20 s on 2 cores) and 5 of the CNN
@@ -379,12 +387,14 @@ int RunDemo(const DemoOptions& o) {
     const double accuracy = trained.eval.at("accuracy");
     say(fmt::format(
         "8. trained a {} on them ({} steps of {} images, shuffled through the "
-        "pipeline) in {:.1f} s at {:.0f} images/s, and evaluated it on the "
+        "pipeline) in {:.1f} s at {:.0f} images/s on {}, and evaluated it on "
+        "the "
         "{} test images: accuracy {:.2f}% (loss {:.4f})",
         o.model == "cnn" ? "CNN (conv 32, conv 64, dense 128)"
                          : "DNN (hidden 256, 128)",
         trained.global_step, train.batch, trained.train_seconds,
-        trained.examples_per_s, test_converted.records, 100 * accuracy,
+        trained.examples_per_s, trained.device, test_converted.records,
+        100 * accuracy,
         trained.eval.at("loss")));
     say(
         fmt::format("   checkpoints (with the input's position) and "
@@ -392,6 +402,7 @@ int RunDemo(const DemoOptions& o) {
                     trained.model_dir, trained.model_dir));
     report["test_accuracy"] = accuracy;
     report["model"] = o.model;
+    report["device"] = trained.device;
     report["model_dir"] = trained.model_dir;
     report["train_seconds"] = trained.train_seconds;
     report["examples_per_s"] = trained.examples_per_s;
@@ -426,6 +437,9 @@ Runner AddDemoCommand(CLI::App& app) {
   app.add_option("--records", o->records, "records in the sample dataset")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{100}, uint64_t{100000000}));
+  app.add_option("--device", o->device,
+                 "where the model trains: cpu, cuda (GPU 0) or cuda:N")
+      ->capture_default_str();
   app.add_option("--model", o->model,
                  "the model trained on Fashion-MNIST: dnn or cnn")
       ->capture_default_str()

@@ -13,6 +13,7 @@
 #include "records/errors.h"
 #include "records/example_parser.h"
 #include "tools/cli.h"
+#include "train/backend.h"
 
 int main(int argc, char** argv) {
   using namespace recflow::tools;
@@ -72,6 +73,10 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : commands) {
       if (sub->parsed()) return run();
     }
+  } catch (const recflow::train::CudaUnavailable& e) {
+    // No GPU, no driver, or a build without CUDA: one line, exit code 2.
+    fmt::print(stderr, "recflow: {}\n", e.what());
+    return kExitUsage;
   } catch (const UsageError& e) {
     fmt::print(stderr, "recflow: {}\n", e.what());
     return kExitUsage;

@@ -33,6 +33,7 @@ int RunTrain(TrainOptions& o) {
                           {"train_seconds", r.train_seconds},
                           {"eval_seconds", r.eval_seconds},
                           {"examples_per_s", r.examples_per_s},
+                          {"device", r.device},
                           {"preempted", r.preempted_by != 0},
                           {"eval", r.eval}};
     fmt::print("{}\n", out.dump());
@@ -45,13 +46,14 @@ int RunTrain(TrainOptions& o) {
   if (!metrics.empty()) metrics.pop_back();
   fmt::print(
       "{} at global step {}{}:{}\n"
-      "trained {:.1f} s at {:.0f} examples/s (evaluation {:.1f} s)\n"
+      "trained {:.1f} s at {:.0f} examples/s on {} (evaluation {:.1f} s)\n"
       "checkpoints and TensorBoard logs: {}   (tensorboard --logdir {})\n",
       r.preempted_by ? "stopped by a signal (checkpoint saved)" : "evaluated",
       r.global_step,
       r.start_step > 0 ? fmt::format(" (resumed from step {})", r.start_step)
                        : "",
-      metrics, r.train_seconds, r.examples_per_s, r.eval_seconds, r.model_dir,
+      metrics, r.train_seconds, r.examples_per_s, r.device, r.eval_seconds,
+      r.model_dir,
       r.model_dir);
   return kExitOk;
 }
@@ -106,6 +108,10 @@ Runner AddTrainCommand(CLI::App& app) {
   app.add_option("--shuffle", j.shuffle, "shuffle buffer (examples)")
       ->capture_default_str();
   app.add_option("--seed", j.seed, "initialisation, dropout and input order")
+      ->capture_default_str();
+  app.add_option("--device", j.device,
+                 "where to train: cpu, cuda (GPU 0) or cuda:N; checkpoints "
+                 "move between them")
       ->capture_default_str();
   app.add_option("--threads", j.threads, "compute threads (0: all cores)")
       ->capture_default_str();

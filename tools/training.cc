@@ -140,23 +140,31 @@ class ThroughputHook : public train::SessionRunHook {
   ThroughputHook(const TrainJob& job, double* seconds, int64_t* examples)
       : job_(job), seconds_(seconds), examples_(examples) {}
   void begin() override { start_ = std::chrono::steady_clock::now(); }
+  // Fetches the loss only on steps that print it: a fetch waits for a
+  // GPU's step to finish.
   train::SessionRunArgs before_run(train::RunContext&) override {
+    const auto now = std::chrono::steady_clock::now();
+    print_ = job_.live && now - last_print_ >= std::chrono::milliseconds(250);
+    if (!print_) return {};
+    last_print_ = now;
     return {{"loss", "global_step"}};
   }
   void after_run(train::RunContext&,
                  const train::SessionRunValues& v) override {
     *examples_ += v.batch_size;
-    if (!job_.live) return;
+    if (!print_) return;
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_print_ < std::chrono::milliseconds(250)) return;
-    last_print_ = now;
     const double s =
         *seconds_ + std::chrono::duration<double>(now - start_).count();
     fmt::print(stderr, "\r  step {:>6}/{}  loss {:.4f}  {:.0f} examples/s   ",
                static_cast<int64_t>(v.scalar("global_step")), job_.steps,
                v.scalar("loss"), s > 0 ? *examples_ / s : 0.0);
   }
-  void end(train::TrainingSession&) override { Stop(); }
+  void end(train::TrainingSession& session) override {
+    // The time includes the device's work on the last steps.
+    session.estimator().backend().Synchronize();
+    Stop();
+  }
   void on_exception(const std::exception&) override { Stop(); }
 
  private:
@@ -171,6 +179,7 @@ class ThroughputHook : public train::SessionRunHook {
   int64_t* examples_;
   std::chrono::steady_clock::time_point start_;
   std::chrono::steady_clock::time_point last_print_;
+  bool print_ = false;
 };
 
 }  // namespace
@@ -201,6 +210,7 @@ TrainResult RunTraining(const TrainJob& job) {
   config.save_summary_steps = 100;
   config.log_step_count_steps = job.live ? 0 : 500;
   config.threads = job.threads;
+  config.device = job.device;
   const auto lr = train::ConstantLearningRate(job.learning_rate);
   train::ModelFn model_fn;
   if (job.model == "linear") {
@@ -260,6 +270,7 @@ TrainResult RunTraining(const TrainJob& job) {
 
   TrainResult result;
   result.model_dir = job.model_dir;
+  result.device = est.backend().device_name();
   result.columns = cols.description;
   if (auto latest = est.latest_checkpoint()) {
     result.restored_from = *latest;

@@ -38,6 +38,7 @@ struct TrainJob {
   int64_t shuffle = 10000;
   uint64_t seed = 1;
   int threads = 0;
+  std::string device = "cpu";  // cpu, cuda, cuda:N
   int64_t save_checkpoints_steps = 500;
   bool live = false;                          // a progress line on stderr
   std::function<void(std::string_view)> log;  // null: stderr
@@ -52,6 +53,7 @@ struct TrainResult {
   double eval_seconds = 0;
   double examples_per_s = 0;
   std::string model_dir;
+  std::string device;    // what trained: the GPU's name or the CPU backend's
   std::string columns;   // the feature columns used, for the story
   int preempted_by = 0;  // SIGTERM/SIGINT that stopped it (checkpointed)
 };

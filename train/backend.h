@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "pipeline/dataset_base.h"
@@ -225,6 +226,22 @@ class Backend {
   virtual void AdamUpdate(int64_t n, float lr_t, float beta1, float beta2,
                           float epsilon, const float* g, float* m, float* v,
                           float* w) = 0;
+
+  // --- Measurement (train_bench) -------------------------------------------
+  // Logs the library calls (cuBLAS GEMMs, cuDNN convolutions) made between
+  // StartCallLog and StopCallLog; TimeCallLog(reps) replays exactly those
+  // calls alone, on fresh buffers of the same shapes, and returns the
+  // seconds one replay takes (nullopt: this backend keeps no log).
+  virtual void StartCallLog() {}
+  virtual void StopCallLog() {}
+  virtual std::optional<double> TimeCallLog(int reps) {
+    (void)reps;
+    return std::nullopt;
+  }
+  // One line on the backend's memory ("" for host memory).
+  virtual std::string MemoryReport() const { return ""; }
+  // How often the device allocator had to ask the driver for memory.
+  virtual uint64_t DeviceMallocs() const { return 0; }
 };
 
 // The bits behind DropoutMask: a counter-based hash of (seed, i), so any
@@ -253,9 +270,13 @@ DeviceSpec ParseDevice(std::string_view text);
 bool CudaBuilt();
 // The CUDA backend on GPU `index`: cuBLAS, cuDNN and kernels of its own on
 // one compute stream and one copy stream, with a caching device allocator
-// and pinned staging for input.  Throws CudaUnavailable (one line: no
-// driver, no such GPU, or a build without CUDA) when it cannot run.
-std::unique_ptr<Backend> MakeCudaBackend(int index = 0);
+// and pinned staging for input.  `allow_tf32`: matrix products and
+// convolutions may use TF32 tensor cores (TensorFlow's default on Ampere
+// and later; false: full float32, as the parity tests run).  Throws
+// CudaUnavailable (one line: no driver, no such GPU, or a build without
+// CUDA) when it cannot run.
+std::unique_ptr<Backend> MakeCudaBackend(int index = 0,
+                                         bool allow_tf32 = true);
 // A backend for `spec` (threads: the CPU backend's threads).
 std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads = 0);
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <thread>
 #include <unsupported/Eigen/CXX11/Tensor>
@@ -760,7 +761,11 @@ DeviceSpec ParseDevice(std::string_view text) {
 
 std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads) {
   if (spec.device == Device::kCpu) return MakeCpuBackend(threads);
-  return MakeCudaBackend(spec.index);
+  // RECFLOW_CUDA_TF32=0 keeps matrix products and convolutions in full
+  // float32 (as NVIDIA_TF32_OVERRIDE=0 does for TensorFlow).
+  const char* tf32 = std::getenv("RECFLOW_CUDA_TF32");
+  return MakeCudaBackend(spec.index,
+                         tf32 == nullptr || std::string_view(tf32) != "0");
 }
 
 }  // namespace recflow::train

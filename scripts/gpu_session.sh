@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# What a session on a lent GPU machine runs (see ../shared/gpu/README.md and
+# docs/PERFORMANCE.md): build with the CUDA backend, run the `gpu` tests and
+# the default suite, train_bench on the GPU next to a PyTorch eager loop,
+# and the demo on the GPU.  Logs go to $OUT (or ./gpu-out).
+#   carry: .gpu (pack-deps.sh) and .data (Fashion-MNIST's four .gz files)
+#   bash scripts/gpu_session.sh [build|test|bench|demo ...]
+#   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
+set -uo pipefail
+out=${OUT:-gpu-out}
+mkdir -p "$out"
+parts=("${@:-build test bench demo}")
+read -r -a parts <<<"${parts[*]}"
+if [ -d .data ] && [ ! -e /usr/share/datasets/fashion-mnist ]; then
+  mkdir -p /usr/share/datasets/fashion-mnist
+  cp .data/*.gz /usr/share/datasets/fashion-mnist/
+fi
+for part in "${parts[@]}"; do
+  case "$part" in
+    build)
+      nvidia-smi --query-gpu=name,driver_version --format=csv >"$out/gpu.txt" 2>&1
+      bash .gpu/build.sh . build-gpu -DRECFLOW_CUDA=ON >"$out/build.log" 2>&1 ||
+        { tail -40 "$out/build.log"; exit 1; }
+      ;;
+    test)
+      source .gpu/build.sh --env-only
+      ctest --test-dir build-gpu -L gpu --output-on-failure >"$out/gpu-tests.log" 2>&1
+      echo "gpu tests rc=$?"; grep -E "tests passed|FAILED|Failed" "$out/gpu-tests.log" | head -20
+      ctest --test-dir build-gpu -LE 'slow|gpu' -j 16 >"$out/suite.log" 2>&1
+      echo "suite rc=$?"; grep -E "tests passed|\(Failed\)" "$out/suite.log" | head -20
+      ;;
+    bench)
+      source .gpu/build.sh --env-only
+      for tf32 in ${TF32_MODES:-1}; do
+        RECFLOW_CUDA_TF32=$tf32 build-gpu/bench/train_bench --device cuda \
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+          >"$out/train_bench_tf32_$tf32.txt" 2>&1
+        echo "train_bench TF32=$tf32:"; grep -E "median" "$out/train_bench_tf32_$tf32.txt"
+      done
+      python3 bench/pytorch_baseline.py 2000 >"$out/pytorch.jsonl" 2>&1
+      cat "$out/pytorch.jsonl"
+      ;;
+    demo)
+      source .gpu/build.sh --env-only
+      for model in dnn cnn; do
+        build-gpu/tools/recflow demo --device cuda --model "$model" --json \
+          >"$out/demo_$model.json" 2>"$out/demo_$model.err"
+        echo "demo $model rc=$?"
+        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('device','test_accuracy','train_seconds','examples_per_s','global_step')})" "$out/demo_$model.json" 2>&1 | tail -1
+      done
+      ;;
+  esac
+done

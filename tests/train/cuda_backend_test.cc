@@ -1,0 +1,599 @@
+// The CUDA backend against the CPU backend: every Backend operation's
+// forward and backward on random inputs (tolerances per op below), one
+// whole training step of each canned model, checkpoints moving between the
+// devices, the caching allocator, device errors and host-only accessors.
+// Label `gpu`.  Without a usable GPU (or in a build without CUDA) every
+// test but the first is skipped with the reason.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <random>
+
+#include "pipeline/dataset.h"
+#include "test_util.h"
+#include "train/backend.h"
+#include "train/canned.h"
+#include "train/checkpoint.h"
+#include "train/estimator.h"
+#include "train/ops.h"
+
+namespace recflow::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The GPU backend in full float32 (no TF32), or why there is none.
+std::unique_ptr<Backend>& Gpu(std::string* why) {
+  static std::string reason;
+  static std::unique_ptr<Backend> backend = [] {
+    try {
+      return MakeCudaBackend(0, /*allow_tf32=*/false);
+    } catch (const CudaUnavailable& e) {
+      reason = e.what();
+      return std::unique_ptr<Backend>();
+    }
+  }();
+  if (why != nullptr) *why = reason;
+  return backend;
+}
+
+Backend& Cpu() {
+  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
+  return *backend;
+}
+
+#define REQUIRE_GPU()                                           \
+  do {                                                          \
+    std::string why;                                            \
+    if (!Gpu(&why)) GTEST_SKIP() << "no GPU to test on: " << why; \
+  } while (0)
+
+Tensor Random(const Shape& s, uint64_t seed, float lo = -1, float hi = 1) {
+  Tensor t = Tensor::Allocate(DType::kFloat32, s);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> u(lo, hi);
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    t.mutable_data<float>()[i] = u(rng);
+  }
+  return t;
+}
+
+Tensor Ids(std::vector<int64_t> v) {
+  return Tensor::FromValues<int64_t>(v, Shape{int64_t(v.size())});
+}
+
+Tensor HostCopy(const Tensor& t) {
+  Tensor c = Tensor::Allocate(t.dtype(), t.shape());
+  std::memcpy(const_cast<char*>(c.raw_data()), t.raw_data(), t.byte_size());
+  return c;
+}
+
+// Runs `op` on `be` over buffers holding copies of `inputs` and returns
+// every buffer afterwards, on the host.
+using Op = std::function<void(Backend&, std::vector<Tensor>&)>;
+std::vector<Tensor> Run(Backend& be, const std::vector<Tensor>& inputs,
+                        const Op& op) {
+  std::vector<Tensor> bufs;
+  for (const Tensor& t : inputs) bufs.push_back(be.ToDevice(HostCopy(t)));
+  op(be, bufs);
+  std::vector<Tensor> out;
+  for (const Tensor& t : bufs) out.push_back(HostCopy(be.ToHost(t)));
+  return out;
+}
+
+float* F(std::vector<Tensor>& b, int i) { return b[i].mutable_data<float>(); }
+const int64_t* I(std::vector<Tensor>& b, int i) {
+  return b[i].data<int64_t>();
+}
+
+// Every buffer equal within atol + rtol * |cpu value| (exact for integers).
+void ExpectSame(const std::vector<Tensor>& inputs, const Op& op,
+                double rtol = 1e-5, double atol = 1e-5) {
+  const std::vector<Tensor> cpu = Run(Cpu(), inputs, op);
+  const std::vector<Tensor> gpu = Run(*Gpu(nullptr), inputs, op);
+  ASSERT_EQ(cpu.size(), gpu.size());
+  for (size_t b = 0; b < cpu.size(); ++b) {
+    ASSERT_EQ(cpu[b].shape(), gpu[b].shape()) << "buffer " << b;
+    if (cpu[b].dtype() != DType::kFloat32) {
+      EXPECT_TRUE(cpu[b] == gpu[b]) << "buffer " << b << ": "
+                                    << cpu[b].DebugString() << " vs "
+                                    << gpu[b].DebugString();
+      continue;
+    }
+    const float* c = cpu[b].data<float>();
+    const float* g = gpu[b].data<float>();
+    int reported = 0;
+    for (int64_t i = 0; i < cpu[b].num_elements(); ++i) {
+      const double tol = atol + rtol * std::abs(c[i]);
+      if (!(std::abs(double(c[i]) - g[i]) <= tol) && reported++ < 5) {
+        ADD_FAILURE() << "buffer " << b << " value " << i << ": cpu " << c[i]
+                      << " gpu " << g[i] << " (tolerance " << tol << ")";
+      }
+    }
+  }
+}
+
+TEST(CudaBackendTest, SaysClearlyWhenThereIsNoSuchGpu) {
+  // Runs everywhere: without a GPU, driver or CUDA build the backend says
+  // so in one line; with one, a GPU index past the last says so.
+  try {
+    MakeCudaBackend(99);
+    FAIL() << "cuda:99 should not exist";
+  } catch (const CudaUnavailable& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda:99"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  EXPECT_EQ(ParseDevice("cuda:3").index, 3);
+  EXPECT_EQ(ParseDevice("cuda").device, Device::kCuda);
+  EXPECT_EQ(ParseDevice("cpu").device, Device::kCpu);
+  EXPECT_THROW(ParseDevice("tpu"), Error);
+}
+
+TEST(CudaBackendTest, GemmInEveryTransposition) {
+  REQUIRE_GPU();
+  const int64_t m = 37, n = 29, k = 53;
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
+      ExpectSame({Random({m * k}, 1), Random({k * n}, 2), Random({m * n}, 3)},
+                 [=](Backend& be, std::vector<Tensor>& b) {
+                   be.Gemm(ta, tb, m, n, k, 0.7f, F(b, 0), F(b, 1), 0.3f,
+                           F(b, 2));
+                 },
+                 1e-4, 1e-4);
+    }
+  }
+}
+
+TEST(CudaBackendTest, ConvolutionForwardAndBackward) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t in, window, stride, in_c, out_c;
+    Padding padding;
+  };
+  // The third pads asymmetrically (TF's SAME on an even input, stride 2),
+  // which the backend pads explicitly for cuDNN.
+  for (const Case& c : {Case{9, 3, 1, 3, 8, Padding::kSame},
+                        Case{11, 5, 2, 4, 6, Padding::kValid},
+                        Case{8, 3, 2, 2, 5, Padding::kSame}}) {
+    Window2D g;
+    g.batch = 3;
+    g.in_h = g.in_w = c.in;
+    g.in_c = c.in_c;
+    g.window_h = g.window_w = c.window;
+    g.stride_h = g.stride_w = c.stride;
+    g.padding = c.padding;
+    g.out_c = c.out_c;
+    g.Resolve();
+    SCOPED_TRACE(::testing::Message() << "in " << c.in << " window " << c.window
+                                    << " stride " << c.stride);
+    const int64_t nx = g.batch * g.in_h * g.in_w * g.in_c;
+    const int64_t nw = c.window * c.window * c.in_c * c.out_c;
+    const int64_t ny = g.batch * g.out_h * g.out_w * g.out_c;
+    ExpectSame({Random({nx}, 4), Random({nw}, 5), Random({ny}, 6)},
+               [=](Backend& be, std::vector<Tensor>& b) {
+                 be.Conv2D(g, F(b, 0), F(b, 1), F(b, 2));
+               },
+               1e-4, 1e-4);
+    // Backward accumulates into what dx and dw hold.
+    ExpectSame({Random({nx}, 7), Random({nw}, 8), Random({ny}, 9),
+                Random({nx}, 10), Random({nw}, 11)},
+               [=](Backend& be, std::vector<Tensor>& b) {
+                 be.Conv2DBackward(g, F(b, 0), F(b, 1), F(b, 2), F(b, 3),
+                                   F(b, 4));
+               },
+               1e-4, 1e-4);
+  }
+}
+
+TEST(CudaBackendTest, PoolingForwardAndBackward) {
+  REQUIRE_GPU();
+  struct Case {
+    int64_t in, window, stride;
+    Padding padding;
+  };
+  // 7x7 SAME 2/2 pads only at the bottom/right; 3/2 VALID overlaps.
+  for (const Case& c : {Case{8, 2, 2, Padding::kValid},
+                        Case{7, 2, 2, Padding::kSame},
+                        Case{9, 3, 2, Padding::kValid}}) {
+    for (Pooling kind : {Pooling::kMax, Pooling::kAverage}) {
+      Window2D g;
+      g.batch = 2;
+      g.in_h = g.in_w = c.in;
+      g.in_c = g.out_c = 5;
+      g.window_h = g.window_w = c.window;
+      g.stride_h = g.stride_w = c.stride;
+      g.padding = c.padding;
+      g.Resolve();
+      SCOPED_TRACE(::testing::Message()
+                   << (kind == Pooling::kMax ? "max" : "avg") << " in "
+                   << c.in << " window " << c.window);
+      const int64_t nx = g.batch * g.in_h * g.in_w * g.in_c;
+      const int64_t ny = g.batch * g.out_h * g.out_w * g.out_c;
+      ExpectSame({Random({nx}, 12), Random({ny}, 13), Random({ny}, 14),
+                  Random({nx}, 15)},
+                 [=](Backend& be, std::vector<Tensor>& b) {
+                   be.Pool2D(kind, g, F(b, 0), F(b, 1));
+                   be.Pool2DBackward(kind, g, F(b, 0), F(b, 1), F(b, 2),
+                                     F(b, 3));
+                 });
+    }
+  }
+}
+
+TEST(CudaBackendTest, ActivationsSoftmaxAndLosses) {
+  REQUIRE_GPU();
+  for (Activation f : {Activation::kLinear, Activation::kRelu,
+                       Activation::kSigmoid, Activation::kTanh}) {
+    SCOPED_TRACE(std::string(ActivationName(f)));
+    ExpectSame({Random({1000}, 16, -3, 3), Random({1000}, 17),
+                Random({1000}, 18), Random({1000}, 19)},
+               [=](Backend& be, std::vector<Tensor>& b) {
+                 be.ActivationForward(f, 1000, F(b, 0), F(b, 1));
+                 be.ActivationBackward(f, 1000, F(b, 1), F(b, 2), F(b, 3));
+               });
+  }
+  const int64_t rows = 70, cols = 45;
+  ExpectSame({Random({rows * cols}, 20, -4, 4), Random({rows * cols}, 21),
+              Random({rows * cols}, 22), Random({rows * cols}, 23)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               be.Softmax(rows, cols, F(b, 0), F(b, 1));
+               be.SoftmaxBackward(rows, cols, F(b, 1), F(b, 2), F(b, 3));
+             });
+  std::vector<int64_t> labels;
+  for (int64_t r = 0; r < rows; ++r) labels.push_back((r * 7) % cols);
+  ExpectSame({Random({rows * cols}, 24, -5, 5), Ids(labels), Random({rows}, 25),
+              Random({rows * cols}, 26)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               be.SparseSoftmaxCrossEntropy(rows, cols, F(b, 0), I(b, 1),
+                                            F(b, 2), F(b, 3), 0.25f);
+             });
+  ExpectSame({Random({500}, 27, -6, 6), Random({500}, 28, 0, 1),
+              Random({500}, 29), Random({500}, 30)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               be.SigmoidCrossEntropy(500, F(b, 0), F(b, 1), F(b, 2), F(b, 3),
+                                      0.5f);
+             });
+}
+
+TEST(CudaBackendTest, ElementwiseReductionsAndConversions) {
+  REQUIRE_GPU();
+  const int64_t n = 5000;
+  ExpectSame({Random({n}, 31), Random({n}, 32), Random({n}, 33),
+              Random({n}, 34), Random({n}, 35), Random({1}, 36)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               be.Axpby(n, 0.5f, F(b, 0), 0.0f, F(b, 1));
+               be.Axpby(n, 1.5f, F(b, 0), 1.0f, F(b, 2));
+               be.Axpby(n, -2.0f, F(b, 1), 0.25f, F(b, 3));
+               be.Multiply(n, F(b, 0), F(b, 3), F(b, 4));
+               be.AxpyScalar(n, F(b, 5), F(b, 0), F(b, 2));
+               be.AxpyScalar(n, F(b, 5), nullptr, F(b, 3));
+               be.Copy(n / 2, F(b, 4), F(b, 0));
+               be.Fill(100, 0.0f, F(b, 1));
+               be.Fill(100, 3.5f, F(b, 1) + 200);
+             });
+  // Column sums over several 1024-row chunks; a sum of 5000.
+  const int64_t rows = 3000, cols = 37;
+  ExpectSame({Random({rows * cols}, 37), Random({cols}, 38),
+              Random({rows * cols}, 39), Random({cols}, 40), Random({1}, 41)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               be.ColumnSum(rows, cols, F(b, 0), 0.5f, F(b, 1));
+               be.BiasAdd(rows, cols, F(b, 0), F(b, 1), F(b, 2));
+               be.ColumnSum(rows, cols, F(b, 2), 0.0f, F(b, 3));
+               be.Sum(rows * cols, F(b, 0), 0.5f, F(b, 4));
+             },
+             1e-5, 2e-4);
+  ExpectSame({Random({12 * 10}, 42), Random({12 * 30}, 43)},
+             [](Backend& be, std::vector<Tensor>& b) {
+               be.CopyBlock(12, 10, F(b, 0), 10, F(b, 1) + 5, 30, false);
+               be.CopyBlock(12, 10, F(b, 0), 10, F(b, 1) + 17, 30, true);
+               be.CopyBlock(6, 10, F(b, 1) + 1, 30, F(b, 0), 20, true);
+             });
+  // Conversions from every numeric dtype; masks and argmax exactly.
+  std::vector<uint8_t> bytes(300);
+  std::vector<int32_t> i32(300);
+  std::vector<double> f64(300);
+  for (int i = 0; i < 300; ++i) {
+    bytes[i] = uint8_t(i * 37);
+    i32[i] = i * 13 - 1000;
+    f64[i] = i * 0.37 - 20;
+  }
+  ExpectSame({Tensor::FromValues<uint8_t>(bytes, Shape{300}),
+              Tensor::FromValues<int32_t>(i32, Shape{300}),
+              Tensor::FromValues<double>(f64, Shape{300}), Random({900}, 44),
+              Ids(std::vector<int64_t>(600, 0))},
+             [](Backend& be, std::vector<Tensor>& b) {
+               be.Convert(DType::kUInt8, 300, b[0].raw_data(), 1.0f / 255,
+                          F(b, 3));
+               be.Convert(DType::kInt32, 300, b[1].raw_data(), 2.0f,
+                          F(b, 3) + 300);
+               be.Convert(DType::kFloat64, 300, b[2].raw_data(), 1.0f,
+                          F(b, 3) + 600);
+               int64_t* ids = b[4].mutable_data<int64_t>();
+               be.ToInt64(DType::kUInt8, 300, b[0].raw_data(), ids);
+               be.ToInt64(DType::kInt32, 300, b[1].raw_data(), ids + 300);
+             });
+  ExpectSame({Tensor::Allocate(DType::kFloat32, Shape{10000}) /* mask */,
+              Random({200 * 13}, 45), Ids(std::vector<int64_t>(200 + 2600, 0))},
+             [](Backend& be, std::vector<Tensor>& b) {
+               be.DropoutMask(10000, 0.3f, 12345, F(b, 0));
+               int64_t* out = b[2].mutable_data<int64_t>();
+               be.ArgMax(200, 13, F(b, 1), out);
+               be.GreaterThan(200 * 13, F(b, 1), 0.1f, out + 200);
+             },
+             0, 0);
+}
+
+TEST(CudaBackendTest, EmbeddingsBatchNormAndOptimizers) {
+  REQUIRE_GPU();
+  // Repeated ids: their gradients add up.
+  const Tensor ids = Ids({3, 0, 7, 3, 3, 9, 0});
+  ExpectSame({Random({10 * 6}, 46), ids, Random({7 * 6}, 47),
+              Random({7 * 6}, 48), Random({10 * 6}, 49)},
+             [](Backend& be, std::vector<Tensor>& b) {
+               be.Gather(10, 6, F(b, 0), 7, I(b, 1), F(b, 2));
+               be.ScatterAdd(6, 7, I(b, 1), F(b, 3), F(b, 4));
+             });
+  const int64_t rows = 2500, cols = 19;
+  for (bool training : {true, false}) {
+    SCOPED_TRACE(training ? "training" : "inference");
+    ExpectSame(
+        {Random({rows * cols}, 50, -2, 3), Random({cols}, 51, 0.5, 1.5),
+         Random({cols}, 52), Random({cols}, 53), Random({cols}, 54, 0.5, 2),
+         Random({cols}, 55), Random({cols}, 56), Random({rows * cols}, 57),
+         Random({rows * cols}, 58), Random({rows * cols}, 59),
+         Random({cols}, 60), Random({cols}, 61)},
+        [=](Backend& be, std::vector<Tensor>& b) {
+          be.BatchNormForward(rows, cols, F(b, 0), F(b, 1), F(b, 2), 1e-3f,
+                              training, 0.9f, F(b, 3), F(b, 4), F(b, 5),
+                              F(b, 6), F(b, 7));
+          be.BatchNormBackward(rows, cols, training, F(b, 0), F(b, 1),
+                               F(b, 5), F(b, 6), F(b, 8), F(b, 9), F(b, 10),
+                               F(b, 11));
+        },
+        1e-4, 1e-4);
+  }
+  const int64_t n = 3000;
+  ExpectSame({Random({n}, 62), Random({n}, 63), Random({n}, 64),
+              Random({n}, 65, 0, 1), Random({n}, 66), Random({n}, 67)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               be.SgdUpdate(n, 0.1f, F(b, 0), F(b, 1));
+               be.MomentumUpdate(n, 0.1f, 0.9f, false, F(b, 0), F(b, 2),
+                                 F(b, 1));
+               be.MomentumUpdate(n, 0.1f, 0.9f, true, F(b, 0), F(b, 2),
+                                 F(b, 4));
+               be.AdamUpdate(n, 0.01f, 0.9f, 0.999f, 1e-7f, F(b, 0), F(b, 5),
+                             F(b, 3), F(b, 1));
+             });
+}
+
+TEST(CudaBackendTest, DeviceErrorsSayWhatTheCpuSays) {
+  REQUIRE_GPU();
+  Backend& gpu = *Gpu(nullptr);
+  auto message = [](Backend& be, const std::function<void(Backend&)>& f) {
+    try {
+      f(be);
+      be.Synchronize();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto bad_label = [](Backend& be) {
+    Var logits = ops::Constant(be, Random({4, 3}, 68));
+    ops::SparseSoftmaxCrossEntropy(be, logits, Ids({0, 2, 5, 1}));
+  };
+  auto bad_id = [](Backend& be) {
+    Var table = ops::Constant(be, Random({5, 2}, 69));
+    ops::Gather(be, table, Ids({1, -1}));
+  };
+  EXPECT_EQ(message(gpu, bad_label), message(Cpu(), bad_label));
+  EXPECT_EQ(message(gpu, bad_id), message(Cpu(), bad_id));
+  EXPECT_NE(message(gpu, bad_label).find("label 5 of row 2"),
+            std::string::npos);
+  // The backend works on after an error.
+  EXPECT_EQ(message(gpu, [](Backend& be) {
+              ops::Constant(be, Random({3}, 70));
+            }),
+            "no error");
+}
+
+TEST(CudaBackendTest, DeviceTensorsRefuseHostReadsAndPrefetchedInputArrives) {
+  REQUIRE_GPU();
+  Backend& gpu = *Gpu(nullptr);
+  const Tensor host = Random({64}, 71);
+  const Tensor d = gpu.ToDevice(host);
+  EXPECT_EQ(d.device(), Device::kCuda);
+  EXPECT_THROW(d.values<float>(), pipeline::Error);
+  EXPECT_THROW(d.scalar<float>(), pipeline::Error);
+  EXPECT_THROW((void)(d == host), pipeline::Error);
+  EXPECT_TRUE(gpu.ToHost(d) == host);
+  // A prefetched element: numbers and fixed-length bytes (as uint8 rows).
+  for (int round = 0; round < 5; ++round) {
+    pipeline::Element e;
+    e.Set("x", Random({8, 5}, 72 + round));
+    std::vector<std::string> rows;
+    for (int r = 0; r < 8; ++r) rows.push_back(std::string(4, char('a' + r + round)));
+    e.Set("raw", Tensor::FromStrings(rows, Shape{8}));
+    gpu.Prefetch(e);
+    const Tensor x = gpu.ToHost(gpu.ToDevice(e["x"]));
+    EXPECT_TRUE(x == e["x"]);
+    const Tensor raw = gpu.ToHost(gpu.ToDevice(e["raw"]));
+    ASSERT_EQ(raw.shape(), (Shape{8, 4}));
+    EXPECT_EQ(raw.values<uint8_t>()[4 * 3], uint8_t('a' + 3 + round));
+  }
+}
+
+// ---- Whole steps through the Estimator ---------------------------------
+
+pipeline::Element SyntheticImages(int64_t n, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::vector<std::string> images;
+  std::vector<int64_t> labels, ids;
+  std::vector<float> dense;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t label = static_cast<int64_t>(rng() % 4);
+    std::string img(12 * 12, '\0');
+    for (size_t p = 0; p < img.size(); ++p) {
+      img[p] = char((rng() % 64) + (p % 12 == size_t(label) * 3 ? 150 : 0));
+    }
+    images.push_back(img);
+    labels.push_back(label);
+    ids.push_back((label * 3 + i) % 11);
+    for (int k = 0; k < 3; ++k) dense.push_back(float(label) - 1.5f + k * 0.1f);
+  }
+  pipeline::Element e;
+  e.Set("image", Tensor::FromStrings(images, Shape{n}));
+  e.Set("dense", Tensor::FromValues<float>(dense, Shape{n, 3}));
+  e.Set("id", Tensor::FromValues<int64_t>(ids, Shape{n}));
+  e.Set("label", Tensor::FromValues<int64_t>(labels, Shape{n}));
+  return e;
+}
+
+InputFn Input(int64_t batch) {
+  return [batch] {
+    return pipeline::Dataset::FromTensorSlices(SyntheticImages(96, 5))
+        .Repeat()
+        .Batch(batch, true);
+  };
+}
+
+std::vector<std::pair<std::string, ModelFn>> CannedModels() {
+  const FeatureColumn image =
+      RawBytesColumn("image", Shape{12, 12, 1}, 1.0f / 255);
+  const std::vector<FeatureColumn> columns = {
+      NumericColumn("dense", Shape{3}),
+      EmbeddingColumn(CategoricalColumnWithIdentity("id", 11), 4),
+      IndicatorColumn(CategoricalColumnWithIdentity("id", 11))};
+  CNNOptions cnn;
+  cnn.image = image;
+  cnn.filters = {8, 16};
+  cnn.dense_units = {32};
+  cnn.dropout = 0.25f;
+  cnn.n_classes = 4;
+  cnn.optimizer = "sgd";
+  cnn.learning_rate = ConstantLearningRate(0.05f);
+  return {
+      {"linear", LinearClassifierFn({.columns = columns,
+                                     .n_classes = 4,
+                                     .optimizer = "sgd",
+                                     .learning_rate =
+                                         ConstantLearningRate(0.1f)})},
+      {"dnn", DNNClassifierFn({.hidden_units = {16, 8},
+                               .columns = columns,
+                               .n_classes = 4,
+                               .dropout = 0.1f,
+                               .batch_norm = true,
+                               .optimizer = "momentum",
+                               .learning_rate = ConstantLearningRate(0.05f)})},
+      {"cnn", CNNClassifierFn(cnn)},
+  };
+}
+
+std::shared_ptr<Backend> SharedGpu() {
+  return std::shared_ptr<Backend>(Gpu(nullptr).get(), [](Backend*) {});
+}
+
+Estimator MakeEstimator(const ModelFn& fn, const std::string& dir, bool gpu) {
+  RunConfig config;
+  config.model_dir = dir;
+  config.seed = 3;
+  config.log_step_count_steps = 0;
+  config.save_summary_steps = 0;
+  config.threads = 2;
+  EstimatorOptions options;
+  options.log = [](std::string_view) {};
+  if (gpu) options.backend = SharedGpu();
+  return Estimator(fn, config, options);
+}
+
+void ExpectSameCheckpoints(const std::string& a, const std::string& b,
+                           double tol) {
+  const TensorMap ta = ReadCheckpoint(a), tb = ReadCheckpoint(b);
+  ASSERT_EQ(ta.size(), tb.size());
+  for (const auto& [name, t] : ta) {
+    auto it = tb.find(name);
+    ASSERT_NE(it, tb.end()) << name;
+    ASSERT_EQ(t.shape(), it->second.shape()) << name;
+    if (t.dtype() != DType::kFloat32) {
+      EXPECT_TRUE(t == it->second) << name;
+      continue;
+    }
+    for (int64_t i = 0; i < t.num_elements(); ++i) {
+      ASSERT_NEAR(t.data<float>()[i], it->second.data<float>()[i],
+                  tol * (1 + std::abs(t.data<float>()[i])))
+          << name << " value " << i;
+    }
+  }
+}
+
+TEST(CudaBackendTest, OneTrainingStepOfEachCannedModelMatchesTheCpu) {
+  REQUIRE_GPU();
+  for (const auto& [name, fn] : CannedModels()) {
+    SCOPED_TRACE(name);
+    recflow::testing::TempDir dir;
+    Estimator cpu = MakeEstimator(fn, (dir.path() / "cpu").string(), false);
+    Estimator gpu = MakeEstimator(fn, (dir.path() / "gpu").string(), true);
+    cpu.Train(Input(16), {}, std::nullopt, 1);
+    gpu.Train(Input(16), {}, std::nullopt, 1);
+    ExpectSameCheckpoints(*cpu.latest_checkpoint(), *gpu.latest_checkpoint(),
+                          1e-4);
+    const auto a = cpu.Evaluate(Input(16), 2);
+    const auto b = gpu.Evaluate(Input(16), 2);
+    EXPECT_NEAR(a.at("loss"), b.at("loss"), 1e-4 * (1 + a.at("loss")));
+    EXPECT_EQ(a.at("accuracy"), b.at("accuracy"));
+  }
+}
+
+TEST(CudaBackendTest, CheckpointsMoveBetweenCpuAndGpu) {
+  REQUIRE_GPU();
+  const ModelFn fn = CannedModels()[2].second;  // the CNN
+  recflow::testing::TempDir dir;
+  // Trained on the GPU, evaluated on the CPU and the GPU alike...
+  Estimator gpu = MakeEstimator(fn, (dir.path() / "m").string(), true);
+  gpu.Train(Input(16), {}, std::nullopt, 5);
+  Estimator cpu = MakeEstimator(fn, (dir.path() / "m").string(), false);
+  const double on_cpu = cpu.Evaluate(Input(16), 3).at("loss");
+  const double on_gpu = gpu.Evaluate(Input(16), 3).at("loss");
+  EXPECT_NEAR(on_cpu, on_gpu, 1e-4 * (1 + on_cpu));
+  // ...then trained on by the CPU, from step 5, and back on the GPU.
+  EXPECT_EQ(cpu.Train(Input(16), {}, std::nullopt, 8), 8);
+  EXPECT_EQ(gpu.Train(Input(16), {}, std::nullopt, 10), 10);
+  const auto last = cpu.Evaluate(Input(16), 3);
+  EXPECT_EQ(last.at("global_step"), 10);
+  EXPECT_NEAR(last.at("loss"), gpu.Evaluate(Input(16), 3).at("loss"),
+              1e-4 * (1 + last.at("loss")));
+}
+
+// Counts the allocator's trips to cudaMalloc after the first steps.
+class MallocHook : public SessionRunHook {
+ public:
+  explicit MallocHook(Backend& be) : be_(be) {}
+  void after_run(RunContext& run, const SessionRunValues&) override {
+    const int64_t step = run.session().global_step();
+    if (step == 3) at_step_3 = be_.DeviceMallocs();
+    if (step == 20) at_step_20 = be_.DeviceMallocs();
+  }
+  uint64_t at_step_3 = 0, at_step_20 = 0;
+
+ private:
+  Backend& be_;
+};
+
+TEST(CudaBackendTest, SteadyStateStepsAllocateNoDeviceMemory) {
+  REQUIRE_GPU();
+  recflow::testing::TempDir dir;
+  Estimator gpu = MakeEstimator(CannedModels()[2].second, dir.path().string(), true);
+  auto hook = std::make_shared<MallocHook>(*Gpu(nullptr));
+  gpu.Train(Input(16), {hook}, std::nullopt, 20);
+  EXPECT_GT(hook->at_step_3, 0u);
+  EXPECT_EQ(hook->at_step_20, hook->at_step_3)
+      << Gpu(nullptr)->MemoryReport();
+}
+
+}  // namespace
+}  // namespace recflow::train

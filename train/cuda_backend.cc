@@ -1,0 +1,883 @@
+// The CUDA backend: cuBLAS for matrix products, cuDNN for convolutions,
+// recflow's own kernels (cuda_kernels.cu) for the rest, all on one compute
+// stream; input staged through pinned memory on a copy stream; memory from
+// a caching allocator (cuda_allocator.h).
+//
+// cuDNN 9 marks its descriptor-based convolution API deprecated in favour
+// of the graph API, whose usable form is the cudnn-frontend C++ library (not
+// packaged in Debian).  The descriptor API is still shipped and supported
+// in cuDNN 9, so this file uses it and silences the deprecation warnings.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "train/backend.h"
+#include "train/cuda_allocator.h"
+#include "train/cuda_kernels.h"
+
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+
+namespace recflow::train {
+
+bool CudaBuilt() { return true; }
+
+namespace {
+
+using cuda::CachingAllocator;
+
+[[noreturn]] void Fail(int device, std::string_view what, std::string_view why) {
+  throw Error(fmt::format("cuda:{}: {}: {}", device, what, why));
+}
+
+void Check(cudaError_t e, int device, std::string_view what) {
+  if (e != cudaSuccess) Fail(device, what, cudaGetErrorString(e));
+}
+void Check(cublasStatus_t s, int device, std::string_view what) {
+  if (s != CUBLAS_STATUS_SUCCESS) Fail(device, what, cublasGetStatusString(s));
+}
+void Check(cudnnStatus_t s, int device, std::string_view what) {
+  if (s != CUDNN_STATUS_SUCCESS) Fail(device, what, cudnnGetErrorString(s));
+}
+
+cuda::Src SrcOf(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return cuda::Src::kF32;
+    case DType::kFloat64:
+      return cuda::Src::kF64;
+    case DType::kInt32:
+      return cuda::Src::kI32;
+    case DType::kInt64:
+      return cuda::Src::kI64;
+    case DType::kUInt8:
+      return cuda::Src::kU8;
+    case DType::kBytes:
+      break;
+  }
+  throw Error(
+      "a bytes tensor cannot be used as numbers; decode it first "
+      "(ops::DecodeRaw)");
+}
+
+size_t Align(size_t n) { return (n + 255) / 256 * 256; }
+
+// What ToDevice needs of a host tensor: its bytes (fixed-length bytes
+// values packed row after row) and the device tensor's dtype and shape.
+struct HostBytes {
+  DType dtype;
+  Shape shape;
+  size_t size = 0;
+};
+
+std::optional<HostBytes> Describe(const Tensor& t) {
+  if (t.ragged()) return std::nullopt;
+  HostBytes h;
+  if (t.dtype() != DType::kBytes) {
+    h.dtype = t.dtype();
+    h.shape = t.shape();
+    h.size = t.byte_size();
+    return h;
+  }
+  const int64_t n = t.num_elements();
+  const size_t each = n == 0 ? 0 : t.bytes(0).size();
+  for (int64_t k = 1; k < n; ++k) {
+    if (t.bytes(k).size() != each) return std::nullopt;
+  }
+  h.dtype = DType::kUInt8;
+  std::vector<int64_t> dims(t.shape().dims().begin(), t.shape().dims().end());
+  dims.push_back(static_cast<int64_t>(each));
+  h.shape = Shape(std::span<const int64_t>(dims));
+  h.size = each * static_cast<size_t>(n);
+  return h;
+}
+
+// Copies a host tensor's values (packed as Describe says) to `out`.
+void Pack(const Tensor& t, const HostBytes& h, char* out) {
+  if (t.dtype() != DType::kBytes) {
+    std::memcpy(out, t.raw_data(), h.size);
+    return;
+  }
+  const int64_t n = t.num_elements();
+  size_t at = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const std::string_view v = t.bytes(k);
+    std::memcpy(out + at, v.data(), v.size());
+    at += v.size();
+  }
+}
+
+struct ConvPlan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  std::array<cudnnConvolutionDescriptor_t, 3> conv{};  // fwd, bwd data, filter
+  cudnnConvolutionFwdAlgo_t fwd_algo{};
+  cudnnConvolutionBwdDataAlgo_t data_algo{};
+  cudnnConvolutionBwdFilterAlgo_t filter_algo{};
+  size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+  // TF's SAME padding puts an odd extra row/column at the bottom/right,
+  // which cuDNN's symmetric padding cannot express: such inputs are
+  // padded explicitly and convolved VALID.
+  bool explicit_pad = false;
+  int64_t pad_bottom = 0, pad_right = 0;
+  int64_t cudnn_in_h = 0, cudnn_in_w = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int index, bool allow_tf32) : index_(index), tf32_(allow_tf32) {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw CudaUnavailable(fmt::format(
+          "no usable GPU for cuda:{}: {} (is the NVIDIA driver installed and "
+          "a GPU visible?)",
+          index, cudaGetErrorString(e)));
+    }
+    if (count == 0) {
+      throw CudaUnavailable(
+          fmt::format("no usable GPU for cuda:{}: CUDA sees no device", index));
+    }
+    if (index < 0 || index >= count) {
+      throw CudaUnavailable(fmt::format(
+          "cuda:{} does not exist: this machine has {} GPU{} (cuda:0{})",
+          index, count, count == 1 ? "" : "s",
+          count == 1 ? "" : fmt::format("..cuda:{}", count - 1)));
+    }
+    Check(cudaSetDevice(index), index, "cudaSetDevice");
+    cudaDeviceProp props{};
+    Check(cudaGetDeviceProperties(&props, index), index,
+          "cudaGetDeviceProperties");
+    device_name_ = props.name;
+    Check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), index,
+          "creating the compute stream");
+    Check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), index,
+          "creating the copy stream");
+    Check(cublasCreate(&cublas_), index, "cublasCreate");
+    Check(cublasSetStream(cublas_, compute_), index, "cublasSetStream");
+    Check(cublasSetMathMode(cublas_, tf32_ ? CUBLAS_TF32_TENSOR_OP_MATH
+                                           : CUBLAS_PEDANTIC_MATH),
+          index, "cublasSetMathMode");
+    Check(cudnnCreate(&cudnn_), index, "cudnnCreate");
+    Check(cudnnSetStream(cudnn_, compute_), index, "cudnnSetStream");
+    device_alloc_ =
+        std::make_shared<CachingAllocator>(pipeline::MemoryKind::kDevice, index);
+    pinned_alloc_ = std::make_shared<CachingAllocator>(
+        pipeline::MemoryKind::kPinnedHost, index);
+    void* err = nullptr;
+    Check(cudaHostAlloc(&err, sizeof(cuda::DeviceError), cudaHostAllocMapped),
+          index, "allocating the error slot");
+    err_host_ = static_cast<cuda::DeviceError*>(err);
+    std::memset(err_host_, 0, sizeof(cuda::DeviceError));
+    void* dev = nullptr;
+    Check(cudaHostGetDevicePointer(&dev, err, 0), index,
+          "mapping the error slot");
+    err_dev_ = static_cast<cuda::DeviceError*>(dev);
+    for (Slot& s : slots_) {
+      Check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), index,
+            "cudaEventCreate");
+      Check(cudaEventCreateWithFlags(&s.consumed, cudaEventDisableTiming),
+            index, "cudaEventCreate");
+    }
+  }
+
+  ~CudaBackend() override {
+    cudaSetDevice(index_);
+    cudaStreamSynchronize(copy_);
+    cudaStreamSynchronize(compute_);
+    for (auto& [key, plan] : plans_) Destroy(plan);
+    for (Slot& s : slots_) {
+      cudaEventDestroy(s.copied);
+      cudaEventDestroy(s.consumed);
+    }
+    cudnnDestroy(cudnn_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(copy_);
+    cudaStreamDestroy(compute_);
+    cudaFreeHost(err_host_);
+  }
+
+  Device device() const override { return Device::kCuda; }
+  std::string name() const override {
+    return fmt::format("cuda:{} ({}{})", index_, device_name_,
+                       tf32_ ? ", TF32" : "");
+  }
+  std::string device_name() const override { return device_name_; }
+  int threads() const override { return 1; }
+
+  // --- Memory --------------------------------------------------------------
+
+  Tensor Allocate(DType dtype, const Shape& shape) override {
+    return Tensor::Allocate(dtype, shape, device_alloc_);
+  }
+
+  Tensor ToDevice(const Tensor& t) override {
+    if (t.device() == Device::kCuda) return t;
+    if (auto hit = FromSlots(t)) return *hit;
+    const std::optional<HostBytes> h = Describe(t);
+    if (!h) {
+      throw Error(fmt::format(
+          "cuda:{}: cannot copy a {}{} tensor to the GPU: only numeric "
+          "tensors and bytes whose values all have one length (decode_raw's "
+          "input) can be",
+          index_, t.ragged() ? "ragged " : "",
+          pipeline::DTypeName(t.dtype())));
+    }
+    Tensor out = Allocate(h->dtype, h->shape);
+    if (h->size == 0) return out;
+    if (t.dtype() == DType::kBytes) {
+      std::vector<char> packed(h->size);
+      Pack(t, *h, packed.data());
+      // From pageable memory the copy returns once the source is staged.
+      Check(cudaMemcpyAsync(out.mutable_data<uint8_t>(), packed.data(),
+                            h->size, cudaMemcpyHostToDevice, compute_),
+            index_, "copying input to the GPU");
+    } else {
+      Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), t.raw_data(),
+                            h->size, cudaMemcpyHostToDevice, compute_),
+            index_, "copying input to the GPU");
+    }
+    return out;
+  }
+
+  Tensor ToHost(const Tensor& t) override {
+    if (t.device() == Device::kCpu) return t;
+    if (t.dtype() == DType::kBytes) {
+      throw Error("a device tensor holds numbers, never bytes");
+    }
+    Tensor out = Tensor::Allocate(t.dtype(), t.shape(), pinned_alloc_);
+    if (t.byte_size() > 0) {
+      Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), t.raw_data(),
+                            t.byte_size(), cudaMemcpyDeviceToHost, compute_),
+            index_, "copying a result to the host");
+    }
+    Synchronize();
+    return out;
+  }
+
+  void Prefetch(const pipeline::Element& element) override {
+    Slot& slot = slots_[next_slot_++ % slots_.size()];
+    // The slot's last copy (three prefetches ago) must be done before its
+    // pinned buffer is refilled.
+    Check(cudaEventSynchronize(slot.copied), index_, "waiting for a copy");
+    slot.entries.clear();
+    size_t total = 0;
+    std::vector<std::pair<const Tensor*, HostBytes>> parts;
+    for (const auto& c : element.components) {
+      const Tensor& t = c.tensor;
+      if (t.device() != Device::kCpu) continue;
+      std::optional<HostBytes> h;
+      try {
+        h = Describe(t);
+      } catch (const records::Error&) {
+        h.reset();
+      }
+      if (!h || h->size == 0) continue;
+      parts.emplace_back(&t, *h);
+      total += Align(h->size);
+    }
+    if (total == 0) return;
+    if (slot.capacity < total) {
+      slot.pinned = Tensor();
+      slot.device = Tensor();
+      const auto bytes = static_cast<int64_t>(Align(total * 5 / 4));
+      slot.pinned = Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
+      slot.device = Allocate(DType::kUInt8, Shape{bytes});
+      slot.capacity = static_cast<size_t>(bytes);
+    }
+    char* pinned = const_cast<char*>(slot.pinned.raw_data());
+    size_t at = 0;
+    for (const auto& [t, h] : parts) {
+      Pack(*t, h, pinned + at);
+      slot.entries.push_back({*t, h, at});
+      at += Align(h.size);
+    }
+    // The device buffer may still be read by the step that used this
+    // slot last; the copy waits for that, not for anything later.
+    Check(cudaStreamWaitEvent(copy_, slot.consumed, 0), index_,
+          "ordering the input copy");
+    Check(cudaMemcpyAsync(const_cast<char*>(slot.device.raw_data()), pinned,
+                          at, cudaMemcpyHostToDevice, copy_),
+          index_, "copying input to the GPU");
+    Check(cudaEventRecord(slot.copied, copy_), index_, "cudaEventRecord");
+  }
+
+  void Synchronize() override {
+    Check(cudaStreamSynchronize(compute_), index_, "running the step");
+    if (err_host_->code != 0) {
+      const cuda::DeviceError e = *err_host_;
+      std::memset(err_host_, 0, sizeof(cuda::DeviceError));
+      if (e.code == cuda::kLabelOutOfRange) {
+        throw Error(fmt::format(
+            "label {} of row {} is outside [0, {}) (the logits' classes)",
+            e.value, e.position, e.limit));
+      }
+      throw Error(fmt::format(
+          "id {} at position {} is outside [0, {}) (the embedding's rows)",
+          e.value, e.position, e.limit));
+    }
+  }
+
+  // --- Library calls ---------------------------------------------------------
+
+  void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+            const float* a, const float* b, float beta, float* c) override {
+    if (m == 0 || n == 0) return;
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+    const int lda = static_cast<int>(ta ? m : k);
+    const int ldb = static_cast<int>(tb ? k : n);
+    Check(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                      static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
+                      a, lda, &beta, c, static_cast<int>(n)),
+          index_, "cublasSgemm");
+    if (log_calls_) call_log_.push_back({Call::kGemm, {}, ta, tb, m, n, k});
+  }
+
+  void Conv2D(const Window2D& g, const float* x, const float* w,
+              float* y) override {
+    ConvPlan& p = Plan(g);
+    Tensor krsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
+    cuda::HwioToKrsc(compute_, g.window_h * g.window_w, g.in_c, g.out_c, w,
+                     Ptr(krsc));
+    const float* in = x;
+    Tensor padded;
+    if (p.explicit_pad) {
+      padded = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
+      cuda::Pad(compute_, g.batch, g.in_h, g.in_w, g.in_c, g.pad_top,
+                p.pad_bottom, g.pad_left, p.pad_right, x, Ptr(padded));
+      in = padded.data<float>();
+    }
+    Tensor ws = Workspace(p.fwd_ws);
+    const float one = 1.0f, zero = 0.0f;
+    Check(cudnnConvolutionForward(cudnn_, &one, p.x, in, p.w, krsc.data<float>(),
+                                  p.conv[0], p.fwd_algo, WsPtr(ws), p.fwd_ws,
+                                  &zero, p.y, y),
+          index_, "cudnnConvolutionForward");
+    if (log_calls_) call_log_.push_back({Call::kConvForward, g});
+  }
+
+  void Conv2DBackward(const Window2D& g, const float* x, const float* w,
+                      const float* dy, float* dx, float* dw) override {
+    ConvPlan& p = Plan(g);
+    const float one = 1.0f, zero = 0.0f;
+    if (dx != nullptr) {
+      Tensor krsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
+      cuda::HwioToKrsc(compute_, g.window_h * g.window_w, g.in_c, g.out_c, w,
+                       Ptr(krsc));
+      Tensor ws = Workspace(p.data_ws);
+      if (p.explicit_pad) {
+        Tensor dpad = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
+        Check(cudnnConvolutionBackwardData(
+                  cudnn_, &one, p.w, krsc.data<float>(), p.y, dy, p.conv[1],
+                  p.data_algo, WsPtr(ws), p.data_ws, &zero, p.x, Ptr(dpad)),
+              index_, "cudnnConvolutionBackwardData");
+        cuda::CropAccumulate(compute_, g.batch, g.in_h, g.in_w, g.in_c,
+                             g.pad_top, p.pad_bottom, g.pad_left, p.pad_right,
+                             dpad.data<float>(), dx);
+      } else {
+        // beta = 1: cuDNN adds into dx, as the contract says.
+        Check(cudnnConvolutionBackwardData(
+                  cudnn_, &one, p.w, krsc.data<float>(), p.y, dy, p.conv[1],
+                  p.data_algo, WsPtr(ws), p.data_ws, &one, p.x, dx),
+              index_, "cudnnConvolutionBackwardData");
+      }
+      if (log_calls_) call_log_.push_back({Call::kConvData, g});
+    }
+    if (dw != nullptr) {
+      const float* in = x;
+      Tensor padded;
+      if (p.explicit_pad) {
+        padded = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
+        cuda::Pad(compute_, g.batch, g.in_h, g.in_w, g.in_c, g.pad_top,
+                  p.pad_bottom, g.pad_left, p.pad_right, x, Ptr(padded));
+        in = padded.data<float>();
+      }
+      Tensor dkrsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
+      Tensor ws = Workspace(p.filter_ws);
+      Check(cudnnConvolutionBackwardFilter(
+                cudnn_, &one, p.x, in, p.y, dy, p.conv[2], p.filter_algo,
+                WsPtr(ws), p.filter_ws, &zero, p.w, Ptr(dkrsc)),
+            index_, "cudnnConvolutionBackwardFilter");
+      cuda::KrscAccumulateHwio(compute_, g.window_h * g.window_w, g.in_c,
+                               g.out_c, dkrsc.data<float>(), dw);
+      if (log_calls_) call_log_.push_back({Call::kConvFilter, g});
+    }
+  }
+
+  void Pool2D(Pooling kind, const Window2D& g, const float* x,
+              float* y) override {
+    cuda::Pool2D(compute_, kind == Pooling::kMax ? 0 : 1, PoolShapeOf(g), x, y);
+  }
+  void Pool2DBackward(Pooling kind, const Window2D& g, const float* x,
+                      const float* y, const float* dy, float* dx) override {
+    cuda::Pool2DBackward(compute_, kind == Pooling::kMax ? 0 : 1,
+                         PoolShapeOf(g), x, y, dy, dx);
+  }
+
+  // --- Own kernels -----------------------------------------------------------
+
+  void ActivationForward(Activation f, int64_t n, const float* x,
+                         float* y) override {
+    if (f == Activation::kLinear && x == y) return;
+    cuda::ActivationForward(compute_, static_cast<int>(f), n, x, y);
+  }
+  void ActivationBackward(Activation f, int64_t n, const float* y,
+                          const float* dy, float* dx) override {
+    cuda::ActivationBackward(compute_, static_cast<int>(f), n, y, dy, dx);
+  }
+  void Softmax(int64_t rows, int64_t cols, const float* x, float* y) override {
+    cuda::Softmax(compute_, rows, cols, x, y);
+  }
+  void SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
+                       const float* dy, float* dx) override {
+    cuda::SoftmaxBackward(compute_, rows, cols, y, dy, dx);
+  }
+  void SparseSoftmaxCrossEntropy(int64_t rows, int64_t cols,
+                                 const float* logits, const int64_t* labels,
+                                 float* losses, float* dlogits,
+                                 float scale) override {
+    cuda::SparseSoftmaxCrossEntropy(compute_, rows, cols, logits, labels,
+                                    losses, dlogits, scale, err_dev_);
+  }
+  void SigmoidCrossEntropy(int64_t n, const float* logits, const float* targets,
+                           float* losses, float* dlogits,
+                           float scale) override {
+    cuda::SigmoidCrossEntropy(compute_, n, logits, targets, losses, dlogits,
+                              scale);
+  }
+  void Fill(int64_t n, float value, float* y) override {
+    if (value == 0.0f && n > 0) {
+      Check(cudaMemsetAsync(y, 0, static_cast<size_t>(n) * sizeof(float),
+                            compute_),
+            index_, "cudaMemsetAsync");
+      return;
+    }
+    cuda::Fill(compute_, n, value, y);
+  }
+  void Copy(int64_t n, const float* x, float* y) override {
+    if (n <= 0 || x == y) return;
+    Check(cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float),
+                          cudaMemcpyDeviceToDevice, compute_),
+          index_, "cudaMemcpyAsync");
+  }
+  void Axpby(int64_t n, float alpha, const float* x, float beta,
+             float* y) override {
+    cuda::Axpby(compute_, n, alpha, x, beta, y);
+  }
+  void Multiply(int64_t n, const float* x, const float* y, float* z) override {
+    cuda::Multiply(compute_, n, x, y, z);
+  }
+  void BiasAdd(int64_t rows, int64_t cols, const float* x, const float* b,
+               float* y) override {
+    cuda::BiasAdd(compute_, rows, cols, x, b, y);
+  }
+  void ColumnSum(int64_t rows, int64_t cols, const float* x, float beta,
+                 float* out) override {
+    Tensor partial = Scratch(cuda::ColumnSumScratch(rows, cols));
+    cuda::ColumnSum(compute_, rows, cols, x, beta, out, Ptr(partial));
+  }
+  void Sum(int64_t n, const float* x, float scale, float* y) override {
+    cuda::Sum(compute_, n, x, scale, y);
+  }
+  void AxpyScalar(int64_t n, const float* alpha, const float* x,
+                  float* y) override {
+    cuda::AxpyScalar(compute_, n, alpha, x, y);
+  }
+  void Convert(DType dtype, int64_t n, const void* x, float scale,
+               float* y) override {
+    cuda::Convert(compute_, SrcOf(dtype), n, x, scale, y);
+  }
+  void ToInt64(DType dtype, int64_t n, const void* x, int64_t* y) override {
+    if (dtype != DType::kInt64 && dtype != DType::kInt32 &&
+        dtype != DType::kUInt8) {
+      throw Error(fmt::format("ids must be integers, got {}",
+                              pipeline::DTypeName(dtype)));
+    }
+    cuda::ToInt64(compute_, SrcOf(dtype), n, x, y);
+  }
+  void CopyBlock(int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                 float* y, int64_t ldy, bool accumulate) override {
+    cuda::CopyBlock(compute_, rows, cols, x, ldx, y, ldy, accumulate);
+  }
+  void DropoutMask(int64_t n, float rate, uint64_t seed, float* mask) override {
+    cuda::DropoutMask(compute_, n, rate, seed, mask);
+  }
+  void ArgMax(int64_t rows, int64_t cols, const float* x,
+              int64_t* out) override {
+    cuda::ArgMax(compute_, rows, cols, x, out);
+  }
+  void GreaterThan(int64_t n, const float* x, float threshold,
+                   int64_t* out) override {
+    cuda::GreaterThan(compute_, n, x, threshold, out);
+  }
+  void Gather(int64_t rows, int64_t dim, const float* table, int64_t n,
+              const int64_t* ids, float* y) override {
+    cuda::Gather(compute_, rows, dim, table, n, ids, y, err_dev_);
+  }
+  void ScatterAdd(int64_t dim, int64_t n, const int64_t* ids, const float* dy,
+                  float* dtable) override {
+    // Rows were checked by the forward Gather; out-of-range ids are skipped.
+    cuda::ScatterAdd(compute_, std::numeric_limits<int64_t>::max(), dim, n,
+                     ids, dy, dtable);
+  }
+  void BatchNormForward(int64_t rows, int64_t cols, const float* x,
+                        const float* gamma, const float* beta, float epsilon,
+                        bool training, float momentum, float* moving_mean,
+                        float* moving_var, float* mean, float* inv_std,
+                        float* y) override {
+    if (training) {
+      Tensor partial = Scratch(2 * cuda::ColumnSumScratch(rows, cols));
+      cuda::BatchNormStats(compute_, rows, cols, x, epsilon, momentum,
+                           moving_mean, moving_var, mean, inv_std,
+                           Ptr(partial));
+    } else {
+      cuda::BatchNormInferenceStats(compute_, cols, epsilon, moving_mean,
+                                    moving_var, mean, inv_std);
+    }
+    cuda::BatchNormApply(compute_, rows, cols, x, mean, inv_std, gamma, beta,
+                         y);
+  }
+  void BatchNormBackward(int64_t rows, int64_t cols, bool training,
+                         const float* x, const float* gamma, const float* mean,
+                         const float* inv_std, const float* dy, float* dx,
+                         float* dgamma, float* dbeta) override {
+    Tensor partial = Scratch(2 * cuda::ColumnSumScratch(rows, cols) +
+                             2 * cols + rows * cols);
+    cuda::BatchNormBackward(compute_, rows, cols, training, x, gamma, mean,
+                            inv_std, dy, dx, dgamma, dbeta, Ptr(partial));
+  }
+  void SgdUpdate(int64_t n, float lr, const float* g, float* w) override {
+    cuda::SgdUpdate(compute_, n, lr, g, w);
+  }
+  void MomentumUpdate(int64_t n, float lr, float momentum, bool nesterov,
+                      const float* g, float* v, float* w) override {
+    cuda::MomentumUpdate(compute_, n, lr, momentum, nesterov, g, v, w);
+  }
+  void AdamUpdate(int64_t n, float lr_t, float beta1, float beta2,
+                  float epsilon, const float* g, float* m, float* v,
+                  float* w) override {
+    cuda::AdamUpdate(compute_, n, lr_t, beta1, beta2, epsilon, g, m, v, w);
+  }
+
+  // --- Library-call log (train_bench) ----------------------------------------
+
+  void StartCallLog() override {
+    call_log_.clear();
+    log_calls_ = true;
+  }
+  void StopCallLog() override { log_calls_ = false; }
+  std::optional<double> TimeCallLog(int reps) override {
+    log_calls_ = false;
+    // Fresh buffers of the logged shapes: replaying on the step's own
+    // pointers could overwrite live variables.
+    std::vector<std::function<void()>> calls;
+    std::vector<Tensor> keep;
+    auto buffer = [&](int64_t n) {
+      keep.push_back(Allocate(DType::kFloat32, Shape{std::max<int64_t>(n, 1)}));
+      Fill(keep.back().num_elements(), 0.01f, Ptr(keep.back()));
+      return Ptr(keep.back());
+    };
+    for (const LoggedCall& c : call_log_) {
+      const Window2D& g = c.g;
+      switch (c.kind) {
+        case Call::kGemm: {
+          float* a = buffer(c.m * c.k);
+          float* b = buffer(c.k * c.n);
+          float* o = buffer(c.m * c.n);
+          calls.push_back([=, this] {
+            const float one = 1.0f, zero = 0.0f;
+            cublasSgemm(cublas_, c.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(c.n), int(c.m),
+                        int(c.k), &one, b, int(c.tb ? c.k : c.n), a,
+                        int(c.ta ? c.m : c.k), &zero, o, int(c.n));
+          });
+          break;
+        }
+        case Call::kConvForward:
+        case Call::kConvData:
+        case Call::kConvFilter: {
+          ConvPlan& p = Plan(g);
+          const int64_t in = g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c;
+          float* x = buffer(in);
+          float* w = buffer(g.window_h * g.window_w * g.in_c * g.out_c);
+          float* y = buffer(g.batch * g.out_h * g.out_w * g.out_c);
+          const size_t ws_bytes = c.kind == Call::kConvForward ? p.fwd_ws
+                                  : c.kind == Call::kConvData  ? p.data_ws
+                                                               : p.filter_ws;
+          float* ws = buffer(static_cast<int64_t>(ws_bytes / 4 + 1));
+          const Call kind = c.kind;
+          calls.push_back([=, this, &p] {
+            const float one = 1.0f, zero = 0.0f;
+            if (kind == Call::kConvForward) {
+              cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv[0],
+                                      p.fwd_algo, ws, ws_bytes, &zero, p.y, y);
+            } else if (kind == Call::kConvData) {
+              cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, y,
+                                           p.conv[1], p.data_algo, ws,
+                                           ws_bytes, &zero, p.x, x);
+            } else {
+              cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, y,
+                                             p.conv[2], p.filter_algo, ws,
+                                             ws_bytes, &zero, p.w, w);
+            }
+          });
+          break;
+        }
+      }
+    }
+    for (auto& f : calls) f();  // warm up
+    cudaEvent_t start, stop;
+    Check(cudaEventCreate(&start), index_, "cudaEventCreate");
+    Check(cudaEventCreate(&stop), index_, "cudaEventCreate");
+    Check(cudaEventRecord(start, compute_), index_, "cudaEventRecord");
+    for (int r = 0; r < reps; ++r) {
+      for (auto& f : calls) f();
+    }
+    Check(cudaEventRecord(stop, compute_), index_, "cudaEventRecord");
+    Synchronize();
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    return ms / 1000.0 / std::max(reps, 1);
+  }
+
+  std::string MemoryReport() const override {
+    const cuda::AllocatorStats s = device_alloc_->stats();
+    return fmt::format(
+        "{} allocations, {} cudaMalloc, {:.1f} MiB in use, {:.1f} MiB cached, "
+        "peak {:.1f} MiB",
+        s.allocations, s.cuda_mallocs, s.in_use_bytes / 1048576.0,
+        s.cached_bytes / 1048576.0, s.peak_in_use_bytes / 1048576.0);
+  }
+  uint64_t DeviceMallocs() const override {
+    return device_alloc_->stats().cuda_mallocs;
+  }
+
+ private:
+  struct Slot {
+    struct Entry {
+      Tensor host;  // keeps the host storage (and so its address) alive
+      HostBytes h;
+      size_t offset;
+    };
+    Tensor pinned, device;
+    size_t capacity = 0;
+    cudaEvent_t copied = nullptr, consumed = nullptr;
+    std::vector<Entry> entries;
+  };
+
+  enum class Call { kGemm, kConvForward, kConvData, kConvFilter };
+  struct LoggedCall {
+    Call kind;
+    Window2D g;
+    bool ta = false, tb = false;
+    int64_t m = 0, n = 0, k = 0;
+  };
+
+  static float* Ptr(Tensor& t) { return t.mutable_data<float>(); }
+  static void* WsPtr(Tensor& t) {
+    return t.valid() && t.num_elements() > 0
+               ? const_cast<char*>(t.raw_data())
+               : nullptr;
+  }
+
+  Tensor Scratch(int64_t floats) {
+    return Allocate(DType::kFloat32, Shape{std::max<int64_t>(floats, 1)});
+  }
+  Tensor Workspace(size_t bytes) {
+    if (bytes == 0) return Tensor();
+    return Allocate(DType::kUInt8, Shape{static_cast<int64_t>(bytes)});
+  }
+
+  // A prefetched copy of `t`, if Prefetch staged it: copied on the
+  // compute stream (after the input copy) into a tensor of its own.
+  std::optional<Tensor> FromSlots(const Tensor& t) {
+    for (Slot& slot : slots_) {
+      for (const Slot::Entry& e : slot.entries) {
+        if (e.host.raw_data() != t.raw_data() || e.host.dtype() != t.dtype() ||
+            !(e.host.shape() == t.shape())) {
+          continue;
+        }
+        Tensor out = Allocate(e.h.dtype, e.h.shape);
+        Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
+              "waiting for the input copy");
+        Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()),
+                              slot.device.raw_data() + e.offset, e.h.size,
+                              cudaMemcpyDeviceToDevice, compute_),
+              index_, "cudaMemcpyAsync");
+        Check(cudaEventRecord(slot.consumed, compute_), index_,
+              "cudaEventRecord");
+        return out;
+      }
+    }
+    return std::nullopt;
+  }
+
+  static cuda::PoolShape PoolShapeOf(const Window2D& g) {
+    return {g.batch,    g.in_h,     g.in_w,     g.in_c,
+            g.out_h,    g.out_w,    g.window_h, g.window_w,
+            g.stride_h, g.stride_w, g.pad_top,  g.pad_left};
+  }
+
+  ConvPlan& Plan(const Window2D& g) {
+    const std::array<int64_t, 12> key{
+        g.batch,    g.in_h,     g.in_w,     g.in_c,
+        g.window_h, g.window_w, g.stride_h, g.stride_w,
+        g.out_c,    g.pad_top,  g.pad_left, static_cast<int64_t>(g.padding)};
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    ConvPlan p;
+    // cuDNN's output size with symmetric padding pad_top/pad_left.
+    const int64_t sym_h = (g.in_h + 2 * g.pad_top - g.window_h) / g.stride_h + 1;
+    const int64_t sym_w =
+        (g.in_w + 2 * g.pad_left - g.window_w) / g.stride_w + 1;
+    p.explicit_pad = sym_h != g.out_h || sym_w != g.out_w;
+    int64_t pad_h = g.pad_top, pad_w = g.pad_left;
+    p.cudnn_in_h = g.in_h;
+    p.cudnn_in_w = g.in_w;
+    if (p.explicit_pad) {
+      p.pad_bottom =
+          std::max<int64_t>((g.out_h - 1) * g.stride_h + g.window_h - g.in_h -
+                                g.pad_top,
+                            0);
+      p.pad_right =
+          std::max<int64_t>((g.out_w - 1) * g.stride_w + g.window_w - g.in_w -
+                                g.pad_left,
+                            0);
+      p.cudnn_in_h = g.in_h + g.pad_top + p.pad_bottom;
+      p.cudnn_in_w = g.in_w + g.pad_left + p.pad_right;
+      pad_h = pad_w = 0;
+    }
+    const std::string what = fmt::format(
+        "planning a {}x{} convolution of [{}, {}, {}, {}] into {} channels",
+        g.window_h, g.window_w, g.batch, g.in_h, g.in_w, g.in_c, g.out_c);
+    Check(cudnnCreateTensorDescriptor(&p.x), index_, what);
+    Check(cudnnCreateTensorDescriptor(&p.y), index_, what);
+    Check(cudnnCreateFilterDescriptor(&p.w), index_, what);
+    Check(cudnnSetTensor4dDescriptor(p.x, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                     int(g.batch), int(g.in_c),
+                                     int(p.cudnn_in_h), int(p.cudnn_in_w)),
+          index_, what);
+    Check(cudnnSetTensor4dDescriptor(p.y, CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT,
+                                     int(g.batch), int(g.out_c), int(g.out_h),
+                                     int(g.out_w)),
+          index_, what);
+    Check(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
+                                     int(g.out_c), int(g.in_c),
+                                     int(g.window_h), int(g.window_w)),
+          index_, what);
+    for (auto& c : p.conv) {
+      Check(cudnnCreateConvolutionDescriptor(&c), index_, what);
+      Check(cudnnSetConvolution2dDescriptor(
+                c, int(pad_h), int(pad_w), int(g.stride_h), int(g.stride_w), 1,
+                1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+            index_, what);
+      Check(cudnnSetConvolutionMathType(
+                c, tf32_ ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+            index_, what);
+    }
+    int n = 0, h = 0, w = 0, c = 0;
+    Check(cudnnGetConvolution2dForwardOutputDim(p.conv[0], p.x, p.w, &n, &c,
+                                                &h, &w),
+          index_, what);
+    if (h != g.out_h || w != g.out_w || c != g.out_c) {
+      Fail(index_, what,
+           fmt::format("cuDNN computes a {}x{}x{} output, TensorFlow {}x{}x{}",
+                       h, w, c, g.out_h, g.out_w, g.out_c));
+    }
+    // The fastest algorithm cuDNN measures for each pass, once per shape
+    // (the workspace comes from the caching allocator).
+    constexpr int kAlgos = 8;
+    int found = 0;
+    {
+      cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
+      Check(cudnnFindConvolutionForwardAlgorithm(cudnn_, p.x, p.w, p.conv[0],
+                                                 p.y, kAlgos, &found, perf),
+            index_, what);
+      const int i = Best(perf, found, what);
+      p.fwd_algo = perf[i].algo;
+      p.fwd_ws = perf[i].memory;
+      Check(cudnnSetConvolutionMathType(p.conv[0], perf[i].mathType), index_,
+            what);
+    }
+    {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
+      Check(cudnnFindConvolutionBackwardDataAlgorithm(
+                cudnn_, p.w, p.y, p.conv[1], p.x, kAlgos, &found, perf),
+            index_, what);
+      const int i = Best(perf, found, what);
+      p.data_algo = perf[i].algo;
+      p.data_ws = perf[i].memory;
+      Check(cudnnSetConvolutionMathType(p.conv[1], perf[i].mathType), index_,
+            what);
+    }
+    {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
+      Check(cudnnFindConvolutionBackwardFilterAlgorithm(
+                cudnn_, p.x, p.y, p.conv[2], p.w, kAlgos, &found, perf),
+            index_, what);
+      const int i = Best(perf, found, what);
+      p.filter_algo = perf[i].algo;
+      p.filter_ws = perf[i].memory;
+      Check(cudnnSetConvolutionMathType(p.conv[2], perf[i].mathType), index_,
+            what);
+    }
+    return plans_.emplace(key, p).first->second;
+  }
+
+  template <typename Perf>
+  int Best(const Perf* perf, int found, const std::string& what) {
+    constexpr size_t kMaxWorkspace = size_t{1} << 30;
+    for (int i = 0; i < found; ++i) {
+      if (perf[i].status == CUDNN_STATUS_SUCCESS &&
+          perf[i].memory <= kMaxWorkspace &&
+          (tf32_ || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) {
+        return i;
+      }
+    }
+    Fail(index_, what, "cuDNN found no algorithm");
+  }
+
+  static void Destroy(ConvPlan& p) {
+    cudnnDestroyTensorDescriptor(p.x);
+    cudnnDestroyTensorDescriptor(p.y);
+    cudnnDestroyFilterDescriptor(p.w);
+    for (auto& c : p.conv) cudnnDestroyConvolutionDescriptor(c);
+  }
+
+  const int index_;
+  const bool tf32_;
+  std::string device_name_;
+  cudaStream_t compute_ = nullptr, copy_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cudnnHandle_t cudnn_ = nullptr;
+  std::shared_ptr<CachingAllocator> device_alloc_, pinned_alloc_;
+  cuda::DeviceError* err_host_ = nullptr;
+  cuda::DeviceError* err_dev_ = nullptr;
+  std::array<Slot, 3> slots_;
+  uint64_t next_slot_ = 0;
+  std::map<std::array<int64_t, 12>, ConvPlan> plans_;
+  bool log_calls_ = false;
+  std::vector<LoggedCall> call_log_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCudaBackend(int index, bool allow_tf32) {
+  return std::make_unique<CudaBackend>(index, allow_tf32);
+}
+
+}  // namespace recflow::train
