@@ -267,6 +267,13 @@ class CudaBackend final : public Backend {
   }
 
   void Prefetch(const pipeline::Element& element) override {
+    // Everything the steps before this one read from their slots is
+    // queued by now: the slot handed out last is free once that has run.
+    if (next_slot_ > 0) {
+      Slot& last = slots_[(next_slot_ - 1) % slots_.size()];
+      Check(cudaEventRecord(last.consumed, compute_), index_,
+            "cudaEventRecord");
+    }
     Slot& slot = slots_[next_slot_++ % slots_.size()];
     // The slot's last copy (three prefetches ago) must be done before its
     // pinned buffer is refilled.
@@ -288,14 +295,19 @@ class CudaBackend final : public Backend {
       total += Align(h->size);
     }
     if (total == 0) return;
-    if (slot.capacity < total) {
+    // A tensor handed out from this slot that someone still holds keeps
+    // the old device buffer; the slot takes a new one.
+    const bool still_held = slot.lease.use_count() > 1;
+    if (slot.capacity < total || still_held) {
       slot.pinned = Tensor();
       slot.device = Tensor();
-      const auto bytes = static_cast<int64_t>(Align(total * 5 / 4));
+      const auto bytes =
+          static_cast<int64_t>(Align(std::max(total * 5 / 4, slot.capacity)));
       slot.pinned = Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
       slot.device = Allocate(DType::kUInt8, Shape{bytes});
       slot.capacity = static_cast<size_t>(bytes);
     }
+    slot.lease = std::make_shared<Tensor>(slot.device);
     char* pinned = const_cast<char*>(slot.pinned.raw_data());
     size_t at = 0;
     for (const auto& [t, h] : parts) {
@@ -303,8 +315,8 @@ class CudaBackend final : public Backend {
       slot.entries.push_back({*t, h, at});
       at += Align(h.size);
     }
-    // The device buffer may still be read by the step that used this
-    // slot last; the copy waits for that, not for anything later.
+    // The device buffer may still be read by the step that used this slot
+    // last; the copy waits for that, not for anything later.
     Check(cudaStreamWaitEvent(copy_, slot.consumed, 0), index_,
           "ordering the input copy");
     Check(cudaMemcpyAsync(const_cast<char*>(slot.device.raw_data()), pinned,
@@ -674,6 +686,7 @@ class CudaBackend final : public Backend {
       size_t offset;
     };
     Tensor pinned, device;
+    std::shared_ptr<const void> lease;  // held by the views handed out
     size_t capacity = 0;
     cudaEvent_t copied = nullptr, consumed = nullptr;
     std::vector<Entry> entries;
@@ -702,8 +715,10 @@ class CudaBackend final : public Backend {
     return Allocate(DType::kUInt8, Shape{static_cast<int64_t>(bytes)});
   }
 
-  // A prefetched copy of `t`, if Prefetch staged it: copied on the
-  // compute stream (after the input copy) into a tensor of its own.
+  // `t` as Prefetch staged it: a view of the slot's device buffer, once
+  // the compute stream has waited for the input copy.  The view holds the
+  // slot's lease, so a slot whose tensors are still held gets a new buffer
+  // instead of being overwritten.
   std::optional<Tensor> FromSlots(const Tensor& t) {
     for (Slot& slot : slots_) {
       for (const Slot::Entry& e : slot.entries) {
@@ -711,16 +726,11 @@ class CudaBackend final : public Backend {
             !(e.host.shape() == t.shape())) {
           continue;
         }
-        Tensor out = Allocate(e.h.dtype, e.h.shape);
         Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
               "waiting for the input copy");
-        Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()),
-                              slot.device.raw_data() + e.offset, e.h.size,
-                              cudaMemcpyDeviceToDevice, compute_),
-              index_, "cudaMemcpyAsync");
-        Check(cudaEventRecord(slot.consumed, compute_), index_,
-              "cudaEventRecord");
-        return out;
+        return Tensor::View(e.h.dtype, e.h.shape,
+                            slot.device.raw_data() + e.offset, slot.lease,
+                            Device::kCuda);
       }
     }
     return std::nullopt;
