@@ -24,7 +24,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
 build_asan() {
+  # RECFLOW_CUDA=OFF: the sanitizers instrument host code only, and this
+  # is where CI builds and tests the configuration without the CUDA backend.
   CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None \
+    -DRECFLOW_CUDA=OFF \
     -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_FUZZ=ON \
     -DCMAKE_CXX_FLAGS="$san_flags -fsanitize=fuzzer-no-link" >/dev/null
   cmake --build build-asan
@@ -69,6 +72,7 @@ for part in "${parts[@]}"; do
     tsan)
       echo "== pipeline tests under ThreadSanitizer"
       cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None \
+        -DRECFLOW_CUDA=OFF \
         -DRECFLOW_BUILD_BENCH=OFF \
         -DCMAKE_CXX_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=thread" >/dev/null
       cmake --build build-tsan --target pipeline_tests
