@@ -24,13 +24,12 @@
 #define EIGEN_USE_THREADS
 #include <benchmark/benchmark.h>
 
-#include <random>
-#include <unsupported/Eigen/CXX11/Tensor>
-
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <random>
 #include <string_view>
+#include <unsupported/Eigen/CXX11/Tensor>
 
 #include "pipeline/dataset.h"
 #include "pipeline/io.h"
@@ -109,8 +108,8 @@ struct GemmShape {
 std::vector<GemmShape> StepGemms(const std::string& name) {
   auto dense = [](std::vector<GemmShape>& g, int64_t in, int64_t out,
                   bool input_grad) {
-    g.push_back({kBatch, out, in, false, false});  // y = x W
-    g.push_back({in, out, kBatch, true, false});   // dW = x^T dy
+    g.push_back({kBatch, out, in, false, false});                 // y = x W
+    g.push_back({in, out, kBatch, true, false});                  // dW = x^T dy
     if (input_grad) g.push_back({kBatch, in, out, false, true});  // dx
   };
   std::vector<GemmShape> g;
@@ -126,7 +125,8 @@ std::vector<GemmShape> StepGemms(const std::string& name) {
                     bool input_grad) {
       g.push_back({kBatch * pixels, out_c, 9 * in_c, false, false});
       g.push_back({9 * in_c, out_c, kBatch * pixels, true, false});
-      if (input_grad) g.push_back({kBatch * pixels, 9 * in_c, out_c, false, true});
+      if (input_grad)
+        g.push_back({kBatch * pixels, 9 * in_c, out_c, false, true});
     };
     conv(28 * 28, 1, 32, false);
     conv(14 * 14, 32, 64, true);
@@ -201,9 +201,9 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
     const auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < kStepsPerIteration; ++i) one_step();
     be.Synchronize();
-    const double s = std::chrono::duration<double>(
-                         std::chrono::steady_clock::now() - start)
-                         .count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     state.SetIterationTime(s);
     seconds += s;
   }
@@ -230,8 +230,8 @@ void CudaStep(benchmark::State& state, const std::string& name) {
     pixels.insert(pixels.end(), v.begin(), v.end());
   }
   Features f;
-  f.Set("image", be.ToDevice(Tensor::FromValues<uint8_t>(
-                     pixels, Shape{kBatch, 784})));
+  f.Set("image",
+        be.ToDevice(Tensor::FromValues<uint8_t>(pixels, Shape{kBatch, 784})));
   f.Set("label", be.ToDevice(host["label"]));
   RunCudaSteps(state, name, [&] { return f; });
 }
@@ -281,13 +281,13 @@ void CudaPipeline(benchmark::State& state, const std::string& name,
       it.Next(&e);
       const auto p = std::chrono::steady_clock::now();
       be.Prefetch(e);
-      prefetch += std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - p)
-                      .count();
+      prefetch +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - p)
+              .count();
     }
-    const double total = std::chrono::duration<double>(
-                             std::chrono::steady_clock::now() - start)
-                             .count();
+    const double total =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
     state.counters["input_us"] = total / kBatches * 1e6;
     state.counters["prefetch_us"] = prefetch / kBatches * 1e6;
   }
@@ -357,7 +357,8 @@ int main(int argc, char** argv) {
     recflow::train::RegisterCuda();
     bool has_filter = false;
     for (char* a : args) {
-      if (std::string_view(a).starts_with("--benchmark_filter")) has_filter = true;
+      if (std::string_view(a).starts_with("--benchmark_filter"))
+        has_filter = true;
     }
     if (!has_filter) args.push_back(filter.data());
   }

@@ -140,8 +140,8 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape,
   t.data_ = static_cast<const char*>(p);
   t.storage_bytes_ = bytes;
   if (p != nullptr) {
-    t.owner_ = std::shared_ptr<const void>(
-        p, [allocator, bytes](const void* q) {
+    t.owner_ =
+        std::shared_ptr<const void>(p, [allocator, bytes](const void* q) {
           allocator->Deallocate(const_cast<void*>(q), bytes);
         });
   }

@@ -394,8 +394,7 @@ int RunDemo(const DemoOptions& o) {
                          : "DNN (hidden 256, 128)",
         trained.global_step, train.batch, trained.train_seconds,
         trained.examples_per_s, trained.device, test_converted.records,
-        100 * accuracy,
-        trained.eval.at("loss")));
+        100 * accuracy, trained.eval.at("loss")));
     say(
         fmt::format("   checkpoints (with the input's position) and "
                     "TensorBoard logs: {}   (tensorboard --logdir {})",

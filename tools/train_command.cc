@@ -53,8 +53,7 @@ int RunTrain(TrainOptions& o) {
       r.start_step > 0 ? fmt::format(" (resumed from step {})", r.start_step)
                        : "",
       metrics, r.train_seconds, r.examples_per_s, r.device, r.eval_seconds,
-      r.model_dir,
-      r.model_dir);
+      r.model_dir, r.model_dir);
   return kExitOk;
 }
 

@@ -275,8 +275,7 @@ bool CudaBuilt();
 // and later; false: full float32, as the parity tests run).  Throws
 // CudaUnavailable (one line: no driver, no such GPU, or a build without
 // CUDA) when it cannot run.
-std::unique_ptr<Backend> MakeCudaBackend(int index = 0,
-                                         bool allow_tf32 = true);
+std::unique_ptr<Backend> MakeCudaBackend(int index = 0, bool allow_tf32 = true);
 // A backend for `spec` (threads: the CPU backend's threads).
 std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads = 0);
 
@@ -285,8 +284,6 @@ class CudaUnavailable : public Error {
  public:
   using Error::Error;
 };
-
-
 
 }  // namespace recflow::train
 

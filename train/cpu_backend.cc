@@ -359,9 +359,8 @@ class CpuBackend final : public Backend {
   void Convert(DType dtype, int64_t n, const void* x, float scale,
                float* y) override {
     auto convert = [&](const auto* in) {
-      ParallelRows(n, 2, [&](int64_t i) {
-        y[i] = static_cast<float>(in[i]) * scale;
-      });
+      ParallelRows(
+          n, 2, [&](int64_t i) { y[i] = static_cast<float>(in[i]) * scale; });
     };
     switch (dtype) {
       case DType::kFloat32:
@@ -415,12 +414,11 @@ class CpuBackend final : public Backend {
   }
   void DropoutMask(int64_t n, float rate, uint64_t seed, float* mask) override {
     const float keep = 1.0f / (1.0f - rate);
-    const uint64_t threshold = static_cast<uint64_t>(
-        static_cast<double>(rate) * 18446744073709551616.0);
+    const uint64_t threshold = static_cast<uint64_t>(static_cast<double>(rate) *
+                                                     18446744073709551616.0);
     ParallelRows(n, 8, [&](int64_t i) {
-      mask[i] = DropoutBits(seed, static_cast<uint64_t>(i)) < threshold
-                    ? 0.0f
-                    : keep;
+      mask[i] =
+          DropoutBits(seed, static_cast<uint64_t>(i)) < threshold ? 0.0f : keep;
     });
   }
   void ArgMax(int64_t rows, int64_t cols, const float* x,

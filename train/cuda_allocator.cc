@@ -29,7 +29,8 @@ size_t CachingAllocator::RoundUp(size_t bytes) {
   constexpr size_t kSmallStep = 512;
   constexpr size_t kLargeStep = size_t{2} << 20;
   if (bytes <= kSmall) {
-    return std::max(kSmallStep, (bytes + kSmallStep - 1) / kSmallStep * kSmallStep);
+    return std::max(kSmallStep,
+                    (bytes + kSmallStep - 1) / kSmallStep * kSmallStep);
   }
   return (bytes + kLargeStep - 1) / kLargeStep * kLargeStep;
 }

@@ -29,7 +29,7 @@
 namespace recflow::train::cuda {
 
 struct AllocatorStats {
-  uint64_t allocations = 0;  // Allocate calls
+  uint64_t allocations = 0;   // Allocate calls
   uint64_t cuda_mallocs = 0;  // of them, the ones the cache could not serve
   size_t in_use_bytes = 0;
   size_t cached_bytes = 0;  // free blocks kept for reuse

@@ -36,7 +36,8 @@ namespace {
 
 using cuda::CachingAllocator;
 
-[[noreturn]] void Fail(int device, std::string_view what, std::string_view why) {
+[[noreturn]] void Fail(int device, std::string_view what,
+                       std::string_view why) {
   throw Error(fmt::format("cuda:{}: {}: {}", device, what, why));
 }
 
@@ -151,8 +152,8 @@ class CudaBackend final : public Backend {
     }
     if (index < 0 || index >= count) {
       throw CudaUnavailable(fmt::format(
-          "cuda:{} does not exist: this machine has {} GPU{} (cuda:0{})",
-          index, count, count == 1 ? "" : "s",
+          "cuda:{} does not exist: this machine has {} GPU{} (cuda:0{})", index,
+          count, count == 1 ? "" : "s",
           count == 1 ? "" : fmt::format("..cuda:{}", count - 1)));
     }
     Check(cudaSetDevice(index), index, "cudaSetDevice");
@@ -171,8 +172,8 @@ class CudaBackend final : public Backend {
           index, "cublasSetMathMode");
     Check(cudnnCreate(&cudnn_), index, "cudnnCreate");
     Check(cudnnSetStream(cudnn_, compute_), index, "cudnnSetStream");
-    device_alloc_ =
-        std::make_shared<CachingAllocator>(pipeline::MemoryKind::kDevice, index);
+    device_alloc_ = std::make_shared<CachingAllocator>(
+        pipeline::MemoryKind::kDevice, index);
     pinned_alloc_ = std::make_shared<CachingAllocator>(
         pipeline::MemoryKind::kPinnedHost, index);
     void* err = nullptr;
@@ -231,8 +232,7 @@ class CudaBackend final : public Backend {
           "cuda:{}: cannot copy a {}{} tensor to the GPU: only numeric "
           "tensors and bytes whose values all have one length (decode_raw's "
           "input) can be",
-          index_, t.ragged() ? "ragged " : "",
-          pipeline::DTypeName(t.dtype())));
+          index_, t.ragged() ? "ragged " : "", pipeline::DTypeName(t.dtype())));
     }
     Tensor out = Allocate(h->dtype, h->shape);
     if (h->size == 0) return out;
@@ -240,8 +240,8 @@ class CudaBackend final : public Backend {
       std::vector<char> packed(h->size);
       Pack(t, *h, packed.data());
       // From pageable memory the copy returns once the source is staged.
-      Check(cudaMemcpyAsync(out.mutable_data<uint8_t>(), packed.data(),
-                            h->size, cudaMemcpyHostToDevice, compute_),
+      Check(cudaMemcpyAsync(out.mutable_data<uint8_t>(), packed.data(), h->size,
+                            cudaMemcpyHostToDevice, compute_),
             index_, "copying input to the GPU");
     } else {
       Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), t.raw_data(),
@@ -303,7 +303,8 @@ class CudaBackend final : public Backend {
       slot.device = Tensor();
       const auto bytes =
           static_cast<int64_t>(Align(std::max(total * 5 / 4, slot.capacity)));
-      slot.pinned = Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
+      slot.pinned =
+          Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
       slot.device = Allocate(DType::kUInt8, Shape{bytes});
       slot.capacity = static_cast<size_t>(bytes);
     }
@@ -319,8 +320,8 @@ class CudaBackend final : public Backend {
     // last; the copy waits for that, not for anything later.
     Check(cudaStreamWaitEvent(copy_, slot.consumed, 0), index_,
           "ordering the input copy");
-    Check(cudaMemcpyAsync(const_cast<char*>(slot.device.raw_data()), pinned,
-                          at, cudaMemcpyHostToDevice, copy_),
+    Check(cudaMemcpyAsync(const_cast<char*>(slot.device.raw_data()), pinned, at,
+                          cudaMemcpyHostToDevice, copy_),
           index_, "copying input to the GPU");
     Check(cudaEventRecord(slot.copied, copy_), index_, "cudaEventRecord");
   }
@@ -373,9 +374,9 @@ class CudaBackend final : public Backend {
     }
     Tensor ws = Workspace(p.fwd_ws);
     const float one = 1.0f, zero = 0.0f;
-    Check(cudnnConvolutionForward(cudnn_, &one, p.x, in, p.w, krsc.data<float>(),
-                                  p.conv[0], p.fwd_algo, WsPtr(ws), p.fwd_ws,
-                                  &zero, p.y, y),
+    Check(cudnnConvolutionForward(cudnn_, &one, p.x, in, p.w,
+                                  krsc.data<float>(), p.conv[0], p.fwd_algo,
+                                  WsPtr(ws), p.fwd_ws, &zero, p.y, y),
           index_, "cudnnConvolutionForward");
     if (log_calls_) call_log_.push_back({Call::kConvForward, g});
   }
@@ -418,9 +419,9 @@ class CudaBackend final : public Backend {
       }
       Tensor dkrsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
       Tensor ws = Workspace(p.filter_ws);
-      Check(cudnnConvolutionBackwardFilter(
-                cudnn_, &one, p.x, in, p.y, dy, p.conv[2], p.filter_algo,
-                WsPtr(ws), p.filter_ws, &zero, p.w, Ptr(dkrsc)),
+      Check(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, in, p.y, dy,
+                                           p.conv[2], p.filter_algo, WsPtr(ws),
+                                           p.filter_ws, &zero, p.w, Ptr(dkrsc)),
             index_, "cudnnConvolutionBackwardFilter");
       cuda::KrscAccumulateHwio(compute_, g.window_h * g.window_w, g.in_c,
                                g.out_c, dkrsc.data<float>(), dw);
@@ -541,8 +542,8 @@ class CudaBackend final : public Backend {
   void ScatterAdd(int64_t dim, int64_t n, const int64_t* ids, const float* dy,
                   float* dtable) override {
     // Rows were checked by the forward Gather; out-of-range ids are skipped.
-    cuda::ScatterAdd(compute_, std::numeric_limits<int64_t>::max(), dim, n,
-                     ids, dy, dtable);
+    cuda::ScatterAdd(compute_, std::numeric_limits<int64_t>::max(), dim, n, ids,
+                     dy, dtable);
   }
   void BatchNormForward(int64_t rows, int64_t cols, const float* x,
                         const float* gamma, const float* beta, float epsilon,
@@ -565,8 +566,8 @@ class CudaBackend final : public Backend {
                          const float* x, const float* gamma, const float* mean,
                          const float* inv_std, const float* dy, float* dx,
                          float* dgamma, float* dbeta) override {
-    Tensor partial = Scratch(2 * cuda::ColumnSumScratch(rows, cols) +
-                             2 * cols + rows * cols);
+    Tensor partial = Scratch(2 * cuda::ColumnSumScratch(rows, cols) + 2 * cols +
+                             rows * cols);
     cuda::BatchNormBackward(compute_, rows, cols, training, x, gamma, mean,
                             inv_std, dy, dx, dgamma, dbeta, Ptr(partial));
   }
@@ -637,8 +638,8 @@ class CudaBackend final : public Backend {
                                       p.fwd_algo, ws, ws_bytes, &zero, p.y, y);
             } else if (kind == Call::kConvData) {
               cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, y,
-                                           p.conv[1], p.data_algo, ws,
-                                           ws_bytes, &zero, p.x, x);
+                                           p.conv[1], p.data_algo, ws, ws_bytes,
+                                           &zero, p.x, x);
             } else {
               cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, y,
                                              p.conv[2], p.filter_algo, ws,
@@ -702,9 +703,8 @@ class CudaBackend final : public Backend {
 
   static float* Ptr(Tensor& t) { return t.mutable_data<float>(); }
   static void* WsPtr(Tensor& t) {
-    return t.valid() && t.num_elements() > 0
-               ? const_cast<char*>(t.raw_data())
-               : nullptr;
+    return t.valid() && t.num_elements() > 0 ? const_cast<char*>(t.raw_data())
+                                             : nullptr;
   }
 
   Tensor Scratch(int64_t floats) {
@@ -751,7 +751,8 @@ class CudaBackend final : public Backend {
     if (it != plans_.end()) return it->second;
     ConvPlan p;
     // cuDNN's output size with symmetric padding pad_top/pad_left.
-    const int64_t sym_h = (g.in_h + 2 * g.pad_top - g.window_h) / g.stride_h + 1;
+    const int64_t sym_h =
+        (g.in_h + 2 * g.pad_top - g.window_h) / g.stride_h + 1;
     const int64_t sym_w =
         (g.in_w + 2 * g.pad_left - g.window_w) / g.stride_w + 1;
     p.explicit_pad = sym_h != g.out_h || sym_w != g.out_w;
@@ -759,14 +760,10 @@ class CudaBackend final : public Backend {
     p.cudnn_in_h = g.in_h;
     p.cudnn_in_w = g.in_w;
     if (p.explicit_pad) {
-      p.pad_bottom =
-          std::max<int64_t>((g.out_h - 1) * g.stride_h + g.window_h - g.in_h -
-                                g.pad_top,
-                            0);
-      p.pad_right =
-          std::max<int64_t>((g.out_w - 1) * g.stride_w + g.window_w - g.in_w -
-                                g.pad_left,
-                            0);
+      p.pad_bottom = std::max<int64_t>(
+          (g.out_h - 1) * g.stride_h + g.window_h - g.in_h - g.pad_top, 0);
+      p.pad_right = std::max<int64_t>(
+          (g.out_w - 1) * g.stride_w + g.window_w - g.in_w - g.pad_left, 0);
       p.cudnn_in_h = g.in_h + g.pad_top + p.pad_bottom;
       p.cudnn_in_w = g.in_w + g.pad_left + p.pad_right;
       pad_h = pad_w = 0;
@@ -786,8 +783,8 @@ class CudaBackend final : public Backend {
                                      int(g.out_w)),
           index_, what);
     Check(cudnnSetFilter4dDescriptor(p.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC,
-                                     int(g.out_c), int(g.in_c),
-                                     int(g.window_h), int(g.window_w)),
+                                     int(g.out_c), int(g.in_c), int(g.window_h),
+                                     int(g.window_w)),
           index_, what);
     for (auto& c : p.conv) {
       Check(cudnnCreateConvolutionDescriptor(&c), index_, what);
@@ -800,8 +797,8 @@ class CudaBackend final : public Backend {
             index_, what);
     }
     int n = 0, h = 0, w = 0, c = 0;
-    Check(cudnnGetConvolution2dForwardOutputDim(p.conv[0], p.x, p.w, &n, &c,
-                                                &h, &w),
+    Check(cudnnGetConvolution2dForwardOutputDim(p.conv[0], p.x, p.w, &n, &c, &h,
+                                                &w),
           index_, what);
     if (h != g.out_h || w != g.out_w || c != g.out_c) {
       Fail(index_, what,

@@ -17,9 +17,9 @@ int Blocks(int64_t n) {
   return static_cast<int>(b < 1 ? 1 : (b > 8192 ? 8192 : b));
 }
 
-#define GRID_STRIDE(i, n)                                            \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; \
-       i < (n); i += int64_t(blockDim.x) * gridDim.x)
+#define GRID_STRIDE(i, n)                                                   \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t(blockDim.x) * gridDim.x)
 
 __device__ void RecordError(DeviceError* err, int code, long long value,
                             long long position, long long limit) {
@@ -62,8 +62,7 @@ __global__ void AxpyScalarK(int64_t n, const float* alpha, const float* x,
     GRID_STRIDE(i, n) y[i] += a * x[i];
   }
 }
-__global__ void MultiplyK(int64_t n, const float* x, const float* y,
-                          float* z) {
+__global__ void MultiplyK(int64_t n, const float* x, const float* y, float* z) {
   GRID_STRIDE(i, n) z[i] = x[i] * y[i];
 }
 __global__ void BiasAddK(int64_t rows, int64_t cols, const float* x,
@@ -113,8 +112,8 @@ int64_t Chunks(int64_t rows) {
   return rows <= 0 ? 1 : (rows + kRowsPerChunk - 1) / kRowsPerChunk;
 }
 
-void ColumnPartials(cudaStream_t s, int64_t rows, int64_t cols,
-                    const float* x, const float* y, float* partial) {
+void ColumnPartials(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
+                    const float* y, float* partial) {
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32),
                   static_cast<unsigned>(Chunks(rows)));
   ColumnPartialK<<<grid, dim3(32, 8), 0, s>>>(rows, cols, x, y, partial);
@@ -180,13 +179,11 @@ __global__ void ArgMaxK(int64_t rows, int64_t cols, const float* x,
     out[r] = best;
   }
 }
-__global__ void GreaterThanK(int64_t n, const float* x, float t,
-                             int64_t* out) {
+__global__ void GreaterThanK(int64_t n, const float* x, float t, int64_t* out) {
   GRID_STRIDE(i, n) out[i] = x[i] > t ? 1 : 0;
 }
 
-__global__ void ActivationForwardK(int f, int64_t n, const float* x,
-                                   float* y) {
+__global__ void ActivationForwardK(int f, int64_t n, const float* x, float* y) {
   GRID_STRIDE(i, n) {
     const float v = x[i];
     switch (f) {
@@ -225,8 +222,7 @@ __global__ void ActivationBackwardK(int f, int64_t n, const float* y,
 }
 
 // One warp per row.
-__global__ void SoftmaxK(int64_t rows, int64_t cols, const float* x,
-                         float* y) {
+__global__ void SoftmaxK(int64_t rows, int64_t cols, const float* x, float* y) {
   const int64_t r = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;
@@ -238,7 +234,8 @@ __global__ void SoftmaxK(int64_t rows, int64_t cols, const float* x,
   for (int64_t c = lane; c < cols; c += 32) s += expf(z[c] - m);
   s = WarpSumD(s);
   const float inv = static_cast<float>(1.0 / s);
-  for (int64_t c = lane; c < cols; c += 32) y[r * cols + c] = expf(z[c] - m) * inv;
+  for (int64_t c = lane; c < cols; c += 32)
+    y[r * cols + c] = expf(z[c] - m) * inv;
 }
 __global__ void SoftmaxBackwardK(int64_t rows, int64_t cols, const float* y,
                                  const float* dy, float* dx) {
@@ -291,7 +288,8 @@ __global__ void SigmoidXentK(int64_t n, const float* logits,
   GRID_STRIDE(i, n) {
     const float x = logits[i], z = targets[i];
     losses[i] = fmaxf(x, 0.0f) - x * z + log1pf(expf(-fabsf(x)));
-    if (dlogits != nullptr) dlogits[i] += scale * (1.0f / (1.0f + expf(-x)) - z);
+    if (dlogits != nullptr)
+      dlogits[i] += scale * (1.0f / (1.0f + expf(-x)) - z);
   }
 }
 
@@ -364,8 +362,7 @@ __global__ void PoolBackwardK(int kind, PoolShape g, const float* x,
     const float d = dy[i];
     const bool overlap = g.window_h > g.stride_h || g.window_w > g.stride_w;
     if (kind == 1) {
-      const float share =
-          d / static_cast<float>((w.y1 - w.y0) * (w.x1 - w.x0));
+      const float share = d / static_cast<float>((w.y1 - w.y0) * (w.x1 - w.x0));
       for (int64_t iy = w.y0; iy < w.y1; ++iy) {
         for (int64_t ix = w.x0; ix < w.x1; ++ix) {
           float* p = dx + base + (iy * g.in_w + ix) * g.c + c;
@@ -604,16 +601,16 @@ void Convert(cudaStream_t s, Src src, int64_t n, const void* x, float scale,
                                               scale, y);
       break;
     case Src::kI32:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(
-          n, static_cast<const int32_t*>(x), scale, y);
+      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int32_t*>(x),
+                                              scale, y);
       break;
     case Src::kI64:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(
-          n, static_cast<const int64_t*>(x), scale, y);
+      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int64_t*>(x),
+                                              scale, y);
       break;
     case Src::kU8:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(
-          n, static_cast<const uint8_t*>(x), scale, y);
+      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const uint8_t*>(x),
+                                              scale, y);
       break;
   }
 }
@@ -621,16 +618,16 @@ void ToInt64(cudaStream_t s, Src src, int64_t n, const void* x, int64_t* y) {
   if (n <= 0) return;
   switch (src) {
     case Src::kI32:
-      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(
-          n, static_cast<const int32_t*>(x), y);
+      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int32_t*>(x),
+                                              y);
       break;
     case Src::kU8:
-      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(
-          n, static_cast<const uint8_t*>(x), y);
+      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const uint8_t*>(x),
+                                              y);
       break;
     default:
-      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(
-          n, static_cast<const int64_t*>(x), y);
+      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int64_t*>(x),
+                                              y);
       break;
   }
 }
@@ -644,8 +641,8 @@ void CopyBlock(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
 void DropoutMask(cudaStream_t s, int64_t n, float rate, uint64_t seed,
                  float* mask) {
   const float keep = 1.0f / (1.0f - rate);
-  const uint64_t threshold = static_cast<uint64_t>(
-      static_cast<double>(rate) * 18446744073709551616.0);
+  const uint64_t threshold =
+      static_cast<uint64_t>(static_cast<double>(rate) * 18446744073709551616.0);
   if (n > 0)
     DropoutMaskK<<<Blocks(n), kThreads, 0, s>>>(n, threshold, keep, seed, mask);
 }
@@ -668,10 +665,11 @@ void ActivationBackward(cudaStream_t s, int f, int64_t n, const float* y,
 }
 void Softmax(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
              float* y) {
-  if (rows > 0) SoftmaxK<<<WarpBlocks(rows), kThreads, 0, s>>>(rows, cols, x, y);
+  if (rows > 0)
+    SoftmaxK<<<WarpBlocks(rows), kThreads, 0, s>>>(rows, cols, x, y);
 }
-void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols,
-                     const float* y, const float* dy, float* dx) {
+void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* y,
+                     const float* dy, float* dx) {
   if (rows > 0) {
     SoftmaxBackwardK<<<WarpBlocks(rows), kThreads, 0, s>>>(rows, cols, y, dy,
                                                            dx);
@@ -717,15 +715,16 @@ void Pool2DBackward(cudaStream_t s, int kind, const PoolShape& g,
                     const float* x, const float* y, const float* dy,
                     float* dx) {
   const int64_t n = g.batch * g.out_h * g.out_w * g.c;
-  if (n > 0) PoolBackwardK<<<Blocks(n), kThreads, 0, s>>>(kind, g, x, y, dy, dx);
+  if (n > 0)
+    PoolBackwardK<<<Blocks(n), kThreads, 0, s>>>(kind, g, x, y, dy, dx);
 }
 void Pad(cudaStream_t s, int64_t batch, int64_t in_h, int64_t in_w, int64_t c,
          int64_t top, int64_t bottom, int64_t left, int64_t right,
          const float* x, float* padded) {
   const int64_t n = batch * (in_h + top + bottom) * (in_w + left + right) * c;
   if (n > 0) {
-    PadK<<<Blocks(n), kThreads, 0, s>>>(batch, in_h, in_w, c, top, bottom,
-                                        left, right, x, padded);
+    PadK<<<Blocks(n), kThreads, 0, s>>>(batch, in_h, in_w, c, top, bottom, left,
+                                        right, x, padded);
   }
 }
 void CropAccumulate(cudaStream_t s, int64_t batch, int64_t in_h, int64_t in_w,
@@ -740,14 +739,14 @@ void CropAccumulate(cudaStream_t s, int64_t batch, int64_t in_h, int64_t in_w,
 void HwioToKrsc(cudaStream_t s, int64_t hw, int64_t in, int64_t out,
                 const float* hwio, float* krsc) {
   const int64_t n = hw * in * out;
-  if (n > 0) HwioToKrscK<<<Blocks(n), kThreads, 0, s>>>(hw, in, out, hwio, krsc);
+  if (n > 0)
+    HwioToKrscK<<<Blocks(n), kThreads, 0, s>>>(hw, in, out, hwio, krsc);
 }
 void KrscAccumulateHwio(cudaStream_t s, int64_t hw, int64_t in, int64_t out,
                         const float* krsc, float* hwio) {
   const int64_t n = hw * in * out;
   if (n > 0) {
-    KrscAccumulateHwioK<<<Blocks(n), kThreads, 0, s>>>(hw, in, out, krsc,
-                                                       hwio);
+    KrscAccumulateHwioK<<<Blocks(n), kThreads, 0, s>>>(hw, in, out, krsc, hwio);
   }
 }
 void BatchNormStats(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
@@ -772,8 +771,8 @@ void BatchNormInferenceStats(cudaStream_t s, int64_t cols, float epsilon,
   }
 }
 void BatchNormApply(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
-                    const float* mean, const float* inv_std,
-                    const float* gamma, const float* beta, float* y) {
+                    const float* mean, const float* inv_std, const float* gamma,
+                    const float* beta, float* y) {
   if (rows * cols > 0) {
     BatchNormApplyK<<<Blocks(rows * cols), kThreads, 0, s>>>(
         rows, cols, x, mean, inv_std, gamma, beta, y);
@@ -781,9 +780,8 @@ void BatchNormApply(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
 }
 void BatchNormBackward(cudaStream_t s, int64_t rows, int64_t cols,
                        bool training, const float* x, const float* gamma,
-                       const float* mean, const float* inv_std,
-                       const float* dy, float* dx, float* dgamma,
-                       float* dbeta, float* partial) {
+                       const float* mean, const float* inv_std, const float* dy,
+                       float* dx, float* dgamma, float* dbeta, float* partial) {
   if (rows * cols <= 0) return;
   // partial: [sum_dy chunks][sum_dy_xhat chunks][totals 2*cols][xhat].
   const int64_t scratch = ColumnSumScratch(rows, cols);

@@ -60,8 +60,8 @@ void ActivationBackward(cudaStream_t s, int f, int64_t n, const float* y,
                         const float* dy, float* dx);
 void Softmax(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
              float* y);
-void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols,
-                     const float* y, const float* dy, float* dx);
+void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* y,
+                     const float* dy, float* dx);
 void SparseSoftmaxCrossEntropy(cudaStream_t s, int64_t rows, int64_t cols,
                                const float* logits, const int64_t* labels,
                                float* losses, float* dlogits, float scale,
@@ -83,8 +83,7 @@ struct PoolShape {
 void Pool2D(cudaStream_t s, int kind, const PoolShape& g, const float* x,
             float* y);
 void Pool2DBackward(cudaStream_t s, int kind, const PoolShape& g,
-                    const float* x, const float* y, const float* dy,
-                    float* dx);
+                    const float* x, const float* y, const float* dy, float* dx);
 
 // Zero-padded copy of NHWC x into [batch, in_h + top + bottom,
 // in_w + left + right, c], and the way back (accumulating the inner part).
@@ -110,13 +109,12 @@ void BatchNormInferenceStats(cudaStream_t s, int64_t cols, float epsilon,
                              const float* moving_mean, const float* moving_var,
                              float* mean, float* inv_std);
 void BatchNormApply(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
-                    const float* mean, const float* inv_std,
-                    const float* gamma, const float* beta, float* y);
+                    const float* mean, const float* inv_std, const float* gamma,
+                    const float* beta, float* y);
 void BatchNormBackward(cudaStream_t s, int64_t rows, int64_t cols,
                        bool training, const float* x, const float* gamma,
-                       const float* mean, const float* inv_std,
-                       const float* dy, float* dx, float* dgamma,
-                       float* dbeta, float* partial);
+                       const float* mean, const float* inv_std, const float* dy,
+                       float* dx, float* dgamma, float* dbeta, float* partial);
 
 void SgdUpdate(cudaStream_t s, int64_t n, float lr, const float* g, float* w);
 void MomentumUpdate(cudaStream_t s, int64_t n, float lr, float momentum,

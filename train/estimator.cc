@@ -349,9 +349,10 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
       EstimatorSpec spec =
           RunModel(session, element, Mode::kTrain, &ctx, &labels);
       spec.train_op();
-      AfterRun(*backend_, hooks, args, run, spec,
-               [&] { return ScalarOf(*backend_, spec.loss.value()); },
-               session.global_step_, batch);
+      AfterRun(
+          *backend_, hooks, args, run, spec,
+          [&] { return ScalarOf(*backend_, spec.loss.value()); },
+          session.global_step_, batch);
       if (run.stop_requested()) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
@@ -402,8 +403,9 @@ std::map<std::string, double> Estimator::Evaluate(
       const double value = ScalarOf(*backend_, spec.loss.value());
       loss.Update(value, static_cast<double>(batch));
       ++batches;
-      AfterRun(*backend_, hooks, args, run, spec, [value] { return value; },
-               session.global_step_, batch);
+      AfterRun(
+          *backend_, hooks, args, run, spec, [value] { return value; },
+          session.global_step_, batch);
       if (run.stop_requested()) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });

@@ -114,9 +114,9 @@ Variable& VariableStore::GetOrCreate(const std::string& name,
     restored_.erase(restored);
   } else {
     Tensor host = Tensor::Allocate(DType::kFloat32, shape);
-    init.Fill(shape, pipeline::MixSeed(seed_, pipeline::Fingerprint(name)),
-              {host.mutable_data<float>(),
-               static_cast<size_t>(host.num_elements())});
+    init.Fill(
+        shape, pipeline::MixSeed(seed_, pipeline::Fingerprint(name)),
+        {host.mutable_data<float>(), static_cast<size_t>(host.num_elements())});
     v->value = Place(std::move(host));
   }
   if (trainable) {

@@ -61,7 +61,7 @@ struct Variable {
   // float32 in the store's memory (the backend's), updated in place by
   // optimizers and layers.
   Tensor value;
-  Tensor grad;   // same shape, zero between steps (trainable only)
+  Tensor grad;  // same shape, zero between steps (trainable only)
   bool trainable = true;
 
   float* data() { return value.mutable_data<float>(); }

@@ -45,9 +45,9 @@ Backend& Cpu() {
   return *backend;
 }
 
-#define REQUIRE_GPU()                                           \
-  do {                                                          \
-    std::string why;                                            \
+#define REQUIRE_GPU()                                             \
+  do {                                                            \
+    std::string why;                                              \
     if (!Gpu(&why)) GTEST_SKIP() << "no GPU to test on: " << why; \
   } while (0)
 
@@ -85,9 +85,7 @@ std::vector<Tensor> Run(Backend& be, const std::vector<Tensor>& inputs,
 }
 
 float* F(std::vector<Tensor>& b, int i) { return b[i].mutable_data<float>(); }
-const int64_t* I(std::vector<Tensor>& b, int i) {
-  return b[i].data<int64_t>();
-}
+const int64_t* I(std::vector<Tensor>& b, int i) { return b[i].data<int64_t>(); }
 
 // Every buffer equal within atol + rtol * |cpu value| (exact for integers).
 void ExpectSame(const std::vector<Tensor>& inputs, const Op& op,
@@ -98,9 +96,9 @@ void ExpectSame(const std::vector<Tensor>& inputs, const Op& op,
   for (size_t b = 0; b < cpu.size(); ++b) {
     ASSERT_EQ(cpu[b].shape(), gpu[b].shape()) << "buffer " << b;
     if (cpu[b].dtype() != DType::kFloat32) {
-      EXPECT_TRUE(cpu[b] == gpu[b]) << "buffer " << b << ": "
-                                    << cpu[b].DebugString() << " vs "
-                                    << gpu[b].DebugString();
+      EXPECT_TRUE(cpu[b] == gpu[b])
+          << "buffer " << b << ": " << cpu[b].DebugString() << " vs "
+          << gpu[b].DebugString();
       continue;
     }
     const float* c = cpu[b].data<float>();
@@ -139,12 +137,12 @@ TEST(CudaBackendTest, GemmInEveryTransposition) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
-      ExpectSame({Random({m * k}, 1), Random({k * n}, 2), Random({m * n}, 3)},
-                 [=](Backend& be, std::vector<Tensor>& b) {
-                   be.Gemm(ta, tb, m, n, k, 0.7f, F(b, 0), F(b, 1), 0.3f,
-                           F(b, 2));
-                 },
-                 1e-4, 1e-4);
+      ExpectSame(
+          {Random({m * k}, 1), Random({k * n}, 2), Random({m * n}, 3)},
+          [=](Backend& be, std::vector<Tensor>& b) {
+            be.Gemm(ta, tb, m, n, k, 0.7f, F(b, 0), F(b, 1), 0.3f, F(b, 2));
+          },
+          1e-4, 1e-4);
     }
   }
 }
@@ -170,23 +168,24 @@ TEST(CudaBackendTest, ConvolutionForwardAndBackward) {
     g.out_c = c.out_c;
     g.Resolve();
     SCOPED_TRACE(::testing::Message() << "in " << c.in << " window " << c.window
-                                    << " stride " << c.stride);
+                                      << " stride " << c.stride);
     const int64_t nx = g.batch * g.in_h * g.in_w * g.in_c;
     const int64_t nw = c.window * c.window * c.in_c * c.out_c;
     const int64_t ny = g.batch * g.out_h * g.out_w * g.out_c;
-    ExpectSame({Random({nx}, 4), Random({nw}, 5), Random({ny}, 6)},
-               [=](Backend& be, std::vector<Tensor>& b) {
-                 be.Conv2D(g, F(b, 0), F(b, 1), F(b, 2));
-               },
-               1e-4, 1e-4);
+    ExpectSame(
+        {Random({nx}, 4), Random({nw}, 5), Random({ny}, 6)},
+        [=](Backend& be, std::vector<Tensor>& b) {
+          be.Conv2D(g, F(b, 0), F(b, 1), F(b, 2));
+        },
+        1e-4, 1e-4);
     // Backward accumulates into what dx and dw hold.
-    ExpectSame({Random({nx}, 7), Random({nw}, 8), Random({ny}, 9),
-                Random({nx}, 10), Random({nw}, 11)},
-               [=](Backend& be, std::vector<Tensor>& b) {
-                 be.Conv2DBackward(g, F(b, 0), F(b, 1), F(b, 2), F(b, 3),
-                                   F(b, 4));
-               },
-               1e-4, 1e-4);
+    ExpectSame(
+        {Random({nx}, 7), Random({nw}, 8), Random({ny}, 9), Random({nx}, 10),
+         Random({nw}, 11)},
+        [=](Backend& be, std::vector<Tensor>& b) {
+          be.Conv2DBackward(g, F(b, 0), F(b, 1), F(b, 2), F(b, 3), F(b, 4));
+        },
+        1e-4, 1e-4);
   }
 }
 
@@ -197,9 +196,9 @@ TEST(CudaBackendTest, PoolingForwardAndBackward) {
     Padding padding;
   };
   // 7x7 SAME 2/2 pads only at the bottom/right; 3/2 VALID overlaps.
-  for (const Case& c : {Case{8, 2, 2, Padding::kValid},
-                        Case{7, 2, 2, Padding::kSame},
-                        Case{9, 3, 2, Padding::kValid}}) {
+  for (const Case& c :
+       {Case{8, 2, 2, Padding::kValid}, Case{7, 2, 2, Padding::kSame},
+        Case{9, 3, 2, Padding::kValid}}) {
     for (Pooling kind : {Pooling::kMax, Pooling::kAverage}) {
       Window2D g;
       g.batch = 2;
@@ -210,8 +209,8 @@ TEST(CudaBackendTest, PoolingForwardAndBackward) {
       g.padding = c.padding;
       g.Resolve();
       SCOPED_TRACE(::testing::Message()
-                   << (kind == Pooling::kMax ? "max" : "avg") << " in "
-                   << c.in << " window " << c.window);
+                   << (kind == Pooling::kMax ? "max" : "avg") << " in " << c.in
+                   << " window " << c.window);
       const int64_t nx = g.batch * g.in_h * g.in_w * g.in_c;
       const int64_t ny = g.batch * g.out_h * g.out_w * g.out_c;
       ExpectSame({Random({nx}, 12), Random({ny}, 13), Random({ny}, 14),
@@ -278,15 +277,16 @@ TEST(CudaBackendTest, ElementwiseReductionsAndConversions) {
              });
   // Column sums over several 1024-row chunks; a sum of 5000.
   const int64_t rows = 3000, cols = 37;
-  ExpectSame({Random({rows * cols}, 37), Random({cols}, 38),
-              Random({rows * cols}, 39), Random({cols}, 40), Random({1}, 41)},
-             [=](Backend& be, std::vector<Tensor>& b) {
-               be.ColumnSum(rows, cols, F(b, 0), 0.5f, F(b, 1));
-               be.BiasAdd(rows, cols, F(b, 0), F(b, 1), F(b, 2));
-               be.ColumnSum(rows, cols, F(b, 2), 0.0f, F(b, 3));
-               be.Sum(rows * cols, F(b, 0), 0.5f, F(b, 4));
-             },
-             1e-5, 2e-4);
+  ExpectSame(
+      {Random({rows * cols}, 37), Random({cols}, 38), Random({rows * cols}, 39),
+       Random({cols}, 40), Random({1}, 41)},
+      [=](Backend& be, std::vector<Tensor>& b) {
+        be.ColumnSum(rows, cols, F(b, 0), 0.5f, F(b, 1));
+        be.BiasAdd(rows, cols, F(b, 0), F(b, 1), F(b, 2));
+        be.ColumnSum(rows, cols, F(b, 2), 0.0f, F(b, 3));
+        be.Sum(rows * cols, F(b, 0), 0.5f, F(b, 4));
+      },
+      1e-5, 2e-4);
   ExpectSame({Random({12 * 10}, 42), Random({12 * 30}, 43)},
              [](Backend& be, std::vector<Tensor>& b) {
                be.CopyBlock(12, 10, F(b, 0), 10, F(b, 1) + 5, 30, false);
@@ -302,30 +302,29 @@ TEST(CudaBackendTest, ElementwiseReductionsAndConversions) {
     i32[i] = i * 13 - 1000;
     f64[i] = i * 0.37 - 20;
   }
-  ExpectSame({Tensor::FromValues<uint8_t>(bytes, Shape{300}),
-              Tensor::FromValues<int32_t>(i32, Shape{300}),
-              Tensor::FromValues<double>(f64, Shape{300}), Random({900}, 44),
-              Ids(std::vector<int64_t>(600, 0))},
-             [](Backend& be, std::vector<Tensor>& b) {
-               be.Convert(DType::kUInt8, 300, b[0].raw_data(), 1.0f / 255,
-                          F(b, 3));
-               be.Convert(DType::kInt32, 300, b[1].raw_data(), 2.0f,
-                          F(b, 3) + 300);
-               be.Convert(DType::kFloat64, 300, b[2].raw_data(), 1.0f,
-                          F(b, 3) + 600);
-               int64_t* ids = b[4].mutable_data<int64_t>();
-               be.ToInt64(DType::kUInt8, 300, b[0].raw_data(), ids);
-               be.ToInt64(DType::kInt32, 300, b[1].raw_data(), ids + 300);
-             });
-  ExpectSame({Tensor::Allocate(DType::kFloat32, Shape{10000}) /* mask */,
-              Random({200 * 13}, 45), Ids(std::vector<int64_t>(200 + 2600, 0))},
-             [](Backend& be, std::vector<Tensor>& b) {
-               be.DropoutMask(10000, 0.3f, 12345, F(b, 0));
-               int64_t* out = b[2].mutable_data<int64_t>();
-               be.ArgMax(200, 13, F(b, 1), out);
-               be.GreaterThan(200 * 13, F(b, 1), 0.1f, out + 200);
-             },
-             0, 0);
+  ExpectSame(
+      {Tensor::FromValues<uint8_t>(bytes, Shape{300}),
+       Tensor::FromValues<int32_t>(i32, Shape{300}),
+       Tensor::FromValues<double>(f64, Shape{300}), Random({900}, 44),
+       Ids(std::vector<int64_t>(600, 0))},
+      [](Backend& be, std::vector<Tensor>& b) {
+        be.Convert(DType::kUInt8, 300, b[0].raw_data(), 1.0f / 255, F(b, 3));
+        be.Convert(DType::kInt32, 300, b[1].raw_data(), 2.0f, F(b, 3) + 300);
+        be.Convert(DType::kFloat64, 300, b[2].raw_data(), 1.0f, F(b, 3) + 600);
+        int64_t* ids = b[4].mutable_data<int64_t>();
+        be.ToInt64(DType::kUInt8, 300, b[0].raw_data(), ids);
+        be.ToInt64(DType::kInt32, 300, b[1].raw_data(), ids + 300);
+      });
+  ExpectSame(
+      {Tensor::Allocate(DType::kFloat32, Shape{10000}) /* mask */,
+       Random({200 * 13}, 45), Ids(std::vector<int64_t>(200 + 2600, 0))},
+      [](Backend& be, std::vector<Tensor>& b) {
+        be.DropoutMask(10000, 0.3f, 12345, F(b, 0));
+        int64_t* out = b[2].mutable_data<int64_t>();
+        be.ArgMax(200, 13, F(b, 1), out);
+        be.GreaterThan(200 * 13, F(b, 1), 0.1f, out + 200);
+      },
+      0, 0);
 }
 
 TEST(CudaBackendTest, EmbeddingsBatchNormAndOptimizers) {
@@ -351,24 +350,22 @@ TEST(CudaBackendTest, EmbeddingsBatchNormAndOptimizers) {
           be.BatchNormForward(rows, cols, F(b, 0), F(b, 1), F(b, 2), 1e-3f,
                               training, 0.9f, F(b, 3), F(b, 4), F(b, 5),
                               F(b, 6), F(b, 7));
-          be.BatchNormBackward(rows, cols, training, F(b, 0), F(b, 1),
-                               F(b, 5), F(b, 6), F(b, 8), F(b, 9), F(b, 10),
-                               F(b, 11));
+          be.BatchNormBackward(rows, cols, training, F(b, 0), F(b, 1), F(b, 5),
+                               F(b, 6), F(b, 8), F(b, 9), F(b, 10), F(b, 11));
         },
         1e-4, 1e-4);
   }
   const int64_t n = 3000;
-  ExpectSame({Random({n}, 62), Random({n}, 63), Random({n}, 64),
-              Random({n}, 65, 0, 1), Random({n}, 66), Random({n}, 67)},
-             [=](Backend& be, std::vector<Tensor>& b) {
-               be.SgdUpdate(n, 0.1f, F(b, 0), F(b, 1));
-               be.MomentumUpdate(n, 0.1f, 0.9f, false, F(b, 0), F(b, 2),
-                                 F(b, 1));
-               be.MomentumUpdate(n, 0.1f, 0.9f, true, F(b, 0), F(b, 2),
-                                 F(b, 4));
-               be.AdamUpdate(n, 0.01f, 0.9f, 0.999f, 1e-7f, F(b, 0), F(b, 5),
-                             F(b, 3), F(b, 1));
-             });
+  ExpectSame(
+      {Random({n}, 62), Random({n}, 63), Random({n}, 64), Random({n}, 65, 0, 1),
+       Random({n}, 66), Random({n}, 67)},
+      [=](Backend& be, std::vector<Tensor>& b) {
+        be.SgdUpdate(n, 0.1f, F(b, 0), F(b, 1));
+        be.MomentumUpdate(n, 0.1f, 0.9f, false, F(b, 0), F(b, 2), F(b, 1));
+        be.MomentumUpdate(n, 0.1f, 0.9f, true, F(b, 0), F(b, 2), F(b, 4));
+        be.AdamUpdate(n, 0.01f, 0.9f, 0.999f, 1e-7f, F(b, 0), F(b, 5), F(b, 3),
+                      F(b, 1));
+      });
 }
 
 TEST(CudaBackendTest, DeviceErrorsSayWhatTheCpuSays) {
@@ -396,10 +393,9 @@ TEST(CudaBackendTest, DeviceErrorsSayWhatTheCpuSays) {
   EXPECT_NE(message(gpu, bad_label).find("label 5 of row 2"),
             std::string::npos);
   // The backend works on after an error.
-  EXPECT_EQ(message(gpu, [](Backend& be) {
-              ops::Constant(be, Random({3}, 70));
-            }),
-            "no error");
+  EXPECT_EQ(
+      message(gpu, [](Backend& be) { ops::Constant(be, Random({3}, 70)); }),
+      "no error");
 }
 
 TEST(CudaBackendTest, DeviceTensorsRefuseHostReadsAndPrefetchedInputArrives) {
@@ -417,7 +413,8 @@ TEST(CudaBackendTest, DeviceTensorsRefuseHostReadsAndPrefetchedInputArrives) {
     pipeline::Element e;
     e.Set("x", Random({8, 5}, 72 + round));
     std::vector<std::string> rows;
-    for (int r = 0; r < 8; ++r) rows.push_back(std::string(4, char('a' + r + round)));
+    for (int r = 0; r < 8; ++r)
+      rows.push_back(std::string(4, char('a' + r + round)));
     e.Set("raw", Tensor::FromStrings(rows, Shape{8}));
     gpu.Prefetch(e);
     const Tensor x = gpu.ToHost(gpu.ToDevice(e["x"]));
@@ -491,11 +488,11 @@ std::vector<std::pair<std::string, ModelFn>> CannedModels() {
   cnn.optimizer = "sgd";
   cnn.learning_rate = ConstantLearningRate(0.05f);
   return {
-      {"linear", LinearClassifierFn({.columns = columns,
-                                     .n_classes = 4,
-                                     .optimizer = "sgd",
-                                     .learning_rate =
-                                         ConstantLearningRate(0.1f)})},
+      {"linear",
+       LinearClassifierFn({.columns = columns,
+                           .n_classes = 4,
+                           .optimizer = "sgd",
+                           .learning_rate = ConstantLearningRate(0.1f)})},
       {"dnn", DNNClassifierFn({.hidden_units = {16, 8},
                                .columns = columns,
                                .n_classes = 4,
@@ -602,12 +599,12 @@ class MallocHook : public SessionRunHook {
 TEST(CudaBackendTest, SteadyStateStepsAllocateNoDeviceMemory) {
   REQUIRE_GPU();
   recflow::testing::TempDir dir;
-  Estimator gpu = MakeEstimator(CannedModels()[2].second, dir.path().string(), true);
+  Estimator gpu =
+      MakeEstimator(CannedModels()[2].second, dir.path().string(), true);
   auto hook = std::make_shared<MallocHook>(*Gpu(nullptr));
   gpu.Train(Input(16), {hook}, std::nullopt, 20);
   EXPECT_GT(hook->at_step_3, 0u);
-  EXPECT_EQ(hook->at_step_20, hook->at_step_3)
-      << Gpu(nullptr)->MemoryReport();
+  EXPECT_EQ(hook->at_step_20, hook->at_step_3) << Gpu(nullptr)->MemoryReport();
 }
 
 }  // namespace

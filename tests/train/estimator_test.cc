@@ -500,7 +500,8 @@ TEST(EstimatorSlowTest, TrainsOnAnArrayLargerThan2GiBWithSmallCheckpoints) {
   ASSERT_GT(arrays.byte_size(), size_t{2} << 30);
   auto model = [](const Features& f, const Tensor* l, Mode mode,
                   ModelContext& ctx) {
-    Var logits = layers::Dense(ctx, ops::Constant(ctx.backend(), f["x"]), {.units = 3});
+    Var logits =
+        layers::Dense(ctx, ops::Constant(ctx.backend(), f["x"]), {.units = 3});
     EstimatorSpec spec;
     spec.loss = ops::SparseSoftmaxCrossEntropy(ctx.backend(), logits, *l);
     if (mode == Mode::kTrain) {

@@ -113,7 +113,8 @@ TEST(LayersTest, BatchNormUsesBatchStatisticsInTrainingAndMovingOnesLater) {
   const float values[] = {1, 10, 3, 10, 5, 20, 7, 20};
   std::copy(values, values + 8, x.mutable_data<float>());
   ModelContext train = f.Context();
-  Var y = layers::BatchNorm(train, ops::Constant(HostBackend(), x), {.momentum = 0.5f});
+  Var y = layers::BatchNorm(train, ops::Constant(HostBackend(), x),
+                            {.momentum = 0.5f});
   // Channel 0: mean 4, variance 5.
   EXPECT_NEAR(y.data()[0], (1 - 4) / std::sqrt(5 + 1e-3), 1e-4);
   Variable* mean = f.vars.Find("batch_normalization/moving_mean");
@@ -155,7 +156,8 @@ float RunOptimizer(const std::shared_ptr<Optimizer>& opt, int steps,
     Var loss = ops::ReduceSum(
         ctx.backend(),
         ops::Multiply(ctx.backend(), VariableStore::Read(w),
-                      ops::Constant(HostBackend(), Tensor::FromValues<float>(g, Shape{2}))));
+                      ops::Constant(HostBackend(),
+                                    Tensor::FromValues<float>(g, Shape{2}))));
     opt->Minimize(ctx, loss)();
   }
   return f.vars.Find("w")->value.data<float>()[0];

@@ -66,7 +66,8 @@ void CheckGradients(
 
   auto eval = [&](const std::vector<Tensor>& values) {
     std::vector<Var> ps;
-    for (const Tensor& t : values) ps.push_back(ops::Constant(HostBackend(), t));
+    for (const Tensor& t : values)
+      ps.push_back(ops::Constant(HostBackend(), t));
     Var o = f(*be, ps);
     double s = 0;
     for (int64_t i = 0; i < o.value().num_elements(); ++i) {
