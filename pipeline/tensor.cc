@@ -104,14 +104,22 @@ std::string_view DeviceName(Device d) {
 
 // --- Tensor --------------------------------------------------------------
 
-Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
+namespace {
+
+// Bytes of storage a numeric tensor of `shape` needs.
+size_t NumericBytes(DType dtype, const Shape& shape) {
   if (dtype == DType::kBytes) {
     throw Error(
         "Tensor::Allocate is for numeric dtypes; build bytes tensors "
         "with AdoptBytes or FromStrings");
   }
-  const size_t bytes =
-      DTypeSize(dtype) * static_cast<size_t>(shape.num_elements());
+  return DTypeSize(dtype) * static_cast<size_t>(shape.num_elements());
+}
+
+}  // namespace
+
+Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
+  const size_t bytes = NumericBytes(dtype, shape);
   auto storage = std::make_shared<records::AlignedVector<char>>(bytes);
   Tensor t;
   t.dtype_ = dtype;
@@ -125,13 +133,7 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
 Tensor Tensor::Allocate(DType dtype, const Shape& shape,
                         const std::shared_ptr<Allocator>& allocator) {
   if (!allocator) return Allocate(dtype, shape);
-  if (dtype == DType::kBytes) {
-    throw Error(
-        "Tensor::Allocate is for numeric dtypes; build bytes tensors "
-        "with AdoptBytes or FromStrings");
-  }
-  const size_t bytes =
-      DTypeSize(dtype) * static_cast<size_t>(shape.num_elements());
+  const size_t bytes = NumericBytes(dtype, shape);
   void* p = bytes == 0 ? nullptr : allocator->Allocate(bytes);
   Tensor t;
   t.dtype_ = dtype;
@@ -146,6 +148,59 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape,
         });
   }
   return t;
+}
+
+double Tensor::NumberAt(int64_t k) const {
+  CheckHost("NumberAt()");
+  switch (dtype_) {
+    case DType::kFloat32:
+      return data<float>()[k];
+    case DType::kFloat64:
+      return data<double>()[k];
+    case DType::kInt32:
+      return data<int32_t>()[k];
+    case DType::kInt64:
+      return static_cast<double>(data<int64_t>()[k]);
+    case DType::kUInt8:
+      return data<uint8_t>()[k];
+    case DType::kBytes:
+      break;
+  }
+  throw Error("a bytes tensor holds no numbers");
+}
+
+Tensor Tensor::BytesAsUInt8() const {
+  CheckType(DType::kBytes);
+  CheckHost("BytesAsUInt8()");
+  if (ragged()) {
+    throw Error("a ragged bytes tensor has no fixed-length uint8 form");
+  }
+  const int64_t n = num_elements();
+  const size_t each = n == 0 ? 0 : bytes(0).size();
+  bool back_to_back = true;
+  for (int64_t k = 0; k < n; ++k) {
+    const std::string_view v = bytes(k);
+    if (v.size() != each) {
+      throw Error(fmt::format(
+          "bytes value {} holds {} bytes where value 0 holds {}: the values "
+          "are not of one length",
+          k, v.size(), each));
+    }
+    back_to_back &= v.data() == bytes(0).data() + k * each;
+  }
+  std::vector<int64_t> dims(shape_.dims().begin(), shape_.dims().end());
+  dims.push_back(static_cast<int64_t>(each));
+  const Shape shape{std::span<const int64_t>(dims)};
+  if (back_to_back && n > 0) {
+    return View(DType::kUInt8, shape, bytes(0).data(),
+                std::make_shared<Tensor>(*this));
+  }
+  Tensor out = Allocate(DType::kUInt8, shape);
+  char* o = const_cast<char*>(out.data_);
+  for (int64_t k = 0; k < n; ++k) {
+    std::memcpy(o + k * each, bytes(k).data(), each);
+  }
+  return out;
 }
 
 void Tensor::CheckHost(std::string_view what) const {

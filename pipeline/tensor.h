@@ -181,6 +181,14 @@ class Tensor {
   }
   // Value k of a bytes tensor (flat index).
   std::string_view bytes(int64_t k) const;
+  // Value k (flat index) of a numeric host tensor, as a double.
+  double NumberAt(int64_t k) const;
+  // A host bytes tensor whose values all hold n bytes as uint8
+  // [shape..., n] (tf.io.decode_raw's input): a view when the values lie
+  // back to back in one buffer (the parser's and Batch's output), else a
+  // packed copy.  Throws Error naming a value of another length, or for a
+  // ragged tensor.
+  Tensor BytesAsUInt8() const;
 
   // Row `i` of the first dimension, as a view sharing this storage.  For a
   // ragged tensor: the values of row i, a dense [row_length] tensor.

@@ -81,10 +81,9 @@ class Backend {
   // Fresh uninitialised numeric storage in this backend's memory.
   virtual Tensor Allocate(DType dtype, const Shape& shape) = 0;
   // `t` in this backend's memory: `t` itself when it is there already; a
-  // bytes tensor whose values all hold `row_bytes` bytes (decode_raw's
-  // input) becomes uint8 [t.shape..., row_bytes] (ragged or bytes tensors
-  // of other lengths: Error).  Input that Prefetch() staged is not copied
-  // again.
+  // bytes tensor whose values all have one length (decode_raw's input)
+  // becomes its uint8 form (Tensor::BytesAsUInt8; other bytes: Error).
+  // Input that Prefetch() staged is not copied again.
   virtual Tensor ToDevice(const Tensor& t) = 0;
   // A host copy of `t` (waits for the work that computes it); `t` itself
   // when it is on the host.

@@ -135,26 +135,13 @@ Tensor BucketIds(const Tensor& t, const FeatureColumn& c) {
     }
     return ids;
   }
-  t.CheckHost("a categorical column's ids");
-  auto value = [&t](int64_t i) -> double {
-    switch (t.dtype()) {
-      case DType::kFloat32:
-        return t.data<float>()[i];
-      case DType::kFloat64:
-        return t.data<double>()[i];
-      case DType::kInt32:
-        return t.data<int32_t>()[i];
-      case DType::kInt64:
-        return static_cast<double>(t.data<int64_t>()[i]);
-      case DType::kUInt8:
-        return t.data<uint8_t>()[i];
-      case DType::kBytes:
-        break;
-    }
-    throw Error("a bytes tensor cannot be used as ids");
-  };
+  if (t.dtype() == DType::kBytes) {
+    throw Error(fmt::format(
+        "feature {}: an identity column needs integer ids, got strings",
+        c.key));
+  }
   for (int64_t i = 0; i < n; ++i) {
-    const double id = value(i);
+    const double id = t.NumberAt(i);
     if (id < 0 || id >= static_cast<double>(c.num_buckets) ||
         id != static_cast<double>(static_cast<int64_t>(id))) {
       throw Error(fmt::format(

@@ -101,7 +101,7 @@ class CpuBackend final : public Backend {
   }
   Tensor ToDevice(const Tensor& t) override {
     t.CheckHost("the CPU backend");
-    return t;
+    return t.dtype() == DType::kBytes ? t.BytesAsUInt8() : t;
   }
   Tensor ToHost(const Tensor& t) override {
     t.CheckHost("the CPU backend");

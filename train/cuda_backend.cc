@@ -73,49 +73,17 @@ cuda::Src SrcOf(DType d) {
 
 size_t Align(size_t n) { return (n + 255) / 256 * 256; }
 
-// What ToDevice needs of a host tensor: its bytes (fixed-length bytes
-// values packed row after row) and the device tensor's dtype and shape.
-struct HostBytes {
-  DType dtype;
-  Shape shape;
-  size_t size = 0;
-};
-
-std::optional<HostBytes> Describe(const Tensor& t) {
-  if (t.ragged()) return std::nullopt;
-  HostBytes h;
-  if (t.dtype() != DType::kBytes) {
-    h.dtype = t.dtype();
-    h.shape = t.shape();
-    h.size = t.byte_size();
-    return h;
+// `t` as the numeric host tensor a copy to the device takes: itself, or
+// the uint8 form of fixed-length bytes (Tensor::BytesAsUInt8).  Throws
+// Error for bytes of several lengths and for ragged tensors.
+Tensor HostNumeric(const Tensor& t) {
+  if (t.dtype() == DType::kBytes) return t.BytesAsUInt8();
+  if (t.ragged()) {
+    throw Error(
+        "a ragged tensor cannot be copied to the GPU as one array; copy its "
+        "values and row lengths");
   }
-  const int64_t n = t.num_elements();
-  const size_t each = n == 0 ? 0 : t.bytes(0).size();
-  for (int64_t k = 1; k < n; ++k) {
-    if (t.bytes(k).size() != each) return std::nullopt;
-  }
-  h.dtype = DType::kUInt8;
-  std::vector<int64_t> dims(t.shape().dims().begin(), t.shape().dims().end());
-  dims.push_back(static_cast<int64_t>(each));
-  h.shape = Shape(std::span<const int64_t>(dims));
-  h.size = each * static_cast<size_t>(n);
-  return h;
-}
-
-// Copies a host tensor's values (packed as Describe says) to `out`.
-void Pack(const Tensor& t, const HostBytes& h, char* out) {
-  if (t.dtype() != DType::kBytes) {
-    std::memcpy(out, t.raw_data(), h.size);
-    return;
-  }
-  const int64_t n = t.num_elements();
-  size_t at = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    const std::string_view v = t.bytes(k);
-    std::memcpy(out + at, v.data(), v.size());
-    at += v.size();
-  }
+  return t;
 }
 
 struct ConvPlan {
@@ -225,29 +193,15 @@ class CudaBackend final : public Backend {
 
   Tensor ToDevice(const Tensor& t) override {
     if (t.device() == Device::kCuda) return t;
-    if (auto hit = FromSlots(t)) return *hit;
-    const std::optional<HostBytes> h = Describe(t);
-    if (!h) {
-      throw Error(fmt::format(
-          "cuda:{}: cannot copy a {}{} tensor to the GPU: only numeric "
-          "tensors and bytes whose values all have one length (decode_raw's "
-          "input) can be",
-          index_, t.ragged() ? "ragged " : "", pipeline::DTypeName(t.dtype())));
-    }
-    Tensor out = Allocate(h->dtype, h->shape);
-    if (h->size == 0) return out;
-    if (t.dtype() == DType::kBytes) {
-      std::vector<char> packed(h->size);
-      Pack(t, *h, packed.data());
-      // From pageable memory the copy returns once the source is staged.
-      Check(cudaMemcpyAsync(out.mutable_data<uint8_t>(), packed.data(), h->size,
-                            cudaMemcpyHostToDevice, compute_),
-            index_, "copying input to the GPU");
-    } else {
-      Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), t.raw_data(),
-                            h->size, cudaMemcpyHostToDevice, compute_),
-            index_, "copying input to the GPU");
-    }
+    const Tensor h = HostNumeric(t);
+    if (auto hit = FromSlots(h)) return *hit;
+    Tensor out = Allocate(h.dtype(), h.shape());
+    if (h.byte_size() == 0) return out;
+    // From pageable memory the copy returns once the source is staged, so
+    // `h` may go when this returns.
+    Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), h.raw_data(),
+                          h.byte_size(), cudaMemcpyHostToDevice, compute_),
+          index_, "copying input to the GPU");
     return out;
   }
 
@@ -280,19 +234,18 @@ class CudaBackend final : public Backend {
     Check(cudaEventSynchronize(slot.copied), index_, "waiting for a copy");
     slot.entries.clear();
     size_t total = 0;
-    std::vector<std::pair<const Tensor*, HostBytes>> parts;
+    std::vector<Tensor> parts;
     for (const auto& c : element.components) {
-      const Tensor& t = c.tensor;
-      if (t.device() != Device::kCpu) continue;
-      std::optional<HostBytes> h;
+      if (c.tensor.device() != Device::kCpu) continue;
+      Tensor h;
       try {
-        h = Describe(t);
+        h = HostNumeric(c.tensor);
       } catch (const records::Error&) {
-        h.reset();
+        continue;  // not copyable as one array: ToDevice will say why
       }
-      if (!h || h->size == 0) continue;
-      parts.emplace_back(&t, *h);
-      total += Align(h->size);
+      if (h.byte_size() == 0) continue;
+      total += Align(h.byte_size());
+      parts.push_back(std::move(h));
     }
     if (total == 0) return;
     // A tensor handed out from this slot that someone still holds keeps
@@ -311,10 +264,10 @@ class CudaBackend final : public Backend {
     slot.lease = std::make_shared<Tensor>(slot.device);
     char* pinned = const_cast<char*>(slot.pinned.raw_data());
     size_t at = 0;
-    for (const auto& [t, h] : parts) {
-      Pack(*t, h, pinned + at);
-      slot.entries.push_back({*t, h, at});
-      at += Align(h.size);
+    for (Tensor& h : parts) {
+      std::memcpy(pinned + at, h.raw_data(), h.byte_size());
+      slot.entries.push_back({std::move(h), at});
+      at += Align(slot.entries.back().host.byte_size());
     }
     // The device buffer may still be read by the step that used this slot
     // last; the copy waits for that, not for anything later.
@@ -682,8 +635,9 @@ class CudaBackend final : public Backend {
  private:
   struct Slot {
     struct Entry {
-      Tensor host;  // keeps the host storage (and so its address) alive
-      HostBytes h;
+      // What was staged (HostNumeric's form); it keeps the host storage,
+      // and so the address ToDevice finds it by, alive.
+      Tensor host;
       size_t offset;
     };
     Tensor pinned, device;
@@ -715,10 +669,10 @@ class CudaBackend final : public Backend {
     return Allocate(DType::kUInt8, Shape{static_cast<int64_t>(bytes)});
   }
 
-  // `t` as Prefetch staged it: a view of the slot's device buffer, once
-  // the compute stream has waited for the input copy.  The view holds the
-  // slot's lease, so a slot whose tensors are still held gets a new buffer
-  // instead of being overwritten.
+  // `t` (in HostNumeric's form) as Prefetch staged it: a view of the slot's
+  // device buffer, once the compute stream has waited for the input copy.  The
+  // view holds the slot's lease, so a slot whose tensors are still held gets a
+  // new buffer instead of being overwritten.
   std::optional<Tensor> FromSlots(const Tensor& t) {
     for (Slot& slot : slots_) {
       for (const Slot::Entry& e : slot.entries) {
@@ -728,7 +682,7 @@ class CudaBackend final : public Backend {
         }
         Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
               "waiting for the input copy");
-        return Tensor::View(e.h.dtype, e.h.shape,
+        return Tensor::View(e.host.dtype(), e.host.shape(),
                             slot.device.raw_data() + e.offset, slot.lease,
                             Device::kCuda);
       }

@@ -97,21 +97,10 @@ double SessionRunValues::scalar(const std::string& name) const {
         fmt::format("hook asked for \"{}\", which was not fetched", name));
   }
   const Tensor& t = it->second;
-  switch (t.dtype()) {
-    case DType::kFloat32:
-      return t.data<float>()[0];
-    case DType::kFloat64:
-      return t.data<double>()[0];
-    case DType::kInt64:
-      return static_cast<double>(t.data<int64_t>()[0]);
-    case DType::kInt32:
-      return t.data<int32_t>()[0];
-    case DType::kUInt8:
-      return t.data<uint8_t>()[0];
-    case DType::kBytes:
-      break;
+  if (t.dtype() == DType::kBytes) {
+    throw Error(fmt::format("\"{}\" is not numeric", name));
   }
-  throw Error(fmt::format("\"{}\" is not numeric", name));
+  return t.NumberAt(0);
 }
 
 Tensor ArgMax(Backend& be, const Tensor& logits) {

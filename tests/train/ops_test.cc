@@ -279,6 +279,11 @@ TEST(OpsTest, DecodeRawTurnsBytesIntoScaledFloats) {
   EXPECT_FLOAT_EQ(v.data()[1], 128.0f / 255);
   EXPECT_FLOAT_EQ(v.data()[2], 1.0f);
   EXPECT_THROW(ops::DecodeRaw(HostBackend(), bytes, Shape{3}, 1.0f), Error);
+  // A row of a batch views the batch's buffer past its first value.
+  Var row = ops::DecodeRaw(HostBackend(), bytes.Slice(1), Shape{4}, 1.0f);
+  ASSERT_EQ(row.shape(), (Shape{4}));
+  EXPECT_FLOAT_EQ(row.data()[0], 2.0f);
+  EXPECT_FLOAT_EQ(row.data()[3], 5.0f);
 }
 
 }  // namespace
