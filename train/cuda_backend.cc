@@ -13,12 +13,10 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <chrono>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -300,82 +298,46 @@ class CudaBackend final : public Backend {
   void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
     if (m == 0 || n == 0) return;
-    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
-    const int lda = static_cast<int>(ta ? m : k);
-    const int ldb = static_cast<int>(tb ? k : n);
-    Check(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
-                      static_cast<int>(m), static_cast<int>(k), &alpha, b, ldb,
-                      a, lda, &beta, c, static_cast<int>(n)),
-          index_, "cublasSgemm");
+    Sgemm(ta, tb, m, n, k, alpha, a, b, beta, c);
     if (log_calls_) call_log_.push_back({Call::kGemm, {}, ta, tb, m, n, k});
   }
 
   void Conv2D(const Window2D& g, const float* x, const float* w,
               float* y) override {
     ConvPlan& p = Plan(g);
-    Tensor krsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
-    cuda::HwioToKrsc(compute_, g.window_h * g.window_w, g.in_c, g.out_c, w,
-                     Ptr(krsc));
-    const float* in = x;
+    const Tensor krsc = Krsc(g, w);
     Tensor padded;
-    if (p.explicit_pad) {
-      padded = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
-      cuda::Pad(compute_, g.batch, g.in_h, g.in_w, g.in_c, g.pad_top,
-                p.pad_bottom, g.pad_left, p.pad_right, x, Ptr(padded));
-      in = padded.data<float>();
-    }
     Tensor ws = Workspace(p.fwd_ws);
-    const float one = 1.0f, zero = 0.0f;
-    Check(cudnnConvolutionForward(cudnn_, &one, p.x, in, p.w,
-                                  krsc.data<float>(), p.conv[0], p.fwd_algo,
-                                  WsPtr(ws), p.fwd_ws, &zero, p.y, y),
-          index_, "cudnnConvolutionForward");
+    CudnnForward(p, CudnnInput(g, p, x, &padded), krsc.data<float>(), y,
+                 WsPtr(ws));
     if (log_calls_) call_log_.push_back({Call::kConvForward, g});
   }
 
   void Conv2DBackward(const Window2D& g, const float* x, const float* w,
                       const float* dy, float* dx, float* dw) override {
     ConvPlan& p = Plan(g);
-    const float one = 1.0f, zero = 0.0f;
     if (dx != nullptr) {
-      Tensor krsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
-      cuda::HwioToKrsc(compute_, g.window_h * g.window_w, g.in_c, g.out_c, w,
-                       Ptr(krsc));
+      const Tensor krsc = Krsc(g, w);
       Tensor ws = Workspace(p.data_ws);
       if (p.explicit_pad) {
         Tensor dpad = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
-        Check(cudnnConvolutionBackwardData(
-                  cudnn_, &one, p.w, krsc.data<float>(), p.y, dy, p.conv[1],
-                  p.data_algo, WsPtr(ws), p.data_ws, &zero, p.x, Ptr(dpad)),
-              index_, "cudnnConvolutionBackwardData");
+        CudnnBackwardData(p, krsc.data<float>(), dy, 0.0f, Ptr(dpad),
+                          WsPtr(ws));
         cuda::CropAccumulate(compute_, g.batch, g.in_h, g.in_w, g.in_c,
                              g.pad_top, p.pad_bottom, g.pad_left, p.pad_right,
                              dpad.data<float>(), dx);
       } else {
         // beta = 1: cuDNN adds into dx, as the contract says.
-        Check(cudnnConvolutionBackwardData(
-                  cudnn_, &one, p.w, krsc.data<float>(), p.y, dy, p.conv[1],
-                  p.data_algo, WsPtr(ws), p.data_ws, &one, p.x, dx),
-              index_, "cudnnConvolutionBackwardData");
+        CudnnBackwardData(p, krsc.data<float>(), dy, 1.0f, dx, WsPtr(ws));
       }
       if (log_calls_) call_log_.push_back({Call::kConvData, g});
     }
     if (dw != nullptr) {
-      const float* in = x;
       Tensor padded;
-      if (p.explicit_pad) {
-        padded = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
-        cuda::Pad(compute_, g.batch, g.in_h, g.in_w, g.in_c, g.pad_top,
-                  p.pad_bottom, g.pad_left, p.pad_right, x, Ptr(padded));
-        in = padded.data<float>();
-      }
       Tensor dkrsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
       Tensor ws = Workspace(p.filter_ws);
-      Check(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, in, p.y, dy,
-                                           p.conv[2], p.filter_algo, WsPtr(ws),
-                                           p.filter_ws, &zero, p.w, Ptr(dkrsc)),
-            index_, "cudnnConvolutionBackwardFilter");
+      CudnnBackwardFilter(p, CudnnInput(g, p, x, &padded), dy, Ptr(dkrsc),
+                          WsPtr(ws));
       cuda::KrscAccumulateHwio(compute_, g.window_h * g.window_w, g.in_c,
                                g.out_c, dkrsc.data<float>(), dw);
       if (log_calls_) call_log_.push_back({Call::kConvFilter, g});
@@ -562,21 +524,15 @@ class CudaBackend final : public Backend {
           float* a = buffer(c.m * c.k);
           float* b = buffer(c.k * c.n);
           float* o = buffer(c.m * c.n);
-          calls.push_back([=, this] {
-            const float one = 1.0f, zero = 0.0f;
-            cublasSgemm(cublas_, c.tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                        c.ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(c.n), int(c.m),
-                        int(c.k), &one, b, int(c.tb ? c.k : c.n), a,
-                        int(c.ta ? c.m : c.k), &zero, o, int(c.n));
-          });
+          calls.push_back(
+              [=, this] { Sgemm(c.ta, c.tb, c.m, c.n, c.k, 1, a, b, 0, o); });
           break;
         }
         case Call::kConvForward:
         case Call::kConvData:
         case Call::kConvFilter: {
           ConvPlan& p = Plan(g);
-          const int64_t in = g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c;
-          float* x = buffer(in);
+          float* x = buffer(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
           float* w = buffer(g.window_h * g.window_w * g.in_c * g.out_c);
           float* y = buffer(g.batch * g.out_h * g.out_w * g.out_c);
           const size_t ws_bytes = c.kind == Call::kConvForward ? p.fwd_ws
@@ -585,18 +541,12 @@ class CudaBackend final : public Backend {
           float* ws = buffer(static_cast<int64_t>(ws_bytes / 4 + 1));
           const Call kind = c.kind;
           calls.push_back([=, this, &p] {
-            const float one = 1.0f, zero = 0.0f;
             if (kind == Call::kConvForward) {
-              cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, w, p.conv[0],
-                                      p.fwd_algo, ws, ws_bytes, &zero, p.y, y);
+              CudnnForward(p, x, w, y, ws);
             } else if (kind == Call::kConvData) {
-              cudnnConvolutionBackwardData(cudnn_, &one, p.w, w, p.y, y,
-                                           p.conv[1], p.data_algo, ws, ws_bytes,
-                                           &zero, p.x, x);
+              CudnnBackwardData(p, w, y, 0.0f, x, ws);
             } else {
-              cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, y,
-                                             p.conv[2], p.filter_algo, ws,
-                                             ws_bytes, &zero, p.w, w);
+              CudnnBackwardFilter(p, x, y, w, ws);
             }
           });
           break;
@@ -659,6 +609,62 @@ class CudaBackend final : public Backend {
   static void* WsPtr(Tensor& t) {
     return t.valid() && t.num_elements() > 0 ? const_cast<char*>(t.raw_data())
                                              : nullptr;
+  }
+
+  // The library calls themselves, for the ops above and TimeCallLog's
+  // replay.  Row-major C = op(A) op(B) is column-major C^T = op(B)^T
+  // op(A)^T.
+  void Sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+             const float* a, const float* b, float beta, float* c) {
+    Check(cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                      ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(n),
+                      static_cast<int>(m), static_cast<int>(k), &alpha, b,
+                      static_cast<int>(tb ? k : n), a,
+                      static_cast<int>(ta ? m : k), &beta, c,
+                      static_cast<int>(n)),
+          index_, "cublasSgemm");
+  }
+  // Filters in cuDNN's KRSC layout; `ws` holds the plan's workspace.
+  void CudnnForward(ConvPlan& p, const float* x, const float* krsc, float* y,
+                    void* ws) {
+    const float one = 1.0f, zero = 0.0f;
+    Check(cudnnConvolutionForward(cudnn_, &one, p.x, x, p.w, krsc, p.conv[0],
+                                  p.fwd_algo, ws, p.fwd_ws, &zero, p.y, y),
+          index_, "cudnnConvolutionForward");
+  }
+  void CudnnBackwardData(ConvPlan& p, const float* krsc, const float* dy,
+                         float beta, float* dx, void* ws) {
+    const float one = 1.0f;
+    Check(cudnnConvolutionBackwardData(cudnn_, &one, p.w, krsc, p.y, dy,
+                                       p.conv[1], p.data_algo, ws, p.data_ws,
+                                       &beta, p.x, dx),
+          index_, "cudnnConvolutionBackwardData");
+  }
+  void CudnnBackwardFilter(ConvPlan& p, const float* x, const float* dy,
+                           float* dkrsc, void* ws) {
+    const float one = 1.0f, zero = 0.0f;
+    Check(cudnnConvolutionBackwardFilter(cudnn_, &one, p.x, x, p.y, dy,
+                                         p.conv[2], p.filter_algo, ws,
+                                         p.filter_ws, &zero, p.w, dkrsc),
+          index_, "cudnnConvolutionBackwardFilter");
+  }
+
+  // `w` (HWIO) in cuDNN's KRSC layout, in scratch memory.
+  Tensor Krsc(const Window2D& g, const float* w) {
+    Tensor krsc = Scratch(g.window_h * g.window_w * g.in_c * g.out_c);
+    cuda::HwioToKrsc(compute_, g.window_h * g.window_w, g.in_c, g.out_c, w,
+                     Ptr(krsc));
+    return krsc;
+  }
+  // `x` as cuDNN convolves it: itself, or padded into `*keep` where the
+  // plan pads explicitly.
+  const float* CudnnInput(const Window2D& g, const ConvPlan& p, const float* x,
+                          Tensor* keep) {
+    if (!p.explicit_pad) return x;
+    *keep = Scratch(g.batch * p.cudnn_in_h * p.cudnn_in_w * g.in_c);
+    cuda::Pad(compute_, g.batch, g.in_h, g.in_w, g.in_c, g.pad_top,
+              p.pad_bottom, g.pad_left, p.pad_right, x, Ptr(*keep));
+    return keep->data<float>();
   }
 
   Tensor Scratch(int64_t floats) {
@@ -761,52 +767,51 @@ class CudaBackend final : public Backend {
     }
     // The fastest algorithm cuDNN measures for each pass, once per shape
     // (the workspace comes from the caching allocator).
-    constexpr int kAlgos = 8;
-    int found = 0;
-    {
-      cudnnConvolutionFwdAlgoPerf_t perf[kAlgos];
-      Check(cudnnFindConvolutionForwardAlgorithm(cudnn_, p.x, p.w, p.conv[0],
-                                                 p.y, kAlgos, &found, perf),
-            index_, what);
-      const int i = Best(perf, found, what);
-      p.fwd_algo = perf[i].algo;
-      p.fwd_ws = perf[i].memory;
-      Check(cudnnSetConvolutionMathType(p.conv[0], perf[i].mathType), index_,
-            what);
-    }
-    {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[kAlgos];
-      Check(cudnnFindConvolutionBackwardDataAlgorithm(
-                cudnn_, p.w, p.y, p.conv[1], p.x, kAlgos, &found, perf),
-            index_, what);
-      const int i = Best(perf, found, what);
-      p.data_algo = perf[i].algo;
-      p.data_ws = perf[i].memory;
-      Check(cudnnSetConvolutionMathType(p.conv[1], perf[i].mathType), index_,
-            what);
-    }
-    {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[kAlgos];
-      Check(cudnnFindConvolutionBackwardFilterAlgorithm(
-                cudnn_, p.x, p.y, p.conv[2], p.w, kAlgos, &found, perf),
-            index_, what);
-      const int i = Best(perf, found, what);
-      p.filter_algo = perf[i].algo;
-      p.filter_ws = perf[i].memory;
-      Check(cudnnSetConvolutionMathType(p.conv[2], perf[i].mathType), index_,
-            what);
-    }
+    const auto fwd = Choose<cudnnConvolutionFwdAlgoPerf_t>(
+        [&](int n, int* found, auto* perf) {
+          return cudnnFindConvolutionForwardAlgorithm(
+              cudnn_, p.x, p.w, p.conv[0], p.y, n, found, perf);
+        },
+        p.conv[0], what);
+    p.fwd_algo = fwd.algo;
+    p.fwd_ws = fwd.memory;
+    const auto data = Choose<cudnnConvolutionBwdDataAlgoPerf_t>(
+        [&](int n, int* found, auto* perf) {
+          return cudnnFindConvolutionBackwardDataAlgorithm(
+              cudnn_, p.w, p.y, p.conv[1], p.x, n, found, perf);
+        },
+        p.conv[1], what);
+    p.data_algo = data.algo;
+    p.data_ws = data.memory;
+    const auto filter = Choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
+        [&](int n, int* found, auto* perf) {
+          return cudnnFindConvolutionBackwardFilterAlgorithm(
+              cudnn_, p.x, p.y, p.conv[2], p.w, n, found, perf);
+        },
+        p.conv[2], what);
+    p.filter_algo = filter.algo;
+    p.filter_ws = filter.memory;
     return plans_.emplace(key, p).first->second;
   }
 
-  template <typename Perf>
-  int Best(const Perf* perf, int found, const std::string& what) {
+  // The fastest algorithm `find` (a cudnnFind*Algorithm call) measures
+  // that fits the workspace limit and the math allowed; `conv` takes its
+  // math type.
+  template <typename Perf, typename Find>
+  Perf Choose(const Find& find, cudnnConvolutionDescriptor_t conv,
+              const std::string& what) {
+    constexpr int kAlgos = 8;
     constexpr size_t kMaxWorkspace = size_t{1} << 30;
+    Perf perf[kAlgos];
+    int found = 0;
+    Check(find(kAlgos, &found, perf), index_, what);
     for (int i = 0; i < found; ++i) {
       if (perf[i].status == CUDNN_STATUS_SUCCESS &&
           perf[i].memory <= kMaxWorkspace &&
           (tf32_ || perf[i].mathType != CUDNN_TENSOR_OP_MATH)) {
-        return i;
+        Check(cudnnSetConvolutionMathType(conv, perf[i].mathType), index_,
+              what);
+        return perf[i];
       }
     }
     Fail(index_, what, "cuDNN found no algorithm");

@@ -549,6 +549,23 @@ __global__ void AdamK(int64_t n, float lr_t, float b1, float b2, float eps,
   }
 }
 
+// Calls fn with `x` as a pointer to the element type `src` names.
+template <typename Fn>
+void WithSrc(Src src, const void* x, const Fn& fn) {
+  switch (src) {
+    case Src::kF32:
+      return fn(static_cast<const float*>(x));
+    case Src::kF64:
+      return fn(static_cast<const double*>(x));
+    case Src::kI32:
+      return fn(static_cast<const int32_t*>(x));
+    case Src::kI64:
+      return fn(static_cast<const int64_t*>(x));
+    case Src::kU8:
+      return fn(static_cast<const uint8_t*>(x));
+  }
+}
+
 int WarpBlocks(int64_t rows) {
   return static_cast<int>((rows * 32 + kThreads - 1) / kThreads);
 }
@@ -591,45 +608,15 @@ void Sum(cudaStream_t s, int64_t n, const float* x, float scale, float* y) {
 void Convert(cudaStream_t s, Src src, int64_t n, const void* x, float scale,
              float* y) {
   if (n <= 0) return;
-  switch (src) {
-    case Src::kF32:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const float*>(x),
-                                              scale, y);
-      break;
-    case Src::kF64:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const double*>(x),
-                                              scale, y);
-      break;
-    case Src::kI32:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int32_t*>(x),
-                                              scale, y);
-      break;
-    case Src::kI64:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int64_t*>(x),
-                                              scale, y);
-      break;
-    case Src::kU8:
-      ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const uint8_t*>(x),
-                                              scale, y);
-      break;
-  }
+  WithSrc(src, x, [&](const auto* in) {
+    ConvertK<<<Blocks(n), kThreads, 0, s>>>(n, in, scale, y);
+  });
 }
 void ToInt64(cudaStream_t s, Src src, int64_t n, const void* x, int64_t* y) {
   if (n <= 0) return;
-  switch (src) {
-    case Src::kI32:
-      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int32_t*>(x),
-                                              y);
-      break;
-    case Src::kU8:
-      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const uint8_t*>(x),
-                                              y);
-      break;
-    default:
-      ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, static_cast<const int64_t*>(x),
-                                              y);
-      break;
-  }
+  WithSrc(src, x, [&](const auto* in) {
+    ToInt64K<<<Blocks(n), kThreads, 0, s>>>(n, in, y);
+  });
 }
 void CopyBlock(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
                int64_t ldx, float* y, int64_t ldy, bool accumulate) {
