@@ -1,0 +1,316 @@
+#include "python/arrays.h"
+
+#include <dlpack/dlpack.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <vector>
+
+namespace recflow::python {
+namespace {
+
+using pipeline::DType;
+using pipeline::Tensor;
+using npy = py::detail::npy_api;
+
+// The Python classes of recflow/_array.py, imported once and kept for the
+// life of the process (never released: they outlive every array).
+PyObject* PythonClass(const char* name) {
+  return py::object(py::module_::import("recflow._array").attr(name))
+      .release()
+      .ptr();
+}
+PyObject* ArrayClass() {
+  static PyObject* const cls = PythonClass("Array");
+  return cls;
+}
+PyObject* RaggedClass() {
+  static PyObject* const cls = PythonClass("Ragged");
+  return cls;
+}
+
+int NumpyType(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+      return npy::NPY_FLOAT_;
+    case DType::kFloat64:
+      return npy::NPY_DOUBLE_;
+    case DType::kInt32:
+      return npy::NPY_INT32_;
+    case DType::kInt64:
+      return npy::NPY_INT64_;
+    case DType::kUInt8:
+      return npy::NPY_UINT8_;
+    case DType::kBytes:
+      break;
+  }
+  throw std::logic_error("bytes has no numpy number type");
+}
+
+// The recflow dtype of a numpy dtype, if it is one we hold.
+std::optional<DType> FromNumpy(const py::dtype& dt) {
+  const char kind = dt.kind();
+  const auto size = dt.itemsize();
+  if (kind == 'f' && size == 4) return DType::kFloat32;
+  if (kind == 'f' && size == 8) return DType::kFloat64;
+  if (kind == 'i' && size == 4) return DType::kInt32;
+  if (kind == 'i' && size == 8) return DType::kInt64;
+  if (kind == 'u' && size == 1) return DType::kUInt8;
+  return std::nullopt;
+}
+
+py::object NumericArray(const Tensor& t) {
+  auto& api = npy::get();
+  const int rank = t.shape().rank();
+  std::vector<Py_intptr_t> dims(rank), strides(rank);
+  Py_intptr_t stride = static_cast<Py_intptr_t>(pipeline::DTypeSize(t.dtype()));
+  for (int i = rank - 1; i >= 0; --i) {
+    dims[i] = static_cast<Py_intptr_t>(t.shape()[i]);
+    strides[i] = stride;
+    stride *= std::max<Py_intptr_t>(dims[i], 1);
+  }
+  // numpy allocates its own memory for a null pointer; an empty tensor
+  // has none, so point at something that is never read.
+  static const int64_t kEmpty = 0;
+  void* data = const_cast<char*>(t.raw_data());
+  if (data == nullptr) data = const_cast<int64_t*>(&kEmpty);
+  PyObject* descr = api.PyArray_DescrFromType_(NumpyType(t.dtype()));
+  if (descr == nullptr) throw py::error_already_set();
+  // flags 0: not writeable (tensors are immutable and may be shared).
+  PyObject* array = api.PyArray_NewFromDescr_(
+      reinterpret_cast<PyTypeObject*>(ArrayClass()), descr, rank, dims.data(),
+      strides.data(), data, 0, nullptr);
+  if (array == nullptr) throw py::error_already_set();
+  py::object result = py::reinterpret_steal<py::object>(array);
+  py::capsule keep(new Tensor(t),
+                   [](void* p) { delete static_cast<Tensor*>(p); });
+  if (api.PyArray_SetBaseObject_(array, keep.release().ptr()) != 0) {
+    throw py::error_already_set();
+  }
+  return result;
+}
+
+py::object BytesArray(const Tensor& t) {
+  if (t.shape().rank() == 0) {
+    const std::string_view v = t.bytes(0);
+    return py::bytes(v.data(), v.size());
+  }
+  const int64_t n = t.num_elements();
+  py::list values(n);
+  for (int64_t k = 0; k < n; ++k) {
+    const std::string_view v = t.bytes(k);
+    values[k] = py::bytes(v.data(), v.size());
+  }
+  std::vector<py::ssize_t> dims(t.shape().dims().begin(),
+                                t.shape().dims().end());
+  py::module_ np = py::module_::import("numpy");
+  py::object array = np.attr("array")(values, py::arg("dtype") = "object");
+  array = array.attr("reshape")(py::tuple(py::cast(dims)));
+  array.attr("flags").attr("writeable") = false;
+  return array;
+}
+
+Tensor StringsTensor(const py::array& array, const std::string& what) {
+  std::vector<std::string> values;
+  values.reserve(static_cast<size_t>(array.size()));
+  py::object flat = array.attr("ravel")();
+  for (py::handle v : flat) {
+    if (PyBytes_Check(v.ptr())) {
+      values.emplace_back(py::cast<std::string>(v));
+    } else if (PyUnicode_Check(v.ptr())) {
+      values.emplace_back(py::cast<std::string>(v));
+    } else {
+      throw py::type_error(
+          fmt::format("{}: an array of objects must hold bytes or str, not "
+                      "{}",
+                      what, py::str(py::type::of(v).attr("__name__"))
+                                .cast<std::string>()));
+    }
+  }
+  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+  return Tensor::FromStrings(values, pipeline::Shape(dims));
+}
+
+}  // namespace
+
+std::shared_ptr<const void> KeepAlive(py::object object) {
+  PyObject* p = object.release().ptr();
+  return std::shared_ptr<const void>(p, [](const void* q) {
+    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
+    py::gil_scoped_acquire gil;
+    Py_DECREF(static_cast<PyObject*>(const_cast<void*>(q)));
+  });
+}
+
+py::object ToPython(const Tensor& t) {
+  if (t.ragged()) {
+    py::object values;
+    if (t.dtype() == DType::kBytes) {
+      py::list list(t.num_elements());
+      for (int64_t k = 0; k < t.num_elements(); ++k) {
+        const std::string_view v = t.bytes(k);
+        list[k] = py::bytes(v.data(), v.size());
+      }
+      values = py::module_::import("numpy").attr("array")(
+          list, py::arg("dtype") = "object");
+      values.attr("flags").attr("writeable") = false;
+    } else {
+      // The flat values, viewed; the ragged tensor owns their storage.
+      values = NumericArray(Tensor::View(t.dtype(), t.shape(), t.raw_data(),
+                                         std::make_shared<Tensor>(t)));
+    }
+    return py::reinterpret_borrow<py::object>(RaggedClass())(
+        values, NumericArray(t.row_lengths()));
+  }
+  t.CheckHost("a Python array");
+  if (t.dtype() == DType::kBytes) return BytesArray(t);
+  return NumericArray(t);
+}
+
+py::dict ElementToDict(const pipeline::Element& element) {
+  py::dict d;
+  for (const auto& c : element.components) {
+    d[py::str(c.name)] = ToPython(c.tensor);
+  }
+  return d;
+}
+
+Tensor TensorFromPython(py::handle value, const std::string& what) {
+  if (py::isinstance(value, py::handle(RaggedClass()))) {
+    Tensor values = TensorFromPython(value.attr("values"), what + ".values");
+    py::object lengths = py::module_::import("numpy").attr("asarray")(
+        value.attr("row_lengths"), py::arg("dtype") = "int64");
+    return Tensor::Ragged(values,
+                          TensorFromPython(lengths, what + ".row_lengths"));
+  }
+  if (PyBytes_Check(value.ptr()) || PyUnicode_Check(value.ptr())) {
+    return Tensor::BytesScalar(py::cast<std::string>(value));
+  }
+  if (PyBool_Check(value.ptr()) || PyLong_Check(value.ptr())) {
+    return Tensor::Scalar<int64_t>(py::cast<int64_t>(value));
+  }
+  if (PyFloat_Check(value.ptr())) {
+    return Tensor::Scalar<float>(py::cast<float>(value));
+  }
+  const bool from_numpy = py::isinstance<py::array>(value);
+  py::module_ np = py::module_::import("numpy");
+  py::array array = np.attr("asarray")(value);
+  const char kind = array.dtype().kind();
+  if (kind == 'O' || kind == 'S' || kind == 'U') {
+    return StringsTensor(array, what);
+  }
+  if (kind == 'b') {
+    array = np.attr("asarray")(array, py::arg("dtype") = "uint8");
+  } else if (!from_numpy && kind == 'f') {
+    // Python floats become float32, as tf.data makes them.
+    array = np.attr("asarray")(array, py::arg("dtype") = "float32");
+  }
+  const std::optional<DType> dtype = FromNumpy(array.dtype());
+  if (!dtype) {
+    throw py::type_error(fmt::format(
+        "{}: numpy dtype {} is not one recflow holds (float32, float64, "
+        "int32, int64, uint8, bytes); convert it with .astype()",
+        what, py::str(array.dtype()).cast<std::string>()));
+  }
+  if (!(array.flags() & npy::NPY_ARRAY_C_CONTIGUOUS_)) {
+    array = np.attr("ascontiguousarray")(array);
+  }
+  std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
+  const void* data = array.data();
+  return Tensor::View(*dtype, pipeline::Shape(dims), data,
+                      KeepAlive(std::move(array)));
+}
+
+pipeline::Element DictToElement(py::handle dict, const std::string& what) {
+  if (!PyDict_Check(dict.ptr())) {
+    throw py::type_error(fmt::format(
+        "{} must be a dict of arrays, not {}", what,
+        py::str(py::type::of(dict).attr("__name__")).cast<std::string>()));
+  }
+  pipeline::Element e;
+  for (auto [key, value] : py::reinterpret_borrow<py::dict>(dict)) {
+    if (!PyUnicode_Check(key.ptr())) {
+      throw py::type_error(fmt::format("{}: keys must be str", what));
+    }
+    std::string name = py::cast<std::string>(key);
+    e.Set(name, TensorFromPython(value, fmt::format("{}['{}']", what, name)));
+  }
+  return e;
+}
+
+py::capsule ExportDlpack(py::array array) {
+  const std::optional<DType> dtype = FromNumpy(array.dtype());
+  if (!dtype) {
+    throw py::buffer_error(fmt::format(
+        "DLPack export of numpy dtype {} is not supported",
+        py::str(array.dtype()).cast<std::string>()));
+  }
+  struct Context {
+    DLManagedTensor managed{};
+    std::vector<int64_t> shape, strides;
+    PyObject* array = nullptr;
+  };
+  auto context = std::make_unique<Context>();
+  const auto itemsize = array.itemsize();
+  for (py::ssize_t i = 0; i < array.ndim(); ++i) {
+    if (array.strides(i) % itemsize != 0) {
+      throw py::buffer_error(
+          "DLPack cannot express strides that are not a multiple of the "
+          "item size");
+    }
+    context->shape.push_back(array.shape(i));
+    context->strides.push_back(array.strides(i) / itemsize);
+  }
+  DLTensor& t = context->managed.dl_tensor;
+  t.data = const_cast<void*>(array.data());
+  t.device = {kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(array.ndim());
+  switch (*dtype) {
+    case DType::kFloat32:
+      t.dtype = {kDLFloat, 32, 1};
+      break;
+    case DType::kFloat64:
+      t.dtype = {kDLFloat, 64, 1};
+      break;
+    case DType::kInt32:
+      t.dtype = {kDLInt, 32, 1};
+      break;
+    case DType::kInt64:
+      t.dtype = {kDLInt, 64, 1};
+      break;
+    case DType::kUInt8:
+    case DType::kBytes:
+      t.dtype = {kDLUInt, 8, 1};
+      break;
+  }
+  t.shape = context->shape.data();
+  t.strides = context->strides.data();
+  t.byte_offset = 0;
+  context->array = array.release().ptr();
+  context->managed.manager_ctx = context.get();
+  context->managed.deleter = [](DLManagedTensor* m) {
+    auto* c = static_cast<Context*>(m->manager_ctx);
+    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
+      py::gil_scoped_acquire gil;
+      Py_DECREF(c->array);
+    }
+    delete c;
+  };
+  DLManagedTensor* managed = &context.release()->managed;
+  // A capsule still named "dltensor" when it dies was never consumed: the
+  // consumer renames it "used_dltensor" and calls the deleter itself.
+  PyObject* capsule = PyCapsule_New(managed, "dltensor", [](PyObject* cap) {
+    if (PyCapsule_IsValid(cap, "dltensor")) {
+      auto* m = static_cast<DLManagedTensor*>(
+          PyCapsule_GetPointer(cap, "dltensor"));
+      m->deleter(m);
+    }
+  });
+  if (capsule == nullptr) {
+    managed->deleter(managed);
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::capsule>(capsule);
+}
+
+}  // namespace recflow::python

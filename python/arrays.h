@@ -1,0 +1,58 @@
+// Between recflow's tensors and Python: numpy arrays that share memory
+// with a pipeline::Tensor, tensors that view numpy arrays, and DLPack
+// export, for the extension module (module.cc).  Internal to python/.
+//
+// Lifetimes: an array made by ToPython keeps a copy of the Tensor (and so
+// its storage) alive through its base object; a Tensor made by
+// TensorFromPython keeps the numpy array alive through its owner, which
+// takes the GIL to let go of it, so such tensors may die on any thread.
+//
+// Every function here needs the GIL, except that the owners may be
+// released without it.
+#ifndef RECFLOW_PYTHON_ARRAYS_H_
+#define RECFLOW_PYTHON_ARRAYS_H_
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <memory>
+#include <string>
+
+#include "pipeline/tensor.h"
+
+namespace recflow::python {
+
+namespace py = pybind11;
+
+// Holds a reference to `object` that may be dropped on any thread: the
+// deleter takes the GIL (and leaks the reference when the interpreter is
+// shutting down, when it may no longer be taken).
+std::shared_ptr<const void> KeepAlive(py::object object);
+
+// A numeric tensor as a read-only recflow.Array (a numpy.ndarray subclass
+// with __dlpack__) viewing its storage; a bytes tensor as a read-only
+// numpy object array of bytes (copied: Python bytes own their memory); a
+// ragged tensor as recflow.Ragged(values, row_lengths).
+py::object ToPython(const pipeline::Tensor& tensor);
+
+// An element as a dict {name: ToPython(tensor)} in the element's order.
+py::dict ElementToDict(const pipeline::Element& element);
+
+// A value as a tensor: a numpy array of a supported numeric dtype (viewed
+// without a copy when C-contiguous, else copied), bool (as uint8), an
+// array of bytes/str objects, bytes, str, int (int64), float (float32, as
+// tf.data makes Python floats), lists of those, or recflow.Ragged.
+// Throws py::type_error naming `what` for anything else.
+pipeline::Tensor TensorFromPython(py::handle value, const std::string& what);
+
+// A dict {name: value} as an element (TensorFromPython per value).
+pipeline::Element DictToElement(py::handle dict, const std::string& what);
+
+// A DLPack capsule ("dltensor") viewing `array` (any numpy array of a
+// numeric dtype, read-only or not), keeping it alive until the consumer
+// calls the deleter.  What recflow.Array.__dlpack__ returns.
+py::capsule ExportDlpack(py::array array);
+
+}  // namespace recflow::python
+
+#endif  // RECFLOW_PYTHON_ARRAYS_H_

@@ -1,0 +1,1207 @@
+// recflow's Python extension module, `recflow._recflow`: the pipeline,
+// records, Examples and conversion over the C++ library.  The package
+// recflow/ (python/recflow/) re-exports it and adds what is easier to
+// write in Python (recflow.Array, recflow.Ragged, recflow.torch).
+//
+// Threads and the GIL: C++ work (iteration, reading, writing, converting,
+// counting) runs with the GIL released.  Python functions given to map,
+// filter, interleave and from_generator run on the pipeline's threads and
+// take the GIL for each call, so they run one at a time; the built-in
+// maps (recflow.maps) need no GIL.
+//
+// Errors: records::RecordError -> recflow.RecordError (a ValueError with
+// path, offset, record_index and kind); records::IoError -> OSError (with
+// errno); a name that matches no file -> FileNotFoundError; every other
+// recflow error (bad Examples, bad specs, bad conversions, pipeline
+// misuse) -> ValueError; wrong argument types -> TypeError.  Messages are
+// those the CLI prints.
+#include <fmt/format.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "convert/convert.h"
+#include "pipeline/dataset.h"
+#include "pipeline/maps.h"
+#include "python/arrays.h"
+#include "records/example.pb.h"
+#include "records/example_builder.h"
+#include "records/file_list.h"
+#include "records/index.h"
+#include "records/parallel_scan.h"
+#include "records/tfrecord_reader.h"
+#include "records/tfrecord_writer.h"
+
+namespace recflow::python {
+namespace {
+
+using namespace pybind11::literals;
+using pipeline::Dataset;
+using pipeline::Element;
+
+// --- Arguments -----------------------------------------------------------
+
+std::string TypeName(py::handle h) {
+  return py::str(py::type::of(h).attr("__name__")).cast<std::string>();
+}
+
+// A path, or a list of paths (str or os.PathLike).
+std::vector<std::string> Paths(py::handle value, const char* what) {
+  py::module_ os = py::module_::import("os");
+  auto one = [&](py::handle v) {
+    if (!PyUnicode_Check(v.ptr()) && !py::hasattr(v, "__fspath__")) {
+      throw py::type_error(fmt::format(
+          "{}: expected a path (str or os.PathLike), not {}", what,
+          TypeName(v)));
+    }
+    return os.attr("fsdecode")(v).cast<std::string>();
+  };
+  if (PyUnicode_Check(value.ptr()) || py::hasattr(value, "__fspath__")) {
+    return {one(value)};
+  }
+  if (!py::isinstance<py::iterable>(value)) {
+    throw py::type_error(fmt::format(
+        "{}: expected a path or a list of paths, not {}", what,
+        TypeName(value)));
+  }
+  std::vector<std::string> paths;
+  for (py::handle v : value) paths.push_back(one(v));
+  return paths;
+}
+
+std::optional<records::Compression> CompressionArg(
+    const std::optional<std::string>& name) {
+  if (!name) return std::nullopt;
+  auto c = records::ParseCompression(*name);
+  if (!c) {
+    throw py::value_error(fmt::format(
+        "unknown compression '{}': expected none, zlib, gzip or zstd", *name));
+  }
+  return c;
+}
+
+// A dtype given as a name ("float32") or anything numpy.dtype() takes.
+pipeline::DType DTypeArg(py::handle value) {
+  std::string name = PyUnicode_Check(value.ptr())
+                         ? value.cast<std::string>()
+                         : py::str(py::module_::import("numpy").attr("dtype")(
+                                       value))
+                               .cast<std::string>();
+  for (pipeline::DType d :
+       {pipeline::DType::kFloat32, pipeline::DType::kFloat64,
+        pipeline::DType::kInt32, pipeline::DType::kInt64,
+        pipeline::DType::kUInt8, pipeline::DType::kBytes}) {
+    if (pipeline::DTypeName(d) == name) return d;
+  }
+  throw py::value_error(fmt::format(
+      "unknown dtype '{}': expected float32, float64, int32, int64, uint8 "
+      "or bytes",
+      name));
+}
+
+// A FeatureSpec from a FeatureSpec, a dict (the JSON form, with or without
+// the outer {"features": ...}), JSON text, or the path of a JSON file.
+records::FeatureSpec SpecArg(py::handle value);
+
+// --- Python functions inside the pipeline ---------------------------------
+
+// The Python callable kept by `holder` (KeepAlive), called with the GIL.
+py::handle Callable(const std::shared_ptr<const void>& holder) {
+  return py::handle(static_cast<PyObject*>(const_cast<void*>(holder.get())));
+}
+
+pipeline::MapFn PythonMap(py::function fn, std::string name) {
+  return [holder = KeepAlive(std::move(fn)),
+          name = std::move(name)](Element e) {
+    py::gil_scoped_acquire gil;
+    py::object out = Callable(holder)(ElementToDict(e));
+    Element result = DictToElement(out, "the result of " + name);
+    result.origin = e.origin;
+    result.batch_origins = e.batch_origins;
+    return result;
+  };
+}
+
+// A built-in map (recflow.maps), run without the GIL.
+struct BuiltinMap {
+  pipeline::MapFn fn;
+  std::string name;
+};
+
+// --- Datasets and iterators -------------------------------------------------
+
+struct PyDataset {
+  Dataset dataset;
+  // A from_tfrecords() source with nothing after it: what global_shuffle()
+  // reads by index instead.
+  std::optional<std::vector<std::string>> tfrecord_paths;
+  pipeline::TFRecordOptions tfrecord_options;
+};
+
+PyDataset Wrap(Dataset d) { return PyDataset{std::move(d), {}, {}}; }
+
+// Iterates a Dataset on a thread of its own, so that the Python thread
+// waiting for an element can notice Ctrl-C: it waits in slices of 50 ms
+// with the GIL released and checks for signals between them.  One element
+// is asked for at a time (never ahead), so save() is exactly the position
+// after the element last returned.  Used by one Python thread at a time.
+class PyIterator {
+ public:
+  PyIterator(const Dataset& dataset, pipeline::IteratorOptions options)
+      : shared_(std::make_shared<Shared>(dataset.MakeIterator(options))) {
+    worker_ = std::thread([s = shared_] { Work(*s); });
+  }
+  ~PyIterator() {
+    {
+      std::lock_guard lock(shared_->mu);
+      shared_->quit = true;
+    }
+    shared_->cv.notify_all();
+    if (interrupted_) shared_->iterator.context().Cancel();
+    // Without the GIL: the iterator's stages may be running Python
+    // functions, which need it to finish.
+    py::gil_scoped_release release;
+    worker_.join();
+    shared_.reset();
+  }
+  PyIterator(const PyIterator&) = delete;
+  PyIterator& operator=(const PyIterator&) = delete;
+
+  py::dict Next() {
+    Enter();
+    Leave leave{this};
+    if (finished_) throw py::stop_iteration();
+    {
+      std::lock_guard lock(shared_->mu);
+      shared_->requested = true;
+      shared_->ready = false;
+    }
+    shared_->cv.notify_all();
+    started_ = true;
+    for (;;) {
+      bool ready;
+      {
+        py::gil_scoped_release release;
+        std::unique_lock lock(shared_->mu);
+        ready = shared_->cv.wait_for(lock, std::chrono::milliseconds(50),
+                                     [&] { return shared_->ready; });
+      }
+      if (ready) break;
+      if (PyErr_CheckSignals() != 0) {
+        interrupted_ = true;
+        shared_->iterator.context().Cancel();
+        throw py::error_already_set();
+      }
+    }
+    Element element;
+    bool has;
+    std::exception_ptr error;
+    {
+      std::lock_guard lock(shared_->mu);
+      element = std::move(shared_->element);
+      has = shared_->has;
+      error = std::move(shared_->error);
+      shared_->ready = false;
+    }
+    if (error) std::rethrow_exception(error);
+    if (!has) {
+      finished_ = true;
+      throw py::stop_iteration();
+    }
+    return ElementToDict(element);
+  }
+
+  py::bytes Save() {
+    Enter();
+    Leave leave{this};
+    std::string state;
+    {
+      py::gil_scoped_release release;
+      std::lock_guard lock(shared_->mu);
+      state = shared_->iterator.Save();
+    }
+    return py::bytes(state);
+  }
+
+  void Restore(const std::string& state) {
+    Enter();
+    Leave leave{this};
+    if (started_) {
+      throw py::value_error(
+          "restore() must come before the first element: restore into a "
+          "fresh iterator (Dataset.restore(state))");
+    }
+    py::gil_scoped_release release;
+    std::lock_guard lock(shared_->mu);
+    shared_->iterator.Restore(state);
+  }
+
+  py::list Stats() {
+    Enter();
+    Leave leave{this};
+    std::vector<pipeline::StageStats> stats;
+    {
+      std::lock_guard lock(shared_->mu);
+      stats = shared_->iterator.Stats();
+    }
+    py::list out;
+    for (const auto& s : stats) {
+      out.append(py::dict("name"_a = s.name, "elements"_a = s.elements,
+                          "bytes"_a = s.bytes,
+                          "busy_seconds"_a = s.busy_seconds,
+                          "wait_seconds"_a = s.wait_seconds,
+                          "parallelism"_a = s.parallelism,
+                          "buffered"_a = s.buffered,
+                          "errors_ignored"_a = s.errors_ignored));
+    }
+    return out;
+  }
+
+ private:
+  struct Shared {
+    explicit Shared(pipeline::Iterator it) : iterator(std::move(it)) {}
+    std::mutex mu;
+    std::condition_variable cv;
+    pipeline::Iterator iterator;
+    bool requested = false;  // the Python thread wants an element
+    bool ready = false;      // the worker has produced it
+    bool quit = false;
+    bool has = false;
+    Element element;
+    std::exception_ptr error;
+  };
+
+  static void Work(Shared& s) {
+    std::unique_lock lock(s.mu);
+    for (;;) {
+      s.cv.wait(lock, [&] { return s.requested || s.quit; });
+      if (s.quit) return;
+      s.requested = false;
+      lock.unlock();
+      Element element;
+      bool has = false;
+      std::exception_ptr error;
+      try {
+        has = s.iterator.Next(&element);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      s.element = std::move(element);
+      s.has = has;
+      s.error = std::move(error);
+      s.ready = true;
+      s.cv.notify_all();
+    }
+  }
+
+  // The GIL makes these checks race-free; they catch a second Python
+  // thread using the iterator while the first waits without the GIL.
+  void Enter() {
+    if (interrupted_) {
+      throw py::value_error(
+          "this iterator was interrupted (KeyboardInterrupt) and cannot go "
+          "on; make a new one, or restore a saved state into a new one");
+    }
+    if (busy_) {
+      throw py::value_error(
+          "a recflow iterator is used by one thread at a time");
+    }
+    busy_ = true;
+  }
+  struct Leave {
+    PyIterator* it;
+    ~Leave() { it->busy_ = false; }
+  };
+
+  std::shared_ptr<Shared> shared_;
+  std::thread worker_;
+  bool busy_ = false;
+  bool started_ = false;
+  bool finished_ = false;
+  bool interrupted_ = false;
+};
+
+std::unique_ptr<PyIterator> MakePyIterator(const PyDataset& d, int threads,
+                                           bool optimize) {
+  pipeline::IteratorOptions options;
+  options.threads = threads;
+  options.optimize = optimize;
+  return std::make_unique<PyIterator>(d.dataset, options);
+}
+
+// --- Examples --------------------------------------------------------------
+
+struct PyExample {
+  std::string serialized;
+};
+
+void AddFeature(records::ExampleBuilder& b, const std::string& name,
+                py::handle value) {
+  if (PyBytes_Check(value.ptr()) || PyUnicode_Check(value.ptr())) {
+    b.AddBytes(name, value.cast<std::string>());
+    return;
+  }
+  if (PyBool_Check(value.ptr()) || PyLong_Check(value.ptr())) {
+    b.AddInt64(name, value.cast<int64_t>());
+    return;
+  }
+  if (PyFloat_Check(value.ptr())) {
+    b.AddFloat(name, value.cast<float>());
+    return;
+  }
+  py::module_ np = py::module_::import("numpy");
+  const bool typed = py::isinstance<py::array>(value);
+  py::array array = np.attr("asarray")(value);
+  if (!typed && array.size() == 0) {
+    throw py::type_error(fmt::format(
+        "feature '{}': an empty list has no type; give a typed empty array "
+        "(numpy.zeros(0, numpy.int64) or numpy.float32) or [] of bytes via "
+        "numpy.array([], dtype=object)",
+        name));
+  }
+  const char kind = array.dtype().kind();
+  py::object flat = array.attr("ravel")();
+  if (kind == 'f') {
+    auto v = np.attr("ascontiguousarray")(flat, "dtype"_a = "float32")
+                 .cast<py::array_t<float>>();
+    b.AddFloatList(name, {v.data(), static_cast<size_t>(v.size())});
+  } else if (kind == 'i' || kind == 'u' || kind == 'b') {
+    auto v = np.attr("ascontiguousarray")(flat, "dtype"_a = "int64")
+                 .cast<py::array_t<int64_t>>();
+    b.AddInt64List(name, {v.data(), static_cast<size_t>(v.size())});
+  } else if (kind == 'S' || kind == 'U' || kind == 'O') {
+    std::vector<std::string> values;
+    for (py::handle v : flat) {
+      if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) {
+        throw py::type_error(fmt::format(
+            "feature '{}': a list must hold numbers, or bytes/str, not {}",
+            name, TypeName(v)));
+      }
+      values.push_back(v.cast<std::string>());
+    }
+    b.AddBytesList(name, std::span<const std::string>(values));
+  } else {
+    throw py::type_error(fmt::format(
+        "feature '{}': cannot store numpy dtype {} in an Example (int64, "
+        "float or bytes lists)",
+        name, py::str(array.dtype()).cast<std::string>()));
+  }
+}
+
+PyExample ExampleFromDict(py::dict features) {
+  records::ExampleBuilder b;
+  for (auto [key, value] : features) {
+    if (!PyUnicode_Check(key.ptr())) {
+      throw py::type_error("Example: feature names must be str, not " +
+                           TypeName(key));
+    }
+    AddFeature(b, key.cast<std::string>(), value);
+  }
+  return PyExample{std::string(b.Serialize())};
+}
+
+tensorflow::Example ParseExample(const std::string& bytes) {
+  tensorflow::Example e;
+  if (!e.ParseFromString(bytes)) {
+    throw py::value_error(fmt::format(
+        "{} bytes are not a serialized tf.train.Example", bytes.size()));
+  }
+  return e;
+}
+
+py::dict ExampleToDict(const PyExample& example) {
+  const tensorflow::Example e = ParseExample(example.serialized);
+  std::vector<std::string> names;
+  for (const auto& [name, feature] : e.features().feature()) {
+    names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  py::module_ np = py::module_::import("numpy");
+  py::dict out;
+  for (const std::string& name : names) {
+    const tensorflow::Feature& f = e.features().feature().at(name);
+    py::object value;
+    if (f.has_int64_list()) {
+      const auto& v = f.int64_list().value();
+      value = py::array_t<int64_t>(v.size(), v.data());
+    } else if (f.has_float_list()) {
+      const auto& v = f.float_list().value();
+      value = py::array_t<float>(v.size(), v.data());
+    } else {
+      py::list list;
+      if (f.has_bytes_list()) {
+        for (const std::string& s : f.bytes_list().value()) {
+          list.append(py::bytes(s));
+        }
+      }
+      value = list;
+    }
+    out[py::str(name)] = value;
+  }
+  return out;
+}
+
+// --- Records -----------------------------------------------------------------
+
+class PyWriter {
+ public:
+  PyWriter(std::string path, std::optional<std::string> compression,
+           int level, bool index)
+      : path_(std::move(path)), index_(index) {
+    records::WriterOptions options;
+    options.compression = compression ? *CompressionArg(compression)
+                                      : records::CompressionFromSuffix(path_);
+    options.level = level;
+    options.build_index = index;
+    py::gil_scoped_release release;
+    writer_ = std::make_unique<records::TFRecordWriter>(path_, options);
+  }
+
+  void Write(py::handle record) {
+    Open();
+    if (py::isinstance<PyExample>(record)) {
+      writer_->Write(record.cast<const PyExample&>().serialized);
+      return;
+    }
+    if (!PyBytes_Check(record.ptr())) {
+      throw py::type_error("write() takes bytes or a recflow.Example, not " +
+                           TypeName(record));
+    }
+    char* data;
+    Py_ssize_t n;
+    PyBytes_AsStringAndSize(record.ptr(), &data, &n);
+    writer_->Write(std::string_view(data, static_cast<size_t>(n)));
+  }
+  void Flush() {
+    Open();
+    py::gil_scoped_release release;
+    writer_->Flush();
+  }
+  void Close() {
+    if (!writer_) return;  // closing twice is harmless, as for files
+    std::unique_ptr<records::TFRecordWriter> w = std::move(writer_);
+    py::gil_scoped_release release;
+    w->Finish();
+    if (index_) records::WriteIndex(records::IndexPathFor(path_), w->index());
+    w->Commit();
+    records_ = w->records_written();
+  }
+  // Leaves nothing behind: the file never appears under its name.
+  void Abort() { writer_.reset(); }
+  uint64_t records() const {
+    return writer_ ? writer_->records_written() : records_;
+  }
+  const std::string& path() const { return path_; }
+  bool closed() const { return writer_ == nullptr; }
+
+ private:
+  void Open() const {
+    if (!writer_) throw py::value_error("write to a closed TFRecordWriter");
+  }
+  std::string path_;
+  bool index_;
+  uint64_t records_ = 0;
+  std::unique_ptr<records::TFRecordWriter> writer_;
+};
+
+class PyRecordIterator {
+ public:
+  PyRecordIterator(std::string path, records::ReaderOptions options) {
+    py::gil_scoped_release release;
+    reader_ = std::make_unique<records::TFRecordReader>(std::move(path),
+                                                        options);
+  }
+  py::bytes Next() {
+    std::string_view record;
+    bool ok;
+    {
+      py::gil_scoped_release release;
+      ok = reader_->ReadRecord(&record);
+    }
+    if (!ok) throw py::stop_iteration();
+    return py::bytes(record.data(), record.size());
+  }
+
+ private:
+  std::unique_ptr<records::TFRecordReader> reader_;
+};
+
+records::ReaderOptions ReaderArgs(const std::optional<std::string>& compression,
+                                  bool verify_checksums,
+                                  uint64_t max_record_bytes) {
+  records::ReaderOptions o;
+  o.compression = CompressionArg(compression);
+  o.verify_checksums = verify_checksums;
+  o.max_record_bytes = max_record_bytes;
+  return o;
+}
+
+records::FeatureSpec SpecArg(py::handle value) {
+  if (py::isinstance<records::FeatureSpec>(value)) {
+    return value.cast<records::FeatureSpec>();
+  }
+  if (PyDict_Check(value.ptr())) {
+    py::dict d = py::reinterpret_borrow<py::dict>(value);
+    std::string text = py::module_::import("json")
+                           .attr("dumps")(d.contains("features")
+                                              ? py::object(d)
+                                              : py::object(py::dict(
+                                                    "features"_a = d)))
+                           .cast<std::string>();
+    return records::FeatureSpec::FromJsonText(text);
+  }
+  if (PyUnicode_Check(value.ptr()) || py::hasattr(value, "__fspath__")) {
+    std::string s = py::module_::import("os").attr("fsdecode")(value)
+                        .cast<std::string>();
+    const auto first = s.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && s[first] == '{') {
+      return records::FeatureSpec::FromJsonText(s);
+    }
+    return records::FeatureSpec::FromFile(s);
+  }
+  throw py::type_error(
+      "a feature spec is a recflow.FeatureSpec, a dict, JSON text or the "
+      "path of a JSON file, not " +
+      TypeName(value));
+}
+
+void RegisterErrors(py::module_& m) {
+  static py::exception<records::RecordError> record_error(
+      m, "RecordError", PyExc_ValueError);
+  record_error.doc() =
+      "A TFRecord file is damaged. Attributes: path, offset (of the record "
+      "in the uncompressed stream), record_index, kind.";
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const records::RecordError& e) {
+      py::object error =
+          py::reinterpret_borrow<py::object>(record_error.ptr())(e.what());
+      error.attr("path") = e.path();
+      error.attr("offset") = e.offset();
+      error.attr("record_index") = e.record_index();
+      error.attr("kind") = std::string(records::DamageKindName(e.kind()));
+      PyErr_SetObject(record_error.ptr(), error.ptr());
+    } catch (const records::IoError& e) {
+      if (e.errno_value() != 0) {
+        py::object error = py::reinterpret_borrow<py::object>(PyExc_OSError)(
+            e.errno_value(), e.what());
+        PyErr_SetObject(PyExc_OSError, error.ptr());
+      } else {
+        PyErr_SetString(PyExc_OSError, e.what());
+      }
+    } catch (const records::FileListError& e) {
+      PyErr_SetString(PyExc_FileNotFoundError, e.what());
+    } catch (const records::Error& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const convert::ConvertError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_recflow, m) {
+  m.doc() = "recflow's C++ library: TFRecords, Examples, conversion and the "
+            "input pipeline (see the recflow package)";
+  RegisterErrors(m);
+
+  // --- FeatureSpec ---
+  py::class_<records::FeatureSpec>(m, "FeatureSpec", R"doc(
+Which features of a tf.train.Example to parse, and into what: the dict of
+tf.io.FixedLenFeature / VarLenFeature that tf.io.parse_example takes.
+
+FeatureSpec(spec) takes a dict in the JSON form that `recflow inspect --spec`
+writes ({"image": {"kind": "fixed", "dtype": "bytes", "shape": []}, ...},
+with or without an outer {"features": ...}), JSON text, or a file's path.
+recflow.FixedLenFeature / recflow.VarLenFeature build the dict's values.
+)doc")
+      .def(py::init([](py::handle spec) { return SpecArg(spec); }), "spec"_a)
+      .def("to_dict",
+           [](const records::FeatureSpec& s) {
+             return py::module_::import("json").attr("loads")(
+                 s.ToJson().dump());
+           },
+           "The JSON form as a dict ({'features': {...}}).")
+      .def("to_json",
+           [](const records::FeatureSpec& s) { return s.ToJson().dump(2); },
+           "The JSON form as text (what --spec files hold).")
+      .def_property_readonly("names",
+                             [](const records::FeatureSpec& s) {
+                               std::vector<std::string> names;
+                               for (const auto& f : s.features) {
+                                 names.push_back(f.first);
+                               }
+                               return names;
+                             })
+      .def("__repr__", [](const records::FeatureSpec& s) {
+        return "FeatureSpec(" + s.ToJson().dump() + ")";
+      });
+
+  // --- Built-in maps ---
+  py::class_<BuiltinMap>(m, "BuiltinMap",
+                         "A map written in C++ (recflow.maps), for "
+                         "Dataset.map; runs without the GIL.")
+      .def("__repr__", [](const BuiltinMap& b) { return b.name; });
+  py::module_ maps = m.def_submodule(
+      "maps", "Built-in maps for Dataset.map, run in C++ without the GIL.");
+  maps.def(
+      "decode_raw",
+      [](std::string key, py::handle dtype, std::vector<int64_t> shape) {
+        std::string name = fmt::format("decode_raw('{}')", key);
+        return BuiltinMap{pipeline::maps::DecodeRaw(std::move(key),
+                                                    DTypeArg(dtype), shape),
+                          name};
+      },
+      "key"_a, "dtype"_a, "shape"_a = std::vector<int64_t>{},
+      "tf.io.decode_raw: the bytes of `key` as little-endian `dtype`, "
+      "reshaped to `shape` per record (-1: inferred; empty: flat). uint8 is "
+      "a view, other dtypes a copy.");
+  maps.def(
+      "cast",
+      [](std::string key, py::handle dtype) {
+        std::string name = fmt::format("cast('{}')", key);
+        return BuiltinMap{pipeline::maps::Cast(std::move(key), DTypeArg(dtype)),
+                          name};
+      },
+      "key"_a, "dtype"_a, "tf.cast of component `key` to `dtype`.");
+  maps.def(
+      "scale",
+      [](std::string key, double scale, double offset) {
+        std::string name = fmt::format("scale('{}')", key);
+        return BuiltinMap{pipeline::maps::Scale(std::move(key), scale, offset),
+                          name};
+      },
+      "key"_a, "scale"_a, "offset"_a = 0.0,
+      "`key` * scale + offset as float32 (scale('image', 1/255)).");
+  maps.def(
+      "select",
+      [](std::vector<std::string> keys) {
+        return BuiltinMap{pipeline::maps::Select(keys), "select"};
+      },
+      "keys"_a, "Keeps only `keys`, in that order.");
+  maps.def(
+      "rename",
+      [](std::string from, std::string to) {
+        std::string name = fmt::format("rename('{}', '{}')", from, to);
+        return BuiltinMap{pipeline::maps::Rename(from, to), name};
+      },
+      "old"_a, "new"_a, "Renames a component.");
+
+  // --- Iterator ---
+  py::class_<PyIterator>(m, "Iterator", R"doc(
+Runs a Dataset. Yields dicts of arrays (recflow.Array, read-only numpy
+arrays sharing memory with the C++ batch; bytes as bytes or object arrays;
+ragged features as recflow.Ragged). save() returns the position after the
+last element as bytes; restore(state) continues from one, before the first
+element. Ctrl-C interrupts a wait promptly (the iterator is then spent).
+)doc")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &PyIterator::Next)
+      .def("save", &PyIterator::Save,
+           "The position after the last element returned, as bytes.")
+      .def("restore", &PyIterator::Restore, "state"_a,
+           "Continues from a saved state; only before the first element.")
+      .def("stats", &PyIterator::Stats,
+           "Per stage: elements, bytes, busy and wait seconds.");
+
+  // --- Dataset ---
+  py::class_<PyDataset> dataset(m, "Dataset", R"doc(
+An input pipeline with tf.data's semantics, run in C++ on every core.
+
+    ds = (recflow.Dataset.from_tfrecords("data/train-*.tfrecord")
+          .shuffle(10_000, seed=7)
+          .batch(256, drop_remainder=True)
+          .parse({"image": recflow.FixedLenFeature([], "bytes"),
+                  "label": recflow.FixedLenFeature([], "int64")})
+          .map(recflow.maps.decode_raw("image", "uint8", [28, 28]))
+          .prefetch(2))
+    for batch in ds:              # dicts of numpy arrays, zero-copy
+        images = torch.from_dlpack(batch["image"])
+
+Immutable: every transformation returns a new Dataset. The order depends
+only on the inputs and seeds, never on the thread count.
+)doc");
+  dataset
+      .def_static(
+          "from_tfrecords",
+          [](py::handle files, std::optional<std::string> compression,
+             int num_parallel_reads, bool shuffle_files,
+             std::optional<uint64_t> seed, bool reshuffle_each_iteration,
+             bool verify_checksums, uint64_t max_record_bytes) {
+            pipeline::TFRecordOptions o;
+            o.compression = CompressionArg(compression);
+            o.num_parallel_reads = num_parallel_reads;
+            o.shuffle_files = shuffle_files;
+            o.seed = seed;
+            o.reshuffle_each_iteration = reshuffle_each_iteration;
+            o.verify_checksums = verify_checksums;
+            o.max_record_bytes = max_record_bytes;
+            std::vector<std::string> paths = Paths(files, "from_tfrecords");
+            PyDataset d = Wrap(Dataset::FromTFRecords(paths, o));
+            d.tfrecord_paths = std::move(paths);
+            d.tfrecord_options = o;
+            return d;
+          },
+          "files"_a, "compression"_a = py::none(), "num_parallel_reads"_a = 1,
+          "shuffle_files"_a = false, "seed"_a = py::none(),
+          "reshuffle_each_iteration"_a = true, "verify_checksums"_a = true,
+          "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
+          "TFRecord files (paths, globs, directories): elements "
+          "{'record': bytes}. compression: None detects it per file.")
+      .def_static(
+          "from_tensor_slices",
+          [](py::dict arrays) {
+            return Wrap(Dataset::FromTensorSlices(
+                DictToElement(arrays, "from_tensor_slices")));
+          },
+          "arrays"_a,
+          "Rows of in-memory arrays (a dict), viewed without a copy: do not "
+          "change the arrays while the dataset is used.")
+      .def_static(
+          "range",
+          [](int64_t start, std::optional<int64_t> stop, int64_t step) {
+            if (!stop) return Wrap(Dataset::Range(0, start, step));
+            return Wrap(Dataset::Range(start, *stop, step));
+          },
+          "start"_a, "stop"_a = py::none(), "step"_a = 1,
+          "{'value': int64} for range(start, stop, step).")
+      .def_static(
+          "from_csv",
+          [](py::handle files, std::string delimiter,
+             std::map<std::string, py::object> column_types,
+             std::vector<std::string> select_columns) {
+            if (delimiter.size() != 1) {
+              throw py::value_error("delimiter must be one character");
+            }
+            pipeline::CsvOptions o;
+            o.delimiter = delimiter[0];
+            for (const auto& [name, dtype] : column_types) {
+              o.column_types.emplace_back(name, DTypeArg(dtype));
+            }
+            o.select_columns = std::move(select_columns);
+            return Wrap(Dataset::FromCsv(Paths(files, "from_csv"), o));
+          },
+          "files"_a, "delimiter"_a = ",",
+          "column_types"_a = std::map<std::string, py::object>{},
+          "select_columns"_a = std::vector<std::string>{},
+          "CSV files with a header row: one scalar per column.")
+      .def_static(
+          "from_generator",
+          [](py::function make) {
+            auto holder = KeepAlive(std::move(make));
+            pipeline::GeneratorFn gen = [holder]() {
+              py::gil_scoped_acquire gil;
+              auto it = KeepAlive(py::iter(Callable(holder)()));
+              return std::function<std::optional<Element>()>(
+                  [it]() -> std::optional<Element> {
+                    py::gil_scoped_acquire gil;
+                    PyObject* next = PyIter_Next(
+                        static_cast<PyObject*>(const_cast<void*>(it.get())));
+                    if (next == nullptr) {
+                      if (PyErr_Occurred()) throw py::error_already_set();
+                      return std::nullopt;
+                    }
+                    py::object value = py::reinterpret_steal<py::object>(next);
+                    return DictToElement(value, "a generator's element");
+                  });
+            };
+            return Wrap(Dataset::FromGenerator(gen, "from_generator"));
+          },
+          "generator"_a,
+          "Elements from generator(), called once per epoch; each element "
+          "a dict of arrays. Restoring needs the same elements each call.")
+      .def(
+          "global_shuffle",
+          [](const PyDataset& d, std::optional<uint64_t> seed,
+             bool reshuffle_each_iteration) {
+            if (!d.tfrecord_paths) {
+              throw py::value_error(
+                  "global_shuffle() reads records by index, so it applies to "
+                  "Dataset.from_tfrecords(...) directly, before any other "
+                  "transformation");
+            }
+            pipeline::GlobalShuffleOptions o;
+            o.seed = seed;
+            o.reshuffle_each_iteration = reshuffle_each_iteration;
+            o.verify_checksums = d.tfrecord_options.verify_checksums;
+            return Wrap(Dataset::FromTFRecordsGlobalShuffle(*d.tfrecord_paths,
+                                                            o));
+          },
+          "seed"_a = py::none(), "reshuffle_each_iteration"_a = true,
+          "Every record once per epoch in a uniform random order, read by "
+          "index (FILE.idx, or indexed in memory).")
+      .def(
+          "map",
+          [](const PyDataset& d, py::object fn, int num_parallel_calls,
+             bool deterministic, std::optional<std::string> name) {
+            pipeline::MapOptions o;
+            o.num_parallel_calls = num_parallel_calls;
+            o.deterministic = deterministic;
+            if (py::isinstance<BuiltinMap>(fn)) {
+              const auto& b = fn.cast<const BuiltinMap&>();
+              o.name = name.value_or(b.name);
+              return Wrap(d.dataset.Map(b.fn, o));
+            }
+            if (!PyCallable_Check(fn.ptr())) {
+              throw py::type_error(
+                  "map() takes a recflow.maps function or a callable, not " +
+                  TypeName(fn));
+            }
+            o.name = name.value_or(
+                py::str(py::getattr(fn, "__name__", py::str("map")))
+                    .cast<std::string>());
+            return Wrap(d.dataset.Map(PythonMap(fn, o.name), o));
+          },
+          "fn"_a, "num_parallel_calls"_a = 1, "deterministic"_a = true,
+          "name"_a = py::none(),
+          "fn: a recflow.maps function (C++, no GIL) or a Python callable "
+          "taking and returning a dict of arrays (runs under the GIL). "
+          "num_parallel_calls: -1 for every thread.")
+      .def(
+          "filter",
+          [](const PyDataset& d, py::function predicate) {
+            auto holder = KeepAlive(std::move(predicate));
+            return Wrap(d.dataset.Filter([holder](const Element& e) {
+              py::gil_scoped_acquire gil;
+              return py::bool_(Callable(holder)(ElementToDict(e)))
+                  .cast<bool>();
+            }));
+          },
+          "predicate"_a, "Keeps the elements for which predicate(dict) is true.")
+      .def(
+          "parse",
+          [](const PyDataset& d, py::handle spec, int num_parallel_calls,
+             bool keep_record, std::string record_key) {
+            pipeline::ParseOptions o;
+            o.num_parallel_calls = num_parallel_calls;
+            o.keep_record = keep_record;
+            o.record_key = std::move(record_key);
+            return Wrap(d.dataset.Parse(SpecArg(spec), o));
+          },
+          "spec"_a, "num_parallel_calls"_a = 1, "keep_record"_a = false,
+          "record_key"_a = "record",
+          "Parses tf.train.Examples with a feature spec (FeatureSpec, dict, "
+          "JSON or a path). After batch(): one vectorised parse per batch.")
+      .def(
+          "shuffle",
+          [](const PyDataset& d, int64_t buffer_size,
+             std::optional<uint64_t> seed, bool reshuffle_each_iteration) {
+            return Wrap(d.dataset.Shuffle(buffer_size, seed,
+                                          reshuffle_each_iteration));
+          },
+          "buffer_size"_a, "seed"_a = py::none(),
+          "reshuffle_each_iteration"_a = true, "tf.data's shuffle.")
+      .def(
+          "batch",
+          [](const PyDataset& d, int64_t batch_size, bool drop_remainder) {
+            return Wrap(d.dataset.Batch(batch_size, drop_remainder));
+          },
+          "batch_size"_a, "drop_remainder"_a = false)
+      .def(
+          "padded_batch",
+          [](const PyDataset& d, int64_t batch_size,
+             std::map<std::string, std::vector<int64_t>> padded_shapes,
+             std::map<std::string, double> padding_values,
+             bool drop_remainder) {
+            pipeline::PaddedBatchOptions o;
+            o.drop_remainder = drop_remainder;
+            o.padded_shapes.assign(padded_shapes.begin(), padded_shapes.end());
+            o.padding_values.assign(padding_values.begin(),
+                                    padding_values.end());
+            return Wrap(d.dataset.PaddedBatch(batch_size, o));
+          },
+          "batch_size"_a,
+          "padded_shapes"_a = std::map<std::string, std::vector<int64_t>>{},
+          "padding_values"_a = std::map<std::string, double>{},
+          "drop_remainder"_a = false)
+      .def("unbatch",
+           [](const PyDataset& d) { return Wrap(d.dataset.Unbatch()); })
+      .def(
+          "repeat",
+          [](const PyDataset& d, std::optional<int64_t> count) {
+            return Wrap(d.dataset.Repeat(count.value_or(-1)));
+          },
+          "count"_a = py::none(), "count None: forever.")
+      .def(
+          "take",
+          [](const PyDataset& d, int64_t n) {
+            return Wrap(d.dataset.Take(n));
+          },
+          "count"_a)
+      .def(
+          "skip",
+          [](const PyDataset& d, int64_t n) {
+            return Wrap(d.dataset.Skip(n));
+          },
+          "count"_a)
+      .def(
+          "shard",
+          [](const PyDataset& d, int64_t num_shards, int64_t index) {
+            return Wrap(d.dataset.Shard(num_shards, index));
+          },
+          "num_shards"_a, "index"_a,
+          "Element i where i % num_shards == index; whole files on a TFRecord "
+          "source with at least num_shards files (tf.data's AUTO policy).")
+      .def(
+          "interleave",
+          [](const PyDataset& d, py::function fn, int64_t cycle_length,
+             int64_t block_length) {
+            auto holder = KeepAlive(std::move(fn));
+            return Wrap(d.dataset.Interleave(
+                [holder](const Element& e) {
+                  py::gil_scoped_acquire gil;
+                  py::object out = Callable(holder)(ElementToDict(e));
+                  if (!py::isinstance<PyDataset>(out)) {
+                    throw py::type_error(
+                        "interleave's function must return a "
+                        "recflow.Dataset, not " +
+                        TypeName(out));
+                  }
+                  return out.cast<const PyDataset&>().dataset;
+                },
+                cycle_length, block_length));
+          },
+          "fn"_a, "cycle_length"_a, "block_length"_a = 1,
+          "fn(element dict) -> Dataset; their elements interleaved.")
+      .def(
+          "prefetch",
+          [](const PyDataset& d, int64_t buffer_size, uint64_t max_bytes) {
+            return Wrap(d.dataset.Prefetch(buffer_size, max_bytes));
+          },
+          "buffer_size"_a, "max_bytes"_a = 0,
+          "Runs the pipeline ahead on a thread of its own.")
+      .def(
+          "cache",
+          [](const PyDataset& d, std::string filename) {
+            return Wrap(d.dataset.Cache(filename));
+          },
+          "filename"_a = "",
+          "Keeps the first pass in memory, or in a file read by later runs.")
+      .def("ignore_errors",
+           [](const PyDataset& d) { return Wrap(d.dataset.IgnoreErrors()); },
+           "Skips elements whose production fails, counting them.")
+      .def("iterator", &MakePyIterator, "threads"_a = 0, "optimize"_a = true,
+           "An iterator on `threads` threads (0: every core).")
+      .def("__iter__",
+           [](const PyDataset& d) { return MakePyIterator(d, 0, true); })
+      .def(
+          "restore",
+          [](const PyDataset& d, py::bytes state, int threads) {
+            auto it = MakePyIterator(d, threads, true);
+            it->Restore(std::string(state));
+            return it;
+          },
+          "state"_a, "threads"_a = 0,
+          "An iterator continuing from `state` (Iterator.save()).")
+      .def("describe",
+           [](const PyDataset& d) { return d.dataset.Describe(); })
+      .def("__repr__", [](const PyDataset& d) {
+        return "<recflow.Dataset " + d.dataset.Describe() + ">";
+      });
+
+  // --- Records ---
+  py::class_<PyExample>(m, "Example", R"doc(
+A tf.train.Example. Example({"label": 7, "image": b"...", "x": [1.0, 2.0]})
+builds one (int -> int64_list, float -> float_list, bytes/str ->
+bytes_list; lists and numpy arrays by their dtype); Example.from_bytes(b)
+reads one; to_dict() gives {name: int64/float32 array or list of bytes}.
+)doc")
+      .def(py::init([](py::dict features) { return ExampleFromDict(features); }),
+           "features"_a = py::dict())
+      .def_static(
+          "from_bytes",
+          [](py::bytes data) {
+            PyExample e{std::string(data)};
+            ParseExample(e.serialized);
+            return e;
+          },
+          "data"_a)
+      .def("to_dict", &ExampleToDict)
+      .def("serialize",
+           [](const PyExample& e) { return py::bytes(e.serialized); })
+      .def("__bytes__",
+           [](const PyExample& e) { return py::bytes(e.serialized); })
+      .def("__eq__",
+           [](const PyExample& a, const PyExample& b) {
+             return google::protobuf::util::MessageDifferencer::Equals(
+                 ParseExample(a.serialized), ParseExample(b.serialized));
+           })
+      .def("__repr__", [](const PyExample& e) {
+        return "Example(" + py::repr(ExampleToDict(e)).cast<std::string>() +
+               ")";
+      });
+
+  py::class_<PyWriter>(m, "TFRecordWriter", R"doc(
+Writes a TFRecord file exactly as TensorFlow does (ZLIB, GZIP; ZSTD is
+recflow's own). The file appears under its name only when close() (or the
+end of a `with` block without an exception) succeeds; an error or an
+exception leaves nothing behind. compression None: from the name's suffix
+(.gz, .zz, .zst). index: write PATH.idx (uncompressed and ZSTD only).
+)doc")
+      .def(py::init<std::string, std::optional<std::string>, int, bool>(),
+           "path"_a, "compression"_a = py::none(), "level"_a = 0,
+           "index"_a = false)
+      .def("write", &PyWriter::Write, "record"_a,
+           "Appends a record (bytes or recflow.Example).")
+      .def("flush", &PyWriter::Flush)
+      .def("close", &PyWriter::Close)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__",
+           [](PyWriter& w, py::handle type, py::handle, py::handle) {
+             if (type.is_none()) {
+               w.Close();
+             } else {
+               w.Abort();
+             }
+           })
+      .def_property_readonly("path", &PyWriter::path)
+      .def_property_readonly("records", &PyWriter::records)
+      .def_property_readonly("closed", &PyWriter::closed);
+
+  py::class_<PyRecordIterator>(m, "TFRecordIterator")
+      .def("__iter__", [](py::object self) { return self; })
+      .def("__next__", &PyRecordIterator::Next);
+
+  m.def(
+      "tfrecord_iterator",
+      [](py::handle path, std::optional<std::string> compression,
+         bool verify_checksums, uint64_t max_record_bytes) {
+        return std::make_unique<PyRecordIterator>(
+            Paths(path, "tfrecord_iterator").at(0),
+            ReaderArgs(compression, verify_checksums, max_record_bytes));
+      },
+      "path"_a, "compression"_a = py::none(), "verify_checksums"_a = true,
+      "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
+      "The records of one file as bytes, both CRCs checked "
+      "(tf.compat.v1.io.tf_record_iterator).");
+
+  m.def(
+      "count",
+      [](py::handle paths, std::optional<std::string> compression,
+         int threads) {
+        std::vector<std::string> files =
+            records::ExpandRecordPaths(Paths(paths, "count"));
+        const auto options = ReaderArgs(compression, true,
+                                        records::kDefaultMaxRecordBytes);
+        py::gil_scoped_release release;
+        uint64_t total = 0;
+        for (const std::string& f : files) {
+          total += records::ScanFile(f, options, threads).records;
+        }
+        return total;
+      },
+      "paths"_a, "compression"_a = py::none(), "threads"_a = 0,
+      "The number of records in the files (CRCs checked), as `recflow "
+      "count`.");
+
+  m.def(
+      "verify",
+      [](py::handle paths, std::optional<std::string> compression,
+         int threads) {
+        std::vector<std::string> files =
+            records::ExpandRecordPaths(Paths(paths, "verify"));
+        const auto options = ReaderArgs(compression, true,
+                                        records::kDefaultMaxRecordBytes);
+        std::vector<std::pair<std::string, uint64_t>> counts;
+        {
+          py::gil_scoped_release release;
+          for (const std::string& f : files) {
+            counts.emplace_back(f,
+                                records::ScanFile(f, options, threads).records);
+          }
+        }
+        py::dict out;
+        for (const auto& [f, n] : counts) out[py::str(f)] = n;
+        return out;
+      },
+      "paths"_a, "compression"_a = py::none(), "threads"_a = 0,
+      "Reads every record checking both CRCs: {path: records}; raises "
+      "RecordError naming the file, offset and record of the first damage.");
+
+  m.def(
+      "index",
+      [](py::handle paths) {
+        std::vector<std::string> files =
+            records::ExpandRecordPaths(Paths(paths, "index"));
+        std::vector<std::string> written;
+        py::gil_scoped_release release;
+        for (const std::string& f : files) {
+          records::Index index = records::BuildIndex(f);
+          written.push_back(records::IndexPathFor(f));
+          records::WriteIndex(written.back(), index);
+        }
+        return written;
+      },
+      "paths"_a,
+      "Writes FILE.idx (DALI's format; recflow's for ZSTD) beside each "
+      "file; returns their paths.");
+
+  m.def(
+      "convert",
+      [](std::string format, py::handle inputs, std::string output,
+         uint64_t shards, bool index, std::string compression, int level,
+         bool skip_bad, int threads, std::optional<std::string> images,
+         std::optional<std::string> labels, py::handle spec) {
+        convert::ConvertJob job;
+        job.format = std::move(format);
+        if (!inputs.is_none()) job.inputs.files = Paths(inputs, "convert");
+        job.inputs.images = images.value_or("");
+        job.inputs.labels = labels.value_or("");
+        std::optional<records::FeatureSpec> feature_spec;
+        if (!spec.is_none()) {
+          feature_spec = SpecArg(spec);
+          job.inputs.spec = &*feature_spec;
+        }
+        job.output = std::move(output);
+        if (shards == 0) throw py::value_error("shards must be at least 1");
+        job.shards = shards;
+        job.writer.compression = *CompressionArg(compression);
+        job.writer.level = level;
+        job.writer.build_index = index;
+        job.threads = threads;
+        job.skip_bad = skip_bad;
+        convert::ConvertSummary s;
+        {
+          py::gil_scoped_release release;
+          s = convert::Convert(job);
+        }
+        py::list shard_list;
+        for (const auto& r : s.shards) {
+          shard_list.append(py::dict("path"_a = r.path, "records"_a = r.records,
+                                     "bytes"_a = r.bytes));
+        }
+        return py::dict("records"_a = s.records, "skipped"_a = s.skipped,
+                        "bytes"_a = s.bytes, "seconds"_a = s.seconds,
+                        "shards"_a = shard_list,
+                        "first_skipped"_a = s.first_skipped,
+                        "labels_file"_a = s.labels_file);
+      },
+      "format"_a, "inputs"_a, "output"_a, "shards"_a = 1,
+      "index"_a = false, "compression"_a = "none", "level"_a = 0,
+      "skip_bad"_a = false, "threads"_a = 0, "images"_a = py::none(),
+      "labels"_a = py::none(), "spec"_a = py::none(),
+      "Converts csv, jsonl, npy, npz, idx (images=, labels=) or images (a "
+      "folder per class) into sharded TFRecords of Examples, as `recflow "
+      "convert`; returns a summary dict. All shards appear together or "
+      "none does.");
+
+  m.def("_export_dlpack", &ExportDlpack, "array"_a,
+        "A DLPack capsule viewing a numpy array (recflow.Array.__dlpack__).");
+}
+
+}  // namespace recflow::python

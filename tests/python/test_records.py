@@ -1,0 +1,149 @@
+"""recflow's records in Python: writer, iterator, Example, count, verify,
+index, and the exceptions bad files raise."""
+
+import os
+
+import numpy as np
+import pytest
+
+import recflow
+from conftest import MNIST, PENGUIN, write_records
+
+
+@pytest.mark.parametrize("compression,suffix", [
+    ("none", ""), ("zlib", ".zz"), ("gzip", ".gz"), ("zstd", ".zst")])
+def test_writer_roundtrip_every_compression(tmp_path, compression, suffix):
+    path = tmp_path / f"a.tfrecord{suffix}"
+    records = [os.urandom(n) for n in (0, 1, 100, 70000)]
+    with recflow.TFRecordWriter(str(path), compression=compression) as w:
+        for r in records:
+            w.write(r)
+        assert w.records == 4
+    assert list(recflow.tfrecord_iterator(path)) == records
+    assert recflow.count(str(path)) == 4
+
+
+def test_writer_compression_from_suffix_and_level(tmp_path):
+    path = tmp_path / "b.tfrecord.gz"
+    with recflow.TFRecordWriter(str(path), level=9) as w:
+        w.write(b"x" * 1000)
+    assert open(path, "rb").read(2) == b"\x1f\x8b"
+    assert list(recflow.tfrecord_iterator(str(path))) == [b"x" * 1000]
+
+
+def test_writer_leaves_nothing_on_exception(tmp_path):
+    path = tmp_path / "c.tfrecord"
+    with pytest.raises(RuntimeError):
+        with recflow.TFRecordWriter(str(path)) as w:
+            w.write(b"half")
+            raise RuntimeError("stop")
+    assert os.listdir(tmp_path) == []
+
+
+def test_writer_index_matches_index_command(tmp_path):
+    a = write_records(tmp_path / "a.tfrecord", 50, index=True)
+    written = open(str(a) + ".idx").read()
+    os.remove(str(a) + ".idx")
+    assert recflow.index(str(a)) == [str(a) + ".idx"]
+    assert open(str(a) + ".idx").read() == written
+    assert len(written.splitlines()) == 50
+
+
+def test_write_to_closed_writer_is_an_error(tmp_path):
+    w = recflow.TFRecordWriter(str(tmp_path / "d.tfrecord"))
+    w.close()
+    w.close()
+    with pytest.raises(ValueError, match="closed"):
+        w.write(b"x")
+
+
+def test_example_dict_roundtrip():
+    e = recflow.Example({"i": 3, "f": 0.5, "b": b"raw", "s": "text",
+                         "il": [1, 2, 3], "fl": np.arange(4, dtype=np.float32),
+                         "bl": [b"a", b"b"], "empty": np.zeros(0, np.int64)})
+    d = recflow.Example.from_bytes(e.serialize()).to_dict()
+    assert d["i"].tolist() == [3] and d["i"].dtype == np.int64
+    assert d["f"].tolist() == [0.5] and d["f"].dtype == np.float32
+    assert d["b"] == [b"raw"] and d["s"] == [b"text"]
+    assert d["il"].tolist() == [1, 2, 3]
+    assert d["fl"].tolist() == [0, 1, 2, 3]
+    assert d["bl"] == [b"a", b"b"]
+    assert d["empty"].tolist() == []
+    assert recflow.Example.from_bytes(bytes(e)) == e
+
+
+def test_example_rejects_what_it_cannot_hold():
+    with pytest.raises(TypeError, match="empty list"):
+        recflow.Example({"x": []})
+    with pytest.raises(TypeError, match="complex"):
+        recflow.Example({"x": np.zeros(2, np.complex64)})
+    with pytest.raises(ValueError, match="not a serialized tf.train.Example"):
+        recflow.Example.from_bytes(b"\xff\xff\xff")
+
+
+def test_reads_tensorflow_fixtures():
+    assert recflow.count(str(MNIST)) == 1000
+    first = next(recflow.tfrecord_iterator(MNIST))
+    d = recflow.Example.from_bytes(first).to_dict()
+    assert d["image_floats"].shape == (784,)
+    assert recflow.count(str(PENGUIN)) > 0
+    assert recflow.verify([str(MNIST), str(PENGUIN)])[str(MNIST)] == 1000
+
+
+def test_damage_raises_record_error_naming_file_and_offset(tmp_path):
+    path = write_records(tmp_path / "bad.tfrecord", 10)
+    data = bytearray(open(path, "rb").read())
+    first_len = int.from_bytes(data[:8], "little")
+    second = 16 + first_len
+    data[second + 12] ^= 0xFF  # a payload byte of record 1
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(recflow.RecordError) as info:
+        recflow.verify(str(path))
+    e = info.value
+    assert isinstance(e, ValueError)
+    assert e.path == str(path) and e.offset == second and e.record_index == 1
+    assert e.kind == "data CRC mismatch"
+    assert str(path) in str(e) and str(second) in str(e)
+    with pytest.raises(recflow.RecordError):
+        list(recflow.tfrecord_iterator(path))
+    # Without checksums the damaged payload is read as it is.
+    assert len(list(recflow.tfrecord_iterator(
+        path, verify_checksums=False))) == 10
+
+
+def test_missing_files_and_bad_arguments(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        recflow.count(str(tmp_path / "nope.tfrecord"))
+    with pytest.raises(OSError):
+        recflow.tfrecord_iterator(str(tmp_path / "nope.tfrecord"))
+    with pytest.raises(TypeError):
+        recflow.count(42)
+    with pytest.raises(ValueError, match="unknown compression"):
+        recflow.TFRecordWriter(str(tmp_path / "x"), compression="lz4")
+
+
+def test_convert_csv_into_indexed_shards(tmp_path):
+    csv = tmp_path / "people.csv"
+    csv.write_text("name,age,height\n" +
+                   "".join(f"p{i},{i},{i + 0.5}\n" for i in range(1000)))
+    s = recflow.convert("csv", [str(csv)], str(tmp_path / "people"),
+                        shards=3, index=True)
+    assert s["records"] == 1000 and len(s["shards"]) == 3
+    paths = [sh["path"] for sh in s["shards"]]
+    assert all(os.path.exists(p + ".idx") for p in paths)
+    assert recflow.count(paths) == 1000
+    ids = sorted(
+        int(recflow.Example.from_bytes(r).to_dict()["age"][0])
+        for p in paths for r in recflow.tfrecord_iterator(p))
+    assert ids == list(range(1000))
+
+
+def test_convert_bad_row_names_file_and_line(tmp_path):
+    csv = tmp_path / "bad.csv"
+    csv.write_text("a,b\n1,2\n3\n")
+    with pytest.raises(ValueError, match=r"bad\.csv:3: 1 fields, the header has 2"):
+        recflow.convert("csv", [str(csv)], str(tmp_path / "bad"))
+    assert sorted(os.listdir(tmp_path)) == ["bad.csv"]
+    s = recflow.convert("csv", [str(csv)], str(tmp_path / "bad"),
+                        skip_bad=True)
+    assert s["records"] == 1 and s["skipped"] == 1
