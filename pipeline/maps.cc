@@ -24,9 +24,10 @@ const Tensor& Component(const Element& e, const std::string& key,
     for (const auto& c : e.components) {
       names += (names.empty() ? "" : ", ") + c.name;
     }
-    throw Error(fmt::format("{}: the element has no component '{}' (it has: "
-                            "{}){}",
-                            map, key, names, Where(e)));
+    throw Error(
+        fmt::format("{}: the element has no component '{}' (it has: "
+                    "{}){}",
+                    map, key, names, Where(e)));
   }
   t->CheckHost(map);
   return *t;
@@ -79,53 +80,56 @@ MapFn DecodeRaw(std::string key, DType dtype, std::vector<int64_t> shape) {
           inferred](Element e) {
     const Tensor& t = Component(e, key, "decode_raw");
     if (t.dtype() != DType::kBytes) {
-      throw Error(fmt::format("decode_raw('{}'): the component is {}, not "
-                              "bytes{}",
-                              key, DTypeName(t.dtype()), Where(e)));
+      throw Error(
+          fmt::format("decode_raw('{}'): the component is {}, not "
+                      "bytes{}",
+                      key, DTypeName(t.dtype()), Where(e)));
     }
     if (t.ragged()) {
-      throw Error(fmt::format("decode_raw('{}'): the component is ragged (a "
-                              "VarLen feature); decode_raw needs one bytes "
-                              "value per record{}",
-                              key, Where(e)));
+      throw Error(
+          fmt::format("decode_raw('{}'): the component is ragged (a "
+                      "VarLen feature); decode_raw needs one bytes "
+                      "value per record{}",
+                      key, Where(e)));
     }
     Tensor u8;
     try {
       u8 = t.BytesAsUInt8();
     } catch (const Error& error) {
-      throw Error(fmt::format("decode_raw('{}'): {}{}", key, error.what(),
-                              Where(e)));
+      throw Error(
+          fmt::format("decode_raw('{}'): {}{}", key, error.what(), Where(e)));
     }
     const int64_t n = u8.shape()[u8.shape().rank() - 1];
     const size_t size = DTypeSize(dtype);
     if (n % static_cast<int64_t>(size) != 0) {
-      throw Error(fmt::format("decode_raw('{}'): a value holds {} bytes, not "
-                              "a multiple of {}'s {} bytes{}",
-                              key, n, DTypeName(dtype), size, Where(e)));
+      throw Error(
+          fmt::format("decode_raw('{}'): a value holds {} bytes, not "
+                      "a multiple of {}'s {} bytes{}",
+                      key, n, DTypeName(dtype), size, Where(e)));
     }
     const int64_t count = n / static_cast<int64_t>(size);
-    std::vector<int64_t> each = shape.empty() ? std::vector<int64_t>{count}
-                                              : shape;
+    std::vector<int64_t> each =
+        shape.empty() ? std::vector<int64_t>{count} : shape;
     int64_t known = 1;
     for (size_t i = 0; i < each.size(); ++i) {
       if (static_cast<int>(i) != inferred) known *= each[i];
     }
     if (inferred >= 0 && !shape.empty()) {
       if (known == 0 || count % known != 0) {
-        throw Error(fmt::format("decode_raw('{}'): {} values of {} cannot "
-                                "take the shape {}{}",
-                                key, count, DTypeName(dtype),
-                                Shape(shape).ToString(), Where(e)));
+        throw Error(fmt::format(
+            "decode_raw('{}'): {} values of {} cannot "
+            "take the shape {}{}",
+            key, count, DTypeName(dtype), Shape(shape).ToString(), Where(e)));
       }
       each[inferred] = count / known;
     } else if (known != count) {
-      throw Error(fmt::format("decode_raw('{}'): a value holds {} values of "
-                              "{}, the shape {} needs {}{}",
-                              key, count, DTypeName(dtype),
-                              Shape(each).ToString(), known, Where(e)));
+      throw Error(
+          fmt::format("decode_raw('{}'): a value holds {} values of "
+                      "{}, the shape {} needs {}{}",
+                      key, count, DTypeName(dtype), Shape(each).ToString(),
+                      known, Where(e)));
     }
-    std::vector<int64_t> dims(t.shape().dims().begin(),
-                              t.shape().dims().end());
+    std::vector<int64_t> dims(t.shape().dims().begin(), t.shape().dims().end());
     dims.insert(dims.end(), each.begin(), each.end());
     const Shape out_shape(dims);
     Tensor out;
@@ -148,9 +152,10 @@ MapFn Cast(std::string key, DType dtype) {
   return [key = std::move(key), dtype](Element e) {
     const Tensor& t = Component(e, key, "cast");
     if (t.dtype() == DType::kBytes) {
-      throw Error(fmt::format("cast('{}'): the component is bytes; cast "
-                              "converts numbers (decode_raw reads bytes){}",
-                              key, Where(e)));
+      throw Error(
+          fmt::format("cast('{}'): the component is bytes; cast "
+                      "converts numbers (decode_raw reads bytes){}",
+                      key, Where(e)));
     }
     if (t.dtype() == dtype) return e;
     Tensor out = Tensor::Allocate(dtype, t.shape());
@@ -173,9 +178,10 @@ MapFn Scale(std::string key, double scale, double offset) {
   return [key = std::move(key), scale, offset](Element e) {
     const Tensor& t = Component(e, key, "scale");
     if (t.dtype() == DType::kBytes) {
-      throw Error(fmt::format("scale('{}'): the component is bytes, not "
-                              "numbers (decode_raw it first){}",
-                              key, Where(e)));
+      throw Error(
+          fmt::format("scale('{}'): the component is bytes, not "
+                      "numbers (decode_raw it first){}",
+                      key, Where(e)));
     }
     Tensor out = Tensor::Allocate(DType::kFloat32, t.shape());
     float* o = out.mutable_data<float>();
@@ -208,9 +214,10 @@ MapFn Rename(std::string from, std::string to) {
   return [from = std::move(from), to = std::move(to)](Element e) {
     Component(e, from, "rename");
     if (from != to && e.Find(to) != nullptr) {
-      throw Error(fmt::format("rename('{}' -> '{}'): the element already has "
-                              "a component '{}'{}",
-                              from, to, to, Where(e)));
+      throw Error(
+          fmt::format("rename('{}' -> '{}'): the element already has "
+                      "a component '{}'{}",
+                      from, to, to, Where(e)));
     }
     for (auto& c : e.components) {
       if (c.name == from) c.name = to;

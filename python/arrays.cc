@@ -2,6 +2,7 @@
 
 #include <dlpack/dlpack.h>
 #include <fmt/format.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
 #include <vector>
@@ -120,11 +121,10 @@ Tensor StringsTensor(const py::array& array, const std::string& what) {
     } else if (PyUnicode_Check(v.ptr())) {
       values.emplace_back(py::cast<std::string>(v));
     } else {
-      throw py::type_error(
-          fmt::format("{}: an array of objects must hold bytes or str, not "
-                      "{}",
-                      what, py::str(py::type::of(v).attr("__name__"))
-                                .cast<std::string>()));
+      throw py::type_error(fmt::format(
+          "{}: an array of objects must hold bytes or str, not "
+          "{}",
+          what, py::str(py::type::of(v).attr("__name__")).cast<std::string>()));
     }
   }
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
@@ -241,9 +241,9 @@ pipeline::Element DictToElement(py::handle dict, const std::string& what) {
 py::capsule ExportDlpack(py::array array) {
   const std::optional<DType> dtype = FromNumpy(array.dtype());
   if (!dtype) {
-    throw py::buffer_error(fmt::format(
-        "DLPack export of numpy dtype {} is not supported",
-        py::str(array.dtype()).cast<std::string>()));
+    throw py::buffer_error(
+        fmt::format("DLPack export of numpy dtype {} is not supported",
+                    py::str(array.dtype()).cast<std::string>()));
   }
   struct Context {
     DLManagedTensor managed{};
@@ -301,8 +301,8 @@ py::capsule ExportDlpack(py::array array) {
   // consumer renames it "used_dltensor" and calls the deleter itself.
   PyObject* capsule = PyCapsule_New(managed, "dltensor", [](PyObject* cap) {
     if (PyCapsule_IsValid(cap, "dltensor")) {
-      auto* m = static_cast<DLManagedTensor*>(
-          PyCapsule_GetPointer(cap, "dltensor"));
+      auto* m =
+          static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"));
       m->deleter(m);
     }
   });

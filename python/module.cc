@@ -25,12 +25,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "convert/convert.h"
 #include "pipeline/dataset.h"
@@ -62,9 +61,9 @@ std::vector<std::string> Paths(py::handle value, const char* what) {
   py::module_ os = py::module_::import("os");
   auto one = [&](py::handle v) {
     if (!PyUnicode_Check(v.ptr()) && !py::hasattr(v, "__fspath__")) {
-      throw py::type_error(fmt::format(
-          "{}: expected a path (str or os.PathLike), not {}", what,
-          TypeName(v)));
+      throw py::type_error(
+          fmt::format("{}: expected a path (str or os.PathLike), not {}", what,
+                      TypeName(v)));
     }
     return os.attr("fsdecode")(v).cast<std::string>();
   };
@@ -72,9 +71,9 @@ std::vector<std::string> Paths(py::handle value, const char* what) {
     return {one(value)};
   }
   if (!py::isinstance<py::iterable>(value)) {
-    throw py::type_error(fmt::format(
-        "{}: expected a path or a list of paths, not {}", what,
-        TypeName(value)));
+    throw py::type_error(
+        fmt::format("{}: expected a path or a list of paths, not {}", what,
+                    TypeName(value)));
   }
   std::vector<std::string> paths;
   for (py::handle v : value) paths.push_back(one(v));
@@ -94,11 +93,11 @@ std::optional<records::Compression> CompressionArg(
 
 // A dtype given as a name ("float32") or anything numpy.dtype() takes.
 pipeline::DType DTypeArg(py::handle value) {
-  std::string name = PyUnicode_Check(value.ptr())
-                         ? value.cast<std::string>()
-                         : py::str(py::module_::import("numpy").attr("dtype")(
-                                       value))
-                               .cast<std::string>();
+  std::string name =
+      PyUnicode_Check(value.ptr())
+          ? value.cast<std::string>()
+          : py::str(py::module_::import("numpy").attr("dtype")(value))
+                .cast<std::string>();
   for (pipeline::DType d :
        {pipeline::DType::kFloat32, pipeline::DType::kFloat64,
         pipeline::DType::kInt32, pipeline::DType::kInt64,
@@ -123,15 +122,15 @@ py::handle Callable(const std::shared_ptr<const void>& holder) {
 }
 
 pipeline::MapFn PythonMap(py::function fn, std::string name) {
-  return [holder = KeepAlive(std::move(fn)),
-          name = std::move(name)](Element e) {
-    py::gil_scoped_acquire gil;
-    py::object out = Callable(holder)(ElementToDict(e));
-    Element result = DictToElement(out, "the result of " + name);
-    result.origin = e.origin;
-    result.batch_origins = e.batch_origins;
-    return result;
-  };
+  return
+      [holder = KeepAlive(std::move(fn)), name = std::move(name)](Element e) {
+        py::gil_scoped_acquire gil;
+        py::object out = Callable(holder)(ElementToDict(e));
+        Element result = DictToElement(out, "the result of " + name);
+        result.origin = e.origin;
+        result.batch_origins = e.batch_origins;
+        return result;
+      };
 }
 
 // A built-in map (recflow.maps), run without the GIL.
@@ -169,7 +168,14 @@ class PyIterator {
       shared_->quit = true;
     }
     shared_->cv.notify_all();
-    if (interrupted_) shared_->iterator.context().Cancel();
+    if (interrupted_) {
+      // Cancelling ends the C++ stages' waits, but a Python function the
+      // worker is in (a map sleeping, say) finishes only when it returns:
+      // leave the worker to end on its own (it holds the shared state).
+      shared_->iterator.context().Cancel();
+      worker_.detach();
+      return;
+    }
     // Without the GIL: the iterator's stages may be running Python
     // functions, which need it to finish.
     py::gil_scoped_release release;
@@ -258,13 +264,11 @@ class PyIterator {
     }
     py::list out;
     for (const auto& s : stats) {
-      out.append(py::dict("name"_a = s.name, "elements"_a = s.elements,
-                          "bytes"_a = s.bytes,
-                          "busy_seconds"_a = s.busy_seconds,
-                          "wait_seconds"_a = s.wait_seconds,
-                          "parallelism"_a = s.parallelism,
-                          "buffered"_a = s.buffered,
-                          "errors_ignored"_a = s.errors_ignored));
+      out.append(py::dict(
+          "name"_a = s.name, "elements"_a = s.elements, "bytes"_a = s.bytes,
+          "busy_seconds"_a = s.busy_seconds, "wait_seconds"_a = s.wait_seconds,
+          "parallelism"_a = s.parallelism, "buffered"_a = s.buffered,
+          "errors_ignored"_a = s.errors_ignored));
     }
     return out;
   }
@@ -458,8 +462,8 @@ py::dict ExampleToDict(const PyExample& example) {
 
 class PyWriter {
  public:
-  PyWriter(std::string path, std::optional<std::string> compression,
-           int level, bool index)
+  PyWriter(std::string path, std::optional<std::string> compression, int level,
+           bool index)
       : path_(std::move(path)), index_(index) {
     records::WriterOptions options;
     options.compression = compression ? *CompressionArg(compression)
@@ -521,8 +525,8 @@ class PyRecordIterator {
  public:
   PyRecordIterator(std::string path, records::ReaderOptions options) {
     py::gil_scoped_release release;
-    reader_ = std::make_unique<records::TFRecordReader>(std::move(path),
-                                                        options);
+    reader_ =
+        std::make_unique<records::TFRecordReader>(std::move(path), options);
   }
   py::bytes Next() {
     std::string_view record;
@@ -555,17 +559,17 @@ records::FeatureSpec SpecArg(py::handle value) {
   }
   if (PyDict_Check(value.ptr())) {
     py::dict d = py::reinterpret_borrow<py::dict>(value);
-    std::string text = py::module_::import("json")
-                           .attr("dumps")(d.contains("features")
-                                              ? py::object(d)
-                                              : py::object(py::dict(
-                                                    "features"_a = d)))
-                           .cast<std::string>();
+    std::string text =
+        py::module_::import("json")
+            .attr("dumps")(d.contains("features")
+                               ? py::object(d)
+                               : py::object(py::dict("features"_a = d)))
+            .cast<std::string>();
     return records::FeatureSpec::FromJsonText(text);
   }
   if (PyUnicode_Check(value.ptr()) || py::hasattr(value, "__fspath__")) {
-    std::string s = py::module_::import("os").attr("fsdecode")(value)
-                        .cast<std::string>();
+    std::string s =
+        py::module_::import("os").attr("fsdecode")(value).cast<std::string>();
     const auto first = s.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && s[first] == '{') {
       return records::FeatureSpec::FromJsonText(s);
@@ -579,8 +583,8 @@ records::FeatureSpec SpecArg(py::handle value) {
 }
 
 void RegisterErrors(py::module_& m) {
-  static py::exception<records::RecordError> record_error(
-      m, "RecordError", PyExc_ValueError);
+  static py::exception<records::RecordError> record_error(m, "RecordError",
+                                                          PyExc_ValueError);
   record_error.doc() =
       "A TFRecord file is damaged. Attributes: path, offset (of the record "
       "in the uncompressed stream), record_index, kind.";
@@ -616,8 +620,9 @@ void RegisterErrors(py::module_& m) {
 }  // namespace
 
 PYBIND11_MODULE(_recflow, m) {
-  m.doc() = "recflow's C++ library: TFRecords, Examples, conversion and the "
-            "input pipeline (see the recflow package)";
+  m.doc() =
+      "recflow's C++ library: TFRecords, Examples, conversion and the "
+      "input pipeline (see the recflow package)";
   RegisterErrors(m);
 
   // --- FeatureSpec ---
@@ -631,15 +636,16 @@ with or without an outer {"features": ...}), JSON text, or a file's path.
 recflow.FixedLenFeature / recflow.VarLenFeature build the dict's values.
 )doc")
       .def(py::init([](py::handle spec) { return SpecArg(spec); }), "spec"_a)
-      .def("to_dict",
-           [](const records::FeatureSpec& s) {
-             return py::module_::import("json").attr("loads")(
-                 s.ToJson().dump());
-           },
-           "The JSON form as a dict ({'features': {...}}).")
-      .def("to_json",
-           [](const records::FeatureSpec& s) { return s.ToJson().dump(2); },
-           "The JSON form as text (what --spec files hold).")
+      .def(
+          "to_dict",
+          [](const records::FeatureSpec& s) {
+            return py::module_::import("json").attr("loads")(s.ToJson().dump());
+          },
+          "The JSON form as a dict ({'features': {...}}).")
+      .def(
+          "to_json",
+          [](const records::FeatureSpec& s) { return s.ToJson().dump(2); },
+          "The JSON form as text (what --spec files hold).")
       .def_property_readonly("names",
                              [](const records::FeatureSpec& s) {
                                std::vector<std::string> names;
@@ -663,9 +669,9 @@ recflow.FixedLenFeature / recflow.VarLenFeature build the dict's values.
       "decode_raw",
       [](std::string key, py::handle dtype, std::vector<int64_t> shape) {
         std::string name = fmt::format("decode_raw('{}')", key);
-        return BuiltinMap{pipeline::maps::DecodeRaw(std::move(key),
-                                                    DTypeArg(dtype), shape),
-                          name};
+        return BuiltinMap{
+            pipeline::maps::DecodeRaw(std::move(key), DTypeArg(dtype), shape),
+            name};
       },
       "key"_a, "dtype"_a, "shape"_a = std::vector<int64_t>{},
       "tf.io.decode_raw: the bytes of `key` as little-endian `dtype`, "
@@ -751,7 +757,10 @@ only on the inputs and seeds, never on the thread count.
             o.reshuffle_each_iteration = reshuffle_each_iteration;
             o.verify_checksums = verify_checksums;
             o.max_record_bytes = max_record_bytes;
-            std::vector<std::string> paths = Paths(files, "from_tfrecords");
+            // Expanded here so that a name matching nothing is a
+            // FileNotFoundError, as for the other functions taking paths.
+            std::vector<std::string> paths =
+                records::ExpandRecordPaths(Paths(files, "from_tfrecords"));
             PyDataset d = Wrap(Dataset::FromTFRecords(paths, o));
             d.tfrecord_paths = std::move(paths);
             d.tfrecord_options = o;
@@ -839,8 +848,8 @@ only on the inputs and seeds, never on the thread count.
             o.seed = seed;
             o.reshuffle_each_iteration = reshuffle_each_iteration;
             o.verify_checksums = d.tfrecord_options.verify_checksums;
-            return Wrap(Dataset::FromTFRecordsGlobalShuffle(*d.tfrecord_paths,
-                                                            o));
+            return Wrap(
+                Dataset::FromTFRecordsGlobalShuffle(*d.tfrecord_paths, o));
           },
           "seed"_a = py::none(), "reshuffle_each_iteration"_a = true,
           "Every record once per epoch in a uniform random order, read by "
@@ -878,11 +887,11 @@ only on the inputs and seeds, never on the thread count.
             auto holder = KeepAlive(std::move(predicate));
             return Wrap(d.dataset.Filter([holder](const Element& e) {
               py::gil_scoped_acquire gil;
-              return py::bool_(Callable(holder)(ElementToDict(e)))
-                  .cast<bool>();
+              return py::bool_(Callable(holder)(ElementToDict(e))).cast<bool>();
             }));
           },
-          "predicate"_a, "Keeps the elements for which predicate(dict) is true.")
+          "predicate"_a,
+          "Keeps the elements for which predicate(dict) is true.")
       .def(
           "parse",
           [](const PyDataset& d, py::handle spec, int num_parallel_calls,
@@ -901,8 +910,8 @@ only on the inputs and seeds, never on the thread count.
           "shuffle",
           [](const PyDataset& d, int64_t buffer_size,
              std::optional<uint64_t> seed, bool reshuffle_each_iteration) {
-            return Wrap(d.dataset.Shuffle(buffer_size, seed,
-                                          reshuffle_each_iteration));
+            return Wrap(
+                d.dataset.Shuffle(buffer_size, seed, reshuffle_each_iteration));
           },
           "buffer_size"_a, "seed"_a = py::none(),
           "reshuffle_each_iteration"_a = true, "tf.data's shuffle.")
@@ -939,15 +948,11 @@ only on the inputs and seeds, never on the thread count.
           "count"_a = py::none(), "count None: forever.")
       .def(
           "take",
-          [](const PyDataset& d, int64_t n) {
-            return Wrap(d.dataset.Take(n));
-          },
+          [](const PyDataset& d, int64_t n) { return Wrap(d.dataset.Take(n)); },
           "count"_a)
       .def(
           "skip",
-          [](const PyDataset& d, int64_t n) {
-            return Wrap(d.dataset.Skip(n));
-          },
+          [](const PyDataset& d, int64_t n) { return Wrap(d.dataset.Skip(n)); },
           "count"_a)
       .def(
           "shard",
@@ -992,9 +997,10 @@ only on the inputs and seeds, never on the thread count.
           },
           "filename"_a = "",
           "Keeps the first pass in memory, or in a file read by later runs.")
-      .def("ignore_errors",
-           [](const PyDataset& d) { return Wrap(d.dataset.IgnoreErrors()); },
-           "Skips elements whose production fails, counting them.")
+      .def(
+          "ignore_errors",
+          [](const PyDataset& d) { return Wrap(d.dataset.IgnoreErrors()); },
+          "Skips elements whose production fails, counting them.")
       .def("iterator", &MakePyIterator, "threads"_a = 0, "optimize"_a = true,
            "An iterator on `threads` threads (0: every core).")
       .def("__iter__",
@@ -1008,8 +1014,7 @@ only on the inputs and seeds, never on the thread count.
           },
           "state"_a, "threads"_a = 0,
           "An iterator continuing from `state` (Iterator.save()).")
-      .def("describe",
-           [](const PyDataset& d) { return d.dataset.Describe(); })
+      .def("describe", [](const PyDataset& d) { return d.dataset.Describe(); })
       .def("__repr__", [](const PyDataset& d) {
         return "<recflow.Dataset " + d.dataset.Describe() + ">";
       });
@@ -1021,8 +1026,9 @@ builds one (int -> int64_list, float -> float_list, bytes/str ->
 bytes_list; lists and numpy arrays by their dtype); Example.from_bytes(b)
 reads one; to_dict() gives {name: int64/float32 array or list of bytes}.
 )doc")
-      .def(py::init([](py::dict features) { return ExampleFromDict(features); }),
-           "features"_a = py::dict())
+      .def(
+          py::init([](py::dict features) { return ExampleFromDict(features); }),
+          "features"_a = py::dict())
       .def_static(
           "from_bytes",
           [](py::bytes data) {
@@ -1096,8 +1102,8 @@ exception leaves nothing behind. compression None: from the name's suffix
          int threads) {
         std::vector<std::string> files =
             records::ExpandRecordPaths(Paths(paths, "count"));
-        const auto options = ReaderArgs(compression, true,
-                                        records::kDefaultMaxRecordBytes);
+        const auto options =
+            ReaderArgs(compression, true, records::kDefaultMaxRecordBytes);
         py::gil_scoped_release release;
         uint64_t total = 0;
         for (const std::string& f : files) {
@@ -1115,8 +1121,8 @@ exception leaves nothing behind. compression None: from the name's suffix
          int threads) {
         std::vector<std::string> files =
             records::ExpandRecordPaths(Paths(paths, "verify"));
-        const auto options = ReaderArgs(compression, true,
-                                        records::kDefaultMaxRecordBytes);
+        const auto options =
+            ReaderArgs(compression, true, records::kDefaultMaxRecordBytes);
         std::vector<std::pair<std::string, uint64_t>> counts;
         {
           py::gil_scoped_release release;
@@ -1191,10 +1197,10 @@ exception leaves nothing behind. compression None: from the name's suffix
                         "first_skipped"_a = s.first_skipped,
                         "labels_file"_a = s.labels_file);
       },
-      "format"_a, "inputs"_a, "output"_a, "shards"_a = 1,
-      "index"_a = false, "compression"_a = "none", "level"_a = 0,
-      "skip_bad"_a = false, "threads"_a = 0, "images"_a = py::none(),
-      "labels"_a = py::none(), "spec"_a = py::none(),
+      "format"_a, "inputs"_a, "output"_a, "shards"_a = 1, "index"_a = false,
+      "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,
+      "threads"_a = 0, "images"_a = py::none(), "labels"_a = py::none(),
+      "spec"_a = py::none(),
       "Converts csv, jsonl, npy, npz, idx (images=, labels=) or images (a "
       "folder per class) into sharded TFRecords of Examples, as `recflow "
       "convert`; returns a summary dict. All shards appear together or "

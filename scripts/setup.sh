@@ -11,6 +11,10 @@ packages=(
   libbenchmark-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libzip-dev
   dataset-fashion-mnist
+  # python/: the module, for Debian's /usr/bin/python3; its tests use
+  # pytest and PyTorch from Debian too.
+  python3-dev pybind11-dev python3-numpy libdlpack-dev
+  python3-pytest python3-torch python3-protobuf  # bench/python_bench.py: protobuf
   clang llvm  # scripts/sanitize.sh: libFuzzer, sanitizers, llvm-symbolizer
 )
 missing=()
@@ -32,3 +36,13 @@ fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
 cmake --build build
+# `import recflow` for /usr/bin/python3 from any directory: the package
+# goes where that interpreter looks (/usr/local/lib/python3.X/dist-packages).
+if [[ -d build/python/recflow ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    cmake --install build --component python >/dev/null
+  else
+    echo "not root: the Python module is not installed; use" \
+      "PYTHONPATH=$PWD/build/python (docs/PYTHON.md)" >&2
+  fi
+fi

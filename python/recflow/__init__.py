@@ -73,3 +73,9 @@ def _dtype_name(dtype):
     if dt.kind in "iub":
         return "int64"
     return "bytes"
+
+
+# `import recflow.maps` works as well as `recflow.maps`.
+import sys as _sys
+
+_sys.modules[__name__ + ".maps"] = maps

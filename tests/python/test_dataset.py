@@ -1,0 +1,238 @@
+"""recflow.Dataset in Python: what it yields (checked against `recflow cat
+--json`), zero-copy arrays, save/restore across processes, the built-in
+maps, Python functions, Ctrl-C, and the errors bad inputs raise."""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import recflow
+from conftest import MNIST, MNIST_SPEC, SMALL_SPEC, write_records
+
+
+def test_batches_equal_recflow_cat_json(recflow_bin):
+    out = subprocess.run([recflow_bin, "cat", "--json", str(MNIST)],
+                         check=True, capture_output=True, text=True).stdout
+    want_x, want_y = [], []
+    for line in out.splitlines():
+        f = json.loads(line)["features"]["feature"]
+        want_x.append(f["image_floats"]["floatList"]["value"])
+        want_y.append(int(f["image_class"]["int64List"]["value"][0]))
+    got_x, got_y = [], []
+    for b in recflow.Dataset.from_tfrecords(MNIST).batch(128).parse(
+            MNIST_SPEC):
+        assert b["image_floats"].shape[1:] == (784,)
+        got_x.append(b["image_floats"])
+        got_y.append(b["image_class"])
+    np.testing.assert_array_equal(np.concatenate(got_x),
+                                  np.array(want_x, np.float32))
+    np.testing.assert_array_equal(np.concatenate(got_y), want_y)
+
+
+def test_arrays_are_read_only_zero_copy_and_dlpack():
+    b = next(iter(recflow.Dataset.from_tfrecords(MNIST).batch(32).parse(
+        MNIST_SPEC)))
+    x = b["image_floats"]
+    assert isinstance(x, recflow.Array) and isinstance(x, np.ndarray)
+    assert not x.flags.writeable
+    with pytest.raises(ValueError):
+        x[0, 0] = 1
+    t = torch.from_dlpack(x)
+    assert t.data_ptr() == x.ctypes.data  # the same memory, no copy
+    assert t.shape == (32, 784) and t.dtype == torch.float32
+    del b, x
+    assert float(t.sum()) == float(t.sum())  # still alive after the batch
+    s = x_view = None  # noqa: F841
+    y = next(iter(recflow.Dataset.range(10).batch(10)))["value"]
+    ty = torch.from_dlpack(y[2:8:2])  # a strided view exports too
+    assert ty.tolist() == [2, 4, 6]
+
+
+def test_save_and_restore_continue_exactly_in_another_process(tmp_path):
+    path = write_records(tmp_path / "d.tfrecord", 500)
+    program = textwrap.dedent(f"""
+        import sys, recflow
+        from conftest import SMALL_SPEC
+        ds = (recflow.Dataset.from_tfrecords({str(path)!r})
+              .shuffle(64, seed=5).repeat(2).batch(16).parse(SMALL_SPEC))
+        if sys.argv[1] == "save":
+            it = ds.iterator(threads=2)
+            for _ in range(7):
+                next(it)
+            sys.stdout.buffer.write(it.save())
+        else:
+            state = sys.stdin.buffer.read()
+            it = ds.restore(state, threads=1)
+            print(",".join(str(v) for b in it for v in b["id"].tolist()))
+    """)
+    env_dir = str(tmp_path)
+    (tmp_path / "prog.py").write_text(program)
+    import os
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.dirname(__file__), env.get("PYTHONPATH", "")])
+    state = subprocess.run([sys.executable, "prog.py", "save"], cwd=env_dir,
+                           env=env, check=True, capture_output=True).stdout
+    rest = subprocess.run([sys.executable, "prog.py", "restore"],
+                          cwd=env_dir, env=env, input=state, check=True,
+                          capture_output=True).stdout.decode().strip()
+    ds = (recflow.Dataset.from_tfrecords(str(path)).shuffle(64, seed=5)
+          .repeat(2).batch(16).parse(SMALL_SPEC))
+    everything = [v for b in ds for v in b["id"].tolist()]
+    assert [int(v) for v in rest.split(",")] == everything[7 * 16:]
+
+
+def test_same_seed_same_order_whatever_the_threads(tmp_path):
+    path = write_records(tmp_path / "o.tfrecord", 300)
+    ds = (recflow.Dataset.from_tfrecords(str(path)).shuffle(100, seed=9)
+          .batch(32).parse(SMALL_SPEC, num_parallel_calls=-1))
+    orders = [[v for b in ds.iterator(threads=t) for v in b["id"].tolist()]
+              for t in (1, 2, 4)]
+    assert orders[0] == orders[1] == orders[2]
+    assert sorted(orders[0]) == list(range(300))
+    assert orders[0] != list(range(300))
+
+
+def test_global_shuffle_reads_every_record_once(tmp_path):
+    paths = [str(write_records(tmp_path / f"g{i}.tfrecord", 40, index=True))
+             for i in range(3)]
+    ds = (recflow.Dataset.from_tfrecords(paths).global_shuffle(seed=1)
+          .parse(SMALL_SPEC))
+    names = [e["name"] for e in ds]
+    assert sorted(names) == sorted(b"r%d" % i for i in range(40)
+                                   for _ in range(3))
+    assert names != sorted(names)
+    with pytest.raises(ValueError, match="from_tfrecords"):
+        recflow.Dataset.from_tfrecords(paths).batch(2).global_shuffle()
+
+
+def test_builtin_maps_decode_raw_scale_cast(tmp_path):
+    images = np.arange(6 * 4, dtype=np.uint8).reshape(6, 2, 2)
+    path = tmp_path / "img.tfrecord"
+    with recflow.TFRecordWriter(str(path)) as w:
+        for i, img in enumerate(images):
+            w.write(recflow.Example({"image": img.tobytes(), "label": i}))
+    spec = {"image": recflow.FixedLenFeature([], "bytes"),
+            "label": recflow.FixedLenFeature([], "int64")}
+    parsed = recflow.Dataset.from_tfrecords(str(path)).batch(6).parse(spec)
+    ds = (parsed.map(recflow.maps.decode_raw("image", "uint8", [2, -1]))
+          .map(recflow.maps.cast("label", np.int32)))
+    b = next(iter(ds))
+    np.testing.assert_array_equal(b["image"], images)
+    assert b["label"].dtype == np.int32
+    s = next(iter(ds.map(recflow.maps.scale("image", 1 / 255),
+                         num_parallel_calls=-1)))
+    np.testing.assert_allclose(s["image"], images / 255, rtol=1e-6)
+    only = next(iter(ds.map(recflow.maps.select(["label"]))))
+    assert list(only) == ["label"]
+    with pytest.raises(ValueError, match="shape"):
+        next(iter(parsed.map(recflow.maps.decode_raw("image", "float32",
+                                                     [3]))))
+    with pytest.raises(ValueError, match="no component 'nope'"):
+        next(iter(ds.map(recflow.maps.cast("nope", "int64"))))
+
+
+def test_python_functions_in_the_pipeline():
+    ds = recflow.Dataset.from_tensor_slices(
+        {"x": np.arange(20, dtype=np.int64),
+         "w": np.linspace(0, 1, 20).astype(np.float32)})
+    doubled = ds.map(lambda e: {"x": e["x"] * 2, "w": e["w"]},
+                     num_parallel_calls=2)
+    kept = doubled.filter(lambda e: e["x"] % 4 == 0).batch(100)
+    b = next(iter(kept))
+    assert b["x"].tolist() == list(range(0, 40, 4))
+    inter = recflow.Dataset.range(3).interleave(
+        lambda e: recflow.Dataset.range(int(e["value"]) * 10,
+                                        int(e["value"]) * 10 + 2),
+        cycle_length=3)
+    assert [int(e["value"]) for e in inter] == [0, 10, 20, 1, 11, 21]
+
+    def gen():
+        for i in range(5):
+            yield {"i": i, "name": f"n{i}"}
+    g = list(recflow.Dataset.from_generator(gen).repeat(2))
+    assert [int(e["i"]) for e in g] == [0, 1, 2, 3, 4] * 2
+    assert g[1]["name"] == b"n1"
+
+
+def test_errors_of_python_functions_keep_their_type():
+    ds = recflow.Dataset.range(5).map(lambda e: {"v": 1 // 0})
+    with pytest.raises(ZeroDivisionError):
+        list(ds)
+    with pytest.raises(TypeError, match="dict of arrays"):
+        list(recflow.Dataset.range(5).map(lambda e: 3))
+    with pytest.raises(TypeError, match="recflow.Dataset"):
+        list(recflow.Dataset.range(2).interleave(lambda e: [1],
+                                                 cycle_length=1))
+
+
+def test_var_len_features_become_ragged(tmp_path):
+    path = tmp_path / "v.tfrecord"
+    rows = [[1], [], [2, 3, 4]]
+    with recflow.TFRecordWriter(str(path)) as w:
+        for r in rows:
+            w.write(recflow.Example({"v": np.array(r, np.int64)}))
+    b = next(iter(recflow.Dataset.from_tfrecords(str(path)).batch(3).parse(
+        {"v": recflow.VarLenFeature("int64")})))
+    assert isinstance(b["v"], recflow.Ragged)
+    assert b["v"].to_list() == rows
+    assert b["v"].row_lengths.tolist() == [1, 0, 3]
+
+
+def test_bad_specs_and_files_raise_value_errors(tmp_path):
+    with pytest.raises(ValueError, match="dtype"):
+        recflow.FeatureSpec({"x": {"kind": "fixed", "dtype": "complex",
+                                   "shape": []}})
+    missing = recflow.Dataset.from_tfrecords(MNIST).batch(4).parse(
+        {"nope": recflow.FixedLenFeature([], "int64")})
+    with pytest.raises(ValueError, match="nope.*required"):
+        next(iter(missing))
+    bad = tmp_path / "bad.tfrecord"
+    write_records(bad, 5)
+    data = bytearray(bad.read_bytes())
+    data[-1] ^= 0xFF
+    bad.write_bytes(bytes(data))
+    with pytest.raises(recflow.RecordError, match="bad.tfrecord"):
+        list(recflow.Dataset.from_tfrecords(str(bad)))
+    assert len(list(recflow.Dataset.from_tfrecords(str(bad)).parse(
+        SMALL_SPEC).ignore_errors())) == 4
+    with pytest.raises(FileNotFoundError):
+        recflow.Dataset.from_tfrecords(str(tmp_path / "none-*.tfrecord"))
+    with pytest.raises(TypeError):
+        recflow.Dataset.from_tfrecords(MNIST).batch("many")
+    with pytest.raises(TypeError):
+        recflow.Dataset.from_tfrecords(MNIST).map(42)
+
+
+def test_ctrl_c_interrupts_a_waiting_iteration_promptly(tmp_path):
+    program = textwrap.dedent("""
+        import sys, time, recflow
+        def slow(e):
+            time.sleep(30)
+            return e
+        ds = recflow.Dataset.range(10).map(slow)
+        print("ready", flush=True)
+        try:
+            next(iter(ds))
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", program],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    # The map's sleep holds its thread for 30 s; the iteration must not.
+    assert out.strip() == "interrupted"
+    assert p.returncode == 3
+    assert time.monotonic() - start < 20

@@ -1,0 +1,69 @@
+"""recflow.torch: a recflow.Dataset feeding PyTorch without copies."""
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import recflow
+import recflow.torch
+from conftest import MNIST, MNIST_SPEC, SMALL_SPEC, write_records
+
+
+def mnist(batch):
+    return (recflow.Dataset.from_tfrecords(MNIST).shuffle(1000, seed=1)
+            .batch(batch, drop_remainder=True).parse(MNIST_SPEC).prefetch(2))
+
+
+def test_data_loader_yields_torch_tensors():
+    loader = DataLoader(recflow.torch.IterableDataset(mnist(100)),
+                        batch_size=None, num_workers=0)
+    batches = list(loader)
+    assert len(batches) == 10
+    x, y = batches[0]["image_floats"], batches[0]["image_class"]
+    assert isinstance(x, torch.Tensor) and x.shape == (100, 784)
+    assert y.dtype == torch.int64
+    labels = torch.cat([b["image_class"] for b in batches])
+    assert sorted(labels.tolist()) == sorted(
+        int(b["image_class"][i]) for b in recflow.Dataset.from_tfrecords(
+            MNIST).batch(1000).parse(MNIST_SPEC) for i in range(1000))
+
+
+def test_workers_are_refused_or_sharded(tmp_path):
+    files = [str(write_records(tmp_path / f"s{i}.tfrecord", 10))
+             for i in range(2)]
+    ds = recflow.Dataset.from_tfrecords(files).parse(SMALL_SPEC)
+    with pytest.raises(RuntimeError, match="num_workers=0"):
+        list(DataLoader(recflow.torch.IterableDataset(ds), batch_size=None,
+                        num_workers=2))
+    sharded = DataLoader(
+        recflow.torch.IterableDataset(ds, threads=1, shard_by_worker=True),
+        batch_size=None, num_workers=2)
+    names = sorted(e["name"] for e in sharded)
+    assert names == sorted([b"r%d" % i for i in range(10)] * 2)
+
+
+def test_a_short_training_loop_learns():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loader = recflow.torch.IterableDataset(mnist(50).repeat(5))
+    losses = []
+    for batch in loader:
+        loss = torch.nn.functional.cross_entropy(
+            model(batch["image_floats"]), batch["image_class"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert len(losses) == 100
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
+
+
+def test_to_torch_keeps_bytes_and_shares_memory():
+    b = next(iter(recflow.Dataset.from_tfrecords(MNIST).batch(2).parse(
+        MNIST_SPEC, keep_record=True)))
+    t = recflow.torch.to_torch(b)
+    assert t["image_floats"].data_ptr() == b["image_floats"].ctypes.data
+    assert isinstance(t["record"][0], bytes)
