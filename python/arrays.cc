@@ -91,24 +91,28 @@ py::object NumericArray(const Tensor& t) {
   return result;
 }
 
-py::object BytesArray(const Tensor& t) {
-  if (t.shape().rank() == 0) {
-    const std::string_view v = t.bytes(0);
-    return py::bytes(v.data(), v.size());
-  }
+// The values of a bytes tensor as a read-only numpy object array of bytes
+// shaped `dims` (copied: Python's bytes own their memory).
+py::object BytesObjects(const Tensor& t, const std::vector<py::ssize_t>& dims) {
   const int64_t n = t.num_elements();
   py::list values(n);
   for (int64_t k = 0; k < n; ++k) {
     const std::string_view v = t.bytes(k);
     values[k] = py::bytes(v.data(), v.size());
   }
-  std::vector<py::ssize_t> dims(t.shape().dims().begin(),
-                                t.shape().dims().end());
-  py::module_ np = py::module_::import("numpy");
-  py::object array = np.attr("array")(values, py::arg("dtype") = "object");
+  py::object array = py::module_::import("numpy").attr("array")(
+      values, py::arg("dtype") = "object");
   array = array.attr("reshape")(py::tuple(py::cast(dims)));
   array.attr("flags").attr("writeable") = false;
   return array;
+}
+
+py::object BytesArray(const Tensor& t) {
+  if (t.shape().rank() == 0) {
+    const std::string_view v = t.bytes(0);
+    return py::bytes(v.data(), v.size());
+  }
+  return BytesObjects(t, {t.shape().dims().begin(), t.shape().dims().end()});
 }
 
 Tensor StringsTensor(const py::array& array, const std::string& what) {
@@ -116,22 +120,22 @@ Tensor StringsTensor(const py::array& array, const std::string& what) {
   values.reserve(static_cast<size_t>(array.size()));
   py::object flat = array.attr("ravel")();
   for (py::handle v : flat) {
-    if (PyBytes_Check(v.ptr())) {
-      values.emplace_back(py::cast<std::string>(v));
-    } else if (PyUnicode_Check(v.ptr())) {
-      values.emplace_back(py::cast<std::string>(v));
-    } else {
-      throw py::type_error(fmt::format(
-          "{}: an array of objects must hold bytes or str, not "
-          "{}",
-          what, py::str(py::type::of(v).attr("__name__")).cast<std::string>()));
+    if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) {
+      throw py::type_error(
+          fmt::format("{}: an array of objects must hold bytes or str, not {}",
+                      what, TypeName(v)));
     }
+    values.emplace_back(py::cast<std::string>(v));
   }
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
   return Tensor::FromStrings(values, pipeline::Shape(dims));
 }
 
 }  // namespace
+
+std::string TypeName(py::handle object) {
+  return py::str(py::type::of(object).attr("__name__")).cast<std::string>();
+}
 
 std::shared_ptr<const void> KeepAlive(py::object object) {
   PyObject* p = object.release().ptr();
@@ -146,14 +150,7 @@ py::object ToPython(const Tensor& t) {
   if (t.ragged()) {
     py::object values;
     if (t.dtype() == DType::kBytes) {
-      py::list list(t.num_elements());
-      for (int64_t k = 0; k < t.num_elements(); ++k) {
-        const std::string_view v = t.bytes(k);
-        list[k] = py::bytes(v.data(), v.size());
-      }
-      values = py::module_::import("numpy").attr("array")(
-          list, py::arg("dtype") = "object");
-      values.attr("flags").attr("writeable") = false;
+      values = BytesObjects(t, {t.num_elements()});
     } else {
       // The flat values, viewed; the ragged tensor owns their storage.
       values = NumericArray(Tensor::View(t.dtype(), t.shape(), t.raw_data(),
@@ -223,9 +220,8 @@ Tensor TensorFromPython(py::handle value, const std::string& what) {
 
 pipeline::Element DictToElement(py::handle dict, const std::string& what) {
   if (!PyDict_Check(dict.ptr())) {
-    throw py::type_error(fmt::format(
-        "{} must be a dict of arrays, not {}", what,
-        py::str(py::type::of(dict).attr("__name__")).cast<std::string>()));
+    throw py::type_error(fmt::format("{} must be a dict of arrays, not {}",
+                                     what, TypeName(dict)));
   }
   pipeline::Element e;
   for (auto [key, value] : py::reinterpret_borrow<py::dict>(dict)) {

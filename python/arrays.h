@@ -24,6 +24,9 @@ namespace recflow::python {
 
 namespace py = pybind11;
 
+// The name of `object`'s type, for error messages ("int", "list").
+std::string TypeName(py::handle object);
+
 // Holds a reference to `object` that may be dropped on any thread: the
 // deleter takes the GIL (and leaks the reference when the interpreter is
 // shutting down, when it may no longer be taken).

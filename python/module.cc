@@ -52,10 +52,6 @@ using pipeline::Element;
 
 // --- Arguments -----------------------------------------------------------
 
-std::string TypeName(py::handle h) {
-  return py::str(py::type::of(h).attr("__name__")).cast<std::string>();
-}
-
 // A path, or a list of paths (str or os.PathLike).
 std::vector<std::string> Paths(py::handle value, const char* what) {
   py::module_ os = py::module_::import("os");
@@ -551,6 +547,24 @@ records::ReaderOptions ReaderArgs(const std::optional<std::string>& compression,
   o.verify_checksums = verify_checksums;
   o.max_record_bytes = max_record_bytes;
   return o;
+}
+
+// Every record of the files `paths` names, both CRCs checked (ScanFile,
+// as `recflow count` and `verify` read them), without the GIL: {file,
+// records} in order.  Throws the first damage.
+std::vector<std::pair<std::string, uint64_t>> ScanFiles(
+    py::handle paths, const char* what,
+    const std::optional<std::string>& compression, int threads) {
+  const std::vector<std::string> files =
+      records::ExpandRecordPaths(Paths(paths, what));
+  const auto options =
+      ReaderArgs(compression, true, records::kDefaultMaxRecordBytes);
+  std::vector<std::pair<std::string, uint64_t>> counts;
+  py::gil_scoped_release release;
+  for (const std::string& f : files) {
+    counts.emplace_back(f, records::ScanFile(f, options, threads).records);
+  }
+  return counts;
 }
 
 records::FeatureSpec SpecArg(py::handle value) {
@@ -1100,14 +1114,10 @@ exception leaves nothing behind. compression None: from the name's suffix
       "count",
       [](py::handle paths, std::optional<std::string> compression,
          int threads) {
-        std::vector<std::string> files =
-            records::ExpandRecordPaths(Paths(paths, "count"));
-        const auto options =
-            ReaderArgs(compression, true, records::kDefaultMaxRecordBytes);
-        py::gil_scoped_release release;
         uint64_t total = 0;
-        for (const std::string& f : files) {
-          total += records::ScanFile(f, options, threads).records;
+        for (const auto& [file, records] :
+             ScanFiles(paths, "count", compression, threads)) {
+          total += records;
         }
         return total;
       },
@@ -1119,20 +1129,11 @@ exception leaves nothing behind. compression None: from the name's suffix
       "verify",
       [](py::handle paths, std::optional<std::string> compression,
          int threads) {
-        std::vector<std::string> files =
-            records::ExpandRecordPaths(Paths(paths, "verify"));
-        const auto options =
-            ReaderArgs(compression, true, records::kDefaultMaxRecordBytes);
-        std::vector<std::pair<std::string, uint64_t>> counts;
-        {
-          py::gil_scoped_release release;
-          for (const std::string& f : files) {
-            counts.emplace_back(f,
-                                records::ScanFile(f, options, threads).records);
-          }
-        }
         py::dict out;
-        for (const auto& [f, n] : counts) out[py::str(f)] = n;
+        for (const auto& [file, records] :
+             ScanFiles(paths, "verify", compression, threads)) {
+          out[py::str(file)] = records;
+        }
         return out;
       },
       "paths"_a, "compression"_a = py::none(), "threads"_a = 0,
