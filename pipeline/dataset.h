@@ -69,6 +69,14 @@ struct GlobalShuffleOptions {
   int64_t num_shards = 1;
   int64_t shard_index = 0;
   bool verify_checksums = true;
+  // Epochs read by this source (-1: without end).  Unlike Repeat(), the
+  // shards' stride runs on across epoch boundaries (global_shuffle.cc), so
+  // readers that each took k records have together taken exactly the first
+  // num_shards * k positions of the epochs' stream: data-parallel ranks
+  // stay in step however num_shards divides the records, and a state
+  // restores exactly with another num_shards.  Each epoch has its own
+  // order when reshuffle_each_iteration.
+  int64_t num_epochs = 1;
 };
 
 struct MapOptions {

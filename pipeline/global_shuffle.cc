@@ -7,6 +7,14 @@
 // every reader has taken as many (as after synchronous training steps).
 // Restored with another W' or k', a reader continues from that prefix with
 // the new stride: the epoch goes on with no record repeated or skipped.
+//
+// Epochs (num_epochs != 1): positions run on through the concatenation of
+// the epochs' orders (position p is record order_e(p mod n) of epoch
+// e = p / n, each epoch its own permutation), so shards keep their stride
+// across epoch boundaries: after every reader took k records the group
+// has taken exactly the first W * k positions, whether or not W divides n.
+// That is what keeps data-parallel ranks in step, and a restart with
+// another W exact, in a job that trains for several epochs.
 #include "pipeline/global_shuffle.h"
 
 #include <fmt/format.h>
@@ -63,6 +71,12 @@ class GlobalShuffleDataset final : public DatasetBase {
           "FromTFRecordsGlobalShuffle: shard {} of {} is not a shard",
           options_.shard_index, options_.num_shards));
     }
+    if (options_.num_epochs == 0 || options_.num_epochs < -1) {
+      throw Error(fmt::format(
+          "FromTFRecordsGlobalShuffle: num_epochs {} (expected >= 1, or -1 "
+          "for as many as are read)",
+          options_.num_epochs));
+    }
     uint64_t total = 0;
     for (const auto& f : files_) {
       const std::string idx = records::IndexPathFor(f);
@@ -90,10 +104,13 @@ class GlobalShuffleDataset final : public DatasetBase {
     // Not the shards: a state restores with another sharding.
     return fmt::format(
         "GlobalShuffle({} files {:016x}, {} records, seed={}, "
-        "reshuffle_each_iteration={})",
+        "reshuffle_each_iteration={}{})",
         files_.size(), FilesFingerprint(files_), total_,
         options_.seed ? fmt::format("{}", *options_.seed) : "none",
-        options_.reshuffle_each_iteration);
+        options_.reshuffle_each_iteration,
+        options_.num_epochs == 1
+            ? ""
+            : fmt::format(", num_epochs={}", options_.num_epochs));
   }
   std::string StageName() const override { return "global_shuffle"; }
 
@@ -121,15 +138,28 @@ class GlobalShuffleDataset final : public DatasetBase {
    public:
     It(const GlobalShuffleDataset* d, uint64_t seed)
         : d_(d),
+          seed_(seed),
           order_(d->total_, seed),
           stride_(static_cast<uint64_t>(d->options_.num_shards)),
           shard_(static_cast<uint64_t>(d->options_.shard_index)),
           readers_(d->files_.size()) {}
 
     bool GetNext(Element* out) override {
+      if (d_->total_ == 0) return false;
       const uint64_t position = start_ + shard_ + taken_ * stride_;
-      if (position >= d_->total_) return false;
-      const uint64_t id = order_(position);
+      const uint64_t epoch = position / d_->total_;
+      if (d_->options_.num_epochs >= 0 &&
+          epoch >= static_cast<uint64_t>(d_->options_.num_epochs)) {
+        return false;
+      }
+      if (epoch != epoch_) {
+        // Epoch 0 keeps the seed as it is: one epoch orders as before.
+        const bool fresh = d_->options_.reshuffle_each_iteration && epoch > 0;
+        order_ = FeistelPermutation(d_->total_,
+                                    fresh ? MixSeed(seed_, epoch) : seed_);
+        epoch_ = epoch;
+      }
+      const uint64_t id = order_(position % d_->total_);
       const size_t file = static_cast<size_t>(
           std::upper_bound(d_->starts_.begin(), d_->starts_.end(), id) -
           d_->starts_.begin() - 1);
@@ -168,9 +198,16 @@ class GlobalShuffleDataset final : public DatasetBase {
       const unsigned __int128 position =
           static_cast<unsigned __int128>(start) + shard +
           static_cast<unsigned __int128>(stride) * taken;
-      if (position > static_cast<unsigned __int128>(d_->total_) + stride) {
-        r->Fail(fmt::format("position {} + {} + {} x {} is past the {} records",
-                            start, shard, stride, taken, d_->total_));
+      const int64_t epochs = d_->options_.num_epochs;
+      const unsigned __int128 end =
+          epochs < 0 ? (static_cast<unsigned __int128>(1) << 64)
+                     : static_cast<unsigned __int128>(d_->total_) *
+                               static_cast<uint64_t>(epochs) +
+                           stride;
+      if (position > end) {
+        r->Fail(fmt::format(
+            "position {} + {} + {} x {} is past the {} records x {} epochs",
+            start, shard, stride, taken, d_->total_, epochs));
       }
       if (stride == stride_ && shard == shard_) {
         start_ = start;
@@ -185,7 +222,9 @@ class GlobalShuffleDataset final : public DatasetBase {
 
    private:
     const GlobalShuffleDataset* d_;
-    FeistelPermutation order_;
+    const uint64_t seed_;
+    FeistelPermutation order_;  // of epoch_
+    uint64_t epoch_ = 0;
     const uint64_t stride_;
     const uint64_t shard_;
     uint64_t start_ = 0;

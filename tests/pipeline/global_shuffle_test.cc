@@ -163,5 +163,63 @@ TEST_F(GlobalShuffleTest, StateIsSmallAndResumesExactly) {
             std::vector<std::string>(reference.begin() + 200, reference.end()));
 }
 
+TEST_F(GlobalShuffleTest, EpochsKeepTheShardsInStepAcrossEpochBoundaries) {
+  SetLogSink([](std::string_view) {});
+  auto make = [&](int64_t shards, int64_t index) {
+    GlobalShuffleOptions o;
+    o.seed = 5;
+    o.num_shards = shards;
+    o.shard_index = index;
+    o.num_epochs = 3;
+    return Dataset::FromTFRecordsGlobalShuffle(files_, o);
+  };
+  // One reader: epoch 0 is the one-epoch order, later epochs differ, and
+  // each epoch holds every record once.
+  GlobalShuffleOptions one;
+  one.seed = 5;
+  const auto epoch0 =
+      Records(Collect(Dataset::FromTFRecordsGlobalShuffle(files_, one)));
+  const auto all3 = Records(Collect(make(1, 0)));
+  ASSERT_EQ(all3.size(), 3 * all_.size());
+  const size_t n = all_.size();
+  EXPECT_EQ(std::vector<std::string>(all3.begin(), all3.begin() + n), epoch0);
+  EXPECT_NE(std::vector<std::string>(all3.begin() + n, all3.begin() + 2 * n),
+            epoch0);
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_EQ(
+        std::set<std::string>(all3.begin() + e * n, all3.begin() + (e + 1) * n),
+        all_);
+  }
+  // Two readers (201 records: 2 does not divide them) take 250 each in
+  // step, well past the first epoch's end; reader 0's state then goes on
+  // with three readers to the end of the third epoch.
+  std::multiset<std::string> seen;
+  std::string state;
+  for (int k = 0; k < 2; ++k) {
+    Iterator it = make(2, k).MakeIterator();
+    Element e;
+    for (int i = 0; i < 250; ++i) {
+      ASSERT_TRUE(it.Next(&e)) << "reader " << k << " record " << i;
+      seen.insert(std::string(e["record"].bytes(0)));
+    }
+    if (k == 0) state = it.Save();
+  }
+  for (int k = 0; k < 3; ++k) {
+    Iterator it = make(3, k).MakeIterator();
+    it.Restore(state);
+    Element e;
+    while (it.Next(&e)) seen.insert(std::string(e["record"].bytes(0)));
+  }
+  SetLogSink(nullptr);
+  ASSERT_EQ(seen.size(), 3 * all_.size());
+  for (const auto& r : all_) EXPECT_EQ(seen.count(r), 3u) << r;
+}
+
+TEST_F(GlobalShuffleTest, RejectsZeroEpochs) {
+  GlobalShuffleOptions o;
+  o.num_epochs = 0;
+  EXPECT_THROW(Dataset::FromTFRecordsGlobalShuffle(files_, o), Error);
+}
+
 }  // namespace
 }  // namespace recflow::pipeline
