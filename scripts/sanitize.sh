@@ -27,7 +27,7 @@ build_asan() {
   # RECFLOW_CUDA=OFF: the sanitizers instrument host code only, and this
   # is where CI builds and tests the configuration without the CUDA backend.
   CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None \
-    -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF \
+    -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF -DRECFLOW_MPI=OFF \
     -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_FUZZ=ON \
     -DCMAKE_CXX_FLAGS="$san_flags -fsanitize=fuzzer-no-link" >/dev/null
   cmake --build build-asan
@@ -72,7 +72,7 @@ for part in "${parts[@]}"; do
     tsan)
       echo "== pipeline tests under ThreadSanitizer"
       cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None \
-        -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF \
+        -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF -DRECFLOW_MPI=OFF \
         -DRECFLOW_BUILD_BENCH=OFF \
         -DCMAKE_CXX_FLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=thread" >/dev/null
       cmake --build build-tsan --target pipeline_tests

@@ -15,6 +15,8 @@ packages=(
   # pytest and PyTorch from Debian too.
   python3-dev pybind11-dev python3-numpy libdlpack-dev
   python3-pytest python3-torch python3-protobuf  # bench/python_bench.py: protobuf
+  # train/: data-parallel training launched by mpirun (docs/DISTRIBUTED.md)
+  openmpi-bin libopenmpi-dev
   clang llvm  # scripts/sanitize.sh: libFuzzer, sanitizers, llvm-symbolizer
 )
 missing=()

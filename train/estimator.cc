@@ -1,9 +1,14 @@
 #include "train/estimator.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
 
 #include "pipeline/io.h"
 #include "train/basic_session_run_hooks.h"
@@ -81,6 +86,22 @@ void AfterRun(Backend& be, const Hooks& hooks,
   }
 }
 
+// The bytes of a file the chief has just read and verified.
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad() || !out) {
+    throw records::IoError(path, "cannot read the checkpoint again", errno);
+  }
+  return out.str();
+}
+
+// True on every rank when `local` is true on any: a stop decided together.
+bool AnyRank(Collective& world, bool local) {
+  return world.size() > 1 ? world.Any(local) : local;
+}
+
 int64_t BatchSizeOf(const pipeline::Element& e) {
   for (const auto& c : e.components) {
     if (c.tensor.shape().rank() > 0) return c.tensor.num_rows();
@@ -136,6 +157,7 @@ std::string TrainingSession::SaveCheckpoint() {
   if (mode_ != Mode::kTrain) {
     throw Error("checkpoints are saved by training sessions only");
   }
+  if (!est_.world_->is_chief()) return "";
   TensorMap tensors;
   for (Variable* v : variables_.all()) {
     tensors.emplace(v->name, est_.backend_->ToHost(v->value));
@@ -167,10 +189,19 @@ Estimator::Estimator(ModelFn model_fn, RunConfig config,
                    ? options_.backend
                    : std::shared_ptr<Backend>(MakeBackend(
                          ParseDevice(config_.device), config_.threads))),
+      world_(options_.collective ? options_.collective : LocalCollective()),
       checkpoints_(config_.model_dir.empty()
                        ? throw Error("RunConfig.model_dir is empty")
                        : config_.model_dir,
-                   config_.keep_checkpoint_max) {}
+                   config_.keep_checkpoint_max) {
+  if (world_->size() > 1) {
+    // Every rank initialises as the chief does: initial values are a
+    // function of the seed and the variable's name only.
+    std::string seed = std::to_string(config_.seed);
+    world_->Broadcast(seed, 0);
+    config_.seed = std::stoull(seed);
+  }
+}
 
 Estimator::~Estimator() = default;
 
@@ -182,6 +213,23 @@ void Estimator::Log(std::string_view line) const {
   }
 }
 
+pipeline::IteratorOptions Estimator::InputOptions() const {
+  pipeline::IteratorOptions o;
+  o.threads = config_.input_threads;
+  if (o.threads == 0 && world_->local_size() > 1) {
+    // Ranks on one host share its cores rather than each taking all (the
+    // cores this process may run on: mpirun may have bound it to some).
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cores =
+        sched_getaffinity(0, sizeof(set), &set) == 0
+            ? CPU_COUNT(&set)
+            : static_cast<int>(std::thread::hardware_concurrency());
+    o.threads = std::max(1, cores / world_->local_size());
+  }
+  return o;
+}
+
 std::optional<std::string> Estimator::latest_checkpoint() const {
   return checkpoints_.Latest();
 }
@@ -189,12 +237,26 @@ std::optional<std::string> Estimator::latest_checkpoint() const {
 std::string Estimator::RestoreInto(TrainingSession& session,
                                    const std::string& checkpoint_path) {
   std::optional<CheckpointManager::Restored> restored;
-  if (!checkpoint_path.empty()) {
-    restored = CheckpointManager::Restored{checkpoint_path,
-                                           ReadCheckpoint(checkpoint_path)};
-  } else {
-    restored =
-        checkpoints_.RestoreLatest([this](std::string_view w) { Log(w); });
+  if (world_->is_chief()) {
+    if (!checkpoint_path.empty()) {
+      restored = CheckpointManager::Restored{checkpoint_path,
+                                             ReadCheckpoint(checkpoint_path)};
+    } else {
+      restored =
+          checkpoints_.RestoreLatest([this](std::string_view w) { Log(w); });
+    }
+  }
+  if (world_->size() > 1) {
+    // The chief's checkpoint, verified there, to every rank: model_dir
+    // need not be shared between hosts.
+    std::string path = restored ? restored->path : "";
+    std::string bytes = restored ? FileBytes(restored->path) : "";
+    world_->Broadcast(path, 0);
+    world_->Broadcast(bytes, 0);
+    if (!world_->is_chief() && !path.empty()) {
+      restored =
+          CheckpointManager::Restored{path, ParseCheckpoint(bytes, path)};
+    }
   }
   if (!restored) return {};
   TensorMap& t = restored->tensors;
@@ -236,9 +298,15 @@ EstimatorSpec Estimator::RunModel(TrainingSession& session,
                             ModeName(mode), options_.label_key, names));
   }
   if (mode == Mode::kPredict) labels = nullptr;
-  *ctx = std::make_unique<ModelContext>(*backend_, session.variables_,
-                                        session.metrics_, mode,
-                                        &session.global_step_, config_.seed);
+  // Ranks draw their own dropout masks.
+  const uint64_t seed =
+      world_->rank() == 0
+          ? config_.seed
+          : pipeline::MixSeed(config_.seed,
+                              static_cast<uint64_t>(world_->rank()));
+  *ctx = std::make_unique<ModelContext>(
+      *backend_, session.variables_, session.metrics_, mode,
+      &session.global_step_, seed, world_.get());
   EstimatorSpec spec = model_fn_(element, labels, mode, **ctx);
   if (mode != Mode::kPredict && !spec.loss.valid()) {
     throw Error(
@@ -278,26 +346,33 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
       true, backend_->device() == Device::kCpu
                 ? 1
                 : std::max<int64_t>(config_.log_step_count_steps, 1)));
-  if (config_.log_step_count_steps > 0) {
+  // The chief logs, writes summaries and checkpoints (TF's chief-only
+  // hooks); every rank runs the rest.
+  const bool chief = world_->is_chief();
+  const bool distributed = world_->size() > 1;
+  if (chief && config_.log_step_count_steps > 0) {
     hooks.push_back(
         std::make_shared<StepCounterHook>(config_.log_step_count_steps));
     hooks.push_back(std::make_shared<LoggingTensorHook>(
         std::vector<std::string>{"loss", "global_step"},
         config_.log_step_count_steps));
   }
-  if (config_.save_summary_steps > 0) {
+  if (chief && config_.save_summary_steps > 0) {
     hooks.push_back(std::make_shared<SummarySaverHook>(
         config_.save_summary_steps, std::vector<std::string>{"loss"}));
   }
-  hooks.push_back(std::make_shared<CheckpointSaverHook>(
-      config_.save_checkpoints_steps,
-      config_.save_checkpoints_steps > 0 ? 0 : config_.save_checkpoints_secs));
+  if (chief) {
+    hooks.push_back(std::make_shared<CheckpointSaverHook>(
+        config_.save_checkpoints_steps, config_.save_checkpoints_steps > 0
+                                            ? 0
+                                            : config_.save_checkpoints_secs));
+  }
 
   try {
     ForHooks(hooks, [](SessionRunHook& h) { h.begin(); });
     // The input's iterator is made once the session exists, and continues
     // where the checkpoint left it.
-    pipeline::Iterator it = input_fn().MakeIterator();
+    pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
     if (!iterator_state.empty()) {
       try {
         it.Restore(iterator_state);
@@ -309,7 +384,7 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
                         "fit this input_fn ({}); reading the input from its "
                         "start",
                         e.what()));
-        it = input_fn().MakeIterator();
+        it = input_fn().MakeIterator(InputOptions());
       }
     }
     session.iterator_ = &it;
@@ -317,14 +392,38 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
              [&](SessionRunHook& h) { h.after_create_session(session); });
 
     pipeline::Element element;
+    // A stop some rank's hook asked for in its last after_run.
+    bool stop_after = false;
     while (true) {
+      if (!distributed && stop_after) break;
       RunContext run(session);
       std::vector<SessionRunArgs> args;
-      for (auto& h : hooks) {
-        if (!run.stop_requested()) args.push_back(h->before_run(run));
+      // A rank that asked to stop runs no more hooks; the others learn of
+      // it in the collective below (their hooks may see one before_run
+      // more, without a step).
+      if (!stop_after) {
+        for (auto& h : hooks) {
+          if (!run.stop_requested()) args.push_back(h->before_run(run));
+        }
       }
-      if (run.stop_requested()) break;
-      if (!it.Next(&element)) {
+      // Decided together before the next batch is read, so that every rank
+      // stops after the same step and no rank reads input it will not
+      // train on (the checkpoint's position stays exact).
+      if (AnyRank(*world_, stop_after || run.stop_requested())) break;
+      const bool has = it.Next(&element);
+      int64_t batch = has ? BatchSizeOf(element) : 0;
+      if (distributed) {
+        // Whether any rank's input ended, and the examples of all ranks.
+        int64_t v[2] = {has ? 0 : 1, batch};
+        world_->AllReduce(std::span(v), ReduceOp::kSum);
+        if (v[0] > 0) {
+          Log(fmt::format(
+              "The input of {} of {} ranks ended at global step {}.", v[0],
+              world_->size(), session.global_step_));
+          break;
+        }
+        batch = v[1];
+      } else if (!has) {
         Log(fmt::format("The input ended at global step {}.",
                         session.global_step_));
         break;
@@ -332,7 +431,6 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
       // Starts the batch's copy to the device on the copy stream, while
       // the device still computes the previous step.
       backend_->Prefetch(element);
-      const int64_t batch = BatchSizeOf(element);
       std::unique_ptr<ModelContext> ctx;
       Tensor labels;
       EstimatorSpec spec =
@@ -342,7 +440,8 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
           *backend_, hooks, args, run, spec,
           [&] { return ScalarOf(*backend_, spec.loss.value()); },
           session.global_step_, batch);
-      if (run.stop_requested()) break;
+      stop_after = run.stop_requested();
+      if (!distributed && stop_after) break;
     }
     ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
     session.iterator_ = nullptr;
@@ -374,7 +473,7 @@ std::map<std::string, double> Estimator::Evaluate(
   int64_t batches = 0;
   try {
     ForHooks(hooks, [](SessionRunHook& h) { h.begin(); });
-    pipeline::Iterator it = input_fn().MakeIterator();
+    pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
     ForHooks(hooks,
              [&](SessionRunHook& h) { h.after_create_session(session); });
     pipeline::Element element;
@@ -402,14 +501,25 @@ std::map<std::string, double> Estimator::Evaluate(
     NotifyException(hooks, e);
     throw;
   }
+  if (world_->size() > 1) {
+    // Each rank evaluated its own share: add up what they accumulated.
+    session.metrics_.AllReduce(*world_);
+    MetricSet totals;
+    totals.Get<Mean>("loss").SetSums(loss.Sums());
+    totals.AllReduce(*world_);
+    loss.SetSums(totals.Get<Mean>("loss").Sums());
+    batches = world_->Sum(batches);
+  }
   std::map<std::string, double> results = session.metrics_.Results();
   results["loss"] = loss.Result();
-  EventWriter& events = session.summary_writer();
-  for (const auto& [metric, value] : results) {
-    events.AddScalar(metric, value, session.global_step_);
+  if (world_->is_chief()) {
+    EventWriter& events = session.summary_writer();
+    for (const auto& [metric, value] : results) {
+      events.AddScalar(metric, value, session.global_step_);
+    }
+    events.Flush();
   }
   results["global_step"] = static_cast<double>(session.global_step_);
-  events.Flush();
   std::string line =
       fmt::format("Saving dict for global step {}:", session.global_step_);
   for (const auto& [metric, value] : results) {
@@ -431,7 +541,7 @@ void Estimator::Predict(
         fmt::format("predict: no checkpoint in {}; train the model first",
                     config_.model_dir));
   }
-  pipeline::Iterator it = input_fn().MakeIterator();
+  pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
   pipeline::Element element;
   while (it.Next(&element)) {
     backend_->Prefetch(element);
@@ -463,8 +573,10 @@ std::map<std::string, double> Estimator::TrainAndEvaluate(
   int64_t step = -1;
   while (true) {
     const int64_t before = step;
-    const auto latest = checkpoints_.Latest();
-    const int64_t at = latest ? CheckpointStep(*latest) : 0;
+    std::string latest;
+    if (world_->is_chief()) latest = checkpoints_.Latest().value_or("");
+    if (world_->size() > 1) world_->Broadcast(latest, 0);
+    const int64_t at = latest.empty() ? 0 : CheckpointStep(latest);
     const int64_t target = std::min(max_steps, at + eval_every_steps);
     step = Train(train_input, train_hooks, std::nullopt, target);
     last = Evaluate(eval_input, eval_steps);

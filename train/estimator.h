@@ -32,6 +32,28 @@
 // model_dir (a damaged one is skipped, with a warning, for the previous),
 // as TensorFlow's Estimator does; Train saves one at its end.
 //
+// Data-parallel (EstimatorOptions::collective of size N > 1; Horovod's
+// model, docs/DISTRIBUTED.md): every rank constructs the Estimator and
+// calls the same methods in the same order.  The chief (rank 0) alone
+// reads and writes model_dir: it restores the checkpoint and broadcasts
+// it (variables, global step, input position) to every rank; without a
+// checkpoint every rank initialises from the chief's seed (broadcast at
+// construction), which gives the chief's values (initial values are a
+// function of seed and name only).  Each step every rank runs its own
+// batch and the optimizer averages the gradients over the ranks (one
+// all-reduce), so N ranks with batch B take the step one process takes
+// with batch N x B.  Stops are collective: a hook's request_stop on any
+// rank, or the end of any rank's input, stops every rank after the same
+// step.  The chief runs the checkpoint, summary and logging hooks; user
+// hooks run on every rank; SessionRunValues::batch_size counts the
+// examples of all ranks.  input_fn shards the input itself (the
+// collective's rank and size; FromTFRecordsGlobalShuffle's num_shards and
+// shard_index keep the checkpointed position exact across a change of N).
+// Evaluate reduces the loss and metrics over the ranks, each rank
+// evaluating its own share.  A rank that throws leaves the others in a
+// collective: callers end the job (Collective::Abort), as `recflow train`
+// does.
+//
 // Thread safety: one call at a time per Estimator.
 #ifndef RECFLOW_TRAIN_ESTIMATOR_H_
 #define RECFLOW_TRAIN_ESTIMATOR_H_
@@ -47,6 +69,7 @@
 #include "pipeline/dataset.h"
 #include "train/backend.h"
 #include "train/checkpoint.h"
+#include "train/collective.h"
 #include "train/event_writer.h"
 #include "train/hooks.h"
 #include "train/model_context.h"
@@ -64,6 +87,9 @@ struct RunConfig {
   int64_t save_summary_steps = 100;
   int64_t log_step_count_steps = 100;
   int threads = 0;  // CPU backend threads; 0: the machine's cores
+  // Threads of the input pipeline's iterators (IteratorOptions::threads);
+  // 0: the machine's cores, shared out among the ranks on this host.
+  int input_threads = 0;
   // Where the model trains: "cpu", "cuda" (GPU 0) or "cuda:N".  The same
   // model_fn, hooks and checkpoints work on each; a checkpoint written on
   // one device restores on the other.
@@ -94,6 +120,8 @@ struct EstimatorOptions {
   std::shared_ptr<Backend> backend;
   // Where log lines go (null: pipeline::LogLine, stderr by default).
   std::function<void(std::string_view)> log;
+  // The ranks that train together (null: this process alone); see above.
+  std::shared_ptr<Collective> collective;
 };
 
 class Estimator;
@@ -107,7 +135,9 @@ class TrainingSession {
   Estimator& estimator() { return est_; }
   VariableStore& variables() { return variables_; }
   // TRAIN: writes a checkpoint of the variables, the global step and the
-  // input iterator's position now; returns its path.
+  // input iterator's position now; returns its path.  Only the chief
+  // writes: on the other ranks of a data-parallel job it does nothing and
+  // returns "".
   std::string SaveCheckpoint();
   // The event file of this session (model_dir, or model_dir/eval[_name]).
   EventWriter& summary_writer();
@@ -174,6 +204,8 @@ class Estimator {
 
   const RunConfig& config() const { return config_; }
   Backend& backend() { return *backend_; }
+  // The ranks training together (a world of one by default).
+  Collective& collective() { return *world_; }
   std::optional<std::string> latest_checkpoint() const;
   void Log(std::string_view line) const;
 
@@ -183,6 +215,8 @@ class Estimator {
   // iterator state it held (empty when none).
   std::string RestoreInto(TrainingSession& session,
                           const std::string& checkpoint_path);
+  // The options of input_fn's iterators (RunConfig::input_threads).
+  pipeline::IteratorOptions InputOptions() const;
   // Splits an element into features and labels; runs model_fn.
   EstimatorSpec RunModel(TrainingSession& session, pipeline::Element& element,
                          Mode mode, std::unique_ptr<ModelContext>* ctx,
@@ -192,6 +226,7 @@ class Estimator {
   RunConfig config_;
   EstimatorOptions options_;
   std::shared_ptr<Backend> backend_;
+  std::shared_ptr<Collective> world_;
   CheckpointManager checkpoints_;
 };
 

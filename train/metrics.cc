@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <string>
+
 namespace recflow::train {
 namespace {
 
@@ -100,6 +103,95 @@ std::map<std::string, double> MetricSet::Results() const {
   std::map<std::string, double> out;
   for (const auto& [name, m] : metrics_) out[name] = m->Result();
   return out;
+}
+
+namespace {
+
+void CheckSums(std::span<const double> s, size_t n, const char* metric) {
+  if (s.size() != n) {
+    throw Error(
+        fmt::format("{}: {} sums where {} were expected", metric, s.size(), n));
+  }
+}
+
+uint64_t Count(double v) { return static_cast<uint64_t>(std::llround(v)); }
+
+}  // namespace
+
+void Mean::SetSums(std::span<const double> s) {
+  CheckSums(s, 2, "mean");
+  sum_ = s[0];
+  weight_ = s[1];
+}
+
+void Accuracy::SetSums(std::span<const double> s) {
+  CheckSums(s, 2, "accuracy");
+  correct_ = Count(s[0]);
+  total_ = Count(s[1]);
+}
+
+void Precision::SetSums(std::span<const double> s) {
+  CheckSums(s, 2, "precision");
+  tp_ = Count(s[0]);
+  fp_ = Count(s[1]);
+}
+
+void Recall::SetSums(std::span<const double> s) {
+  CheckSums(s, 2, "recall");
+  tp_ = Count(s[0]);
+  fn_ = Count(s[1]);
+}
+
+std::vector<double> AUC::Sums() const {
+  std::vector<double> out;
+  out.reserve(4 * tp_.size());
+  for (const auto* counts : {&tp_, &fp_, &tn_, &fn_}) {
+    for (uint64_t c : *counts) out.push_back(double(c));
+  }
+  return out;
+}
+
+void AUC::SetSums(std::span<const double> s) {
+  CheckSums(s, 4 * tp_.size(), "auc");
+  size_t at = 0;
+  for (auto* counts : {&tp_, &fp_, &tn_, &fn_}) {
+    for (uint64_t& c : *counts) c = Count(s[at++]);
+  }
+}
+
+void MetricSet::AllReduce(Collective& world) {
+  if (world.size() == 1) return;
+  // The same metrics on every rank: their count and a fingerprint of their
+  // names and sizes agree (max == min over the ranks).
+  std::vector<double> sums;
+  uint64_t fingerprint = 1469598103934665603ull;
+  for (const auto& [name, metric] : metrics_) {
+    const std::vector<double> s = metric->Sums();
+    for (char c : name + "#" + std::to_string(s.size())) {
+      fingerprint =
+          (fingerprint ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    }
+    sums.insert(sums.end(), s.begin(), s.end());
+  }
+  const int64_t shape[2] = {static_cast<int64_t>(metrics_.size()),
+                            static_cast<int64_t>(fingerprint >> 1)};
+  int64_t hi[2] = {shape[0], shape[1]}, lo[2] = {-shape[0], -shape[1]};
+  world.AllReduce(std::span(hi), ReduceOp::kMax);
+  world.AllReduce(std::span(lo), ReduceOp::kMax);
+  if (hi[0] != -lo[0] || hi[1] != -lo[1]) {
+    throw Error(fmt::format(
+        "evaluation over {} ranks: the ranks hold different metrics (this "
+        "rank, {}, has {}); does some rank's share of the input have no "
+        "batch?",
+        world.size(), world.rank(), metrics_.size()));
+  }
+  world.AllReduce(std::span(sums), ReduceOp::kSum);
+  size_t at = 0;
+  for (auto& [name, metric] : metrics_) {
+    const size_t n = metric->Sums().size();
+    metric->SetSums(std::span(sums).subspan(at, n));
+    at += n;
+  }
 }
 
 }  // namespace recflow::train

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "train/collective.h"
 #include "train/error.h"
 
 namespace recflow::train {
@@ -25,6 +26,11 @@ class Metric {
   virtual ~Metric() = default;
   virtual void Reset() = 0;
   virtual double Result() const = 0;
+  // What the metric has accumulated, as sums that add up over shards of
+  // the data (counts are exact as doubles up to 2^53), and setting them
+  // back: how a data-parallel evaluation combines its ranks.
+  virtual std::vector<double> Sums() const = 0;
+  virtual void SetSums(std::span<const double> sums) = 0;
 };
 
 // Weighted mean of values (the "loss" metric of an evaluation).
@@ -36,6 +42,8 @@ class Mean final : public Metric {
   }
   void Reset() override { sum_ = weight_ = 0; }
   double Result() const override { return weight_ == 0 ? 0 : sum_ / weight_; }
+  std::vector<double> Sums() const override { return {sum_, weight_}; }
+  void SetSums(std::span<const double> s) override;
 
  private:
   double sum_ = 0, weight_ = 0;
@@ -50,6 +58,10 @@ class Accuracy final : public Metric {
   double Result() const override {
     return total_ == 0 ? 0 : double(correct_) / double(total_);
   }
+  std::vector<double> Sums() const override {
+    return {double(correct_), double(total_)};
+  }
+  void SetSums(std::span<const double> s) override;
 
  private:
   uint64_t correct_ = 0, total_ = 0;
@@ -66,6 +78,10 @@ class Precision final : public Metric {
   double Result() const override {
     return tp_ + fp_ == 0 ? 0 : double(tp_) / double(tp_ + fp_);
   }
+  std::vector<double> Sums() const override {
+    return {double(tp_), double(fp_)};
+  }
+  void SetSums(std::span<const double> s) override;
 
  private:
   double threshold_;
@@ -81,6 +97,10 @@ class Recall final : public Metric {
   double Result() const override {
     return tp_ + fn_ == 0 ? 0 : double(tp_) / double(tp_ + fn_);
   }
+  std::vector<double> Sums() const override {
+    return {double(tp_), double(fn_)};
+  }
+  void SetSums(std::span<const double> s) override;
 
  private:
   double threshold_;
@@ -97,6 +117,8 @@ class AUC final : public Metric {
               std::span<const float> probabilities);
   void Reset() override;
   double Result() const override;
+  std::vector<double> Sums() const override;
+  void SetSums(std::span<const double> s) override;
 
  private:
   std::vector<double> thresholds_;
@@ -123,6 +145,10 @@ class MetricSet {
   }
   void Reset();
   std::map<std::string, double> Results() const;
+  // Every metric's sums added up over the ranks of `world` (a collective:
+  // every rank calls it).  Throws Error on every rank when the ranks do not
+  // hold the same metrics (a rank whose share had no batch).
+  void AllReduce(Collective& world);
   bool empty() const { return metrics_.empty(); }
 
  private:

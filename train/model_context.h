@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "train/backend.h"
+#include "train/collective.h"
 #include "train/metrics.h"
 #include "train/variables.h"
 
@@ -27,18 +28,24 @@ std::string_view ModeName(Mode m);  // "train", "eval", "infer"
 
 class ModelContext {
  public:
+  // `collective` (null: this process alone) is the world whose ranks
+  // train together: optimizers average the gradients over it.
   ModelContext(Backend& backend, VariableStore& variables, MetricSet& metrics,
-               Mode mode, int64_t* global_step, uint64_t seed)
+               Mode mode, int64_t* global_step, uint64_t seed,
+               Collective* collective = nullptr)
       : backend_(backend),
         variables_(variables),
         metrics_(metrics),
         mode_(mode),
         global_step_(global_step),
-        seed_(seed) {}
+        seed_(seed),
+        collective_(collective) {}
 
   Backend& backend() { return backend_; }
   VariableStore& variables() { return variables_; }
   MetricSet& metrics() { return metrics_; }
+  // Null, or the data-parallel world (size() > 1: average the gradients).
+  Collective* collective() { return collective_; }
   Mode mode() const { return mode_; }
   bool training() const { return mode_ == Mode::kTrain; }
   int64_t global_step() const { return *global_step_; }
@@ -60,6 +67,7 @@ class ModelContext {
   Mode mode_;
   int64_t* global_step_;
   uint64_t seed_;
+  Collective* collective_;
   uint64_t ops_ = 0;
   std::map<std::string, int, std::less<>> names_;
 };

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -47,11 +48,54 @@ LearningRate CosineDecay(float lr, int64_t decay_steps, float alpha) {
   };
 }
 
+namespace {
+
+// Data parallelism: every rank's gradients replaced by their mean over the
+// ranks (each rank's loss is the mean over its own batch, so with equal
+// batches this is the gradient of the mean over the global batch).  One
+// all-reduce per step over all the gradients packed into one buffer: for
+// the models here the step is latency-bound, and one collective costs one
+// latency.
+void AverageGradients(ModelContext& ctx) {
+  Collective& world = *ctx.collective();
+  Backend& be = ctx.backend();
+  if (be.device() != Device::kCpu) {
+    throw Error(fmt::format(
+        "data-parallel training over {} takes host memory: the {} backend "
+        "needs NCCL's all-reduce on the device, which this build does not "
+        "have (docs/DISTRIBUTED.md)",
+        world.name(), be.device_name()));
+  }
+  const std::vector<Variable*> vars = ctx.variables().trainable();
+  size_t total = 0;
+  for (const Variable* v : vars) total += static_cast<size_t>(v->size());
+  thread_local std::vector<float> packed;
+  packed.resize(total);
+  size_t at = 0;
+  for (Variable* v : vars) {
+    std::copy_n(v->grad_data(), v->size(), packed.data() + at);
+    at += static_cast<size_t>(v->size());
+  }
+  world.AllReduce(std::span(packed), ReduceOp::kSum);
+  const float scale = 1.0f / static_cast<float>(world.size());
+  at = 0;
+  for (Variable* v : vars) {
+    float* g = v->grad_data();
+    for (int64_t i = 0; i < v->size(); ++i) g[i] = packed[at + i] * scale;
+    at += static_cast<size_t>(v->size());
+  }
+}
+
+}  // namespace
+
 TrainOp Optimizer::Minimize(ModelContext& ctx, const Var& loss) {
   auto self = shared_from_this();
   return [self, &ctx, loss] {
     Backend& be = ctx.backend();
     ops::Backward(be, loss);
+    if (ctx.collective() != nullptr && ctx.collective()->size() > 1) {
+      AverageGradients(ctx);
+    }
     const int64_t step = ctx.global_step();
     const float lr = self->lr_(step);
     for (Variable* v : ctx.variables().trainable()) {
