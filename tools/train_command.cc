@@ -1,11 +1,16 @@
 // recflow train: trains a canned model (linear, dnn, cnn) on TFRecord files
 // of tf.Examples, evaluating every N steps, with checkpoints and
-// TensorBoard logs in --model-dir; run again, it resumes.
+// TensorBoard logs in --model-dir; run again, it resumes.  Under mpirun
+// (`mpirun -np N recflow train ...`) the N processes train one model
+// data-parallel: docs/DISTRIBUTED.md.
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "records/errors.h"
+#include "records/example_parser.h"
 #include "tools/cli.h"
 #include "tools/training.h"
 
@@ -19,13 +24,46 @@ struct TrainOptions {
   bool json = false;
 };
 
+int PrintResult(const TrainOptions& o, const TrainResult& r);
+
+// One rank of a data-parallel job: its errors end the whole job (the
+// others would wait in a collective), named by rank.
+int RunRank(TrainOptions& o) {
+  train::Collective& world = *o.job.world;
+  const bool chief = world.is_chief();
+  o.job.live = chief && !o.json && isatty(STDERR_FILENO);
+  if (o.json || !chief) o.job.log = [](std::string_view) {};
+  try {
+    o.job.spec = records::FeatureSpec::FromFile(o.spec_path);
+    o.job.train_files = ExpandInputs(o.train);
+    o.job.eval_files = ExpandInputs(o.eval);
+    const TrainResult r = RunTraining(o.job);
+    return chief ? PrintResult(o, r) : kExitOk;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "recflow: rank {} of {}: {}\n", world.rank(),
+               world.size(), e.what());
+    std::fflush(stderr);
+    const bool damage = dynamic_cast<const records::RecordError*>(&e) ||
+                        dynamic_cast<const records::ParseError*>(&e);
+    world.Abort(damage ? kExitDamage : kExitUsage);
+    throw;  // a world of one: main() reports it
+  }
+}
+
 int RunTrain(TrainOptions& o) {
+  if (train::LaunchedByMpi()) {
+    o.job.world = train::MpiWorld();
+    if (o.job.world->size() > 1) return RunRank(o);
+  }
   o.job.spec = records::FeatureSpec::FromFile(o.spec_path);
   o.job.train_files = ExpandInputs(o.train);
   o.job.eval_files = ExpandInputs(o.eval);
   o.job.live = !o.json && isatty(STDERR_FILENO);
   if (o.json) o.job.log = [](std::string_view) {};
-  const TrainResult r = RunTraining(o.job);
+  return PrintResult(o, RunTraining(o.job));
+}
+
+int PrintResult(const TrainOptions& o, const TrainResult& r) {
   if (o.json) {
     nlohmann::json out = {{"model_dir", r.model_dir},
                           {"global_step", r.global_step},
@@ -35,6 +73,7 @@ int RunTrain(TrainOptions& o) {
                           {"examples_per_s", r.examples_per_s},
                           {"device", r.device},
                           {"preempted", r.preempted_by != 0},
+                          {"ranks", r.ranks},
                           {"eval", r.eval}};
     fmt::print("{}\n", out.dump());
     return kExitOk;
@@ -46,13 +85,14 @@ int RunTrain(TrainOptions& o) {
   if (!metrics.empty()) metrics.pop_back();
   fmt::print(
       "{} at global step {}{}:{}\n"
-      "trained {:.1f} s at {:.0f} examples/s on {} (evaluation {:.1f} s)\n"
+      "trained {:.1f} s at {:.0f} examples/s on {}{} (evaluation {:.1f} s)\n"
       "checkpoints and TensorBoard logs: {}   (tensorboard --logdir {})\n",
       r.preempted_by ? "stopped by a signal (checkpoint saved)" : "evaluated",
       r.global_step,
       r.start_step > 0 ? fmt::format(" (resumed from step {})", r.start_step)
                        : "",
-      metrics, r.train_seconds, r.examples_per_s, r.device, r.eval_seconds,
+      metrics, r.train_seconds, r.examples_per_s, r.device,
+      r.ranks > 1 ? fmt::format(" x {} ranks", r.ranks) : "", r.eval_seconds,
       r.model_dir, r.model_dir);
   return kExitOk;
 }
@@ -106,6 +146,10 @@ Runner AddTrainCommand(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--shuffle", j.shuffle, "shuffle buffer (examples)")
       ->capture_default_str();
+  app.add_flag("--global-shuffle", j.global_shuffle,
+               "read the training records in a global shuffle (by index, "
+               "every record once per epoch) instead of a shuffle buffer; "
+               "always on under mpirun with several ranks");
   app.add_option("--seed", j.seed, "initialisation, dropout and input order")
       ->capture_default_str();
   app.add_option("--device", j.device,

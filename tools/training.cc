@@ -244,11 +244,34 @@ TrainResult RunTraining(const TrainJob& job) {
   train::EstimatorOptions options;
   options.label_key = job.label;
   options.log = job.log;
+  options.collective = job.world;
   train::Estimator est(model_fn, config, options);
+  train::Collective& world = est.collective();
+  const int64_t ranks = world.size(), rank = world.rank();
 
   pipeline::ParseOptions parse;
   parse.num_parallel_calls = pipeline::kAutotune;
+  const bool global_shuffle = job.global_shuffle || ranks > 1;
+  if (ranks > 1 && world.is_chief()) {
+    est.Log(fmt::format(
+        "{} ranks ({}): each trains on batches of {} ({} a step), reading "
+        "its share of a global shuffle; rank 0 writes {}",
+        ranks, world.name(), job.batch, job.batch * ranks, job.model_dir));
+  }
   const auto train_input = [&] {
+    if (global_shuffle) {
+      // Rank r of N takes positions r, r + N, ... of the epochs' stream:
+      // the checkpoint's position continues exactly on any N.
+      pipeline::GlobalShuffleOptions o;
+      o.seed = job.seed;
+      o.num_shards = ranks;
+      o.shard_index = rank;
+      o.num_epochs = -1;
+      return pipeline::Dataset::FromTFRecordsGlobalShuffle(job.train_files, o)
+          .Batch(job.batch, /*drop_remainder=*/true)
+          .Parse(job.spec, parse)
+          .Prefetch(2);
+    }
     pipeline::TFRecordOptions source;
     source.num_parallel_reads =
         static_cast<int>(std::min<size_t>(4, job.train_files.size()));
@@ -262,7 +285,10 @@ TrainResult RunTraining(const TrainJob& job) {
         .Prefetch(2);
   };
   const auto eval_input = [&] {
+    // Each rank evaluates its share (whole files when there are enough);
+    // the Estimator adds up the ranks' metrics.
     return pipeline::Dataset::FromTFRecords(job.eval_files)
+        .Shard(ranks, rank)
         .Batch(500)
         .Parse(job.spec, parse)
         .Prefetch(2);
@@ -285,7 +311,8 @@ TrainResult RunTraining(const TrainJob& job) {
       est.TrainAndEvaluate(train_input, eval_input, job.steps, job.eval_every,
                            {throughput, preemption}, std::nullopt,
                            [&](const std::map<std::string, double>&) {
-                             return preemption->preempted_by() == 0;
+                             // A signal on any rank ends every rank.
+                             return !world.Any(preemption->preempted_by() != 0);
                            });
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
@@ -295,6 +322,7 @@ TrainResult RunTraining(const TrainJob& job) {
       result.train_seconds > 0 ? examples / result.train_seconds : 0;
   result.eval_seconds = std::max(0.0, total - result.train_seconds);
   result.preempted_by = preemption->preempted_by();
+  result.ranks = static_cast<int>(ranks);
   return result;
 }
 

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "records/feature_spec.h"
+#include "train/collective.h"
 
 namespace recflow::tools {
 
@@ -36,12 +38,20 @@ struct TrainJob {
   float learning_rate = 0.001f;
   float dropout = 0.0f;
   int64_t shuffle = 10000;
+  // Read the training files in a global shuffle (every record once per
+  // epoch, by index) instead of through a shuffle buffer.  Data-parallel
+  // jobs always do: it is the input whose checkpointed position carries
+  // over exactly to another number of ranks.
+  bool global_shuffle = false;
   uint64_t seed = 1;
   int threads = 0;
   std::string device = "cpu";  // cpu, cuda, cuda:N
   int64_t save_checkpoints_steps = 500;
   bool live = false;                          // a progress line on stderr
   std::function<void(std::string_view)> log;  // null: stderr
+  // The ranks training together (null: this process alone).  Each rank
+  // reads its share of the training and evaluation records.
+  std::shared_ptr<train::Collective> world;
 };
 
 struct TrainResult {
@@ -56,6 +66,7 @@ struct TrainResult {
   std::string device;    // what trained: the GPU's name or the CPU backend's
   std::string columns;   // the feature columns used, for the story
   int preempted_by = 0;  // SIGTERM/SIGINT that stopped it (checkpointed)
+  int ranks = 1;         // processes that trained together
 };
 
 TrainResult RunTraining(const TrainJob& job);
