@@ -4,6 +4,9 @@
 
 #include <algorithm>
 
+#include "convert/convert.h"
+#include "records/errors.h"
+#include "records/example_parser.h"
 #include "records/file_list.h"
 
 namespace recflow::tools {
@@ -39,6 +42,13 @@ records::WriterOptions ShardWriterOptions(uint64_t shards,
 std::string FormatRate(double bytes, double seconds) {
   if (seconds <= 0) return "-";
   return fmt::format("{:.1f} MB/s", bytes / seconds / 1e6);
+}
+
+int ExitCodeFor(const std::exception& e) {
+  const bool damage = dynamic_cast<const records::RecordError*>(&e) ||
+                      dynamic_cast<const convert::ConvertError*>(&e) ||
+                      dynamic_cast<const records::ParseError*>(&e);
+  return damage ? kExitDamage : kExitUsage;
 }
 
 }  // namespace recflow::tools

@@ -26,6 +26,11 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The exit code for a command's error: kExitDamage for damaged data (a
+// record, an Example, a converter's input), kExitUsage for the rest (bad
+// arguments, I/O, no GPU).
+int ExitCodeFor(const std::exception& e);
+
 // Files named on the command line, with directories expanded to the record
 // files in them (sorted; names containing "tfrecord" or "tfrec", not hidden,
 // not ending in ".idx") and glob patterns into their matches (records::

@@ -8,12 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "convert/convert.h"
 #include "pipeline/io.h"
-#include "records/errors.h"
-#include "records/example_parser.h"
 #include "tools/cli.h"
-#include "train/backend.h"
 
 int main(int argc, char** argv) {
   using namespace recflow::tools;
@@ -73,25 +69,10 @@ int main(int argc, char** argv) {
     for (auto& [sub, run] : commands) {
       if (sub->parsed()) return run();
     }
-  } catch (const recflow::train::CudaUnavailable& e) {
-    // No GPU, no driver, or a build without CUDA: one line, exit code 2.
-    fmt::print(stderr, "recflow: {}\n", e.what());
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    fmt::print(stderr, "recflow: {}\n", e.what());
-    return kExitUsage;
-  } catch (const recflow::records::RecordError& e) {
-    fmt::print(stderr, "recflow: {}\n", e.what());
-    return kExitDamage;
-  } catch (const recflow::convert::ConvertError& e) {
-    fmt::print(stderr, "recflow: {}\n", e.what());
-    return kExitDamage;
-  } catch (const recflow::records::ParseError& e) {
-    fmt::print(stderr, "recflow: {}\n", e.what());
-    return kExitDamage;
   } catch (const std::exception& e) {
+    // One line; no GPU, no driver or a build without CUDA is exit code 2.
     fmt::print(stderr, "recflow: {}\n", e.what());
-    return kExitUsage;
+    return ExitCodeFor(e);
   }
   return kExitUsage;
 }

@@ -9,8 +9,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "records/errors.h"
-#include "records/example_parser.h"
 #include "tools/cli.h"
 #include "tools/training.h"
 
@@ -26,41 +24,31 @@ struct TrainOptions {
 
 int PrintResult(const TrainOptions& o, const TrainResult& r);
 
-// One rank of a data-parallel job: its errors end the whole job (the
-// others would wait in a collective), named by rank.
-int RunRank(TrainOptions& o) {
-  train::Collective& world = *o.job.world;
-  const bool chief = world.is_chief();
+int RunTrain(TrainOptions& o) {
+  if (train::LaunchedByMpi()) o.job.world = train::MpiWorld();
+  const train::Collective* world = o.job.world.get();
+  const bool chief = world == nullptr || world->is_chief();
   o.job.live = chief && !o.json && isatty(STDERR_FILENO);
   if (o.json || !chief) o.job.log = [](std::string_view) {};
-  try {
+  const auto run = [&] {
     o.job.spec = records::FeatureSpec::FromFile(o.spec_path);
     o.job.train_files = ExpandInputs(o.train);
     o.job.eval_files = ExpandInputs(o.eval);
     const TrainResult r = RunTraining(o.job);
     return chief ? PrintResult(o, r) : kExitOk;
+  };
+  if (world == nullptr || world->size() == 1) return run();
+  try {
+    return run();
   } catch (const std::exception& e) {
-    fmt::print(stderr, "recflow: rank {} of {}: {}\n", world.rank(),
-               world.size(), e.what());
+    // One rank of several: its error ends the whole job (the others would
+    // wait in a collective), named by rank.
+    fmt::print(stderr, "recflow: rank {} of {}: {}\n", world->rank(),
+               world->size(), e.what());
     std::fflush(stderr);
-    const bool damage = dynamic_cast<const records::RecordError*>(&e) ||
-                        dynamic_cast<const records::ParseError*>(&e);
-    world.Abort(damage ? kExitDamage : kExitUsage);
-    throw;  // a world of one: main() reports it
+    o.job.world->Abort(ExitCodeFor(e));
+    throw;  // Abort does not return in a world of several
   }
-}
-
-int RunTrain(TrainOptions& o) {
-  if (train::LaunchedByMpi()) {
-    o.job.world = train::MpiWorld();
-    if (o.job.world->size() > 1) return RunRank(o);
-  }
-  o.job.spec = records::FeatureSpec::FromFile(o.spec_path);
-  o.job.train_files = ExpandInputs(o.train);
-  o.job.eval_files = ExpandInputs(o.eval);
-  o.job.live = !o.json && isatty(STDERR_FILENO);
-  if (o.json) o.job.log = [](std::string_view) {};
-  return PrintResult(o, RunTraining(o.job));
 }
 
 int PrintResult(const TrainOptions& o, const TrainResult& r) {

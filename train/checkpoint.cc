@@ -99,8 +99,11 @@ void WriteCheckpoint(const std::string& path, const TensorMap& tensors) {
   file.Close();
 }
 
-TensorMap ReadCheckpoint(const std::string& path) {
-  return ParseCheckpoint(ReadWholeFile(path), path);
+TensorMap ReadCheckpoint(const std::string& path, std::string* bytes) {
+  std::string data = ReadWholeFile(path);
+  TensorMap tensors = ParseCheckpoint(data, path);
+  if (bytes != nullptr) *bytes = std::move(data);
+  return tensors;
 }
 
 TensorMap ParseCheckpoint(std::string_view data, const std::string& path) {
@@ -302,11 +305,12 @@ std::optional<std::string> CheckpointManager::Latest() const {
 }
 
 std::optional<CheckpointManager::Restored> CheckpointManager::RestoreLatest(
-    const std::function<void(std::string_view)>& warn) const {
+    const std::function<void(std::string_view)>& warn,
+    std::string* bytes) const {
   const auto all = Checkpoints();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      return Restored{*it, ReadCheckpoint(*it)};
+      return Restored{*it, ReadCheckpoint(*it, bytes)};
     } catch (const records::Error& e) {
       if (warn) {
         warn(fmt::format(

@@ -32,8 +32,9 @@ using TensorMap = std::map<std::string, pipeline::Tensor>;
 // records::IoError (disk) or Error (a bytes tensor).
 void WriteCheckpoint(const std::string& path, const TensorMap& tensors);
 // Verifies every CRC.  Throws records::IoError, or Error naming the file,
-// the byte offset and the entry of the first damage.
-TensorMap ReadCheckpoint(const std::string& path);
+// the byte offset and the entry of the first damage.  `bytes` (optional)
+// receives the file's bytes as read (what a chief sends other ranks).
+TensorMap ReadCheckpoint(const std::string& path, std::string* bytes = nullptr);
 // The same from a checkpoint's bytes; `path` is for messages.
 TensorMap ParseCheckpoint(std::string_view data, const std::string& path);
 
@@ -68,9 +69,11 @@ class CheckpointManager {
   };
   // The newest checkpoint that reads back intact; each damaged or missing
   // newer one is reported through `warn` and skipped.  nullopt when there
-  // are none; Error when there are some but none is readable.
+  // are none; Error when there are some but none is readable.  `bytes`
+  // (optional) receives the restored file's bytes (ReadCheckpoint).
   std::optional<Restored> RestoreLatest(
-      const std::function<void(std::string_view)>& warn) const;
+      const std::function<void(std::string_view)>& warn,
+      std::string* bytes = nullptr) const;
 
   const std::string& model_dir() const { return dir_; }
 

@@ -3,11 +3,8 @@
 #include <fmt/format.h>
 #include <sched.h>
 
-#include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "pipeline/io.h"
@@ -84,22 +81,6 @@ void AfterRun(Backend& be, const Hooks& hooks,
     }
     hooks[i]->after_run(run, values);
   }
-}
-
-// The bytes of a file the chief has just read and verified.
-std::string FileBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad() || !out) {
-    throw records::IoError(path, "cannot read the checkpoint again", errno);
-  }
-  return out.str();
-}
-
-// True on every rank when `local` is true on any: a stop decided together.
-bool AnyRank(Collective& world, bool local) {
-  return world.size() > 1 ? world.Any(local) : local;
 }
 
 int64_t BatchSizeOf(const pipeline::Element& e) {
@@ -237,20 +218,22 @@ std::optional<std::string> Estimator::latest_checkpoint() const {
 std::string Estimator::RestoreInto(TrainingSession& session,
                                    const std::string& checkpoint_path) {
   std::optional<CheckpointManager::Restored> restored;
+  // The chief's checkpoint file as it read it, for the other ranks.
+  std::string bytes;
+  std::string* keep = world_->size() > 1 ? &bytes : nullptr;
   if (world_->is_chief()) {
     if (!checkpoint_path.empty()) {
-      restored = CheckpointManager::Restored{checkpoint_path,
-                                             ReadCheckpoint(checkpoint_path)};
+      restored = CheckpointManager::Restored{
+          checkpoint_path, ReadCheckpoint(checkpoint_path, keep)};
     } else {
-      restored =
-          checkpoints_.RestoreLatest([this](std::string_view w) { Log(w); });
+      restored = checkpoints_.RestoreLatest(
+          [this](std::string_view w) { Log(w); }, keep);
     }
   }
   if (world_->size() > 1) {
     // The chief's checkpoint, verified there, to every rank: model_dir
     // need not be shared between hosts.
     std::string path = restored ? restored->path : "";
-    std::string bytes = restored ? FileBytes(restored->path) : "";
     world_->Broadcast(path, 0);
     world_->Broadcast(bytes, 0);
     if (!world_->is_chief() && !path.empty()) {
@@ -409,7 +392,7 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
       // Decided together before the next batch is read, so that every rank
       // stops after the same step and no rank reads input it will not
       // train on (the checkpoint's position stays exact).
-      if (AnyRank(*world_, stop_after || run.stop_requested())) break;
+      if (world_->Any(stop_after || run.stop_requested())) break;
       const bool has = it.Next(&element);
       int64_t batch = has ? BatchSizeOf(element) : 0;
       if (distributed) {
@@ -504,10 +487,9 @@ std::map<std::string, double> Estimator::Evaluate(
   if (world_->size() > 1) {
     // Each rank evaluated its own share: add up what they accumulated.
     session.metrics_.AllReduce(*world_);
-    MetricSet totals;
-    totals.Get<Mean>("loss").SetSums(loss.Sums());
-    totals.AllReduce(*world_);
-    loss.SetSums(totals.Get<Mean>("loss").Sums());
+    std::vector<double> loss_sums = loss.Sums();
+    world_->AllReduce(std::span(loss_sums), ReduceOp::kSum);
+    loss.SetSums(loss_sums);
     batches = world_->Sum(batches);
   }
   std::map<std::string, double> results = session.metrics_.Results();

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <string>
 
+#include "pipeline/dataset_base.h"
+
 namespace recflow::train {
 namespace {
 
@@ -162,23 +164,23 @@ void AUC::SetSums(std::span<const double> s) {
 void MetricSet::AllReduce(Collective& world) {
   if (world.size() == 1) return;
   // The same metrics on every rank: their count and a fingerprint of their
-  // names and sizes agree (max == min over the ranks).
+  // names and sizes agree (max == -max of the negations over the ranks).
   std::vector<double> sums;
-  uint64_t fingerprint = 1469598103934665603ull;
+  std::vector<size_t> sizes;
+  uint64_t fingerprint = 0;
   for (const auto& [name, metric] : metrics_) {
     const std::vector<double> s = metric->Sums();
-    for (char c : name + "#" + std::to_string(s.size())) {
-      fingerprint =
-          (fingerprint ^ static_cast<unsigned char>(c)) * 1099511628211ull;
-    }
+    fingerprint = pipeline::MixSeed(
+        fingerprint,
+        pipeline::Fingerprint(fmt::format("{}#{}", name, s.size())));
+    sizes.push_back(s.size());
     sums.insert(sums.end(), s.begin(), s.end());
   }
-  const int64_t shape[2] = {static_cast<int64_t>(metrics_.size()),
-                            static_cast<int64_t>(fingerprint >> 1)};
-  int64_t hi[2] = {shape[0], shape[1]}, lo[2] = {-shape[0], -shape[1]};
-  world.AllReduce(std::span(hi), ReduceOp::kMax);
-  world.AllReduce(std::span(lo), ReduceOp::kMax);
-  if (hi[0] != -lo[0] || hi[1] != -lo[1]) {
+  const auto n = static_cast<int64_t>(metrics_.size());
+  const auto f = static_cast<int64_t>(fingerprint >> 1);
+  int64_t bounds[4] = {n, f, -n, -f};
+  world.AllReduce(std::span(bounds), ReduceOp::kMax);
+  if (bounds[0] != -bounds[2] || bounds[1] != -bounds[3]) {
     throw Error(fmt::format(
         "evaluation over {} ranks: the ranks hold different metrics (this "
         "rank, {}, has {}); does some rank's share of the input have no "
@@ -186,11 +188,10 @@ void MetricSet::AllReduce(Collective& world) {
         world.size(), world.rank(), metrics_.size()));
   }
   world.AllReduce(std::span(sums), ReduceOp::kSum);
-  size_t at = 0;
+  size_t at = 0, i = 0;
   for (auto& [name, metric] : metrics_) {
-    const size_t n = metric->Sums().size();
-    metric->SetSums(std::span(sums).subspan(at, n));
-    at += n;
+    metric->SetSums(std::span(sums).subspan(at, sizes[i]));
+    at += sizes[i++];
   }
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 
 #include "pipeline/dataset.h"
@@ -50,6 +51,31 @@ TEST(FeistelPermutationTest, SeedsGiveDifferentWellSpreadOrders) {
 
 class GlobalShuffleTest : public ::testing::Test {
  protected:
+  // Two readers (shards 0 and 1 of 2) take `each` records apiece, as
+  // synchronous training steps would, and reader 0 saves; three readers
+  // restored from that state read to the end.  Adds every record read to
+  // `seen`.
+  static void TwoThenThreeReaders(
+      const std::function<Dataset(int64_t shards, int64_t index)>& make,
+      int each, std::multiset<std::string>* seen) {
+    std::string state;
+    for (int k = 0; k < 2; ++k) {
+      Iterator it = make(2, k).MakeIterator();
+      Element e;
+      for (int i = 0; i < each; ++i) {
+        ASSERT_TRUE(it.Next(&e)) << "reader " << k << " record " << i;
+        seen->insert(std::string(e["record"].bytes(0)));
+      }
+      if (k == 0) state = it.Save();
+    }
+    for (int k = 0; k < 3; ++k) {
+      Iterator it = make(3, k).MakeIterator();
+      it.Restore(state);
+      Element e;
+      while (it.Next(&e)) seen->insert(std::string(e["record"].bytes(0)));
+    }
+  }
+
   void SetUp() override {
     for (int f = 0; f < 3; ++f) {
       std::vector<std::string> recs;
@@ -119,26 +145,11 @@ TEST_F(GlobalShuffleTest,
     o.shard_index = index;
     return Dataset::FromTFRecordsGlobalShuffle(files_, o);
   };
-  // Two workers take 20 records each (synchronous steps), worker 0 saves.
+  // Two workers take 20 records each, three continue the epoch.
   std::multiset<std::string> seen;
-  std::string state;
-  for (int k = 0; k < 2; ++k) {
-    Iterator it = make(2, k).MakeIterator();
-    Element e;
-    for (int i = 0; i < 20; ++i) {
-      ASSERT_TRUE(it.Next(&e));
-      seen.insert(std::string(e["record"].bytes(0)));
-    }
-    if (k == 0) state = it.Save();
-  }
-  // Three workers continue the epoch from worker 0's state.
-  for (int k = 0; k < 3; ++k) {
-    Iterator it = make(3, k).MakeIterator();
-    it.Restore(state);
-    Element e;
-    while (it.Next(&e)) seen.insert(std::string(e["record"].bytes(0)));
-  }
+  TwoThenThreeReaders(make, 20, &seen);
   SetLogSink(nullptr);
+  if (HasFatalFailure()) return;
   EXPECT_EQ(seen.size(), all_.size());
   EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()), all_);
 }
@@ -194,23 +205,9 @@ TEST_F(GlobalShuffleTest, EpochsKeepTheShardsInStepAcrossEpochBoundaries) {
   // step, well past the first epoch's end; reader 0's state then goes on
   // with three readers to the end of the third epoch.
   std::multiset<std::string> seen;
-  std::string state;
-  for (int k = 0; k < 2; ++k) {
-    Iterator it = make(2, k).MakeIterator();
-    Element e;
-    for (int i = 0; i < 250; ++i) {
-      ASSERT_TRUE(it.Next(&e)) << "reader " << k << " record " << i;
-      seen.insert(std::string(e["record"].bytes(0)));
-    }
-    if (k == 0) state = it.Save();
-  }
-  for (int k = 0; k < 3; ++k) {
-    Iterator it = make(3, k).MakeIterator();
-    it.Restore(state);
-    Element e;
-    while (it.Next(&e)) seen.insert(std::string(e["record"].bytes(0)));
-  }
+  TwoThenThreeReaders(make, 250, &seen);
   SetLogSink(nullptr);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(seen.size(), 3 * all_.size());
   for (const auto& r : all_) EXPECT_EQ(seen.count(r), 3u) << r;
 }

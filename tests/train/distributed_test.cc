@@ -176,11 +176,9 @@ TEST_F(DistributedTest, TwoRanksOfBatchBTakeTheStepsOfOneProcessWith2B) {
   Estimator two(CountingDnn(nullptr), Config("two"), Options(world_));
   EXPECT_EQ(two.Train(Input(2, r, 4), {checksum}, std::nullopt, 6), 6);
   // Every rank ends with the chief's variables.
-  const double mine = checksum->sum;
-  double hi[1] = {mine}, lo[1] = {-mine};
-  world_->AllReduce(std::span(hi), ReduceOp::kMax);
-  world_->AllReduce(std::span(lo), ReduceOp::kMax);
-  EXPECT_EQ(hi[0], -lo[0]) << "ranks hold different variables";
+  double bounds[2] = {checksum->sum, -checksum->sum};
+  world_->AllReduce(std::span(bounds), ReduceOp::kMax);
+  EXPECT_EQ(bounds[0], -bounds[1]) << "ranks hold different variables";
 
   // The same steps in one process, batch 8 (each rank computes it alone).
   Estimator one(CountingDnn(nullptr), Config(fmt::format("one-{}", r)),
