@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <filesystem>
+#include <system_error>
 
 #include "records/errors.h"
 #include "records/io_faults.h"
@@ -184,19 +186,49 @@ size_t ReadableFile::ReadAt(uint64_t offset, char* dst, size_t n) const {
   return done;
 }
 
+namespace {
+// Creates the folders above `path` that do not exist (mode 0755, as
+// mkdir -p), so that writing PREFIX/x/y works as TensorFlow's and Beam's
+// writers do.  Throws IoError for `shown` (the final name of the file)
+// naming the folder that could not be made.
+void CreateParentDirectories(const std::string& path,
+                             const std::string& shown) {
+  const std::filesystem::path parent =
+      std::filesystem::path(path).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) {
+    throw IoError(shown, fmt::format("cannot create its folder {}: {}",
+                                     parent.string(), ec.message()));
+  }
+}
+
+// open(2), and when a folder above `path` is missing, those folders made
+// and open(2) again.  `shown` as CreateParentDirectories.
+int OpenCreating(const std::string& path, int flags, const std::string& shown) {
+  int fd = open(path.c_str(), flags, 0644);
+  if (fd < 0 && errno == ENOENT) {
+    CreateParentDirectories(path, shown);
+    fd = open(path.c_str(), flags, 0644);
+  }
+  return fd;
+}
+}  // namespace
+
 WritableFile::WritableFile(std::string path, bool atomic)
     : path_(std::move(path)) {
   if (atomic) {
     temp_path_ = UniqueTempPath(path_);
-    fd_ =
-        open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd_ = OpenCreating(temp_path_, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                       path_);
     if (fd_ < 0) {
       throw IoError(path_,
                     fmt::format("cannot create temporary file {}", temp_path_),
                     errno);
     }
   } else {
-    fd_ = open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd_ = OpenCreating(path_, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, path_);
     if (fd_ < 0) throw IoError(path_, "cannot open for writing", errno);
   }
   struct stat st;

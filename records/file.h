@@ -51,7 +51,9 @@ class ReadableFile {
 // until then nothing exists under the final name.  Destroying a file that was
 // not closed removes what was written (the temporary file in atomic mode,
 // the partial file otherwise when it is a regular file), so a failed writer
-// never leaves a file that looks complete.  Not thread-safe.
+// never leaves a file that looks complete.  Folders above `path` that do
+// not exist are created (as mkdir -p; they stay if writing then fails).
+// Not thread-safe.
 class WritableFile {
  public:
   WritableFile(std::string path, bool atomic);  // throws IoError

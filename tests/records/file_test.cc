@@ -57,14 +57,38 @@ TEST(WritableFileTest, FinishedButUncommittedLeavesNothing) {
 }
 
 TEST(WritableFileTest, ErrorsNameThePath) {
-  const std::string path = "/nonexistent-dir/for-recflow/out.bin";
+  // Below a file, not a folder: no folder can be made there.
+  const std::string path = "/dev/null/for-recflow/out.bin";
   try {
     WritableFile f(path, true);
     FAIL() << "expected IoError";
   } catch (const IoError& e) {
     EXPECT_EQ(e.path(), path);
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
-    EXPECT_EQ(e.errno_value(), ENOENT);
+    EXPECT_EQ(e.errno_value(), ENOTDIR);
+  }
+}
+
+TEST(WritableFileTest, CreatesMissingFoldersAboveThePath) {
+  TempDir dir;
+  for (bool atomic : {true, false}) {
+    const std::string path =
+        dir.File(atomic ? "a/b/c/out.bin" : "d/e/out.bin");
+    WritableFile f(path, atomic);
+    f.Append("x");
+    f.Close();
+    EXPECT_EQ(testing::ReadFileBytes(path), "x") << "atomic=" << atomic;
+  }
+  // A file where a folder should be: one error, naming the final path and
+  // the folder.
+  testing::WriteFileBytes(dir.File("plain"), "");
+  try {
+    WritableFile f(dir.File("plain/sub/out.bin"), /*atomic=*/true);
+    FAIL() << "expected IoError";
+  } catch (const IoError& e) {
+    EXPECT_EQ(e.path(), dir.File("plain/sub/out.bin"));
+    EXPECT_NE(std::string(e.what()).find("plain/sub"), std::string::npos)
+        << e.what();
   }
 }
 
