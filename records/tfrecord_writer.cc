@@ -4,7 +4,10 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "records/errors.h"
 #include "records/file.h"
@@ -173,66 +176,201 @@ class ZlibCodec final : public TFRecordWriter::Codec {
 // frame compressed on its own (with its content size and a checksum in the
 // frame header), so an index can point at a frame and a reader decode just
 // that frame.  Concatenated frames are a valid zstd stream.
+//
+// With `threads` > 1, up to 2 x threads frames are in flight: worker
+// threads (each with its own ZSTD_CCtx) compress them at once and the
+// writing thread appends them to the file in order — pzstd's approach, not
+// ZSTD_c_nbWorkers, which splits one frame into jobs of several MB and so
+// would not help 1 MB frames (the index's unit of random access).  The
+// bytes are those a single thread writes: each frame is compressed alone.
 class ZstdCodec final : public TFRecordWriter::Codec {
  public:
   ZstdCodec(const std::string& path, bool atomic, int level, size_t frame_bytes,
-            std::vector<IndexEntry>* entries)
+            int threads, std::vector<IndexEntry>* entries)
       : Codec(path, atomic, entries),
+        level_(level == 0 ? 3 : level),
         frame_bytes_(frame_bytes),
-        cctx_(ZSTD_createCCtx()) {
-    if (cctx_ == nullptr) throw IoError(path, "cannot create zstd context");
-    const size_t rc = ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel,
-                                             level == 0 ? 3 : level);
-    if (ZSTD_isError(rc)) {
-      throw IoError(
-          path, fmt::format("zstd level {}: {}", level, ZSTD_getErrorName(rc)));
+        slots_(threads > 1 ? 2 * static_cast<size_t>(threads) : 1) {
+    for (auto& job : slots_) job.in.reserve(frame_bytes_ + (64 << 10));
+    cctx_ = NewContext();  // a bad level fails here, at once
+    if (threads > 1) {
+      ZSTD_freeCCtx(cctx_);
+      cctx_ = nullptr;
+      for (int t = 0; t < threads; ++t) {
+        workers_.emplace_back([this] { Work(); });
+      }
     }
-    ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1);
-    frame_.reserve(frame_bytes_ + (64 << 10));
   }
-  ~ZstdCodec() override { ZSTD_freeCCtx(cctx_); }
+  ~ZstdCodec() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    ZSTD_freeCCtx(cctx_);
+  }
 
   void Put(const char* header, std::string_view data,
            const char* footer) override {
+    std::string& frame = slots_[next_].in;
     if (entries_ != nullptr) {
-      entries_->push_back({frame_.size(), data.size() + kFrameOverhead, 0, 0});
+      entries_->push_back({frame.size(), data.size() + kFrameOverhead, 0, 0});
     }
-    frame_.append(header, kHeaderBytes);
-    frame_.append(data);
-    frame_.append(footer, kFooterBytes);
-    if (frame_.size() >= frame_bytes_) EndFrame();
+    frame.append(header, kHeaderBytes);
+    frame.append(data);
+    frame.append(footer, kFooterBytes);
+    if (frame.size() >= frame_bytes_) EndFrame();
   }
-  void Flush() override { EndFrame(); }
-  void Finish() override { EndFrame(); }
+  void Flush() override {
+    EndFrame();
+    Drain(0);
+  }
+  void Finish() override { Flush(); }
 
  private:
-  void EndFrame() {
-    if (frame_.empty()) return;
-    out_.resize(ZSTD_compressBound(frame_.size()));
-    const size_t n = ZSTD_compress2(cctx_, out_.data(), out_.size(),
-                                    frame_.data(), frame_.size());
-    if (ZSTD_isError(n)) {
-      throw IoError(file_->path(), fmt::format("zstd compression failed: {}",
-                                               ZSTD_getErrorName(n)));
+  // One frame: its framed records, then (once compressed) its bytes.
+  struct Job {
+    std::string in;
+    std::string out;
+    size_t first_entry = 0, end_entry = 0;  // its records in *entries_
+    enum State { kFilling, kQueued, kDone } state = kFilling;
+    std::string error;  // from ZSTD, when compression failed
+  };
+
+  ZSTD_CCtx* NewContext() const {
+    // ZSTD clamps a level out of range; a writer asked for one says so.
+    if (level_ < ZSTD_minCLevel() || level_ > ZSTD_maxCLevel()) {
+      throw IoError(file_->path(),
+                    fmt::format("zstd level {}: expected {} to {}", level_,
+                                ZSTD_minCLevel(), ZSTD_maxCLevel()));
     }
-    const uint64_t frame_offset = file_->bytes_written();
-    file_->Append(View(out_.data(), n));
-    if (entries_ != nullptr) {
-      for (size_t i = first_pending_; i < entries_->size(); ++i) {
-        (*entries_)[i].frame_offset = frame_offset;
-        (*entries_)[i].frame_bytes = n;
-      }
-      first_pending_ = entries_->size();
+    ZSTD_CCtx* cctx = ZSTD_createCCtx();
+    if (cctx == nullptr) {
+      throw IoError(file_->path(), "cannot create zstd context");
     }
-    frame_.clear();
-    if (frame_.capacity() > 4 * frame_bytes_) frame_.shrink_to_fit();
+    const size_t rc =
+        ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level_);
+    if (ZSTD_isError(rc)) {
+      ZSTD_freeCCtx(cctx);
+      throw IoError(file_->path(), fmt::format("zstd level {}: {}", level_,
+                                               ZSTD_getErrorName(rc)));
+    }
+    ZSTD_CCtx_setParameter(cctx, ZSTD_c_checksumFlag, 1);
+    return cctx;
   }
 
+  static void Compress(ZSTD_CCtx* cctx, Job& job) {
+    job.out.resize(ZSTD_compressBound(job.in.size()));
+    const size_t n = ZSTD_compress2(cctx, job.out.data(), job.out.size(),
+                                    job.in.data(), job.in.size());
+    if (ZSTD_isError(n)) {
+      job.error = ZSTD_getErrorName(n);
+      job.out.clear();
+    } else {
+      job.out.resize(n);
+    }
+  }
+
+  // A worker: compresses queued frames, oldest first.
+  void Work() {
+    // The level was checked in the constructor: only memory can fail here,
+    // and then every frame this worker takes says so.
+    ZSTD_CCtx* cctx = nullptr;
+    try {
+      cctx = NewContext();
+    } catch (const std::exception&) {
+    }
+    std::unique_lock lock(mu_);
+    while (true) {
+      work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) break;
+      Job* job = queue_.front();
+      queue_.erase(queue_.begin());
+      lock.unlock();
+      if (cctx != nullptr) {
+        Compress(cctx, *job);
+      } else {
+        job->error = "cannot create zstd context";
+      }
+      lock.lock();
+      job->state = Job::kDone;
+      done_cv_.notify_all();
+    }
+    ZSTD_freeCCtx(cctx);
+  }
+
+  // Hands the filling frame on: compressed here (one thread), or queued for
+  // the workers once the oldest frame in flight has been written, if every
+  // slot is taken.
+  void EndFrame() {
+    Job& job = slots_[next_];
+    if (job.in.empty()) return;
+    job.first_entry = pending_entries_;
+    job.end_entry = entries_ != nullptr ? entries_->size() : 0;
+    pending_entries_ = job.end_entry;
+    if (workers_.empty()) {
+      Compress(cctx_, job);
+      job.state = Job::kDone;
+      WriteJob(job);
+      return;
+    }
+    {
+      std::lock_guard lock(mu_);
+      job.state = Job::kQueued;
+      queue_.push_back(&job);
+    }
+    work_cv_.notify_one();
+    ++in_flight_;
+    next_ = (next_ + 1) % slots_.size();
+    // The next slot to fill is the oldest in flight: write it first.
+    Drain(slots_.size() - 1);
+  }
+
+  // Writes frames in order until at most `keep` are in flight.
+  void Drain(size_t keep) {
+    while (in_flight_ > keep) {
+      Job& oldest =
+          slots_[(next_ + slots_.size() - in_flight_) % slots_.size()];
+      {
+        std::unique_lock lock(mu_);
+        done_cv_.wait(lock, [&] { return oldest.state == Job::kDone; });
+      }
+      --in_flight_;
+      WriteJob(oldest);
+    }
+  }
+
+  void WriteJob(Job& job) {
+    if (!job.error.empty()) {
+      throw IoError(file_->path(),
+                    fmt::format("zstd compression failed: {}", job.error));
+    }
+    const uint64_t frame_offset = file_->bytes_written();
+    file_->Append(job.out);
+    if (entries_ != nullptr) {
+      for (size_t i = job.first_entry; i < job.end_entry; ++i) {
+        (*entries_)[i].frame_offset = frame_offset;
+        (*entries_)[i].frame_bytes = job.out.size();
+      }
+    }
+    job.in.clear();
+    if (job.in.capacity() > 4 * frame_bytes_) job.in.shrink_to_fit();
+    job.state = Job::kFilling;
+  }
+
+  const int level_;
   const size_t frame_bytes_;
-  ZSTD_CCtx* const cctx_;
-  std::string frame_;
-  std::string out_;
-  size_t first_pending_ = 0;
+  ZSTD_CCtx* cctx_ = nullptr;  // one thread: compresses on the caller's
+  std::vector<Job> slots_;     // a ring: next_ fills, those before fly
+  size_t next_ = 0;
+  size_t in_flight_ = 0;
+  size_t pending_entries_ = 0;  // entries_ before this are in a job
+  std::vector<std::thread> workers_;
+  std::mutex mu_;  // guards queue_, stop_, and Job::state while in flight
+  std::condition_variable work_cv_, done_cv_;
+  std::vector<Job*> queue_;
+  bool stop_ = false;
 };
 
 }  // namespace
@@ -259,9 +397,9 @@ TFRecordWriter::TFRecordWriter(std::string path, WriterOptions options)
           options_.level);
       break;
     case Compression::kZstd:
-      codec_ =
-          std::make_unique<ZstdCodec>(path_, options_.atomic, options_.level,
-                                      options_.zstd_frame_bytes, entries);
+      codec_ = std::make_unique<ZstdCodec>(
+          path_, options_.atomic, options_.level, options_.zstd_frame_bytes,
+          options_.compression_threads, entries);
       break;
   }
 }

@@ -28,7 +28,9 @@ namespace recflow::records {
 struct WriterOptions {
   Compression compression = Compression::kNone;
   // Codec level; 0 means the codec's default (zlib 6 as TensorFlow's
-  // Z_DEFAULT_COMPRESSION, zstd 3).
+  // Z_DEFAULT_COMPRESSION, zstd 3).  ZLIB/GZIP take 1-9, ZSTD 1-22 (and
+  // zstd's negative fast levels); another level is an IoError from the
+  // constructor.
   int level = 0;
   bool atomic = true;
   // ZSTD: a frame is closed once it holds at least this many bytes of
@@ -36,6 +38,11 @@ struct WriterOptions {
   size_t zstd_frame_bytes = size_t{1} << 20;
   // Collect the index of what is written (uncompressed and ZSTD only).
   bool build_index = false;
+  // ZSTD: how many frames are compressed at once, on worker threads the
+  // writer owns (1: on the calling thread).  The file's bytes do not
+  // depend on it.  ZLIB/GZIP are one deflate stream and always use the
+  // calling thread.
+  int compression_threads = 1;
 };
 
 class TFRecordWriter {

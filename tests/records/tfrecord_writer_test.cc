@@ -1,9 +1,13 @@
 #include "records/tfrecord_writer.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <tuple>
+#include <utility>
 
 #include "records/errors.h"
 #include "records/tfrecord_reader.h"
@@ -152,6 +156,81 @@ TEST(TFRecordWriterTest, ZstdFramesHoldWholeRecords) {
   }
   // ~2.5 MB of records in ~100 KiB frames.
   EXPECT_GT(frames, 20u);
+}
+
+// Frames compressed on worker threads: the same bytes and the same index
+// as one thread, with flushes and a frame per few records.
+TEST(TFRecordWriterTest, ParallelZstdWritesTheSameBytesAndIndex) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(3000, 2000, 7);
+  std::vector<std::string> files;
+  std::vector<Index> indexes;
+  for (int threads : {1, 2, 5}) {
+    const std::string path = dir.File(fmt::format("t{}.zst", threads));
+    TFRecordWriter writer(path, {.compression = Compression::kZstd,
+                                 .atomic = false,
+                                 .zstd_frame_bytes = 20 << 10,
+                                 .build_index = true,
+                                 .compression_threads = threads});
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      writer.Write(payloads[i]);
+      if (i == 1234) {
+        writer.Flush();  // every record so far is in the file
+        EXPECT_EQ(testing::ReadRecords(path).size(), i + 1) << threads;
+      }
+    }
+    writer.Close();
+    files.push_back(testing::ReadFileBytes(path));
+    indexes.push_back(writer.index());
+    EXPECT_EQ(testing::ReadRecords(path), payloads) << threads;
+  }
+  for (size_t t = 1; t < files.size(); ++t) {
+    EXPECT_TRUE(files[t] == files[0]) << t;
+    ASSERT_EQ(indexes[t].entries.size(), payloads.size());
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      const IndexEntry &a = indexes[0].entries[i], &b = indexes[t].entries[i];
+      ASSERT_EQ(std::tie(a.offset, a.size, a.frame_offset, a.frame_bytes),
+                std::tie(b.offset, b.size, b.frame_offset, b.frame_bytes))
+          << "record " << i;
+    }
+  }
+}
+
+// Levels: higher is smaller on compressible data; out of range is an
+// error that names the level, before anything is written.
+TEST(TFRecordWriterTest, CompressionLevels) {
+  TempDir dir;
+  std::vector<std::string> payloads;
+  for (int i = 0; i < 2000; ++i) {
+    payloads.push_back(
+        fmt::format("record {} of a fairly repetitive text, "
+                    "{} {} {}",
+                    i, i % 7, i * 31 % 1000, "abcabcabc"));
+  }
+  for (Compression c : {Compression::kGzip, Compression::kZstd}) {
+    const int high = c == Compression::kZstd ? 19 : 9;
+    testing::WriteRecords(dir.File("low"), payloads,
+                          {.compression = c, .level = 1});
+    testing::WriteRecords(dir.File("high"), payloads,
+                          {.compression = c, .level = high});
+    EXPECT_LT(std::filesystem::file_size(dir.File("high")),
+              std::filesystem::file_size(dir.File("low")))
+        << CompressionName(c);
+    EXPECT_EQ(testing::ReadRecords(dir.File("high")), payloads);
+  }
+  for (auto [c, level] :
+       {std::pair{Compression::kGzip, 10}, std::pair{Compression::kZstd, 23}}) {
+    try {
+      TFRecordWriter writer(dir.File("bad"),
+                            {.compression = c, .level = level});
+      FAIL() << "level " << level << " accepted";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::to_string(level)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.File("bad")));
 }
 
 TEST(TFRecordWriterTest, IndexIsRefusedForZlibAndGzip) {
