@@ -19,8 +19,10 @@
 #include "records/crc32c.h"
 #include "records/example.pb.h"
 #include "records/feature_spec.h"
+#include "records/file.h"
 #include "records/tfrecord_reader.h"
 #include "tools/cli.h"
+#include "tools/svg_chart.h"
 
 namespace recflow::tools {
 namespace {
@@ -48,6 +50,7 @@ struct BenchOptions {
   size_t block_bytes = pipeline::IoOptions{}.block_bytes;
   bool direct = false;
   bool compare_protobuf = false;
+  std::string svg;  // a sweep's scaling curve, drawn here
 };
 
 double Seconds(Clock::duration d) {
@@ -333,6 +336,33 @@ void PrintProtobufBaseline(const nlohmann::json& out) {
       out["speedup_bound_from_reading"].get<double>());
 }
 
+// The sweep's records/s and speed-up over threads, each next to linear
+// scaling from the first count, as an SVG file.
+void WriteScalingSvg(const std::string& path,
+                     const std::vector<nlohmann::json>& runs) {
+  ChartSeries rate{"records/s", {}}, speedup{"speed-up", {}};
+  for (const auto& r : runs) {
+    const double threads = r["threads"].get<int>();
+    rate.points.emplace_back(threads, r["records_per_s"].get<double>());
+    speedup.points.emplace_back(threads, r["speedup"].get<double>());
+  }
+  const std::vector<ChartPanel> panels = {
+      {"records/s by threads (dashed: linear scaling)",
+       "threads",
+       "records/s",
+       {rate},
+       true},
+      {"speed-up over the first count (dashed: linear)",
+       "threads",
+       "speed-up",
+       {speedup},
+       true}};
+  records::WritableFile file(path, /*atomic=*/true);
+  file.Append(RenderSvg("recflow bench: the pipeline's scaling over threads",
+                        panels));
+  file.Close();
+}
+
 // --threads 1,2,4,...: the same pipeline at each count, and the scaling
 // table (or one JSON object per count, each with its speed-up over the
 // first count).
@@ -355,6 +385,7 @@ int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
       if (!o.json) break;  // the table prints it once
     }
   }
+  if (!o.svg.empty()) WriteScalingSvg(o.svg, runs);
   if (o.json) {
     for (const auto& r : runs) fmt::print("{}\n", r.dump());
     return kExitOk;
@@ -378,6 +409,7 @@ int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
       "order {} at every count\n",
       runs[0]["threads"].get<int>(), same_order ? "the same" : "NOT the same");
   if (o.compare_protobuf) PrintProtobufBaseline(runs[0]);
+  if (!o.svg.empty()) fmt::print("scaling curve: {}\n", o.svg);
   return kExitOk;
 }
 
@@ -390,6 +422,11 @@ int RunBench(const BenchOptions& o) {
         "positive (--map-threads -1: one per arena thread)");
   }
   if (counts.size() > 1) return RunSweep(o, files, counts);
+  if (!o.svg.empty()) {
+    throw UsageError(
+        "--svg draws a --threads sweep: give a list of counts, such as "
+        "--threads 1,2,4,8,16");
+  }
   double worst = 0;
   nlohmann::json out = RunOnce(o, files, counts[0], &worst);
   if (o.compare_protobuf) {
@@ -460,6 +497,9 @@ Runner AddBenchCommand(CLI::App& app) {
                  "a scaling table (--json: one object per count, with its "
                  "speedup over the first)")
       ->capture_default_str();
+  app.add_option("--svg", o->svg,
+                 "with a --threads list: draw records/s and the speed-up "
+                 "over threads, next to linear scaling, into this SVG file");
   app.add_flag("!--no-fusion", o->fusion,
                "run every stage as written, rather than Parse(Batch(shuffle, "
                "repeat, files)) as one fused stage (for comparison)");

@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "convert/convert.h"
 #include "records/errors.h"
@@ -20,7 +23,8 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& args) {
 
 records::WriterOptions ShardWriterOptions(uint64_t shards,
                                           const std::string& compression,
-                                          bool index) {
+                                          bool index, int level,
+                                          size_t concurrent_shards) {
   if (shards == 0) throw UsageError("--shards must be at least 1");
   const auto c = records::ParseCompression(compression);
   if (!c) {
@@ -33,10 +37,74 @@ records::WriterOptions ShardWriterOptions(uint64_t shards,
         "--index needs --compression none or zstd: a zlib or gzip stream "
         "cannot be entered in the middle");
   }
+  if (level != 0) {
+    const int most = *c == records::Compression::kZstd ? 19 : 9;
+    if (*c == records::Compression::kNone) {
+      throw UsageError(
+          "--compression-level needs --compression zlib, gzip or zstd");
+    }
+    if (level < 1 || level > most) {
+      throw UsageError(fmt::format("--compression-level {}: {} takes 1 to {}",
+                                   level, records::CompressionName(*c), most));
+    }
+  }
   records::WriterOptions options;
   options.compression = *c;
+  options.level = level;
   options.build_index = index;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  options.compression_threads = static_cast<int>(
+      std::max<size_t>(1, cores / std::max<size_t>(1, concurrent_shards)));
   return options;
+}
+
+namespace {
+// Optimal string alignment distance: insertions, deletions, substitutions
+// and swaps of adjacent characters, each costing one.
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1,
+                                     std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] =
+          std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+}  // namespace
+
+std::string UnknownNameMessage(const std::string& kind, const std::string& name,
+                               const std::vector<std::string>& candidates,
+                               const std::string& hint) {
+  const std::string* best = nullptr;
+  size_t best_distance = 0;
+  for (const auto& c : candidates) {
+    // A prefix ("conv" for "convert") is as good as one typo.
+    const size_t d = c.size() > name.size() &&
+                             c.compare(0, name.size(), name) == 0 &&
+                             name.find_first_not_of('-') < name.size()
+                         ? 1
+                         : EditDistance(name, c);
+    if (best == nullptr || d < best_distance) {
+      best = &c;
+      best_distance = d;
+    }
+  }
+  // Close: at most a third of the name wrong (at least one edit, at most
+  // three), as git's and cargo's suggestions.
+  const size_t limit = std::clamp<size_t>(name.size() / 3, 1, 3);
+  if (best != nullptr && best_distance <= limit) {
+    return fmt::format("unknown {} '{}'; did you mean '{}'?", kind, name,
+                       *best);
+  }
+  return fmt::format("unknown {} '{}' ({})", kind, name, hint);
 }
 
 std::string FormatRate(double bytes, double seconds) {

@@ -50,13 +50,20 @@ Runner AddIndexCommand(CLI::App& app);
 Runner AddDemoCommand(CLI::App& app);
 Runner AddBenchCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
+Runner AddSummaryCommand(CLI::App& app);
 
 // Writer options for commands that write shards (reshard, convert), from
-// their flags.  Throws UsageError for zero shards, an unknown compression,
-// or --index with a compression that cannot be indexed (zlib, gzip).
+// their flags.  `level` 0 is the codec's default; otherwise gzip and zlib
+// take 1-9 (as gzip's CLI) and zstd 1-19 (as zstd's without --ultra).
+// ZSTD shards get the cores divided among the `concurrent_shards` being
+// written at once as compression threads (WriterOptions::
+// compression_threads).  Throws UsageError for zero shards, an unknown
+// compression, a level out of range or with none, or --index with a
+// compression that cannot be indexed (zlib, gzip).
 records::WriterOptions ShardWriterOptions(uint64_t shards,
                                           const std::string& compression,
-                                          bool index);
+                                          bool index, int level,
+                                          size_t concurrent_shards);
 
 using convert::ShardName;
 using convert::ShardResult;
@@ -69,6 +76,14 @@ std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
                                  records::WriterOptions writer_options,
                                  const records::ReaderOptions& reader_options,
                                  bool write_index);
+
+// "unknown KIND 'NAME'; did you mean 'X'?" with the candidate closest to
+// `name` (edit distance, with adjacent swaps; a candidate that `name`
+// begins counts as close), or, when none is close, "unknown KIND 'NAME'
+// (HINT)".  For commands and options typed wrong.
+std::string UnknownNameMessage(const std::string& kind, const std::string& name,
+                               const std::vector<std::string>& candidates,
+                               const std::string& hint);
 
 // Throughput for humans: "123.4 MB/s".
 std::string FormatRate(double bytes, double seconds);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "tools/cli.h"
 
@@ -26,6 +27,7 @@ struct ConvertOptions {
   std::string output;
   uint64_t shards = 1;
   std::string compression = "none";
+  int level = 0;  // 0: the codec's default
   bool index = false;
   std::string spec;
   bool skip_bad = false;
@@ -85,8 +87,12 @@ int RunConvert(const ConvertOptions& o) {
       throw UsageError(fmt::format("{}: no such file or directory", path));
     }
   }
-  const records::WriterOptions writer =
-      ShardWriterOptions(o.shards, o.compression, o.index);
+  // convert::Convert writes min(shards, threads) shards at once.
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const records::WriterOptions writer = ShardWriterOptions(
+      o.shards, o.compression, o.index, o.level,
+      std::min<size_t>(o.shards,
+                       o.threads > 0 ? static_cast<size_t>(o.threads) : cores));
   std::optional<records::FeatureSpec> spec;
   if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
   ConvertJob job;
@@ -153,6 +159,10 @@ Runner AddConvertCommand(CLI::App& app) {
                  "none, zlib, gzip (TensorFlow reads these) or zstd "
                  "(recflow only)")
       ->capture_default_str();
+  app.add_option("--compression-level", o->level,
+                 "gzip, zlib: 1 (fastest) to 9 (smallest), default 6; zstd: "
+                 "1 to 19, default 3 (ZSTD frames are compressed on the cores "
+                 "the shard writers leave)");
   app.add_flag("--index", o->index, "write FILE.idx beside every shard");
   app.add_option("--spec", o->spec,
                  "FeatureSpec JSON giving the dtype of csv columns or jsonl "

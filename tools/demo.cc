@@ -37,8 +37,54 @@ struct DemoOptions {
   std::string model = "dnn";
   std::string device = "cpu";
   int64_t train_steps = 0;  // 0: the model's default
+  std::string data;         // empty: Debian's package's folder
   bool json = false;
 };
+
+// Where Debian's dataset-fashion-mnist package puts the four IDX files.
+constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
+
+// The four Fashion-MNIST IDX files in a folder, each as NAME or NAME.gz
+// (the IDX converter reads both), and the names of those not there.
+struct FashionMnistFiles {
+  fs::path dir;
+  std::string train_images, train_labels, test_images, test_labels;
+  std::vector<std::string> missing;
+};
+
+FashionMnistFiles FindFashionMnist(const fs::path& dir) {
+  FashionMnistFiles f;
+  f.dir = dir;
+  auto find = [&](const char* name, std::string& path) {
+    for (const std::string& candidate :
+         {std::string(name) + ".gz", std::string(name)}) {
+      if (fs::is_regular_file(dir / candidate)) {
+        path = (dir / candidate).string();
+        return;
+      }
+    }
+    f.missing.push_back(std::string(name) + "[.gz]");
+  };
+  find("train-images-idx3-ubyte", f.train_images);
+  find("train-labels-idx1-ubyte", f.train_labels);
+  find("t10k-images-idx3-ubyte", f.test_images);
+  find("t10k-labels-idx1-ubyte", f.test_labels);
+  return f;
+}
+
+// What to do when they are not all there.
+std::string FashionMnistHelp(const FashionMnistFiles& f) {
+  const std::string what =
+      fs::is_directory(f.dir)
+          ? fmt::format("missing {}", fmt::join(f.missing, ", "))
+          : std::string("no such folder");
+  return fmt::format(
+      "{}: {} (Fashion-MNIST's four IDX files, each .gz or not); install "
+      "Debian's dataset-fashion-mnist (apt-get install "
+      "dataset-fashion-mnist, or bash scripts/setup.sh) or give --data DIR "
+      "with the four files",
+      f.dir.string(), what);
+}
 
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since)
@@ -80,6 +126,13 @@ class CountingReporter final : public records::Reporter {
 int RunDemo(const DemoOptions& o) {
   // A GPU that is not there is said at once, not after the first steps.
   if (o.device != "cpu") train::MakeBackend(train::ParseDevice(o.device));
+  // So is a --data folder without the dataset; Debian's folder without it
+  // skips parts 6-8, saying how to get it.
+  const FashionMnistFiles fashion = FindFashionMnist(
+      o.data.empty() ? fs::path(kDebianFashionMnist) : fs::path(o.data));
+  if (!o.data.empty() && !fashion.missing.empty()) {
+    throw UsageError("--data " + FashionMnistHelp(fashion));
+  }
   const fs::path dir = o.workdir.empty()
                            ? fs::temp_directory_path() / "recflow-demo"
                            : fs::path(o.workdir);
@@ -249,12 +302,11 @@ int RunDemo(const DemoOptions& o) {
   }
   // 6. A real dataset: Fashion-MNIST from Debian's package, converted and
   // streamed back through the input pipeline.
-  const fs::path fashion = "/usr/share/datasets/fashion-mnist";
-  if (fs::exists(fashion / "train-images-idx3-ubyte.gz")) {
+  if (fashion.missing.empty()) {
     convert::ConvertJob job;
     job.format = "idx";
-    job.inputs.images = (fashion / "train-images-idx3-ubyte.gz").string();
-    job.inputs.labels = (fashion / "train-labels-idx1-ubyte.gz").string();
+    job.inputs.images = fashion.train_images;
+    job.inputs.labels = fashion.train_labels;
     fs::create_directories(dir / "fashion-mnist");
     job.output = (dir / "fashion-mnist" / "train").string();
     job.shards = 8;
@@ -354,8 +406,8 @@ int RunDemo(const DemoOptions& o) {
 
     // 8. Train on the shards, evaluate on the 10,000 test images.
     convert::ConvertJob test_job = job;
-    test_job.inputs.images = (fashion / "t10k-images-idx3-ubyte.gz").string();
-    test_job.inputs.labels = (fashion / "t10k-labels-idx1-ubyte.gz").string();
+    test_job.inputs.images = fashion.test_images;
+    test_job.inputs.labels = fashion.test_labels;
     test_job.output = (dir / "fashion-mnist" / "test").string();
     test_job.shards = 2;
     const convert::ConvertSummary test_converted = convert::Convert(test_job);
@@ -407,6 +459,7 @@ int RunDemo(const DemoOptions& o) {
     report["examples_per_s"] = trained.examples_per_s;
     report["global_step"] = trained.global_step;
     report["fashion_mnist"] = {
+        {"data", fashion.dir.string()},
         {"records", converted.records},
         {"convert_seconds", converted.seconds},
         {"pipeline_records_per_s", parsed / parse_s},
@@ -415,8 +468,8 @@ int RunDemo(const DemoOptions& o) {
         {"state_bytes", state.size()},
         {"global_shuffle_records", global_records}};
   } else {
-    say("6. skipped Fashion-MNIST: Debian's dataset-fashion-mnist package is "
-        "not installed (bash scripts/setup.sh installs it)");
+    say("6. skipped Fashion-MNIST: " + FashionMnistHelp(fashion));
+    report["fashion_mnist_missing"] = fashion.missing;
   }
   say("Try: recflow verify " + (dir / "damaged.tfrecord").string() +
       "   recflow count --json " + (dir / "shards").string() +
@@ -445,6 +498,12 @@ Runner AddDemoCommand(CLI::App& app) {
       ->check(CLI::IsMember({"dnn", "cnn"}));
   app.add_option("--train-steps", o->train_steps,
                  "training steps (default: 9000 dnn, 2400 cnn)");
+  app.add_option("--data", o->data,
+                 "folder with Fashion-MNIST's four IDX files (train-images-"
+                 "idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+                 "t10k-labels-idx1-ubyte; each .gz or not); default: "
+                 "/usr/share/datasets/fashion-mnist (Debian's "
+                 "dataset-fashion-mnist)");
   app.add_flag("--json", o->json,
                "print one JSON object as the last line instead of the story");
   return [o] { return RunDemo(*o); };

@@ -95,9 +95,9 @@ namespace {
 
 int RunReshard(const ReshardOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
-  records::WriterOptions wo =
-      ShardWriterOptions(o.shards, o.compression, o.index);
-  wo.level = o.level;
+  // One shard is written at a time: ZSTD frames use every core.
+  const records::WriterOptions wo = ShardWriterOptions(
+      o.shards, o.compression, o.index, o.level, /*concurrent_shards=*/1);
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ShardResult> written =
       Reshard(files, o.output, o.shards, wo, o.read.ToReaderOptions(), o.index);
@@ -144,8 +144,10 @@ Runner AddReshardCommand(CLI::App& app) {
                  "frames; TensorFlow cannot read it, the zstd command can "
                  "decompress it)")
       ->capture_default_str();
-  app.add_option("--level", o->level,
-                 "compression level (0: the codec's default)");
+  app.add_option("--compression-level,--level", o->level,
+                 "gzip, zlib: 1 (fastest) to 9 (smallest), default 6; zstd: "
+                 "1 to 19, default 3 (ZSTD frames are compressed on every "
+                 "core)");
   app.add_option("--output,-o", o->output,
                  "output prefix: shards are PREFIX-00000-of-0000N.tfrecord "
                  "(+ .zz, .gz or .zst)")

@@ -136,12 +136,29 @@ TEST_F(BenchTest, ThreadSweepRunsEachCountWithTheSameOrder) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.Json()["order_digest"], runs[0]["order_digest"]);
   EXPECT_EQ(r.Json()["fusion"], false);
-  // The table: a row per count and the order check.
-  r = Recflow(dir_, pipeline);
+  // The table: a row per count and the order check; --svg draws the
+  // curves, a point per count on each of its two panels.
+  r = Recflow(dir_, pipeline + " --svg " + dir_.File("scaling.svg"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("speed-up"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("order the same at every count"), std::string::npos)
       << r.out;
+  const std::string svg = testing::ReadFileBytes(dir_.File("scaling.svg"));
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  size_t paths = 0, circles = 0;
+  for (size_t p = 0;
+       (p = svg.find("<path class=\"series\"", p)) != std::string::npos; ++p) {
+    ++paths;
+  }
+  for (size_t p = 0; (p = svg.find("<circle", p)) != std::string::npos; ++p) {
+    ++circles;
+  }
+  EXPECT_EQ(paths, 2u);
+  EXPECT_EQ(circles, 6u);
+  EXPECT_EQ(Recflow(dir_, "bench " + dir_.path().string() +
+                              " --threads 2 --svg " + dir_.File("one.svg"))
+                .code,
+            2);
   EXPECT_EQ(
       Recflow(dir_, "bench " + dir_.path().string() + " --threads 1,,2").code,
       2);

@@ -1,8 +1,15 @@
 // The recflow command as a user runs it: exit codes, stdout/stderr, files.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <tuple>
 
 #include "recflow_runner.h"
 #include "records/index.h"
@@ -39,9 +46,191 @@ TEST(CliTest, HelpForEveryCommand) {
             std::string::npos);
 }
 
+// No arguments lists the commands, as --help does; an unknown command or
+// option is named with the closest known one, or the list when none is
+// close.
+TEST(CliTest, CommandsAreDiscoverable) {
+  TempDir dir;
+  const Result bare = Recflow(dir, "");
+  EXPECT_EQ(bare.code, 0);
+  EXPECT_EQ(bare.out, Recflow(dir, "--help").out);
+  for (const char* cmd : {"convert", "inspect", "bench", "train", "demo"}) {
+    EXPECT_NE(bare.out.find(std::string("\n  ") + cmd), std::string::npos)
+        << cmd << " missing from:\n"
+        << bare.out;
+  }
+  EXPECT_NE(bare.out.find("train on it"), std::string::npos) << bare.out;
+
+  Result r = Recflow(dir, "cuont x");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "recflow: unknown command 'cuont'; did you mean 'count'?\n");
+  EXPECT_EQ(Recflow(dir, "conv").err,
+            "recflow: unknown command 'conv'; did you mean 'convert'?\n");
+  r = Recflow(dir, "nosuch");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: unknown command 'nosuch' (the commands: cat, inspect, "
+            "convert, count, verify, reshard, index, bench, train, summary, "
+            "demo)\n");
+  // A mistyped option is named before the required one it hides.
+  r = Recflow(dir, "reshard --shardz 2 -o out x.tfrecord");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow reshard: unknown option '--shardz'; did you mean "
+            "'--shards'?\n");
+  r = Recflow(dir, "count --frobnicate=1 x.tfrecord");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow count: unknown option '--frobnicate' (see `recflow "
+            "count --help`)\n");
+}
+
+// Outputs whose folders do not exist yet get them, for every command that
+// writes records or indexes; a folder that cannot be made is one line.
+TEST(CliTest, OutputFoldersAreCreated) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("p.csv"), "a,b\n1,2\n3,4\n");
+  Result r = Recflow(dir, "convert csv " + dir.File("p.csv") + " --output " +
+                              dir.File("c/d/p"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::string shard = dir.File("c/d/p-00000-of-00001.tfrecord");
+  ASSERT_TRUE(std::filesystem::exists(shard));
+  r = Recflow(dir, "reshard -n 2 -o " + dir.File("r/s/q") + " " + shard);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(
+      std::filesystem::exists(dir.File("r/s/q-00001-of-00002.tfrecord")));
+  r = Recflow(
+      dir, "verify --salvage " + dir.File("v/w/saved.tfrecord") + " " + shard);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("v/w/saved.tfrecord")),
+            testing::ReadFileBytes(shard));
+  r = Recflow(dir, "index -o " + dir.File("i/j/p.idx") + " " + shard);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir.File("i/j/p.idx")));
+
+  testing::WriteFileBytes(dir.File("plain"), "");
+  r = Recflow(dir, "convert csv " + dir.File("p.csv") + " --output " +
+                       dir.File("plain/x/p"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(dir.File("plain/x/p-00000-of-00001.tfrecord")),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.File("plain/x")));
+}
+
+// --compression-level: gzip's and zstd's ranges; higher levels write
+// smaller shards with the same records; a level with no codec, or out of
+// range, is refused naming the range.
+TEST(CliTest, CompressionLevels) {
+  TempDir dir;
+  std::string csv = "id,text\n";
+  for (int i = 0; i < 3000; ++i) {
+    csv += fmt::format("{},record {} says {} {}\n", i, i, i % 13, i * 7 % 100);
+  }
+  testing::WriteFileBytes(dir.File("in.csv"), csv);
+  for (const auto& [codec, low, high, suffix] :
+       {std::tuple{"gzip", 1, 9, ".gz"}, std::tuple{"zstd", 1, 19, ".zst"}}) {
+    uint64_t sizes[2];
+    for (int i : {0, 1}) {
+      const std::string out = dir.File(fmt::format("{}{}", codec, i));
+      const Result r = Recflow(
+          dir, fmt::format("convert csv {} -o {} --compression {} "
+                           "--compression-level {}",
+                           dir.File("in.csv"), out, codec, i ? high : low));
+      ASSERT_EQ(r.code, 0) << r.err;
+      const std::string shard = out + "-00000-of-00001.tfrecord" + suffix;
+      sizes[i] = std::filesystem::file_size(shard);
+      EXPECT_EQ(testing::ReadRecords(shard).size(), 3000u);
+    }
+    EXPECT_LT(sizes[1], sizes[0]) << codec;
+    // reshard takes it too (--level is its older name).
+    const Result r = Recflow(
+        dir, fmt::format("reshard -n 2 --compression {} --compression-level {} "
+                         "-o {} {}",
+                         codec, high, dir.File(std::string("r") + codec),
+                         dir.File(fmt::format("{}1-00000-of-00001.tfrecord{}",
+                                              codec, suffix))));
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  Result r = Recflow(dir, "convert csv " + dir.File("in.csv") + " -o " +
+                              dir.File("x") + " --compression-level 3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --compression-level needs --compression zlib, gzip or "
+            "zstd\n");
+  r = Recflow(dir, "convert csv " + dir.File("in.csv") + " -o " +
+                       dir.File("x") +
+                       " --compression gzip "
+                       "--compression-level 10");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "recflow: --compression-level 10: gzip takes 1 to 9\n");
+  r = Recflow(dir, "reshard -n 1 -o " + dir.File("y") +
+                       " --compression zstd --compression-level 20 " +
+                       dir.File("gzip1-00000-of-00001.tfrecord.gz"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "recflow: --compression-level 20: zstd takes 1 to 19\n");
+}
+
+// The README's command list and `recflow --help` stay in step: every
+// command is in both, and every option the README shows for a command is
+// one that command has.
+TEST(CliTest, ReadmeCommandListMatchesHelp) {
+  TempDir dir;
+  const std::string readme = testing::ReadFileBytes(RECFLOW_README);
+  const size_t section = readme.find("## The command line");
+  ASSERT_NE(section, std::string::npos);
+  const size_t begin = readme.find("```\n", section) + 4;
+  const std::string block =
+      readme.substr(begin, readme.find("```", begin) - begin);
+  // Command -> the options the README shows for it.
+  std::map<std::string, std::set<std::string>> readme_options;
+  std::string command;
+  std::istringstream lines(block);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("recflow ", 0) == 0) {
+      command = line.substr(8, line.find(' ', 8) - 8);
+      readme_options[command];
+    }
+    ASSERT_FALSE(command.empty()) << line;
+    for (size_t p = line.find("--"); p != std::string::npos;
+         p = line.find("--", p + 2)) {
+      const size_t end =
+          line.find_first_not_of("abcdefghijklmnopqrstuvwxyz-", p + 2);
+      readme_options[command].insert(line.substr(p, end - p));
+    }
+  }
+  const std::string help = Recflow(dir, "--help").out;
+  std::set<std::string> help_commands;
+  std::istringstream help_lines(help.substr(help.find("Subcommands:")));
+  for (std::string line; std::getline(help_lines, line);) {
+    if (line.rfind("  ", 0) == 0 && line.size() > 2 && line[2] != ' ') {
+      help_commands.insert(line.substr(2, line.find(' ', 2) - 2));
+    }
+  }
+  std::set<std::string> readme_commands;
+  for (const auto& [c, options] : readme_options) readme_commands.insert(c);
+  EXPECT_EQ(readme_commands, help_commands) << help;
+  for (const auto& [c, options] : readme_options) {
+    const std::string command_help = Recflow(dir, c + " --help").out;
+    for (const auto& o : options) {
+      // The option, whole: "--index" is not found in "--index-x".
+      bool found = false;
+      for (size_t p = command_help.find(o); p != std::string::npos && !found;
+           p = command_help.find(o, p + 1)) {
+        const size_t end = p + o.size();
+        found =
+            end == command_help.size() ||
+            (std::isalnum(static_cast<unsigned char>(command_help[end])) == 0 &&
+             command_help[end] != '-');
+      }
+      EXPECT_TRUE(found) << "README shows " << o << " for recflow " << c;
+    }
+  }
+}
+
 TEST(CliTest, UsageErrorsExitTwo) {
   TempDir dir;
-  EXPECT_EQ(Recflow(dir, "").code, 2);
   EXPECT_EQ(Recflow(dir, "frobnicate").code, 2);
   EXPECT_EQ(Recflow(dir, "count").code, 2);
   const Result missing = Recflow(dir, "count " + dir.File("missing.tfrecord"));
@@ -225,11 +414,32 @@ TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
                                       "g.tfrecord.gz", "other.idx"}));
 }
 
+// The demo, with Fashion-MNIST from a --data folder (a copy of Debian's
+// package's files, two of them uncompressed) when the package is there.
 TEST(CliTest, DemoRunsEndToEnd) {
   TempDir dir;
-  const Result r =
-      Recflow(dir, "demo --json --records 2000 --train-steps 300 --workdir " +
-                       dir.File("demo"));
+  const std::string debian = "/usr/share/datasets/fashion-mnist";
+  const bool have_fashion =
+      std::filesystem::exists(debian + "/train-images-idx3-ubyte.gz");
+  std::filesystem::create_directory(dir.File("fm"));
+  if (have_fashion) {
+    for (const char* name :
+         {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"}) {
+      std::filesystem::copy_file(debian + "/" + name,
+                                 dir.File(std::string("fm/") + name));
+    }
+    for (const char* name :
+         {"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+      ASSERT_EQ(std::system(("gzip -dc " + debian + "/" + name + ".gz > " +
+                             dir.File(std::string("fm/") + name))
+                                .c_str()),
+                0);
+    }
+  }
+  const Result r = Recflow(
+      dir, "demo --json --records 2000 --train-steps 300 --workdir " +
+               dir.File("demo") +
+               (have_fashion ? " --data " + dir.File("fm") : std::string()));
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = r.Json();
   EXPECT_EQ(j["records"], 2000);
@@ -237,23 +447,48 @@ TEST(CliTest, DemoRunsEndToEnd) {
   EXPECT_EQ(j["problems_found"], 2);
   EXPECT_TRUE(std::filesystem::exists(
       dir.File("demo/shards/sample-00007-of-00008.tfrecord.zst.idx")));
-  if (std::filesystem::exists(
-          "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
-    const auto& f = j["fashion_mnist"];
-    EXPECT_EQ(f["records"], 60000);
-    // The restored iterator continued with the same batches.
-    EXPECT_GT(f["restored_batches_expected"].get<int>(), 0);
-    EXPECT_EQ(f["restored_batches_identical"], f["restored_batches_expected"]);
-    EXPECT_EQ(f["global_shuffle_records"], 60000);
-    // 300 steps of the DNN: well on its way (the full run is the slow
-    // test in train_command_test.cc).
-    EXPECT_GT(j["test_accuracy"].get<double>(), 0.8);
-    EXPECT_EQ(j["global_step"], 300);
-    EXPECT_GT(j["examples_per_s"].get<double>(), 0);
-    const std::string model_dir = j["model_dir"];
-    EXPECT_TRUE(std::filesystem::exists(model_dir + "/model.ckpt-300"));
-    EXPECT_TRUE(std::filesystem::exists(model_dir + "/eval"));
+  if (!have_fashion) {
+    EXPECT_EQ(j["fashion_mnist_missing"].size(), 4u);
+    return;
   }
+  const auto& f = j["fashion_mnist"];
+  EXPECT_EQ(f["data"], dir.File("fm"));
+  EXPECT_EQ(f["records"], 60000);
+  // The restored iterator continued with the same batches.
+  EXPECT_GT(f["restored_batches_expected"].get<int>(), 0);
+  EXPECT_EQ(f["restored_batches_identical"], f["restored_batches_expected"]);
+  EXPECT_EQ(f["global_shuffle_records"], 60000);
+  // 300 steps of the DNN: well on its way (the full run is the slow
+  // test in train_command_test.cc).
+  EXPECT_GT(j["test_accuracy"].get<double>(), 0.8);
+  EXPECT_EQ(j["global_step"], 300);
+  EXPECT_GT(j["examples_per_s"].get<double>(), 0);
+  const std::string model_dir = j["model_dir"];
+  EXPECT_TRUE(std::filesystem::exists(model_dir + "/model.ckpt-300"));
+  EXPECT_TRUE(std::filesystem::exists(model_dir + "/eval"));
+}
+
+// A --data folder without the four files is refused before any work,
+// naming what is missing and how to get it.
+TEST(CliTest, DemoDataFolderMustHoldFashionMnist) {
+  TempDir dir;
+  std::filesystem::create_directory(dir.File("fm"));
+  testing::WriteFileBytes(dir.File("fm/train-images-idx3-ubyte"), "");
+  Result r = Recflow(
+      dir, "demo --data " + dir.File("fm") + " --workdir " + dir.File("demo"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(
+      r.err.find(dir.File("fm") + ": missing train-labels-idx1-ubyte[.gz], "
+                                  "t10k-images-idx3-ubyte[.gz], "
+                                  "t10k-labels-idx1-ubyte[.gz]"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("apt-get install dataset-fashion-mnist"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(dir.File("demo")));
+  r = Recflow(dir, "demo --data " + dir.File("nowhere"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("nowhere: no such folder"), std::string::npos) << r.err;
 }
 
 }  // namespace

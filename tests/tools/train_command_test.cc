@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -162,6 +163,35 @@ TEST(TrainCommandTest, BadArgumentsAreRefusedClearly) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("no FixedLen scalar feature nothing"), std::string::npos)
       << r.err;
+}
+
+// --model-dir's missing folders are made; one that cannot be made is one
+// line naming it.
+TEST(TrainCommandTest, ModelDirFoldersAreCreated) {
+  TempDir dir;
+  WriteDataset(dir);
+  std::string args = TrainArgs(dir, "linear", 5);
+  const std::string nested = dir.File("runs/2026/linear");
+  args.replace(args.find(dir.File("model-linear")),
+               dir.File("model-linear").size(), nested);
+  Result r = Recflow(dir, args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(nested + "/checkpoint"));
+  // What it wrote for TensorBoard, read back by `recflow summary`.
+  r = Recflow(dir, "summary --json " + nested);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto runs = r.Json()["runs"];
+  ASSERT_EQ(runs.size(), 2u) << r.out;
+  EXPECT_EQ(runs[0]["run"], ".");
+  EXPECT_GE(runs[0]["tags"]["loss"]["points"].get<int>(), 1);
+  EXPECT_EQ(runs[1]["run"], "eval");
+  EXPECT_EQ(runs[1]["tags"]["accuracy"]["last_step"], 5);
+  testing::WriteFileBytes(dir.File("plain"), "");
+  args.replace(args.find(nested), nested.size(), dir.File("plain/run"));
+  r = Recflow(dir, args);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find(dir.File("plain/run")), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 // The targets, on 2 cores: the DNN >= 88% and the CNN >= 90% on
