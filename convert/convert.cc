@@ -94,14 +94,19 @@ ConvertSummary Convert(const ConvertJob& job) {
   // name when its thread is done, committed together at the end.
   const std::string_view suffix =
       records::CompressionSuffix(job.writer.compression);
-  std::vector<std::unique_ptr<records::TFRecordWriter>> writers;
-  for (uint64_t s = 0; s < job.shards; ++s) {
-    writers.push_back(std::make_unique<records::TFRecordWriter>(
-        ShardName(job.output, s, job.shards, suffix), job.writer));
-  }
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   const size_t threads = std::min<size_t>(
       job.shards, job.threads > 0 ? static_cast<size_t>(job.threads) : cores);
+  records::WriterOptions writer_options = job.writer;
+  writer_options.compression_threads =
+      job.compression_threads > 0
+          ? job.compression_threads
+          : static_cast<int>(std::max<size_t>(1, cores / threads));
+  std::vector<std::unique_ptr<records::TFRecordWriter>> writers;
+  for (uint64_t s = 0; s < job.shards; ++s) {
+    writers.push_back(std::make_unique<records::TFRecordWriter>(
+        ShardName(job.output, s, job.shards, suffix), writer_options));
+  }
   std::vector<ChunkQueue> queues(threads);
   std::vector<std::exception_ptr> errors(threads);
   std::atomic<bool> writer_failed{false};

@@ -124,6 +124,10 @@ struct ConvertJob {
   uint64_t shards = 1;
   records::WriterOptions writer;  // compression; build_index: FILE.idx too
   int threads = 0;                // writer threads (0: one per core)
+  // ZSTD: frames compressed at once per shard (writer.compression_threads
+  // is replaced by it); 0: the cores the writer threads leave, cores /
+  // min(shards, threads), at least 1.
+  int compression_threads = 0;
   bool skip_bad = false;
   // Called on the reading thread after each chunk of rows is handed to
   // the writers: records so far, and the source (bytes_read, total_bytes).

@@ -358,8 +358,8 @@ void WriteScalingSvg(const std::string& path,
        {speedup},
        true}};
   records::WritableFile file(path, /*atomic=*/true);
-  file.Append(RenderSvg("recflow bench: the pipeline's scaling over threads",
-                        panels));
+  file.Append(
+      RenderSvg("recflow bench: the pipeline's scaling over threads", panels));
   file.Close();
 }
 

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "convert/convert.h"
@@ -23,8 +22,7 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& args) {
 
 records::WriterOptions ShardWriterOptions(uint64_t shards,
                                           const std::string& compression,
-                                          bool index, int level,
-                                          size_t concurrent_shards) {
+                                          bool index, int level) {
   if (shards == 0) throw UsageError("--shards must be at least 1");
   const auto c = records::ParseCompression(compression);
   if (!c) {
@@ -52,9 +50,6 @@ records::WriterOptions ShardWriterOptions(uint64_t shards,
   options.compression = *c;
   options.level = level;
   options.build_index = index;
-  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  options.compression_threads = static_cast<int>(
-      std::max<size_t>(1, cores / std::max<size_t>(1, concurrent_shards)));
   return options;
 }
 

@@ -55,15 +55,12 @@ Runner AddSummaryCommand(CLI::App& app);
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  `level` 0 is the codec's default; otherwise gzip and zlib
 // take 1-9 (as gzip's CLI) and zstd 1-19 (as zstd's without --ultra).
-// ZSTD shards get the cores divided among the `concurrent_shards` being
-// written at once as compression threads (WriterOptions::
-// compression_threads).  Throws UsageError for zero shards, an unknown
-// compression, a level out of range or with none, or --index with a
-// compression that cannot be indexed (zlib, gzip).
+// Throws UsageError for zero shards, an unknown compression, a level out of
+// range or with none, or --index with a compression that cannot be indexed
+// (zlib, gzip).
 records::WriterOptions ShardWriterOptions(uint64_t shards,
                                           const std::string& compression,
-                                          bool index, int level,
-                                          size_t concurrent_shards);
+                                          bool index, int level);
 
 using convert::ShardName;
 using convert::ShardResult;

@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "tools/cli.h"
 
@@ -87,12 +86,10 @@ int RunConvert(const ConvertOptions& o) {
       throw UsageError(fmt::format("{}: no such file or directory", path));
     }
   }
-  // convert::Convert writes min(shards, threads) shards at once.
-  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
-  const records::WriterOptions writer = ShardWriterOptions(
-      o.shards, o.compression, o.index, o.level,
-      std::min<size_t>(o.shards,
-                       o.threads > 0 ? static_cast<size_t>(o.threads) : cores));
+  // ZSTD frames are compressed on the cores the writer threads leave
+  // (ConvertJob::compression_threads).
+  const records::WriterOptions writer =
+      ShardWriterOptions(o.shards, o.compression, o.index, o.level);
   std::optional<records::FeatureSpec> spec;
   if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
   ConvertJob job;

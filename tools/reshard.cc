@@ -1,9 +1,11 @@
 // recflow reshard: rewrites records, in order, into N balanced shards.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
@@ -95,9 +97,11 @@ namespace {
 
 int RunReshard(const ReshardOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
-  // One shard is written at a time: ZSTD frames use every core.
-  const records::WriterOptions wo = ShardWriterOptions(
-      o.shards, o.compression, o.index, o.level, /*concurrent_shards=*/1);
+  // One shard is written at a time: its ZSTD frames use every core.
+  records::WriterOptions wo =
+      ShardWriterOptions(o.shards, o.compression, o.index, o.level);
+  wo.compression_threads =
+      static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto start = std::chrono::steady_clock::now();
   const std::vector<ShardResult> written =
       Reshard(files, o.output, o.shards, wo, o.read.ToReaderOptions(), o.index);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "convert_test_util.h"
 #include "records/index.h"
@@ -66,6 +68,39 @@ TEST(ConvertJobTest, ShardsHoldEveryRowInOrderWithTheirIndexes) {
     EXPECT_GT(id, prev);
     prev = id;
     EXPECT_EQ(id / 256 % 3, 0) << id;
+  }
+}
+
+// ZSTD shards compressed a frame per thread: the same files, with their
+// indexes, whatever the number of compression threads (0: the cores the
+// writer threads leave).
+TEST(ConvertJobTest, ZstdShardsDoNotDependOnCompressionThreads) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(20000));
+  std::vector<std::string> first;
+  for (int threads : {1, 3, 0}) {
+    ConvertJob job;
+    job.format = "csv";
+    job.inputs.files = {dir.File("in.csv")};
+    job.output = dir.File("t" + std::to_string(threads) + "/part");
+    job.shards = 2;
+    job.writer.compression = records::Compression::kZstd;
+    job.writer.zstd_frame_bytes = 16 << 10;  // many frames per shard
+    job.writer.build_index = true;
+    job.compression_threads = threads;
+    const ConvertSummary s = Convert(job);
+    ASSERT_EQ(s.records, 20000u);
+    std::vector<std::string> files;
+    for (const auto& shard : s.shards) {
+      files.push_back(testing::ReadFileBytes(shard.path));
+      files.push_back(
+          testing::ReadFileBytes(records::IndexPathFor(shard.path)));
+    }
+    if (first.empty()) {
+      first = files;
+    } else {
+      EXPECT_TRUE(files == first) << "compression_threads " << threads;
+    }
   }
 }
 

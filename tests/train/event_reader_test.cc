@@ -124,7 +124,8 @@ TEST(EventReaderTest, ReadsTensorScalarsOfEveryNumericType) {
   events.push_back(vector);
   events.push_back(TensorScalar("text", 2, 7, "hello"));  // DT_STRING
   WriteEvents(dir.File("events.out.tfevents.1.host"), events);
-  const auto& s = ReadEventRuns(dir.path().string()).at(0).scalars;
+  const auto runs = ReadEventRuns(dir.path().string());
+  const auto& s = runs.at(0).scalars;
   EXPECT_EQ(s.at("f32")[0].value, 0.5);
   EXPECT_EQ(s.at("f64")[0].value, 0.25);
   EXPECT_EQ(s.at("i32")[0].value, -7);
