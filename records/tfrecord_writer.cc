@@ -234,7 +234,7 @@ class ZstdCodec final : public TFRecordWriter::Codec {
     std::string in;
     std::string out;
     size_t first_entry = 0, end_entry = 0;  // its records in *entries_
-    enum State { kFilling, kQueued, kDone } state = kFilling;
+    bool done = false;  // compressed (set by a worker, under mu_)
     std::string error;  // from ZSTD, when compression failed
   };
 
@@ -294,7 +294,7 @@ class ZstdCodec final : public TFRecordWriter::Codec {
         job->error = "cannot create zstd context";
       }
       lock.lock();
-      job->state = Job::kDone;
+      job->done = true;
       done_cv_.notify_all();
     }
     ZSTD_freeCCtx(cctx);
@@ -311,13 +311,12 @@ class ZstdCodec final : public TFRecordWriter::Codec {
     pending_entries_ = job.end_entry;
     if (workers_.empty()) {
       Compress(cctx_, job);
-      job.state = Job::kDone;
       WriteJob(job);
       return;
     }
     {
       std::lock_guard lock(mu_);
-      job.state = Job::kQueued;
+      job.done = false;
       queue_.push_back(&job);
     }
     work_cv_.notify_one();
@@ -334,7 +333,7 @@ class ZstdCodec final : public TFRecordWriter::Codec {
           slots_[(next_ + slots_.size() - in_flight_) % slots_.size()];
       {
         std::unique_lock lock(mu_);
-        done_cv_.wait(lock, [&] { return oldest.state == Job::kDone; });
+        done_cv_.wait(lock, [&] { return oldest.done; });
       }
       --in_flight_;
       WriteJob(oldest);
@@ -356,7 +355,6 @@ class ZstdCodec final : public TFRecordWriter::Codec {
     }
     job.in.clear();
     if (job.in.capacity() > 4 * frame_bytes_) job.in.shrink_to_fit();
-    job.state = Job::kFilling;
   }
 
   const int level_;
@@ -367,7 +365,7 @@ class ZstdCodec final : public TFRecordWriter::Codec {
   size_t in_flight_ = 0;
   size_t pending_entries_ = 0;  // entries_ before this are in a job
   std::vector<std::thread> workers_;
-  std::mutex mu_;  // guards queue_, stop_, and Job::state while in flight
+  std::mutex mu_;  // guards queue_, stop_, and Job::done while in flight
   std::condition_variable work_cv_, done_cv_;
   std::vector<Job*> queue_;
   bool stop_ = false;

@@ -19,7 +19,6 @@
 #include "records/crc32c.h"
 #include "records/example.pb.h"
 #include "records/feature_spec.h"
-#include "records/file.h"
 #include "records/tfrecord_reader.h"
 #include "tools/cli.h"
 #include "tools/svg_chart.h"
@@ -357,10 +356,7 @@ void WriteScalingSvg(const std::string& path,
        "speed-up",
        {speedup},
        true}};
-  records::WritableFile file(path, /*atomic=*/true);
-  file.Append(
-      RenderSvg("recflow bench: the pipeline's scaling over threads", panels));
-  file.Close();
+  WriteSvg(path, "recflow bench: the pipeline's scaling over threads", panels);
 }
 
 // --threads 1,2,4,...: the same pipeline at each count, and the scaling

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
 
-#include "records/file.h"
 #include "tools/cli.h"
 #include "tools/svg_chart.h"
 #include "train/event_reader.h"
@@ -85,11 +87,14 @@ int RunSummary(const SummaryOptions& o) {
   const std::vector<train::EventRun> runs = train::ReadEventRuns(o.model_dir);
   nlohmann::json out = {{"model_dir", o.model_dir}};
   nlohmann::json json_runs = nlohmann::json::array();
+  // Per run, its tags' statistics, in tag order: for the JSON and the table.
+  std::vector<std::vector<std::pair<std::string, TagStats>>> stats;
   size_t series = 0;
   for (const auto& run : runs) {
     nlohmann::json tags = nlohmann::json::object();
+    auto& run_stats = stats.emplace_back();
     for (const auto& [tag, points] : run.scalars) {
-      const TagStats s = Stats(points);
+      const TagStats& s = run_stats.emplace_back(tag, Stats(points)).second;
       tags[tag] = {{"points", s.points},       {"first_step", s.first_step},
                    {"last_step", s.last_step}, {"last", Number(s.last)},
                    {"min", Number(s.min)},     {"max", Number(s.max)}};
@@ -104,11 +109,8 @@ int RunSummary(const SummaryOptions& o) {
   }
   out["runs"] = json_runs;
   if (!o.svg.empty()) {
-    const std::string svg =
-        RenderSvg(fmt::format("recflow summary {}", o.model_dir), Panels(runs));
-    records::WritableFile file(o.svg, /*atomic=*/true);
-    file.Append(svg);
-    file.Close();
+    WriteSvg(o.svg, fmt::format("recflow summary {}", o.model_dir),
+             Panels(runs));
     out["svg"] = o.svg;
   }
   if (o.json) {
@@ -119,9 +121,9 @@ int RunSummary(const SummaryOptions& o) {
              series);
   fmt::print("{:<10} {:<28} {:>7} {:>17} {:>12} {:>12} {:>12}\n", "run", "tag",
              "points", "steps", "last", "min", "max");
-  for (const auto& run : runs) {
-    for (const auto& [tag, points] : run.scalars) {
-      const TagStats s = Stats(points);
+  for (size_t r = 0; r < runs.size(); ++r) {
+    const train::EventRun& run = runs[r];
+    for (const auto& [tag, s] : stats[r]) {
       fmt::print("{:<10} {:<28} {:>7} {:>17} {:>12.6g} {:>12.6g} {:>12.6g}\n",
                  run.name, tag, s.points,
                  fmt::format("{}..{}", s.first_step, s.last_step), s.last,

@@ -7,6 +7,8 @@
 #include <limits>
 #include <tuple>
 
+#include "records/file.h"
+
 namespace recflow::tools {
 namespace {
 
@@ -231,6 +233,13 @@ std::string RenderSvg(const std::string& title,
   }
   svg += "</svg>\n";
   return svg;
+}
+
+void WriteSvg(const std::string& path, const std::string& title,
+              const std::vector<ChartPanel>& panels) {
+  records::WritableFile file(path, /*atomic=*/true);
+  file.Append(RenderSvg(title, panels));
+  file.Close();
 }
 
 }  // namespace recflow::tools

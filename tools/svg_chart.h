@@ -36,6 +36,11 @@ struct ChartPanel {
 std::string RenderSvg(const std::string& title,
                       const std::vector<ChartPanel>& panels);
 
+// RenderSvg written to `path`, atomically (records::WritableFile: missing
+// folders are made).  Throws records::IoError.
+void WriteSvg(const std::string& path, const std::string& title,
+              const std::vector<ChartPanel>& panels);
+
 }  // namespace recflow::tools
 
 #endif  // RECFLOW_TOOLS_SVG_CHART_H_

@@ -1,7 +1,15 @@
 # Included by the install tests: copies liburing and libzip (headers, the
 # shared library, a pkg-config file) from where pkg-config finds them into
 # ${DEPS_PREFIX}, as a user who built them under a prefix has them.  Sets
-# DEPS_ENV: the environment that points pkg-config there.
+# DEPS_ENV: the environment that points pkg-config there.  Defines run()
+# (a command that must succeed) and expect_prefix_links().
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+
 find_program(PKG_CONFIG pkg-config REQUIRED)
 function(pc_var out module var)
   execute_process(COMMAND ${PKG_CONFIG} --variable=${var} ${module}

@@ -6,12 +6,6 @@
 file(REMOVE_RECURSE ${WORK_DIR})
 set(DEPS_PREFIX ${WORK_DIR}/deps)
 include(${CMAKE_CURRENT_LIST_DIR}/deps_prefix.cmake)
-function(run)
-  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
-  endif()
-endfunction()
 run(${CMAKE_COMMAND} -E env ${DEPS_ENV}
     ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${DEPS_PREFIX}
