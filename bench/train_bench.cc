@@ -24,11 +24,14 @@
 #define EIGEN_USE_THREADS
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string_view>
+#include <thread>
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "pipeline/dataset.h"
@@ -50,7 +53,193 @@ const bool kTuned = [] {
   pipeline::TuneAllocatorForBatches();
   return true;
 }();
-constexpr int kThreads = 2;
+// 1, 2 and every core of this machine (once when they coincide).
+void ThreadArgs(benchmark::internal::Benchmark* b) {
+  const int all = std::max(1u, std::thread::hardware_concurrency());
+  b->Arg(1);
+  if (all >= 2) b->Arg(2);
+  if (all > 2) b->Arg(all);
+  b->ArgName("threads")->UseRealTime();
+}
+
+// A Backend that forwards every call to `inner` and, while profiling, adds
+// each call's wall time to its category: where a step's time goes.  The
+// CPU backend finishes each call before returning, so a call's time is
+// its work; what no call accounts for is the tape, the model function and
+// the framework ("other").
+class ProfilingBackend final : public Backend {
+ public:
+  enum Category { kGemmConv, kElementwise, kPooling, kOptimizer, kAllocation };
+  static constexpr int kCategories = 5;
+  static constexpr const char* kNames[kCategories] = {
+      "gemm_conv", "elementwise", "pooling", "optimizer", "allocation"};
+
+  explicit ProfilingBackend(std::unique_ptr<Backend> inner)
+      : inner_(std::move(inner)) {}
+  void set_profiling(bool on) {
+    profiling_ = on;
+    if (on) seconds_.fill(0);
+  }
+  double seconds(int c) const { return seconds_[c]; }
+
+  template <typename Fn>
+  auto Time(Category c, const Fn& fn) {
+    if (!profiling_) return fn();
+    const auto start = std::chrono::steady_clock::now();
+    struct Add {
+      double& to;
+      std::chrono::steady_clock::time_point start;
+      ~Add() {
+        to += std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                            start)
+                  .count();
+      }
+    } add{seconds_[c], start};
+    return fn();
+  }
+
+  Device device() const override { return inner_->device(); }
+  std::string name() const override { return inner_->name(); }
+  int threads() const override { return inner_->threads(); }
+  Tensor Allocate(DType d, const Shape& s) override {
+    return Time(kAllocation, [&] { return inner_->Allocate(d, s); });
+  }
+  Tensor ToDevice(const Tensor& t) override {
+    return Time(kElementwise, [&] { return inner_->ToDevice(t); });
+  }
+  Tensor ToHost(const Tensor& t) override { return inner_->ToHost(t); }
+
+#define RECFLOW_FORWARD(category, method, params, args) \
+  void method params override {                         \
+    Time(category, [&] { inner_->method args; });       \
+  }
+  RECFLOW_FORWARD(kGemmConv, Gemm,
+                  (bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al,
+                   const float* a, const float* b, float be, float* c),
+                  (ta, tb, m, n, k, al, a, b, be, c))
+  RECFLOW_FORWARD(kGemmConv, Conv2D,
+                  (const Window2D& g, const float* x, const float* w, float* y),
+                  (g, x, w, y))
+  RECFLOW_FORWARD(kGemmConv, Conv2DBackward,
+                  (const Window2D& g, const float* x, const float* w,
+                   const float* dy, float* dx, float* dw),
+                  (g, x, w, dy, dx, dw))
+  RECFLOW_FORWARD(kPooling, Pool2D,
+                  (Pooling k, const Window2D& g, const float* x, float* y),
+                  (k, g, x, y))
+  RECFLOW_FORWARD(kPooling, Pool2DBackward,
+                  (Pooling k, const Window2D& g, const float* x, const float* y,
+                   const float* dy, float* dx),
+                  (k, g, x, y, dy, dx))
+  RECFLOW_FORWARD(kPooling, Pool2DBackwardWrite,
+                  (Pooling k, const Window2D& g, const float* x, const float* y,
+                   const float* dy, float* dx),
+                  (k, g, x, y, dy, dx))
+  RECFLOW_FORWARD(kElementwise, ActivationForward,
+                  (Activation f, int64_t n, const float* x, float* y),
+                  (f, n, x, y))
+  RECFLOW_FORWARD(kElementwise, ActivationBackward,
+                  (Activation f, int64_t n, const float* y, const float* dy,
+                   float* dx),
+                  (f, n, y, dy, dx))
+  RECFLOW_FORWARD(kElementwise, BiasActivation,
+                  (int64_t r, int64_t c, const float* b, Activation f,
+                   float* y),
+                  (r, c, b, f, y))
+  RECFLOW_FORWARD(kElementwise, BiasActivationBackward,
+                  (int64_t r, int64_t c, Activation f, const float* y,
+                   const float* dy, float* dz, float* db),
+                  (r, c, f, y, dy, dz, db))
+  RECFLOW_FORWARD(kElementwise, Softmax,
+                  (int64_t r, int64_t c, const float* x, float* y),
+                  (r, c, x, y))
+  RECFLOW_FORWARD(kElementwise, SoftmaxBackward,
+                  (int64_t r, int64_t c, const float* y, const float* dy,
+                   float* dx),
+                  (r, c, y, dy, dx))
+  RECFLOW_FORWARD(kElementwise, SparseSoftmaxCrossEntropy,
+                  (int64_t r, int64_t c, const float* z, const int64_t* l,
+                   float* losses, float* dz, float s),
+                  (r, c, z, l, losses, dz, s))
+  RECFLOW_FORWARD(kElementwise, SigmoidCrossEntropy,
+                  (int64_t n, const float* z, const float* t, float* losses,
+                   float* dz, float s),
+                  (n, z, t, losses, dz, s))
+  RECFLOW_FORWARD(kElementwise, Fill, (int64_t n, float v, float* y), (n, v, y))
+  RECFLOW_FORWARD(kElementwise, Copy, (int64_t n, const float* x, float* y),
+                  (n, x, y))
+  RECFLOW_FORWARD(kElementwise, Axpby,
+                  (int64_t n, float a, const float* x, float b, float* y),
+                  (n, a, x, b, y))
+  RECFLOW_FORWARD(kElementwise, Multiply,
+                  (int64_t n, const float* x, const float* y, float* z),
+                  (n, x, y, z))
+  RECFLOW_FORWARD(kElementwise, BiasAdd,
+                  (int64_t r, int64_t c, const float* x, const float* b,
+                   float* y),
+                  (r, c, x, b, y))
+  RECFLOW_FORWARD(kElementwise, ColumnSum,
+                  (int64_t r, int64_t c, const float* x, float b, float* o),
+                  (r, c, x, b, o))
+  RECFLOW_FORWARD(kElementwise, Sum,
+                  (int64_t n, const float* x, float s, float* y), (n, x, s, y))
+  RECFLOW_FORWARD(kElementwise, AxpyScalar,
+                  (int64_t n, const float* a, const float* x, float* y),
+                  (n, a, x, y))
+  RECFLOW_FORWARD(kElementwise, Convert,
+                  (DType d, int64_t n, const void* x, float s, float* y),
+                  (d, n, x, s, y))
+  RECFLOW_FORWARD(kElementwise, ToInt64,
+                  (DType d, int64_t n, const void* x, int64_t* y), (d, n, x, y))
+  RECFLOW_FORWARD(kElementwise, CopyBlock,
+                  (int64_t r, int64_t c, const float* x, int64_t lx, float* y,
+                   int64_t ly, bool acc),
+                  (r, c, x, lx, y, ly, acc))
+  RECFLOW_FORWARD(kElementwise, DropoutMask,
+                  (int64_t n, float rate, uint64_t seed, float* m),
+                  (n, rate, seed, m))
+  RECFLOW_FORWARD(kElementwise, ArgMax,
+                  (int64_t r, int64_t c, const float* x, int64_t* o),
+                  (r, c, x, o))
+  RECFLOW_FORWARD(kElementwise, GreaterThan,
+                  (int64_t n, const float* x, float t, int64_t* o),
+                  (n, x, t, o))
+  RECFLOW_FORWARD(kElementwise, Gather,
+                  (int64_t r, int64_t d, const float* t, int64_t n,
+                   const int64_t* ids, float* y),
+                  (r, d, t, n, ids, y))
+  RECFLOW_FORWARD(kElementwise, ScatterAdd,
+                  (int64_t d, int64_t n, const int64_t* ids, const float* dy,
+                   float* dt),
+                  (d, n, ids, dy, dt))
+  RECFLOW_FORWARD(kElementwise, BatchNormForward,
+                  (int64_t r, int64_t c, const float* x, const float* g,
+                   const float* b, float eps, bool tr, float mom, float* mm,
+                   float* mv, float* mean, float* is, float* y),
+                  (r, c, x, g, b, eps, tr, mom, mm, mv, mean, is, y))
+  RECFLOW_FORWARD(kElementwise, BatchNormBackward,
+                  (int64_t r, int64_t c, bool tr, const float* x,
+                   const float* g, const float* mean, const float* is,
+                   const float* dy, float* dx, float* dg, float* db),
+                  (r, c, tr, x, g, mean, is, dy, dx, dg, db))
+  RECFLOW_FORWARD(kOptimizer, SgdUpdate,
+                  (int64_t n, float lr, const float* g, float* w),
+                  (n, lr, g, w))
+  RECFLOW_FORWARD(kOptimizer, MomentumUpdate,
+                  (int64_t n, float lr, float mom, bool nest, const float* g,
+                   float* v, float* w),
+                  (n, lr, mom, nest, g, v, w))
+  RECFLOW_FORWARD(kOptimizer, AdamUpdate,
+                  (int64_t n, float lr, float b1, float b2, float eps,
+                   const float* g, float* m, float* v, float* w),
+                  (n, lr, b1, b2, eps, g, m, v, w))
+#undef RECFLOW_FORWARD
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  bool profiling_ = false;
+  std::array<double, kCategories> seconds_{};
+};
 
 Features Batch() {
   std::mt19937 rng(1);
@@ -82,7 +271,7 @@ ModelFn Model(const std::string& name) {
 }
 
 void Step(benchmark::State& state, const std::string& name) {
-  auto backend = MakeCpuBackend(kThreads);
+  ProfilingBackend backend(MakeCpuBackend(static_cast<int>(state.range(0))));
   VariableStore vars(1);
   MetricSet metrics;
   int64_t step = 0;
@@ -90,13 +279,32 @@ void Step(benchmark::State& state, const std::string& name) {
   const Tensor labels = f["label"];
   f.components.pop_back();
   const ModelFn fn = Model(name);
-  for (auto _ : state) {
-    ModelContext ctx(*backend, vars, metrics, Mode::kTrain, &step, 1);
+  auto one_step = [&] {
+    ModelContext ctx(backend, vars, metrics, Mode::kTrain, &step, 1);
     EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
     spec.train_op();
     benchmark::DoNotOptimize(spec.loss.value().data<float>()[0]);
-  }
+  };
+  one_step();  // first-step variable creation and allocator warm-up
+  for (auto _ : state) one_step();
   state.SetItemsProcessed(state.iterations() * kBatch);
+  // The split, from separate timed steps so the clock reads do not slow
+  // the measured ones.
+  constexpr int kProfiledSteps = 20;
+  backend.set_profiling(true);
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < kProfiledSteps; ++i) one_step();
+  const double total =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  backend.set_profiling(false);
+  double known = 0;
+  for (int c = 0; c < ProfilingBackend::kCategories; ++c) {
+    known += backend.seconds(c);
+    state.counters[std::string(ProfilingBackend::kNames[c]) + "_%"] =
+        100 * backend.seconds(c) / total;
+  }
+  state.counters["other_%"] = 100 * std::max(0.0, total - known) / total;
 }
 
 struct GemmShape {
@@ -137,8 +345,9 @@ std::vector<GemmShape> StepGemms(const std::string& name) {
 }
 
 void Gemms(benchmark::State& state, const std::string& name) {
-  Eigen::ThreadPool pool(kThreads);
-  Eigen::ThreadPoolDevice device(&pool, kThreads);
+  const int threads = static_cast<int>(state.range(0));
+  Eigen::ThreadPool pool(threads);
+  Eigen::ThreadPoolDevice device(&pool, threads);
   using Matrix = Eigen::Tensor<float, 2, Eigen::RowMajor>;
   struct Operands {
     Matrix a, b, c;
@@ -163,6 +372,67 @@ void Gemms(benchmark::State& state, const std::string& name) {
   }
   state.SetItemsProcessed(state.iterations() * kBatch);
 }
+
+// The same products through the CPU backend's Gemm (blocks of the output
+// on its thread team): what the step's products cost on their own.
+void BackendGemms(benchmark::State& state, const std::string& name) {
+  auto backend = MakeCpuBackend(static_cast<int>(state.range(0)));
+  struct Operands {
+    GemmShape s;
+    std::vector<float> a, b, c;
+  };
+  std::vector<Operands> ops;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const GemmShape& s : StepGemms(name)) {
+    Operands o{s, std::vector<float>(s.m * s.k), std::vector<float>(s.k * s.n),
+               std::vector<float>(s.m * s.n)};
+    for (float& v : o.a) v = u(rng);
+    for (float& v : o.b) v = u(rng);
+    ops.push_back(std::move(o));
+  }
+  for (auto _ : state) {
+    for (Operands& o : ops) {
+      backend->Gemm(o.s.ta, o.s.tb, o.s.m, o.s.n, o.s.k, 1.0f, o.a.data(),
+                    o.b.data(), 0.0f, o.c.data());
+      benchmark::DoNotOptimize(o.c.data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+
+// Single backend calls at a size, 1 and 2 threads: where splitting a loop
+// over the team starts to pay (the thresholds in cpu_backend.cc).
+void Kernel(benchmark::State& state, const std::string& kind) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t n = state.range(1);
+  auto backend = MakeCpuBackend(threads);
+  std::vector<float> a(n, 0.5f), b(n, 0.25f), c(n, 0.125f), d(n, 1.0f);
+  for (auto _ : state) {
+    if (kind == "adam") {
+      backend->AdamUpdate(n, 1e-3f, 0.9f, 0.999f, 1e-7f, a.data(), b.data(),
+                          c.data(), d.data());
+    } else if (kind == "axpby") {
+      backend->Axpby(n, 1.0f, a.data(), 1.0f, b.data());
+    } else {
+      backend->BiasActivationBackward(n / 128, 128, Activation::kRelu, a.data(),
+                                      b.data(), c.data(), d.data());
+    }
+    benchmark::DoNotOptimize(b.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+void KernelArgs(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {1 << 12, 1 << 14, 1 << 16, 1 << 18}) {
+    b->Args({1, n});
+    b->Args({2, n});
+  }
+  b->ArgNames({"threads", "n"})->UseRealTime();
+}
+BENCHMARK_CAPTURE(Kernel, adam, std::string("adam"))->Apply(KernelArgs);
+BENCHMARK_CAPTURE(Kernel, axpby, std::string("axpby"))->Apply(KernelArgs);
+BENCHMARK_CAPTURE(Kernel, bias_relu_grad, std::string("bias_relu_grad"))
+    ->Apply(KernelArgs);
 
 // ---- CUDA ------------------------------------------------------------------
 
@@ -322,12 +592,16 @@ void RegisterCuda() {
   }
 }
 
-BENCHMARK_CAPTURE(Step, linear, std::string("linear"))->UseRealTime();
-BENCHMARK_CAPTURE(Gemms, linear, std::string("linear"))->UseRealTime();
-BENCHMARK_CAPTURE(Step, dnn, std::string("dnn"))->UseRealTime();
-BENCHMARK_CAPTURE(Gemms, dnn, std::string("dnn"))->UseRealTime();
-BENCHMARK_CAPTURE(Step, cnn, std::string("cnn"))->UseRealTime();
-BENCHMARK_CAPTURE(Gemms, cnn, std::string("cnn"))->UseRealTime();
+BENCHMARK_CAPTURE(Step, linear, std::string("linear"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Gemms, linear, std::string("linear"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(BackendGemms, linear, std::string("linear"))
+    ->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Step, dnn, std::string("dnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Gemms, dnn, std::string("dnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(BackendGemms, dnn, std::string("dnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Step, cnn, std::string("cnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Gemms, cnn, std::string("cnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(BackendGemms, cnn, std::string("cnn"))->Apply(ThreadArgs);
 
 }  // namespace
 }  // namespace recflow::train

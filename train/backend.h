@@ -118,6 +118,13 @@ class Backend {
   virtual void Pool2DBackward(Pooling kind, const Window2D& g, const float* x,
                               const float* y, const float* dy, float* dx) = 0;
 
+  // The same gradient written into dx rather than added (every value of
+  // dx is set), for a dx nothing has added to yet: the pass that zeroes a
+  // fresh gradient is saved.  The default zeroes dx, then Pool2DBackward.
+  virtual void Pool2DBackwardWrite(Pooling kind, const Window2D& g,
+                                   const float* x, const float* y,
+                                   const float* dy, float* dx);
+
   // y = f(x) over n values (y may be x).
   virtual void ActivationForward(Activation f, int64_t n, const float* x,
                                  float* y) = 0;
@@ -144,6 +151,18 @@ class Backend {
   virtual void SigmoidCrossEntropy(int64_t n, const float* logits,
                                    const float* targets, float* losses,
                                    float* dlogits, float scale) = 0;
+
+  // The epilogue of a dense or convolution layer, in place over y [rows,
+  // cols]: y = f(y + b[c]) (no bias when b is null).  The default is
+  // BiasAdd then ActivationForward; a backend may do it in one pass.
+  virtual void BiasActivation(int64_t rows, int64_t cols, const float* b,
+                              Activation f, float* y);
+  // Its gradient: dz = f'(.) * dy from the epilogue's output y, written
+  // (not accumulated; dz may be dy only when f is linear), and, when db is
+  // not null, db[c] += sum_r dz[r, c].
+  virtual void BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
+                                      const float* y, const float* dy,
+                                      float* dz, float* db);
 
   // Elementwise and reductions.
   virtual void Fill(int64_t n, float value, float* y) = 0;
@@ -252,8 +271,10 @@ inline uint64_t DropoutBits(uint64_t seed, uint64_t i) {
   return z ^ (z >> 31);
 }
 
-// The Eigen backend: Eigen's tensor contractions and a thread pool of
-// `threads` (0: the machine's cores).
+// The CPU backend: Eigen's GEMM kernels and loops of its own, split over a
+// team of `threads` threads (0: the machine's cores) when an operation is
+// large enough to gain.  Results are the same on every run with the same
+// `threads`; another thread count may differ in the last bits.
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
 
 // Which backend a RunConfig.device / --device string names: "cpu",

@@ -1,84 +1,96 @@
-// The Eigen CPU backend.  Matrix products are Eigen tensor contractions on
-// a ThreadPoolDevice (TensorFlow's CPU matmul); convolutions are im2col +
-// one contraction; everything elementwise is split over the same pool with
-// parallelFor, so the backend never runs two pools against each other.
-#define EIGEN_USE_THREADS
+// The CPU backend.  Matrix products are Eigen's blocked GEMM kernels
+// (the ones behind TensorFlow's CPU matmul) on blocks of the output split
+// over a ThreadTeam; convolutions are im2col + one product per group of
+// images, each group on one thread; everything elementwise is a plain loop
+// split over the same team.  Work is split only when it is large enough to
+// gain (kGemmGrain, kGrain: measured, see docs/PERFORMANCE.md), so the
+// small operations of a dense model stay on the caller.
 #include <fmt/format.h>
 
+#include <Eigen/Core>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <thread>
-#include <unsupported/Eigen/CXX11/Tensor>
 #include <vector>
 
 #include "train/backend.h"
+#include "train/thread_team.h"
 
 namespace recflow::train {
 
-Activation ActivationFromName(std::string_view name) {
-  if (name == "linear" || name.empty()) return Activation::kLinear;
-  if (name == "relu") return Activation::kRelu;
-  if (name == "sigmoid") return Activation::kSigmoid;
-  if (name == "tanh") return Activation::kTanh;
-  throw Error(fmt::format(
-      "unknown activation \"{}\" (expected linear, relu, sigmoid or tanh)",
-      name));
-}
-
-std::string_view ActivationName(Activation a) {
-  switch (a) {
-    case Activation::kLinear:
-      return "linear";
-    case Activation::kRelu:
-      return "relu";
-    case Activation::kSigmoid:
-      return "sigmoid";
-    case Activation::kTanh:
-      return "tanh";
-  }
-  return "?";
-}
-
-void Window2D::Resolve() {
-  if (window_h <= 0 || window_w <= 0 || stride_h <= 0 || stride_w <= 0) {
-    throw Error(fmt::format("window {}x{} with strides {}x{}: must be positive",
-                            window_h, window_w, stride_h, stride_w));
-  }
-  if (padding == Padding::kSame) {
-    out_h = (in_h + stride_h - 1) / stride_h;
-    out_w = (in_w + stride_w - 1) / stride_w;
-    const int64_t pad_h =
-        std::max<int64_t>((out_h - 1) * stride_h + window_h - in_h, 0);
-    const int64_t pad_w =
-        std::max<int64_t>((out_w - 1) * stride_w + window_w - in_w, 0);
-    pad_top = pad_h / 2;
-    pad_left = pad_w / 2;
-  } else {
-    if (window_h > in_h || window_w > in_w) {
-      throw Error(fmt::format(
-          "a {}x{} window does not fit a {}x{} input with VALID padding",
-          window_h, window_w, in_h, in_w));
-    }
-    out_h = (in_h - window_h) / stride_h + 1;
-    out_w = (in_w - window_w) / stride_w + 1;
-    pad_top = pad_left = 0;
-  }
-}
-
 namespace {
 
-using RowMatrix = Eigen::TensorMap<Eigen::Tensor<float, 2, Eigen::RowMajor>>;
-using ConstRowMatrix =
-    Eigen::TensorMap<Eigen::Tensor<const float, 2, Eigen::RowMajor>>;
-using Vector = Eigen::TensorMap<Eigen::Tensor<float, 1, Eigen::RowMajor>>;
-using ConstVector =
-    Eigen::TensorMap<Eigen::Tensor<const float, 1, Eigen::RowMajor>>;
+using RowMatrix =
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixMap = Eigen::Map<RowMatrix>;
+using ConstMatrixMap = Eigen::Map<const RowMatrix>;
+using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
+using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
 
-// Bytes of im2col scratch a convolution uses at most; larger batches are
-// convolved in chunks of images.
-constexpr size_t kMaxColumnBytes = size_t{64} << 20;
+// Multiply-adds below which a product runs on one thread, and the least a
+// thread gets when it is split.
+constexpr int64_t kGemmGrain = int64_t{1} << 18;
+// Simple operations (one per float for a copy or an add) below which a
+// loop runs on one thread.
+constexpr int64_t kGrain = int64_t{1} << 15;
+// Bytes of im2col scratch per group of images: a group's columns and its
+// output stay in L2 between the copy and the product.
+constexpr int64_t kColumnGroupBytes = int64_t{512} << 10;
+
+// Loops over short spans that GCC would otherwise turn into memmove and
+// memset calls (a call per three floats for a one-channel image).
+#if defined(__GNUC__) && !defined(__clang__)
+#define RECFLOW_SPAN_LOOPS \
+  __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define RECFLOW_SPAN_LOOPS
+#endif
+
+// Tasks per thread a convolution is split into.
+constexpr int64_t kTasksPerThread = 4;
+
+// Floats between the starts of two tasks' partial sums: whole cache lines
+// and one spare, so no two tasks write into one line (false sharing made
+// a split column sum slower than one thread).
+int64_t PartialStride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
+
+// c = alpha a b + beta c on Eigen expressions (blocks of maps).
+template <typename A, typename B, typename C>
+void Product(const A& a, const B& b, float alpha, float beta, C&& c) {
+  if (beta == 0.0f) {
+    c.noalias() = alpha * a * b;
+  } else {
+    if (beta != 1.0f) c *= beta;
+    c.noalias() += alpha * a * b;
+  }
+}
+
+// Rows [r0, r1) x columns [c0, c1) of C = alpha op(A) op(B) + beta C.
+void GemmBlock(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+               const float* a, const float* b, float beta, float* c, int64_t r0,
+               int64_t r1, int64_t c0, int64_t c1) {
+  ConstMatrixMap A(a, ta ? k : m, ta ? m : k);
+  ConstMatrixMap B(b, tb ? n : k, tb ? k : n);
+  MatrixMap C(c, m, n);
+  auto out = C.block(r0, c0, r1 - r0, c1 - c0);
+  if (!ta && !tb) {
+    Product(A.middleRows(r0, r1 - r0), B.middleCols(c0, c1 - c0), alpha, beta,
+            out);
+  } else if (!ta && tb) {
+    Product(A.middleRows(r0, r1 - r0), B.middleRows(c0, c1 - c0).transpose(),
+            alpha, beta, out);
+  } else if (ta && !tb) {
+    Product(A.middleCols(r0, r1 - r0).transpose(), B.middleCols(c0, c1 - c0),
+            alpha, beta, out);
+  } else {
+    Product(A.middleCols(r0, r1 - r0).transpose(),
+            B.middleRows(c0, c1 - c0).transpose(), alpha, beta, out);
+  }
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -87,8 +99,7 @@ class CpuBackend final : public Backend {
                      ? threads
                      : std::max(1, static_cast<int>(
                                        std::thread::hardware_concurrency()))),
-        pool_(threads_),
-        device_(&pool_, threads_) {}
+        team_(threads_) {}
 
   Device device() const override { return Device::kCpu; }
   std::string name() const override {
@@ -110,40 +121,44 @@ class CpuBackend final : public Backend {
 
   void Gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
             const float* a, const float* b, float beta, float* c) override {
-    ConstRowMatrix A(a, ta ? k : m, ta ? m : k);
-    ConstRowMatrix B(b, tb ? n : k, tb ? k : n);
-    RowMatrix C(c, m, n);
-    const Eigen::array<Eigen::IndexPair<int>, 1> dims = {
-        Eigen::IndexPair<int>(ta ? 0 : 1, tb ? 1 : 0)};
+    if (m <= 0 || n <= 0) return;
     if (k == 0) {
-      if (beta == 0.0f) {
-        C.device(device_) = C.constant(0.0f);
-      } else {
-        C.device(device_) = C * beta;
-      }
+      Scale(m * n, beta, c);
       return;
     }
-    if (beta == 0.0f) {
-      if (alpha == 1.0f) {
-        C.device(device_) = A.contract(B, dims);
-      } else {
-        C.device(device_) = A.contract(B, dims) * alpha;
-      }
-    } else if (beta == 1.0f && alpha == 1.0f) {
-      C.device(device_) += A.contract(B, dims);
-    } else {
-      C.device(device_) = A.contract(B, dims) * alpha + C * beta;
+    // Split the longer side of C into blocks of whole SIMD widths, each a
+    // product of its own on one thread.
+    const int64_t tasks = team_.Tasks(m * n * k, kGemmGrain);
+    if (tasks <= 1) {
+      GemmBlock(ta, tb, m, n, k, alpha, a, b, beta, c, 0, m, 0, n);
+      return;
     }
+    const bool by_rows = m >= n;
+    const int64_t extent = by_rows ? m : n;
+    const int64_t unit = by_rows ? 8 : 16;
+    const int64_t step =
+        ((extent + tasks - 1) / tasks + unit - 1) / unit * unit;
+    team_.Run(tasks, [&](int64_t t) {
+      const int64_t lo = std::min(extent, t * step);
+      const int64_t hi = std::min(extent, lo + step);
+      if (lo >= hi) return;
+      if (by_rows) {
+        GemmBlock(ta, tb, m, n, k, alpha, a, b, beta, c, lo, hi, 0, n);
+      } else {
+        GemmBlock(ta, tb, m, n, k, alpha, a, b, beta, c, 0, m, lo, hi);
+      }
+    });
   }
 
   void Conv2D(const Window2D& g, const float* x, const float* w,
               float* y) override {
     const int64_t patch = g.window_h * g.window_w * g.in_c;
     const int64_t pixels = g.out_h * g.out_w;
-    ForImageChunks(g, [&](int64_t first, int64_t count) {
-      const float* cols = Im2Col(g, x, first, count);
-      Gemm(false, false, count * pixels, g.out_c, patch, 1.0f, cols, w, 0.0f,
-           y + first * pixels * g.out_c);
+    ForImageGroups(g, [&](int64_t task, int64_t first, int64_t count) {
+      const float* cols = Im2Col(g, x, first, count, Scratch(task, 0));
+      GemmBlock(false, false, count * pixels, g.out_c, patch, 1.0f, cols, w,
+                0.0f, y + first * pixels * g.out_c, 0, count * pixels, 0,
+                g.out_c);
     });
   }
 
@@ -151,20 +166,39 @@ class CpuBackend final : public Backend {
                       const float* dy, float* dx, float* dw) override {
     const int64_t patch = g.window_h * g.window_w * g.in_c;
     const int64_t pixels = g.out_h * g.out_w;
-    ForImageChunks(g, [&](int64_t first, int64_t count) {
-      const float* dy_chunk = dy + first * pixels * g.out_c;
+    const int64_t filter = patch * g.out_c;
+    const int64_t stride = PartialStride(filter);
+    // Each task sums its images' dW apart; the sums are added in task
+    // order, so a team size gives the same dW every run.
+    const int64_t tasks = ImageTasks(g);
+    std::vector<float>& partial = dw_partial_;
+    if (dw != nullptr && tasks > 1) {
+      partial.assign(static_cast<size_t>(tasks * stride), 0.0f);
+    }
+    ForImageGroups(g, [&](int64_t task, int64_t first, int64_t count) {
+      const float* dy_group = dy + first * pixels * g.out_c;
       if (dw != nullptr) {
-        const float* cols = Im2Col(g, x, first, count);
-        Gemm(true, false, patch, g.out_c, count * pixels, 1.0f, cols, dy_chunk,
-             1.0f, dw);
+        const float* cols = Im2Col(g, x, first, count, Scratch(task, 0));
+        float* into = tasks > 1 ? partial.data() + task * stride : dw;
+        GemmBlock(true, false, patch, g.out_c, count * pixels, 1.0f, cols,
+                  dy_group, 1.0f, into, 0, patch, 0, g.out_c);
       }
       if (dx != nullptr) {
-        dcols_.resize(static_cast<size_t>(count * pixels * patch));
-        Gemm(false, true, count * pixels, patch, g.out_c, 1.0f, dy_chunk, w,
-             0.0f, dcols_.data());
-        Col2Im(g, dcols_.data(), first, count, dx);
+        std::vector<float>& dcols = Scratch(task, 1);
+        dcols.resize(static_cast<size_t>(count * pixels * patch));
+        GemmBlock(false, true, count * pixels, patch, g.out_c, 1.0f, dy_group,
+                  w, 0.0f, dcols.data(), 0, count * pixels, 0, patch);
+        Col2Im(g, dcols.data(), first, count, dx);
       }
     });
+    if (dw != nullptr && tasks > 1) {
+      team_.For(filter, kGrain / tasks, [&](int64_t lo, int64_t hi) {
+        for (int64_t t = 0; t < tasks; ++t) {
+          const float* p = partial.data() + t * stride;
+          for (int64_t i = lo; i < hi; ++i) dw[i] += p[i];
+        }
+      });
+    }
   }
 
   void Pool2D(Pooling kind, const Window2D& g, const float* x,
@@ -182,57 +216,126 @@ class CpuBackend final : public Backend {
 
   void Pool2DBackward(Pooling kind, const Window2D& g, const float* x,
                       const float* y, const float* dy, float* dx) override {
-    // Per image, so that no two threads add into the same dx cell.
-    ParallelRows(
-        g.batch, g.out_h * g.out_w * g.window_h * g.window_w * g.in_c,
-        [&](int64_t b) {
-          for (int64_t oh = 0; oh < g.out_h; ++oh) {
-            for (int64_t ow = 0; ow < g.out_w; ++ow) {
-              const int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
-              PoolWindowBackward(kind, g, x, y + o, dy + o, b, oh, ow, dx);
-            }
-          }
-        });
+    PoolBackward(kind, g, x, y, dy, dx, /*write=*/false);
+  }
+  void Pool2DBackwardWrite(Pooling kind, const Window2D& g, const float* x,
+                           const float* y, const float* dy,
+                           float* dx) override {
+    PoolBackward(kind, g, x, y, dy, dx, /*write=*/true);
   }
 
+ private:
+  // write: each image's dx is zeroed just before its windows add into it,
+  // while it is in cache, instead of in a pass of its own.
+  void PoolBackward(Pooling kind, const Window2D& g, const float* x,
+                    const float* y, const float* dy, float* dx, bool write) {
+    // Per image, so that no two threads add into the same dx cell.
+    const int64_t image = g.in_h * g.in_w * g.in_c;
+    ParallelRows(g.batch, g.out_h * g.out_w * g.window_h * g.window_w * g.in_c,
+                 [&](int64_t b) {
+                   if (write) {
+                     std::memset(dx + b * image, 0,
+                                 static_cast<size_t>(image) * sizeof(float));
+                   }
+                   std::vector<float> remaining(static_cast<size_t>(g.in_c));
+                   for (int64_t oh = 0; oh < g.out_h; ++oh) {
+                     for (int64_t ow = 0; ow < g.out_w; ++ow) {
+                       const int64_t o =
+                           ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
+                       PoolWindowBackward(kind, g, x, y + o, dy + o, b, oh, ow,
+                                          dx, remaining.data());
+                     }
+                   }
+                 });
+  }
+
+ public:
   void ActivationForward(Activation f, int64_t n, const float* x,
                          float* y) override {
-    ConstVector X(x, n);
-    Vector Y(y, n);
-    switch (f) {
-      case Activation::kLinear:
-        if (x != y) Y.device(device_) = X;
-        break;
-      case Activation::kRelu:
-        Y.device(device_) = X.cwiseMax(0.0f);
-        break;
-      case Activation::kSigmoid:
-        Y.device(device_) = X.sigmoid();
-        break;
-      case Activation::kTanh:
-        Y.device(device_) = X.tanh();
-        break;
-    }
+    if (f == Activation::kLinear && x == y) return;
+    const int64_t cost = f == Activation::kLinear || f == Activation::kRelu
+                             ? 1
+                             : 16;  // exp/tanh per value
+    team_.For(n, kGrain / cost, [&](int64_t lo, int64_t hi) {
+      ConstArrayMap in(x + lo, hi - lo);
+      ArrayMap out(y + lo, hi - lo);
+      switch (f) {
+        case Activation::kLinear:
+          out = in;
+          break;
+        case Activation::kRelu:
+          out = in.max(0.0f);
+          break;
+        case Activation::kSigmoid:
+          out = in.logistic();
+          break;
+        case Activation::kTanh:
+          out = in.tanh();
+          break;
+      }
+    });
   }
 
   void ActivationBackward(Activation f, int64_t n, const float* y,
                           const float* dy, float* dx) override {
-    ConstVector Y(y, n), DY(dy, n);
-    Vector DX(dx, n);
-    switch (f) {
-      case Activation::kLinear:
-        DX.device(device_) += DY;
-        break;
-      case Activation::kRelu:
-        DX.device(device_) +=
-            (Y > Y.constant(0.0f)).select(DY, DY.constant(0.0f));
-        break;
-      case Activation::kSigmoid:
-        DX.device(device_) += DY * Y * (Y.constant(1.0f) - Y);
-        break;
-      case Activation::kTanh:
-        DX.device(device_) += DY * (Y.constant(1.0f) - Y * Y);
-        break;
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      ActivationGrad(f, y + lo, dy + lo, dx + lo, hi - lo, /*accumulate=*/true);
+    });
+  }
+
+  void BiasActivation(int64_t rows, int64_t cols, const float* b, Activation f,
+                      float* y) override {
+    const int64_t cost =
+        f == Activation::kSigmoid || f == Activation::kTanh ? 16 : 1;
+    ParallelRows(rows, cols * cost, [&](int64_t r) {
+      ArrayMap out(y + r * cols, cols);
+      if (b != nullptr) out += ConstArrayMap(b, cols);
+      switch (f) {
+        case Activation::kLinear:
+          break;
+        case Activation::kRelu:
+          out = out.max(0.0f);
+          break;
+        case Activation::kSigmoid:
+          out = out.logistic();
+          break;
+        case Activation::kTanh:
+          out = out.tanh();
+          break;
+      }
+    });
+  }
+
+  void BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
+                              const float* y, const float* dy, float* dz,
+                              float* db) override {
+    if (dz == dy && f != Activation::kLinear) {
+      throw Error("BiasActivationBackward: dz may alias dy only when linear");
+    }
+    // Rows split in task-sized ranges; each range's column sums apart,
+    // added in range order.
+    const int64_t tasks =
+        team_.Tasks(rows, std::max<int64_t>(1, kGrain / cols));
+    const int64_t chunk = tasks == 0 ? 0 : (rows + tasks - 1) / tasks;
+    const int64_t stride = PartialStride(cols);
+    column_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
+    team_.Run(tasks, [&](int64_t t) {
+      const int64_t lo = t * chunk, hi = std::min(rows, lo + chunk);
+      ArrayMap sum(column_partial_.data() + t * stride, cols);
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t at = r * cols;
+        if (f != Activation::kLinear || dz != dy) {
+          ActivationGrad(f, y + at, dy + at, dz + at, cols,
+                         /*accumulate=*/false);
+        }
+        if (db != nullptr) sum += ConstArrayMap(dz + at, cols);
+      }
+    });
+    if (db != nullptr) {
+      for (int64_t t = 0; t < tasks; ++t) {
+        ArrayMap(db, cols) +=
+            ConstArrayMap(column_partial_.data() + t * stride, cols);
+      }
     }
   }
 
@@ -298,47 +401,70 @@ class CpuBackend final : public Backend {
   }
 
   void Fill(int64_t n, float value, float* y) override {
-    Vector Y(y, n);
-    Y.device(device_) = Y.constant(value);
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      if (value == 0.0f) {
+        std::memset(y + lo, 0, static_cast<size_t>(hi - lo) * sizeof(float));
+      } else {
+        std::fill(y + lo, y + hi, value);
+      }
+    });
   }
   void Copy(int64_t n, const float* x, float* y) override {
-    Vector(y, n).device(device_) = ConstVector(x, n);
+    if (x == y) return;
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      std::memcpy(y + lo, x + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    });
   }
   void Axpby(int64_t n, float alpha, const float* x, float beta,
              float* y) override {
-    ConstVector X(x, n);
-    Vector Y(y, n);
-    if (beta == 1.0f && alpha == 1.0f) {
-      Y.device(device_) += X;
-    } else if (beta == 1.0f) {
-      Y.device(device_) += X * alpha;
-    } else if (beta == 0.0f) {
-      Y.device(device_) = X * alpha;
-    } else {
-      Y.device(device_) = X * alpha + Y * beta;
-    }
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      ConstArrayMap X(x + lo, hi - lo);
+      ArrayMap Y(y + lo, hi - lo);
+      if (beta == 1.0f && alpha == 1.0f) {
+        Y += X;
+      } else if (beta == 1.0f) {
+        Y += X * alpha;
+      } else if (beta == 0.0f) {
+        Y = X * alpha;
+      } else {
+        Y = X * alpha + Y * beta;
+      }
+    });
   }
   void Multiply(int64_t n, const float* x, const float* y, float* z) override {
-    Vector(z, n).device(device_) = ConstVector(x, n) * ConstVector(y, n);
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      ArrayMap(z + lo, hi - lo) =
+          ConstArrayMap(x + lo, hi - lo) * ConstArrayMap(y + lo, hi - lo);
+    });
   }
   void BiasAdd(int64_t rows, int64_t cols, const float* x, const float* b,
                float* y) override {
-    ConstRowMatrix X(x, rows, cols);
-    RowMatrix Y(y, rows, cols);
-    const Eigen::array<Eigen::Index, 2> shape{1, cols};
-    const Eigen::array<Eigen::Index, 2> times{rows, 1};
-    Y.device(device_) =
-        X + ConstVector(b, cols).reshape(shape).broadcast(times);
+    ParallelRows(rows, cols, [&](int64_t r) {
+      ArrayMap(y + r * cols, cols) =
+          ConstArrayMap(x + r * cols, cols) + ConstArrayMap(b, cols);
+    });
   }
   void ColumnSum(int64_t rows, int64_t cols, const float* x, float beta,
                  float* out) override {
-    ConstRowMatrix X(x, rows, cols);
-    Vector O(out, cols);
-    const Eigen::array<Eigen::Index, 1> first{0};
+    const int64_t tasks =
+        team_.Tasks(rows, std::max<int64_t>(1, kGrain / cols));
+    const int64_t chunk = tasks == 0 ? 0 : (rows + tasks - 1) / tasks;
+    const int64_t stride = PartialStride(cols);
+    column_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
+    team_.Run(tasks, [&](int64_t t) {
+      ArrayMap sum(column_partial_.data() + t * stride, cols);
+      for (int64_t r = t * chunk; r < std::min(rows, (t + 1) * chunk); ++r) {
+        sum += ConstArrayMap(x + r * cols, cols);
+      }
+    });
+    ArrayMap o(out, cols);
     if (beta == 0.0f) {
-      O.device(device_) = X.sum(first);
-    } else {
-      O.device(device_) = X.sum(first) + O * beta;
+      o.setZero();
+    } else if (beta != 1.0f) {
+      o *= beta;
+    }
+    for (int64_t t = 0; t < tasks; ++t) {
+      o += ConstArrayMap(column_partial_.data() + t * stride, cols);
     }
   }
   void Sum(int64_t n, const float* x, float scale, float* y) override {
@@ -349,18 +475,23 @@ class CpuBackend final : public Backend {
   void AxpyScalar(int64_t n, const float* alpha, const float* x,
                   float* y) override {
     const float a = alpha[0];
-    Vector Y(y, n);
-    if (x == nullptr) {
-      Y.device(device_) = Y + Y.constant(a);
-    } else {
-      Y.device(device_) = Y + ConstVector(x, n) * a;
-    }
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      ArrayMap Y(y + lo, hi - lo);
+      if (x == nullptr) {
+        Y += a;
+      } else {
+        Y += ConstArrayMap(x + lo, hi - lo) * a;
+      }
+    });
   }
   void Convert(DType dtype, int64_t n, const void* x, float scale,
                float* y) override {
     auto convert = [&](const auto* in) {
-      ParallelRows(
-          n, 2, [&](int64_t i) { y[i] = static_cast<float>(in[i]) * scale; });
+      team_.For(n, kGrain / 2, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) {
+          y[i] = static_cast<float>(in[i]) * scale;
+        }
+      });
     };
     switch (dtype) {
       case DType::kFloat32:
@@ -462,16 +593,22 @@ class CpuBackend final : public Backend {
                         float* moving_var, float* mean, float* inv_std,
                         float* y) override {
     if (training) {
-      ConstRowMatrix X(x, rows, cols);
-      const Eigen::array<Eigen::Index, 1> first{0};
-      Vector M(mean, cols), S(inv_std, cols);
-      M.device(device_) = X.mean(first);
-      const Eigen::array<Eigen::Index, 2> shape{1, cols};
-      const Eigen::array<Eigen::Index, 2> times{rows, 1};
-      S.device(device_) =
-          (X - M.reshape(shape).broadcast(times)).square().mean(first);
+      // Two passes in double: the mean, then the (biased) variance.
+      std::vector<double> sum(static_cast<size_t>(cols)),
+          squares(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) sum[c] += x[r * cols + c];
+      }
+      const double inv_rows = rows == 0 ? 0.0 : 1.0 / static_cast<double>(rows);
+      for (int64_t c = 0; c < cols; ++c) mean[c] = float(sum[c] * inv_rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const double d = x[r * cols + c] - mean[c];
+          squares[c] += d * d;
+        }
+      }
       for (int64_t c = 0; c < cols; ++c) {
-        const float var = inv_std[c];
+        const float var = static_cast<float>(squares[c] * inv_rows);
         // Keras keeps the biased batch variance in its moving average.
         moving_mean[c] = momentum * moving_mean[c] + (1 - momentum) * mean[c];
         moving_var[c] = momentum * moving_var[c] + (1 - momentum) * var;
@@ -533,109 +670,204 @@ class CpuBackend final : public Backend {
   }
 
   void SgdUpdate(int64_t n, float lr, const float* g, float* w) override {
-    Vector(w, n).device(device_) -= ConstVector(g, n) * lr;
+    team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
+      ArrayMap(w + lo, hi - lo) -= ConstArrayMap(g + lo, hi - lo) * lr;
+    });
   }
   void MomentumUpdate(int64_t n, float lr, float momentum, bool nesterov,
                       const float* g, float* v, float* w) override {
-    ConstVector G(g, n);
-    Vector V(v, n), W(w, n);
-    V.device(device_) = V * momentum + G;
-    if (nesterov) {
-      W.device(device_) -= (G + V * momentum) * lr;
-    } else {
-      W.device(device_) -= V * lr;
-    }
+    team_.For(n, kGrain / 4, [&](int64_t lo, int64_t hi) {
+      ConstArrayMap G(g + lo, hi - lo);
+      ArrayMap V(v + lo, hi - lo), W(w + lo, hi - lo);
+      V = V * momentum + G;
+      if (nesterov) {
+        W -= (G + V * momentum) * lr;
+      } else {
+        W -= V * lr;
+      }
+    });
   }
   void AdamUpdate(int64_t n, float lr_t, float beta1, float beta2,
                   float epsilon, const float* g, float* m, float* v,
                   float* w) override {
-    ConstVector G(g, n);
-    Vector M(m, n), V(v, n), W(w, n);
-    M.device(device_) = M * beta1 + G * (1 - beta1);
-    V.device(device_) = V * beta2 + G.square() * (1 - beta2);
-    W.device(device_) -= M * lr_t / (V.sqrt() + V.constant(epsilon));
+    team_.For(n, kGrain / 8, [&](int64_t lo, int64_t hi) {
+      ConstArrayMap G(g + lo, hi - lo);
+      ArrayMap M(m + lo, hi - lo), V(v + lo, hi - lo), W(w + lo, hi - lo);
+      M = M * beta1 + G * (1 - beta1);
+      V = V * beta2 + G.square() * (1 - beta2);
+      W -= M * lr_t / (V.sqrt() + epsilon);
+    });
   }
 
  private:
-  // Runs fn(row) for rows [0, n) on the pool; `cost` is a rough number of
+  // y *= beta over n values (beta 0: zeros, whatever y held).
+  void Scale(int64_t n, float beta, float* y) {
+    if (beta == 0.0f) {
+      Fill(n, 0.0f, y);
+    } else if (beta != 1.0f) {
+      Axpby(n, 0.0f, y, beta, y);
+    }
+  }
+
+  // dx (+)= f'(.) dy over n values from the activation's output y.
+  static void ActivationGrad(Activation f, const float* y, const float* dy,
+                             float* dx, int64_t n, bool accumulate) {
+    ConstArrayMap Y(y, n), DY(dy, n);
+    ArrayMap DX(dx, n);
+    auto apply = [&](const auto& grad) {
+      if (accumulate) {
+        DX += grad;
+      } else {
+        DX = grad;
+      }
+    };
+    switch (f) {
+      case Activation::kLinear:
+        apply(DY);
+        break;
+      case Activation::kRelu:
+        apply((Y > 0.0f).select(DY, 0.0f));
+        break;
+      case Activation::kSigmoid:
+        apply(DY * Y * (1.0f - Y));
+        break;
+      case Activation::kTanh:
+        apply(DY * (1.0f - Y * Y));
+        break;
+    }
+  }
+
+  // Runs fn(row) for rows [0, n) on the team; `cost` is a rough number of
   // operations per row, so that small work stays on one thread.
   template <typename Fn>
   void ParallelRows(int64_t n, int64_t cost, const Fn& fn) {
-    if (n <= 0) return;
-    if (n * cost < 32768 || threads_ == 1) {
-      for (int64_t i = 0; i < n; ++i) fn(i);
-      return;
-    }
-    device_.parallelFor(n, Eigen::TensorOpCost(0, 0, static_cast<double>(cost)),
-                        [&](Eigen::Index first, Eigen::Index last) {
-                          for (Eigen::Index i = first; i < last; ++i) fn(i);
-                        });
+    team_.For(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(cost, 1)),
+              [&](int64_t lo, int64_t hi) {
+                for (int64_t i = lo; i < hi; ++i) fn(i);
+              });
   }
 
+  // How many tasks a convolution's images are split into: several per
+  // thread, taken as threads come free, so that a thread the input
+  // pipeline's threads preempt holds up a share of the batch, not half.
+  int64_t ImageTasks(const Window2D& g) const {
+    const int64_t per_image =
+        g.out_h * g.out_w * g.window_h * g.window_w * g.in_c * g.out_c;
+    const int64_t by_size =
+        g.batch * per_image / std::max<int64_t>(kGemmGrain, 1);
+    if (threads_ == 1 || by_size < 2) return 1;
+    return std::clamp<int64_t>(
+        by_size, 1, std::min<int64_t>(g.batch, kTasksPerThread * threads_));
+  }
+
+  // fn(task, first, count) over groups of images: the batch is split into
+  // ImageTasks(g) contiguous ranges, one task each, and each range into
+  // groups whose im2col columns fit kColumnGroupBytes.
   template <typename Fn>
-  void ForImageChunks(const Window2D& g, const Fn& fn) {
-    const size_t per_image = static_cast<size_t>(
-        g.out_h * g.out_w * g.window_h * g.window_w * g.in_c * 4);
-    const int64_t chunk = std::max<int64_t>(
-        1,
-        static_cast<int64_t>(kMaxColumnBytes / std::max<size_t>(per_image, 1)));
-    for (int64_t first = 0; first < g.batch; first += chunk) {
-      fn(first, std::min(chunk, g.batch - first));
+  void ForImageGroups(const Window2D& g, const Fn& fn) {
+    const int64_t per_image =
+        g.out_h * g.out_w * g.window_h * g.window_w * g.in_c * 4;
+    const int64_t group = std::max<int64_t>(
+        1, kColumnGroupBytes / std::max<int64_t>(per_image, 1));
+    const int64_t tasks = ImageTasks(g);
+    const int64_t chunk = (g.batch + tasks - 1) / tasks;
+    if (scratch_.size() < static_cast<size_t>(tasks)) {
+      scratch_.resize(static_cast<size_t>(tasks));
     }
+    team_.Run(tasks, [&](int64_t t) {
+      const int64_t end = std::min(g.batch, (t + 1) * chunk);
+      for (int64_t first = t * chunk; first < end; first += group) {
+        fn(t, first, std::min(group, end - first));
+      }
+    });
+  }
+
+  // Scratch buffer `which` of task `task` (ForImageGroups sizes them).
+  std::vector<float>& Scratch(int64_t task, int which) {
+    return scratch_[static_cast<size_t>(task)][which];
   }
 
   // Rows (image, out_y, out_x) of patches (ky, kx, channel), zero outside
-  // the input, for images [first, first + count).
-  const float* Im2Col(const Window2D& g, const float* x, int64_t first,
-                      int64_t count) {
-    const int64_t patch = g.window_h * g.window_w * g.in_c;
-    cols_.resize(static_cast<size_t>(count * g.out_h * g.out_w * patch));
-    float* cols = cols_.data();
-    ParallelRows(count * g.out_h, g.out_w * patch, [&](int64_t row) {
-      const int64_t b = first + row / g.out_h, oh = row % g.out_h;
-      const float* image = x + b * g.in_h * g.in_w * g.in_c;
-      float* out = cols + row * g.out_w * patch;
-      for (int64_t ow = 0; ow < g.out_w; ++ow) {
-        for (int64_t ky = 0; ky < g.window_h; ++ky) {
-          const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-          for (int64_t kx = 0; kx < g.window_w; ++kx) {
-            const int64_t ix = ow * g.stride_w - g.pad_left + kx;
-            if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) {
-              std::fill_n(out, g.in_c, 0.0f);
+  // the input, for images [first, first + count), into `scratch`.  A
+  // patch row inside the input is window_w * in_c contiguous floats, copied
+  // as one span; small spans (the first layer's in_c = 1) are copied by
+  // the loops below rather than one memmove call per value.
+  RECFLOW_SPAN_LOOPS static const float* Im2Col(const Window2D& g,
+                                                const float* x, int64_t first,
+                                                int64_t count,
+                                                std::vector<float>& scratch) {
+    const int64_t c = g.in_c;
+    const int64_t patch = g.window_h * g.window_w * c;
+    scratch.resize(static_cast<size_t>(count * g.out_h * g.out_w * patch));
+    float* out = scratch.data();
+    for (int64_t b = first; b < first + count; ++b) {
+      const float* image = x + b * g.in_h * g.in_w * c;
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const int64_t x0 = ow * g.stride_w - g.pad_left;
+          const int64_t lo = std::clamp<int64_t>(-x0, 0, g.window_w);
+          const int64_t hi = std::clamp<int64_t>(g.in_w - x0, lo, g.window_w);
+          for (int64_t ky = 0; ky < g.window_h; ++ky) {
+            const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+            if (iy < 0 || iy >= g.in_h) {
+              ZeroSpan(out, g.window_w * c);
             } else {
-              std::copy_n(image + (iy * g.in_w + ix) * g.in_c, g.in_c, out);
+              ZeroSpan(out, lo * c);
+              CopySpan(image + (iy * g.in_w + x0 + lo) * c, out + lo * c,
+                       (hi - lo) * c);
+              ZeroSpan(out + hi * c, (g.window_w - hi) * c);
             }
-            out += g.in_c;
+            out += g.window_w * c;
           }
         }
       }
-    });
-    return cols;
+    }
+    return scratch.data();
   }
 
-  void Col2Im(const Window2D& g, const float* dcols, int64_t first,
-              int64_t count, float* dx) {
-    const int64_t patch = g.window_h * g.window_w * g.in_c;
-    ParallelRows(count, g.out_h * g.out_w * patch, [&](int64_t i) {
-      const int64_t b = first + i;
-      float* image = dx + b * g.in_h * g.in_w * g.in_c;
+  // Spans of a few floats to a few hundred: loops the compiler keeps (no
+  // memmove/memset call for three values); the callers carry the same
+  // attribute so that these inline into them.
+  RECFLOW_SPAN_LOOPS static inline void CopySpan(const float* __restrict in,
+                                                 float* __restrict out,
+                                                 int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = in[i];
+  }
+  RECFLOW_SPAN_LOOPS static inline void ZeroSpan(float* out, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 0.0f;
+  }
+  RECFLOW_SPAN_LOOPS static inline void AddSpan(const float* __restrict in,
+                                                float* __restrict out,
+                                                int64_t n) {
+    for (int64_t i = 0; i < n; ++i) out[i] += in[i];
+  }
+
+  // Adds the columns' gradients back into dx for images [first, first +
+  // count).
+  RECFLOW_SPAN_LOOPS static void Col2Im(const Window2D& g, const float* dcols,
+                                        int64_t first, int64_t count,
+                                        float* dx) {
+    const int64_t c = g.in_c;
+    const int64_t patch = g.window_h * g.window_w * c;
+    for (int64_t i = 0; i < count; ++i) {
+      float* image = dx + (first + i) * g.in_h * g.in_w * c;
       const float* in = dcols + i * g.out_h * g.out_w * patch;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const int64_t x0 = ow * g.stride_w - g.pad_left;
+          const int64_t lo = std::clamp<int64_t>(-x0, 0, g.window_w);
+          const int64_t hi = std::clamp<int64_t>(g.in_w - x0, lo, g.window_w);
           for (int64_t ky = 0; ky < g.window_h; ++ky) {
             const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-            for (int64_t kx = 0; kx < g.window_w; ++kx) {
-              const int64_t ix = ow * g.stride_w - g.pad_left + kx;
-              if (iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
-                float* d = image + (iy * g.in_w + ix) * g.in_c;
-                for (int64_t c = 0; c < g.in_c; ++c) d[c] += in[c];
-              }
-              in += g.in_c;
+            if (iy >= 0 && iy < g.in_h) {
+              AddSpan(in + lo * c, image + (iy * g.in_w + x0 + lo) * c,
+                      (hi - lo) * c);
             }
+            in += g.window_w * c;
           }
         }
       }
-    });
+    }
   }
 
   // The window of output (b, oh, ow), clipped to the input.
@@ -672,10 +904,11 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // `remaining` is scratch of in_c floats.
   static void PoolWindowBackward(Pooling kind, const Window2D& g,
                                  const float* x, const float* y,
                                  const float* dy, int64_t b, int64_t oh,
-                                 int64_t ow, float* dx) {
+                                 int64_t ow, float* dx, float* remaining) {
     const Clip w = ClipWindow(g, oh, ow);
     const int64_t base = b * g.in_h * g.in_w * g.in_c;
     if (kind == Pooling::kAverage) {
@@ -688,18 +921,22 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    // One pass over the window; each channel's gradient goes to the first
-    // cell equal to its maximum.
-    thread_local std::vector<uint8_t> routed;
-    routed.assign(static_cast<size_t>(g.in_c), 0);
+    // Each channel's gradient goes to the first cell of the window equal
+    // to its maximum: cells in order, each adding what is left of dy where
+    // it matches and taking it away (selects, no branches, so the
+    // channels vectorise; max pooling's matches are data-dependent).
+    const int64_t channels = g.in_c;
+    float* __restrict left = remaining;
+    std::copy_n(dy, channels, left);
     for (int64_t iy = w.y0; iy < w.y1; ++iy) {
       for (int64_t ix = w.x0; ix < w.x1; ++ix) {
-        const int64_t at = base + (iy * g.in_w + ix) * g.in_c;
-        for (int64_t c = 0; c < g.in_c; ++c) {
-          if (!routed[c] && x[at + c] == y[c]) {
-            dx[at + c] += dy[c];
-            routed[c] = 1;
-          }
+        const int64_t at = base + (iy * g.in_w + ix) * channels;
+        const float* __restrict in = x + at;
+        float* __restrict d = dx + at;
+        for (int64_t c = 0; c < channels; ++c) {
+          const bool hit = in[c] == y[c];
+          d[c] += hit ? left[c] : 0.0f;
+          left[c] = hit ? 0.0f : left[c];
         }
       }
     }
@@ -717,53 +954,16 @@ class CpuBackend final : public Backend {
   }
 
   const int threads_;
-  Eigen::ThreadPool pool_;
-  Eigen::ThreadPoolDevice device_;
-  std::vector<float> cols_, dcols_;  // im2col scratch, reused
+  ThreadTeam team_;
+  // Per task: im2col columns and their gradients, reused across calls.
+  std::vector<std::array<std::vector<float>, 2>> scratch_;
+  std::vector<float> dw_partial_, column_partial_;
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads) {
   return std::make_unique<CpuBackend>(threads);
-}
-
-std::string DeviceSpec::ToString() const {
-  return device == Device::kCpu ? "cpu" : fmt::format("cuda:{}", index);
-}
-
-DeviceSpec ParseDevice(std::string_view text) {
-  DeviceSpec spec;
-  if (text == "cpu") return spec;
-  if (text == "cuda" || text == "gpu") {
-    spec.device = Device::kCuda;
-    return spec;
-  }
-  if (text.starts_with("cuda:")) {
-    const std::string_view n = text.substr(5);
-    int index = 0;
-    bool ok = !n.empty() && n.size() <= 4;
-    for (char c : n) {
-      if (c < '0' || c > '9') ok = false;
-      index = index * 10 + (c - '0');
-    }
-    if (ok) {
-      spec.device = Device::kCuda;
-      spec.index = index;
-      return spec;
-    }
-  }
-  throw Error(fmt::format(
-      "unknown device \"{}\" (expected cpu, cuda or cuda:N)", text));
-}
-
-std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads) {
-  if (spec.device == Device::kCpu) return MakeCpuBackend(threads);
-  // RECFLOW_CUDA_TF32=0 keeps matrix products and convolutions in full
-  // float32 (as NVIDIA_TF32_OVERRIDE=0 does for TensorFlow).
-  const char* tf32 = std::getenv("RECFLOW_CUDA_TF32");
-  return MakeCudaBackend(spec.index,
-                         tf32 == nullptr || std::string_view(tf32) != "0");
 }
 
 }  // namespace recflow::train

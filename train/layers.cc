@@ -60,13 +60,13 @@ Var Dense(ModelContext& ctx, const Var& x, const DenseOptions& o) {
   VariableStore& vars = ctx.variables();
   Variable& kernel = vars.GetOrCreate(
       name + "/kernel", Shape{x.shape()[1], o.units}, o.kernel_initializer);
-  Var y = ops::MatMul(ctx.backend(), x, VariableStore::Read(kernel));
+  Var bias;
   if (o.use_bias) {
-    Variable& bias =
-        vars.GetOrCreate(name + "/bias", Shape{o.units}, Initializer::Zeros());
-    y = ops::BiasAdd(ctx.backend(), y, VariableStore::Read(bias));
+    bias = VariableStore::Read(
+        vars.GetOrCreate(name + "/bias", Shape{o.units}, Initializer::Zeros()));
   }
-  return ops::Activate(ctx.backend(), y, o.activation);
+  return ops::FusedMatMul(ctx.backend(), x, VariableStore::Read(kernel), bias,
+                          o.activation);
 }
 
 Var Conv2D(ModelContext& ctx, const Var& x, const Conv2DOptions& o) {
@@ -83,14 +83,13 @@ Var Conv2D(ModelContext& ctx, const Var& x, const Conv2DOptions& o) {
   Variable& kernel = vars.GetOrCreate(
       name + "/kernel", Shape{o.kernel_h, o.kernel_w, x.shape()[3], o.filters},
       o.kernel_initializer);
-  Var y = ops::Conv2D(ctx.backend(), x, VariableStore::Read(kernel), o.stride_h,
-                      o.stride_w, o.padding);
+  Var bias;
   if (o.use_bias) {
-    Variable& bias = vars.GetOrCreate(name + "/bias", Shape{o.filters},
-                                      Initializer::Zeros());
-    y = ops::BiasAdd(ctx.backend(), y, VariableStore::Read(bias));
+    bias = VariableStore::Read(vars.GetOrCreate(
+        name + "/bias", Shape{o.filters}, Initializer::Zeros()));
   }
-  return ops::Activate(ctx.backend(), y, o.activation);
+  return ops::FusedConv2D(ctx.backend(), x, VariableStore::Read(kernel), bias,
+                          o.activation, o.stride_h, o.stride_w, o.padding);
 }
 
 Var MaxPool2D(ModelContext& ctx, const Var& x, const Pool2DOptions& o) {

@@ -25,9 +25,14 @@ namespace {
 
 using NodePtr = std::shared_ptr<Node>;
 
+// Whether nothing has added to n's gradient yet (Grad would zero it).
+bool Fresh(const Node& n) {
+  return !n.grad.valid() || n.grad.num_elements() != n.value.num_elements();
+}
+
 // The gradient buffer of `n`, zeroed on first use.
 float* Grad(Backend& be, Node& n) {
-  if (!n.grad.valid() || n.grad.num_elements() != n.value.num_elements()) {
+  if (Fresh(n)) {
     n.grad = Zeros(be, n.value.shape());
   }
   return n.grad.mutable_data<float>();
@@ -108,6 +113,58 @@ Var MeanLoss(Backend& be, const Var& logits, const Tensor& losses, float scale,
                   Grad(be, *self.inputs[0]));
   };
   return Var(std::move(node));
+}
+
+// The window of a convolution of x [batch, h, w, in] by filter [wh, ww,
+// in, out].
+Window2D ConvWindow(const Var& x, const Var& filter, int stride_h, int stride_w,
+                    Padding padding) {
+  CheckRank(x, 4, "conv2d");
+  CheckRank(filter, 4, "conv2d filter");
+  if (filter.shape()[2] != x.shape()[3]) {
+    throw Error(fmt::format(
+        "conv2d: filter {} expects {} input channels, the input {} has {}",
+        filter.shape().ToString(), filter.shape()[2], x.shape().ToString(),
+        x.shape()[3]));
+  }
+  Window2D g;
+  g.batch = x.shape()[0];
+  g.in_h = x.shape()[1];
+  g.in_w = x.shape()[2];
+  g.in_c = x.shape()[3];
+  g.window_h = filter.shape()[0];
+  g.window_w = filter.shape()[1];
+  g.out_c = filter.shape()[3];
+  g.stride_h = stride_h;
+  g.stride_w = stride_w;
+  g.padding = padding;
+  g.Resolve();
+  return g;
+}
+
+void CheckBias(const Var& bias, int64_t cols, const Shape& of) {
+  if (bias.valid() && (bias.shape().rank() != 1 || bias.shape()[0] != cols)) {
+    throw Error(fmt::format("bias_add: bias {} does not fit input {}",
+                            bias.shape().ToString(), of.ToString()));
+  }
+}
+
+// The gradient before a fused op's bias and activation, dZ = f'(y) dY, and
+// the bias's gradient (its third input, when there is one) from it.
+Tensor EpilogueGradient(Backend& be, Node& self, int64_t rows, int64_t cols,
+                        Activation f) {
+  float* dbias = nullptr;
+  if (self.inputs.size() > 2 && self.inputs[2]->requires_grad) {
+    dbias = Grad(be, *self.inputs[2]);
+  }
+  if (f == Activation::kLinear) {
+    if (dbias != nullptr) be.ColumnSum(rows, cols, GradIn(self), 1.0f, dbias);
+    return self.grad;
+  }
+  Tensor dz = NewFloat(be, self.value.shape());
+  be.BiasActivationBackward(rows, cols, f, self.value.data<float>(),
+                            GradIn(self), dz.mutable_data<float>(), dbias);
+  return dz;
 }
 
 }  // namespace
@@ -386,26 +443,7 @@ Var ReduceMean(Backend& be, const Var& x) {
 
 Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
            int stride_w, Padding padding) {
-  CheckRank(x, 4, "conv2d");
-  CheckRank(filter, 4, "conv2d filter");
-  if (filter.shape()[2] != x.shape()[3]) {
-    throw Error(fmt::format(
-        "conv2d: filter {} expects {} input channels, the input {} has {}",
-        filter.shape().ToString(), filter.shape()[2], x.shape().ToString(),
-        x.shape()[3]));
-  }
-  Window2D g;
-  g.batch = x.shape()[0];
-  g.in_h = x.shape()[1];
-  g.in_w = x.shape()[2];
-  g.in_c = x.shape()[3];
-  g.window_h = filter.shape()[0];
-  g.window_w = filter.shape()[1];
-  g.out_c = filter.shape()[3];
-  g.stride_h = stride_h;
-  g.stride_w = stride_w;
-  g.padding = padding;
-  g.Resolve();
+  const Window2D g = ConvWindow(x, filter, stride_h, stride_w, padding);
   Tensor y = NewFloat(be, Shape{g.batch, g.out_h, g.out_w, g.out_c});
   be.Conv2D(g, x.data(), filter.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared(), filter.shared()});
@@ -414,6 +452,64 @@ Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
     Node& W = *self.inputs[1];
     be.Conv2DBackward(g, X.value.data<float>(), W.value.data<float>(),
                       GradIn(self), X.requires_grad ? Grad(be, X) : nullptr,
+                      W.requires_grad ? Grad(be, W) : nullptr);
+  };
+  return Var(std::move(node));
+}
+
+Var FusedMatMul(Backend& be, const Var& x, const Var& w, const Var& bias,
+                Activation f) {
+  CheckRank(x, 2, "matmul");
+  CheckRank(w, 2, "matmul");
+  const int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[1];
+  if (w.shape()[0] != k) {
+    throw Error(fmt::format("matmul: shapes {} and {} do not fit",
+                            x.shape().ToString(), w.shape().ToString()));
+  }
+  CheckBias(bias, n, x.shape());
+  Tensor y = NewFloat(be, Shape{m, n});
+  float* out = y.mutable_data<float>();
+  be.Gemm(false, false, m, n, k, 1.0f, x.data(), w.data(), 0.0f, out);
+  be.BiasActivation(m, n, bias.valid() ? bias.data() : nullptr, f, out);
+  std::vector<NodePtr> inputs{x.shared(), w.shared()};
+  if (bias.valid()) inputs.push_back(bias.shared());
+  auto node = MakeNode(std::move(y), std::move(inputs));
+  node->backward = [&be, m, n, k, f](Node& self) {
+    Node& X = *self.inputs[0];
+    Node& W = *self.inputs[1];
+    const Tensor dz = EpilogueGradient(be, self, m, n, f);
+    // dX = dZ W^T, dW = X^T dZ.
+    if (X.requires_grad) {
+      be.Gemm(false, true, m, k, n, 1.0f, dz.data<float>(),
+              W.value.data<float>(), 1.0f, Grad(be, X));
+    }
+    if (W.requires_grad) {
+      be.Gemm(true, false, k, n, m, 1.0f, X.value.data<float>(),
+              dz.data<float>(), 1.0f, Grad(be, W));
+    }
+  };
+  return Var(std::move(node));
+}
+
+Var FusedConv2D(Backend& be, const Var& x, const Var& filter, const Var& bias,
+                Activation f, int stride_h, int stride_w, Padding padding) {
+  const Window2D g = ConvWindow(x, filter, stride_h, stride_w, padding);
+  CheckBias(bias, g.out_c, Shape{g.batch, g.out_h, g.out_w, g.out_c});
+  Tensor y = NewFloat(be, Shape{g.batch, g.out_h, g.out_w, g.out_c});
+  float* out = y.mutable_data<float>();
+  be.Conv2D(g, x.data(), filter.data(), out);
+  const int64_t rows = g.batch * g.out_h * g.out_w;
+  be.BiasActivation(rows, g.out_c, bias.valid() ? bias.data() : nullptr, f,
+                    out);
+  std::vector<NodePtr> inputs{x.shared(), filter.shared()};
+  if (bias.valid()) inputs.push_back(bias.shared());
+  auto node = MakeNode(std::move(y), std::move(inputs));
+  node->backward = [&be, g, rows, f](Node& self) {
+    Node& X = *self.inputs[0];
+    Node& W = *self.inputs[1];
+    const Tensor dz = EpilogueGradient(be, self, rows, g.out_c, f);
+    be.Conv2DBackward(g, X.value.data<float>(), W.value.data<float>(),
+                      dz.data<float>(), X.requires_grad ? Grad(be, X) : nullptr,
                       W.requires_grad ? Grad(be, W) : nullptr);
   };
   return Var(std::move(node));
@@ -440,8 +536,15 @@ Var Pool2D(Backend& be, Pooling kind, const Var& x, int window_h, int window_w,
   node->backward = [&be, g, kind](Node& self) {
     Node& X = *self.inputs[0];
     if (!X.requires_grad) return;
-    be.Pool2DBackward(kind, g, X.value.data<float>(), self.value.data<float>(),
-                      GradIn(self), Grad(be, X));
+    if (Fresh(X)) {
+      X.grad = NewFloat(be, X.value.shape());
+      be.Pool2DBackwardWrite(kind, g, X.value.data<float>(),
+                             self.value.data<float>(), GradIn(self),
+                             X.grad.mutable_data<float>());
+    } else {
+      be.Pool2DBackward(kind, g, X.value.data<float>(),
+                        self.value.data<float>(), GradIn(self), Grad(be, X));
+    }
   };
   return Var(std::move(node));
 }

@@ -102,6 +102,17 @@ Var Concat(Backend& be, std::span<const Var> parts);
 Var ReduceSum(Backend& be, const Var& x);
 Var ReduceMean(Backend& be, const Var& x);
 
+// The layers' fused forms, as TensorFlow's grappler rewrites them
+// (_FusedMatMul, _FusedConv2D): f(x w + bias) and f(conv(x, filter) +
+// bias) in one op, so the product's output gets its bias and activation in
+// one pass and the step keeps one activation-sized tensor (and gradient)
+// per layer instead of three.  `bias` may be invalid (no bias).  Same
+// values and gradients as MatMul/Conv2D, BiasAdd and Activate in turn.
+Var FusedMatMul(Backend& be, const Var& x, const Var& w, const Var& bias,
+                Activation f);
+Var FusedConv2D(Backend& be, const Var& x, const Var& filter, const Var& bias,
+                Activation f, int stride_h, int stride_w, Padding padding);
+
 // NHWC input, HWIO filter.
 Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
            int stride_w, Padding padding);

@@ -163,6 +163,61 @@ TEST(OpsGradientTest, Conv2DSameAndValidWithStrides) {
   }
 }
 
+TEST(OpsGradientTest, FusedMatMulAndConv2DWithEveryActivation) {
+  for (Activation f : {Activation::kLinear, Activation::kRelu,
+                       Activation::kSigmoid, Activation::kTanh}) {
+    SCOPED_TRACE(std::string(ActivationName(f)));
+    CheckGradients(
+        [f](Backend& be, const std::vector<Var>& v) {
+          return ops::FusedMatMul(be, v[0], v[1], v[2], f);
+        },
+        {RandomTensor(Shape{3, 4}, 1), RandomTensor(Shape{4, 5}, 2),
+         RandomTensor(Shape{5}, 3)});
+    CheckGradients(
+        [f](Backend& be, const std::vector<Var>& v) {
+          return ops::FusedConv2D(be, v[0], v[1], v[2], f, 1, 1,
+                                  Padding::kSame);
+        },
+        {RandomTensor(Shape{2, 4, 4, 2}, 4), RandomTensor(Shape{3, 3, 2, 3}, 5),
+         RandomTensor(Shape{3}, 6)});
+  }
+  // Without a bias.
+  CheckGradients(
+      [](Backend& be, const std::vector<Var>& v) {
+        return ops::FusedMatMul(be, v[0], v[1], Var(), Activation::kRelu);
+      },
+      {RandomTensor(Shape{3, 4}, 7), RandomTensor(Shape{4, 2}, 8)});
+}
+
+// The fused ops give exactly what their parts give in turn.
+TEST(OpsTest, FusedOpsEqualMatMulOrConvThenBiasAddThenActivate) {
+  auto be = TestBackend();
+  const Tensor x = RandomTensor(Shape{4, 6, 6, 3}, 11);
+  const Tensor w = RandomTensor(Shape{3, 3, 3, 5}, 12);
+  const Tensor b = RandomTensor(Shape{5}, 13);
+  for (Activation f : {Activation::kRelu, Activation::kTanh}) {
+    Var px = Param(Copy(x)), pw = Param(Copy(w)), pb = Param(Copy(b));
+    Var fused = ops::FusedConv2D(*be, px, pw, pb, f, 2, 2, Padding::kSame);
+    Var qx = Param(Copy(x)), qw = Param(Copy(w)), qb = Param(Copy(b));
+    Var parts = ops::Activate(
+        *be,
+        ops::BiasAdd(*be, ops::Conv2D(*be, qx, qw, 2, 2, Padding::kSame), qb),
+        f);
+    ASSERT_EQ(fused.shape(), parts.shape());
+    for (int64_t i = 0; i < fused.value().num_elements(); ++i) {
+      ASSERT_FLOAT_EQ(fused.data()[i], parts.data()[i]) << i;
+    }
+    ops::Backward(*be, ops::ReduceSum(*be, fused));
+    ops::Backward(*be, ops::ReduceSum(*be, parts));
+    for (auto [a, c] : {std::pair{px, qx}, {pw, qw}, {pb, qb}}) {
+      for (int64_t i = 0; i < a.value().num_elements(); ++i) {
+        ASSERT_NEAR(a.grad().data<float>()[i], c.grad().data<float>()[i], 1e-5f)
+            << i;
+      }
+    }
+  }
+}
+
 TEST(OpsGradientTest, MaxAndAveragePooling) {
   for (Pooling kind : {Pooling::kMax, Pooling::kAverage}) {
     for (Padding p : {Padding::kSame, Padding::kValid}) {

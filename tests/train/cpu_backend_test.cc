@@ -1,0 +1,276 @@
+// The CPU backend's parallel paths (products split into blocks of the
+// output, convolutions split by images, loops split into ranges) against
+// plain loops, on team sizes 1, 2 and 3, at sizes large enough to split;
+// and the same numbers on every run with one team size.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "train/backend.h"
+
+namespace recflow::train {
+namespace {
+
+std::vector<float> Random(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<double>& want,
+                double tolerance, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], tolerance * std::max(1.0, std::abs(want[i])))
+        << what << " at " << i;
+  }
+}
+
+TEST(CpuBackendTest, GemmSplitOverTheTeamMatchesAPlainLoop) {
+  // m >= n splits rows, m < n columns; both larger than one block.
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case c : {Case{301, 67, 150}, Case{40, 333, 120}}) {
+    for (int threads : {1, 2, 3}) {
+      auto be = MakeCpuBackend(threads);
+      for (bool ta : {false, true}) {
+        for (bool tb : {false, true}) {
+          for (float beta : {0.0f, 1.0f, 0.5f}) {
+            const auto a = Random(c.m * c.k, 1), b = Random(c.k * c.n, 2);
+            std::vector<float> out = Random(c.m * c.n, 3);
+            std::vector<double> want(out.size());
+            for (int64_t i = 0; i < c.m; ++i) {
+              for (int64_t j = 0; j < c.n; ++j) {
+                double s = 0;
+                for (int64_t p = 0; p < c.k; ++p) {
+                  const float av = ta ? a[p * c.m + i] : a[i * c.k + p];
+                  const float bv = tb ? b[j * c.k + p] : b[p * c.n + j];
+                  s += double(av) * bv;
+                }
+                want[i * c.n + j] = 0.75 * s + beta * out[i * c.n + j];
+              }
+            }
+            be->Gemm(ta, tb, c.m, c.n, c.k, 0.75f, a.data(), b.data(), beta,
+                     out.data());
+            ExpectNear(out, want, 1e-4,
+                       fmt::format("{}x{}x{} ta={} tb={} beta={} threads={}",
+                                   c.m, c.n, c.k, ta, tb, beta, threads));
+          }
+        }
+      }
+    }
+  }
+}
+
+// y[b, oh, ow, o] of a plain convolution.
+std::vector<double> PlainConv(const Window2D& g, const std::vector<float>& x,
+                              const std::vector<float>& w) {
+  std::vector<double> y(
+      static_cast<size_t>(g.batch * g.out_h * g.out_w * g.out_c));
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t oh = 0; oh < g.out_h; ++oh)
+      for (int64_t ow = 0; ow < g.out_w; ++ow)
+        for (int64_t o = 0; o < g.out_c; ++o) {
+          double s = 0;
+          for (int64_t ky = 0; ky < g.window_h; ++ky)
+            for (int64_t kx = 0; kx < g.window_w; ++kx) {
+              const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+              const int64_t ix = ow * g.stride_w - g.pad_left + kx;
+              if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) continue;
+              for (int64_t c = 0; c < g.in_c; ++c) {
+                s += double(x[((b * g.in_h + iy) * g.in_w + ix) * g.in_c + c]) *
+                     w[((ky * g.window_w + kx) * g.in_c + c) * g.out_c + o];
+              }
+            }
+          y[((b * g.out_h + oh) * g.out_w + ow) * g.out_c + o] = s;
+        }
+  return y;
+}
+
+TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
+  for (Padding padding : {Padding::kSame, Padding::kValid}) {
+    for (int stride : {1, 2}) {
+      for (int64_t in_c : {1, 6}) {
+        Window2D g;
+        g.batch = 26;
+        g.in_h = 11;
+        g.in_w = 10;
+        g.in_c = in_c;
+        g.window_h = g.window_w = 3;
+        g.stride_h = g.stride_w = stride;
+        g.padding = padding;
+        g.out_c = 24;
+        g.Resolve();
+        const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 4);
+        const auto w = Random(9 * g.in_c * g.out_c, 5);
+        const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 6);
+        // dL/dx and dL/dw of L = sum(y * dy), from the plain forward's
+        // definition.
+        std::vector<double> dx(x.size()), dw(w.size());
+        for (int64_t b = 0; b < g.batch; ++b)
+          for (int64_t oh = 0; oh < g.out_h; ++oh)
+            for (int64_t ow = 0; ow < g.out_w; ++ow)
+              for (int64_t o = 0; o < g.out_c; ++o) {
+                const double d =
+                    dy[((b * g.out_h + oh) * g.out_w + ow) * g.out_c + o];
+                for (int64_t ky = 0; ky < 3; ++ky)
+                  for (int64_t kx = 0; kx < 3; ++kx) {
+                    const int64_t iy = oh * stride - g.pad_top + ky;
+                    const int64_t ix = ow * stride - g.pad_left + kx;
+                    if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w)
+                      continue;
+                    for (int64_t c = 0; c < g.in_c; ++c) {
+                      const int64_t xi =
+                          ((b * g.in_h + iy) * g.in_w + ix) * g.in_c + c;
+                      const int64_t wi =
+                          ((ky * 3 + kx) * g.in_c + c) * g.out_c + o;
+                      dx[xi] += d * w[wi];
+                      dw[wi] += d * x[xi];
+                    }
+                  }
+              }
+        const std::vector<double> want = PlainConv(g, x, w);
+        for (int threads : {1, 2, 3}) {
+          const std::string what =
+              fmt::format("same={} stride={} in_c={} threads={}",
+                          padding == Padding::kSame, stride, in_c, threads);
+          auto be = MakeCpuBackend(threads);
+          std::vector<float> y(want.size());
+          be->Conv2D(g, x.data(), w.data(), y.data());
+          ExpectNear(y, want, 1e-4, what + " y");
+          // Accumulates: start from ones.
+          std::vector<float> gx(x.size(), 1.0f), gw(w.size(), 1.0f);
+          be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(),
+                             gw.data());
+          std::vector<double> want_dx = dx, want_dw = dw;
+          for (double& v : want_dx) v += 1;
+          for (double& v : want_dw) v += 1;
+          ExpectNear(gx, want_dx, 1e-4, what + " dx");
+          ExpectNear(gw, want_dw, 1e-4, what + " dw");
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, SameNumbersOnEveryRunWithOneTeamSize) {
+  Window2D g;
+  g.batch = 64;
+  g.in_h = g.in_w = 14;
+  g.in_c = 8;
+  g.window_h = g.window_w = 3;
+  g.padding = Padding::kSame;
+  g.out_c = 32;
+  g.Resolve();
+  const auto x = Random(g.batch * 14 * 14 * 8, 7);
+  const auto w = Random(9 * 8 * 32, 8);
+  const auto dy = Random(g.batch * 14 * 14 * 32, 9);
+  auto run = [&] {
+    auto be = MakeCpuBackend(3);
+    std::vector<float> gw(w.size(), 0.0f), db(32, 0.0f), dz(dy.size()), sum(32);
+    be->Conv2DBackward(g, x.data(), w.data(), dy.data(), nullptr, gw.data());
+    be->BiasActivationBackward(g.batch * 14 * 14, 32, Activation::kTanh,
+                               dy.data(), dy.data() + 1, dz.data(), db.data());
+    be->ColumnSum(g.batch * 14 * 14, 32, dy.data(), 0.0f, sum.data());
+    gw.insert(gw.end(), db.begin(), db.end());
+    gw.insert(gw.end(), sum.begin(), sum.end());
+    return gw;
+  };
+  const std::vector<float> first = run();
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float> again = run();
+    ASSERT_EQ(0, std::memcmp(first.data(), again.data(),
+                             first.size() * sizeof(float)))
+        << "run " << i;
+  }
+}
+
+TEST(CpuBackendTest, MaxPoolBackwardRoutesToTheFirstMaximumOnEveryThread) {
+  Window2D g;
+  g.batch = 120;
+  g.in_h = g.in_w = 8;
+  g.in_c = 16;
+  g.window_h = g.window_w = 2;
+  g.stride_h = g.stride_w = 2;
+  g.out_c = 16;
+  g.Resolve();
+  // Values in {0, 1, 2}: ties in most windows.
+  std::vector<float> x(static_cast<size_t>(g.batch * 8 * 8 * 16));
+  std::mt19937 rng(3);
+  for (float& v : x) v = static_cast<float>(rng() % 3);
+  const auto dy = Random(g.batch * 4 * 4 * 16, 10);
+  std::vector<double> want(x.size(), 0.5);
+  for (int64_t b = 0; b < g.batch; ++b)
+    for (int64_t oh = 0; oh < 4; ++oh)
+      for (int64_t ow = 0; ow < 4; ++ow)
+        for (int64_t c = 0; c < 16; ++c) {
+          int64_t best = -1;
+          for (int64_t ky = 0; ky < 2; ++ky)
+            for (int64_t kx = 0; kx < 2; ++kx) {
+              const int64_t i =
+                  ((b * 8 + oh * 2 + ky) * 8 + ow * 2 + kx) * 16 + c;
+              if (best < 0 || x[i] > x[best]) best = i;
+            }
+          want[best] += dy[((b * 4 + oh) * 4 + ow) * 16 + c];
+        }
+  for (int threads : {1, 3}) {
+    auto be = MakeCpuBackend(threads);
+    std::vector<float> y(dy.size()), dx(x.size(), 0.5f);
+    be->Pool2D(Pooling::kMax, g, x.data(), y.data());
+    be->Pool2DBackward(Pooling::kMax, g, x.data(), y.data(), dy.data(),
+                       dx.data());
+    ExpectNear(dx, want, 1e-6, fmt::format("threads={}", threads));
+    // Written, not added: whatever dx held is gone.
+    std::vector<float> written(x.size(), 7.0f);
+    be->Pool2DBackwardWrite(Pooling::kMax, g, x.data(), y.data(), dy.data(),
+                            written.data());
+    std::vector<double> want_written = want;
+    for (double& v : want_written) v -= 0.5;
+    ExpectNear(written, want_written, 1e-6,
+               fmt::format("write, threads={}", threads));
+  }
+}
+
+// The CPU backend's one-pass epilogue against Backend's default (BiasAdd
+// then the activation; Fill, ActivationBackward, ColumnSum), which other
+// backends inherit.
+TEST(CpuBackendTest, FusedEpilogueEqualsTheDefaultComposition) {
+  const int64_t rows = 1500, cols = 48;
+  const auto y0 = Random(rows * cols, 11), bias = Random(cols, 12),
+             dy = Random(rows * cols, 13);
+  for (int threads : {1, 3}) {
+    auto be = MakeCpuBackend(threads);
+    for (Activation f : {Activation::kLinear, Activation::kRelu,
+                         Activation::kSigmoid, Activation::kTanh}) {
+      const std::string what =
+          fmt::format("{} threads={}", ActivationName(f), threads);
+      std::vector<float> fused = y0, composed = y0;
+      be->BiasActivation(rows, cols, bias.data(), f, fused.data());
+      be->Backend::BiasActivation(rows, cols, bias.data(), f, composed.data());
+      std::vector<double> want(composed.begin(), composed.end());
+      ExpectNear(fused, want, 1e-6, what + " forward");
+
+      std::vector<float> dz(dy.size()), dz_default(dy.size());
+      std::vector<float> db(cols, 1.0f), db_default(cols, 1.0f);
+      be->BiasActivationBackward(rows, cols, f, fused.data(), dy.data(),
+                                 dz.data(), db.data());
+      be->Backend::BiasActivationBackward(rows, cols, f, fused.data(),
+                                          dy.data(), dz_default.data(),
+                                          db_default.data());
+      ExpectNear(dz, std::vector<double>(dz_default.begin(), dz_default.end()),
+                 1e-6, what + " dz");
+      ExpectNear(db, std::vector<double>(db_default.begin(), db_default.end()),
+                 1e-4, what + " db");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace recflow::train

@@ -1,0 +1,130 @@
+// What every backend shares: names and shapes of the kernels' arguments,
+// device selection, and the default forms of the composite calls.
+#include "train/backend.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace recflow::train {
+
+Activation ActivationFromName(std::string_view name) {
+  if (name == "linear" || name.empty()) return Activation::kLinear;
+  if (name == "relu") return Activation::kRelu;
+  if (name == "sigmoid") return Activation::kSigmoid;
+  if (name == "tanh") return Activation::kTanh;
+  throw Error(fmt::format(
+      "unknown activation \"{}\" (expected linear, relu, sigmoid or tanh)",
+      name));
+}
+
+std::string_view ActivationName(Activation a) {
+  switch (a) {
+    case Activation::kLinear:
+      return "linear";
+    case Activation::kRelu:
+      return "relu";
+    case Activation::kSigmoid:
+      return "sigmoid";
+    case Activation::kTanh:
+      return "tanh";
+  }
+  return "?";
+}
+
+void Window2D::Resolve() {
+  if (window_h <= 0 || window_w <= 0 || stride_h <= 0 || stride_w <= 0) {
+    throw Error(fmt::format("window {}x{} with strides {}x{}: must be positive",
+                            window_h, window_w, stride_h, stride_w));
+  }
+  if (padding == Padding::kSame) {
+    out_h = (in_h + stride_h - 1) / stride_h;
+    out_w = (in_w + stride_w - 1) / stride_w;
+    const int64_t pad_h =
+        std::max<int64_t>((out_h - 1) * stride_h + window_h - in_h, 0);
+    const int64_t pad_w =
+        std::max<int64_t>((out_w - 1) * stride_w + window_w - in_w, 0);
+    pad_top = pad_h / 2;
+    pad_left = pad_w / 2;
+  } else {
+    if (window_h > in_h || window_w > in_w) {
+      throw Error(fmt::format(
+          "a {}x{} window does not fit a {}x{} input with VALID padding",
+          window_h, window_w, in_h, in_w));
+    }
+    out_h = (in_h - window_h) / stride_h + 1;
+    out_w = (in_w - window_w) / stride_w + 1;
+    pad_top = pad_left = 0;
+  }
+}
+
+void Backend::Pool2DBackwardWrite(Pooling kind, const Window2D& g,
+                                  const float* x, const float* y,
+                                  const float* dy, float* dx) {
+  Fill(g.batch * g.in_h * g.in_w * g.in_c, 0.0f, dx);
+  Pool2DBackward(kind, g, x, y, dy, dx);
+}
+
+void Backend::BiasActivation(int64_t rows, int64_t cols, const float* b,
+                             Activation f, float* y) {
+  if (b != nullptr) BiasAdd(rows, cols, y, b, y);
+  if (f != Activation::kLinear) ActivationForward(f, rows * cols, y, y);
+}
+
+void Backend::BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
+                                     const float* y, const float* dy, float* dz,
+                                     float* db) {
+  const int64_t n = rows * cols;
+  if (f == Activation::kLinear) {
+    if (dz != dy) Copy(n, dy, dz);
+  } else {
+    // ActivationBackward accumulates and reads dy while writing dz.
+    if (dz == dy) {
+      throw Error("BiasActivationBackward: dz may alias dy only when linear");
+    }
+    Fill(n, 0.0f, dz);
+    ActivationBackward(f, n, y, dy, dz);
+  }
+  if (db != nullptr) ColumnSum(rows, cols, dz, 1.0f, db);
+}
+
+std::string DeviceSpec::ToString() const {
+  return device == Device::kCpu ? "cpu" : fmt::format("cuda:{}", index);
+}
+
+DeviceSpec ParseDevice(std::string_view text) {
+  DeviceSpec spec;
+  if (text == "cpu") return spec;
+  if (text == "cuda" || text == "gpu") {
+    spec.device = Device::kCuda;
+    return spec;
+  }
+  if (text.starts_with("cuda:")) {
+    const std::string_view n = text.substr(5);
+    int index = 0;
+    bool ok = !n.empty() && n.size() <= 4;
+    for (char c : n) {
+      if (c < '0' || c > '9') ok = false;
+      index = index * 10 + (c - '0');
+    }
+    if (ok) {
+      spec.device = Device::kCuda;
+      spec.index = index;
+      return spec;
+    }
+  }
+  throw Error(fmt::format(
+      "unknown device \"{}\" (expected cpu, cuda or cuda:N)", text));
+}
+
+std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads) {
+  if (spec.device == Device::kCpu) return MakeCpuBackend(threads);
+  // RECFLOW_CUDA_TF32=0 keeps matrix products and convolutions in full
+  // float32 (as NVIDIA_TF32_OVERRIDE=0 does for TensorFlow).
+  const char* tf32 = std::getenv("RECFLOW_CUDA_TF32");
+  return MakeCudaBackend(spec.index,
+                         tf32 == nullptr || std::string_view(tf32) != "0");
+}
+
+}  // namespace recflow::train
