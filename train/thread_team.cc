@@ -36,7 +36,8 @@ void ThreadTeam::RunJob(int64_t tasks, Call call, const void* fn) {
   const uint32_t job = ++jobs_;
   call_.store(call, std::memory_order_relaxed);
   fn_.store(fn, std::memory_order_relaxed);
-  tasks_.store(tasks, std::memory_order_relaxed);
+  tasks_.store(uint64_t{job} << 32 | static_cast<uint64_t>(tasks),
+               std::memory_order_release);
   completed_.store(0, std::memory_order_relaxed);
   next_.store(uint64_t{job} << 32, std::memory_order_release);
   // seq_cst on both sides (here: epoch then sleepers; a worker: sleepers
@@ -64,16 +65,25 @@ void ThreadTeam::RunJob(int64_t tasks, Call call, const void* fn) {
 void ThreadTeam::Work() {
   for (;;) {
     uint64_t at = next_.load(std::memory_order_acquire);
-    const Call call = call_.load(std::memory_order_relaxed);
-    const void* fn = fn_.load(std::memory_order_relaxed);
-    const int64_t tasks = tasks_.load(std::memory_order_relaxed);
+    // The task count is checked against the job that `at` belongs to: the
+    // caller writes the next job's count while next_ still holds this
+    // one's (all taken), and a count from one job with an index from
+    // another would let a stale value be taken.
+    const uint64_t count = tasks_.load(std::memory_order_acquire);
+    if ((count >> 32) != (at >> 32) ||
+        (at & 0xffffffffu) >= (count & 0xffffffffu)) {
+      return;
+    }
     const int64_t task = static_cast<int64_t>(at & 0xffffffffu);
-    if (task >= tasks) return;
     // Fails when another thread took this task or a new job began after
-    // the fields were read; either way, look again.
+    // `at` was read; either way, look again.
     if (!next_.compare_exchange_weak(at, at + 1, std::memory_order_acq_rel)) {
       continue;
     }
+    // The job cannot change before this task completes: its fields are the
+    // ones published with the value just taken.
+    const Call call = call_.load(std::memory_order_relaxed);
+    const void* fn = fn_.load(std::memory_order_relaxed);
     try {
       call(fn, task);
     } catch (...) {

@@ -48,7 +48,7 @@ class ThreadTeam {
   template <typename Fn>
   void Run(int64_t tasks, const Fn& fn) {
     if (tasks <= 0) return;
-    if (tasks == 1 || workers_.empty()) {
+    if (tasks == 1 || workers_.empty() || tasks > 0xffffffff) {
       for (int64_t t = 0; t < tasks; ++t) fn(t);
       return;
     }
@@ -97,15 +97,15 @@ class ThreadTeam {
   const std::chrono::microseconds spin_;
 
   // The current job.  next_ holds the job's number (high 32 bits) and the
-  // next task index (low 32): a worker reads the job's fields after it
-  // loads next_ and takes a task only by a compare-exchange on the value
-  // it loaded, so a worker that wakes late can neither run an old job's
+  // next task index (low 32); a thread takes a task only by a
+  // compare-exchange on the value it loaded and reads the job's function
+  // after it, so a worker that wakes late can neither run an old job's
   // function nor take a task of the new one without seeing its fields.
   // The caller waits for its tasks to complete, never for workers that
   // took none (a sleeping worker costs a loop nothing).
   std::atomic<Call> call_{nullptr};
   std::atomic<const void*> fn_{nullptr};
-  std::atomic<int64_t> tasks_{0};
+  std::atomic<uint64_t> tasks_{0};  // job number << 32 | task count
   std::atomic<uint64_t> next_{0};
   std::atomic<int64_t> completed_{0};
   uint32_t jobs_ = 0;               // caller only

@@ -172,12 +172,13 @@ TEST(CpuBackendTest, SameNumbersOnEveryRunWithOneTeamSize) {
   const auto x = Random(g.batch * 14 * 14 * 8, 7);
   const auto w = Random(9 * 8 * 32, 8);
   const auto dy = Random(g.batch * 14 * 14 * 32, 9);
+  const auto y = Random(g.batch * 14 * 14 * 32, 10);
   auto run = [&] {
     auto be = MakeCpuBackend(3);
     std::vector<float> gw(w.size(), 0.0f), db(32, 0.0f), dz(dy.size()), sum(32);
     be->Conv2DBackward(g, x.data(), w.data(), dy.data(), nullptr, gw.data());
     be->BiasActivationBackward(g.batch * 14 * 14, 32, Activation::kTanh,
-                               dy.data(), dy.data() + 1, dz.data(), db.data());
+                               y.data(), dy.data(), dz.data(), db.data());
     be->ColumnSum(g.batch * 14 * 14, 32, dy.data(), 0.0f, sum.data());
     gw.insert(gw.end(), db.begin(), db.end());
     gw.insert(gw.end(), sum.begin(), sum.end());
