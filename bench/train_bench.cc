@@ -6,6 +6,16 @@
 //   build/bench/train_bench --benchmark_repetitions=3
 //   build/bench/train_bench --device cuda   # the CUDA backend (issue: GPU)
 //
+// On the CPU each benchmark runs at 1, 2 and all threads (/threads:N):
+//   Step/<model>: model_fn + backward + Adam; counters split the step by
+//     backend call (gemm_conv_%, elementwise_%, pooling_%, optimizer_%,
+//     allocation_%; other_% is the tape and model code).
+//   Gemms/<model>: the step's products as Eigen tensor contractions on a
+//     ThreadPoolDevice (the old backend's way); BackendGemms/<model>: the
+//     same products through the CPU backend's Gemm.
+//   Kernel/<op>/threads:N/n:M: single calls at a size, where splitting a
+//     loop over the team starts to pay.
+//
 // With --device cuda the benchmarks are, per model (batch 128, Adam):
 //   CudaStep/<model>: steps on a batch already on the device, 50 steps per
 //     iteration and one synchronisation; counters: library_ms (the step's
