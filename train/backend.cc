@@ -72,6 +72,13 @@ void Backend::BiasActivation(int64_t rows, int64_t cols, const float* b,
   if (f != Activation::kLinear) ActivationForward(f, rows * cols, y, y);
 }
 
+void Backend::CheckEpilogueAliasing(Activation f, const float* dy,
+                                    const float* dz) {
+  if (dz == dy && f != Activation::kLinear) {
+    throw Error("BiasActivationBackward: dz may alias dy only when linear");
+  }
+}
+
 void Backend::BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
                                      const float* y, const float* dy, float* dz,
                                      float* db) {
@@ -80,9 +87,7 @@ void Backend::BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
     if (dz != dy) Copy(n, dy, dz);
   } else {
     // ActivationBackward accumulates and reads dy while writing dz.
-    if (dz == dy) {
-      throw Error("BiasActivationBackward: dz may alias dy only when linear");
-    }
+    CheckEpilogueAliasing(f, dy, dz);
     Fill(n, 0.0f, dz);
     ActivationBackward(f, n, y, dy, dz);
   }

@@ -260,6 +260,12 @@ class Backend {
   virtual std::string MemoryReport() const { return ""; }
   // How often the device allocator had to ask the driver for memory.
   virtual uint64_t DeviceMallocs() const { return 0; }
+
+ protected:
+  // Throws Error when dz aliases dy for an activation other than linear
+  // (BiasActivationBackward's contract, checked by every implementation).
+  static void CheckEpilogueAliasing(Activation f, const float* dy,
+                                    const float* dz);
 };
 
 // The bits behind DropoutMask: a counter-based hash of (seed, i), so any

@@ -229,50 +229,34 @@ class CpuBackend final : public Backend {
   // while it is in cache, instead of in a pass of its own.
   void PoolBackward(Pooling kind, const Window2D& g, const float* x,
                     const float* y, const float* dy, float* dx, bool write) {
-    // Per image, so that no two threads add into the same dx cell.
+    // Split by images, so that no two threads add into the same dx cell.
     const int64_t image = g.in_h * g.in_w * g.in_c;
-    ParallelRows(g.batch, g.out_h * g.out_w * g.window_h * g.window_w * g.in_c,
-                 [&](int64_t b) {
-                   if (write) {
-                     std::memset(dx + b * image, 0,
-                                 static_cast<size_t>(image) * sizeof(float));
-                   }
-                   std::vector<float> remaining(static_cast<size_t>(g.in_c));
-                   for (int64_t oh = 0; oh < g.out_h; ++oh) {
-                     for (int64_t ow = 0; ow < g.out_w; ++ow) {
-                       const int64_t o =
-                           ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
-                       PoolWindowBackward(kind, g, x, y + o, dy + o, b, oh, ow,
-                                          dx, remaining.data());
-                     }
-                   }
-                 });
+    const int64_t cost = g.out_h * g.out_w * g.window_h * g.window_w * g.in_c;
+    team_.For(g.batch, RowGrain(cost), [&](int64_t first, int64_t end) {
+      std::vector<float> remaining(static_cast<size_t>(g.in_c));
+      for (int64_t b = first; b < end; ++b) {
+        if (write) {
+          std::memset(dx + b * image, 0,
+                      static_cast<size_t>(image) * sizeof(float));
+        }
+        for (int64_t oh = 0; oh < g.out_h; ++oh) {
+          for (int64_t ow = 0; ow < g.out_w; ++ow) {
+            const int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
+            PoolWindowBackward(kind, g, x, y + o, dy + o, b, oh, ow, dx,
+                               remaining.data());
+          }
+        }
+      }
+    });
   }
 
  public:
   void ActivationForward(Activation f, int64_t n, const float* x,
                          float* y) override {
     if (f == Activation::kLinear && x == y) return;
-    const int64_t cost = f == Activation::kLinear || f == Activation::kRelu
-                             ? 1
-                             : 16;  // exp/tanh per value
-    team_.For(n, kGrain / cost, [&](int64_t lo, int64_t hi) {
-      ConstArrayMap in(x + lo, hi - lo);
+    team_.For(n, kGrain / ActivationCost(f), [&](int64_t lo, int64_t hi) {
       ArrayMap out(y + lo, hi - lo);
-      switch (f) {
-        case Activation::kLinear:
-          out = in;
-          break;
-        case Activation::kRelu:
-          out = in.max(0.0f);
-          break;
-        case Activation::kSigmoid:
-          out = in.logistic();
-          break;
-        case Activation::kTanh:
-          out = in.tanh();
-          break;
-      }
+      Activate(f, ConstArrayMap(x + lo, hi - lo), out);
     });
   }
 
@@ -285,58 +269,25 @@ class CpuBackend final : public Backend {
 
   void BiasActivation(int64_t rows, int64_t cols, const float* b, Activation f,
                       float* y) override {
-    const int64_t cost =
-        f == Activation::kSigmoid || f == Activation::kTanh ? 16 : 1;
-    ParallelRows(rows, cols * cost, [&](int64_t r) {
+    ParallelRows(rows, cols * ActivationCost(f), [&](int64_t r) {
       ArrayMap out(y + r * cols, cols);
       if (b != nullptr) out += ConstArrayMap(b, cols);
-      switch (f) {
-        case Activation::kLinear:
-          break;
-        case Activation::kRelu:
-          out = out.max(0.0f);
-          break;
-        case Activation::kSigmoid:
-          out = out.logistic();
-          break;
-        case Activation::kTanh:
-          out = out.tanh();
-          break;
-      }
+      if (f != Activation::kLinear) Activate(f, out, out);
     });
   }
 
   void BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
                               const float* y, const float* dy, float* dz,
                               float* db) override {
-    if (dz == dy && f != Activation::kLinear) {
-      throw Error("BiasActivationBackward: dz may alias dy only when linear");
-    }
-    // Rows split in task-sized ranges; each range's column sums apart,
-    // added in range order.
-    const int64_t tasks =
-        team_.Tasks(rows, std::max<int64_t>(1, kGrain / cols));
-    const int64_t chunk = tasks == 0 ? 0 : (rows + tasks - 1) / tasks;
-    const int64_t stride = PartialStride(cols);
-    column_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
-    team_.Run(tasks, [&](int64_t t) {
-      const int64_t lo = t * chunk, hi = std::min(rows, lo + chunk);
-      ArrayMap sum(column_partial_.data() + t * stride, cols);
-      for (int64_t r = lo; r < hi; ++r) {
-        const int64_t at = r * cols;
-        if (f != Activation::kLinear || dz != dy) {
-          ActivationGrad(f, y + at, dy + at, dz + at, cols,
-                         /*accumulate=*/false);
-        }
-        if (db != nullptr) sum += ConstArrayMap(dz + at, cols);
+    CheckEpilogueAliasing(f, dy, dz);
+    RowsWithColumnSums(rows, cols, 1.0f, db, [&](int64_t r) {
+      const int64_t at = r * cols;
+      if (f != Activation::kLinear || dz != dy) {
+        ActivationGrad(f, y + at, dy + at, dz + at, cols,
+                       /*accumulate=*/false);
       }
+      return dz + at;
     });
-    if (db != nullptr) {
-      for (int64_t t = 0; t < tasks; ++t) {
-        ArrayMap(db, cols) +=
-            ConstArrayMap(column_partial_.data() + t * stride, cols);
-      }
-    }
   }
 
   void Softmax(int64_t rows, int64_t cols, const float* x, float* y) override {
@@ -446,26 +397,8 @@ class CpuBackend final : public Backend {
   }
   void ColumnSum(int64_t rows, int64_t cols, const float* x, float beta,
                  float* out) override {
-    const int64_t tasks =
-        team_.Tasks(rows, std::max<int64_t>(1, kGrain / cols));
-    const int64_t chunk = tasks == 0 ? 0 : (rows + tasks - 1) / tasks;
-    const int64_t stride = PartialStride(cols);
-    column_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
-    team_.Run(tasks, [&](int64_t t) {
-      ArrayMap sum(column_partial_.data() + t * stride, cols);
-      for (int64_t r = t * chunk; r < std::min(rows, (t + 1) * chunk); ++r) {
-        sum += ConstArrayMap(x + r * cols, cols);
-      }
-    });
-    ArrayMap o(out, cols);
-    if (beta == 0.0f) {
-      o.setZero();
-    } else if (beta != 1.0f) {
-      o *= beta;
-    }
-    for (int64_t t = 0; t < tasks; ++t) {
-      o += ConstArrayMap(column_partial_.data() + t * stride, cols);
-    }
+    RowsWithColumnSums(rows, cols, beta, out,
+                       [&](int64_t r) { return x + r * cols; });
   }
   void Sum(int64_t n, const float* x, float scale, float* y) override {
     double sum = 0;
@@ -709,6 +642,30 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Operations per value of f: exp and tanh cost about 16 adds.
+  static int64_t ActivationCost(Activation f) {
+    return f == Activation::kSigmoid || f == Activation::kTanh ? 16 : 1;
+  }
+
+  // out = f(in), elementwise (out may be in).
+  template <typename In>
+  static void Activate(Activation f, const In& in, ArrayMap& out) {
+    switch (f) {
+      case Activation::kLinear:
+        out = in;
+        break;
+      case Activation::kRelu:
+        out = in.max(0.0f);
+        break;
+      case Activation::kSigmoid:
+        out = in.logistic();
+        break;
+      case Activation::kTanh:
+        out = in.tanh();
+        break;
+    }
+  }
+
   // dx (+)= f'(.) dy over n values from the activation's output y.
   static void ActivationGrad(Activation f, const float* y, const float* dy,
                              float* dx, int64_t n, bool accumulate) {
@@ -737,14 +694,53 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // Rows per thread at least, for rows of `cost` operations each, so that
+  // small work stays on one thread.
+  static int64_t RowGrain(int64_t cost) {
+    return std::max<int64_t>(1, kGrain / std::max<int64_t>(cost, 1));
+  }
+
   // Runs fn(row) for rows [0, n) on the team; `cost` is a rough number of
-  // operations per row, so that small work stays on one thread.
+  // operations per row.
   template <typename Fn>
   void ParallelRows(int64_t n, int64_t cost, const Fn& fn) {
-    team_.For(n, std::max<int64_t>(1, kGrain / std::max<int64_t>(cost, 1)),
-              [&](int64_t lo, int64_t hi) {
-                for (int64_t i = lo; i < hi; ++i) fn(i);
-              });
+    team_.For(n, RowGrain(cost), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) fn(i);
+    });
+  }
+
+  // Runs row(r) for rows [0, rows) on the team, each returning the row of
+  // `cols` values it computed (or read), and, when `out` is not null, sets
+  // out = beta * out + the rows' column sums.  Each range of rows sums
+  // apart and the sums are added in range order: the same numbers every
+  // run at one team size.
+  template <typename RowFn>
+  void RowsWithColumnSums(int64_t rows, int64_t cols, float beta, float* out,
+                          const RowFn& row) {
+    const int64_t tasks = team_.Tasks(rows, RowGrain(cols));
+    const int64_t chunk = tasks == 0 ? 0 : (rows + tasks - 1) / tasks;
+    const int64_t stride = PartialStride(cols);
+    if (out != nullptr) {
+      column_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
+    }
+    team_.Run(tasks, [&](int64_t t) {
+      float* sum =
+          out != nullptr ? column_partial_.data() + t * stride : nullptr;
+      for (int64_t r = t * chunk; r < std::min(rows, (t + 1) * chunk); ++r) {
+        const float* values = row(r);
+        if (sum != nullptr) ArrayMap(sum, cols) += ConstArrayMap(values, cols);
+      }
+    });
+    if (out == nullptr) return;
+    ArrayMap o(out, cols);
+    if (beta == 0.0f) {
+      o.setZero();
+    } else if (beta != 1.0f) {
+      o *= beta;
+    }
+    for (int64_t t = 0; t < tasks; ++t) {
+      o += ConstArrayMap(column_partial_.data() + t * stride, cols);
+    }
   }
 
   // How many tasks a convolution's images are split into: several per
@@ -804,9 +800,7 @@ class CpuBackend final : public Backend {
       const float* image = x + b * g.in_h * g.in_w * c;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          const int64_t x0 = ow * g.stride_w - g.pad_left;
-          const int64_t lo = std::clamp<int64_t>(-x0, 0, g.window_w);
-          const int64_t hi = std::clamp<int64_t>(g.in_w - x0, lo, g.window_w);
+          const auto [x0, lo, hi] = InsideColumns(g, ow);
           for (int64_t ky = 0; ky < g.window_h; ++ky) {
             const int64_t iy = oh * g.stride_h - g.pad_top + ky;
             if (iy < 0 || iy >= g.in_h) {
@@ -823,6 +817,18 @@ class CpuBackend final : public Backend {
       }
     }
     return scratch.data();
+  }
+
+  // Output column ow's window starts at input column x0 (negative in the
+  // padding); its columns [lo, hi) lie inside the input.
+  struct ColumnSpan {
+    int64_t x0, lo, hi;
+  };
+  RECFLOW_SPAN_LOOPS static inline ColumnSpan InsideColumns(const Window2D& g,
+                                                            int64_t ow) {
+    const int64_t x0 = ow * g.stride_w - g.pad_left;
+    const int64_t lo = std::clamp<int64_t>(-x0, 0, g.window_w);
+    return {x0, lo, std::clamp<int64_t>(g.in_w - x0, lo, g.window_w)};
   }
 
   // Spans of a few floats to a few hundred: loops the compiler keeps (no
@@ -854,9 +860,7 @@ class CpuBackend final : public Backend {
       const float* in = dcols + i * g.out_h * g.out_w * patch;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          const int64_t x0 = ow * g.stride_w - g.pad_left;
-          const int64_t lo = std::clamp<int64_t>(-x0, 0, g.window_w);
-          const int64_t hi = std::clamp<int64_t>(g.in_w - x0, lo, g.window_w);
+          const auto [x0, lo, hi] = InsideColumns(g, ow);
           for (int64_t ky = 0; ky < g.window_h; ++ky) {
             const int64_t iy = oh * g.stride_h - g.pad_top + ky;
             if (iy >= 0 && iy < g.in_h) {

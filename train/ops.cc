@@ -142,6 +142,25 @@ Window2D ConvWindow(const Var& x, const Var& filter, int stride_h, int stride_w,
   return g;
 }
 
+// [m, n] = op(a) [m, k] x op(b) [k, n]; throws Error when they do not fit.
+struct Dims {
+  int64_t m, n, k;
+};
+Dims MatMulDims(const Var& a, const Var& b, bool ta, bool tb) {
+  CheckRank(a, 2, "matmul");
+  CheckRank(b, 2, "matmul");
+  const int64_t k = ta ? a.shape()[0] : a.shape()[1];
+  if ((tb ? b.shape()[1] : b.shape()[0]) != k) {
+    throw Error(fmt::format("matmul: shapes {} and {} do not fit{}{}",
+                            a.shape().ToString(), b.shape().ToString(),
+                            ta ? " (a transposed)" : "",
+                            tb ? " (b transposed)" : ""));
+  }
+  return {ta ? a.shape()[1] : a.shape()[0], tb ? b.shape()[0] : b.shape()[1],
+          k};
+}
+
+// A bias (when valid) of `cols` values for an input of shape `of`.
 void CheckBias(const Var& bias, int64_t cols, const Shape& of) {
   if (bias.valid() && (bias.shape().rank() != 1 || bias.shape()[0] != cols)) {
     throw Error(fmt::format("bias_add: bias {} does not fit input {}",
@@ -207,18 +226,7 @@ Var DecodeRaw(Backend& be, const Tensor& bytes, const Shape& per_element,
 }
 
 Var MatMul(Backend& be, const Var& a, const Var& b, bool ta, bool tb) {
-  CheckRank(a, 2, "matmul");
-  CheckRank(b, 2, "matmul");
-  const int64_t m = ta ? a.shape()[1] : a.shape()[0];
-  const int64_t k = ta ? a.shape()[0] : a.shape()[1];
-  const int64_t kb = tb ? b.shape()[1] : b.shape()[0];
-  const int64_t n = tb ? b.shape()[0] : b.shape()[1];
-  if (k != kb) {
-    throw Error(fmt::format("matmul: shapes {} and {} do not fit{}{}",
-                            a.shape().ToString(), b.shape().ToString(),
-                            ta ? " (a transposed)" : "",
-                            tb ? " (b transposed)" : ""));
-  }
+  const auto [m, n, k] = MatMulDims(a, b, ta, tb);
   Tensor y = NewFloat(be, Shape{m, n});
   be.Gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f,
           y.mutable_data<float>());
@@ -252,10 +260,7 @@ Var MatMul(Backend& be, const Var& a, const Var& b, bool ta, bool tb) {
 
 Var BiasAdd(Backend& be, const Var& x, const Var& bias) {
   const int64_t cols = LastDim(x.shape());
-  if (bias.shape().rank() != 1 || bias.shape()[0] != cols) {
-    throw Error(fmt::format("bias_add: bias {} does not fit input {}",
-                            bias.shape().ToString(), x.shape().ToString()));
-  }
+  CheckBias(bias, cols, x.shape());
   const int64_t rows = x.value().num_elements() / std::max<int64_t>(cols, 1);
   Tensor y = NewFloat(be, x.shape());
   be.BiasAdd(rows, cols, x.data(), bias.data(), y.mutable_data<float>());
@@ -459,14 +464,8 @@ Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
 
 Var FusedMatMul(Backend& be, const Var& x, const Var& w, const Var& bias,
                 Activation f) {
-  CheckRank(x, 2, "matmul");
-  CheckRank(w, 2, "matmul");
-  const int64_t m = x.shape()[0], k = x.shape()[1], n = w.shape()[1];
-  if (w.shape()[0] != k) {
-    throw Error(fmt::format("matmul: shapes {} and {} do not fit",
-                            x.shape().ToString(), w.shape().ToString()));
-  }
-  CheckBias(bias, n, x.shape());
+  const auto [m, n, k] = MatMulDims(x, w, false, false);
+  CheckBias(bias, n, Shape{m, n});
   Tensor y = NewFloat(be, Shape{m, n});
   float* out = y.mutable_data<float>();
   be.Gemm(false, false, m, n, k, 1.0f, x.data(), w.data(), 0.0f, out);

@@ -69,29 +69,26 @@ TEST(CpuBackendTest, GemmSplitOverTheTeamMatchesAPlainLoop) {
   }
 }
 
-// y[b, oh, ow, o] of a plain convolution.
-std::vector<double> PlainConv(const Window2D& g, const std::vector<float>& x,
-                              const std::vector<float>& w) {
-  std::vector<double> y(
-      static_cast<size_t>(g.batch * g.out_h * g.out_w * g.out_c));
+// Calls fn(xi, wi, yi) for every product x[xi] * w[wi] that a plain
+// convolution adds into y[yi] (x NHWC, w HWIO, y NHWC): the forward pass
+// and both gradients below come from this one definition.
+template <typename Fn>
+void ForEachTap(const Window2D& g, const Fn& fn) {
   for (int64_t b = 0; b < g.batch; ++b)
     for (int64_t oh = 0; oh < g.out_h; ++oh)
       for (int64_t ow = 0; ow < g.out_w; ++ow)
-        for (int64_t o = 0; o < g.out_c; ++o) {
-          double s = 0;
-          for (int64_t ky = 0; ky < g.window_h; ++ky)
-            for (int64_t kx = 0; kx < g.window_w; ++kx) {
-              const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-              const int64_t ix = ow * g.stride_w - g.pad_left + kx;
-              if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) continue;
-              for (int64_t c = 0; c < g.in_c; ++c) {
-                s += double(x[((b * g.in_h + iy) * g.in_w + ix) * g.in_c + c]) *
-                     w[((ky * g.window_w + kx) * g.in_c + c) * g.out_c + o];
+        for (int64_t ky = 0; ky < g.window_h; ++ky)
+          for (int64_t kx = 0; kx < g.window_w; ++kx) {
+            const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+            const int64_t ix = ow * g.stride_w - g.pad_left + kx;
+            if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w) continue;
+            for (int64_t c = 0; c < g.in_c; ++c)
+              for (int64_t o = 0; o < g.out_c; ++o) {
+                fn(((b * g.in_h + iy) * g.in_w + ix) * g.in_c + c,
+                   ((ky * g.window_w + kx) * g.in_c + c) * g.out_c + o,
+                   ((b * g.out_h + oh) * g.out_w + ow) * g.out_c + o);
               }
-            }
-          y[((b * g.out_h + oh) * g.out_w + ow) * g.out_c + o] = s;
-        }
-  return y;
+          }
 }
 
 TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
@@ -111,32 +108,13 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
         const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 4);
         const auto w = Random(9 * g.in_c * g.out_c, 5);
         const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 6);
-        // dL/dx and dL/dw of L = sum(y * dy), from the plain forward's
-        // definition.
-        std::vector<double> dx(x.size()), dw(w.size());
-        for (int64_t b = 0; b < g.batch; ++b)
-          for (int64_t oh = 0; oh < g.out_h; ++oh)
-            for (int64_t ow = 0; ow < g.out_w; ++ow)
-              for (int64_t o = 0; o < g.out_c; ++o) {
-                const double d =
-                    dy[((b * g.out_h + oh) * g.out_w + ow) * g.out_c + o];
-                for (int64_t ky = 0; ky < 3; ++ky)
-                  for (int64_t kx = 0; kx < 3; ++kx) {
-                    const int64_t iy = oh * stride - g.pad_top + ky;
-                    const int64_t ix = ow * stride - g.pad_left + kx;
-                    if (iy < 0 || iy >= g.in_h || ix < 0 || ix >= g.in_w)
-                      continue;
-                    for (int64_t c = 0; c < g.in_c; ++c) {
-                      const int64_t xi =
-                          ((b * g.in_h + iy) * g.in_w + ix) * g.in_c + c;
-                      const int64_t wi =
-                          ((ky * 3 + kx) * g.in_c + c) * g.out_c + o;
-                      dx[xi] += d * w[wi];
-                      dw[wi] += d * x[xi];
-                    }
-                  }
-              }
-        const std::vector<double> want = PlainConv(g, x, w);
+        // y, and dL/dx and dL/dw of L = sum(y * dy).
+        std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
+        ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
+          want[yi] += double(x[xi]) * w[wi];
+          dx[xi] += double(dy[yi]) * w[wi];
+          dw[wi] += double(dy[yi]) * x[xi];
+        });
         for (int threads : {1, 2, 3}) {
           const std::string what =
               fmt::format("same={} stride={} in_c={} threads={}",
