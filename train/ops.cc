@@ -226,7 +226,10 @@ Var DecodeRaw(Backend& be, const Tensor& bytes, const Shape& per_element,
 }
 
 Var MatMul(Backend& be, const Var& a, const Var& b, bool ta, bool tb) {
-  const auto [m, n, k] = MatMulDims(a, b, ta, tb);
+  // Named copies, not a structured binding: clang before 16 cannot capture
+  // a binding in the backward lambda (CI's sanitizer build is clang 14).
+  const Dims dims = MatMulDims(a, b, ta, tb);
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
   Tensor y = NewFloat(be, Shape{m, n});
   be.Gemm(ta, tb, m, n, k, 1.0f, a.data(), b.data(), 0.0f,
           y.mutable_data<float>());
@@ -464,7 +467,8 @@ Var Conv2D(Backend& be, const Var& x, const Var& filter, int stride_h,
 
 Var FusedMatMul(Backend& be, const Var& x, const Var& w, const Var& bias,
                 Activation f) {
-  const auto [m, n, k] = MatMulDims(x, w, false, false);
+  const Dims dims = MatMulDims(x, w, false, false);
+  const int64_t m = dims.m, n = dims.n, k = dims.k;
   CheckBias(bias, n, Shape{m, n});
   Tensor y = NewFloat(be, Shape{m, n});
   float* out = y.mutable_data<float>();
