@@ -37,6 +37,7 @@
 #include <string_view>
 #include <vector>
 
+#include "records/errors.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
 #include "records/tfrecord_writer.h"
@@ -46,10 +47,11 @@ namespace recflow::convert {
 // A bad input: names the file and the line, row or member, and what was
 // expected.  row_level(): the error concerns one row, which `skip_bad`
 // may skip.
-class ConvertError : public std::runtime_error {
+// A sibling of records::Error under recflow::Error (records/errors.h).
+class ConvertError : public recflow::Error {
  public:
   ConvertError(std::string what, bool row_level)
-      : std::runtime_error(std::move(what)), row_level_(row_level) {}
+      : recflow::Error(std::move(what)), row_level_(row_level) {}
   bool row_level() const { return row_level_; }
 
  private:

@@ -9,29 +9,10 @@ using records::DType;
 
 // --- CSV (RFC 4180) -----------------------------------------------------
 
-// records::CsvReader, its errors as ConvertErrors.
-class CsvReader {
- public:
-  explicit CsvReader(const std::string& path) {
-    try {
-      reader_ = std::make_unique<records::CsvReader>(path);
-    } catch (const records::CsvError& e) {
-      InputError(e.what());
-    }
-  }
-  bool ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
-    try {
-      return reader_->ReadRecord(fields, line);
-    } catch (const records::CsvError& e) {
-      throw ConvertError(e.what(), e.row_level());
-    }
-  }
-  uint64_t position() const { return reader_->position(); }
-  const std::string& path() const { return reader_->path(); }
-
- private:
-  std::unique_ptr<records::CsvReader> reader_;
-};
+// Rows are read by records::CsvReader.  Its CsvError is caught here where
+// it is row-level (the row is counted or skipped like a ConvertError's);
+// one that ends the file leaves this source as it is.
+using records::CsvReader;
 
 class CsvSource final : public ExampleSource {
  public:
@@ -67,7 +48,7 @@ class CsvSource final : public ExampleSource {
       while (true) {
         try {
           if (!reader.ReadRecord(&fields, &line)) break;
-        } catch (const ConvertError& e) {
+        } catch (const records::CsvError& e) {
           if (!e.row_level()) throw;
           ++rows_;
           continue;
@@ -93,7 +74,7 @@ class CsvSource final : public ExampleSource {
       if (reader_ == nullptr) return false;
       try {
         if (reader_->ReadRecord(&row->fields, &row->line)) break;
-      } catch (const ConvertError& e) {
+      } catch (const records::CsvError& e) {
         if (!e.row_level()) throw;
         row->error = e.what();
         break;

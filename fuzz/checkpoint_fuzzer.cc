@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (const auto& [name, t] : tensors) total += t.byte_size();
       if (total > size) __builtin_trap();
     }
-  } catch (const recflow::records::Error&) {
+  } catch (const recflow::Error&) {  // a training or a records error
   }
   return 0;
 }

@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int i = 0; i < 16 && it.Next(&e); ++i) {
     }
     it.Save();
-  } catch (const records::Error&) {
+  } catch (const recflow::Error&) {  // a pipeline or a records error
   }
   return 0;
 }

@@ -5,6 +5,10 @@
 #include <cstring>
 
 #include "records/crc32c.h"
+#include "records/csv_reader.h"
+#include "records/example_parser.h"
+#include "records/file_list.h"
+#include "records/input_stream.h"
 #include "records/tfrecord_format.h"
 
 namespace recflow::pipeline {
@@ -231,19 +235,116 @@ void StateReader::Finish() {
   }
 }
 
+namespace {
+
+// The error classes a saved result keeps (kind 3 of a buffered result).
+enum class ErrorType : uint64_t {
+  kPipeline,     // pipeline::Error, and any class not listed
+  kRecords,      // records::Error
+  kRecord,       // records::RecordError: path, offset, index, damage, detail
+  kIo,           // records::IoError: path, detail, errno
+  kParse,        // records::ParseError
+  kDecompress,   // records::DecompressionError: detail, compressed offset
+  kCsv,          // records::CsvError: row_level
+  kFileList,     // records::FileListError
+};
+
+void WriteError(StateWriter* w, const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const records::RecordError& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kRecord));
+    w->String(e.path());
+    w->U64(e.offset());
+    w->U64(e.record_index());
+    w->U64(static_cast<uint64_t>(e.kind()));
+    w->String(e.detail());
+  } catch (const records::IoError& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kIo));
+    w->String(e.path());
+    w->String(e.detail());
+    w->U64(static_cast<uint64_t>(e.errno_value()));
+  } catch (const records::DecompressionError& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kDecompress));
+    w->String(e.detail());
+    w->U64(e.compressed_offset());
+  } catch (const records::CsvError& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kCsv));
+    w->String(e.what());
+    w->Bool(e.row_level());
+  } catch (const records::ParseError& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kParse));
+    w->String(e.what());
+  } catch (const records::FileListError& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kFileList));
+    w->String(e.what());
+  } catch (const records::Error& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kRecords));
+    w->String(e.what());
+  } catch (const std::exception& e) {
+    w->U64(static_cast<uint64_t>(ErrorType::kPipeline));
+    w->String(e.what());
+  } catch (...) {
+    w->U64(static_cast<uint64_t>(ErrorType::kPipeline));
+    w->String("unknown error");
+  }
+}
+
+std::exception_ptr ReadError(StateReader* r) {
+  const uint64_t type = r->U64();
+  switch (static_cast<ErrorType>(type)) {
+    case ErrorType::kPipeline:
+      return std::make_exception_ptr(Error(r->String()));
+    case ErrorType::kRecords:
+      return std::make_exception_ptr(records::Error(r->String()));
+    case ErrorType::kRecord: {
+      std::string path = r->String();
+      const uint64_t offset = r->U64();
+      const uint64_t index = r->U64();
+      const uint64_t kind = r->U64();
+      if (kind > static_cast<uint64_t>(records::DamageKind::kDecompressionError)) {
+        r->Fail("unknown kind of record damage");
+      }
+      return std::make_exception_ptr(
+          records::RecordError(std::move(path), offset, index,
+                               static_cast<records::DamageKind>(kind),
+                               r->String()));
+    }
+    case ErrorType::kIo: {
+      std::string path = r->String();
+      std::string detail = r->String();
+      const uint64_t errno_value = r->U64();
+      if (errno_value > 4095) r->Fail("an errno out of range");
+      return std::make_exception_ptr(records::IoError(
+          std::move(path), std::move(detail), static_cast<int>(errno_value)));
+    }
+    case ErrorType::kParse:
+      return std::make_exception_ptr(records::ParseError(r->String()));
+    case ErrorType::kDecompress: {
+      std::string detail = r->String();
+      return std::make_exception_ptr(
+          records::DecompressionError(std::move(detail), r->U64()));
+    }
+    case ErrorType::kCsv: {
+      std::string what = r->String();
+      return std::make_exception_ptr(
+          records::CsvError(std::move(what), r->Bool()));
+    }
+    case ErrorType::kFileList:
+      return std::make_exception_ptr(records::FileListError(r->String()));
+  }
+  r->Fail(fmt::format("unknown error type {}", type));
+}
+
+}  // namespace
+
 void WriteResult(StateWriter* w, bool end, const std::exception_ptr& error,
                  const Element& element) {
   if (end) {
     w->U64(0);
   } else if (error) {
-    w->U64(1);
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      w->String(e.what());
-    } catch (...) {
-      w->String("unknown error");
-    }
+    w->U64(3);
+    WriteError(w, error);
   } else {
     w->U64(2);
     w->WriteElement(element);
@@ -256,11 +357,14 @@ void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
     case 0:
       *end = true;
       break;
-    case 1:
+    case 1:  // written before errors kept their type: a message
       *error = std::make_exception_ptr(Error(r->String()));
       break;
     case 2:
       *element = r->ReadElement();
+      break;
+    case 3:
+      *error = ReadError(r);
       break;
     default:
       r->Fail("unknown kind of buffered result");

@@ -69,11 +69,15 @@ class StateReader {
 };
 
 // A finished result an asynchronous stage holds: the end of its input
-// (kind 0), an error, saved by its message (1), or an element (2).
+// (kind 0), an element (2) or an error (3), saved with its class and the
+// fields it was made from, so a restored error is the same class with the
+// same message (records::RecordError keeps its path, offset and damage;
+// a class of another layer comes back as pipeline::Error with its message).
+// Kind 1, an error saved by its message alone, is still read.
 void WriteResult(StateWriter* w, bool end, const std::exception_ptr& error,
                  const Element& element);
-// Reads one into whichever of *end, *error (an Error with the message) and
-// *element it is; fails on another kind.
+// Reads one into whichever of *end, *error and *element it is; fails on
+// another kind.
 void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
                 Element* element);
 

@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "pipeline/allocator.h"
+#include "pipeline/error.h"
 #include "records/aligned_buffer.h"
-#include "records/errors.h"
 
 namespace recflow::pipeline {
 
@@ -261,13 +261,6 @@ struct Element {
   const Origin* OriginOf(int64_t i) const;
   bool operator==(const Element& o) const;  // names and tensors
   std::string DebugString() const;
-};
-
-// An Error from pipeline/: a misuse of the API or an element that a
-// transformation cannot handle.  The message says where.
-class Error : public records::Error {
- public:
-  using records::Error::Error;
 };
 
 }  // namespace recflow::pipeline

@@ -623,9 +623,8 @@ void RegisterErrors(py::module_& m) {
       }
     } catch (const records::FileListError& e) {
       PyErr_SetString(PyExc_FileNotFoundError, e.what());
-    } catch (const records::Error& e) {
-      PyErr_SetString(PyExc_ValueError, e.what());
-    } catch (const convert::ConvertError& e) {
+    } catch (const recflow::Error& e) {
+      // Bad data or a misuse in any layer: records, pipeline, convert.
       PyErr_SetString(PyExc_ValueError, e.what());
     }
   });

@@ -18,6 +18,7 @@ std::string IoMessage(const std::string& path, const std::string& what,
 IoError::IoError(std::string path, std::string what, int errno_value)
     : Error(IoMessage(path, what, errno_value)),
       path_(std::move(path)),
+      detail_(std::move(what)),
       errno_(errno_value) {}
 
 std::string_view DamageKindName(DamageKind kind) {

@@ -5,7 +5,13 @@
 // IoError: the operating system refused something (open, read, write, fsync,
 // rename), or the input could not be used at all (e.g. an unknown
 // compression).  RecordError: the bytes of a file are not a valid TFRecord
-// stream.  Both derive from Error, which derives from std::runtime_error.
+// stream.  Both derive from records::Error.
+//
+// recflow::Error is the one base of every layer's errors: records::Error,
+// pipeline::Error (pipeline/error.h), train::Error (train/error.h) and
+// convert::ConvertError are siblings under it, so a `catch` names the layer
+// it means (catching records::Error never swallows a training error) and
+// `catch (const recflow::Error&)` takes any of them.
 #ifndef RECFLOW_RECORDS_ERRORS_H_
 #define RECFLOW_RECORDS_ERRORS_H_
 
@@ -14,11 +20,20 @@
 #include <string>
 #include <string_view>
 
-namespace recflow::records {
+namespace recflow {
 
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+}  // namespace recflow
+
+namespace recflow::records {
+
+class Error : public recflow::Error {
+ public:
+  using recflow::Error::Error;
 };
 
 class IoError : public Error {
@@ -26,10 +41,13 @@ class IoError : public Error {
   // `errno_value` is 0 where the failure did not come from a system call.
   IoError(std::string path, std::string what, int errno_value = 0);
   const std::string& path() const { return path_; }
+  // What failed, without the path and the system's message.
+  const std::string& detail() const { return detail_; }
   int errno_value() const { return errno_; }
 
  private:
   std::string path_;
+  std::string detail_;
   int errno_;
 };
 

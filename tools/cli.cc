@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "convert/convert.h"
+#include "records/csv_reader.h"
 #include "records/errors.h"
 #include "records/example_parser.h"
 #include "records/file_list.h"
@@ -110,6 +111,7 @@ std::string FormatRate(double bytes, double seconds) {
 int ExitCodeFor(const std::exception& e) {
   const bool damage = dynamic_cast<const records::RecordError*>(&e) ||
                       dynamic_cast<const convert::ConvertError*>(&e) ||
+                      dynamic_cast<const records::CsvError*>(&e) ||
                       dynamic_cast<const records::ParseError*>(&e);
   return damage ? kExitDamage : kExitUsage;
 }

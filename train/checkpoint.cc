@@ -311,7 +311,9 @@ std::optional<CheckpointManager::Restored> CheckpointManager::RestoreLatest(
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
       return Restored{*it, ReadCheckpoint(*it, bytes)};
-    } catch (const records::Error& e) {
+    } catch (const recflow::Error& e) {
+      // A damaged checkpoint (train::Error) or one that cannot be read
+      // (records::IoError): both skip to the previous one.
       if (warn) {
         warn(fmt::format(
             "WARNING: skipping checkpoint {}: {}{}", *it, e.what(),

@@ -238,7 +238,7 @@ class CudaBackend final : public Backend {
       Tensor h;
       try {
         h = HostNumeric(c.tensor);
-      } catch (const records::Error&) {
+      } catch (const Error&) {  // HostNumeric's: a ragged tensor
         continue;  // not copyable as one array: ToDevice will say why
       }
       if (h.byte_size() == 0) continue;

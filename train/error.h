@@ -2,16 +2,17 @@
 #ifndef RECFLOW_TRAIN_ERROR_H_
 #define RECFLOW_TRAIN_ERROR_H_
 
-#include "pipeline/tensor.h"
+#include "records/errors.h"
 
 namespace recflow::train {
 
 // A misuse of the API (shapes that do not fit, a label out of range, an
 // unknown name) or a failure of training (a NaN loss, a damaged
-// checkpoint).  The message says where and what was expected.
-class Error : public pipeline::Error {
+// checkpoint).  The message says where and what was expected.  A sibling
+// of records::Error and pipeline::Error under recflow::Error.
+class Error : public recflow::Error {
  public:
-  using pipeline::Error::Error;
+  using recflow::Error::Error;
 };
 
 }  // namespace recflow::train

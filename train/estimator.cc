@@ -357,17 +357,24 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
     // where the checkpoint left it.
     pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
     if (!iterator_state.empty()) {
-      try {
-        it.Restore(iterator_state);
-        Log("Input iterator restored: the input continues where the "
-            "checkpoint left it.");
-      } catch (const records::Error& e) {
-        Log(
-            fmt::format("WARNING: the checkpoint's input position does not "
+      // The state does not fit this input (pipeline::Error: other stages)
+      // or a file it names is gone or changed (records::Error); a training
+      // error is none of these and is not caught here.
+      const auto restart = [&](const recflow::Error& e) {
+        Log(fmt::format("WARNING: the checkpoint's input position does not "
                         "fit this input_fn ({}); reading the input from its "
                         "start",
                         e.what()));
         it = input_fn().MakeIterator(InputOptions());
+      };
+      try {
+        it.Restore(iterator_state);
+        Log("Input iterator restored: the input continues where the "
+            "checkpoint left it.");
+      } catch (const pipeline::Error& e) {
+        restart(e);
+      } catch (const records::Error& e) {
+        restart(e);
       }
     }
     session.iterator_ = &it;

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 
 #include "pipeline/dataset.h"
+#include "pipeline/state.h"
 #include "pipeline_test_util.h"
+#include "records/errors.h"
+#include "records/example_parser.h"
 #include "records/tfrecord_format.h"
 #include "test_util.h"
 
@@ -364,6 +368,57 @@ TEST(StateTest, RestoreOnlyBeforeTheFirstNext) {
   Element e;
   a.Next(&e);
   EXPECT_THROW(a.Restore(state), Error);
+}
+
+// A buffered error comes back from a saved state as the class it was, with
+// its fields, not as a message in a pipeline::Error.
+TEST(StateTest, SavedErrorsKeepTheirClassAndFields) {
+  const auto round_trip = [](std::exception_ptr error) {
+    StateWriter w("errors");
+    WriteResult(&w, false, error, Element{});
+    const std::string blob = std::move(w).Finish();
+    StateReader r(blob, "errors");
+    bool end = false;
+    std::exception_ptr back;
+    Element e;
+    ReadResult(&r, &end, &back, &e);
+    r.Finish();
+    EXPECT_FALSE(end);
+    return back ? back
+                : std::make_exception_ptr(std::logic_error("no error came back"));
+  };
+  try {
+    std::rethrow_exception(round_trip(std::make_exception_ptr(
+        records::RecordError("f.tfrecord", 48, 3,
+                             records::DamageKind::kDataCrcMismatch, "d"))));
+  } catch (const records::RecordError& e) {
+    EXPECT_EQ(e.path(), "f.tfrecord");
+    EXPECT_EQ(e.offset(), 48u);
+    EXPECT_EQ(e.record_index(), 3u);
+    EXPECT_EQ(e.kind(), records::DamageKind::kDataCrcMismatch);
+    EXPECT_EQ(e.detail(), "d");
+  }
+  const records::IoError io("f", "cannot open", ENOENT);
+  try {
+    std::rethrow_exception(round_trip(std::make_exception_ptr(io)));
+  } catch (const records::IoError& e) {
+    EXPECT_STREQ(e.what(), io.what());
+    EXPECT_EQ(e.errno_value(), ENOENT);
+  }
+  EXPECT_THROW(std::rethrow_exception(round_trip(
+                   std::make_exception_ptr(records::ParseError("p")))),
+               records::ParseError);
+  EXPECT_THROW(std::rethrow_exception(round_trip(
+                   std::make_exception_ptr(records::Error("r")))),
+               records::Error);
+  try {
+    std::rethrow_exception(
+        round_trip(std::make_exception_ptr(Error("a pipeline error"))));
+  } catch (const records::Error&) {
+    ADD_FAILURE() << "a pipeline error came back as a records error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "a pipeline error");
+  }
 }
 
 }  // namespace

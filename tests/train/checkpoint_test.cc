@@ -33,7 +33,7 @@ TensorMap Sample() {
 std::string ErrorOf(const std::string& path) {
   try {
     ReadCheckpoint(path);
-  } catch (const records::Error& e) {
+  } catch (const recflow::Error& e) {  // train::Error or records::IoError
     return e.what();
   }
   return "";

@@ -40,7 +40,9 @@ TEST(ThreadTeamTest, ForCoversTheRangeInAtMostTeamSizePieces) {
       }
       EXPECT_EQ(pieces.load(), team.Tasks(n, grain)) << n << " " << grain;
       EXPECT_LE(pieces.load(), 3);
-      if (n > 0 && n < grain) EXPECT_EQ(pieces.load(), 1);
+      if (n > 0 && n < grain) {
+        EXPECT_EQ(pieces.load(), 1);
+      }
     }
   }
 }
