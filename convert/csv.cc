@@ -55,9 +55,7 @@ class CsvSource final : public ExampleSource {
         }
         ++rows_;
         for (size_t i = 0; i < fields.size() && i < types_.size(); ++i) {
-          if (!fields[i].empty()) {
-            types_[i] = Widen(types_[i], InferCell(fields[i]));
-          }
+          types_[i] = Widen(types_[i], InferCell(fields[i]));
         }
       }
     }

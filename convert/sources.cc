@@ -39,19 +39,6 @@ bool BuildingSource::NextRow(Row* row) {
   return true;
 }
 
-CellType InferCell(std::string_view s) {
-  int64_t i;
-  float f;
-  if (records::ParseInt64Cell(s, &i)) return CellType::kInt64;
-  if (records::ParseFloatCell(s, &f)) return CellType::kFloat;
-  return CellType::kBytes;
-}
-
-CellType Widen(CellType a, CellType b) {
-  return static_cast<CellType>(
-      std::max(static_cast<int>(a), static_cast<int>(b)));
-}
-
 CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
                   CellType inferred) {
   const records::FeatureConfig* c = spec ? spec->Find(name) : nullptr;
@@ -63,6 +50,8 @@ CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
       return CellType::kFloat;
     case DType::kBytes:
       return CellType::kBytes;
+    default:  // not an Example dtype: FeatureSpec::Add refuses it
+      break;
   }
   return inferred;
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "convert/convert.h"
+#include "records/csv_reader.h"
 
 namespace recflow::convert {
 
@@ -91,11 +92,10 @@ class BuildingSource : public ExampleSource {
   records::ExampleBuilder builder_;
 };
 
-// Typed cells (CSV and JSON Lines): what a column or key holds, widened
-// as rows are seen: int64 -> float; anything with text -> bytes.
-enum class CellType { kNone, kInt64, kFloat, kBytes };
-CellType InferCell(std::string_view s);
-CellType Widen(CellType a, CellType b);
+// Typed cells (CSV and JSON Lines): records/csv_reader.h's inference.
+using records::CellType;
+using records::InferCell;
+using records::Widen;
 // The spec's dtype for `name`, if it names it; else `inferred`.
 CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
                   CellType inferred);

@@ -42,13 +42,9 @@ class CsvDataset final : public DatasetBase {
       for (const auto& [key, d] : options_.column_types) {
         if (key == name) dtype = d;
       }
-      if (!dtype) {
-        int64_t iv;
-        float fv;
-        const std::string cell = have_row && i < row.size() ? row[i] : "";
-        dtype = records::ParseInt64Cell(cell, &iv)   ? DType::kInt64
-                : records::ParseFloatCell(cell, &fv) ? DType::kFloat32
-                                                     : DType::kBytes;
+      if (!dtype) {  // from the first row, as the converters' cells
+        dtype = records::CellDType(records::InferCell(
+            have_row && i < row.size() ? row[i] : std::string_view()));
       }
       if (*dtype != DType::kInt64 && *dtype != DType::kFloat32 &&
           *dtype != DType::kBytes) {

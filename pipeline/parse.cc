@@ -23,15 +23,17 @@ Tensor FeatureTensor(records::ParsedFeature& f, bool batched, int64_t n) {
   }
   Tensor values;
   switch (f.config.dtype) {
-    case records::DType::kFloat32:
+    case DType::kFloat32:
       values = Tensor::Adopt(std::move(f.floats), shape);
       break;
-    case records::DType::kInt64:
+    case DType::kInt64:
       values = Tensor::Adopt(std::move(f.ints), shape);
       break;
-    case records::DType::kBytes:
+    case DType::kBytes:
       values = Tensor::AdoptBytes(std::move(f.bytes_data),
                                   std::move(f.bytes_offsets), shape);
+      break;
+    default:  // not an Example dtype: ExampleParser refuses such a spec
       break;
   }
   if (fixed || !batched) return values;

@@ -15,40 +15,6 @@ struct BytesStorage {
 
 }  // namespace
 
-std::string_view DTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat64:
-      return "float64";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kUInt8:
-      return "uint8";
-    case DType::kBytes:
-      return "bytes";
-  }
-  return "?";
-}
-
-size_t DTypeSize(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-    case DType::kUInt8:
-      return 1;
-    case DType::kBytes:
-      return 0;
-  }
-  return 0;
-}
-
 // --- Shape ---------------------------------------------------------------
 
 Shape::Shape(std::initializer_list<int64_t> dims)

@@ -38,22 +38,14 @@
 #include "pipeline/allocator.h"
 #include "pipeline/error.h"
 #include "records/aligned_buffer.h"
+#include "records/dtype.h"
 
 namespace recflow::pipeline {
 
-enum class DType : uint8_t {
-  kFloat32,
-  kFloat64,
-  kInt32,
-  kInt64,
-  kUInt8,
-  kBytes
-};
-
-// "float32", "float64", "int32", "int64", "uint8", "bytes".
-std::string_view DTypeName(DType d);
-// Bytes per element; 0 for kBytes.
-size_t DTypeSize(DType d);
+// One dtype enum for every layer (records/dtype.h).
+using records::DType;
+using records::DTypeName;
+using records::DTypeSize;
 
 template <typename T>
 constexpr DType DTypeOf();

@@ -35,6 +35,7 @@
 #include "pipeline/dataset.h"
 #include "pipeline/maps.h"
 #include "python/arrays.h"
+#include "records/dtype.h"
 #include "records/example.pb.h"
 #include "records/example_builder.h"
 #include "records/file_list.h"
@@ -94,12 +95,7 @@ pipeline::DType DTypeArg(py::handle value) {
           ? value.cast<std::string>()
           : py::str(py::module_::import("numpy").attr("dtype")(value))
                 .cast<std::string>();
-  for (pipeline::DType d :
-       {pipeline::DType::kFloat32, pipeline::DType::kFloat64,
-        pipeline::DType::kInt32, pipeline::DType::kInt64,
-        pipeline::DType::kUInt8, pipeline::DType::kBytes}) {
-    if (pipeline::DTypeName(d) == name) return d;
-  }
+  if (const auto d = records::ParseDType(name)) return *d;
   throw py::value_error(fmt::format(
       "unknown dtype '{}': expected float32, float64, int32, int64, uint8 "
       "or bytes",

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -18,6 +19,33 @@ bool ParseFloatCell(std::string_view cell, float* value) {
   const char* end = cell.data() + cell.size();
   const auto [stop, ec] = std::from_chars(cell.data(), end, *value);
   return ec == std::errc() && stop == end;
+}
+
+CellType InferCell(std::string_view cell) {
+  if (cell.empty()) return CellType::kNone;
+  int64_t i;
+  float f;
+  if (ParseInt64Cell(cell, &i)) return CellType::kInt64;
+  if (ParseFloatCell(cell, &f)) return CellType::kFloat;
+  return CellType::kBytes;
+}
+
+CellType Widen(CellType a, CellType b) {
+  return static_cast<CellType>(
+      std::max(static_cast<int>(a), static_cast<int>(b)));
+}
+
+DType CellDType(CellType t) {
+  switch (t) {
+    case CellType::kInt64:
+      return DType::kInt64;
+    case CellType::kFloat:
+      return DType::kFloat32;
+    case CellType::kNone:
+    case CellType::kBytes:
+      break;
+  }
+  return DType::kBytes;
 }
 
 CsvReader::CsvReader(std::string path) : path_(std::move(path)) {

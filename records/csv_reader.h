@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "records/dtype.h"
 #include "records/errors.h"
 
 namespace recflow::records {
@@ -29,6 +30,19 @@ class CsvError : public Error {
 // A whole cell as a number (std::from_chars; nothing may follow it).
 bool ParseInt64Cell(std::string_view cell, int64_t* value);
 bool ParseFloatCell(std::string_view cell, float* value);
+
+// Typed cells, the one inference for the converters (CSV, JSON Lines) and
+// the pipeline's CSV source: what a column holds, widened as cells are
+// seen: int64 -> float; anything with text -> bytes.  kNone: no cell yet
+// (or only empty ones).
+enum class CellType { kNone, kInt64, kFloat, kBytes };
+// kInt64 when the whole cell is an integer, kFloat when a number, kNone
+// when empty, kBytes otherwise.
+CellType InferCell(std::string_view cell);
+CellType Widen(CellType a, CellType b);
+// The dtype of a column of `t`: int64, float32, or bytes (for text and for
+// a column with no typed cell).
+DType CellDType(CellType t);
 
 class CsvReader {
  public:

@@ -31,6 +31,8 @@ int KindOf(DType d) {
       return kFloatList;
     case DType::kInt64:
       return kInt64List;
+    default:  // not an Example dtype: ExampleParser refuses such a spec
+      break;
   }
   return kMissing;
 }
@@ -56,8 +58,10 @@ std::string_view ValuesName(DType d) {
       return "int64";
     case DType::kBytes:
       return "bytes";
+    default:  // not an Example dtype: ExampleParser refuses such a spec
+      break;
   }
-  return "?";
+  return DTypeName(d);
 }
 
 // Depths of the nested messages (for protobuf's recursion limit).
@@ -652,6 +656,8 @@ void AppendValues(std::span<const std::string_view> lists, size_t count,
     case DType::kBytes:
       AppendBytes(lists, f);
       break;
+    default:  // not an Example dtype: ExampleParser refuses such a spec
+      break;
   }
 }
 
@@ -715,6 +721,8 @@ bool FillFeatures(const Scratch& s, size_t index, ParsedBatch* out,
             f.bytes_offsets.push_back(f.bytes_data.size());
             break;
           }
+          default:  // not an Example dtype: ExampleParser refuses such a spec
+            break;
         }
       }
       continue;
@@ -877,6 +885,8 @@ size_t ParsedFeature::num_values() const {
       return ints.size();
     case DType::kBytes:
       return bytes_offsets.empty() ? 0 : bytes_offsets.size() - 1;
+    default:  // not an Example dtype: ExampleParser refuses such a spec
+      break;
   }
   return 0;
 }
@@ -888,7 +898,11 @@ const ParsedFeature& ParsedBatch::feature(std::string_view name) const {
   throw std::out_of_range(fmt::format("no feature '{}' in the batch", name));
 }
 
-ExampleParser::ExampleParser(FeatureSpec spec) : spec_(std::move(spec)) {}
+ExampleParser::ExampleParser(FeatureSpec spec) : spec_(std::move(spec)) {
+  for (const auto& [name, config] : spec_.features) {
+    CheckExampleDType(name, config.dtype);
+  }
+}
 
 void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
                                ParsedBatch* out, const ParseContext& context,

@@ -78,6 +78,7 @@ struct ParseContext {
 
 class ExampleParser {
  public:
+  // Throws Error for a feature whose dtype an Example cannot hold.
   explicit ExampleParser(FeatureSpec spec);
 
   const FeatureSpec& spec() const { return spec_; }

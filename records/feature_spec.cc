@@ -11,44 +11,22 @@
 
 namespace recflow::records {
 
-std::string_view DTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kBytes:
-      return "bytes";
-  }
-  return "?";
-}
-
-std::string_view TensorFlowDTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float";
-    case DType::kInt64:
-      return "int64";
-    case DType::kBytes:
-      return "string";
-  }
-  return "?";
-}
-
-std::optional<DType> ParseDType(std::string_view name) {
-  if (name == "float32" || name == "float") return DType::kFloat32;
-  if (name == "int64") return DType::kInt64;
-  if (name == "bytes" || name == "string") return DType::kBytes;
-  return std::nullopt;
-}
-
 int64_t FeatureConfig::num_elements() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
 
+void CheckExampleDType(const std::string& name, DType dtype) {
+  if (!IsExampleDType(dtype)) {
+    throw Error(fmt::format("spec: feature '{}': dtype {} is not one an "
+                            "Example holds (float32, int64 or bytes)",
+                            name, DTypeName(dtype)));
+  }
+}
+
 void FeatureSpec::Add(std::string name, FeatureConfig config) {
+  CheckExampleDType(name, config.dtype);
   auto it = std::lower_bound(
       features.begin(), features.end(), name,
       [](const auto& entry, const std::string& n) { return entry.first < n; });
@@ -101,6 +79,8 @@ DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
         }
         d.bytes.push_back(v.get<std::string>());
         break;
+      default:  // not an Example dtype: FeatureSpec::Add refuses it
+        break;
     }
   }
   const size_t n = values.size();
@@ -143,7 +123,7 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
                       "int64 or bytes)",
                       name));
     }
-    const auto dtype = ParseDType(j["dtype"].get<std::string>());
+    const auto dtype = ParseExampleDType(j["dtype"].get<std::string>());
     if (!dtype) {
       throw Error(
           fmt::format("spec: feature '{}': dtype '{}': expected "

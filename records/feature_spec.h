@@ -17,15 +17,10 @@
 #include <string_view>
 #include <vector>
 
+#include "records/dtype.h"
+
 namespace recflow::records {
 
-enum class DType { kFloat32, kInt64, kBytes };
-
-// "float32", "int64", "bytes": the names of the JSON form.
-std::string_view DTypeName(DType d);
-// TensorFlow's names in its error messages: "float", "int64", "string".
-std::string_view TensorFlowDTypeName(DType d);
-std::optional<DType> ParseDType(std::string_view name);
 
 // A default for a FixedLen feature: one value (broadcast to the shape) or
 // exactly as many values as the shape has elements, of the feature's dtype.
@@ -53,7 +48,8 @@ struct FeatureSpec {
   // Sorted by name; names are unique.
   std::vector<std::pair<std::string, FeatureConfig>> features;
 
-  // Adds or replaces a feature (keeps the order sorted).
+  // Adds or replaces a feature (keeps the order sorted).  Throws Error for
+  // a dtype an Example cannot hold (IsExampleDType).
   void Add(std::string name, FeatureConfig config);
   const FeatureConfig* Find(std::string_view name) const;
 
@@ -64,6 +60,9 @@ struct FeatureSpec {
   static FeatureSpec FromFile(const std::string& path);
   nlohmann::json ToJson() const;
 };
+
+// Throws Error naming feature `name` unless IsExampleDType(dtype).
+void CheckExampleDType(const std::string& name, DType dtype);
 
 }  // namespace recflow::records
 

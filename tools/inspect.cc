@@ -117,7 +117,7 @@ int RunInspect(const InspectOptions& o) {
         continue;
       }
       records::FeatureConfig c;
-      c.dtype = *records::ParseDType(s.kinds.begin()->first);
+      c.dtype = *records::ParseExampleDType(s.kinds.begin()->first);
       const uint64_t with_list = s.present + s.empty;
       if (with_list == records && s.min_count == s.max_count) {
         c.kind = records::FeatureConfig::Kind::kFixed;
