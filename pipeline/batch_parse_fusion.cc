@@ -911,7 +911,8 @@ class FusedBatchParse final : public IteratorBase {
       auto origins = std::make_shared<std::vector<Origin>>(records.size());
       for (size_t i = 0; i < records.size(); ++i) {
         serialized[i] = records[i].bytes();
-        (*origins)[i] = {*records[i].path, records[i].offset, records[i].index};
+        (*origins)[i] = {*records[i].path, records[i].offset, records[i].index,
+                         std::nullopt};
       }
       slot->element.batch_origins = std::move(origins);
       ParseRecords(*info_.parser, serialized, true, &slot->element);

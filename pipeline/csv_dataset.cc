@@ -158,7 +158,7 @@ class CsvDataset final : public DatasetBase {
       }
       out->components.clear();
       out->batch_origins.reset();
-      out->origin = {path_, 0, rows_ - 1};
+      out->origin = {path_, 0, rows_ - 1, std::nullopt};
       for (const Column& c : d_->columns_) {
         const std::string& cell = fields[c.field];
         switch (c.dtype) {

@@ -25,6 +25,7 @@
 #include "pipeline/io.h"
 #include "pipeline/stages.h"
 #include "records/index.h"
+#include "records/tfrecord_format.h"
 
 namespace recflow::pipeline {
 
@@ -170,8 +171,14 @@ class GlobalShuffleDataset final : public DatasetBase {
                                                           *d_->indexes_[file]);
       }
       const std::string_view record = reader->Read(local);
+      // IndexedReader::Read checked the frame; its CRC follows the payload.
+      const bool at_frame =
+          d_->indexes_[file]->compression == records::Compression::kNone;
       SetRecord(out, arena_.Copy(record), d_->paths_[file],
-                d_->indexes_[file]->entries[local].offset, local);
+                d_->indexes_[file]->entries[local].offset, local,
+                at_frame ? std::optional<uint32_t>(records::StoredDataCrc(
+                               record.data(), record.size()))
+                         : std::nullopt);
       ++taken_;
       return true;
     }

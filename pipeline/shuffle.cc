@@ -2,15 +2,13 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <map>
 #include <mutex>
 #include <new>
 
 #include "pipeline/stages.h"
-#include "records/compression.h"
 #include "records/crc32c.h"
 #include "records/file.h"
-#include "records/tfrecord_format.h"
+#include "records/index.h"
 
 namespace recflow::pipeline::stages {
 namespace {
@@ -197,14 +195,7 @@ class ShuffleDataset final : public UnaryDataset {
       RecordReferences refs;
       std::vector<std::optional<uint64_t>> file_of(buffer_.size());
       for (size_t i = 0; i < buffer_.size(); ++i) {
-        const Element& e = buffer_[i];
-        if (e.components.size() != 1 || e.components[0].name != "record" ||
-            !e.origin.file || e.batch_origins) {
-          continue;
-        }
-        const Tensor& t = e.components[0].tensor;
-        if (t.dtype() != DType::kBytes || t.shape().rank() != 0) continue;
-        file_of[i] = refs.Find(t.bytes(0), *e.origin.file, e.origin.offset);
+        file_of[i] = refs.Find(buffer_[i]);
       }
       refs.WriteFiles(w);
       w->U64(buffer_.size());
@@ -253,7 +244,7 @@ class ShuffleDataset final : public UnaryDataset {
         RecordView v = ReadRecordAt(paths[file], offset, record,
                                     static_cast<uint32_t>(crc));
         Element e;
-        SetRecord(&e, v.ToTensor(), paths[file], offset, record);
+        SetRecord(&e, v.ToTensor(), paths[file], offset, record, v.frame_crc);
         buffer_.push_back(std::move(e));
       }
       in_->Restore(r);
@@ -290,74 +281,50 @@ class ShuffleDataset final : public UnaryDataset {
 
 RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
                         uint64_t offset, uint64_t record, uint32_t crc) {
-  records::ReadableFile file(*path);
-  char header[records::kHeaderBytes];
-  auto fail = [&](std::string_view what) -> RecordView {
+  auto buffer = std::make_shared<records::AlignedVector<char>>();
+  std::string_view bytes;
+  try {
+    bytes = records::ReadRecordAt(records::ReadableFile(*path), offset, record,
+                                  buffer.get());
+  } catch (const records::RecordError& e) {
+    throw Error(fmt::format("shuffle state: {}; the file changed since the "
+                            "state was saved",
+                            e.what()));
+  }
+  if (records::crc32c::Value(bytes.data(), bytes.size()) != crc) {
     throw Error(
-        fmt::format("shuffle state: {}: record {} at offset {}: {}; "
-                    "the file changed since the state was saved",
-                    *path, record, offset, what));
-  };
-  if (file.ReadAt(offset, header, sizeof header) != sizeof header ||
-      !records::HeaderChecks(header)) {
-    return fail("no record header there");
-  }
-  const uint64_t length = records::HeaderLength(header);
-  if (length > (file.size() > offset + records::kFrameOverhead
-                    ? file.size() - offset - records::kFrameOverhead
-                    : 0))
-    return fail("length past the end");
-  auto data = std::make_shared<records::AlignedVector<char>>(length);
-  if (file.ReadAt(offset + records::kHeaderBytes, data->data(), length) !=
-      length) {
-    return fail("the record is cut short");
-  }
-  if (records::crc32c::Value(data->data(), data->size()) != crc) {
-    return fail("different bytes");
+        fmt::format("shuffle state: {}: record {} at offset {}: different "
+                    "bytes; the file changed since the state was saved",
+                    *path, record, offset));
   }
   RecordView v;
-  v.data = data->data();
-  v.size = length;
-  v.storage_bytes = length;
-  v.owner = std::move(data);
+  v.data = bytes.data();
+  v.size = bytes.size();
+  v.storage_bytes = buffer->size();
+  v.owner = std::move(buffer);
   v.path = &path;
   v.offset = offset;
   v.index = record;
   v.at_offset = true;
+  v.frame_crc = crc;
   return v;
 }
 
-std::optional<uint64_t> RecordReferences::Find(std::string_view bytes,
-                                               const std::string& path,
-                                               uint64_t offset) {
-  auto it = index_.find(path);
-  if (it == index_.end()) {
-    int64_t id = -1;
-    try {
-      auto file = std::make_unique<records::ReadableFile>(path);
-      if (records::DetectCompression(*file) == records::Compression::kNone) {
-        id = static_cast<int64_t>(files_.size());
-        files_.push_back(path);
-        open_[path] = std::move(file);
-      }
-    } catch (const records::Error&) {
-    }
-    it = index_.emplace(path, id).first;
-  }
-  if (it->second < 0) return std::nullopt;
-  char header[records::kHeaderBytes];
-  char footer[records::kFooterBytes];
-  const records::ReadableFile& file = *open_[path];
-  if (file.ReadAt(offset, header, sizeof header) != sizeof header ||
-      !records::HeaderChecks(header) ||
-      records::HeaderLength(header) != bytes.size() ||
-      file.ReadAt(offset + records::kHeaderBytes + bytes.size(), footer,
-                  sizeof footer) != sizeof footer ||
-      records::crc32c::Unmask(records::DecodeLittleEndian<uint32_t>(footer)) !=
-          records::crc32c::Value(bytes.data(), bytes.size())) {
+std::optional<uint64_t> RecordReferences::Find(const Element& e) {
+  if (e.components.size() != 1 || e.components[0].name != "record" ||
+      !e.origin.file || !e.origin.frame_crc || e.batch_origins) {
     return std::nullopt;
   }
-  return static_cast<uint64_t>(it->second);
+  const Tensor& t = e.components[0].tensor;
+  if (t.dtype() != DType::kBytes || t.shape().rank() != 0) return std::nullopt;
+  const std::string_view bytes = t.bytes(0);
+  if (records::crc32c::Value(bytes.data(), bytes.size()) !=
+      *e.origin.frame_crc) {
+    return std::nullopt;  // a map changed the bytes
+  }
+  const auto [it, added] = index_.emplace(*e.origin.file, files_.size());
+  if (added) files_.push_back(*e.origin.file);
+  return it->second;
 }
 
 DatasetPtr Shuffle(DatasetPtr input, int64_t buffer_size,

@@ -38,10 +38,11 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& paths,
 // A fingerprint of a file list, for descriptions.
 uint64_t FilesFingerprint(const std::vector<std::string>& files);
 // Makes `out` the element {"record": record} from `path` at `offset`, the
-// `index`-th record of its file (reusing out's component vector).
+// `index`-th record of its file (reusing out's component vector);
+// `frame_crc` as Origin::frame_crc.
 void SetRecord(Element* out, Tensor record,
                const std::shared_ptr<const std::string>& path, uint64_t offset,
-               uint64_t index);
+               uint64_t index, std::optional<uint32_t> frame_crc);
 
 // One record as a source reads it: `size` bytes at `data`, kept alive by
 // `owner` (a read block or a copy), and where it came from.  `path` points
@@ -56,8 +57,10 @@ struct RecordView {
   uint64_t offset = 0;  // of the frame, in the uncompressed stream
   uint64_t index = 0;   // the record's index in its file
   // The bytes are those of the frame at `offset` in an uncompressed file
-  // (so a saved state may name them by reference).
+  // (so a saved state may name them by reference), whose stored data CRC
+  // is `frame_crc`.
   bool at_offset = false;
+  uint32_t frame_crc = 0;
 
   std::string_view bytes() const { return {data, size}; }
   Tensor ToTensor() const {
@@ -200,13 +203,14 @@ DatasetPtr Shuffle(DatasetPtr input, int64_t buffer_size,
 
 // Saved shuffle buffers name records that are still byte for byte the
 // frame at their origin in an uncompressed file by reference: (file,
-// offset, record, CRC-32C), 40 bytes, instead of their bytes.
+// offset, record, CRC-32C), 40 bytes, instead of their bytes.  Whether
+// they are is decided in memory, from the CRC their frame had when read
+// (Origin::frame_crc); the file is read again only on restore.
 class RecordReferences {
  public:
-  // The file id to save `bytes` by (checking both CRCs of the frame at
-  // `offset` against the file now), or nullopt when it must be saved whole.
-  std::optional<uint64_t> Find(std::string_view bytes, const std::string& path,
-                               uint64_t offset);
+  // The file id to save `e` by, or nullopt when it must be saved whole (not
+  // a single record read from an uncompressed file, or its bytes changed).
+  std::optional<uint64_t> Find(const Element& e);
   // The table of files the ids index.
   void WriteFiles(StateWriter* w) const {
     w->U64(files_.size());
@@ -215,8 +219,7 @@ class RecordReferences {
 
  private:
   std::vector<std::string> files_;
-  std::map<std::string, int64_t> index_;  // -1: not usable
-  std::map<std::string, std::unique_ptr<records::ReadableFile>> open_;
+  std::map<std::string, uint64_t> index_;
 };
 // Kind 1 of a saved buffer entry: a reference (kind 0: WriteElement).
 inline void WriteRecordReference(StateWriter* w, uint64_t file, uint64_t offset,
@@ -227,8 +230,8 @@ inline void WriteRecordReference(StateWriter* w, uint64_t file, uint64_t offset,
   w->U64(record);
   w->U64(records::crc32c::Value(bytes.data(), bytes.size()));
 }
-// The record a reference names, checked against its CRC in the state;
-// throws Error when the file changed.
+// The record a reference names (records::ReadRecordAt), checked against
+// its CRC in the state; throws Error when the file changed.
 RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
                         uint64_t offset, uint64_t record, uint32_t crc);
 

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -231,6 +232,10 @@ struct Origin {
   std::shared_ptr<const std::string> file;
   uint64_t offset = 0;
   uint64_t record = 0;
+  // The CRC-32C stored in the record's frame when it was read from an
+  // uncompressed file, where the frame starts at `offset`: a shuffle buffer
+  // saves the record by reference while its bytes still have that CRC.
+  std::optional<uint32_t> frame_crc;
   std::string ToString() const;  // "FILE: record N at offset O"
 };
 

@@ -112,25 +112,14 @@ class BlockFileRecords final : public FileRecords {
       header = header_copy;
     }
     const uint64_t length = records::HeaderLength(header);
-    if (verify && !checked && !records::HeaderChecks(header)) {
-      Fail(DamageKind::kLengthCrcMismatch,
-           fmt::format("length field reads {}; stored CRC {:#010x}, computed "
-                       "{:#010x}",
-                       length, records::HeaderStoredCrc(header),
-                       records::HeaderComputedCrc(header)));
-    }
-    if (length > options_.max_record_bytes) {
-      Fail(DamageKind::kImplausibleLength,
-           fmt::format("length {} exceeds the maximum record size {}", length,
-                       options_.max_record_bytes));
+    const records::FrameFault fault = records::CheckFrameHeader(
+        header, verify && !checked, options_.max_record_bytes, left);
+    if (fault != records::FrameFault::kNone) {
+      Fail(records::FrameFaultKind(fault, verify),
+           records::FrameFaultDetail(fault, verify, header,
+                                     options_.max_record_bytes, left));
     }
     const uint64_t frame = length + records::kFrameOverhead;
-    if (frame > left) {
-      Fail(verify ? DamageKind::kTruncatedData : DamageKind::kImplausibleLength,
-           fmt::format("a record of {} bytes needs {} bytes with its framing, "
-                       "but the file ends {} bytes after its start",
-                       length, frame, left));
-    }
     const char* data;
     if (header_in_block && Available() >= frame) {
       data = Here() + records::kHeaderBytes;
@@ -147,16 +136,8 @@ class BlockFileRecords final : public FileRecords {
       out->storage_bytes = buffer->size();
       out->owner = std::move(buffer);
     }
-    if (verify && !checked) {
-      const uint32_t stored = records::crc32c::Unmask(
-          records::DecodeLittleEndian<uint32_t>(data + length));
-      const uint32_t computed = records::crc32c::Value(data, length);
-      if (stored != computed) {
-        Fail(DamageKind::kDataCrcMismatch,
-             fmt::format("payload of {} bytes; stored CRC {:#010x}, computed "
-                         "{:#010x}",
-                         length, stored, computed));
-      }
+    if (verify && !checked && !records::DataChecks(data, length)) {
+      Fail(DamageKind::kDataCrcMismatch, records::DataCrcDetail(data, length));
     }
     out->data = data;
     out->size = length;
@@ -164,6 +145,7 @@ class BlockFileRecords final : public FileRecords {
     out->offset = offset;
     out->index = next_index_;
     out->at_offset = true;
+    out->frame_crc = records::StoredDataCrc(data, length);
     next_offset_ += frame;
     ++next_index_;
     return true;
@@ -430,7 +412,8 @@ Tensor RecordArena::Copy(std::string_view r) {
 bool FileRecords::Next(Element* out) {
   RecordView v;
   if (!NextView(&v)) return false;
-  SetRecord(out, v.ToTensor(), *v.path, v.offset, v.index);
+  SetRecord(out, v.ToTensor(), *v.path, v.offset, v.index,
+            v.at_offset ? std::optional<uint32_t>(v.frame_crc) : std::nullopt);
   return true;
 }
 
@@ -449,7 +432,7 @@ std::unique_ptr<FileRecords> OpenFileRecords(
 
 void SetRecord(Element* out, Tensor record,
                const std::shared_ptr<const std::string>& path, uint64_t offset,
-               uint64_t index) {
+               uint64_t index, std::optional<uint32_t> frame_crc) {
   if (out->components.size() == 1 && out->components[0].name == "record") {
     out->components[0].tensor = std::move(record);
   } else {
@@ -459,6 +442,7 @@ void SetRecord(Element* out, Tensor record,
   out->origin.file = path;
   out->origin.offset = offset;
   out->origin.record = index;
+  out->origin.frame_crc = frame_crc;
   out->batch_origins.reset();
 }
 

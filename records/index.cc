@@ -240,12 +240,13 @@ std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
                                            const char* frame,
                                            uint64_t size) const {
   const uint64_t length = HeaderLength(frame);
-  if (!HeaderChecks(frame)) {
+  const FrameFault fault =
+      CheckFrameHeader(frame, /*verify_crc=*/true, UINT64_MAX, size);
+  if (fault == FrameFault::kLengthCrc) {
     throw RecordError(
-        file_.path(), offset, i, DamageKind::kLengthCrcMismatch,
-        fmt::format("length field reads {}; stored CRC {:#010x}, "
-                    "computed {:#010x} (is the index stale?)",
-                    length, HeaderStoredCrc(frame), HeaderComputedCrc(frame)));
+        file_.path(), offset, i, FrameFaultKind(fault, true),
+        FrameFaultDetail(fault, true, frame, UINT64_MAX, size) +
+            " (is the index stale?)");
   }
   if (length + kFrameOverhead != size) {
     throw RecordError(file_.path(), offset, i, DamageKind::kImplausibleLength,
@@ -254,14 +255,9 @@ std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
                                   size, length));
   }
   const char* data = frame + kHeaderBytes;
-  const uint32_t stored =
-      crc32c::Unmask(DecodeLittleEndian<uint32_t>(data + length));
-  const uint32_t computed = crc32c::Value(data, length);
-  if (stored != computed) {
+  if (!DataChecks(data, length)) {
     throw RecordError(file_.path(), offset, i, DamageKind::kDataCrcMismatch,
-                      fmt::format("payload of {} bytes; stored CRC {:#010x}, "
-                                  "computed {:#010x}",
-                                  length, stored, computed));
+                      DataCrcDetail(data, length));
   }
   return {data, length};
 }
@@ -380,6 +376,42 @@ std::string_view IndexedReader::Read(uint64_t i) {
                       "the file is shorter than when it was opened");
   }
   return CheckFrame(i, e.offset, buffer_.data(), e.size);
+}
+
+std::string_view ReadRecordAt(const ReadableFile& file, uint64_t offset,
+                              uint64_t record_index,
+                              AlignedVector<char>* buffer) {
+  const uint64_t left = file.size() > offset ? file.size() - offset : 0;
+  char header[kHeaderBytes];
+  if (left < kHeaderBytes ||
+      file.ReadAt(offset, header, sizeof header) != sizeof header) {
+    throw RecordError(file.path(), offset, record_index,
+                      DamageKind::kTruncatedHeader,
+                      fmt::format("the file ends {} bytes after the record's "
+                                  "start, inside its 12-byte header",
+                                  left));
+  }
+  const FrameFault fault =
+      CheckFrameHeader(header, /*verify_crc=*/true, UINT64_MAX, left);
+  if (fault != FrameFault::kNone) {
+    throw RecordError(file.path(), offset, record_index,
+                      FrameFaultKind(fault, true),
+                      FrameFaultDetail(fault, true, header, UINT64_MAX, left));
+  }
+  const uint64_t length = HeaderLength(header);
+  buffer->resize(length + kFooterBytes);
+  if (file.ReadAt(offset + kHeaderBytes, buffer->data(), buffer->size()) !=
+      buffer->size()) {
+    throw RecordError(file.path(), offset, record_index,
+                      DamageKind::kTruncatedData,
+                      "the file is shorter than when it was opened");
+  }
+  if (!DataChecks(buffer->data(), length)) {
+    throw RecordError(file.path(), offset, record_index,
+                      DamageKind::kDataCrcMismatch,
+                      DataCrcDetail(buffer->data(), length));
+  }
+  return {buffer->data(), length};
 }
 
 }  // namespace recflow::records

@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "records/aligned_buffer.h"
 #include "records/compression.h"
 #include "records/file.h"
 #include "records/tfrecord_reader.h"
@@ -75,7 +76,8 @@ class IndexedReader {
   IndexedReader& operator=(const IndexedReader&) = delete;
 
   uint64_t size() const { return index_.entries.size(); }
-  // The payload of record `i`, valid until the next Read() or destruction.
+  // The payload of record `i`, valid until the next Read() or destruction;
+  // the frame's 4-byte data CRC follows it (StoredDataCrc).
   // Throws RecordError (naming the file, the record's offset and index)
   // when the bytes there are not that record, std::out_of_range for i >=
   // size().
@@ -94,6 +96,17 @@ class IndexedReader {
   bool frame_complete_ = false;  // frame_ holds the whole decoded frame
   void* dctx_ = nullptr;
 };
+
+// One record named by a saved reference -- the offset of its frame in the
+// uncompressed file `file` and its index there, as shuffle buffers save
+// their records -- instead of an index entry: two preads (header, then
+// payload and CRC) into `*buffer`, the frame checked as every reader checks
+// one (records/tfrecord_format.h).  Returns the payload, which `*buffer`
+// holds (with the 4-byte CRC after it).  Throws RecordError naming the file,
+// offset and record when no good frame starts there.
+std::string_view ReadRecordAt(const ReadableFile& file, uint64_t offset,
+                              uint64_t record_index,
+                              AlignedVector<char>* buffer);
 
 }  // namespace recflow::records
 

@@ -27,18 +27,14 @@ uint64_t FindSync(const ReadableFile& file, uint64_t from, uint64_t limit,
     for (size_t i = 0;
          i < kSyncWindow && base + i < limit && i + kHeaderBytes <= got; ++i) {
       const char* header = window.data() + i;
-      if (!HeaderChecks(header)) continue;
-      const uint64_t length = HeaderLength(header);
-      if (length > max_record_bytes ||
-          length + kFrameOverhead > file.size() - (base + i)) {
+      if (CheckFrameHeader(header, /*verify_crc=*/true, max_record_bytes,
+                           file.size() - (base + i)) != FrameFault::kNone) {
         continue;
       }
-      if (i + kFrameOverhead + length <= got) {
-        const char* data = header + kHeaderBytes;
-        if (crc32c::Value(data, length) !=
-            crc32c::Unmask(DecodeLittleEndian<uint32_t>(data + length))) {
-          continue;
-        }
+      const uint64_t length = HeaderLength(header);
+      if (i + kFrameOverhead + length <= got &&
+          !DataChecks(header + kHeaderBytes, length)) {
+        continue;
       }
       return base + i;
     }

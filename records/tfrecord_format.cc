@@ -1,6 +1,57 @@
 #include "records/tfrecord_format.h"
 
+#include <fmt/format.h>
+
 namespace recflow::records {
+
+DamageKind FrameFaultKind(FrameFault fault, bool length_verified) {
+  switch (fault) {
+    case FrameFault::kLengthCrc:
+      return DamageKind::kLengthCrcMismatch;
+    case FrameFault::kPastEnd:
+      if (length_verified) return DamageKind::kTruncatedData;
+      break;
+    case FrameFault::kNone:
+    case FrameFault::kOverMaximum:
+      break;
+  }
+  return DamageKind::kImplausibleLength;
+}
+
+std::string FrameFaultDetail(FrameFault fault, bool length_verified,
+                             const char* header, uint64_t max_record_bytes,
+                             uint64_t left) {
+  const uint64_t length = HeaderLength(header);
+  switch (fault) {
+    case FrameFault::kLengthCrc:
+      return fmt::format(
+          "length field reads {}; stored CRC {:#010x}, computed {:#010x}",
+          length, HeaderStoredCrc(header), HeaderComputedCrc(header));
+    case FrameFault::kOverMaximum:
+      return fmt::format("length {} exceeds the maximum record size {}",
+                         length, max_record_bytes);
+    case FrameFault::kPastEnd:
+      if (length_verified) {
+        return fmt::format(
+            "a record of {} bytes needs {} bytes with its framing, but the "
+            "file ends {} bytes after its start",
+            length, length + kFrameOverhead, left);
+      }
+      return fmt::format(
+          "length {} runs past the end of the file ({} bytes left)", length,
+          left);
+    case FrameFault::kNone:
+      break;
+  }
+  return "no fault";
+}
+
+std::string DataCrcDetail(const char* data, uint64_t length) {
+  return fmt::format("payload of {} bytes; stored CRC {:#010x}, computed "
+                     "{:#010x}",
+                     length, StoredDataCrc(data, length),
+                     crc32c::Value(data, length));
+}
 
 const char* VerifyFramesAhead(const char* p, const char* end) {
   const char* headers[kVerifyBatch];
@@ -29,8 +80,7 @@ const char* VerifyFramesAhead(const char* p, const char* end) {
   crc32c::ValueMany(data, lengths, data_crcs, count);
   for (size_t i = 0; i < count; ++i) {
     if (header_crcs[i] != HeaderStoredCrc(headers[i]) ||
-        data_crcs[i] != crc32c::Unmask(DecodeLittleEndian<uint32_t>(
-                            data[i] + lengths[i]))) {
+        data_crcs[i] != StoredDataCrc(data[i], lengths[i])) {
       return headers[i];
     }
   }

@@ -14,8 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "records/crc32c.h"
+#include "records/errors.h"
 
 namespace recflow::records {
 
@@ -53,6 +55,50 @@ inline uint32_t HeaderComputedCrc(const char* header) {
 inline bool HeaderChecks(const char* header) {
   return HeaderStoredCrc(header) == HeaderComputedCrc(header);
 }
+
+// The one check of a frame's header, for every reader of frames (the
+// streaming reader, the pipeline's reader, the index reader, the parallel
+// scan's resynchronisation, saved references): the first thing wrong with
+// the frame whose 12-byte header is at `header`, in this order --
+//   kLengthCrc: the length does not match its CRC (checked only when
+//               `verify_crc`; a caller that verified the frame ahead, with
+//               VerifyFramesAhead, passes false);
+//   kOverMaximum: the length is over `max_record_bytes`;
+//   kPastEnd: the frame (length + 16) is longer than the `left` bytes from
+//             its start to the end of the input (UINT64_MAX when unknown).
+// Cheap enough to try at every byte offset; FrameFaultDetail says it in
+// words only when it is reported.
+enum class FrameFault : uint8_t { kNone, kLengthCrc, kOverMaximum, kPastEnd };
+inline FrameFault CheckFrameHeader(const char* header, bool verify_crc,
+                                   uint64_t max_record_bytes, uint64_t left) {
+  if (verify_crc && !HeaderChecks(header)) return FrameFault::kLengthCrc;
+  const uint64_t length = HeaderLength(header);
+  if (length > max_record_bytes) return FrameFault::kOverMaximum;
+  if (left < kFrameOverhead || length > left - kFrameOverhead) {
+    return FrameFault::kPastEnd;
+  }
+  return FrameFault::kNone;
+}
+// How a fault is reported (RecordError, a salvage report): a length past
+// the end is truncated data when the length was verified, and an
+// implausible length when not (it may as well be a damaged length).
+DamageKind FrameFaultKind(FrameFault fault, bool length_verified);
+// Expected against found for a fault of the header at `header`, with the
+// `max_record_bytes` and `left` it was checked against.
+std::string FrameFaultDetail(FrameFault fault, bool length_verified,
+                             const char* header, uint64_t max_record_bytes,
+                             uint64_t left);
+
+// Whether the `length` payload bytes at `data` match the CRC stored in the
+// 4 bytes after them.
+inline uint32_t StoredDataCrc(const char* data, uint64_t length) {
+  return crc32c::Unmask(DecodeLittleEndian<uint32_t>(data + length));
+}
+inline bool DataChecks(const char* data, uint64_t length) {
+  return crc32c::Value(data, length) == StoredDataCrc(data, length);
+}
+// "payload of N bytes; stored CRC ..., computed ..." for a failed DataChecks.
+std::string DataCrcDetail(const char* data, uint64_t length);
 
 inline void EncodeHeader(char* header, uint64_t length) {
   EncodeLittleEndian<uint64_t>(header, length);

@@ -120,8 +120,9 @@ void TFRecordReader::Resynchronize(DamageKind kind, std::string detail) {
   Consume(1);
   while (true) {
     while (Available() >= kHeaderBytes) {
-      if (HeaderChecks(pos_) &&
-          HeaderLength(pos_) <= options_.max_record_bytes) {
+      if (CheckFrameHeader(pos_, /*verify_crc=*/true,
+                           options_.max_record_bytes,
+                           UINT64_MAX) == FrameFault::kNone) {
         Report(
             kind, start,
             fmt::format("{}; resynchronised at byte {}", detail, pos_offset_),
@@ -183,39 +184,25 @@ bool TFRecordReader::ReadNext(std::string_view* record) {
       VerifyAhead();
       checked = offset < verified_end_;
     }
-    if (options_.verify_checksums && !checked && !HeaderChecks(pos_)) {
-      Resynchronize(
-          DamageKind::kLengthCrcMismatch,
-          fmt::format("length field reads {}; stored CRC {:#010x}, "
-                      "computed {:#010x}",
-                      length, HeaderStoredCrc(pos_), HeaderComputedCrc(pos_)));
-      continue;
-    }
-    if (length > options_.max_record_bytes) {
-      Resynchronize(DamageKind::kImplausibleLength,
-                    fmt::format("length {} exceeds the maximum record size {}",
-                                length, options_.max_record_bytes));
-      continue;
-    }
     const uint64_t frame = length + kFrameOverhead;
-    if (size_known_) {
-      const uint64_t left = file_.size() > offset ? file_.size() - offset : 0;
-      if (frame > left) {
-        if (options_.verify_checksums) {
-          SkipRestOfStream(
-              DamageKind::kTruncatedData, offset,
-              fmt::format("a record of {} bytes needs {} bytes with its "
-                          "framing, but the file ends {} bytes after its start",
-                          length, frame, left));
-        } else {
-          SkipRestOfStream(
-              DamageKind::kImplausibleLength, offset,
-              fmt::format("length {} runs past the end of the file ({} "
-                          "bytes left)",
-                          length, left));
-        }
-        return false;
+    const bool verify_length = options_.verify_checksums && !checked;
+    const bool length_verified = options_.verify_checksums;
+    const uint64_t left =
+        !size_known_ ? UINT64_MAX
+                     : (file_.size() > offset ? file_.size() - offset : 0);
+    const FrameFault fault = CheckFrameHeader(
+        pos_, verify_length, options_.max_record_bytes, left);
+    if (fault != FrameFault::kNone) {
+      std::string detail = FrameFaultDetail(fault, length_verified, pos_,
+                                            options_.max_record_bytes, left);
+      const DamageKind kind = FrameFaultKind(fault, length_verified);
+      if (fault != FrameFault::kPastEnd) {
+        // A damaged length: look for the next good header.
+        Resynchronize(kind, std::move(detail));
+        continue;
       }
+      SkipRestOfStream(kind, offset, std::move(detail));
+      return false;
     }
     if (!Fill(frame)) {
       SkipRestOfStream(
@@ -226,20 +213,12 @@ bool TFRecordReader::ReadNext(std::string_view* record) {
       return false;
     }
     const char* data = pos_ + kHeaderBytes;
-    if (options_.verify_checksums && !checked) {
-      const uint32_t stored =
-          crc32c::Unmask(DecodeLittleEndian<uint32_t>(data + length));
-      const uint32_t computed = crc32c::Value(data, length);
-      if (stored != computed) {
-        Report(DamageKind::kDataCrcMismatch, offset,
-               fmt::format("payload of {} bytes; stored CRC {:#010x}, "
-                           "computed {:#010x}",
-                           length, stored, computed),
-               frame);
-        ++stats_.damaged_records;
-        Consume(frame);
-        continue;
-      }
+    if (options_.verify_checksums && !checked && !DataChecks(data, length)) {
+      Report(DamageKind::kDataCrcMismatch, offset, DataCrcDetail(data, length),
+             frame);
+      ++stats_.damaged_records;
+      Consume(frame);
+      continue;
     }
     *record = std::string_view(data, length);
     last_offset_ = offset;

@@ -370,6 +370,42 @@ TEST(StateTest, RestoreOnlyBeforeTheFirstNext) {
   EXPECT_THROW(a.Restore(state), Error);
 }
 
+// Whether a buffered record may be saved by reference is decided from the
+// CRC its frame had when read, without reading the file again; a record a
+// map changed is saved whole.
+TEST(StateTest, ShuffleSavesReferencesWithoutReadingTheFileAgain) {
+  testing::TempDir dir;
+  const std::string path = dir.File("r.tfrecord");
+  testing::WriteRecords(path, testing::RandomPayloads(400, 2000, 9));
+  auto ds = Dataset::FromTFRecords({path}).Shuffle(300, 4);
+  Iterator a = ds.MakeIterator();
+  Element e;
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(a.Next(&e));
+  const std::string moved = dir.File("moved.tfrecord");
+  ASSERT_EQ(std::rename(path.c_str(), moved.c_str()), 0);
+  const std::string state = a.Save();  // the file is not there now
+  EXPECT_LT(state.size(), 20'000u);     // ~300 KB of records, by reference
+  ASSERT_EQ(std::rename(moved.c_str(), path.c_str()), 0);
+  const auto rest = Keys(a);
+  Iterator b = ds.MakeIterator();
+  b.Restore(state);
+  EXPECT_EQ(Keys(b), rest);
+
+  // Bytes changed by a map keep their origin but not their frame's CRC.
+  auto changed =
+      Dataset::FromTFRecords({path})
+          .Map([](Element x) {
+            std::string bytes(x["record"].bytes(0));
+            bytes[0] ^= 1;
+            x.Set("record", Tensor::BytesScalar(bytes));
+            return x;
+          })
+          .Shuffle(300, 4);
+  Iterator c = changed.MakeIterator();
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(c.Next(&e));
+  EXPECT_GT(c.Save().size(), 200'000u);  // saved whole
+}
+
 // A buffered error comes back from a saved state as the class it was, with
 // its fields, not as a message in a pipeline::Error.
 TEST(StateTest, SavedErrorsKeepTheirClassAndFields) {

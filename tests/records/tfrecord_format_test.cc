@@ -1,0 +1,97 @@
+// records/tfrecord_format.h: the one frame check every reader of frames
+// calls, and records::ReadRecordAt, which reads a saved reference with it.
+#include "records/tfrecord_format.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "records/errors.h"
+#include "records/file.h"
+#include "records/index.h"
+#include "test_util.h"
+
+namespace recflow::records {
+namespace {
+
+std::string Frame(const std::string& payload) {
+  std::string f(kHeaderBytes + payload.size() + kFooterBytes, '\0');
+  EncodeHeader(f.data(), payload.size());
+  std::memcpy(f.data() + kHeaderBytes, payload.data(), payload.size());
+  EncodeFooter(f.data() + kHeaderBytes + payload.size(), payload.data(),
+               payload.size());
+  return f;
+}
+
+TEST(FrameCheckTest, FaultsInOrderLengthCrcMaximumThenEnd) {
+  std::string f = Frame("hello");
+  const char* h = f.data();
+  EXPECT_EQ(CheckFrameHeader(h, true, 5, f.size()), FrameFault::kNone);
+  EXPECT_EQ(CheckFrameHeader(h, true, 4, f.size()), FrameFault::kOverMaximum);
+  EXPECT_EQ(CheckFrameHeader(h, true, 5, f.size() - 1), FrameFault::kPastEnd);
+  EXPECT_EQ(CheckFrameHeader(h, true, 5, 3), FrameFault::kPastEnd);
+  EXPECT_TRUE(DataChecks(h + kHeaderBytes, 5));
+  f[3] ^= 1;  // the length now reads 16M+5 and fails its CRC
+  EXPECT_EQ(CheckFrameHeader(h, true, 5, f.size()), FrameFault::kLengthCrc);
+  EXPECT_EQ(CheckFrameHeader(h, false, 5, f.size()),
+            FrameFault::kOverMaximum);
+  EXPECT_EQ(CheckFrameHeader(h, false, UINT64_MAX, f.size()),
+            FrameFault::kPastEnd);
+  EXPECT_EQ(FrameFaultKind(FrameFault::kPastEnd, true),
+            DamageKind::kTruncatedData);
+  EXPECT_EQ(FrameFaultKind(FrameFault::kPastEnd, false),
+            DamageKind::kImplausibleLength);
+  EXPECT_EQ(FrameFaultDetail(FrameFault::kOverMaximum, true, h, 5, 0),
+            "length 16777221 exceeds the maximum record size 5");
+  EXPECT_EQ(FrameFaultDetail(FrameFault::kPastEnd, false, h, 5, 21),
+            "length 16777221 runs past the end of the file (21 bytes left)");
+  // A length near 2^64 does not wrap around the end check.
+  std::string huge(kHeaderBytes, '\0');
+  EncodeHeader(huge.data(), UINT64_MAX - 8);
+  EXPECT_EQ(CheckFrameHeader(huge.data(), true, UINT64_MAX, 100),
+            FrameFault::kPastEnd);
+  std::string g = Frame("abc");
+  g[kHeaderBytes] ^= 1;
+  EXPECT_FALSE(DataChecks(g.data() + kHeaderBytes, 3));
+  EXPECT_EQ(DataCrcDetail(g.data() + kHeaderBytes, 3).rfind(
+                "payload of 3 bytes; stored CRC 0x", 0),
+            0u);
+}
+
+TEST(ReadRecordAtTest, ReadsTheFrameAtAnOffsetAndSaysWhatIsWrongElsewhere) {
+  testing::TempDir dir;
+  const std::string path = dir.File("r.tfrecord");
+  testing::WriteRecords(path, std::vector<std::string>{"first", "second!"});
+  ReadableFile file(path);
+  AlignedVector<char> buffer;
+  EXPECT_EQ(ReadRecordAt(file, 0, 0, &buffer), "first");
+  EXPECT_EQ(ReadRecordAt(file, 21, 1, &buffer), "second!");
+  try {
+    ReadRecordAt(file, 20, 1, &buffer);
+    FAIL() << "a frame read one byte early";
+  } catch (const RecordError& e) {
+    EXPECT_EQ(e.kind(), DamageKind::kLengthCrcMismatch);
+    EXPECT_EQ(e.offset(), 20u);
+    EXPECT_EQ(e.record_index(), 1u);
+    EXPECT_EQ(e.path(), path);
+  }
+  try {
+    ReadRecordAt(file, 40, 1, &buffer);
+    FAIL() << "a frame read in the last bytes";
+  } catch (const RecordError& e) {
+    EXPECT_EQ(e.kind(), DamageKind::kTruncatedHeader);
+  }
+  std::string bytes = testing::ReadFileBytes(path);
+  bytes[21 + kHeaderBytes] ^= 1;
+  testing::WriteFileBytes(path, bytes);
+  try {
+    ReadRecordAt(ReadableFile(path), 21, 1, &buffer);
+    FAIL() << "a changed payload was read";
+  } catch (const RecordError& e) {
+    EXPECT_EQ(e.kind(), DamageKind::kDataCrcMismatch);
+  }
+}
+
+}  // namespace
+}  // namespace recflow::records
