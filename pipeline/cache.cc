@@ -67,8 +67,7 @@ class CacheDataset final : public UnaryDataset {
     It(const CacheDataset* d, IteratorContext* ctx, uint64_t salt)
         : d_(d), ctx_(ctx), salt_(salt) {
       if (d_->filename_.empty()) {
-        memory_ = std::static_pointer_cast<MemoryCache>(
-            ctx->Shared(d_, [] { return std::make_shared<MemoryCache>(); }));
+        memory_ = ctx->Shared<MemoryCache>(d_);
       }
       reading_ = CacheComplete();
       fill_salt_ = salt_;

@@ -208,10 +208,11 @@ void IteratorContext::RemoveWakeUp(uint64_t id) {
   wake_ups_.erase(id);
 }
 
-std::shared_ptr<void> IteratorContext::Shared(
-    const void* key, const std::function<std::shared_ptr<void>()>& make) {
+std::shared_ptr<void> IteratorContext::SharedSlot(
+    const void* key, std::type_index type,
+    const std::function<std::shared_ptr<void>()>& make) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = shared_[key];
+  auto& slot = shared_[{key, type}];
   if (!slot) slot = make();
   return slot;
 }
@@ -309,8 +310,7 @@ Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
     throw Error(
         fmt::format("Shard: index {} is not in [0, {})", index, num_shards));
   }
-  if (DatasetPtr by_file =
-          stages::ShardTFRecordFiles(base_, num_shards, index)) {
+  if (DatasetPtr by_file = base_->ShardByFiles(num_shards, index)) {
     return Dataset(std::move(by_file));
   }
   return Dataset(stages::Shard(base_, num_shards, index));

@@ -30,6 +30,9 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <typeindex>
+#include <typeinfo>
+#include <utility>
 #include <vector>
 
 #include "pipeline/state.h"
@@ -102,12 +105,22 @@ class IteratorContext {
   uint64_t AddWakeUp(WakeUp fn);
   void RemoveWakeUp(uint64_t id);
 
-  // State shared by the iterators one dataset makes over its epochs (the
-  // memory cache); made by `make` on first use.
-  std::shared_ptr<void> Shared(
-      const void* key, const std::function<std::shared_ptr<void>()>& make);
+  // State of type T shared by the iterators one dataset (`key`) makes over
+  // its epochs (the memory cache, the shuffle's slot pool); made with
+  // std::make_shared<T>() on first use.  Keyed by (key, T), so a slot is
+  // only ever handed out as the type it was made as.
+  template <typename T>
+  std::shared_ptr<T> Shared(const void* key) {
+    return std::static_pointer_cast<T>(SharedSlot(
+        key, std::type_index(typeid(T)),
+        [] { return std::static_pointer_cast<void>(std::make_shared<T>()); }));
+  }
 
  private:
+  std::shared_ptr<void> SharedSlot(
+      const void* key, std::type_index type,
+      const std::function<std::shared_ptr<void>()>& make);
+
   int threads_;
   bool optimize_;
   uint64_t seed_;
@@ -117,7 +130,8 @@ class IteratorContext {
   std::map<const void*, std::unique_ptr<StageCounter>> counters_;
   std::map<uint64_t, WakeUp> wake_ups_;
   uint64_t next_wake_up_ = 0;
-  std::map<const void*, std::shared_ptr<void>> shared_;
+  std::map<std::pair<const void*, std::type_index>, std::shared_ptr<void>>
+      shared_;
   std::atomic<bool> cancelled_{false};
 };
 
@@ -161,6 +175,14 @@ class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
   // Stages the fused batch-parse path can take over describe themselves
   // (internal: stages.h); the others return false.
   virtual bool DescribeForFusion(stages::FusableStage*) const { return false; }
+  // Sources that can shard by files (Dataset::Shard reads whole files per
+  // shard, as tf.data's auto-sharding by file) return the source of their
+  // files index, index + num_shards, ...; the others, and a source with
+  // fewer files than shards, return nullptr (sharded by element instead).
+  virtual std::shared_ptr<const DatasetBase> ShardByFiles(
+      int64_t /*num_shards*/, int64_t /*index*/) const {
+    return nullptr;
+  }
 };
 
 using DatasetPtr = std::shared_ptr<const DatasetBase>;

@@ -138,8 +138,7 @@ class ShuffleDataset final : public UnaryDataset {
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     const uint64_t seed = SeedFor(ctx, salt);
-    auto pool = std::static_pointer_cast<SlotPool>(
-        ctx->Shared(this, [] { return std::make_shared<SlotPool>(); }));
+    auto pool = ctx->Shared<SlotPool>(this);
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt), seed,
                                 ctx->Counter(this, StageName()),
                                 std::move(pool));

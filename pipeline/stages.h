@@ -115,10 +115,6 @@ DatasetPtr Csv(std::vector<std::string> files, CsvOptions options);
 
 // tfrecord_dataset.cc
 DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options);
-// Non-null when `d` is a TFRecord source with at least `num_shards` files:
-// the source reading files index, index + num_shards, ...
-DatasetPtr ShardTFRecordFiles(const DatasetPtr& d, int64_t num_shards,
-                              int64_t index);
 
 // global_shuffle.cc
 DatasetPtr GlobalShuffle(std::vector<std::string> files,

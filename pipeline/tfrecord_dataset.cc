@@ -267,8 +267,15 @@ class TFRecordDataset final : public DatasetBase {
     return order;
   }
 
-  const std::vector<std::string>& files() const { return files_; }
-  const TFRecordOptions& options() const { return options_; }
+  DatasetPtr ShardByFiles(int64_t num_shards, int64_t index) const override {
+    if (static_cast<int64_t>(files_.size()) < num_shards) return nullptr;
+    std::vector<std::string> mine;
+    for (size_t i = static_cast<size_t>(index); i < files_.size();
+         i += static_cast<size_t>(num_shards)) {
+      mine.push_back(files_[i]);
+    }
+    return std::make_shared<TFRecordDataset>(std::move(mine), options_);
+  }
 
  private:
   // tf.data's interleave with cycle_length = num_parallel_reads and
@@ -464,21 +471,6 @@ uint64_t FilesFingerprint(const std::vector<std::string>& files) {
 DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options) {
   return std::make_shared<TFRecordDataset>(ExpandFiles(files, "FromTFRecords"),
                                            std::move(options));
-}
-
-DatasetPtr ShardTFRecordFiles(const DatasetPtr& d, int64_t num_shards,
-                              int64_t index) {
-  const auto* source = dynamic_cast<const TFRecordDataset*>(d.get());
-  if (source == nullptr ||
-      static_cast<int64_t>(source->files().size()) < num_shards) {
-    return nullptr;
-  }
-  std::vector<std::string> mine;
-  for (size_t i = static_cast<size_t>(index); i < source->files().size();
-       i += static_cast<size_t>(num_shards)) {
-    mine.push_back(source->files()[i]);
-  }
-  return std::make_shared<TFRecordDataset>(std::move(mine), source->options());
 }
 
 }  // namespace recflow::pipeline::stages
