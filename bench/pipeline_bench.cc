@@ -16,6 +16,7 @@
 #include <random>
 
 #include "pipeline/dataset.h"
+#include "pipeline/process.h"
 #include "records/example.pb.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"

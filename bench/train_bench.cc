@@ -45,7 +45,7 @@
 #include <unsupported/Eigen/CXX11/Tensor>
 
 #include "pipeline/dataset.h"
-#include "pipeline/io.h"
+#include "pipeline/process.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
 #include "records/tfrecord_writer.h"

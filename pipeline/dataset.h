@@ -142,7 +142,7 @@ class Dataset {
   // Memory: the indexes, plus O(1) per record for the order (a seeded
   // Feistel bijection over record ids).  The state is elastic: restoring
   // with another num_shards / shard_index continues the epoch with no
-  // record repeated or skipped (see global_shuffle.h).
+  // record repeated or skipped (pipeline/global_shuffle.h in the source).
   static Dataset FromTFRecordsGlobalShuffle(std::vector<std::string> paths,
                                             GlobalShuffleOptions options = {});
   // Slices of in-memory arrays along their first dimension, as views of

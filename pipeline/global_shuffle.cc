@@ -23,6 +23,7 @@
 #include <bit>
 
 #include "pipeline/io.h"
+#include "pipeline/process.h"
 #include "pipeline/stages.h"
 #include "records/index.h"
 #include "records/tfrecord_format.h"

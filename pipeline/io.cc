@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <liburing.h>
-#include <malloc.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -18,6 +17,7 @@
 #include <new>
 #include <vector>
 
+#include "pipeline/process.h"
 #include "records/errors.h"
 #include "records/io_faults.h"
 
@@ -25,12 +25,6 @@ namespace recflow::pipeline {
 namespace {
 
 constexpr size_t kDirectAlignment = 4096;
-
-std::mutex log_mu;
-std::function<void(std::string_view)>& Sink() {
-  static std::function<void(std::string_view)> sink;
-  return sink;
-}
 
 std::atomic<bool> io_uring_disabled{false};
 
@@ -423,11 +417,6 @@ std::string_view IoBackendName(IoBackend b) {
   return "?";
 }
 
-void TuneAllocatorForBatches() {
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-}
-
 bool IoUringAvailable() {
   if (io_uring_disabled.load()) return false;
   static const bool available = ProbeIoUring();
@@ -435,20 +424,6 @@ bool IoUringAvailable() {
 }
 
 void DisableIoUringForTesting(bool disabled) { io_uring_disabled = disabled; }
-
-void SetLogSink(std::function<void(std::string_view)> sink) {
-  std::lock_guard<std::mutex> lock(log_mu);
-  Sink() = std::move(sink);
-}
-
-void LogLine(std::string_view line) {
-  std::lock_guard<std::mutex> lock(log_mu);
-  if (Sink()) {
-    Sink()(line);
-  } else {
-    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
-  }
-}
 
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,

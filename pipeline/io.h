@@ -73,23 +73,10 @@ std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options);
 
-// glibc gives blocks over its mmap threshold back to the kernel when they
-// are freed, so a pipeline that hands out a fresh batch-sized buffer per
-// batch pays page faults on every batch (half the time of a parse-only
-// pipeline, docs/PERFORMANCE.md).  This raises the thresholds (64 MiB mmap,
-// 256 MiB trim) so freed batches are reused.  It changes the whole
-// process's allocator, so the library never calls it; programs (recflow,
-// the benchmarks) do, and training programs may.
-void TuneAllocatorForBatches();
-
 // Whether io_uring can be used in this process (probed once).
 bool IoUringAvailable();
 // Tests: make IoUringAvailable() false, as on a kernel without io_uring.
 void DisableIoUringForTesting(bool disabled);
-
-// Where the pipeline's one-off notices go (stderr by default).
-void SetLogSink(std::function<void(std::string_view)> sink);
-void LogLine(std::string_view line);
 
 }  // namespace recflow::pipeline
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "pipeline/io.h"
+#include "pipeline/process.h"
 #include "tools/cli.h"
 
 namespace {

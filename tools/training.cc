@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "pipeline/dataset.h"
-#include "pipeline/io.h"
 #include "records/example_parser.h"
 #include "records/tfrecord_reader.h"
 #include "tools/cli.h"

@@ -4,10 +4,10 @@
 #include <sched.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
-#include "pipeline/io.h"
 #include "train/basic_session_run_hooks.h"
 
 namespace recflow::train {
@@ -190,7 +190,7 @@ void Estimator::Log(std::string_view line) const {
   if (options_.log) {
     options_.log(line);
   } else {
-    pipeline::LogLine(line);
+    std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   }
 }
 

@@ -118,7 +118,8 @@ struct EstimatorOptions {
   // Null: the backend RunConfig::device names (the CPU backend with
   // RunConfig::threads threads, or the CUDA backend).
   std::shared_ptr<Backend> backend;
-  // Where log lines go (null: pipeline::LogLine, stderr by default).
+  // Where the estimator's log lines go (null: stderr, one line each).  The
+  // input pipeline's own notices go to pipeline::SetLogSink's sink.
   std::function<void(std::string_view)> log;
   // The ranks that train together (null: this process alone); see above.
   std::shared_ptr<Collective> collective;

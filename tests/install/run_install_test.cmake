@@ -7,6 +7,20 @@ set(DEPS_PREFIX ${WORK_DIR}/deps)
 include(${CMAKE_CURRENT_LIST_DIR}/deps_prefix.cmake)
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
 run(${WORK_DIR}/prefix/bin/recflow --version)
+# Only the API is installed: the layers' internal headers stay out.
+foreach(internal pipeline/stages.h pipeline/async_iterator.h
+                 pipeline/global_shuffle.h records/io_faults.h
+                 train/thread_team.h train/cuda_allocator.h)
+  if(EXISTS ${WORK_DIR}/prefix/include/recflow/${internal})
+    message(FATAL_ERROR "internal header ${internal} was installed")
+  endif()
+endforeach()
+foreach(api pipeline/dataset.h pipeline/process.h records/dtype.h
+            train/estimator.h convert/convert.h)
+  if(NOT EXISTS ${WORK_DIR}/prefix/include/recflow/${api})
+    message(FATAL_ERROR "API header ${api} was not installed")
+  endif()
+endforeach()
 run(${CMAKE_COMMAND} -E env ${DEPS_ENV}
     ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR}/build -G ${GENERATOR}
     -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)

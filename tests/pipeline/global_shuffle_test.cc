@@ -9,6 +9,7 @@
 #include <set>
 
 #include "pipeline/dataset.h"
+#include "pipeline/process.h"
 #include "pipeline_test_util.h"
 #include "records/index.h"
 #include "test_util.h"

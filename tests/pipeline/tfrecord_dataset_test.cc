@@ -8,6 +8,7 @@
 
 #include "pipeline/dataset.h"
 #include "pipeline/io.h"
+#include "pipeline/process.h"
 #include "pipeline_test_util.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
