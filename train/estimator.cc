@@ -332,7 +332,6 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
   // The chief logs, writes summaries and checkpoints (TF's chief-only
   // hooks); every rank runs the rest.
   const bool chief = world_->is_chief();
-  const bool distributed = world_->size() > 1;
   if (chief && config_.log_step_count_steps > 0) {
     hooks.push_back(
         std::make_shared<StepCounterHook>(config_.log_step_count_steps));
@@ -351,40 +350,59 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
                                             : config_.save_checkpoints_secs));
   }
 
+  Loop loop;
+  loop.mode = Mode::kTrain;
+  // The input's iterator is made once the session exists, and continues
+  // where the checkpoint left it.
+  loop.make_input = [&] {
+    pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
+    if (iterator_state.empty()) return it;
+    // The state does not fit this input (pipeline::Error: other stages) or
+    // a file it names is gone or changed (records::Error); a training
+    // error is none of these and is not caught here.
+    const auto restart = [&](const recflow::Error& e) {
+      Log(fmt::format("WARNING: the checkpoint's input position does not "
+                      "fit this input_fn ({}); reading the input from its "
+                      "start",
+                      e.what()));
+      it = input_fn().MakeIterator(InputOptions());
+    };
+    try {
+      it.Restore(iterator_state);
+      Log("Input iterator restored: the input continues where the "
+          "checkpoint left it.");
+    } catch (const pipeline::Error& e) {
+      restart(e);
+    } catch (const records::Error& e) {
+      restart(e);
+    }
+    return it;
+  };
+  loop.step = [this](EstimatorSpec& spec, int64_t) {
+    spec.train_op();
+    return std::function<double()>(
+        [this, &spec] { return ScalarOf(*backend_, spec.loss.value()); });
+  };
+  RunLoop(session, hooks, loop);
+  if (session.events_) session.events_->Flush();
+  return session.global_step_;
+}
+
+int64_t Estimator::RunLoop(TrainingSession& session, const Hooks& hooks,
+                           const Loop& loop) {
+  const bool training = loop.mode == Mode::kTrain;
+  const bool distributed = training && world_->size() > 1;
+  int64_t batches = 0;
   try {
     ForHooks(hooks, [](SessionRunHook& h) { h.begin(); });
-    // The input's iterator is made once the session exists, and continues
-    // where the checkpoint left it.
-    pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
-    if (!iterator_state.empty()) {
-      // The state does not fit this input (pipeline::Error: other stages)
-      // or a file it names is gone or changed (records::Error); a training
-      // error is none of these and is not caught here.
-      const auto restart = [&](const recflow::Error& e) {
-        Log(fmt::format("WARNING: the checkpoint's input position does not "
-                        "fit this input_fn ({}); reading the input from its "
-                        "start",
-                        e.what()));
-        it = input_fn().MakeIterator(InputOptions());
-      };
-      try {
-        it.Restore(iterator_state);
-        Log("Input iterator restored: the input continues where the "
-            "checkpoint left it.");
-      } catch (const pipeline::Error& e) {
-        restart(e);
-      } catch (const records::Error& e) {
-        restart(e);
-      }
-    }
-    session.iterator_ = &it;
+    pipeline::Iterator it = loop.make_input();
+    if (training) session.iterator_ = &it;
     ForHooks(hooks,
              [&](SessionRunHook& h) { h.after_create_session(session); });
-
     pipeline::Element element;
     // A stop some rank's hook asked for in its last after_run.
     bool stop_after = false;
-    while (true) {
+    while (!loop.max_batches || batches < *loop.max_batches) {
       if (!distributed && stop_after) break;
       RunContext run(session);
       std::vector<SessionRunArgs> args;
@@ -396,12 +414,14 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
           if (!run.stop_requested()) args.push_back(h->before_run(run));
         }
       }
-      // Decided together before the next batch is read, so that every rank
-      // stops after the same step and no rank reads input it will not
-      // train on (the checkpoint's position stays exact).
-      if (world_->Any(stop_after || run.stop_requested())) break;
+      // In training, decided together before the next batch is read, so
+      // that every rank stops after the same step and no rank reads input
+      // it will not train on (the checkpoint's position stays exact).
+      const bool stop = stop_after || run.stop_requested();
+      if (training ? world_->Any(stop) : stop) break;
       const bool has = it.Next(&element);
-      int64_t batch = has ? BatchSizeOf(element) : 0;
+      const int64_t local_batch = has ? BatchSizeOf(element) : 0;
+      int64_t batch = local_batch;
       if (distributed) {
         // Whether any rank's input ended, and the examples of all ranks.
         int64_t v[2] = {has ? 0 : 1, batch};
@@ -414,8 +434,10 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
         }
         batch = v[1];
       } else if (!has) {
-        Log(fmt::format("The input ended at global step {}.",
-                        session.global_step_));
+        if (training) {
+          Log(fmt::format("The input ended at global step {}.",
+                          session.global_step_));
+        }
         break;
       }
       // Starts the batch's copy to the device on the copy stream, while
@@ -423,13 +445,11 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
       backend_->Prefetch(element);
       std::unique_ptr<ModelContext> ctx;
       Tensor labels;
-      EstimatorSpec spec =
-          RunModel(session, element, Mode::kTrain, &ctx, &labels);
-      spec.train_op();
-      AfterRun(
-          *backend_, hooks, args, run, spec,
-          [&] { return ScalarOf(*backend_, spec.loss.value()); },
-          session.global_step_, batch);
+      EstimatorSpec spec = RunModel(session, element, loop.mode, &ctx, &labels);
+      const std::function<double()> loss = loop.step(spec, local_batch);
+      ++batches;
+      AfterRun(*backend_, hooks, args, run, spec, loss, session.global_step_,
+               batch);
       stop_after = run.stop_requested();
       if (!distributed && stop_after) break;
     }
@@ -440,8 +460,7 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
     NotifyException(hooks, e);
     throw;
   }
-  if (session.events_) session.events_->Flush();
-  return session.global_step_;
+  return batches;
 }
 
 std::map<std::string, double> Estimator::Evaluate(
@@ -460,37 +479,16 @@ std::map<std::string, double> Estimator::Evaluate(
   }
   session.metrics_.Reset();
   Mean loss;
-  int64_t batches = 0;
-  try {
-    ForHooks(hooks, [](SessionRunHook& h) { h.begin(); });
-    pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
-    ForHooks(hooks,
-             [&](SessionRunHook& h) { h.after_create_session(session); });
-    pipeline::Element element;
-    while (!steps || batches < *steps) {
-      RunContext run(session);
-      std::vector<SessionRunArgs> args;
-      for (auto& h : hooks) args.push_back(h->before_run(run));
-      if (run.stop_requested() || !it.Next(&element)) break;
-      backend_->Prefetch(element);
-      const int64_t batch = BatchSizeOf(element);
-      std::unique_ptr<ModelContext> ctx;
-      Tensor labels;
-      EstimatorSpec spec =
-          RunModel(session, element, Mode::kEval, &ctx, &labels);
-      const double value = ScalarOf(*backend_, spec.loss.value());
-      loss.Update(value, static_cast<double>(batch));
-      ++batches;
-      AfterRun(
-          *backend_, hooks, args, run, spec, [value] { return value; },
-          session.global_step_, batch);
-      if (run.stop_requested()) break;
-    }
-    ForHooks(hooks, [&](SessionRunHook& h) { h.end(session); });
-  } catch (const std::exception& e) {
-    NotifyException(hooks, e);
-    throw;
-  }
+  Loop loop;
+  loop.mode = Mode::kEval;
+  loop.make_input = [&] { return input_fn().MakeIterator(InputOptions()); };
+  loop.step = [&](EstimatorSpec& spec, int64_t batch) {
+    const double value = ScalarOf(*backend_, spec.loss.value());
+    loss.Update(value, static_cast<double>(batch));
+    return std::function<double()>([value] { return value; });
+  };
+  loop.max_batches = steps;
+  int64_t batches = RunLoop(session, hooks, loop);
   if (world_->size() > 1) {
     // Each rank evaluated its own share: add up what they accumulated.
     session.metrics_.AllReduce(*world_);

@@ -222,6 +222,25 @@ class Estimator {
   EstimatorSpec RunModel(TrainingSession& session, pipeline::Element& element,
                          Mode mode, std::unique_ptr<ModelContext>* ctx,
                          Tensor* labels_out);
+  // The one session loop of Train and Evaluate: begin, the input made by
+  // `make_input`, after_create_session, then per batch before_run, the
+  // model (RunModel), `step` (the train op, or the eval loss: it returns
+  // what hooks read as the loss) and after_run, until a hook stops, the
+  // input ends or `max_batches` ran; then end (on an exception, the hooks
+  // that take one are told).  Training (`mode` kTrain) decides stopping and
+  // the end of input with every rank and exposes the iterator to hooks
+  // (for checkpoints); evaluation runs each rank's share alone.  Returns
+  // the batches run.
+  struct Loop {
+    Mode mode;
+    std::function<pipeline::Iterator()> make_input;
+    std::function<std::function<double()>(EstimatorSpec& spec,
+                                           int64_t batch)>
+        step;
+    std::optional<int64_t> max_batches;
+  };
+  int64_t RunLoop(TrainingSession& session, const Hooks& hooks,
+                  const Loop& loop);
 
   ModelFn model_fn_;
   RunConfig config_;
