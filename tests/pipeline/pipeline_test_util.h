@@ -3,6 +3,7 @@
 #define RECFLOW_TESTS_PIPELINE_PIPELINE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,13 @@ inline std::vector<pipeline::Element> Collect(const pipeline::Dataset& ds,
   pipeline::Element e;
   while (out.size() < limit && it.Next(&e)) out.push_back(std::move(e));
   return out;
+}
+
+// [a, b) as int64s.
+inline std::vector<int64_t> Iota(int64_t a, int64_t b) {
+  std::vector<int64_t> v(static_cast<size_t>(b - a));
+  std::iota(v.begin(), v.end(), a);
+  return v;
 }
 
 // The int64 scalar `name` of each element.
@@ -44,6 +52,12 @@ inline pipeline::Element Int(int64_t v) {
   pipeline::Element e;
   e.Set("value", pipeline::Tensor::Scalar<int64_t>(v));
   return e;
+}
+
+// {"value": v * v} for the int64 scalar "value" of `e`.
+inline pipeline::Element Square(pipeline::Element e) {
+  const int64_t v = e["value"].scalar<int64_t>();
+  return Int(v * v);
 }
 
 }  // namespace recflow::testing
