@@ -1,34 +1,18 @@
-// Layers, variables, optimizers, schedules and metrics.
+// Layers: their variables, shapes and behaviour in training and later.
 #include "train/layers.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "train/metrics.h"
-#include "train/optimizers.h"
+#include "train_test_util.h"
 
 namespace recflow::train {
 namespace {
 
-// Host tensors and a CPU backend for values built outside a model_fn.
-[[maybe_unused]] Tensor HostFloat(const Shape& s) {
-  return Tensor::Allocate(DType::kFloat32, s);
-}
-[[maybe_unused]] Backend& HostBackend() {
-  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
-  return *backend;
-}
-
-struct Fixture {
-  std::unique_ptr<Backend> backend = MakeCpuBackend(2);
-  VariableStore vars{7};
-  MetricSet metrics;
-  int64_t step = 0;
-  ModelContext Context(Mode mode = Mode::kTrain) {
-    return ModelContext(*backend, vars, metrics, mode, &step, 7);
-  }
-};
+using testing::Fixture;
+using testing::HostBackend;
+using testing::HostFloat;
 
 Tensor Filled(const Shape& s, float v) {
   Tensor t = HostFloat(s);
@@ -143,88 +127,6 @@ TEST(LayersTest, EmbeddingLooksUpRows) {
       layers::Embedding(ctx, Tensor::FromValues<int64_t>(bad, Shape{1}),
                         {.input_dim = 4, .output_dim = 2, .name = "embedding"}),
       Error);
-}
-
-// One variable w (2 values) and loss = sum(w * g) so that dL/dw = g.
-float RunOptimizer(const std::shared_ptr<Optimizer>& opt, int steps,
-                   Fixture& f) {
-  const float g[] = {0.5f, -2.0f};
-  for (int s = 0; s < steps; ++s) {
-    ModelContext ctx = f.Context();
-    Variable& w =
-        ctx.variables().GetOrCreate("w", Shape{2}, Initializer::Constant(1.0f));
-    Var loss = ops::ReduceSum(
-        ctx.backend(),
-        ops::Multiply(ctx.backend(), VariableStore::Read(w),
-                      ops::Constant(HostBackend(),
-                                    Tensor::FromValues<float>(g, Shape{2}))));
-    opt->Minimize(ctx, loss)();
-  }
-  return f.vars.Find("w")->value.data<float>()[0];
-}
-
-TEST(OptimizersTest, UpdatesFollowTensorFlowsFormulas) {
-  {
-    Fixture f;
-    EXPECT_FLOAT_EQ(RunOptimizer(std::make_shared<SGD>(0.1f), 2, f),
-                    1 - 2 * 0.1f * 0.5f);
-    EXPECT_EQ(f.step, 2);
-    EXPECT_EQ(f.vars.Find("w")->grad.data<float>()[0], 0.0f);
-  }
-  {
-    Fixture f;
-    // v1 = g, v2 = 0.9 g + g; w = 1 - lr (v1 + v2)
-    EXPECT_FLOAT_EQ(RunOptimizer(std::make_shared<Momentum>(0.1f, 0.9f), 2, f),
-                    1 - 0.1f * (0.5f + 0.95f));
-    EXPECT_NE(f.vars.Find("w/Momentum/momentum"), nullptr);
-  }
-  {
-    Fixture f;
-    // Adam's first step moves each weight by about lr, against its gradient.
-    EXPECT_NEAR(RunOptimizer(std::make_shared<Adam>(0.01f), 1, f), 0.99, 1e-6);
-    EXPECT_NEAR(f.vars.Find("w/Adam/m")->value.data<float>()[1], -0.2, 1e-6);
-    EXPECT_NEAR(f.vars.Find("w/Adam/v")->value.data<float>()[1], 0.004, 1e-7);
-  }
-}
-
-TEST(OptimizersTest, LearningRateSchedules) {
-  EXPECT_FLOAT_EQ(ExponentialDecay(0.1f, 100, 0.5f)(50),
-                  0.1f * std::sqrt(0.5f));
-  EXPECT_FLOAT_EQ(ExponentialDecay(0.1f, 100, 0.5f, true)(150), 0.05f);
-  auto p = PiecewiseConstant({10, 20}, {1.0f, 0.5f, 0.1f});
-  EXPECT_EQ(p(10), 1.0f);
-  EXPECT_EQ(p(11), 0.5f);
-  EXPECT_EQ(p(100), 0.1f);
-  EXPECT_THROW(PiecewiseConstant({10}, {1.0f}), Error);
-  EXPECT_FLOAT_EQ(CosineDecay(1.0f, 100)(50), 0.5f);
-  EXPECT_FLOAT_EQ(CosineDecay(1.0f, 100, 0.1f)(1000), 0.1f);
-  EXPECT_THROW(MakeOptimizer("rmsprop", ConstantLearningRate(1)), Error);
-}
-
-TEST(MetricsTest, AccuracyPrecisionRecallAuc) {
-  MetricSet m;
-  const int64_t labels[] = {1, 2, 3, 4};
-  const int64_t preds[] = {1, 0, 3, 0};
-  m.Get<Accuracy>("accuracy").Update(labels, preds);
-  EXPECT_DOUBLE_EQ(m.Results().at("accuracy"), 0.5);
-  EXPECT_THROW(m.Get<Mean>("accuracy"), Error);
-
-  const float y[] = {1, 1, 0, 0, 1};
-  const float p[] = {0.9f, 0.4f, 0.6f, 0.1f, 0.7f};
-  Precision precision;
-  Recall recall;
-  precision.Update(y, p);
-  recall.Update(y, p);
-  EXPECT_DOUBLE_EQ(precision.Result(), 2.0 / 3);
-  EXPECT_DOUBLE_EQ(recall.Result(), 2.0 / 3);
-  AUC auc;
-  auc.Update(y, p);
-  // 6 positive/negative pairs, 5 ordered correctly.
-  EXPECT_NEAR(auc.Result(), 5.0 / 6, 0.01);
-  AUC perfect;
-  const float sure[] = {0.99f, 0.8f, 0.2f, 0.01f, 0.7f};
-  perfect.Update(y, sure);
-  EXPECT_NEAR(perfect.Result(), 1.0, 1e-9);
 }
 
 }  // namespace
