@@ -1,62 +1,49 @@
 #include "records/dtype.h"
 
+#include <iterator>
+
 namespace recflow::records {
+namespace {
+
+struct DTypeInfo {
+  std::string_view name;             // ours, as in specs and messages
+  std::string_view tensorflow_name;  // TensorFlow's, in its messages
+  size_t size;                       // bytes per element; 0 for bytes
+};
+
+// Indexed by DType.
+constexpr DTypeInfo kInfo[] = {
+    {"float32", "float", 4}, {"float64", "double", 8}, {"int32", "int32", 4},
+    {"int64", "int64", 8},   {"uint8", "uint8", 1},    {"bytes", "string", 0},
+};
+constexpr DType kAll[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
+                          DType::kInt64,   DType::kUInt8,   DType::kBytes};
+static_assert(std::size(kInfo) == std::size(kAll));
+
+const DTypeInfo* Info(DType d) {
+  const auto i = static_cast<size_t>(d);
+  return i < std::size(kInfo) ? &kInfo[i] : nullptr;
+}
+
+}  // namespace
 
 std::string_view DTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float32";
-    case DType::kFloat64:
-      return "float64";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kUInt8:
-      return "uint8";
-    case DType::kBytes:
-      return "bytes";
-  }
-  return "?";
+  const DTypeInfo* info = Info(d);
+  return info ? info->name : "?";
 }
 
 std::string_view TensorFlowDTypeName(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-      return "float";
-    case DType::kFloat64:
-      return "double";
-    case DType::kInt32:
-      return "int32";
-    case DType::kInt64:
-      return "int64";
-    case DType::kUInt8:
-      return "uint8";
-    case DType::kBytes:
-      return "string";
-  }
-  return "?";
+  const DTypeInfo* info = Info(d);
+  return info ? info->tensorflow_name : "?";
 }
 
 size_t DTypeSize(DType d) {
-  switch (d) {
-    case DType::kFloat32:
-    case DType::kInt32:
-      return 4;
-    case DType::kFloat64:
-    case DType::kInt64:
-      return 8;
-    case DType::kUInt8:
-      return 1;
-    case DType::kBytes:
-      return 0;
-  }
-  return 0;
+  const DTypeInfo* info = Info(d);
+  return info ? info->size : 0;
 }
 
 std::optional<DType> ParseDType(std::string_view name) {
-  for (DType d : {DType::kFloat32, DType::kFloat64, DType::kInt32,
-                  DType::kInt64, DType::kUInt8, DType::kBytes}) {
+  for (DType d : kAll) {
     if (DTypeName(d) == name) return d;
   }
   return std::nullopt;
