@@ -8,13 +8,12 @@ namespace {
 struct DTypeInfo {
   std::string_view name;             // ours, as in specs and messages
   std::string_view tensorflow_name;  // TensorFlow's, in its messages
-  size_t size;                       // bytes per element; 0 for bytes
 };
 
 // Indexed by DType.
 constexpr DTypeInfo kInfo[] = {
-    {"float32", "float", 4}, {"float64", "double", 8}, {"int32", "int32", 4},
-    {"int64", "int64", 8},   {"uint8", "uint8", 1},    {"bytes", "string", 0},
+    {"float32", "float"}, {"float64", "double"}, {"int32", "int32"},
+    {"int64", "int64"},   {"uint8", "uint8"},    {"bytes", "string"},
 };
 constexpr DType kAll[] = {DType::kFloat32, DType::kFloat64, DType::kInt32,
                           DType::kInt64,   DType::kUInt8,   DType::kBytes};
@@ -35,11 +34,6 @@ std::string_view DTypeName(DType d) {
 std::string_view TensorFlowDTypeName(DType d) {
   const DTypeInfo* info = Info(d);
   return info ? info->tensorflow_name : "?";
-}
-
-size_t DTypeSize(DType d) {
-  const DTypeInfo* info = Info(d);
-  return info ? info->size : 0;
 }
 
 std::optional<DType> ParseDType(std::string_view name) {

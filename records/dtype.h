@@ -27,8 +27,22 @@ std::string_view DTypeName(DType d);
 // TensorFlow's names in its error messages: "float", "double", "int32",
 // "int64", "uint8", "string".
 std::string_view TensorFlowDTypeName(DType d);
-// Bytes per element; 0 for kBytes.
-size_t DTypeSize(DType d);
+// Bytes per element; 0 for kBytes.  Inline: tensors ask it per slice.
+constexpr size_t DTypeSize(DType d) {
+  switch (d) {
+    case DType::kFloat32:
+    case DType::kInt32:
+      return 4;
+    case DType::kFloat64:
+    case DType::kInt64:
+      return 8;
+    case DType::kUInt8:
+      return 1;
+    case DType::kBytes:
+      break;
+  }
+  return 0;
+}
 // The dtype DTypeName gives `name`; nullopt for any other name.
 std::optional<DType> ParseDType(std::string_view name);
 // Whether a tf.train.Feature holds values of this type: float32 (its
