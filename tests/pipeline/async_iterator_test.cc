@@ -1,0 +1,93 @@
+// AsyncIterator, the engine of Prefetch and parallel Map: how far it reads
+// ahead, errors at their place in the order, and a saved state holding its
+// buffered results (errors keep their class).
+#include "pipeline/async_iterator.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "pipeline/stages.h"
+#include "pipeline_test_util.h"
+#include "records/errors.h"
+
+namespace recflow::pipeline {
+namespace {
+
+using testing::Ints;
+
+// The driver pulls at most max_elements ahead of the consumer.
+TEST(AsyncIteratorTest, ReadsAheadNoFurtherThanItsBound) {
+  std::atomic<int64_t> pulled{0};
+  DatasetPtr counting = stages::Generator(
+      [&pulled]() -> std::function<std::optional<Element>()> {
+        return [&pulled, i = int64_t{0}]() mutable -> std::optional<Element> {
+          if (i == 1000) return std::nullopt;
+          pulled.fetch_add(1);
+          return testing::Int(i++);
+        };
+      },
+      "counting");
+  IteratorContext ctx(IteratorOptions{.threads = 2});
+  AsyncIterator::Config config;
+  config.stage = "prefetch";
+  config.max_elements = 4;
+  AsyncIterator it(&ctx, counting->MakeIterator(&ctx, 0),
+                   ctx.Counter(&config, "prefetch"), config);
+  Element e;
+  ASSERT_TRUE(it.GetNext(&e));
+  // Give the driver time to run as far ahead as it may.
+  for (int i = 0; i < 500 && pulled.load() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_LE(pulled.load(), 1 + 4);  // the one taken and four buffered
+  EXPECT_GE(pulled.load(), 2);      // it did read ahead
+  int64_t n = 1;
+  while (it.GetNext(&e)) ++n;
+  EXPECT_EQ(n, 1000);
+}
+
+// A result buffered when the state is saved, an error among them, comes
+// back from the state in its place and as its own class.
+TEST(AsyncIteratorTest, SavedBufferHoldsResultsAndTypedErrorsInOrder) {
+  MapOptions o;
+  o.num_parallel_calls = 2;
+  auto ds = Dataset::Range(0, 8)
+                .Map(
+                    [](Element e) {
+                      if (e["value"].scalar<int64_t>() == 3) {
+                        throw records::RecordError(
+                            "f.tfrecord", 120, 3,
+                            records::DamageKind::kDataCrcMismatch, "detail");
+                      }
+                      return e;
+                    },
+                    o)
+                .Prefetch(4);
+  Iterator a = ds.MakeIterator({.threads = 2});
+  Element e;
+  ASSERT_TRUE(a.Next(&e));
+  // Let the prefetch buffer fill past the error.
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::string state = a.Save();
+  Iterator b = ds.MakeIterator({.threads = 2});
+  b.Restore(state);
+  std::vector<int64_t> got;
+  while (true) {
+    try {
+      if (!b.Next(&e)) break;
+      got.push_back(e["value"].scalar<int64_t>());
+    } catch (const records::RecordError& err) {
+      EXPECT_EQ(err.offset(), 120u);
+      EXPECT_EQ(err.kind(), records::DamageKind::kDataCrcMismatch);
+      got.push_back(-1);
+    }
+  }
+  EXPECT_EQ(got, (std::vector<int64_t>{1, 2, -1, 4, 5, 6, 7}));
+}
+
+}  // namespace
+}  // namespace recflow::pipeline
