@@ -20,6 +20,7 @@
 #include "test_util.h"
 #include "train/basic_session_run_hooks.h"
 #include "train/event.pb.h"
+#include "estimator_test_util.h"
 #include "train/layers.h"
 
 namespace recflow::train {
@@ -37,99 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 using pipeline::Dataset;
 using pipeline::Element;
-
-// Three Gaussian clusters in 2-D, labelled by cluster, with an id per
-// example so tests can see which examples a step trained on.
-Element Clusters(int64_t n, uint64_t seed) {
-  std::vector<float> x(static_cast<size_t>(2 * n));
-  std::vector<int64_t> label(static_cast<size_t>(n)),
-      id(static_cast<size_t>(n));
-  pipeline::Rng rng(seed);
-  const float centers[3][2] = {{2, 0}, {-1, 1.7f}, {-1, -1.7f}};
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = static_cast<int64_t>(rng.Below(3));
-    for (int d = 0; d < 2; ++d) {
-      const double u = (rng.Next() >> 11) * 0x1.0p-53 - 0.5;
-      x[static_cast<size_t>(2 * i + d)] = centers[c][d] + static_cast<float>(u);
-    }
-    label[static_cast<size_t>(i)] = c;
-    id[static_cast<size_t>(i)] = i;
-  }
-  Element e;
-  e.Set("x", Tensor::FromValues<float>(x, Shape{n, 2}));
-  e.Set("label", Tensor::FromValues<int64_t>(label, Shape{n}));
-  e.Set("id", Tensor::FromValues<int64_t>(id, Shape{n}));
-  return e;
-}
-
-InputFn TrainInput(int64_t repeat = -1) {
-  return [repeat] {
-    return Dataset::FromTensorSlices(Clusters(600, 1))
-        .Shuffle(200, 5)
-        .Repeat(repeat)
-        .Batch(32)
-        .Prefetch(2);
-  };
-}
-
-InputFn EvalInput() {
-  return [] { return Dataset::FromTensorSlices(Clusters(300, 2)).Batch(64); };
-}
-
-struct Recorder {
-  // Per training step: the first ids of its batch and its loss.
-  std::vector<std::vector<int64_t>> ids;
-  std::vector<float> losses;
-};
-
-ModelFn Classifier(int64_t hidden = 16, Recorder* rec = nullptr,
-                   bool nan_loss = false) {
-  return [=](const Features& f, const Tensor* labels, Mode mode,
-             ModelContext& ctx) {
-    Var x = ops::Constant(ctx.backend(), f["x"]);
-    Var h = layers::Dense(ctx, x,
-                          {.units = hidden, .activation = Activation::kRelu});
-    Var logits = layers::Dense(ctx, h, {.units = 3});
-    EstimatorSpec spec;
-    spec.predictions["classes"] = ArgMax(ctx.backend(), logits.value());
-    spec.tensors["first_id"] = f["id"].Slice(0);
-    if (mode == Mode::kPredict) return spec;
-    spec.loss = ops::SparseSoftmaxCrossEntropy(ctx.backend(), logits, *labels);
-    if (nan_loss) spec.loss = ops::Scale(ctx.backend(), spec.loss, NAN);
-    if (mode == Mode::kEval) {
-      const Tensor classes = ArgMax(ctx.backend(), logits.value());
-      ctx.metrics()
-          .Get<Accuracy>("accuracy")
-          .Update(labels->values<int64_t>(), classes.values<int64_t>());
-    }
-    if (mode == Mode::kTrain) {
-      if (rec != nullptr) {
-        const auto ids = f["id"].values<int64_t>();
-        rec->ids.emplace_back(ids.begin(), ids.end());
-        rec->losses.push_back(spec.loss.value().data<float>()[0]);
-      }
-      spec.train_op = std::make_shared<Adam>(0.05f)->Minimize(ctx, spec.loss);
-    }
-    return spec;
-  };
-}
-
-RunConfig Config(const std::string& dir) {
-  RunConfig c;
-  c.model_dir = dir;
-  c.seed = 11;
-  c.save_checkpoints_steps = 10;
-  c.save_summary_steps = 10;
-  c.log_step_count_steps = 50;
-  c.threads = 2;
-  return c;
-}
-
-EstimatorOptions Quiet() {
-  EstimatorOptions o;
-  o.log = [](std::string_view) {};
-  return o;
-}
+using namespace estimator_testing;
 
 std::vector<tensorflow::Event> ReadEvents(const std::string& dir) {
   std::vector<tensorflow::Event> out;
@@ -363,49 +272,6 @@ TEST(EstimatorTest, ACheckpointOfAnotherModelIsRefusedClearly) {
         << e.what();
     EXPECT_NE(std::string(e.what()).find("[2, 8]"), std::string::npos);
   }
-}
-
-TEST(EstimatorTest, EarlyStoppingEvaluatesInProcess) {
-  testing::TempDir dir;
-  Estimator est(Classifier(), Config(dir.path().string()), Quiet());
-  int evaluations = 0;
-  auto hook = std::make_shared<EarlyStoppingHook>(
-      [&] {
-        ++evaluations;
-        // Improves twice, then never again.
-        return std::map<std::string, double>{
-            {"accuracy", evaluations <= 2 ? evaluations * 0.1 : 0.05}};
-      },
-      "accuracy", /*max_evals_without_improvement=*/3,
-      /*higher_is_better=*/true, /*every_n_steps=*/5);
-  EXPECT_EQ(est.Train(TrainInput(), {hook}, 1000), 25);
-  EXPECT_EQ(evaluations, 5);
-  EXPECT_DOUBLE_EQ(*hook->best(), 0.2);
-}
-
-TEST(EstimatorTest, PreemptionSavesAndStopsAtTheNextStep) {
-  testing::TempDir dir;
-  RunConfig config = Config(dir.path().string());
-  config.save_checkpoints_steps = 1000;
-  auto preemption = std::make_shared<PreemptionHook>();
-  // Raises SIGTERM during step 4.
-  class Raise : public SessionRunHook {
-    void after_run(RunContext&, const SessionRunValues& v) override {
-      if (v.scalar("global_step") == 4) raise(SIGTERM);
-    }
-    SessionRunArgs before_run(RunContext&) override {
-      return {{"global_step"}};
-    }
-  };
-  Estimator est(Classifier(), config, Quiet());
-  EXPECT_EQ(est.Train(TrainInput(), {std::make_shared<Raise>(), preemption}),
-            4);
-  EXPECT_EQ(preemption->preempted_by(), SIGTERM);
-  EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
-  // The handler is gone: SIGTERM is back to its previous disposition.
-  struct sigaction now {};
-  sigaction(SIGTERM, nullptr, &now);
-  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 // Run by SurvivesSigkill in a child process; skipped otherwise.  Trains

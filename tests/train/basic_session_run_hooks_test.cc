@@ -1,0 +1,72 @@
+// The hooks tf.estimator ships (basic_session_run_hooks.cc) in a training
+// run: stop at a step, NaN losses, early stopping, preemption.
+#include "train/basic_session_run_hooks.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <map>
+
+#include "estimator_test_util.h"
+#include "test_util.h"
+
+namespace recflow::train {
+namespace {
+
+using namespace estimator_testing;
+
+TEST(BasicSessionRunHooksTest, StopAtStepCountsFromNowOrToALastStep) {
+  testing::TempDir dir;
+  Estimator est(Classifier(), Config(dir.path().string()), Quiet());
+  EXPECT_EQ(est.Train(TrainInput(), {StopAtStepHook::NumSteps(3)}), 3);
+  // num_steps counts from the restored step; last_step is absolute.
+  EXPECT_EQ(est.Train(TrainInput(), {StopAtStepHook::NumSteps(3)}), 6);
+  EXPECT_EQ(est.Train(TrainInput(), {StopAtStepHook::LastStep(8)}), 8);
+  EXPECT_EQ(est.Train(TrainInput(), {StopAtStepHook::LastStep(8)}), 8);
+}
+
+TEST(BasicSessionRunHooksTest, EarlyStoppingEvaluatesInProcess) {
+  testing::TempDir dir;
+  Estimator est(Classifier(), Config(dir.path().string()), Quiet());
+  int evaluations = 0;
+  auto hook = std::make_shared<EarlyStoppingHook>(
+      [&] {
+        ++evaluations;
+        // Improves twice, then never again.
+        return std::map<std::string, double>{
+            {"accuracy", evaluations <= 2 ? evaluations * 0.1 : 0.05}};
+      },
+      "accuracy", /*max_evals_without_improvement=*/3,
+      /*higher_is_better=*/true, /*every_n_steps=*/5);
+  EXPECT_EQ(est.Train(TrainInput(), {hook}, 1000), 25);
+  EXPECT_EQ(evaluations, 5);
+  EXPECT_DOUBLE_EQ(*hook->best(), 0.2);
+}
+
+TEST(BasicSessionRunHooksTest, PreemptionSavesAndStopsAtTheNextStep) {
+  testing::TempDir dir;
+  RunConfig config = Config(dir.path().string());
+  config.save_checkpoints_steps = 1000;
+  auto preemption = std::make_shared<PreemptionHook>();
+  // Raises SIGTERM during step 4.
+  class Raise : public SessionRunHook {
+    void after_run(RunContext&, const SessionRunValues& v) override {
+      if (v.scalar("global_step") == 4) raise(SIGTERM);
+    }
+    SessionRunArgs before_run(RunContext&) override {
+      return {{"global_step"}};
+    }
+  };
+  Estimator est(Classifier(), config, Quiet());
+  EXPECT_EQ(est.Train(TrainInput(), {std::make_shared<Raise>(), preemption}),
+            4);
+  EXPECT_EQ(preemption->preempted_by(), SIGTERM);
+  EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
+  // The handler is gone: SIGTERM is back to its previous disposition.
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+}
+
+}  // namespace
+}  // namespace recflow::train
