@@ -26,15 +26,6 @@
 namespace recflow::train {
 namespace {
 
-// Host tensors and a CPU backend for values built outside a model_fn.
-[[maybe_unused]] Tensor HostFloat(const Shape& s) {
-  return Tensor::Allocate(DType::kFloat32, s);
-}
-[[maybe_unused]] Backend& HostBackend() {
-  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
-  return *backend;
-}
-
 namespace fs = std::filesystem;
 using pipeline::Dataset;
 using pipeline::Element;

@@ -9,18 +9,13 @@
 #include <random>
 
 #include "train/variables.h"
+#include "train_test_util.h"
 
 namespace recflow::train {
 namespace {
 
-// Host tensors and a CPU backend for values built outside a model_fn.
-[[maybe_unused]] Tensor HostFloat(const Shape& s) {
-  return Tensor::Allocate(DType::kFloat32, s);
-}
-[[maybe_unused]] Backend& HostBackend() {
-  static const std::unique_ptr<Backend> backend = MakeCpuBackend(2);
-  return *backend;
-}
+using testing::HostBackend;
+using testing::HostFloat;
 
 std::unique_ptr<Backend> TestBackend() { return MakeCpuBackend(2); }
 
@@ -98,7 +93,7 @@ void CheckGradients(
 TEST(OpsGradientTest, MatMulInEveryTransposition) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb);
+      SCOPED_TRACE(::testing::Message() << "ta=" << ta << " tb=" << tb);
       const Shape a = ta ? Shape{4, 3} : Shape{3, 4};
       const Shape b = tb ? Shape{5, 4} : Shape{4, 5};
       CheckGradients(
@@ -152,7 +147,7 @@ TEST(OpsGradientTest, SoftmaxReshapeConcatMean) {
 TEST(OpsGradientTest, Conv2DSameAndValidWithStrides) {
   for (Padding p : {Padding::kSame, Padding::kValid}) {
     for (int stride : {1, 2}) {
-      SCOPED_TRACE(testing::Message()
+      SCOPED_TRACE(::testing::Message()
                    << "same=" << (p == Padding::kSame) << " stride=" << stride);
       CheckGradients(
           [&](Backend& be, const std::vector<Var>& v) {
