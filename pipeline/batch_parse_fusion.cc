@@ -85,7 +85,7 @@ struct Env {
 // A saved record: by reference when its bytes are the frame at its origin
 // (WriteRecordReference), else whole, with its origin.
 void WriteView(StateWriter* w, const Env& env, const RecordView& v) {
-  if (v.at_offset) {
+  if (v.frame_crc) {
     WriteRecordReference(w, env.FileId(v), v.offset, v.index, v.bytes());
     return;
   }
@@ -96,7 +96,7 @@ void WriteView(StateWriter* w, const Env& env, const RecordView& v) {
   w->String(v.bytes());
 }
 
-RecordView ReadView(StateReader* r, const Env& env) {
+RecordView ReadView(StateReader* r, const Env& env, ReferenceReader* refs) {
   const uint64_t kind = r->U64();
   if (kind > 1) r->Fail("unknown record kind");
   const uint64_t file = r->U64();
@@ -105,7 +105,7 @@ RecordView ReadView(StateReader* r, const Env& env) {
   const uint64_t offset = r->U64();
   const uint64_t index = r->U64();
   if (kind == 1) {
-    return ReadRecordAt(path, offset, index, static_cast<uint32_t>(r->U64()));
+    return refs->Read(path, offset, index, static_cast<uint32_t>(r->U64()));
   }
   RecordView v;
   OwnBytes(&v, r->String());
@@ -511,8 +511,9 @@ class ShuffleStream final : public RecordStream {
       r->Fail(fmt::format("{} elements in a buffer of {}", n, buffer_size_));
     }
     buffer_.clear();
+    ReferenceReader refs;
     for (uint64_t i = 0; i < n; ++i) {
-      buffer_.push_back({ReadView(r, *env_), inserted_});
+      buffer_.push_back({ReadView(r, *env_, &refs), inserted_});
     }
     in_->Restore(r);
   }
@@ -766,8 +767,9 @@ class FusedBatchParse final : public IteratorBase {
                           batch_.batch_size));
     }
     pending_.clear();
+    ReferenceReader refs;
     for (uint64_t i = 0; i < pending; ++i) {
-      pending_.push_back(ReadView(r, env_));
+      pending_.push_back(ReadView(r, env_, &refs));
     }
     stream_->Restore(r);
   }

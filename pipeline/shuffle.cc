@@ -228,6 +228,7 @@ class ShuffleDataset final : public UnaryDataset {
                         n, d_->buffer_size_));
       }
       buffer_.clear();
+      ReferenceReader refs;
       for (uint64_t i = 0; i < n; ++i) {
         const uint64_t kind = r->U64();
         if (kind == 0) {
@@ -240,8 +241,8 @@ class ShuffleDataset final : public UnaryDataset {
         const uint64_t record = r->U64();
         const uint64_t crc = r->U64();
         if (file >= paths.size()) throw Error("shuffle state: bad file");
-        RecordView v = ReadRecordAt(paths[file], offset, record,
-                                    static_cast<uint32_t>(crc));
+        RecordView v =
+            refs.Read(paths[file], offset, record, static_cast<uint32_t>(crc));
         Element e;
         SetRecord(&e, v.ToTensor(), paths[file], offset, record, v.frame_crc);
         buffer_.push_back(std::move(e));
@@ -278,17 +279,20 @@ class ShuffleDataset final : public UnaryDataset {
 
 }  // namespace
 
-RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
-                        uint64_t offset, uint64_t record, uint32_t crc) {
+RecordView ReferenceReader::Read(const std::shared_ptr<const std::string>& path,
+                                 uint64_t offset, uint64_t record,
+                                 uint32_t crc) {
+  std::unique_ptr<records::ReadableFile>& file = open_[*path];
+  if (!file) file = std::make_unique<records::ReadableFile>(*path);
   auto buffer = std::make_shared<records::AlignedVector<char>>();
   std::string_view bytes;
   try {
-    bytes = records::ReadRecordAt(records::ReadableFile(*path), offset, record,
-                                  buffer.get());
+    bytes = records::ReadRecordAt(*file, offset, record, buffer.get());
   } catch (const records::RecordError& e) {
-    throw Error(fmt::format("shuffle state: {}; the file changed since the "
-                            "state was saved",
-                            e.what()));
+    throw Error(
+        fmt::format("shuffle state: {}; the file changed since the "
+                    "state was saved",
+                    e.what()));
   }
   if (records::crc32c::Value(bytes.data(), bytes.size()) != crc) {
     throw Error(
@@ -304,7 +308,6 @@ RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
   v.path = &path;
   v.offset = offset;
   v.index = record;
-  v.at_offset = true;
   v.frame_crc = crc;
   return v;
 }

@@ -56,11 +56,10 @@ struct RecordView {
   const std::shared_ptr<const std::string>* path = nullptr;
   uint64_t offset = 0;  // of the frame, in the uncompressed stream
   uint64_t index = 0;   // the record's index in its file
-  // The bytes are those of the frame at `offset` in an uncompressed file
-  // (so a saved state may name them by reference), whose stored data CRC
-  // is `frame_crc`.
-  bool at_offset = false;
-  uint32_t frame_crc = 0;
+  // Set when the bytes are those of the frame at `offset` in an
+  // uncompressed file (so a saved state may name them by reference): the
+  // data CRC stored in that frame.
+  std::optional<uint32_t> frame_crc;
 
   std::string_view bytes() const { return {data, size}; }
   Tensor ToTensor() const {
@@ -226,10 +225,17 @@ inline void WriteRecordReference(StateWriter* w, uint64_t file, uint64_t offset,
   w->U64(record);
   w->U64(records::crc32c::Value(bytes.data(), bytes.size()));
 }
-// The record a reference names (records::ReadRecordAt), checked against
-// its CRC in the state; throws Error when the file changed.
-RecordView ReadRecordAt(const std::shared_ptr<const std::string>& path,
-                        uint64_t offset, uint64_t record, uint32_t crc);
+// Reads the records that a restored state's references name
+// (records::ReadRecordAt), each file opened once per restore, checked
+// against the CRC in the state; throws Error when a file changed since.
+class ReferenceReader {
+ public:
+  RecordView Read(const std::shared_ptr<const std::string>& path,
+                  uint64_t offset, uint64_t record, uint32_t crc);
+
+ private:
+  std::map<std::string, std::unique_ptr<records::ReadableFile>> open_;
+};
 
 // interleave.cc
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,

@@ -144,7 +144,6 @@ class BlockFileRecords final : public FileRecords {
     out->path = &path_;
     out->offset = offset;
     out->index = next_index_;
-    out->at_offset = true;
     out->frame_crc = records::StoredDataCrc(data, length);
     next_offset_ += frame;
     ++next_index_;
@@ -193,7 +192,7 @@ class StreamFileRecords final : public FileRecords {
     std::string_view r;
     if (!reader_->ReadRecord(&r)) return false;
     arena_.Copy(r, out);
-    out->at_offset = false;
+    out->frame_crc.reset();
     out->path = &path_;
     out->offset = reader_->last_offset();
     out->index = reader_->last_index();
@@ -419,8 +418,7 @@ Tensor RecordArena::Copy(std::string_view r) {
 bool FileRecords::Next(Element* out) {
   RecordView v;
   if (!NextView(&v)) return false;
-  SetRecord(out, v.ToTensor(), *v.path, v.offset, v.index,
-            v.at_offset ? std::optional<uint32_t>(v.frame_crc) : std::nullopt);
+  SetRecord(out, v.ToTensor(), *v.path, v.offset, v.index, v.frame_crc);
   return true;
 }
 
