@@ -27,6 +27,7 @@ namespace {
 constexpr size_t kDirectAlignment = 4096;
 
 std::atomic<bool> io_uring_disabled{false};
+std::atomic<uint64_t> io_uring_rings{0};
 
 // Buffers of one size, reused: a block's buffer returns here when the last
 // reference to it is dropped, whichever thread drops it.
@@ -234,14 +235,10 @@ class IoUringBlockReader final : public BlockReader {
  public:
   IoUringBlockReader(const std::string& path, uint64_t start,
                      const IoOptions& o)
-      : file_(path, start, o), depth_(std::max(o.read_ahead, 1)) {
-    const int e = io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
-    if (e < 0) {
-      throw records::IoError(path, "cannot set up io_uring", -e);
-    }
-  }
+      : file_(path, start, o), depth_(std::max(o.read_ahead, 1)) {}
 
   ~IoUringBlockReader() override {
+    if (!ring_ready_) return;
     // The kernel may still be writing into buffers of reads in flight.
     for (auto& read : in_flight_) {
       while (!read->done) {
@@ -334,7 +331,20 @@ class IoUringBlockReader final : public BlockReader {
   };
 
   // Puts a read on the ring's submission queue (submitted by Submit()).
+  // The ring is set up at the first read that would wait: a file read
+  // wholly from the page cache never needs one, and setting up and tearing
+  // down a ring (its mappings, shared with the kernel) for every open of a
+  // small file cost more than reading it (docs/PERFORMANCE.md).
   void Queue(std::unique_ptr<Read> read) {
+    if (!ring_ready_) {
+      const int e =
+          io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
+      if (e < 0) {
+        throw records::IoError(file_.path(), "cannot set up io_uring", -e);
+      }
+      ring_ready_ = true;
+      io_uring_rings.fetch_add(1, std::memory_order_relaxed);
+    }
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     io_uring_prep_read(sqe, file_.fd(), read->buffer.get(),
                        static_cast<unsigned>(read->length), read->offset);
@@ -385,6 +395,7 @@ class IoUringBlockReader final : public BlockReader {
   bool uncached_ = false;  // direct I/O that would wait: keep the ring full
   uint64_t advised_ = 0;   // buffered: read-ahead asked for up to here
   unsigned queued_ = 0;    // reads queued, not yet submitted
+  bool ring_ready_ = false;
   io_uring ring_{};
   std::deque<std::unique_ptr<Read>> in_flight_;
 };
@@ -424,6 +435,10 @@ bool IoUringAvailable() {
 }
 
 void DisableIoUringForTesting(bool disabled) { io_uring_disabled = disabled; }
+
+uint64_t IoUringRingsSetUp() {
+  return io_uring_rings.load(std::memory_order_relaxed);
+}
 
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,

@@ -75,6 +75,10 @@ std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
 
 // Whether io_uring can be used in this process (probed once).
 bool IoUringAvailable();
+// Rings the io_uring readers of this process have set up so far: one per
+// open file whose reads had to wait (or went direct); a file read wholly
+// from the page cache sets up none.  Diagnostics and tests; thread-safe.
+uint64_t IoUringRingsSetUp();
 // Tests: make IoUringAvailable() false, as on a kernel without io_uring.
 void DisableIoUringForTesting(bool disabled);
 

@@ -121,6 +121,24 @@ TEST_F(TFRecordDatasetTest, IoUringAndPreadGiveIdenticalStreams) {
   for (const auto& s : streams) EXPECT_EQ(s, Sequential());
 }
 
+// A file in the page cache is read with non-blocking reads: the io_uring
+// reader sets up its ring only for a read that would wait (here, one that
+// the fault seam sends through the ring).
+TEST_F(TFRecordDatasetTest, IoUringSetsUpARingOnlyForReadsThatWait) {
+  if (!IoUringAvailable()) GTEST_SKIP() << "io_uring is not available here";
+  TFRecordOptions o;
+  o.io.backend = IoBackend::kIoUring;
+  o.io.block_bytes = 8192;
+  Collect(Dataset::FromTFRecords(files_, o));  // now cached
+  const uint64_t before = IoUringRingsSetUp();
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_, o))), Sequential());
+  EXPECT_EQ(IoUringRingsSetUp(), before);
+  records::NthCallFaults faults(records::IoOp::kRead, 2, 0, 100);
+  records::ScopedIoFaults scope(&faults);
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_, o))), Sequential());
+  EXPECT_GT(IoUringRingsSetUp(), before);
+}
+
 // Through the fault seam (records/io_faults.h), for both readers: a failing
 // read reaches next() as an IoError naming the file; short reads change
 // nothing.
