@@ -211,13 +211,22 @@ def test_bad_specs_and_files_raise_value_errors(tmp_path):
         recflow.Dataset.from_tfrecords(MNIST).map(42)
 
 
-def test_ctrl_c_interrupts_a_waiting_iteration_promptly(tmp_path):
+# The slow step on the calling thread (a map of one call, a generator) and
+# on the pipeline's threads (a parallel map, a filter after it).
+@pytest.mark.parametrize("pipeline", [
+    "recflow.Dataset.range(10).map(slow)",
+    "recflow.Dataset.range(10).map(slow, num_parallel_calls=2)",
+    "recflow.Dataset.from_generator(lambda: ({'x': slow(i)} for i in range(3)))",
+    "recflow.Dataset.range(10).map(slow, num_parallel_calls=2)"
+    ".filter(lambda e: True).prefetch(1)",
+])
+def test_ctrl_c_interrupts_a_waiting_iteration_promptly(pipeline):
     program = textwrap.dedent("""
-        import sys, time, recflow
+        import sys, time, numpy, recflow
         def slow(e):
             time.sleep(30)
             return e
-        ds = recflow.Dataset.range(10).map(slow)
+        ds = {pipeline}
         print("ready", flush=True)
         try:
             next(iter(ds))
@@ -225,6 +234,7 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(tmp_path):
             print("interrupted", flush=True)
             sys.exit(3)
     """)
+    program = program.replace("{pipeline}", pipeline)
     p = subprocess.Popen([sys.executable, "-c", program],
                          stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
@@ -236,3 +246,40 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(tmp_path):
     assert out.strip() == "interrupted"
     assert p.returncode == 3
     assert time.monotonic() - start < 20
+
+
+def test_a_sigint_handler_of_the_program_leaves_the_iteration_alone():
+    # The graceful stop of a training script: the handler sets a flag, the
+    # loop finishes its batch, saves the position and stops; a new iterator
+    # restored from it continues with the next element.
+    program = textwrap.dedent("""
+        import signal, time, recflow
+        stop = []
+        signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+        def slow(e):
+            time.sleep(0.2)
+            return e
+        ds = recflow.Dataset.range(1000).map(slow, num_parallel_calls=2)
+        it = ds.iterator(threads=2)
+        seen = []
+        for e in it:
+            seen.append(int(e["value"]))
+            if len(seen) == 1:
+                print("ready", flush=True)
+            if stop:
+                break
+        state = it.save()
+        after = next(ds.restore(state))
+        print(len(seen), seen == list(range(len(seen))),
+              int(after["value"]) == len(seen), flush=True)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", program],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 0
+    count, in_order, continues = out.split()
+    assert 1 < int(count) < 1000
+    assert in_order == "True" and continues == "True"
