@@ -16,8 +16,9 @@ jobs=$(nproc)
 
 bash scripts/setup.sh --packages-only
 
-# -gline-tables-only: file and line in the reports, for less compile time.
-san_flags="-O1 -gline-tables-only -fno-omit-frame-pointer -fsanitize=address,undefined"
+# -g1: file and line in the reports (line tables only), for less compile
+# time than full debug information.
+san_flags="-O1 -g1 -fno-omit-frame-pointer -fsanitize=address,undefined"
 # vptr: oneTBB's flow graph casts task memory to its type before
 # constructing it, which the vptr check reports inside TBB.
 san_flags+=" -fno-sanitize=vptr -fno-sanitize-recover=undefined"
@@ -29,7 +30,7 @@ build_asan() {
   # is where CI builds and tests the configuration without the CUDA backend.
   CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None \
     -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF -DRECFLOW_MPI=OFF \
-    -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_FUZZ=ON \
+    -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_FUZZ=ON -DRECFLOW_TEST_OPTIMIZATION=-O0 \
     -DCMAKE_CXX_FLAGS="$san_flags" >/dev/null
   cmake --build build-asan
 }
@@ -74,8 +75,8 @@ for part in "${parts[@]}"; do
       echo "== pipeline tests under ThreadSanitizer"
       cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None \
         -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF -DRECFLOW_MPI=OFF \
-        -DRECFLOW_BUILD_BENCH=OFF \
-        -DCMAKE_CXX_FLAGS="-O1 -gline-tables-only -fno-omit-frame-pointer -fsanitize=thread" >/dev/null
+        -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_TEST_OPTIMIZATION=-O0 \
+        -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-omit-frame-pointer -fsanitize=thread" >/dev/null
       cmake --build build-tsan --target pipeline_tests
       TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" \
         ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
