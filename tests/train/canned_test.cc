@@ -7,19 +7,15 @@
 
 #include <cmath>
 
+#include "estimator_test_util.h"
 #include "test_util.h"
 
 namespace recflow::train {
 namespace {
 
+using estimator_testing::Quiet;
 using pipeline::Dataset;
 using pipeline::Element;
-
-EstimatorOptions Quiet() {
-  EstimatorOptions o;
-  o.log = [](std::string_view) {};
-  return o;
-}
 
 RunConfig Config(const std::string& dir) {
   RunConfig c;
