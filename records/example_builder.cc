@@ -6,18 +6,13 @@
 
 namespace recflow::records {
 
+using wire::kBytesList;
+using wire::kFloatList;
+using wire::kInt64List;
 using wire::PutLengthDelimited;
 using wire::PutTag;
 using wire::PutVarint;
 using wire::VarintSize;
-
-namespace {
-
-constexpr int kBytesList = 1;
-constexpr int kFloatList = 2;
-constexpr int kInt64List = 3;
-
-}  // namespace
 
 void ExampleBuilder::AddEntry(std::string_view name, int kind,
                               std::string_view list) {

@@ -17,11 +17,11 @@ namespace {
 
 constexpr size_t kMinPartBytes = size_t{64} << 10;
 
-// Feature's oneof field numbers, used as the kind of a parsed feature.
+// The kind of a parsed feature: its oneof field number, or none.
 constexpr int kMissing = 0;
-constexpr int kBytesList = 1;
-constexpr int kFloatList = 2;
-constexpr int kInt64List = 3;
+using wire::kBytesList;
+using wire::kFloatList;
+using wire::kInt64List;
 
 int KindOf(DType d) {
   switch (d) {

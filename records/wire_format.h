@@ -23,6 +23,12 @@ enum WireType : uint32_t {
 // protobuf's default recursion limit for nested messages and groups.
 inline constexpr int kMaxDepth = 100;
 
+// tf.train.Feature's oneof field numbers (feature.proto): the builder writes
+// them and the parser uses them as the kind of a parsed feature.
+inline constexpr int kBytesList = 1;
+inline constexpr int kFloatList = 2;
+inline constexpr int kInt64List = 3;
+
 // Reads a varint of at most 10 bytes; false when truncated or longer.
 inline bool ReadVarint(const char*& p, const char* end, uint64_t* out) {
   uint64_t v = 0;

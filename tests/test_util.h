@@ -15,6 +15,11 @@
 
 namespace recflow::testing {
 
+// Every codec a record file can be written with.
+inline constexpr records::Compression kAllCompressions[] = {
+    records::Compression::kNone, records::Compression::kZlib,
+    records::Compression::kGzip, records::Compression::kZstd};
+
 // A fresh directory under the system's temporary directory, removed with
 // everything in it when the object goes away.
 class TempDir {

@@ -34,8 +34,7 @@ TEST(FrameCheckTest, FaultsInOrderLengthCrcMaximumThenEnd) {
   EXPECT_TRUE(DataChecks(h + kHeaderBytes, 5));
   f[3] ^= 1;  // the length now reads 16M+5 and fails its CRC
   EXPECT_EQ(CheckFrameHeader(h, true, 5, f.size()), FrameFault::kLengthCrc);
-  EXPECT_EQ(CheckFrameHeader(h, false, 5, f.size()),
-            FrameFault::kOverMaximum);
+  EXPECT_EQ(CheckFrameHeader(h, false, 5, f.size()), FrameFault::kOverMaximum);
   EXPECT_EQ(CheckFrameHeader(h, false, UINT64_MAX, f.size()),
             FrameFault::kPastEnd);
   EXPECT_EQ(FrameFaultKind(FrameFault::kPastEnd, true),
@@ -54,8 +53,8 @@ TEST(FrameCheckTest, FaultsInOrderLengthCrcMaximumThenEnd) {
   std::string g = Frame("abc");
   g[kHeaderBytes] ^= 1;
   EXPECT_FALSE(DataChecks(g.data() + kHeaderBytes, 3));
-  EXPECT_EQ(DataCrcDetail(g.data() + kHeaderBytes, 3).rfind(
-                "payload of 3 bytes; stored CRC 0x", 0),
+  EXPECT_EQ(DataCrcDetail(g.data() + kHeaderBytes, 3)
+                .rfind("payload of 3 bytes; stored CRC 0x", 0),
             0u);
 }
 

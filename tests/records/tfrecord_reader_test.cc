@@ -15,10 +15,8 @@
 namespace recflow::records {
 namespace {
 
+using testing::kAllCompressions;
 using testing::TempDir;
-
-const Compression kAll[] = {Compression::kNone, Compression::kZlib,
-                            Compression::kGzip, Compression::kZstd};
 
 std::string PathFor(const TempDir& dir, const std::string& stem,
                     Compression c) {
@@ -55,7 +53,7 @@ class Collecting final : public Reporter {
 TEST(TFRecordReaderTest, SmallBuffersGiveTheSameRecords) {
   TempDir dir;
   const auto payloads = testing::RandomPayloads(3000, 700, 11);
-  for (Compression c : kAll) {
+  for (Compression c : kAllCompressions) {
     const std::string path = PathFor(dir, "s", c);
     testing::WriteRecords(path, payloads, c);
     for (size_t buffer : {64, 100, 1000, 4096}) {
@@ -145,7 +143,7 @@ TEST(TFRecordReaderTest, EverySingleByteChangeIsDetected) {
   TempDir dir;
   const std::vector<std::string> payloads = {"alpha", "", "a longer record",
                                              std::string(300, 'z')};
-  for (Compression c : kAll) {
+  for (Compression c : kAllCompressions) {
     const std::string path = PathFor(dir, "flip", c);
     testing::WriteRecords(path, payloads, c);
     const std::string good = testing::ReadFileBytes(path);

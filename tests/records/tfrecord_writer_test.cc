@@ -16,10 +16,8 @@
 namespace recflow::records {
 namespace {
 
+using testing::kAllCompressions;
 using testing::TempDir;
-
-const Compression kAll[] = {Compression::kNone, Compression::kZlib,
-                            Compression::kGzip, Compression::kZstd};
 
 // Uncompressed output is byte for byte what the format's definition gives.
 TEST(TFRecordWriterTest, UncompressedBytesMatchTheDefinition) {
@@ -36,7 +34,7 @@ TEST(TFRecordWriterTest, RoundTripsEveryCompression) {
   auto payloads = testing::RandomPayloads(2000, 5000, 2);
   payloads.insert(payloads.begin() + 10, std::string());  // zero-length
   payloads.push_back(std::string());
-  for (Compression c : kAll) {
+  for (Compression c : kAllCompressions) {
     const std::string path =
         dir.File("rt.tfrecord" + std::string(CompressionSuffix(c)));
     testing::WriteRecords(path, payloads, {.compression = c});
@@ -98,7 +96,7 @@ TEST(TFRecordWriterTest, LargeRecordRoundTripsInEveryCompression) {
   for (size_t i = 0; i < big.size(); i += 4096)
     big[i] = static_cast<char>(i >> 12);
   const std::vector<std::string> payloads = {"before", big, "after"};
-  for (Compression c : kAll) {
+  for (Compression c : kAllCompressions) {
     const std::string path =
         dir.File("big.tfrecord" + std::string(CompressionSuffix(c)));
     testing::WriteRecords(path, payloads, {.compression = c, .level = 1});
@@ -113,7 +111,7 @@ TEST(TFRecordWriterTest, LargeRecordRoundTripsInEveryCompression) {
 
 TEST(TFRecordWriterTest, DestroyedWithoutCloseLeavesNothing) {
   TempDir dir;
-  for (Compression c : kAll) {
+  for (Compression c : kAllCompressions) {
     TFRecordWriter writer(dir.File("x"), {.compression = c});
     writer.Write("a record");
     writer.Flush();

@@ -17,7 +17,7 @@ using estimator_testing::Quiet;
 using pipeline::Dataset;
 using pipeline::Element;
 
-RunConfig Config(const std::string& dir) {
+RunConfig CannedConfig(const std::string& dir) {
   RunConfig c;
   c.model_dir = dir;
   c.seed = 3;
@@ -73,13 +73,13 @@ TEST(CannedTest, BinaryClassifiersLearnFromCategoricalColumns) {
       est = std::make_unique<LinearClassifier>(
           LinearOptions{.columns = CategoricalColumns(false),
                         .learning_rate = ConstantLearningRate(0.05f)},
-          Config(dir.path().string()), Quiet());
+          CannedConfig(dir.path().string()), Quiet());
     } else {
       est = std::make_unique<DNNClassifier>(
           DNNOptions{.hidden_units = {16},
                      .columns = CategoricalColumns(kind == 2),
                      .learning_rate = ConstantLearningRate(0.01f)},
-          Config(dir.path().string()), Quiet());
+          CannedConfig(dir.path().string()), Quiet());
     }
     est->Train(train_input, {}, 600);
     const auto m = est->Evaluate(eval_input);
@@ -115,13 +115,13 @@ TEST(CannedTest, RegressorsFitALinearFunction) {
   testing::TempDir a, b;
   LinearRegressor linear({.columns = {NumericColumn("x", Shape{2})},
                           .learning_rate = ConstantLearningRate(0.05f)},
-                         Config(a.path().string()), Quiet());
+                         CannedConfig(a.path().string()), Quiet());
   linear.Train(input, {}, 800);
   EXPECT_LT(linear.Evaluate(eval).at("loss"), 1e-3);
   DNNRegressor dnn({.hidden_units = {16},
                     .columns = {NumericColumn("x", Shape{2})},
                     .learning_rate = ConstantLearningRate(0.01f)},
-                   Config(b.path().string()), Quiet());
+                   CannedConfig(b.path().string()), Quiet());
   dnn.Train(input, {}, 800);
   EXPECT_LT(dnn.Evaluate(eval).at("loss"), 0.05);
   int64_t seen = 0;
@@ -145,7 +145,7 @@ TEST(CannedTest, ColumnsRefuseWhatTheyCannotTake) {
   e.Set("weekday",
         Tensor::FromValues<int64_t>(std::vector<int64_t>(64, 9), Shape{64}));
   LinearClassifier est({.columns = CategoricalColumns(false)},
-                       Config(dir.path().string()), Quiet());
+                       CannedConfig(dir.path().string()), Quiet());
   try {
     est.Train([&] { return Dataset::FromTensorSlices(e).Batch(32); });
     FAIL();
