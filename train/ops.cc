@@ -678,7 +678,7 @@ Var MeanSquaredError(Backend& be, const Var& predictions,
   return ReduceMean(be, Multiply(be, diff, diff));
 }
 
-void Backward(Backend& be, const Var& loss) {
+void Backward(Backend& be, const Var& loss, float seed) {
   if (loss.value().num_elements() != 1) {
     throw Error(fmt::format("backward: the loss must be a scalar, got {}",
                             loss.shape().ToString()));
@@ -698,9 +698,9 @@ void Backward(Backend& be, const Var& loss) {
       stack.pop_back();
     }
   }
-  // dL/dL = 1, added as the loss's gradient may already hold a value.
+  // dL/dL = seed, added as the loss's gradient may already hold a value.
   Tensor one = NewFloat(be, Shape{});
-  be.Fill(1, 1.0f, one.mutable_data<float>());
+  be.Fill(1, seed, one.mutable_data<float>());
   be.Axpby(1, 1.0f, one.data<float>(), 1.0f, Grad(be, *loss.node()));
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;

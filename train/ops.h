@@ -137,10 +137,12 @@ Var SparseSoftmaxCrossEntropy(Backend& be, const Var& logits,
 Var SigmoidCrossEntropy(Backend& be, const Var& logits, const Tensor& labels);
 Var MeanSquaredError(Backend& be, const Var& predictions, const Tensor& labels);
 
-// dL/d(every Var leading to loss); loss must be a scalar.  Accumulates
-// into the gradients already there (Variables' grads are zeroed by the
-// optimizer after each update).
-void Backward(Backend& be, const Var& loss);
+// seed * dL/d(every Var leading to loss); loss must be a scalar.
+// Accumulates into the gradients already there (Variables' grads are zeroed
+// by the optimizer after each update).  A seed of 1/N gives the share of a
+// mean over N data-parallel ranks (exactly the gradient divided by N when N
+// is a power of two).
+void Backward(Backend& be, const Var& loss, float seed = 1.0f);
 
 }  // namespace ops
 }  // namespace recflow::train

@@ -50,13 +50,21 @@ LearningRate CosineDecay(float lr, int64_t decay_steps, float alpha) {
 
 namespace {
 
-// Data parallelism: every rank's gradients replaced by their mean over the
-// ranks (each rank's loss is the mean over its own batch, so with equal
-// batches this is the gradient of the mean over the global batch).  One
-// all-reduce per step over all the gradients packed into one buffer: for
-// the models here the step is latency-bound, and one collective costs one
-// latency.
-void AverageGradients(ModelContext& ctx) {
+// Data parallelism: every rank's gradients replaced by their sum over the
+// ranks; Minimize seeds the backward pass with 1/N, so the sum is the mean
+// (each rank's loss is the mean over its own batch, so with equal batches
+// this is the gradient of the mean over the global batch) with no pass
+// over the gradients to scale them.  A gradient of kInPlaceValues or more
+// is all-reduced where it is: packing it into a buffer and back costs more
+// than a collective's latency (the DNN's 0.94 MB of gradients took ~0.3 ms
+// to pack and unpack, against ~3.5 us a collective and ~0.16 ms for the
+// all-reduce itself).  The smaller ones are packed into one buffer, so that
+// together they cost one latency (Horovod's fusion buffer, for the tensors
+// under its threshold).  Every rank issues the same collectives in the same
+// order: the trainable variables are the same everywhere.
+constexpr int64_t kInPlaceValues = 16384;
+
+void SumGradients(ModelContext& ctx) {
   Collective& world = *ctx.collective();
   Backend& be = ctx.backend();
   if (be.device() != Device::kCpu) {
@@ -67,22 +75,23 @@ void AverageGradients(ModelContext& ctx) {
         world.name(), be.device_name()));
   }
   const std::vector<Variable*> vars = ctx.variables().trainable();
-  size_t total = 0;
-  for (const Variable* v : vars) total += static_cast<size_t>(v->size());
   thread_local std::vector<float> packed;
-  packed.resize(total);
-  size_t at = 0;
+  packed.clear();
   for (Variable* v : vars) {
-    std::copy_n(v->grad_data(), v->size(), packed.data() + at);
-    at += static_cast<size_t>(v->size());
+    if (v->size() >= kInPlaceValues) {
+      world.AllReduce(std::span(v->grad_data(), static_cast<size_t>(v->size())),
+                      ReduceOp::kSum);
+    } else {
+      packed.insert(packed.end(), v->grad_data(), v->grad_data() + v->size());
+    }
   }
+  if (packed.empty()) return;
   world.AllReduce(std::span(packed), ReduceOp::kSum);
-  const float scale = 1.0f / static_cast<float>(world.size());
-  at = 0;
+  const float* at = packed.data();
   for (Variable* v : vars) {
-    float* g = v->grad_data();
-    for (int64_t i = 0; i < v->size(); ++i) g[i] = packed[at + i] * scale;
-    at += static_cast<size_t>(v->size());
+    if (v->size() >= kInPlaceValues) continue;
+    std::copy_n(at, v->size(), v->grad_data());
+    at += v->size();
   }
 }
 
@@ -92,10 +101,10 @@ TrainOp Optimizer::Minimize(ModelContext& ctx, const Var& loss) {
   auto self = shared_from_this();
   return [self, &ctx, loss] {
     Backend& be = ctx.backend();
-    ops::Backward(be, loss);
-    if (ctx.collective() != nullptr && ctx.collective()->size() > 1) {
-      AverageGradients(ctx);
-    }
+    const int ranks =
+        ctx.collective() != nullptr ? ctx.collective()->size() : 1;
+    ops::Backward(be, loss, 1.0f / static_cast<float>(ranks));
+    if (ranks > 1) SumGradients(ctx);
     const int64_t step = ctx.global_step();
     const float lr = self->lr_(step);
     for (Variable* v : ctx.variables().trainable()) {
