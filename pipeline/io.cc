@@ -17,6 +17,7 @@
 #include <new>
 #include <vector>
 
+#include "pipeline/block_arena.h"
 #include "pipeline/process.h"
 #include "records/errors.h"
 #include "records/io_faults.h"
@@ -24,7 +25,7 @@
 namespace recflow::pipeline {
 namespace {
 
-constexpr size_t kDirectAlignment = 4096;
+constexpr size_t kDirectAlignment = kBlockAlignment;
 
 std::atomic<bool> io_uring_disabled{false};
 std::atomic<uint64_t> io_uring_rings{0};
@@ -47,10 +48,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
         free_.pop_back();
       }
     }
-    if (b == nullptr) {
-      b = static_cast<char*>(
-          ::operator new (bytes_, std::align_val_t{kDirectAlignment}));
-    }
+    if (b == nullptr) b = AllocateBlock(bytes_);
     return std::shared_ptr<char>(
         b, [pool = shared_from_this()](char* p) { pool->Put(p); });
   }
@@ -66,9 +64,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     }
     Free(b);
   }
-  static void Free(char* b) {
-    ::operator delete (b, std::align_val_t{kDirectAlignment});
-  }
+  void Free(char* b) { FreeBlock(b, bytes_); }
 
   const size_t bytes_;
   const size_t keep_;

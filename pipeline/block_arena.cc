@@ -1,0 +1,143 @@
+#include "pipeline/block_arena.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <mutex>
+#include <new>
+#include <unordered_map>
+#include <vector>
+
+namespace recflow::pipeline {
+namespace {
+
+bool FromSlabs(size_t bytes) {
+  return BlockSlabsUsed() && bytes >= kBlockAlignment &&
+         bytes <= kBlockSlabBytes && kBlockSlabBytes % bytes == 0;
+}
+
+// A 2 MiB-aligned mapping of kBlockSlabBytes: twice that is mapped and the
+// ends that are not aligned are unmapped again.
+char* MapSlab() {
+  void* p = ::mmap(nullptr, 2 * kBlockSlabBytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t base =
+      (start + kBlockSlabBytes - 1) & ~uintptr_t{kBlockSlabBytes - 1};
+  if (base > start) ::munmap(p, base - start);
+  const uintptr_t end = start + 2 * kBlockSlabBytes;
+  if (end > base + kBlockSlabBytes) {
+    ::munmap(reinterpret_cast<void*>(base + kBlockSlabBytes),
+             end - (base + kBlockSlabBytes));
+  }
+  // Refused where transparent huge pages are off: ordinary pages then.
+  ::madvise(reinterpret_cast<void*>(base), kBlockSlabBytes, MADV_HUGEPAGE);
+  return reinterpret_cast<char*>(base);
+}
+
+class Arena {
+ public:
+  char* Allocate(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The fullest slab with a free block of this size, so that blocks in
+    // use gather in few slabs and the others can be unmapped.
+    Slab* best = nullptr;
+    for (auto& [base, slab] : slabs_) {
+      if (slab.block_bytes != bytes || slab.free.empty()) continue;
+      if (best == nullptr || slab.free.size() < best->free.size()) {
+        best = &slab;
+      }
+    }
+    if (best == nullptr) {
+      char* base = MapSlab();
+      Slab slab;
+      slab.block_bytes = bytes;
+      for (size_t at = kBlockSlabBytes; at >= bytes; at -= bytes) {
+        slab.free.push_back(base + at - bytes);
+      }
+      best = &slabs_.emplace(reinterpret_cast<uintptr_t>(base), std::move(slab))
+                  .first->second;
+    }
+    char* block = best->free.back();
+    best->free.pop_back();
+    return block;
+  }
+
+  void Free(char* block, size_t bytes) {
+    const uintptr_t base =
+        reinterpret_cast<uintptr_t>(block) & ~uintptr_t{kBlockSlabBytes - 1};
+    std::lock_guard<std::mutex> lock(mu_);
+    Slab& slab = slabs_.at(base);
+    slab.free.push_back(block);
+    const size_t per_slab = kBlockSlabBytes / bytes;
+    if (slab.free.size() < per_slab) return;
+    // All free.  Kept while the empty slabs of this size are no more than
+    // those in use (and at least one): files open and close all the time,
+    // and a slab unmapped and mapped again costs its page faults again (a
+    // huge page's are a 2 MiB clear, and possibly compaction).
+    std::vector<uintptr_t> empty = {base};
+    size_t in_use = 0;
+    for (const auto& [other_base, other] : slabs_) {
+      if (other.block_bytes != bytes || other_base == base) continue;
+      if (other.free.size() == per_slab) {
+        empty.push_back(other_base);
+      } else {
+        ++in_use;
+      }
+    }
+    while (empty.size() > std::max<size_t>(in_use, 1)) {
+      slabs_.erase(empty.back());
+      ::munmap(reinterpret_cast<void*>(empty.back()), kBlockSlabBytes);
+      empty.pop_back();
+    }
+  }
+
+  uint64_t Slabs(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes == 0) return slabs_.size();
+    uint64_t n = 0;
+    for (const auto& [base, slab] : slabs_) n += slab.block_bytes == bytes;
+    return n;
+  }
+
+ private:
+  struct Slab {
+    size_t block_bytes = 0;
+    std::vector<char*> free;
+  };
+  std::mutex mu_;
+  std::unordered_map<uintptr_t, Slab> slabs_;  // by base address
+};
+
+// Never destroyed: blocks may be freed by threads still running at exit.
+Arena& TheArena() {
+  static Arena* arena = new Arena;
+  return *arena;
+}
+
+}  // namespace
+
+char* AllocateBlock(size_t bytes) {
+  if (!FromSlabs(bytes)) {
+    return static_cast<char*>(
+        ::operator new (bytes, std::align_val_t{kBlockAlignment}));
+  }
+  return TheArena().Allocate(bytes);
+}
+
+void FreeBlock(char* block, size_t bytes) {
+  if (!FromSlabs(bytes)) {
+    ::operator delete (block, std::align_val_t{kBlockAlignment});
+    return;
+  }
+  TheArena().Free(block, bytes);
+}
+
+uint64_t BlockSlabsMapped() { return TheArena().Slabs(0); }
+
+uint64_t BlockSlabsMapped(size_t block_bytes) {
+  return TheArena().Slabs(block_bytes);
+}
+
+}  // namespace recflow::pipeline

@@ -1,0 +1,83 @@
+#include "pipeline/block_arena.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <set>
+#include <vector>
+
+namespace recflow::pipeline {
+namespace {
+
+constexpr size_t kBlock = size_t{128} << 10;  // the readers' default
+constexpr size_t kPerSlab = kBlockSlabBytes / kBlock;
+
+#define REQUIRE_SLABS()                                                 \
+  if (!BlockSlabsUsed()) {                                              \
+    GTEST_SKIP() << "under AddressSanitizer blocks come from operator " \
+                    "new, with redzones, not from slabs";               \
+  }
+
+uintptr_t SlabOf(const char* p) {
+  return reinterpret_cast<uintptr_t>(p) & ~uintptr_t{kBlockSlabBytes - 1};
+}
+
+// Blocks are distinct, aligned, usable, and packed into 2 MiB slabs: 17
+// blocks of 128 KiB take two slabs (one of them may be an empty slab kept
+// from before).
+TEST(BlockArenaTest, BlocksFillSlabsOfTwoMebibytes) {
+  REQUIRE_SLABS();
+  std::vector<char*> blocks;
+  for (size_t i = 0; i < kPerSlab + 1; ++i) {
+    blocks.push_back(AllocateBlock(kBlock));
+    std::memset(blocks.back(), static_cast<int>(i), kBlock);
+  }
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 2u);
+  std::set<uintptr_t> slabs;
+  std::set<char*> distinct(blocks.begin(), blocks.end());
+  EXPECT_EQ(distinct.size(), blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(blocks[i]) % kBlockAlignment, 0u);
+    EXPECT_EQ(blocks[i][kBlock - 1], static_cast<char>(i)) << "overlap";
+    slabs.insert(SlabOf(blocks[i]));
+  }
+  EXPECT_EQ(slabs.size(), 2u);
+  for (char* b : blocks) FreeBlock(b, kBlock);
+}
+
+// Freed blocks are reused; of the slabs left empty, no more are kept than
+// are in use (at least one), so that reopening files does not map and
+// fault new memory each time, and memory held stays bounded.
+TEST(BlockArenaTest, EmptySlabsAreKeptOnlyAsManyAsThoseInUse) {
+  REQUIRE_SLABS();
+  std::vector<char*> blocks;
+  for (size_t i = 0; i < 4 * kPerSlab; ++i) {
+    blocks.push_back(AllocateBlock(kBlock));
+  }
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 4u);
+  // Free all but one block: one slab in use, so one empty one kept.
+  char* kept = blocks[0];
+  for (size_t i = 1; i < blocks.size(); ++i) FreeBlock(blocks[i], kBlock);
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 2u);
+  // Allocating again takes the fuller slab's free blocks first.
+  char* again = AllocateBlock(kBlock);
+  EXPECT_EQ(SlabOf(again), SlabOf(kept));
+  FreeBlock(again, kBlock);
+  FreeBlock(kept, kBlock);
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
+}
+
+// A size that does not divide 2 MiB comes from operator new, aligned.
+TEST(BlockArenaTest, OtherSizesComeFromTheHeap) {
+  const uint64_t before = BlockSlabsMapped();
+  const size_t odd = 3 * 4096 * 10;  // 120 KiB
+  char* b = AllocateBlock(odd);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b) % kBlockAlignment, 0u);
+  std::memset(b, 1, odd);
+  EXPECT_EQ(BlockSlabsMapped(), before);
+  FreeBlock(b, odd);
+}
+
+}  // namespace
+}  // namespace recflow::pipeline
