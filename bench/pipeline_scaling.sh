@@ -62,8 +62,8 @@ for ((i = 0; i < runs; i++)); do
     run "fashion parse-only$tag" "$fm" "$work/fm.json" 10 $fusion --compare-protobuf
     run "fashion shuffled$tag" "$fm" "$work/fm.json" 10 --shuffle 10000 $fusion
     if [[ -f $mnist ]]; then
-      run "mnist parse-only$tag" "$mnist" "$work/mnist.json" 30 $fusion --compare-protobuf
-      run "mnist shuffled$tag" "$mnist" "$work/mnist.json" 30 --shuffle 10000 $fusion
+      run "mnist parse-only$tag" "$mnist" "$work/mnist.json" 300 $fusion --compare-protobuf
+      run "mnist shuffled$tag" "$mnist" "$work/mnist.json" 300 --shuffle 10000 $fusion
     fi
   done
 done

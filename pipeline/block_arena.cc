@@ -72,24 +72,22 @@ class Arena {
     slab.free.push_back(block);
     const size_t per_slab = kBlockSlabBytes / bytes;
     if (slab.free.size() < per_slab) return;
-    // All free.  Kept while the empty slabs of this size are no more than
-    // those in use (and at least one): files open and close all the time,
-    // and a slab unmapped and mapped again costs its page faults again (a
-    // huge page's are a 2 MiB clear, and possibly compaction).
-    std::vector<uintptr_t> empty = {base};
-    size_t in_use = 0;
+    // All free.  Kept while any slab of this size is in use: files open and
+    // close all the time and shuffle buffers let go of blocks in random
+    // order, and a slab unmapped and mapped again pays its page faults
+    // again (a huge page's are a 2 MiB clear: 4% of a shuffled pipeline's
+    // time when empty slabs were unmapped as soon as they outnumbered the
+    // slabs in use).  So the memory held is the peak that the reads in
+    // progress held, until none is in progress; then one slab is kept.
+    std::vector<uintptr_t> empty;
     for (const auto& [other_base, other] : slabs_) {
-      if (other.block_bytes != bytes || other_base == base) continue;
-      if (other.free.size() == per_slab) {
-        empty.push_back(other_base);
-      } else {
-        ++in_use;
-      }
+      if (other.block_bytes != bytes) continue;
+      if (other.free.size() != per_slab) return;  // one in use: keep all
+      empty.push_back(other_base);
     }
-    while (empty.size() > std::max<size_t>(in_use, 1)) {
-      slabs_.erase(empty.back());
-      ::munmap(reinterpret_cast<void*>(empty.back()), kBlockSlabBytes);
-      empty.pop_back();
+    for (size_t i = 1; i < empty.size(); ++i) {
+      slabs_.erase(empty[i]);
+      ::munmap(reinterpret_cast<void*>(empty[i]), kBlockSlabBytes);
     }
   }
 

@@ -12,10 +12,10 @@
 // ordinary pages, as before.
 //
 // Block sizes that do not divide 2 MiB (or are under 4 KiB) come from
-// operator new instead, 4 KiB-aligned as well.  A slab whose blocks are all
-// free is kept for the next file while the empty slabs of its block size
-// are no more than those in use (or than one), and unmapped beyond: memory
-// held stays within twice what the reads in progress hold.
+// operator new instead, 4 KiB-aligned as well.  Slabs whose blocks are all
+// free are kept while any slab of their block size is in use (the memory
+// held is the peak the reads in progress held); when none is, all but one
+// are unmapped.
 //
 // Thread safety: every function may be called from any thread.
 #ifndef RECFLOW_PIPELINE_BLOCK_ARENA_H_

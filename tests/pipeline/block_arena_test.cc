@@ -46,20 +46,20 @@ TEST(BlockArenaTest, BlocksFillSlabsOfTwoMebibytes) {
   for (char* b : blocks) FreeBlock(b, kBlock);
 }
 
-// Freed blocks are reused; of the slabs left empty, no more are kept than
-// are in use (at least one), so that reopening files does not map and
-// fault new memory each time, and memory held stays bounded.
-TEST(BlockArenaTest, EmptySlabsAreKeptOnlyAsManyAsThoseInUse) {
+// Freed blocks are reused, and empty slabs are kept while any block is in
+// use (so that reopening files does not map and fault new memory each
+// time); when none is, all but one are unmapped.
+TEST(BlockArenaTest, EmptySlabsAreKeptUntilNoBlockIsInUse) {
   REQUIRE_SLABS();
   std::vector<char*> blocks;
   for (size_t i = 0; i < 4 * kPerSlab; ++i) {
     blocks.push_back(AllocateBlock(kBlock));
   }
   EXPECT_EQ(BlockSlabsMapped(kBlock), 4u);
-  // Free all but one block: one slab in use, so one empty one kept.
+  // Free all but one block: all four slabs kept.
   char* kept = blocks[0];
   for (size_t i = 1; i < blocks.size(); ++i) FreeBlock(blocks[i], kBlock);
-  EXPECT_EQ(BlockSlabsMapped(kBlock), 2u);
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 4u);
   // Allocating again takes the fuller slab's free blocks first.
   char* again = AllocateBlock(kBlock);
   EXPECT_EQ(SlabOf(again), SlabOf(kept));
