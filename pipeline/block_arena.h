@@ -7,7 +7,8 @@
 // of blocks.  With 4 KiB pages nearly every record is a TLB miss and a
 // page walk on top of its cache misses; 2 MiB pages cover those 30 MB with
 // 15 TLB entries.  Measured: Fashion-MNIST shuffled (10,000), one thread,
-// 1.25x the records/s of blocks from operator new (docs/PERFORMANCE.md).
+// 1.5x the records/s of blocks from operator new, and 2x on two threads
+// (docs/PERFORMANCE.md).
 // Where the kernel has transparent huge pages off ("never") the slabs are
 // ordinary pages, as before.
 //
