@@ -699,9 +699,9 @@ void Backward(Backend& be, const Var& loss, float seed) {
     }
   }
   // dL/dL = seed, added as the loss's gradient may already hold a value.
-  Tensor one = NewFloat(be, Shape{});
-  be.Fill(1, seed, one.mutable_data<float>());
-  be.Axpby(1, 1.0f, one.data<float>(), 1.0f, Grad(be, *loss.node()));
+  Tensor d_loss = NewFloat(be, Shape{});
+  be.Fill(1, seed, d_loss.mutable_data<float>());
+  be.Axpby(1, 1.0f, d_loss.data<float>(), 1.0f, Grad(be, *loss.node()));
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (n->backward && n->grad.valid()) n->backward(*n);
