@@ -345,15 +345,23 @@ ModelFn CNNClassifierFn(CNNOptions o) {
   return [o](const Features& f, const Tensor* labels, Mode mode,
              ModelContext& ctx) {
     Var x = NumericInput(ctx, f[o.image.key], o.image);
+    // Each block is max_pool(relu(conv(x) + b)), computed as
+    // relu(max_pool(conv(x) + b)): ReLU is monotonic, so the two are equal
+    // value for value, and so are their gradients (the window's maximum is
+    // the same element either way, and ReLU passes its gradient exactly
+    // when that maximum is positive).  The second order runs the ReLU and
+    // its gradient on a quarter of the values, and the convolution's
+    // backward pass reads no activation mask.
     for (size_t i = 0; i < o.filters.size(); ++i) {
       x = layers::Conv2D(ctx, x,
                          {.filters = o.filters[i],
                           .kernel_h = o.kernel,
                           .kernel_w = o.kernel,
                           .padding = Padding::kSame,
-                          .activation = Activation::kRelu,
+                          .activation = Activation::kLinear,
                           .name = fmt::format("cnn/conv{}", i)});
-      x = layers::MaxPool2D(ctx, x);
+      x = ops::Activate(ctx.backend(), layers::MaxPool2D(ctx, x),
+                        Activation::kRelu);
     }
     x = layers::Flatten(ctx, x);
     for (size_t i = 0; i < o.dense_units.size(); ++i) {
