@@ -226,24 +226,39 @@ class CpuBackend final : public Backend {
 
  private:
   // write: each image's dx is zeroed just before its windows add into it,
-  // while it is in cache, instead of in a pass of its own.
+  // while it is in cache, instead of in a pass of its own.  When no two
+  // windows share a cell (stride >= window, as the usual 2x2 / 2 pooling)
+  // each window assigns its cells instead of adding, and an image whose
+  // cells the windows cover (stride == window, no leading padding) is not
+  // zeroed at all: dx is written once.
   void PoolBackward(Pooling kind, const Window2D& g, const float* x,
                     const float* y, const float* dy, float* dx, bool write) {
     // Split by images, so that no two threads add into the same dx cell.
     const int64_t image = g.in_h * g.in_w * g.in_c;
     const int64_t cost = g.out_h * g.out_w * g.window_h * g.window_w * g.in_c;
+    const bool assign =
+        write && g.stride_h >= g.window_h && g.stride_w >= g.window_w;
+    const bool covered = g.stride_h == g.window_h &&
+                         g.stride_w == g.window_w && g.pad_top <= 0 &&
+                         g.pad_left <= 0 && g.out_h * g.stride_h >= g.in_h &&
+                         g.out_w * g.stride_w >= g.in_w;
     team_.For(g.batch, RowGrain(cost), [&](int64_t first, int64_t end) {
       std::vector<float> remaining(static_cast<size_t>(g.in_c));
       for (int64_t b = first; b < end; ++b) {
-        if (write) {
+        if (write && !(assign && covered)) {
           std::memset(dx + b * image, 0,
                       static_cast<size_t>(image) * sizeof(float));
         }
         for (int64_t oh = 0; oh < g.out_h; ++oh) {
           for (int64_t ow = 0; ow < g.out_w; ++ow) {
             const int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
-            PoolWindowBackward(kind, g, x, y + o, dy + o, b, oh, ow, dx,
-                               remaining.data());
+            if (assign) {
+              PoolWindowBackward<true>(kind, g, x, y + o, dy + o, b, oh, ow,
+                                       dx, remaining.data());
+            } else {
+              PoolWindowBackward<false>(kind, g, x, y + o, dy + o, b, oh, ow,
+                                        dx, remaining.data());
+            }
           }
         }
       }
@@ -909,6 +924,9 @@ class CpuBackend final : public Backend {
   }
 
   // `remaining` is scratch of in_c floats.
+  // Assign: the window's cells are written, not added to (no other
+  // window shares them).
+  template <bool Assign>
   static void PoolWindowBackward(Pooling kind, const Window2D& g,
                                  const float* x, const float* y,
                                  const float* dy, int64_t b, int64_t oh,
@@ -920,7 +938,9 @@ class CpuBackend final : public Backend {
       for (int64_t iy = w.y0; iy < w.y1; ++iy) {
         for (int64_t ix = w.x0; ix < w.x1; ++ix) {
           float* d = dx + base + (iy * g.in_w + ix) * g.in_c;
-          for (int64_t c = 0; c < g.in_c; ++c) d[c] += dy[c] / n;
+          for (int64_t c = 0; c < g.in_c; ++c) {
+            d[c] = (Assign ? 0.0f : d[c]) + dy[c] / n;
+          }
         }
       }
       return;
@@ -939,7 +959,7 @@ class CpuBackend final : public Backend {
         float* __restrict d = dx + at;
         for (int64_t c = 0; c < channels; ++c) {
           const bool hit = in[c] == y[c];
-          d[c] += hit ? left[c] : 0.0f;
+          d[c] = (Assign ? 0.0f : d[c]) + (hit ? left[c] : 0.0f);
           left[c] = hit ? 0.0f : left[c];
         }
       }

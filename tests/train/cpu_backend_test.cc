@@ -217,6 +217,48 @@ TEST(CpuBackendTest, MaxPoolBackwardRoutesToTheFirstMaximumOnEveryThread) {
   }
 }
 
+// Pool2DBackwardWrite overwrites dx: windows that tile the input assign
+// every cell, windows that leave cells out (VALID on an odd size) or
+// overlap (3x3 / 2) zero it first; each gives what adding into zeros gives.
+TEST(CpuBackendTest, PoolBackwardWriteEqualsAddingIntoZeros) {
+  struct Case {
+    int64_t in, window, stride;
+    Padding padding;
+  };
+  for (const Case& k : {Case{8, 2, 2, Padding::kValid},
+                        Case{9, 2, 2, Padding::kValid},
+                        Case{7, 2, 2, Padding::kSame},
+                        Case{9, 3, 2, Padding::kSame},
+                        Case{9, 3, 3, Padding::kValid}}) {
+    Window2D g;
+    g.batch = 6;
+    g.in_h = g.in_w = k.in;
+    g.in_c = g.out_c = 5;
+    g.window_h = g.window_w = k.window;
+    g.stride_h = g.stride_w = k.stride;
+    g.padding = k.padding;
+    g.Resolve();
+    const auto x = Random(g.batch * k.in * k.in * g.in_c, 21);
+    const auto dy = Random(g.batch * g.out_h * g.out_w * g.in_c, 22);
+    for (Pooling kind : {Pooling::kMax, Pooling::kAverage}) {
+      for (int threads : {1, 3}) {
+        auto be = MakeCpuBackend(threads);
+        std::vector<float> y(dy.size()), added(x.size(), 0.0f),
+            written(x.size(), 7.0f);
+        be->Pool2D(kind, g, x.data(), y.data());
+        be->Pool2DBackward(kind, g, x.data(), y.data(), dy.data(),
+                           added.data());
+        be->Pool2DBackwardWrite(kind, g, x.data(), y.data(), dy.data(),
+                                written.data());
+        EXPECT_EQ(written, added)
+            << "in " << k.in << " window " << k.window << " stride "
+            << k.stride << (kind == Pooling::kMax ? " max" : " average")
+            << " threads " << threads;
+      }
+    }
+  }
+}
+
 // The CPU backend's one-pass epilogue against Backend's default (BiasAdd
 // then the activation; Fill, ActivationBackward, ColumnSum), which other
 // backends inherit.
