@@ -238,9 +238,9 @@ class CpuBackend final : public Backend {
     const int64_t cost = g.out_h * g.out_w * g.window_h * g.window_w * g.in_c;
     const bool assign =
         write && g.stride_h >= g.window_h && g.stride_w >= g.window_w;
-    const bool covered = g.stride_h == g.window_h &&
-                         g.stride_w == g.window_w && g.pad_top <= 0 &&
-                         g.pad_left <= 0 && g.out_h * g.stride_h >= g.in_h &&
+    const bool covered = g.stride_h == g.window_h && g.stride_w == g.window_w &&
+                         g.pad_top <= 0 && g.pad_left <= 0 &&
+                         g.out_h * g.stride_h >= g.in_h &&
                          g.out_w * g.stride_w >= g.in_w;
     team_.For(g.batch, RowGrain(cost), [&](int64_t first, int64_t end) {
       std::vector<float> remaining(static_cast<size_t>(g.in_c));
@@ -253,8 +253,8 @@ class CpuBackend final : public Backend {
           for (int64_t ow = 0; ow < g.out_w; ++ow) {
             const int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
             if (assign) {
-              PoolWindowBackward<true>(kind, g, x, y + o, dy + o, b, oh, ow,
-                                       dx, remaining.data());
+              PoolWindowBackward<true>(kind, g, x, y + o, dy + o, b, oh, ow, dx,
+                                       remaining.data());
             } else {
               PoolWindowBackward<false>(kind, g, x, y + o, dy + o, b, oh, ow,
                                         dx, remaining.data());
