@@ -361,7 +361,8 @@ int64_t Estimator::Train(const InputFn& input_fn, const Hooks& user_hooks,
     // a file it names is gone or changed (records::Error); a training
     // error is none of these and is not caught here.
     const auto restart = [&](const recflow::Error& e) {
-      Log(fmt::format("WARNING: the checkpoint's input position does not "
+      Log(
+          fmt::format("WARNING: the checkpoint's input position does not "
                       "fit this input_fn ({}); reading the input from its "
                       "start",
                       e.what()));
