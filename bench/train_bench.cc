@@ -15,6 +15,8 @@
 //     same products through the CPU backend's Gemm.
 //   Kernel/<op>/threads:N/n:M: single calls at a size, where splitting a
 //     loop over the team starts to pay.
+//   Conv/conv<1|2>_<forward|backward>/threads:N: the CNN's convolutions
+//     alone (im2col + product), layer by layer.
 //
 // With --device cuda the benchmarks are, per model (batch 128, Adam):
 //   CudaStep/<model>: steps on a batch already on the device, 50 steps per
@@ -443,6 +445,52 @@ BENCHMARK_CAPTURE(Kernel, adam, std::string("adam"))->Apply(KernelArgs);
 BENCHMARK_CAPTURE(Kernel, axpby, std::string("axpby"))->Apply(KernelArgs);
 BENCHMARK_CAPTURE(Kernel, bias_relu_grad, std::string("bias_relu_grad"))
     ->Apply(KernelArgs);
+
+// The canned CNN's two convolutions (3x3 SAME, batch 128), forward and
+// backward (dW, and dX for the second: the first layer's input needs no
+// gradient), on the CPU backend: where a CNN step's convolution time goes.
+void Conv(benchmark::State& state, int layer, bool backward) {
+  const int threads = static_cast<int>(state.range(0));
+  auto backend = MakeCpuBackend(threads);
+  Window2D g;
+  g.batch = kBatch;
+  g.in_h = g.in_w = layer == 1 ? 28 : 14;
+  g.in_c = layer == 1 ? 1 : 32;
+  g.out_c = layer == 1 ? 32 : 64;
+  g.window_h = g.window_w = 3;
+  g.padding = Padding::kSame;
+  g.Resolve();
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  auto random = [&](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& f : v) f = u(rng);
+    return v;
+  };
+  const auto x = random(g.batch * g.in_h * g.in_w * g.in_c);
+  const auto w = random(9 * g.in_c * g.out_c);
+  auto y = random(g.batch * g.out_h * g.out_w * g.out_c);
+  std::vector<float> dx(x.size()), dw(w.size());
+  for (auto _ : state) {
+    if (backward) {
+      backend->Conv2DBackward(g, x.data(), w.data(), y.data(),
+                              layer == 1 ? nullptr : dx.data(), dw.data());
+    } else {
+      backend->Conv2D(g, x.data(), w.data(), y.data());
+    }
+    benchmark::DoNotOptimize(dw.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kBatch);
+}
+void ConvArgs(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(2)->ArgName("threads")->UseRealTime()->Unit(
+      benchmark::kMicrosecond);
+}
+BENCHMARK_CAPTURE(Conv, conv1_forward, 1, false)->Apply(ConvArgs);
+BENCHMARK_CAPTURE(Conv, conv1_backward, 1, true)->Apply(ConvArgs);
+BENCHMARK_CAPTURE(Conv, conv2_forward, 2, false)->Apply(ConvArgs);
+BENCHMARK_CAPTURE(Conv, conv2_backward, 2, true)->Apply(ConvArgs);
 
 // ---- CUDA ------------------------------------------------------------------
 
