@@ -17,6 +17,8 @@
 //     loop over the team starts to pay.
 //   Conv/conv<1|2>_<forward|backward>/threads:N: the CNN's convolutions
 //     alone (im2col + product), layer by layer.
+//   Ceiling/<model>/threads:N: N independent one-thread steps at once,
+//     what N threads of this machine can give at all (DNN and linear).
 //
 // With --device cuda the benchmarks are, per model (batch 128, Adam):
 //   CudaStep/<model>: steps on a batch already on the device, 50 steps per
@@ -53,6 +55,7 @@
 #include "records/tfrecord_writer.h"
 #include "train/canned.h"
 #include "train/layers.h"
+#include "train/thread_team.h"
 
 namespace recflow::train {
 namespace {
@@ -317,6 +320,51 @@ void Step(benchmark::State& state, const std::string& name) {
         100 * backend.seconds(c) / total;
   }
   state.counters["other_%"] = 100 * std::max(0.0, total - known) / total;
+}
+
+// The ceiling of any split of the step over N threads on this machine: N
+// independent one-thread steps of the whole batch at once (own variables,
+// own backend), started together each iteration.  items/s over
+// Step/<model>/threads:1's is the most N threads can give this model here
+// now (cores that share caches, memory bandwidth or, on a VM, a loaded
+// host give less than N x): Step/<model>/threads:N's next to it.  Not for
+// the CNN: its 13 MB tensors, allocated on a second thread, come from a
+// glibc arena that hands them back to the kernel every step (page faults
+// the training thread, the main arena, never pays; with MALLOC_ARENA_MAX=1
+// two CNN steps at once take 1.01x one).
+void Ceiling(benchmark::State& state, const std::string& name) {
+  const int threads = static_cast<int>(state.range(0));
+  struct Worker {
+    std::unique_ptr<Backend> backend = MakeCpuBackend(1);
+    VariableStore vars{1};
+    MetricSet metrics;
+    int64_t step = 0;
+  };
+  std::vector<Worker> workers(static_cast<size_t>(threads));
+  Features f = Batch();
+  const Tensor labels = f["label"];
+  f.components.pop_back();
+  const ModelFn fn = Model(name);
+  ThreadTeam team(threads);
+  auto all_step = [&] {
+    team.Run(threads, [&](int64_t t) {
+      Worker& w = workers[static_cast<size_t>(t)];
+      ModelContext ctx(*w.backend, w.vars, w.metrics, Mode::kTrain, &w.step, 1);
+      EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
+      spec.train_op();
+      benchmark::DoNotOptimize(spec.loss.value().data<float>()[0]);
+    });
+  };
+  all_step();
+  for (auto _ : state) all_step();
+  state.SetItemsProcessed(state.iterations() * kBatch * threads);
+}
+
+void CeilingArgs(benchmark::internal::Benchmark* b) {
+  const int all = std::max(1u, std::thread::hardware_concurrency());
+  if (all >= 2) b->Arg(2);
+  if (all > 2) b->Arg(all);
+  b->ArgName("threads")->UseRealTime();
 }
 
 struct GemmShape {
@@ -651,10 +699,12 @@ void RegisterCuda() {
 }
 
 BENCHMARK_CAPTURE(Step, linear, std::string("linear"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Ceiling, linear, std::string("linear"))->Apply(CeilingArgs);
 BENCHMARK_CAPTURE(Gemms, linear, std::string("linear"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(BackendGemms, linear, std::string("linear"))
     ->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(Step, dnn, std::string("dnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(Ceiling, dnn, std::string("dnn"))->Apply(CeilingArgs);
 BENCHMARK_CAPTURE(Gemms, dnn, std::string("dnn"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(BackendGemms, dnn, std::string("dnn"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(Step, cnn, std::string("cnn"))->Apply(ThreadArgs);
