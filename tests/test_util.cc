@@ -264,7 +264,7 @@ std::string TinyJpeg() {
          std::string("\xff\xc0\x00\x11\x08\x00\x05\x00\x07", 9) + "scan";
 }
 
-bool CapAddressSpace(uint64_t bytes) {
+bool AddressSpaceCanBeCapped() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return false;
 #elif defined(__has_feature)
@@ -272,6 +272,11 @@ bool CapAddressSpace(uint64_t bytes) {
   return false;
 #endif
 #endif
+  return true;
+}
+
+bool CapAddressSpace(uint64_t bytes) {
+  if (!AddressSpaceCanBeCapped()) return false;
   const rlimit limit{bytes, bytes};
   return setrlimit(RLIMIT_AS, &limit) == 0;
 }

@@ -101,6 +101,11 @@ std::string TinyJpeg();
 // AddressSanitizer or ThreadSanitizer, whose shadow memory needs far more
 // address space than any cap a test would set.
 bool CapAddressSpace(uint64_t bytes);
+// Whether CapAddressSpace can cap anything in this build (false under a
+// sanitizer, whichever way the compiler says so: GCC defines
+// __SANITIZE_ADDRESS__, clang 14 only __has_feature); tests that need the
+// cap skip, saying why, when it cannot.
+bool AddressSpaceCanBeCapped();
 
 // The fixtures directory, or "" when it is not there.
 std::string FixturesDir();
