@@ -239,14 +239,14 @@ namespace {
 
 // The error classes a saved result keeps (kind 3 of a buffered result).
 enum class ErrorType : uint64_t {
-  kPipeline,     // pipeline::Error, and any class not listed
-  kRecords,      // records::Error
-  kRecord,       // records::RecordError: path, offset, index, damage, detail
-  kIo,           // records::IoError: path, detail, errno
-  kParse,        // records::ParseError
-  kDecompress,   // records::DecompressionError: detail, compressed offset
-  kCsv,          // records::CsvError: row_level
-  kFileList,     // records::FileListError
+  kPipeline,    // pipeline::Error, and any class not listed
+  kRecords,     // records::Error
+  kRecord,      // records::RecordError: path, offset, index, damage, detail
+  kIo,          // records::IoError: path, detail, errno
+  kParse,       // records::ParseError
+  kDecompress,  // records::DecompressionError: detail, compressed offset
+  kCsv,         // records::CsvError: row_level
+  kFileList,    // records::FileListError
 };
 
 void WriteError(StateWriter* w, const std::exception_ptr& error) {
@@ -302,13 +302,13 @@ std::exception_ptr ReadError(StateReader* r) {
       const uint64_t offset = r->U64();
       const uint64_t index = r->U64();
       const uint64_t kind = r->U64();
-      if (kind > static_cast<uint64_t>(records::DamageKind::kDecompressionError)) {
+      if (kind >
+          static_cast<uint64_t>(records::DamageKind::kDecompressionError)) {
         r->Fail("unknown kind of record damage");
       }
-      return std::make_exception_ptr(
-          records::RecordError(std::move(path), offset, index,
-                               static_cast<records::DamageKind>(kind),
-                               r->String()));
+      return std::make_exception_ptr(records::RecordError(
+          std::move(path), offset, index,
+          static_cast<records::DamageKind>(kind), r->String()));
     }
     case ErrorType::kIo: {
       std::string path = r->String();

@@ -19,9 +19,10 @@ int64_t FeatureConfig::num_elements() const {
 
 void CheckExampleDType(const std::string& name, DType dtype) {
   if (!IsExampleDType(dtype)) {
-    throw Error(fmt::format("spec: feature '{}': dtype {} is not one an "
-                            "Example holds (float32, int64 or bytes)",
-                            name, DTypeName(dtype)));
+    throw Error(
+        fmt::format("spec: feature '{}': dtype {} is not one an "
+                    "Example holds (float32, int64 or bytes)",
+                    name, DTypeName(dtype)));
   }
 }
 

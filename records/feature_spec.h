@@ -21,7 +21,6 @@
 
 namespace recflow::records {
 
-
 // A default for a FixedLen feature: one value (broadcast to the shape) or
 // exactly as many values as the shape has elements, of the feature's dtype.
 struct DefaultValue {

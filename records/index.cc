@@ -243,10 +243,9 @@ std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
   const FrameFault fault =
       CheckFrameHeader(frame, /*verify_crc=*/true, UINT64_MAX, size);
   if (fault == FrameFault::kLengthCrc) {
-    throw RecordError(
-        file_.path(), offset, i, FrameFaultKind(fault, true),
-        FrameFaultDetail(fault, true, frame, UINT64_MAX, size) +
-            " (is the index stale?)");
+    throw RecordError(file_.path(), offset, i, FrameFaultKind(fault, true),
+                      FrameFaultDetail(fault, true, frame, UINT64_MAX, size) +
+                          " (is the index stale?)");
   }
   if (length + kFrameOverhead != size) {
     throw RecordError(file_.path(), offset, i, DamageKind::kImplausibleLength,

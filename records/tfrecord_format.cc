@@ -28,8 +28,8 @@ std::string FrameFaultDetail(FrameFault fault, bool length_verified,
           "length field reads {}; stored CRC {:#010x}, computed {:#010x}",
           length, HeaderStoredCrc(header), HeaderComputedCrc(header));
     case FrameFault::kOverMaximum:
-      return fmt::format("length {} exceeds the maximum record size {}",
-                         length, max_record_bytes);
+      return fmt::format("length {} exceeds the maximum record size {}", length,
+                         max_record_bytes);
     case FrameFault::kPastEnd:
       if (length_verified) {
         return fmt::format(
@@ -47,10 +47,10 @@ std::string FrameFaultDetail(FrameFault fault, bool length_verified,
 }
 
 std::string DataCrcDetail(const char* data, uint64_t length) {
-  return fmt::format("payload of {} bytes; stored CRC {:#010x}, computed "
-                     "{:#010x}",
-                     length, StoredDataCrc(data, length),
-                     crc32c::Value(data, length));
+  return fmt::format(
+      "payload of {} bytes; stored CRC {:#010x}, computed "
+      "{:#010x}",
+      length, StoredDataCrc(data, length), crc32c::Value(data, length));
 }
 
 const char* VerifyFramesAhead(const char* p, const char* end) {

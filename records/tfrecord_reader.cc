@@ -120,8 +120,7 @@ void TFRecordReader::Resynchronize(DamageKind kind, std::string detail) {
   Consume(1);
   while (true) {
     while (Available() >= kHeaderBytes) {
-      if (CheckFrameHeader(pos_, /*verify_crc=*/true,
-                           options_.max_record_bytes,
+      if (CheckFrameHeader(pos_, /*verify_crc=*/true, options_.max_record_bytes,
                            UINT64_MAX) == FrameFault::kNone) {
         Report(
             kind, start,
@@ -190,8 +189,8 @@ bool TFRecordReader::ReadNext(std::string_view* record) {
     const uint64_t left =
         !size_known_ ? UINT64_MAX
                      : (file_.size() > offset ? file_.size() - offset : 0);
-    const FrameFault fault = CheckFrameHeader(
-        pos_, verify_length, options_.max_record_bytes, left);
+    const FrameFault fault =
+        CheckFrameHeader(pos_, verify_length, options_.max_record_bytes, left);
     if (fault != FrameFault::kNone) {
       std::string detail = FrameFaultDetail(fault, length_verified, pos_,
                                             options_.max_record_bytes, left);

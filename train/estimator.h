@@ -234,8 +234,7 @@ class Estimator {
   struct Loop {
     Mode mode;
     std::function<pipeline::Iterator()> make_input;
-    std::function<std::function<double()>(EstimatorSpec& spec,
-                                           int64_t batch)>
+    std::function<std::function<double()>(EstimatorSpec& spec, int64_t batch)>
         step;
     std::optional<int64_t> max_batches;
   };

@@ -1,8 +1,8 @@
-// Batch, PaddedBatch and Unbatch (batch.cc) against tf.data's documented behaviour.
-#include "pipeline/dataset.h"
-
+// Batch, PaddedBatch and Unbatch (batch.cc) against tf.data's documented
+// behaviour.
 #include <gtest/gtest.h>
 
+#include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 

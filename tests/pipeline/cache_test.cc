@@ -1,10 +1,9 @@
 // Cache (cache.cc) against tf.data's documented behaviour.
-#include "pipeline/dataset.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 
+#include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 

@@ -1,8 +1,7 @@
 // Dataset::FromCsv (csv_dataset.cc): typed columns, as tf.data's CsvDataset.
-#include "pipeline/dataset.h"
-
 #include <gtest/gtest.h>
 
+#include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 

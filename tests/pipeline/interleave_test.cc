@@ -1,8 +1,7 @@
 // Interleave (interleave.cc) against tf.data's documented behaviour.
-#include "pipeline/dataset.h"
-
 #include <gtest/gtest.h>
 
+#include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 

@@ -1,10 +1,9 @@
 // Map and Prefetch (map.cc) against tf.data's documented behaviour.
-#include "pipeline/dataset.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 
@@ -12,8 +11,8 @@ namespace recflow::pipeline {
 namespace {
 
 using testing::Collect;
-using testing::Square;
 using testing::Ints;
+using testing::Square;
 
 TEST(MapTest, ParallelMapKeepsOrderWhateverTheThreadCount) {
   std::vector<int64_t> want;

@@ -1,4 +1,6 @@
 // Iterator::Save / Restore: a restored iterator continues the same stream.
+#include "pipeline/state.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,7 +10,6 @@
 #include <set>
 
 #include "pipeline/dataset.h"
-#include "pipeline/state.h"
 #include "pipeline_test_util.h"
 #include "records/errors.h"
 #include "records/example_parser.h"
@@ -384,7 +385,7 @@ TEST(StateTest, ShuffleSavesReferencesWithoutReadingTheFileAgain) {
   const std::string moved = dir.File("moved.tfrecord");
   ASSERT_EQ(std::rename(path.c_str(), moved.c_str()), 0);
   const std::string state = a.Save();  // the file is not there now
-  EXPECT_LT(state.size(), 20'000u);     // ~300 KB of records, by reference
+  EXPECT_LT(state.size(), 20'000u);    // ~300 KB of records, by reference
   ASSERT_EQ(std::rename(moved.c_str(), path.c_str()), 0);
   const auto rest = Keys(a);
   Iterator b = ds.MakeIterator();
@@ -392,15 +393,14 @@ TEST(StateTest, ShuffleSavesReferencesWithoutReadingTheFileAgain) {
   EXPECT_EQ(Keys(b), rest);
 
   // Bytes changed by a map keep their origin but not their frame's CRC.
-  auto changed =
-      Dataset::FromTFRecords({path})
-          .Map([](Element x) {
-            std::string bytes(x["record"].bytes(0));
-            bytes[0] ^= 1;
-            x.Set("record", Tensor::BytesScalar(bytes));
-            return x;
-          })
-          .Shuffle(300, 4);
+  auto changed = Dataset::FromTFRecords({path})
+                     .Map([](Element x) {
+                       std::string bytes(x["record"].bytes(0));
+                       bytes[0] ^= 1;
+                       x.Set("record", Tensor::BytesScalar(bytes));
+                       return x;
+                     })
+                     .Shuffle(300, 4);
   Iterator c = changed.MakeIterator();
   for (int i = 0; i < 50; ++i) ASSERT_TRUE(c.Next(&e));
   EXPECT_GT(c.Save().size(), 200'000u);  // saved whole
@@ -421,12 +421,13 @@ TEST(StateTest, SavedErrorsKeepTheirClassAndFields) {
     r.Finish();
     EXPECT_FALSE(end);
     return back ? back
-                : std::make_exception_ptr(std::logic_error("no error came back"));
+                : std::make_exception_ptr(
+                      std::logic_error("no error came back"));
   };
   try {
-    std::rethrow_exception(round_trip(std::make_exception_ptr(
-        records::RecordError("f.tfrecord", 48, 3,
-                             records::DamageKind::kDataCrcMismatch, "d"))));
+    std::rethrow_exception(
+        round_trip(std::make_exception_ptr(records::RecordError(
+            "f.tfrecord", 48, 3, records::DamageKind::kDataCrcMismatch, "d"))));
   } catch (const records::RecordError& e) {
     EXPECT_EQ(e.path(), "f.tfrecord");
     EXPECT_EQ(e.offset(), 48u);
@@ -444,8 +445,8 @@ TEST(StateTest, SavedErrorsKeepTheirClassAndFields) {
   EXPECT_THROW(std::rethrow_exception(round_trip(
                    std::make_exception_ptr(records::ParseError("p")))),
                records::ParseError);
-  EXPECT_THROW(std::rethrow_exception(round_trip(
-                   std::make_exception_ptr(records::Error("r")))),
+  EXPECT_THROW(std::rethrow_exception(
+                   round_trip(std::make_exception_ptr(records::Error("r")))),
                records::Error);
   try {
     std::rethrow_exception(

@@ -1,9 +1,8 @@
 // Repeat, Take, Skip, Shard, Filter and IgnoreErrors (transforms.cc) against
 // tf.data's documented behaviour.
-#include "pipeline/dataset.h"
-
 #include <gtest/gtest.h>
 
+#include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 

@@ -72,8 +72,7 @@ TEST(WritableFileTest, ErrorsNameThePath) {
 TEST(WritableFileTest, CreatesMissingFoldersAboveThePath) {
   TempDir dir;
   for (bool atomic : {true, false}) {
-    const std::string path =
-        dir.File(atomic ? "a/b/c/out.bin" : "d/e/out.bin");
+    const std::string path = dir.File(atomic ? "a/b/c/out.bin" : "d/e/out.bin");
     WritableFile f(path, atomic);
     f.Append("x");
     f.Close();

@@ -225,11 +225,10 @@ TEST(CpuBackendTest, PoolBackwardWriteEqualsAddingIntoZeros) {
     int64_t in, window, stride;
     Padding padding;
   };
-  for (const Case& k : {Case{8, 2, 2, Padding::kValid},
-                        Case{9, 2, 2, Padding::kValid},
-                        Case{7, 2, 2, Padding::kSame},
-                        Case{9, 3, 2, Padding::kSame},
-                        Case{9, 3, 3, Padding::kValid}}) {
+  for (const Case& k :
+       {Case{8, 2, 2, Padding::kValid}, Case{9, 2, 2, Padding::kValid},
+        Case{7, 2, 2, Padding::kSame}, Case{9, 3, 2, Padding::kSame},
+        Case{9, 3, 3, Padding::kValid}}) {
     Window2D g;
     g.batch = 6;
     g.in_h = g.in_w = k.in;
@@ -251,9 +250,9 @@ TEST(CpuBackendTest, PoolBackwardWriteEqualsAddingIntoZeros) {
         be->Pool2DBackwardWrite(kind, g, x.data(), y.data(), dy.data(),
                                 written.data());
         EXPECT_EQ(written, added)
-            << "in " << k.in << " window " << k.window << " stride "
-            << k.stride << (kind == Pooling::kMax ? " max" : " average")
-            << " threads " << threads;
+            << "in " << k.in << " window " << k.window << " stride " << k.stride
+            << (kind == Pooling::kMax ? " max" : " average") << " threads "
+            << threads;
       }
     }
   }

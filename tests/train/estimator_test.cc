@@ -16,11 +16,11 @@
 #include <fstream>
 #include <thread>
 
+#include "estimator_test_util.h"
 #include "records/tfrecord_reader.h"
 #include "test_util.h"
 #include "train/basic_session_run_hooks.h"
 #include "train/event.pb.h"
-#include "estimator_test_util.h"
 #include "train/layers.h"
 
 namespace recflow::train {

@@ -65,7 +65,7 @@ struct Recorder {
 };
 
 inline ModelFn Classifier(int64_t hidden = 16, Recorder* rec = nullptr,
-                   bool nan_loss = false) {
+                          bool nan_loss = false) {
   return [=](const Features& f, const Tensor* labels, Mode mode,
              ModelContext& ctx) {
     Var x = ops::Constant(ctx.backend(), f["x"]);

@@ -237,21 +237,21 @@ TEST(OpsTest, ReluThenMaxPoolEqualsMaxPoolThenRelu) {
   for (int64_t i = 0; i < 16; ++i) v[i] = -std::abs(v[i]) - 0.1f;
   for (Padding p : {Padding::kSame, Padding::kValid}) {
     Var a = Param(Copy(z)), b = Param(Copy(z));
-    Var relu_pool = ops::Pool2D(*be, Pooling::kMax,
-                                ops::Activate(*be, a, Activation::kRelu), 2, 2,
-                                2, 2, p);
-    Var pool_relu = ops::Activate(
-        *be, ops::Pool2D(*be, Pooling::kMax, b, 2, 2, 2, 2, p),
-        Activation::kRelu);
+    Var relu_pool =
+        ops::Pool2D(*be, Pooling::kMax,
+                    ops::Activate(*be, a, Activation::kRelu), 2, 2, 2, 2, p);
+    Var pool_relu =
+        ops::Activate(*be, ops::Pool2D(*be, Pooling::kMax, b, 2, 2, 2, 2, p),
+                      Activation::kRelu);
     ASSERT_EQ(relu_pool.shape(), pool_relu.shape());
     for (int64_t i = 0; i < relu_pool.value().num_elements(); ++i) {
       ASSERT_EQ(relu_pool.data()[i], pool_relu.data()[i]) << i;
     }
     const Tensor w = RandomTensor(relu_pool.shape(), 22);
-    ops::Backward(*be, ops::ReduceSum(*be, ops::Multiply(*be, relu_pool,
-                                                         Constant(w))));
-    ops::Backward(*be, ops::ReduceSum(*be, ops::Multiply(*be, pool_relu,
-                                                         Constant(w))));
+    ops::Backward(
+        *be, ops::ReduceSum(*be, ops::Multiply(*be, relu_pool, Constant(w))));
+    ops::Backward(
+        *be, ops::ReduceSum(*be, ops::Multiply(*be, pool_relu, Constant(w))));
     int64_t passed = 0;
     for (int64_t i = 0; i < z.num_elements(); ++i) {
       ASSERT_EQ(a.grad().data<float>()[i], b.grad().data<float>()[i]) << i;

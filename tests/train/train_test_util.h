@@ -12,15 +12,15 @@
 
 namespace recflow::testing {
 
+using pipeline::DType;
+using pipeline::Shape;
+using pipeline::Tensor;
 using train::Backend;
 using train::MakeCpuBackend;
 using train::MetricSet;
 using train::Mode;
 using train::ModelContext;
 using train::VariableStore;
-using pipeline::DType;
-using pipeline::Shape;
-using pipeline::Tensor;
 
 // Host tensors and a CPU backend for values built outside a model_fn.
 inline Tensor HostFloat(const Shape& s) {

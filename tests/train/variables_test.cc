@@ -24,8 +24,7 @@ TEST(VariablesTest, MadeOnceByNameAndRefusedInAnotherShape) {
   Variable& a = store.GetOrCreate("a", Shape{2, 3}, Initializer::Ones());
   EXPECT_EQ(&store.GetOrCreate("a", Shape{2, 3}, Initializer::Zeros()), &a);
   EXPECT_EQ(Values(a), std::vector<float>(6, 1.0f));  // not re-initialised
-  EXPECT_THROW(store.GetOrCreate("a", Shape{3, 2}, Initializer::Ones()),
-               Error);
+  EXPECT_THROW(store.GetOrCreate("a", Shape{3, 2}, Initializer::Ones()), Error);
   store.GetOrCreate("step", Shape{}, Initializer::Zeros(), false);
   EXPECT_EQ(store.size(), 2u);
   EXPECT_EQ(store.trainable().size(), 1u);
