@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "train/backend.h"
+#include "train_test_util.h"
 
 namespace recflow::train {
 namespace {
@@ -221,22 +222,13 @@ TEST(CpuBackendTest, MaxPoolBackwardRoutesToTheFirstMaximumOnEveryThread) {
 // every cell, windows that leave cells out (VALID on an odd size) or
 // overlap (3x3 / 2) zero it first; each gives what adding into zeros gives.
 TEST(CpuBackendTest, PoolBackwardWriteEqualsAddingIntoZeros) {
-  struct Case {
-    int64_t in, window, stride;
-    Padding padding;
-  };
-  for (const Case& k :
-       {Case{8, 2, 2, Padding::kValid}, Case{9, 2, 2, Padding::kValid},
-        Case{7, 2, 2, Padding::kSame}, Case{9, 3, 2, Padding::kSame},
-        Case{9, 3, 3, Padding::kValid}}) {
-    Window2D g;
-    g.batch = 6;
-    g.in_h = g.in_w = k.in;
-    g.in_c = g.out_c = 5;
-    g.window_h = g.window_w = k.window;
-    g.stride_h = g.stride_w = k.stride;
-    g.padding = k.padding;
-    g.Resolve();
+  for (const testing::PoolCase& k :
+       {testing::PoolCase{8, 2, 2, Padding::kValid},
+        testing::PoolCase{9, 2, 2, Padding::kValid},
+        testing::PoolCase{7, 2, 2, Padding::kSame},
+        testing::PoolCase{9, 3, 2, Padding::kSame},
+        testing::PoolCase{9, 3, 3, Padding::kValid}}) {
+    const Window2D g = k.Window(/*batch=*/6, /*channels=*/5);
     const auto x = Random(g.batch * k.in * k.in * g.in_c, 21);
     const auto dy = Random(g.batch * g.out_h * g.out_w * g.in_c, 22);
     for (Pooling kind : {Pooling::kMax, Pooling::kAverage}) {

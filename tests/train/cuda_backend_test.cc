@@ -19,6 +19,7 @@
 #include "train/checkpoint.h"
 #include "train/estimator.h"
 #include "train/ops.h"
+#include "train_test_util.h"
 
 namespace recflow::train {
 namespace {
@@ -191,23 +192,13 @@ TEST(CudaBackendTest, ConvolutionForwardAndBackward) {
 
 TEST(CudaBackendTest, PoolingForwardAndBackward) {
   REQUIRE_GPU();
-  struct Case {
-    int64_t in, window, stride;
-    Padding padding;
-  };
   // 7x7 SAME 2/2 pads only at the bottom/right; 3/2 VALID overlaps.
-  for (const Case& c :
-       {Case{8, 2, 2, Padding::kValid}, Case{7, 2, 2, Padding::kSame},
-        Case{9, 3, 2, Padding::kValid}}) {
+  for (const testing::PoolCase& c :
+       {testing::PoolCase{8, 2, 2, Padding::kValid},
+        testing::PoolCase{7, 2, 2, Padding::kSame},
+        testing::PoolCase{9, 3, 2, Padding::kValid}}) {
     for (Pooling kind : {Pooling::kMax, Pooling::kAverage}) {
-      Window2D g;
-      g.batch = 2;
-      g.in_h = g.in_w = c.in;
-      g.in_c = g.out_c = 5;
-      g.window_h = g.window_w = c.window;
-      g.stride_h = g.stride_w = c.stride;
-      g.padding = c.padding;
-      g.Resolve();
+      const Window2D g = c.Window(/*batch=*/2, /*channels=*/5);
       SCOPED_TRACE(::testing::Message()
                    << (kind == Pooling::kMax ? "max" : "avg") << " in " << c.in
                    << " window " << c.window);

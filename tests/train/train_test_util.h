@@ -31,6 +31,25 @@ inline Backend& HostBackend() {
   return *backend;
 }
 
+// A square pooling window over square images: the cases the pooling tests
+// of every backend run through.
+struct PoolCase {
+  int64_t in, window, stride;
+  train::Padding padding;
+  // Resolved for `batch` images of `channels` channels.
+  train::Window2D Window(int64_t batch, int64_t channels) const {
+    train::Window2D g;
+    g.batch = batch;
+    g.in_h = g.in_w = in;
+    g.in_c = g.out_c = channels;
+    g.window_h = g.window_w = window;
+    g.stride_h = g.stride_w = stride;
+    g.padding = padding;
+    g.Resolve();
+    return g;
+  }
+};
+
 struct Fixture {
   std::unique_ptr<Backend> backend = MakeCpuBackend(2);
   VariableStore vars{7};
