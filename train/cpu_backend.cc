@@ -152,6 +152,12 @@ class CpuBackend final : public Backend {
 
   void Conv2D(const Window2D& g, const float* x, const float* w,
               float* y) override {
+    if (Direct(g)) {
+      ForImageRanges(g, [&](int64_t, int64_t first, int64_t end) {
+        DirectConvImages(g, x, w, y, first, end);
+      });
+      return;
+    }
     const int64_t patch = g.window_h * g.window_w * g.in_c;
     const int64_t pixels = g.out_h * g.out_w;
     ForImageGroups(g, [&](int64_t task, int64_t first, int64_t count) {
@@ -164,6 +170,15 @@ class CpuBackend final : public Backend {
 
   void Conv2DBackward(const Window2D& g, const float* x, const float* w,
                       const float* dy, float* dx, float* dw) override {
+    if (Direct(g) && dw != nullptr) {
+      SumOverImageRanges(g, g.window_h * g.window_w * g.in_c * g.out_c, dw,
+                         [&](int64_t first, int64_t end, float* into) {
+                           DirectFilterGradImages(g, x, dy, into, first, end);
+                         });
+      // dX, for an input that wants it, through the columns below.
+      dw = nullptr;
+      if (dx == nullptr) return;
+    }
     const int64_t patch = g.window_h * g.window_w * g.in_c;
     const int64_t pixels = g.out_h * g.out_w;
     const int64_t filter = patch * g.out_c;
@@ -769,6 +784,147 @@ class CpuBackend final : public Backend {
     if (threads_ == 1 || by_size < 2) return 1;
     return std::clamp<int64_t>(
         by_size, 1, std::min<int64_t>(g.batch, kTasksPerThread * threads_));
+  }
+
+  // Convolutions over at most kDirectChannels input channels (an image
+  // model's first layer: grey or RGB) with whole SIMD widths of filters run
+  // as direct loops: through im2col their patches are a few floats long and
+  // the product's k is 9 or 27, far below a core's speed.  For each output
+  // row and tap, the filters' weights for the tap stay in registers while
+  // the row's pixels pass (forward), or the tap's gradient does while the
+  // row's output gradients pass (dW).
+  static constexpr int64_t kDirectChannels = 4;
+  static constexpr int64_t kLanes = 16;
+  using Lanes = Eigen::Array<float, kLanes, 1>;
+  using LanesMap = Eigen::Map<Lanes>;
+  using ConstLanesMap = Eigen::Map<const Lanes>;
+  static bool Direct(const Window2D& g) {
+    return g.in_c <= kDirectChannels && g.out_c % kLanes == 0;
+  }
+
+  // The output columns [lo, hi) whose input column for tap kx is inside
+  // the image.
+  static std::pair<int64_t, int64_t> ColumnsInside(const Window2D& g,
+                                                   int64_t kx) {
+    const int64_t a = g.pad_left - kx;
+    const int64_t lo = a <= 0 ? 0 : (a + g.stride_w - 1) / g.stride_w;
+    const int64_t b = g.in_w - 1 + g.pad_left - kx;
+    const int64_t hi = b < 0 ? 0 : std::min(g.out_w, b / g.stride_w + 1);
+    return {std::min(lo, hi), hi};
+  }
+
+  // y of images [first, end).
+  static void DirectConvImages(const Window2D& g, const float* x,
+                               const float* w, float* y, int64_t first,
+                               int64_t end) {
+    const int64_t oc = g.out_c, ic = g.in_c, step = g.stride_w * ic;
+    for (int64_t b = first; b < end; ++b) {
+      const float* image = x + b * g.in_h * g.in_w * ic;
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        float* row = y + (b * g.out_h + oh) * g.out_w * oc;
+        std::fill_n(row, g.out_w * oc, 0.0f);
+        for (int64_t ky = 0; ky < g.window_h; ++ky) {
+          const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+          if (iy < 0 || iy >= g.in_h) continue;
+          const float* in_row = image + iy * g.in_w * ic;
+          for (int64_t kx = 0; kx < g.window_w; ++kx) {
+            const auto [lo, hi] = ColumnsInside(g, kx);
+            for (int64_t c = 0; c < ic; ++c) {
+              const float* wr = w + ((ky * g.window_w + kx) * ic + c) * oc;
+              const float* in =
+                  in_row + (lo * g.stride_w - g.pad_left + kx) * ic + c;
+              for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
+                const Lanes wv = ConstLanesMap(wr + f0);
+                float* out = row + lo * oc + f0;
+                const float* xi = in;
+                for (int64_t ow = lo; ow < hi; ++ow) {
+                  LanesMap(out) += *xi * wv;
+                  out += oc;
+                  xi += step;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // dw += dW of images [first, end).
+  static void DirectFilterGradImages(const Window2D& g, const float* x,
+                                     const float* dy, float* dw, int64_t first,
+                                     int64_t end) {
+    const int64_t oc = g.out_c, ic = g.in_c, step = g.stride_w * ic;
+    for (int64_t b = first; b < end; ++b) {
+      const float* image = x + b * g.in_h * g.in_w * ic;
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        const float* dy_row = dy + (b * g.out_h + oh) * g.out_w * oc;
+        for (int64_t ky = 0; ky < g.window_h; ++ky) {
+          const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+          if (iy < 0 || iy >= g.in_h) continue;
+          const float* in_row = image + iy * g.in_w * ic;
+          for (int64_t kx = 0; kx < g.window_w; ++kx) {
+            const auto [lo, hi] = ColumnsInside(g, kx);
+            for (int64_t c = 0; c < ic; ++c) {
+              float* dr = dw + ((ky * g.window_w + kx) * ic + c) * oc;
+              const float* in =
+                  in_row + (lo * g.stride_w - g.pad_left + kx) * ic + c;
+              for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
+                // Two sums, even and odd columns, so that the adds do not
+                // wait on each other.
+                Lanes even = Lanes::Zero(), odd = Lanes::Zero();
+                const float* d = dy_row + lo * oc + f0;
+                const float* xi = in;
+                int64_t ow = lo;
+                for (; ow + 1 < hi; ow += 2) {
+                  even += xi[0] * ConstLanesMap(d);
+                  odd += xi[step] * ConstLanesMap(d + oc);
+                  d += 2 * oc;
+                  xi += 2 * step;
+                }
+                if (ow < hi) even += xi[0] * ConstLanesMap(d);
+                LanesMap(dr + f0) += even + odd;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // fn(task, first, end) over ImageTasks(g) contiguous ranges of images.
+  template <typename Fn>
+  void ForImageRanges(const Window2D& g, const Fn& fn) {
+    const int64_t tasks = ImageTasks(g);
+    const int64_t chunk = (g.batch + tasks - 1) / tasks;
+    team_.Run(tasks, [&](int64_t t) {
+      const int64_t first = t * chunk, end = std::min(g.batch, first + chunk);
+      if (first < end) fn(t, first, end);
+    });
+  }
+
+  // out[0, n) += what fn(first, end, into) adds into `into` over the image
+  // ranges (into zeroed partials, added in task order, so that a team size
+  // gives the same sums every run).
+  template <typename Fn>
+  void SumOverImageRanges(const Window2D& g, int64_t n, float* out,
+                          const Fn& fn) {
+    const int64_t tasks = ImageTasks(g);
+    if (tasks <= 1) {
+      fn(int64_t{0}, g.batch, out);
+      return;
+    }
+    const int64_t stride = PartialStride(n);
+    dw_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
+    ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
+      fn(first, end, dw_partial_.data() + t * stride);
+    });
+    team_.For(n, kGrain / tasks, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = 0; t < tasks; ++t) {
+        const float* p = dw_partial_.data() + t * stride;
+        for (int64_t i = lo; i < hi; ++i) out[i] += p[i];
+      }
+    });
   }
 
   // fn(task, first, count) over groups of images: the batch is split into

@@ -92,10 +92,18 @@ void ForEachTap(const Window2D& g, const Fn& fn) {
           }
 }
 
+// Through im2col (6 channels in, or 24 filters out) and the direct loops
+// of few input channels and whole SIMD widths of filters (1 or 3 in, 32
+// out).
 TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
+  struct Channels {
+    int64_t in, out;
+  };
   for (Padding padding : {Padding::kSame, Padding::kValid}) {
     for (int stride : {1, 2}) {
-      for (int64_t in_c : {1, 6}) {
+      for (const Channels ch : {Channels{1, 24}, Channels{6, 24},
+                                Channels{1, 32}, Channels{3, 32}}) {
+        const int64_t in_c = ch.in;
         Window2D g;
         g.batch = 26;
         g.in_h = 11;
@@ -104,7 +112,7 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
         g.window_h = g.window_w = 3;
         g.stride_h = g.stride_w = stride;
         g.padding = padding;
-        g.out_c = 24;
+        g.out_c = ch.out;
         g.Resolve();
         const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 4);
         const auto w = Random(9 * g.in_c * g.out_c, 5);
@@ -117,9 +125,9 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
           dw[wi] += double(dy[yi]) * x[xi];
         });
         for (int threads : {1, 2, 3}) {
-          const std::string what =
-              fmt::format("same={} stride={} in_c={} threads={}",
-                          padding == Padding::kSame, stride, in_c, threads);
+          const std::string what = fmt::format(
+              "same={} stride={} in_c={} out_c={} threads={}",
+              padding == Padding::kSame, stride, in_c, ch.out, threads);
           auto be = MakeCpuBackend(threads);
           std::vector<float> y(want.size());
           be->Conv2D(g, x.data(), w.data(), y.data());
@@ -133,6 +141,11 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
           for (double& v : want_dw) v += 1;
           ExpectNear(gx, want_dx, 1e-4, what + " dx");
           ExpectNear(gw, want_dw, 1e-4, what + " dw");
+          // An input that wants no gradient (a first layer): dW alone.
+          std::fill(gw.begin(), gw.end(), 1.0f);
+          be->Conv2DBackward(g, x.data(), w.data(), dy.data(), nullptr,
+                             gw.data());
+          ExpectNear(gw, want_dw, 1e-4, what + " dw without dx");
         }
       }
     }
