@@ -1,7 +1,8 @@
 // The CPU backend.  Matrix products are Eigen's blocked GEMM kernels
 // (the ones behind TensorFlow's CPU matmul) on blocks of the output split
 // over a ThreadTeam; convolutions are im2col + one product per group of
-// images, each group on one thread; everything elementwise is a plain loop
+// images, each group on one thread (direct loops for a first layer's few
+// input channels); everything elementwise is a plain loop
 // split over the same team.  Work is split only when it is large enough to
 // gain (kGemmGrain, kGrain: measured, see docs/PERFORMANCE.md), so the
 // small operations of a dense model stay on the caller.
