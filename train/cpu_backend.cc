@@ -830,6 +830,7 @@ class CpuBackend final : public Backend {
           const float* in_row = image + iy * g.in_w * ic;
           for (int64_t kx = 0; kx < g.window_w; ++kx) {
             const auto [lo, hi] = ColumnsInside(g, kx);
+            if (lo == hi) continue;
             for (int64_t c = 0; c < ic; ++c) {
               const float* wr = w + ((ky * g.window_w + kx) * ic + c) * oc;
               const float* in =
@@ -866,6 +867,7 @@ class CpuBackend final : public Backend {
           const float* in_row = image + iy * g.in_w * ic;
           for (int64_t kx = 0; kx < g.window_w; ++kx) {
             const auto [lo, hi] = ColumnsInside(g, kx);
+            if (lo == hi) continue;
             for (int64_t c = 0; c < ic; ++c) {
               float* dr = dw + ((ky * g.window_w + kx) * ic + c) * oc;
               const float* in =
