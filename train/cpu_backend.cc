@@ -814,16 +814,20 @@ class CpuBackend final : public Backend {
     return {std::min(lo, hi), hi};
   }
 
-  // y of images [first, end).
-  static void DirectConvImages(const Window2D& g, const float* x,
-                               const float* w, float* y, int64_t first,
-                               int64_t end) {
-    const int64_t oc = g.out_c, ic = g.in_c, step = g.stride_w * ic;
+  // For images [first, end) and each output row oh: row(b, oh), then
+  // tap(b, oh, t, in, lo, hi) for every tap (ky, kx, c) of the window that
+  // some output column of the row reaches inside the image: t is the
+  // tap's filter row ((ky * window_w + kx) * in_c + c), `in` the input
+  // value output column lo sees, the next column's stride_w * in_c
+  // further, up to column hi.
+  template <typename Row, typename Tap>
+  static void ForDirectTaps(const Window2D& g, const float* x, int64_t first,
+                            int64_t end, const Row& row, const Tap& tap) {
+    const int64_t ic = g.in_c;
     for (int64_t b = first; b < end; ++b) {
       const float* image = x + b * g.in_h * g.in_w * ic;
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        float* row = y + (b * g.out_h + oh) * g.out_w * oc;
-        std::fill_n(row, g.out_w * oc, 0.0f);
+        row(b, oh);
         for (int64_t ky = 0; ky < g.window_h; ++ky) {
           const int64_t iy = oh * g.stride_h - g.pad_top + ky;
           if (iy < 0 || iy >= g.in_h) continue;
@@ -832,19 +836,9 @@ class CpuBackend final : public Backend {
             const auto [lo, hi] = ColumnsInside(g, kx);
             if (lo == hi) continue;
             for (int64_t c = 0; c < ic; ++c) {
-              const float* wr = w + ((ky * g.window_w + kx) * ic + c) * oc;
-              const float* in =
-                  in_row + (lo * g.stride_w - g.pad_left + kx) * ic + c;
-              for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
-                const Lanes wv = ConstLanesMap(wr + f0);
-                float* out = row + lo * oc + f0;
-                const float* xi = in;
-                for (int64_t ow = lo; ow < hi; ++ow) {
-                  LanesMap(out) += *xi * wv;
-                  out += oc;
-                  xi += step;
-                }
-              }
+              tap(b, oh, (ky * g.window_w + kx) * ic + c,
+                  in_row + (lo * g.stride_w - g.pad_left + kx) * ic + c, lo,
+                  hi);
             }
           }
         }
@@ -852,47 +846,64 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // y of images [first, end).
+  static void DirectConvImages(const Window2D& g, const float* x,
+                               const float* w, float* y, int64_t first,
+                               int64_t end) {
+    const int64_t oc = g.out_c, step = g.stride_w * g.in_c;
+    auto out_row = [&](int64_t b, int64_t oh) {
+      return y + (b * g.out_h + oh) * g.out_w * oc;
+    };
+    ForDirectTaps(
+        g, x, first, end,
+        [&](int64_t b, int64_t oh) {
+          std::fill_n(out_row(b, oh), g.out_w * oc, 0.0f);
+        },
+        [&](int64_t b, int64_t oh, int64_t t, const float* in, int64_t lo,
+            int64_t hi) {
+          const float* wr = w + t * oc;
+          float* row = out_row(b, oh);
+          for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
+            const Lanes wv = ConstLanesMap(wr + f0);
+            float* out = row + lo * oc + f0;
+            const float* xi = in;
+            for (int64_t ow = lo; ow < hi; ++ow) {
+              LanesMap(out) += *xi * wv;
+              out += oc;
+              xi += step;
+            }
+          }
+        });
+  }
+
   // dw += dW of images [first, end).
   static void DirectFilterGradImages(const Window2D& g, const float* x,
                                      const float* dy, float* dw, int64_t first,
                                      int64_t end) {
-    const int64_t oc = g.out_c, ic = g.in_c, step = g.stride_w * ic;
-    for (int64_t b = first; b < end; ++b) {
-      const float* image = x + b * g.in_h * g.in_w * ic;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        const float* dy_row = dy + (b * g.out_h + oh) * g.out_w * oc;
-        for (int64_t ky = 0; ky < g.window_h; ++ky) {
-          const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-          if (iy < 0 || iy >= g.in_h) continue;
-          const float* in_row = image + iy * g.in_w * ic;
-          for (int64_t kx = 0; kx < g.window_w; ++kx) {
-            const auto [lo, hi] = ColumnsInside(g, kx);
-            if (lo == hi) continue;
-            for (int64_t c = 0; c < ic; ++c) {
-              float* dr = dw + ((ky * g.window_w + kx) * ic + c) * oc;
-              const float* in =
-                  in_row + (lo * g.stride_w - g.pad_left + kx) * ic + c;
-              for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
-                // Two sums, even and odd columns, so that the adds do not
-                // wait on each other.
-                Lanes even = Lanes::Zero(), odd = Lanes::Zero();
-                const float* d = dy_row + lo * oc + f0;
-                const float* xi = in;
-                int64_t ow = lo;
-                for (; ow + 1 < hi; ow += 2) {
-                  even += xi[0] * ConstLanesMap(d);
-                  odd += xi[step] * ConstLanesMap(d + oc);
-                  d += 2 * oc;
-                  xi += 2 * step;
-                }
-                if (ow < hi) even += xi[0] * ConstLanesMap(d);
-                LanesMap(dr + f0) += even + odd;
-              }
+    const int64_t oc = g.out_c, step = g.stride_w * g.in_c;
+    ForDirectTaps(
+        g, x, first, end, [](int64_t, int64_t) {},
+        [&](int64_t b, int64_t oh, int64_t t, const float* in, int64_t lo,
+            int64_t hi) {
+          const float* dy_row = dy + (b * g.out_h + oh) * g.out_w * oc;
+          float* dr = dw + t * oc;
+          for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
+            // Two sums, even and odd columns, so that the adds do not wait
+            // on each other.
+            Lanes even = Lanes::Zero(), odd = Lanes::Zero();
+            const float* d = dy_row + lo * oc + f0;
+            const float* xi = in;
+            int64_t ow = lo;
+            for (; ow + 1 < hi; ow += 2) {
+              even += xi[0] * ConstLanesMap(d);
+              odd += xi[step] * ConstLanesMap(d + oc);
+              d += 2 * oc;
+              xi += 2 * step;
             }
+            if (ow < hi) even += xi[0] * ConstLanesMap(d);
+            LanesMap(dr + f0) += even + odd;
           }
-        }
-      }
-    }
+        });
   }
 
   // fn(task, first, end) over ImageTasks(g) contiguous ranges of images.
