@@ -207,14 +207,7 @@ class CpuBackend final : public Backend {
         Col2Im(g, dcols.data(), first, count, dx);
       }
     });
-    if (dw != nullptr && tasks > 1) {
-      team_.For(filter, kGrain / tasks, [&](int64_t lo, int64_t hi) {
-        for (int64_t t = 0; t < tasks; ++t) {
-          const float* p = partial.data() + t * stride;
-          for (int64_t i = lo; i < hi; ++i) dw[i] += p[i];
-        }
-      });
-    }
+    if (dw != nullptr && tasks > 1) AddPartials(tasks, stride, filter, dw);
   }
 
   void Pool2D(Pooling kind, const Window2D& g, const float* x,
@@ -933,6 +926,13 @@ class CpuBackend final : public Backend {
     ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
       fn(first, end, dw_partial_.data() + t * stride);
     });
+    AddPartials(tasks, stride, n, out);
+  }
+
+  // out[0, n) += the `tasks` partial sums in dw_partial_, `stride` apart,
+  // added in task order (so that a team size gives the same sums every
+  // run), split over the team by ranges of out.
+  void AddPartials(int64_t tasks, int64_t stride, int64_t n, float* out) {
     team_.For(n, kGrain / tasks, [&](int64_t lo, int64_t hi) {
       for (int64_t t = 0; t < tasks; ++t) {
         const float* p = dw_partial_.data() + t * stride;
@@ -951,14 +951,12 @@ class CpuBackend final : public Backend {
     const int64_t group = std::max<int64_t>(
         1, kColumnGroupBytes / std::max<int64_t>(per_image, 1));
     const int64_t tasks = ImageTasks(g);
-    const int64_t chunk = (g.batch + tasks - 1) / tasks;
     if (scratch_.size() < static_cast<size_t>(tasks)) {
       scratch_.resize(static_cast<size_t>(tasks));
     }
-    team_.Run(tasks, [&](int64_t t) {
-      const int64_t end = std::min(g.batch, (t + 1) * chunk);
-      for (int64_t first = t * chunk; first < end; first += group) {
-        fn(t, first, std::min(group, end - first));
+    ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
+      for (int64_t at = first; at < end; at += group) {
+        fn(t, at, std::min(group, end - at));
       }
     });
   }
