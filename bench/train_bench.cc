@@ -16,7 +16,8 @@
 //   Kernel/<op>/threads:N/n:M: single calls at a size, where splitting a
 //     loop over the team starts to pay.
 //   Conv/conv<1|2>_<forward|backward>/threads:N: the CNN's convolutions
-//     alone (im2col + product), layer by layer.
+//     alone, layer by layer (conv1, one channel in: the direct loops;
+//     conv2: im2col + product).
 //   Ceiling/<model>/threads:N: N independent one-thread steps at once,
 //     what N threads of this machine can give at all (DNN and linear).
 //
