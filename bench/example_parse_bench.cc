@@ -4,6 +4,8 @@
 //   mnist:   784 packed floats + an int64 label
 //   tabular: ~20 scalar features of all three kinds, some missing (TFX taxi)
 //   text:    200 int64 tokens + a bytes field
+//   fashion: 784 image bytes + three int64 scalars (label, height, width),
+//            as `recflow convert idx` writes Fashion-MNIST
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -56,6 +58,14 @@ Shape MakeShape(const std::string& name) {
         m["str_" + std::to_string(k)].mutable_bytes_list()->add_value(
             "value-" + std::to_string(rng() % 1000));
       }
+    } else if (name == "fashion") {
+      std::string image(784, '\0');
+      for (char& c : image) c = static_cast<char>(rng() % 256);
+      m["image"].mutable_bytes_list()->add_value(image);
+      m["label"].mutable_int64_list()->add_value(
+          static_cast<int64_t>(rng() % 10));
+      m["height"].mutable_int64_list()->add_value(28);
+      m["width"].mutable_int64_list()->add_value(28);
     } else {  // text
       auto* t = m["tokens"].mutable_int64_list();
       for (int k = 0; k < 200; ++k)
@@ -82,6 +92,12 @@ Shape MakeShape(const std::string& name) {
            "\": {\"dtype\": \"bytes\", \"shape\": [], \"default\": \"\"},";
     f.pop_back();
     spec_json = "{\"features\": {" + f + "}}";
+  } else if (name == "fashion") {
+    spec_json =
+        R"({"features": {"image": {"kind": "fixed", "dtype": "bytes", "shape": []},
+                                  "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+                                  "height": {"kind": "fixed", "dtype": "int64", "shape": []},
+                                  "width": {"kind": "fixed", "dtype": "int64", "shape": []}}})";
   } else {
     spec_json = R"({"features": {"tokens": {"kind": "var", "dtype": "int64"},
                                   "text": {"kind": "fixed", "dtype": "bytes", "shape": []}}})";
@@ -93,11 +109,11 @@ Shape MakeShape(const std::string& name) {
 
 const Shape& GetShape(int which) {
   static const Shape shapes[] = {MakeShape("mnist"), MakeShape("tabular"),
-                                 MakeShape("text")};
+                                 MakeShape("text"), MakeShape("fashion")};
   return shapes[which];
 }
 
-const char* kNames[] = {"mnist", "tabular", "text"};
+const char* kNames[] = {"mnist", "tabular", "text", "fashion"};
 
 void BM_FastParse(benchmark::State& state) {
   const Shape& s = GetShape(static_cast<int>(state.range(0)));
@@ -185,17 +201,20 @@ BENCHMARK(BM_ProtobufParse)
     ->Name("parse/protobuf_baseline")
     ->Args({0, 1})
     ->Args({1, 1})
-    ->Args({2, 1});
+    ->Args({2, 1})
+    ->Args({3, 1});
 BENCHMARK(BM_FastParse)
     ->Name("parse/fast_1_thread")
     ->Args({0, 1})
     ->Args({1, 1})
-    ->Args({2, 1});
+    ->Args({2, 1})
+    ->Args({3, 1});
 BENCHMARK(BM_FastParse)
     ->Name("parse/fast_all_threads")
     ->Args({0, kCores})
     ->Args({1, kCores})
     ->Args({2, kCores})
+    ->Args({3, kCores})
     ->UseRealTime();
 
 }  // namespace

@@ -309,18 +309,23 @@ struct Scratch {
 };
 
 class ExampleDecoder {
+  struct Entry;  // a slot of the name table, below
+
  public:
   // Builds an open-addressing table from names to spec indexes, four
   // slots per feature.
   explicit ExampleDecoder(const FeatureSpec& spec) : spec_(spec) {
     size_t size = 16;
     while (size < 4 * spec.features.size()) size *= 2;
-    table_.assign(size, -1);
+    table_.assign(size, Entry{});
     shift_ = 64 - std::countr_zero(size);
     for (size_t i = 0; i < spec.features.size(); ++i) {
-      size_t slot = Hash(spec.features[i].first) >> shift_;
-      while (table_[slot] >= 0) slot = (slot + 1) & (size - 1);
-      table_[slot] = static_cast<int>(i);
+      const Words w = WordsOf(spec.features[i].first);
+      size_t slot = Mix(w) >> shift_;
+      while (table_[slot].index >= 0) slot = (slot + 1) & (size - 1);
+      table_[slot] = {w, static_cast<int>(i),
+                      spec.features[i].second.dtype == DType::kInt64,
+                      wire::IsValidUtf8(spec.features[i].first)};
     }
   }
 
@@ -414,6 +419,72 @@ class ExampleDecoder {
   // messages merged in order).  As protobuf, a map entry replaces any
   // earlier entry with the same key.
   bool DecodeEntry(std::string_view msg, Scratch* s) const {
+    if (DecodeUsualEntry(msg, s)) return true;
+    return DecodeAnyEntry(msg, s);
+  }
+
+  // The layout every serializer writes: one key, then one Feature holding
+  // one list, nothing else; key, value and list lengths are read exactly
+  // as below.  Decodes it as DecodeAnyEntry would, without gathering
+  // values and lists (most of a small feature's cost), and returns true;
+  // false when the entry is laid out otherwise or not valid, and then
+  // nothing has been recorded (the general path decides).
+  bool DecodeUsualEntry(std::string_view msg, Scratch* s) const {
+    const char* p = msg.data();
+    const char* const end = p + msg.size();
+    // Field 1, length-delimited, with a one-byte length.
+    if (end - p < 2 || p[0] != 0x0a || static_cast<uint8_t>(p[1]) >= 0x80) {
+      return false;
+    }
+    const size_t key_size = static_cast<uint8_t>(p[1]);
+    p += 2;
+    // Then field 2, length-delimited, running to the entry's end.
+    if (static_cast<size_t>(end - p) < key_size + 1 || p[key_size] != 0x12) {
+      return false;
+    }
+    const std::string_view key(p, key_size);
+    p += key_size + 1;
+    std::string_view feature;
+    if (!wire::ReadLengthDelimited(p, end, &feature) || p != end) return false;
+    // The Feature: one of its three lists, running to its end.
+    const char* q = feature.data();
+    const char* const fend = q + feature.size();
+    if (fend - q < 1) return false;
+    const int kind = static_cast<uint8_t>(*q) >> 3;
+    if ((*q & 7) != wire::kLengthDelimited || kind < kBytesList ||
+        kind > kInt64List) {
+      return false;
+    }
+    ++q;
+    std::string_view list;
+    if (!wire::ReadLengthDelimited(q, fend, &list) || q != fend) return false;
+
+    const Entry* found = Find(key);
+    if (found == nullptr ? !wire::IsValidUtf8(key) : !found->name_is_utf8) {
+      return false;
+    }
+    const bool decode = found != nullptr && found->int64 && kind == kInt64List;
+    const size_t first_int = s->ints.size();
+    size_t count = 0;
+    if (!ValidateList(kind, list, &count, kListDepth,
+                      decode ? &s->ints : nullptr)) {
+      s->ints.resize(first_int);
+      return false;
+    }
+    if (found == nullptr) return true;
+    Slot& slot = s->slots[static_cast<size_t>(found->index)];
+    slot.kind = kind;
+    slot.count = count;
+    slot.decoded = decode;
+    slot.first_int = first_int;
+    slot.first_list = static_cast<uint32_t>(s->lists.size());
+    slot.num_lists = 1;
+    s->lists.push_back(list);
+    return true;
+  }
+
+  // Any map entry, as protobuf merges its fields.
+  bool DecodeAnyEntry(std::string_view msg, Scratch* s) const {
     std::string_view key;
     if (!SplitMapEntry(msg, &key, &s->entry_values)) return false;
     const int index = IndexOf(key);
@@ -478,67 +549,79 @@ class ExampleDecoder {
   }
 
   int IndexOf(std::string_view key) const {
-    size_t slot = Hash(key) >> shift_;
-    while (table_[slot] >= 0) {
-      const int index = table_[slot];
-      if (Equal(spec_.features[static_cast<size_t>(index)].first, key)) {
-        return index;
+    const Entry* e = Find(key);
+    return e == nullptr ? -1 : e->index;
+  }
+
+  // The table slot of `key`, or null when the spec does not name it.
+  const Entry* Find(std::string_view key) const {
+    const Words w = WordsOf(key);
+    size_t slot = Mix(w) >> shift_;
+    while (table_[slot].index >= 0) {
+      const Entry& e = table_[slot];
+      // Up to 16 bytes, the words are the whole key: no name is read.
+      if (e.words.head == w.head && e.words.tail == w.tail &&
+          e.words.size == w.size &&
+          (w.size <= 16 ||
+           std::memcmp(
+               spec_.features[static_cast<size_t>(e.index)].first.data(),
+               key.data(), w.size) == 0)) {
+        return &e;
       }
       slot = (slot + 1) & (table_.size() - 1);
     }
-    return -1;
+    return nullptr;
   }
 
-  // A cheap hash of a feature name: its length and up to its first and
-  // last eight bytes, multiplied so that every input bit reaches the top
-  // bits, which index the table (Fibonacci hashing).
+  // A feature name's length and up to its first and last eight bytes:
+  // for names of up to 16 bytes, the name itself.
   // Fixed-size loads only: a memcpy of a variable length (up to 8 bytes)
   // became a library call whose byte stores the following 8-byte load
   // could not forward, 22% of a tabular pipeline's parse samples.
-  static uint64_t Hash(std::string_view k) {
-    const char* p = k.data();
-    const size_t n = k.size();
+  struct Words {
     uint64_t head = 0, tail = 0;
+    size_t size = 0;
+  };
+  static Words WordsOf(std::string_view k) {
+    const char* p = k.data();
+    Words w;
+    const size_t n = w.size = k.size();
     if (n >= 8) {
-      std::memcpy(&head, p, 8);
+      std::memcpy(&w.head, p, 8);
       if (n > 8) {
-        std::memcpy(&tail, p + n - 8, 8);
-        if (n < 16) tail >>= 8 * (16 - n);  // the bytes after the head
+        std::memcpy(&w.tail, p + n - 8, 8);
+        if (n < 16) w.tail >>= 8 * (16 - n);  // the bytes after the head
       }
     } else if (n >= 4) {
       uint32_t a, b;
       std::memcpy(&a, p, 4);
       std::memcpy(&b, p + n - 4, 4);
-      head = a | (uint64_t{b} << 32);
+      w.head = a | (uint64_t{b} << 32);
     } else if (n > 0) {
-      head = uint64_t{static_cast<uint8_t>(p[0])} |
-             uint64_t{static_cast<uint8_t>(p[n / 2])} << 8 |
-             uint64_t{static_cast<uint8_t>(p[n - 1])} << 16;
+      w.head = uint64_t{static_cast<uint8_t>(p[0])} |
+               uint64_t{static_cast<uint8_t>(p[n / 2])} << 8 |
+               uint64_t{static_cast<uint8_t>(p[n - 1])} << 16;
     }
-    return (head ^ (tail * 0xc2b2ae3d27d4eb4fULL + n)) * 0x9e3779b97f4a7c15ULL;
+    return w;
+  }
+  // A cheap hash of the words, multiplied so that every input bit reaches
+  // the top bits, which index the table (Fibonacci hashing).
+  static uint64_t Mix(const Words& w) {
+    return (w.head ^ (w.tail * 0xc2b2ae3d27d4eb4fULL + w.size)) *
+           0x9e3779b97f4a7c15ULL;
   }
 
-  // String equality without a library call for short keys.
-  static bool Equal(std::string_view a, std::string_view b) {
-    const size_t n = a.size();
-    if (n != b.size()) return false;
-    if (n >= 8) {
-      if (n > 16) return std::memcmp(a.data(), b.data(), n) == 0;
-      uint64_t x0, y0, x1, y1;
-      std::memcpy(&x0, a.data(), 8);
-      std::memcpy(&y0, b.data(), 8);
-      std::memcpy(&x1, a.data() + n - 8, 8);
-      std::memcpy(&y1, b.data() + n - 8, 8);
-      return ((x0 ^ y0) | (x1 ^ y1)) == 0;
-    }
-    for (size_t i = 0; i < n; ++i) {
-      if (a[i] != b[i]) return false;
-    }
-    return true;
-  }
+  // A table slot: a spec feature's name (as words) and what decoding it
+  // needs, so that a lookup reads no more than its slot.
+  struct Entry {
+    Words words;
+    int index = -1;             // into spec_.features; -1: an empty slot
+    bool int64 = false;         // the spec's dtype is int64
+    bool name_is_utf8 = false;  // the name is valid UTF-8
+  };
 
   const FeatureSpec& spec_;
-  std::vector<int> table_;
+  std::vector<Entry> table_;
   int shift_ = 0;  // 64 - log2(table size): the top bits of a hash
 };
 
@@ -747,7 +830,9 @@ bool FillFeatures(const Scratch& s, size_t index, ParsedBatch* out,
         f.ints.resize(at + slot.count);
         dst = f.ints.data() + at;
       }
-      if (slot.count != 0) {  // memcpy may not be given null pointers
+      if (slot.count == 1) {  // scalars: a store, not a library call
+        *dst = s.ints[slot.first_int];
+      } else if (slot.count != 0) {  // memcpy may not be given null pointers
         std::memcpy(dst, s.ints.data() + slot.first_int,
                     slot.count * sizeof(int64_t));
       }
@@ -759,6 +844,21 @@ bool FillFeatures(const Scratch& s, size_t index, ParsedBatch* out,
     if (!fixed) f.row_lengths.push_back(static_cast<int64_t>(slot.count));
   }
   return true;
+}
+
+// After the first example of [begin, end): room for every example's bytes
+// values, if each is the size of the first's (images of one size are), and
+// never more than the examples hold.  Parsed batches are fresh (the
+// pipeline hands each one on), and growing a batch's bytes by doubling
+// copied them about twice over.
+void ReserveBytes(std::span<const std::string_view> serialized, size_t begin,
+                  size_t end, ParsedBatch* out) {
+  size_t input = 0;
+  for (size_t i = begin; i < end; ++i) input += serialized[i].size();
+  for (ParsedFeature& f : out->features) {
+    if (f.config.dtype != DType::kBytes) continue;
+    f.bytes_data.reserve(std::min(f.bytes_data.size() * (end - begin), input));
+  }
 }
 
 // Parses examples [begin, end) of `serialized` into `out`, and their
@@ -777,6 +877,7 @@ void ParseRange(const FeatureSpec& spec,
       *error = "Can't parse serialized Example.";
     } else if (FillFeatures(scratch, index, out, fixed,
                             out == fixed ? begin : 0, error)) {
+      if (index == begin) ReserveBytes(serialized, begin, end, out);
       continue;
     }
     *error_index = index;

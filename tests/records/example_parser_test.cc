@@ -459,6 +459,85 @@ TEST(ExampleParserTest, MutatedBytesAreRejectedExactlyWhenProtobufRejects) {
   EXPECT_GT(rejected, 1000);
 }
 
+// Feature names of every length class the name table distinguishes (up to
+// 16 bytes compared as words, longer ones byte by byte, one-byte and
+// two-byte key lengths), names alike but for their middle, non-ASCII
+// UTF-8, and a spec name that is not UTF-8 (protobuf rejects every key
+// that is not): the same values and errors as protobuf.
+TEST(ExampleParserTest, NamesOfEveryLengthMatchProtobuf) {
+  const std::vector<std::string> names = {"x",
+                                          "größe",
+                                          "sixteen_bytes_16",
+                                          "seventeen_bytes17",
+                                          "prefix_same_A_suffix_same",
+                                          "prefix_same_B_suffix_same",
+                                          std::string(127, 'k'),
+                                          std::string(128, 'k'),
+                                          std::string(300, 'n') + "ü",
+                                          "not_in_spec_but_a_long_name",
+                                          "äöü_not_in_spec"};
+  FeatureSpec spec;
+  for (size_t i = 0; i < names.size() - 2; ++i) {
+    FeatureConfig c;
+    c.kind =
+        i % 2 == 0 ? FeatureConfig::Kind::kVar : FeatureConfig::Kind::kFixed;
+    c.dtype = i % 3 == 0   ? DType::kInt64
+              : i % 3 == 1 ? DType::kBytes
+                           : DType::kFloat32;
+    if (c.kind == FeatureConfig::Kind::kFixed) {
+      c.shape = {1};
+      c.default_value = DefaultValue{};
+      if (c.dtype == DType::kInt64) c.default_value->ints = {5};
+      if (c.dtype == DType::kBytes) c.default_value->bytes = {"d"};
+      if (c.dtype == DType::kFloat32) c.default_value->floats = {0.5f};
+    }
+    spec.Add(names[i], c);
+  }
+  google::protobuf::LogSilencer silence;
+  Generator g(9);
+  int ok = 0, errors = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::string> batch;
+    const size_t n = 1 + g.Below(3);
+    for (size_t i = 0; i < n; ++i) {
+      batch.push_back(RandomExample(g, names, spec));
+    }
+    ParsedBatch fast, reference;
+    const std::string fast_error = FastParse(spec, batch, &fast);
+    ASSERT_EQ(fast_error, ReferenceParse(spec, batch, &reference))
+        << "round " << round;
+    if (fast_error.empty()) {
+      ExpectSameBatch(fast, reference, " round " + std::to_string(round));
+      ++ok;
+    } else {
+      ++errors;
+    }
+  }
+  EXPECT_GT(ok, 300);
+  EXPECT_GT(errors, 300);
+
+  // A spec may name a key no valid Example holds: protobuf refuses the
+  // key, whether the spec asks for it or not.
+  const std::string bad = "bad\xff\xfeutf8";
+  FeatureConfig c;
+  c.kind = FeatureConfig::Kind::kVar;
+  c.dtype = DType::kInt64;
+  spec.Add(bad, c);
+  for (const std::string& key : {bad, std::string("x")}) {
+    std::string list, feature, entry, features, example;
+    PutLengthDelimited(list, 1, std::string("\x07", 1));
+    PutLengthDelimited(feature, 3, list);
+    PutLengthDelimited(entry, 1, key);
+    PutLengthDelimited(entry, 2, feature);
+    PutLengthDelimited(features, 1, entry);
+    PutLengthDelimited(example, 1, features);
+    ParsedBatch fast, reference;
+    const std::string fast_error = FastParse(spec, {example}, &fast);
+    EXPECT_EQ(fast_error, ReferenceParse(spec, {example}, &reference));
+    EXPECT_EQ(fast_error.empty(), key == "x");
+  }
+}
+
 TEST(ExampleParserTest, SerializedByProtobufParsesToTheSameValues) {
   tensorflow::Example ex;
   auto& map = *ex.mutable_features()->mutable_feature();
