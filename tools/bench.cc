@@ -72,10 +72,24 @@ uint64_t Digest(uint64_t digest, const pipeline::Element& e) {
     crc = records::crc32c::Extend(crc, reinterpret_cast<const char*>(meta),
                                   sizeof meta);
     if (t.dtype() == pipeline::DType::kBytes) {
+      // The CRC of the values one after another, taken over each run of
+      // values that lie one after another in memory (a parsed batch's
+      // are one run): the same digest, at the CRC's long-block speed
+      // rather than a call per value (this loop was ~10% of a
+      // one-thread parse-only run, all of it the benchmark's own work).
+      const char* run = nullptr;
+      size_t run_size = 0;
       for (int64_t k = 0; k < t.num_elements(); ++k) {
         const auto v = t.bytes(k);
-        crc = records::crc32c::Extend(crc, v.data(), v.size());
+        if (run != nullptr && v.data() == run + run_size) {
+          run_size += v.size();
+          continue;
+        }
+        if (run_size > 0) crc = records::crc32c::Extend(crc, run, run_size);
+        run = v.data();
+        run_size = v.size();
       }
+      if (run_size > 0) crc = records::crc32c::Extend(crc, run, run_size);
     } else {
       crc = records::crc32c::Extend(crc, t.raw_data(), t.byte_size());
     }
