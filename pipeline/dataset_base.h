@@ -238,6 +238,14 @@ class Rng {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(Next()) * n) >>
                                  64);
   }
+  // What Below(n) will return `ahead` draws from now (0: the next one),
+  // without drawing.
+  uint64_t PeekBelow(uint64_t n, uint64_t ahead) const {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(MixSeed(
+                                      state_ + ahead, 0x5851f42d4c957f2dULL)) *
+                                  n) >>
+                                 64);
+  }
   uint64_t state() const { return state_; }
   void set_state(uint64_t s) { state_ = s; }
 
