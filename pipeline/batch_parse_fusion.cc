@@ -17,6 +17,13 @@
 // With one parse call there are no tasks: the consumer's thread reads,
 // plans and parses, as an unfused pipeline of one call runs.
 //
+// Over a global shuffle (uncompressed, indexed files) there are no reader
+// tasks: the planner takes the permutation's next records from the indexes
+// unread, and each parse call first reads its batch's records, all at once
+// (ReadRanges), checking their frames.  A damaged record then fails the
+// batch it was planned into, where the stages would deliver the batch's
+// other records in the next one; every other error keeps its place.
+//
 // The planner runs the same algorithms with the same seeds as the stages
 // it replaces (the TFRecord interleave, TensorFlow's buffered shuffle,
 // Repeat's per-epoch salts, Batch's remainder rule), so the elements and
@@ -77,14 +84,36 @@ struct Env {
   // Set while a state is saved: reader tasks stop after their chunk.
   std::atomic<bool> paused{false};
 
+  // The fused global shuffle's files (null for the TFRecord source).
+  const GlobalShuffleSource* global = nullptr;
+
   uint64_t FileId(const RecordView& v) const {
     return static_cast<uint64_t>(v.path - paths->data());
   }
 };
 
+// Record `index` of global file `file`, planned but not read.
+RecordView UnreadView(const Env& env, size_t file, uint64_t index) {
+  const records::IndexEntry& e = env.global->indexes[file]->entries[index];
+  RecordView v;
+  v.unread = true;
+  v.path = &(*env.paths)[file];
+  v.offset = e.offset;
+  v.index = index;
+  v.size = e.size;
+  return v;
+}
+
 // A saved record: by reference when its bytes are the frame at its origin
 // (WriteRecordReference), else whole, with its origin.
 void WriteView(StateWriter* w, const Env& env, const RecordView& v) {
+  if (v.unread) {  // where the index puts it
+    w->U64(2);
+    w->U64(env.FileId(v));
+    w->U64(v.offset);
+    w->U64(v.index);
+    return;
+  }
   if (v.frame_crc) {
     WriteRecordReference(w, env.FileId(v), v.offset, v.index, v.bytes());
     return;
@@ -98,12 +127,21 @@ void WriteView(StateWriter* w, const Env& env, const RecordView& v) {
 
 RecordView ReadView(StateReader* r, const Env& env, ReferenceReader* refs) {
   const uint64_t kind = r->U64();
-  if (kind > 1) r->Fail("unknown record kind");
+  if (kind > 2) r->Fail("unknown record kind");
   const uint64_t file = r->U64();
   if (file >= env.paths->size()) r->Fail("file out of range");
   const auto& path = (*env.paths)[file];
   const uint64_t offset = r->U64();
   const uint64_t index = r->U64();
+  if (kind == 2) {
+    if (env.global == nullptr) r->Fail("an unread record in a file stream");
+    const auto& entries = env.global->indexes[file]->entries;
+    if (index >= entries.size() || entries[index].offset != offset) {
+      r->Fail(fmt::format("no record {} at byte {} in the index of {}", index,
+                          offset, *path));
+    }
+    return UnreadView(env, file, index);
+  }
   if (kind == 1) {
     return refs->Read(path, offset, index, static_cast<uint32_t>(r->U64()));
   }
@@ -457,6 +495,31 @@ class SourceStream final : public RecordStream {
   size_t ahead_index_ = 0;
 };
 
+// The global shuffle (its stage's iterator over views): the cursor's
+// records, planned unread; the parse calls read them (UnreadFiles), so the
+// random reads of a batch run on every core instead of one at a time here.
+class GlobalShuffleStream final : public RecordStream {
+ public:
+  GlobalShuffleStream(Env* env, const FusableStage& stage, uint64_t salt)
+      : env_(env), cursor_(stage.global, stage.shuffle_seed(env->ctx, salt)) {}
+
+  bool Next(RecordView* out) override {
+    size_t file = 0;
+    uint64_t index = 0;
+    if (!cursor_.Next(&file, &index)) return false;
+    *out = UnreadView(*env_, file, index);
+    return true;
+  }
+  void Quiesce() override {}
+  void Resume() override {}
+  void Save(StateWriter* w) override { cursor_.Save(w); }
+  void Restore(StateReader* r) override { cursor_.Restore(r); }
+
+ private:
+  Env* env_;
+  GlobalShuffleCursor cursor_;
+};
+
 // TensorFlow's buffered shuffle (ShuffleDataset's iterator over views).
 class ShuffleStream final : public RecordStream {
  public:
@@ -539,7 +602,7 @@ class ShuffleStream final : public RecordStream {
     if (inserted_ <= limit) return;
     for (Entry& e : buffer_) {
       RecordView& v = e.view;
-      if (inserted_ - e.inserted <= limit ||
+      if (v.unread || inserted_ - e.inserted <= limit ||
           (v.storage_bytes != 0 && v.storage_bytes <= 2 * v.size)) {
         continue;
       }
@@ -635,6 +698,8 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
   switch (s.kind) {
     case FusableStage::Kind::kTFRecord:
       return std::make_unique<SourceStream>(env, s, salt);
+    case FusableStage::Kind::kGlobalShuffle:
+      return std::make_unique<GlobalShuffleStream>(env, s, salt);
     case FusableStage::Kind::kShuffle:
       return std::make_unique<ShuffleStream>(
           env, s, salt, MakeStream(env, chain, i + 1, salt));
@@ -664,9 +729,16 @@ class FusedBatchParse final : public IteratorBase {
     env_.ctx = ctx;
     env_.paths = source.paths;
     env_.options = source.tfrecord;
+    env_.global = source.global;
     env_.read_ahead = calls > 1;
-    env_.read_counter = ctx->Counter(source.dataset, "tfrecord",
-                                     env_.read_ahead ? ctx->threads() : 1);
+    if (source.global != nullptr) {
+      // Read by the parse calls, as many at once.
+      unread_files_ = std::make_unique<UnreadFiles>(source.global);
+      env_.read_counter = ctx->Counter(source.dataset, "global_shuffle", calls);
+    } else {
+      env_.read_counter = ctx->Counter(source.dataset, "tfrecord",
+                                       env_.read_ahead ? ctx->threads() : 1);
+    }
     plan_counter_ = ctx->Counter(batch_.dataset, "batch");
     parse_counter_ = ctx->Counter(&parse_stage, "parse", calls);
     stream_ = MakeStream(&env_, chain_, 0, salt);
@@ -904,8 +976,25 @@ class FusedBatchParse final : public IteratorBase {
     if (waiting_ > 0) cv_.notify_all();
   }
 
-  // The batch's records straight into its tensors.
+  // The batch's records straight into its tensors (read first, if the
+  // global shuffle planned them).
   void Parse(Slot* slot) {
+    try {
+      if (unread_files_) {
+        BusyScope busy(env_.read_counter);
+        unread_files_->Read(&slot->records);
+        uint64_t bytes = 0;
+        for (const RecordView& r : slot->records) bytes += r.size;
+        env_.read_counter->elements.fetch_add(slot->records.size(),
+                                              std::memory_order_relaxed);
+        env_.read_counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
+      }
+    } catch (...) {
+      slot->element = Element{};
+      slot->error = std::current_exception();
+      slot->records = {};
+      return;
+    }
     BusyScope busy(parse_counter_);
     try {
       const std::vector<RecordView>& records = slot->records;
@@ -965,6 +1054,9 @@ class FusedBatchParse final : public IteratorBase {
   StageCounter* parse_counter_;
   uint64_t wake_up_id_;
 
+  // The global shuffle's files, read by the parse calls (else null).
+  std::unique_ptr<UnreadFiles> unread_files_;
+
   // The consumer's: the planner.
   std::unique_ptr<RecordStream> stream_;
   std::vector<RecordView> pending_;
@@ -1004,7 +1096,10 @@ std::unique_ptr<IteratorBase> MakeFusedBatchParse(
       return nullptr;
     }
     chain.push_back(s);
-    if (s.kind == FusableStage::Kind::kTFRecord) break;
+    if (s.kind == FusableStage::Kind::kTFRecord ||
+        s.kind == FusableStage::Kind::kGlobalShuffle) {
+      break;
+    }
     d = s.input;
   }
   return std::make_unique<FusedBatchParse>(

@@ -59,25 +59,151 @@ uint64_t FeistelPermutation::operator()(uint64_t i) const {
 }
 
 namespace stages {
+
+GlobalShuffleCursor::GlobalShuffleCursor(const GlobalShuffleSource* source,
+                                         uint64_t seed)
+    : source_(source),
+      seed_(seed),
+      order_(source->total, seed),
+      stride_(static_cast<uint64_t>(source->options.num_shards)),
+      shard_(static_cast<uint64_t>(source->options.shard_index)) {}
+
+bool GlobalShuffleCursor::Next(size_t* file, uint64_t* record) {
+  const uint64_t total = source_->total;
+  if (total == 0) return false;
+  const uint64_t position = start_ + shard_ + taken_ * stride_;
+  const uint64_t epoch = position / total;
+  const int64_t epochs = source_->options.num_epochs;
+  if (epochs >= 0 && epoch >= static_cast<uint64_t>(epochs)) return false;
+  if (epoch != epoch_) {
+    // Epoch 0 keeps the seed as it is: one epoch orders as before.
+    const bool fresh = source_->options.reshuffle_each_iteration && epoch > 0;
+    order_ = FeistelPermutation(total, fresh ? MixSeed(seed_, epoch) : seed_);
+    epoch_ = epoch;
+  }
+  const uint64_t id = order_(position % total);
+  const auto& starts = source_->starts;
+  *file = static_cast<size_t>(
+      std::upper_bound(starts.begin(), starts.end(), id) - starts.begin() - 1);
+  *record = id - starts[*file];
+  ++taken_;
+  return true;
+}
+
+void GlobalShuffleCursor::Save(StateWriter* w) const {
+  w->BeginStage("global_shuffle");
+  w->U64(start_);
+  w->U64(stride_);
+  w->U64(shard_);
+  w->U64(taken_);
+}
+
+void GlobalShuffleCursor::Restore(StateReader* r) {
+  r->BeginStage("global_shuffle");
+  const uint64_t start = r->U64();
+  const uint64_t stride = r->U64();
+  const uint64_t shard = r->U64();
+  const uint64_t taken = r->U64();
+  if (stride == 0 || shard >= stride) {
+    throw Error("global shuffle state: bad shard");
+  }
+  // Positions past the epoch's records end it; ones past 64 bits would
+  // wrap around into it.
+  const unsigned __int128 position =
+      static_cast<unsigned __int128>(start) + shard +
+      static_cast<unsigned __int128>(stride) * taken;
+  const int64_t epochs = source_->options.num_epochs;
+  const unsigned __int128 end =
+      epochs < 0 ? (static_cast<unsigned __int128>(1) << 64)
+                 : static_cast<unsigned __int128>(source_->total) *
+                           static_cast<uint64_t>(epochs) +
+                       stride;
+  if (position > end) {
+    r->Fail(fmt::format(
+        "position {} + {} + {} x {} is past the {} records x {} epochs", start,
+        shard, stride, taken, source_->total, epochs));
+  }
+  if (stride == stride_ && shard == shard_) {
+    start_ = start;
+    taken_ = taken;
+  } else {
+    // Elastic: every reader of the old group took `taken` records, so
+    // the epoch's first start + stride * taken positions are done.
+    start_ = start + stride * taken;
+    taken_ = 0;
+  }
+}
+
+const records::ReadableFile& UnreadFiles::File(size_t i) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (files_.empty()) files_.resize(source_->paths.size());
+  if (!files_[i]) {
+    files_[i] = std::make_unique<records::ReadableFile>(*source_->paths[i]);
+  }
+  return *files_[i];
+}
+
+void UnreadFiles::Read(std::vector<RecordView>* views) {
+  std::vector<size_t> unread;
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < views->size(); ++k) {
+    const RecordView& v = (*views)[k];
+    if (!v.unread) continue;
+    const size_t file = static_cast<size_t>(v.path - source_->paths.data());
+    records::CheckIndexedFrameFits(File(file), v.index,
+                                   source_->indexes[file]->entries[v.index]);
+    unread.push_back(k);
+    bytes += v.size;
+  }
+  if (unread.empty()) return;
+  // One buffer for the batch's frames (one allocation; the records lie
+  // one after another, as parsing likes them), read all at once.
+  auto buffer = std::make_shared<records::AlignedVector<char>>(bytes);
+  std::vector<RangeRead> reads(unread.size());
+  char* at = buffer->data();
+  for (size_t j = 0; j < unread.size(); ++j) {
+    const RecordView& v = (*views)[unread[j]];
+    const size_t file = static_cast<size_t>(v.path - source_->paths.data());
+    reads[j] = {&File(file), v.offset, v.size, at, 0};
+    at += v.size;
+  }
+  ReadRanges(reads);
+  std::shared_ptr<const void> owner = buffer;
+  for (size_t j = 0; j < unread.size(); ++j) {
+    RecordView& v = (*views)[unread[j]];
+    const size_t file = static_cast<size_t>(v.path - source_->paths.data());
+    const std::string_view payload = records::CheckIndexedFrame(
+        **v.path, v.index, source_->indexes[file]->entries[v.index],
+        reads[j].dst, reads[j].done);
+    v.data = payload.data();
+    v.size = payload.size();
+    v.owner = owner;
+    v.storage_bytes = buffer->size();
+    v.frame_crc = records::StoredDataCrc(payload.data(), payload.size());
+    v.unread = false;
+  }
+}
+
 namespace {
 
 class GlobalShuffleDataset final : public DatasetBase {
  public:
   GlobalShuffleDataset(std::vector<std::string> files,
                        GlobalShuffleOptions options)
-      : files_(std::move(files)), options_(options) {
+      : files_(std::move(files)) {
+    source_.options = options;
     if (files_.empty()) throw Error("FromTFRecordsGlobalShuffle: no files");
-    if (options_.num_shards < 1 || options_.shard_index < 0 ||
-        options_.shard_index >= options_.num_shards) {
+    if (options.num_shards < 1 || options.shard_index < 0 ||
+        options.shard_index >= options.num_shards) {
       throw Error(fmt::format(
           "FromTFRecordsGlobalShuffle: shard {} of {} is not a shard",
-          options_.shard_index, options_.num_shards));
+          options.shard_index, options.num_shards));
     }
-    if (options_.num_epochs == 0 || options_.num_epochs < -1) {
+    if (options.num_epochs == 0 || options.num_epochs < -1) {
       throw Error(fmt::format(
           "FromTFRecordsGlobalShuffle: num_epochs {} (expected >= 1, or -1 "
           "for as many as are read)",
-          options_.num_epochs));
+          options.num_epochs));
     }
     uint64_t total = 0;
     for (const auto& f : files_) {
@@ -94,39 +220,56 @@ class GlobalShuffleDataset final : public DatasetBase {
         index = records::BuildIndex(f);
       }
       total += index.entries.size();
-      starts_.push_back(total - index.entries.size());
-      indexes_.push_back(
+      source_.starts.push_back(total - index.entries.size());
+      source_.indexes.push_back(
           std::make_shared<const records::Index>(std::move(index)));
-      paths_.push_back(std::make_shared<const std::string>(f));
+      source_.paths.push_back(std::make_shared<const std::string>(f));
     }
-    total_ = total;
+    source_.total = total;
   }
 
   std::string Describe() const override {
     // Not the shards: a state restores with another sharding.
+    const GlobalShuffleOptions& o = source_.options;
     return fmt::format(
         "GlobalShuffle({} files {:016x}, {} records, seed={}, "
         "reshuffle_each_iteration={}{})",
-        files_.size(), FilesFingerprint(files_), total_,
-        options_.seed ? fmt::format("{}", *options_.seed) : "none",
-        options_.reshuffle_each_iteration,
-        options_.num_epochs == 1
-            ? ""
-            : fmt::format(", num_epochs={}", options_.num_epochs));
+        files_.size(), FilesFingerprint(files_), source_.total,
+        o.seed ? fmt::format("{}", *o.seed) : "none",
+        o.reshuffle_each_iteration,
+        o.num_epochs == 1 ? "" : fmt::format(", num_epochs={}", o.num_epochs));
   }
   std::string StageName() const override { return "global_shuffle"; }
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    const uint64_t base = options_.seed
-                              ? *options_.seed
-                              : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    const uint64_t seed =
-        options_.reshuffle_each_iteration ? MixSeed(base, salt) : base;
-    return std::make_unique<It>(this, seed);
+    return std::make_unique<It>(this, Seed(ctx, salt));
+  }
+
+  // Fused (Parse(Batch(...))): records are planned here and read by the
+  // parse calls, many at once.  ZSTD files decode frames a reader caches,
+  // so they stay stage by stage.
+  bool DescribeForFusion(FusableStage* out) const override {
+    for (const auto& index : source_.indexes) {
+      if (index->compression != records::Compression::kNone) return false;
+    }
+    out->kind = FusableStage::Kind::kGlobalShuffle;
+    out->global = &source_;
+    out->paths = &source_.paths;
+    out->shuffle_seed = [this](IteratorContext* ctx, uint64_t salt) {
+      return Seed(ctx, salt);
+    };
+    return true;
   }
 
  private:
+  uint64_t Seed(IteratorContext* ctx, uint64_t salt) const {
+    const GlobalShuffleOptions& o = source_.options;
+    const uint64_t base =
+        o.seed ? *o.seed : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    return o.reshuffle_each_iteration ? MixSeed(base, salt) : base;
+  }
+
   static bool FileExists(const std::string& path) {
     try {
       records::ReadableFile f(path);
@@ -139,114 +282,42 @@ class GlobalShuffleDataset final : public DatasetBase {
   class It final : public IteratorBase {
    public:
     It(const GlobalShuffleDataset* d, uint64_t seed)
-        : d_(d),
-          seed_(seed),
-          order_(d->total_, seed),
-          stride_(static_cast<uint64_t>(d->options_.num_shards)),
-          shard_(static_cast<uint64_t>(d->options_.shard_index)),
-          readers_(d->files_.size()) {}
+        : d_(d), cursor_(&d->source_, seed), readers_(d->files_.size()) {}
 
     bool GetNext(Element* out) override {
-      if (d_->total_ == 0) return false;
-      const uint64_t position = start_ + shard_ + taken_ * stride_;
-      const uint64_t epoch = position / d_->total_;
-      if (d_->options_.num_epochs >= 0 &&
-          epoch >= static_cast<uint64_t>(d_->options_.num_epochs)) {
-        return false;
-      }
-      if (epoch != epoch_) {
-        // Epoch 0 keeps the seed as it is: one epoch orders as before.
-        const bool fresh = d_->options_.reshuffle_each_iteration && epoch > 0;
-        order_ = FeistelPermutation(d_->total_,
-                                    fresh ? MixSeed(seed_, epoch) : seed_);
-        epoch_ = epoch;
-      }
-      const uint64_t id = order_(position % d_->total_);
-      const size_t file = static_cast<size_t>(
-          std::upper_bound(d_->starts_.begin(), d_->starts_.end(), id) -
-          d_->starts_.begin() - 1);
-      const uint64_t local = id - d_->starts_[file];
+      size_t file = 0;
+      uint64_t local = 0;
+      if (!cursor_.Next(&file, &local)) return false;
+      const GlobalShuffleSource& source = d_->source_;
       auto& reader = readers_[file];
       if (!reader) {
-        reader = std::make_unique<records::IndexedReader>(d_->files_[file],
-                                                          *d_->indexes_[file]);
+        reader = std::make_unique<records::IndexedReader>(
+            d_->files_[file], *source.indexes[file]);
       }
       const std::string_view record = reader->Read(local);
       // IndexedReader::Read checked the frame; its CRC follows the payload.
       const bool at_frame =
-          d_->indexes_[file]->compression == records::Compression::kNone;
-      SetRecord(out, arena_.Copy(record), d_->paths_[file],
-                d_->indexes_[file]->entries[local].offset, local,
+          source.indexes[file]->compression == records::Compression::kNone;
+      SetRecord(out, arena_.Copy(record), source.paths[file],
+                source.indexes[file]->entries[local].offset, local,
                 at_frame ? std::optional<uint32_t>(records::StoredDataCrc(
                                record.data(), record.size()))
                          : std::nullopt);
-      ++taken_;
       return true;
     }
 
-    void Save(StateWriter* w) override {
-      w->BeginStage("global_shuffle");
-      w->U64(start_);
-      w->U64(stride_);
-      w->U64(shard_);
-      w->U64(taken_);
-    }
-
-    void Restore(StateReader* r) override {
-      r->BeginStage("global_shuffle");
-      const uint64_t start = r->U64();
-      const uint64_t stride = r->U64();
-      const uint64_t shard = r->U64();
-      const uint64_t taken = r->U64();
-      if (stride == 0 || shard >= stride) {
-        throw Error("global shuffle state: bad shard");
-      }
-      // Positions past the epoch's records end it; ones past 64 bits would
-      // wrap around into it.
-      const unsigned __int128 position =
-          static_cast<unsigned __int128>(start) + shard +
-          static_cast<unsigned __int128>(stride) * taken;
-      const int64_t epochs = d_->options_.num_epochs;
-      const unsigned __int128 end =
-          epochs < 0 ? (static_cast<unsigned __int128>(1) << 64)
-                     : static_cast<unsigned __int128>(d_->total_) *
-                               static_cast<uint64_t>(epochs) +
-                           stride;
-      if (position > end) {
-        r->Fail(fmt::format(
-            "position {} + {} + {} x {} is past the {} records x {} epochs",
-            start, shard, stride, taken, d_->total_, epochs));
-      }
-      if (stride == stride_ && shard == shard_) {
-        start_ = start;
-        taken_ = taken;
-      } else {
-        // Elastic: every reader of the old group took `taken` records, so
-        // the epoch's first start + stride * taken positions are done.
-        start_ = start + stride * taken;
-        taken_ = 0;
-      }
-    }
+    void Save(StateWriter* w) override { cursor_.Save(w); }
+    void Restore(StateReader* r) override { cursor_.Restore(r); }
 
    private:
     const GlobalShuffleDataset* d_;
-    const uint64_t seed_;
-    FeistelPermutation order_;  // of epoch_
-    uint64_t epoch_ = 0;
-    const uint64_t stride_;
-    const uint64_t shard_;
-    uint64_t start_ = 0;
-    uint64_t taken_ = 0;
+    GlobalShuffleCursor cursor_;
     std::vector<std::unique_ptr<records::IndexedReader>> readers_;
     RecordArena arena_;
   };
 
   std::vector<std::string> files_;
-  GlobalShuffleOptions options_;
-  std::vector<std::shared_ptr<const records::Index>> indexes_;
-  std::vector<std::shared_ptr<const std::string>> paths_;
-  std::vector<uint64_t> starts_;  // id of each file's first record
-  uint64_t total_ = 0;
+  GlobalShuffleSource source_;
 };
 
 }  // namespace

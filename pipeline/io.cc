@@ -424,6 +424,117 @@ std::string_view IoBackendName(IoBackend b) {
   return "?";
 }
 
+namespace {
+
+// The calling thread's ring for ReadRanges, set up at its first batch.
+class ThreadRing {
+ public:
+  static constexpr unsigned kEntries = 256;
+  ~ThreadRing() {
+    if (ready_) io_uring_queue_exit(&ring_);
+  }
+  // The ring, or null where it cannot be set up (then pread is used).
+  io_uring* Get() {
+    if (!ready_ && !failed_) {
+      if (io_uring_queue_init(kEntries, &ring_, 0) < 0) {
+        failed_ = true;
+      } else {
+        ready_ = true;
+        io_uring_rings.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    return ready_ ? &ring_ : nullptr;
+  }
+
+ private:
+  io_uring ring_{};
+  bool ready_ = false;
+  bool failed_ = false;
+};
+
+[[noreturn]] void ThrowReadError(const RangeRead& r, int error) {
+  throw records::IoError(
+      r.file->path(),
+      fmt::format("read of {} bytes at byte {} failed", r.length, r.offset),
+      error);
+}
+
+// Submits reads [first, first + n) of `reads` (n <= kEntries) and reaps
+// every completion before reporting the first error.
+void RingBatch(io_uring* ring, std::span<RangeRead> reads) {
+  // The test seam, as for every read, before anything is queued: an
+  // injected error fails the batch, a short read is completed later.
+  size_t lengths[ThreadRing::kEntries];
+  for (size_t k = 0; k < reads.size(); ++k) {
+    RangeRead& r = reads[k];
+    r.done = 0;
+    const records::IoFault f =
+        records::CheckIoFault(records::IoOp::kRead, r.file->path(), r.length);
+    if (f.error != 0) ThrowReadError(r, f.error);
+    lengths[k] = std::min(r.length, std::max<size_t>(f.max_bytes, 1));
+  }
+  for (size_t k = 0; k < reads.size(); ++k) {
+    io_uring_sqe* sqe = io_uring_get_sqe(ring);
+    io_uring_prep_read(sqe, reads[k].file->fd(), reads[k].dst,
+                       static_cast<unsigned>(lengths[k]), reads[k].offset);
+    io_uring_sqe_set_data64(sqe, k);
+  }
+  size_t submitted = 0;
+  while (submitted < reads.size()) {
+    const int e = io_uring_submit(ring);
+    if (e == -EINTR) continue;
+    if (e <= 0) {
+      // Nothing can be left queued for a later batch: the ring goes.
+      throw records::IoError(reads[0].file->path(), "io_uring submit",
+                             e < 0 ? -e : EIO);
+    }
+    submitted += static_cast<size_t>(e);
+  }
+  int e = 0;
+  int error = 0;
+  size_t failed = 0;
+  for (size_t k = 0; k < reads.size(); ++k) {
+    io_uring_cqe* cqe = nullptr;
+    do {
+      e = io_uring_wait_cqe(ring, &cqe);
+    } while (e == -EINTR);
+    if (e < 0) {
+      throw records::IoError(reads[0].file->path(), "io_uring wait", -e);
+    }
+    const size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+    if (cqe->res < 0 && error == 0) {
+      error = -cqe->res;
+      failed = i;
+    } else if (cqe->res >= 0) {
+      reads[i].done = static_cast<size_t>(cqe->res);
+    }
+    io_uring_cqe_seen(ring, cqe);
+  }
+  if (error != 0) ThrowReadError(reads[failed], error);
+}
+
+}  // namespace
+
+void ReadRanges(std::span<RangeRead> reads) {
+  thread_local ThreadRing ring;
+  io_uring* r = IoUringAvailable() ? ring.Get() : nullptr;
+  if (r != nullptr) {
+    for (size_t first = 0; first < reads.size();
+         first += ThreadRing::kEntries) {
+      RingBatch(r,
+                reads.subspan(first, std::min<size_t>(ThreadRing::kEntries,
+                                                      reads.size() - first)));
+    }
+  }
+  // pread where there is no ring; the rest of short reads either way.
+  for (RangeRead& read : reads) {
+    if (r != nullptr && read.done == read.length) continue;
+    const size_t at = r != nullptr ? read.done : 0;
+    read.done = at + read.file->ReadAt(read.offset + at, read.dst + at,
+                                       read.length - at);
+  }
+}
+
 bool IoUringAvailable() {
   if (io_uring_disabled.load()) return false;
   static const bool available = ProbeIoUring();

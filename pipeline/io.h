@@ -23,8 +23,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+
+#include "records/file.h"
 
 namespace recflow::pipeline {
 
@@ -72,6 +75,25 @@ class BlockReader {
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options);
+
+// One range of ReadRanges: `length` bytes at `offset` of `file` into
+// `dst`; `done` is set to the bytes read (fewer only where the file ends).
+struct RangeRead {
+  const records::ReadableFile* file = nullptr;
+  uint64_t offset = 0;
+  size_t length = 0;
+  char* dst = nullptr;
+  size_t done = 0;
+};
+
+// Reads every range with all of them in flight at once: one submission to
+// the calling thread's io_uring ring (set up at the thread's first call and
+// kept for its life), so that a batch of random reads of uncached data
+// queues at the device together, and cached data costs one system call per
+// batch instead of one per read.  Where io_uring cannot be used, pread one
+// range at a time.  Short reads are completed.  Thread-safe (the ring is
+// the thread's own).  Throws records::IoError naming the file.
+void ReadRanges(std::span<RangeRead> reads);
 
 // Whether io_uring can be used in this process (probed once).
 bool IoUringAvailable();

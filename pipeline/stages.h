@@ -6,14 +6,18 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "pipeline/dataset.h"
+#include "pipeline/global_shuffle.h"
+#include "pipeline/state.h"
 #include "records/crc32c.h"
 #include "records/example_parser.h"
 #include "records/file.h"
+#include "records/index.h"
 
 namespace recflow::pipeline::stages {
 
@@ -60,6 +64,11 @@ struct RecordView {
   // uncompressed file (so a saved state may name them by reference): the
   // data CRC stored in that frame.
   std::optional<uint32_t> frame_crc;
+
+  // Planned but not read yet (the fused global shuffle): `path`, `offset`
+  // and `index` say where, `size` is the whole frame's length from the
+  // file's index, and `data` is null.  ReadUnreadViews reads it.
+  bool unread = false;
 
   std::string_view bytes() const { return {data, size}; }
   Tensor ToTensor() const {
@@ -119,10 +128,61 @@ DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options);
 DatasetPtr GlobalShuffle(std::vector<std::string> files,
                          GlobalShuffleOptions options);
 
+// A global shuffle's files, as its stage and the fused path read them.
+struct GlobalShuffleSource {
+  std::vector<std::shared_ptr<const std::string>> paths;
+  std::vector<std::shared_ptr<const records::Index>> indexes;  // per file
+  std::vector<uint64_t> starts;  // id of each file's first record
+  uint64_t total = 0;
+  GlobalShuffleOptions options;
+};
+
+// Where a global shuffle reader is: the epochs' order, its shard of it and
+// how many records it took (global_shuffle.cc says how they relate).  The
+// stage and the fused path both read through one.
+class GlobalShuffleCursor {
+ public:
+  GlobalShuffleCursor(const GlobalShuffleSource* source, uint64_t seed);
+  // The next record's file and index in it; false after the last epoch.
+  bool Next(size_t* file, uint64_t* record);
+  // Stage "global_shuffle": restores with another sharding too.
+  void Save(StateWriter* w) const;
+  void Restore(StateReader* r);
+
+ private:
+  const GlobalShuffleSource* source_;
+  uint64_t seed_;
+  FeistelPermutation order_;  // of epoch_
+  uint64_t epoch_ = 0;
+  uint64_t stride_;
+  uint64_t shard_;
+  uint64_t start_ = 0;
+  uint64_t taken_ = 0;
+};
+
+// Reads the views of `views` that are unread (RecordView::unread) from
+// `files` (one per path of source.paths, opened on first use; `mu` guards
+// opening), each into a buffer the views then share, checking every frame.
+// Throws records::RecordError (naming file, offset, record) at the first
+// record that is not what the index says.  Thread-safe for calls with
+// distinct views.
+class UnreadFiles {
+ public:
+  explicit UnreadFiles(const GlobalShuffleSource* source) : source_(source) {}
+  void Read(std::vector<RecordView>* views);
+
+ private:
+  const records::ReadableFile& File(size_t i);
+
+  const GlobalShuffleSource* source_;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<records::ReadableFile>> files_;
+};
+
 // What a stage tells the fused batch-parse path (batch_parse_fusion.cc)
 // about itself, through DatasetBase::DescribeForFusion.
 struct FusableStage {
-  enum class Kind { kTFRecord, kShuffle, kRepeat, kBatch };
+  enum class Kind { kTFRecord, kGlobalShuffle, kShuffle, kRepeat, kBatch };
   Kind kind = Kind::kTFRecord;
   const DatasetBase* dataset = nullptr;
   DatasetPtr input;  // null for the source
@@ -132,7 +192,11 @@ struct FusableStage {
   const TFRecordOptions* tfrecord = nullptr;
   std::function<std::vector<size_t>(IteratorContext*, uint64_t salt)>
       file_order;
-  // kShuffle: the buffer and the seed of an iterator made with a salt.
+  // kGlobalShuffle (uncompressed files only): the files, and the order's
+  // seed in shuffle_seed.
+  const GlobalShuffleSource* global = nullptr;
+  // kShuffle: the buffer and the seed of an iterator made with a salt
+  // (kGlobalShuffle: the seed).
   int64_t buffer_size = 0;
   std::function<uint64_t(IteratorContext*, uint64_t salt)> shuffle_seed;
   // kRepeat

@@ -36,6 +36,9 @@ class ReadableFile {
   size_t ReadAt(uint64_t offset, char* dst, size_t n) const;
   // Bytes consumed by Read() so far.
   uint64_t position() const { return position_; }
+  // The descriptor, for reads the caller issues itself (io_uring); it
+  // stays open while this object lives.
+  int fd() const { return fd_; }
 
  private:
   std::string path_;

@@ -236,29 +236,61 @@ IndexedReader::~IndexedReader() {
   if (dctx_ != nullptr) ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(dctx_));
 }
 
-std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
-                                           const char* frame,
-                                           uint64_t size) const {
+namespace {
+
+// The frame of record i, at `offset` and `size` bytes long as its index
+// says, checked as every reader checks one.
+std::string_view CheckFrameAt(const std::string& path, uint64_t i,
+                              uint64_t offset, const char* frame,
+                              uint64_t size) {
   const uint64_t length = HeaderLength(frame);
   const FrameFault fault =
       CheckFrameHeader(frame, /*verify_crc=*/true, UINT64_MAX, size);
   if (fault == FrameFault::kLengthCrc) {
-    throw RecordError(file_.path(), offset, i, FrameFaultKind(fault, true),
+    throw RecordError(path, offset, i, FrameFaultKind(fault, true),
                       FrameFaultDetail(fault, true, frame, UINT64_MAX, size) +
                           " (is the index stale?)");
   }
   if (length + kFrameOverhead != size) {
-    throw RecordError(file_.path(), offset, i, DamageKind::kImplausibleLength,
+    throw RecordError(path, offset, i, DamageKind::kImplausibleLength,
                       fmt::format("the index gives {} bytes but the record "
                                   "header says {} + 16 (is the index stale?)",
                                   size, length));
   }
   const char* data = frame + kHeaderBytes;
   if (!DataChecks(data, length)) {
-    throw RecordError(file_.path(), offset, i, DamageKind::kDataCrcMismatch,
+    throw RecordError(path, offset, i, DamageKind::kDataCrcMismatch,
                       DataCrcDetail(data, length));
   }
   return {data, length};
+}
+
+}  // namespace
+
+void CheckIndexedFrameFits(const ReadableFile& file, uint64_t i,
+                           const IndexEntry& e) {
+  if (!FitsIn(e.offset, e.size, file.size())) {
+    throw RecordError(file.path(), e.offset, i, DamageKind::kTruncatedData,
+                      fmt::format("the index gives {} bytes at byte {}, past "
+                                  "the end of the {}-byte file",
+                                  e.size, e.offset, file.size()));
+  }
+}
+
+std::string_view CheckIndexedFrame(const std::string& path, uint64_t i,
+                                   const IndexEntry& e, const char* frame,
+                                   uint64_t bytes_read) {
+  if (bytes_read != e.size) {
+    throw RecordError(path, e.offset, i, DamageKind::kTruncatedData,
+                      "the file is shorter than when it was opened");
+  }
+  return CheckFrameAt(path, i, e.offset, frame, e.size);
+}
+
+std::string_view IndexedReader::CheckFrame(uint64_t i, uint64_t offset,
+                                           const char* frame,
+                                           uint64_t size) const {
+  return CheckFrameAt(file_.path(), i, offset, frame, size);
 }
 
 const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
@@ -363,18 +395,10 @@ std::string_view IndexedReader::Read(uint64_t i) {
     }
     return CheckFrame(i, e.offset, frame + e.offset, e.size);
   }
-  if (!FitsIn(e.offset, e.size, file_.size())) {
-    throw RecordError(file_.path(), e.offset, i, DamageKind::kTruncatedData,
-                      fmt::format("the index gives {} bytes at byte {}, past "
-                                  "the end of the {}-byte file",
-                                  e.size, e.offset, file_.size()));
-  }
+  CheckIndexedFrameFits(file_, i, e);
   buffer_.resize(e.size);
-  if (file_.ReadAt(e.offset, buffer_.data(), e.size) != e.size) {
-    throw RecordError(file_.path(), e.offset, i, DamageKind::kTruncatedData,
-                      "the file is shorter than when it was opened");
-  }
-  return CheckFrame(i, e.offset, buffer_.data(), e.size);
+  const size_t got = file_.ReadAt(e.offset, buffer_.data(), e.size);
+  return CheckIndexedFrame(file_.path(), i, e, buffer_.data(), got);
 }
 
 std::string_view ReadRecordAt(const ReadableFile& file, uint64_t offset,

@@ -97,6 +97,19 @@ class IndexedReader {
   void* dctx_ = nullptr;
 };
 
+// The two halves of IndexedReader::Read on an uncompressed file, for
+// readers that do their own reads (the pipeline's batches of them): that
+// the frame `entry` names lies in `file` (before a buffer is sized for it),
+// and that the `bytes_read` bytes read from there into `frame` are record
+// i's good frame (its length as the index says, both CRCs); returns the
+// payload inside `frame`.  Both throw RecordError naming the file, offset
+// and record.  Thread-safe.
+void CheckIndexedFrameFits(const ReadableFile& file, uint64_t i,
+                           const IndexEntry& entry);
+std::string_view CheckIndexedFrame(const std::string& path, uint64_t i,
+                                   const IndexEntry& entry, const char* frame,
+                                   uint64_t bytes_read);
+
 // One record named by a saved reference -- the offset of its frame in the
 // uncompressed file `file` and its index there, as shuffle buffers save
 // their records -- instead of an index entry: two preads (header, then

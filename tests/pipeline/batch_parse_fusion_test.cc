@@ -11,6 +11,7 @@
 #include "pipeline_test_util.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
+#include "records/index.h"
 #include "records/tfrecord_format.h"
 #include "test_util.h"
 
@@ -312,6 +313,141 @@ TEST_F(BatchParseFusionTest, AMissingFileFailsWhenItsTurnComes) {
   ASSERT_EQ(errors, 1);
   EXPECT_EQ(Outcomes(ds, {.threads = 2}), want);
   EXPECT_EQ(Outcomes(ds, {.threads = 1}), want);
+}
+
+// The global shuffle fused: planned by the consumer, read by the parse
+// calls.  The same elements, order and origins as stage by stage, with
+// shards, epochs, a shuffle above it and Repeat; the uncompressed files
+// only (GZIP cannot be indexed).
+TEST_F(BatchParseFusionTest, GlobalShuffleGivesTheElementsOfTheStages) {
+  const std::vector<std::string> files(files_.begin(), files_.begin() + 3);
+  auto global = [&](int64_t epochs, int64_t shards, int64_t index) {
+    GlobalShuffleOptions o;
+    o.seed = 17;
+    o.num_epochs = epochs;
+    o.num_shards = shards;
+    o.shard_index = index;
+    return Dataset::FromTFRecordsGlobalShuffle(files, o);
+  };
+  const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"global", [&] { return global(1, 1, 0).Batch(32); }},
+      {"two epochs, drop remainder",
+       [&] { return global(2, 1, 0).Batch(50, true); }},
+      {"shard 1 of 3", [&] { return global(1, 3, 1).Batch(16); }},
+      {"repeat", [&] { return global(1, 1, 0).Repeat(2).Batch(40); }},
+      {"then a shuffle",
+       [&] { return global(1, 1, 0).Shuffle(64, 5).Batch(20); }},
+  };
+  for (const auto& [what, make] : cases) {
+    for (int calls : {1, 3, kAutotune}) {
+      ExpectSameAsUnfused(make().Parse(Spec(), Calls(calls)),
+                          fmt::format("{}, {} calls", what, calls));
+    }
+  }
+}
+
+TEST_F(BatchParseFusionTest, GlobalShuffleIsFusedOverUncompressedFilesOnly) {
+  auto read_parallelism = [](const Dataset& ds) {
+    Iterator it = ds.MakeIterator({.threads = 3});
+    Element e;
+    it.Next(&e);
+    for (const auto& s : it.Stats()) {
+      if (s.name == "global_shuffle") return s.parallelism;
+    }
+    return 0;
+  };
+  const std::vector<std::string> plain(files_.begin(), files_.begin() + 3);
+  // Fused, the parse calls read.
+  EXPECT_EQ(read_parallelism(
+                Dataset::FromTFRecordsGlobalShuffle(plain).Batch(8).Parse(
+                    Spec(), Calls(3))),
+            3);
+  // A ZSTD file is decoded by a reader that caches frames: stage by stage.
+  std::vector<std::string> recs;
+  for (int i = 0; i < 30; ++i) recs.push_back(MakeExample(5, i));
+  std::vector<std::string> with_zstd = plain;
+  with_zstd.push_back(dir_.File("z.tfrecord.zst"));
+  testing::WriteRecords(with_zstd.back(), recs, records::Compression::kZstd);
+  const Dataset zstd =
+      Dataset::FromTFRecordsGlobalShuffle(with_zstd).Batch(8).Parse(Spec(),
+                                                                    Calls(3));
+  EXPECT_EQ(read_parallelism(zstd), 1);
+  EXPECT_EQ(Collect(zstd, {.threads = 3}).size(),
+            (150u + 187 + 224 + 30 + 7) / 8);
+}
+
+// Saved with unread records pending (a batch only partly planned) and
+// restored at other thread counts: the rest of the stream, as planned.
+TEST_F(BatchParseFusionTest, GlobalShuffleStatesContinueTheSameStream) {
+  const std::vector<std::string> files(files_.begin(), files_.begin() + 3);
+  GlobalShuffleOptions o;
+  o.seed = 4;
+  o.num_epochs = 2;
+  const Dataset ds = Dataset::FromTFRecordsGlobalShuffle(files, o)
+                         .Shuffle(30, 2)
+                         .Batch(24)
+                         .Parse(Spec(), Calls(kAutotune));
+  const auto all = Collect(ds, Unfused());
+  for (size_t k : {size_t{0}, size_t{5}, all.size() / 2, all.size()}) {
+    Iterator it = ds.MakeIterator({.threads = 3});
+    Element e;
+    for (size_t i = 0; i < k; ++i) ASSERT_TRUE(it.Next(&e));
+    const std::string state = it.Save();
+    for (int threads : {1, 2}) {
+      Iterator restored = ds.MakeIterator({.threads = threads});
+      restored.Restore(state);
+      for (size_t i = k; i < all.size(); ++i) {
+        ASSERT_TRUE(restored.Next(&e)) << "k " << k << " i " << i;
+        ASSERT_EQ(e, all[i]) << "k " << k << " i " << i;
+      }
+      EXPECT_FALSE(restored.Next(&e));
+    }
+  }
+}
+
+// Fused, the parse calls read the records, so a damaged one fails the
+// batch it was planned into (as a bad Example does, and as tf.data's
+// map_and_batch fails a batch), with the error the stage gives: file,
+// offset, record.  The stream goes on with the next batch.
+TEST_F(BatchParseFusionTest, GlobalShuffleDamagedRecordFailsItsBatch) {
+  const std::vector<std::string> files(files_.begin(), files_.begin() + 3);
+  // Indexed while sound, then damaged (as a disk would).
+  for (const auto& f : files) {
+    records::WriteIndex(records::IndexPathFor(f), records::BuildIndex(f));
+  }
+  std::string bytes = testing::ReadFileBytes(files[1]);
+  uint64_t offset = 0;
+  for (int r = 0; r < 60; ++r) {
+    offset +=
+        records::HeaderLength(bytes.data() + offset) + records::kFrameOverhead;
+  }
+  bytes[offset + records::kHeaderBytes + 5] ^= 0x40;
+  testing::WriteFileBytes(files[1], bytes);
+  GlobalShuffleOptions o;
+  o.seed = 3;
+  const Dataset ds =
+      Dataset::FromTFRecordsGlobalShuffle(files, o).Batch(25).Parse(Spec(),
+                                                                    Calls(2));
+  auto error_of = [](const std::vector<std::string>& outcomes) {
+    for (const auto& line : outcomes) {
+      if (line.starts_with("error: ")) return line;
+    }
+    return std::string();
+  };
+  const auto unfused = Outcomes(ds, Unfused());
+  const std::string want = error_of(unfused);
+  ASSERT_NE(want.find(fmt::format("{}: record 60 at byte offset {}", files[1],
+                                  offset)),
+            std::string::npos)
+      << want;
+  const size_t good = 150 + 187 + 224 - 1;
+  for (int threads : {1, 2, 4}) {
+    const auto got = Outcomes(ds, {.threads = threads});
+    EXPECT_EQ(error_of(got), want) << threads;
+    // Every batch but the failed one: (good + 1) records in batches of 25.
+    EXPECT_EQ(got.size(), (good + 1 + 24) / 25) << threads;
+  }
+  EXPECT_EQ(unfused.size(), (good + 24) / 25 + 1);
 }
 
 TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {

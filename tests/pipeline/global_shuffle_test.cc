@@ -9,9 +9,12 @@
 #include <set>
 
 #include "pipeline/dataset.h"
+#include "pipeline/io.h"
 #include "pipeline/process.h"
 #include "pipeline_test_util.h"
+#include "records/errors.h"
 #include "records/index.h"
+#include "records/io_faults.h"
 #include "test_util.h"
 
 namespace recflow::pipeline {
@@ -211,6 +214,75 @@ TEST_F(GlobalShuffleTest, EpochsKeepTheShardsInStepAcrossEpochBoundaries) {
   if (HasFatalFailure()) return;
   ASSERT_EQ(seen.size(), 3 * all_.size());
   for (const auto& r : all_) EXPECT_EQ(seen.count(r), 3u) << r;
+}
+
+// The batched random reads the fused global shuffle uses: every range's
+// bytes, with io_uring and with pread; ranges past the end come back
+// short; injected short reads are completed, injected errors name the file.
+TEST(ReadRangesTest, ReadsEveryRangeWithAndWithoutIoUring) {
+  testing::TempDir dir;
+  const std::string path = dir.File("bytes");
+  std::string content(300000, '\0');
+  for (size_t i = 0; i < content.size(); ++i) {
+    content[i] = static_cast<char>(i * 131 + i / 977);
+  }
+  testing::WriteFileBytes(path, content);
+  const records::ReadableFile file(path);
+  // 600 ranges (more than a ring's 256 entries), the last past the end.
+  std::vector<std::pair<uint64_t, size_t>> ranges;
+  for (uint64_t i = 0; i < 599; ++i) {
+    ranges.push_back({(i * 7919) % 299000, 1 + (i * 37) % 1000});
+  }
+  ranges.push_back({299900, 500});
+  auto read_all = [&](std::vector<std::string>* got) {
+    got->assign(ranges.size(), std::string());
+    std::vector<RangeRead> reads(ranges.size());
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      (*got)[i].resize(ranges[i].second);
+      reads[i] = {&file, ranges[i].first, ranges[i].second, (*got)[i].data(),
+                  0};
+    }
+    ReadRanges(reads);
+    for (size_t i = 0; i < ranges.size(); ++i) (*got)[i].resize(reads[i].done);
+  };
+  auto expect_content = [&](const std::vector<std::string>& got,
+                            const std::string& what) {
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      ASSERT_EQ(got[i], content.substr(ranges[i].first, ranges[i].second))
+          << what << " range " << i;
+    }
+  };
+  std::vector<std::string> got;
+  for (bool disabled : {false, true}) {
+    DisableIoUringForTesting(disabled);
+    const std::string what = disabled ? "pread" : "io_uring";
+    read_all(&got);
+    expect_content(got, what);
+    EXPECT_EQ(got.back().size(), 100u) << what;
+    {
+      // Every third read transfers at most 3 bytes: completed.
+      records::NthCallFaults faults(records::IoOp::kRead, 3, 0, 3);
+      records::ScopedIoFaults scope(&faults);
+      read_all(&got);
+      EXPECT_GT(faults.faults(), 0u) << what;
+    }
+    expect_content(got, what + ", short reads");
+    {
+      records::NthCallFaults faults(records::IoOp::kRead, 50, EIO);
+      records::ScopedIoFaults scope(&faults);
+      try {
+        read_all(&got);
+        FAIL() << what << ": no error";
+      } catch (const records::IoError& e) {
+        EXPECT_NE(std::string(e.what()).find(path), std::string::npos)
+            << e.what();
+      }
+    }
+    // The ring is usable after a failed batch.
+    read_all(&got);
+    expect_content(got, what + ", after an error");
+  }
+  DisableIoUringForTesting(false);
 }
 
 TEST_F(GlobalShuffleTest, RejectsZeroEpochs) {
