@@ -99,6 +99,22 @@ class BatchParseFusionTest : public ::testing::Test {
   std::vector<std::string> files_;
 };
 
+// A fresh iterator of `ds` at 1 and at 2 threads, restored from `state`
+// (saved after k elements), gives the rest of `all` and then ends.
+void ExpectRestoredToContinue(const Dataset& ds, const std::string& state,
+                              const std::vector<Element>& all, size_t k) {
+  Element e;
+  for (int threads : {1, 2}) {
+    Iterator restored = ds.MakeIterator({.threads = threads});
+    restored.Restore(state);
+    for (size_t i = k; i < all.size(); ++i) {
+      ASSERT_TRUE(restored.Next(&e)) << "k " << k << " i " << i;
+      ASSERT_EQ(e, all[i]) << "k " << k << " i " << i;
+    }
+    EXPECT_FALSE(restored.Next(&e));
+  }
+}
+
 ParseOptions Calls(int n, bool keep_record = false) {
   ParseOptions p;
   p.num_parallel_calls = n;
@@ -217,15 +233,7 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
       ASSERT_TRUE(it.Next(&e));
       EXPECT_EQ(e, all[k]);
     }
-    for (int threads : {1, 2}) {
-      Iterator restored = ds.MakeIterator({.threads = threads});
-      restored.Restore(state);
-      for (size_t i = k; i < all.size(); ++i) {
-        ASSERT_TRUE(restored.Next(&e)) << "k " << k << " i " << i;
-        ASSERT_EQ(e, all[i]) << "k " << k << " i " << i;
-      }
-      EXPECT_FALSE(restored.Next(&e));
-    }
+    ExpectRestoredToContinue(ds, state, all, k);
   }
 }
 
@@ -393,15 +401,7 @@ TEST_F(BatchParseFusionTest, GlobalShuffleStatesContinueTheSameStream) {
     Element e;
     for (size_t i = 0; i < k; ++i) ASSERT_TRUE(it.Next(&e));
     const std::string state = it.Save();
-    for (int threads : {1, 2}) {
-      Iterator restored = ds.MakeIterator({.threads = threads});
-      restored.Restore(state);
-      for (size_t i = k; i < all.size(); ++i) {
-        ASSERT_TRUE(restored.Next(&e)) << "k " << k << " i " << i;
-        ASSERT_EQ(e, all[i]) << "k " << k << " i " << i;
-      }
-      EXPECT_FALSE(restored.Next(&e));
-    }
+    ExpectRestoredToContinue(ds, state, all, k);
   }
 }
 

@@ -355,15 +355,19 @@ FeatureSpec TestSpec() {
 const std::vector<std::string> kNames = {"image",   "label", "name",  "tokens",
                                          "weights", "tags",  "other", ""};
 
-TEST(ExampleParserTest, MatchesProtobufOnRandomExamples) {
-  const FeatureSpec spec = TestSpec();
-  Generator g(1);
+// 3,000 batches of one to `max_batch` random Examples with features from
+// `names`: the fast parser gives protobuf's values or its error for each,
+// and both outcomes occur at least 300 times.
+void ExpectMatchesProtobufOnRandomBatches(const FeatureSpec& spec,
+                                          const std::vector<std::string>& names,
+                                          uint64_t seed, uint64_t max_batch) {
+  Generator g(seed);
   int ok = 0, errors = 0;
   for (int round = 0; round < 3000; ++round) {
     std::vector<std::string> batch;
-    const size_t n = 1 + g.Below(4);
+    const size_t n = 1 + g.Below(max_batch);
     for (size_t i = 0; i < n; ++i)
-      batch.push_back(RandomExample(g, kNames, spec));
+      batch.push_back(RandomExample(g, names, spec));
     ParsedBatch fast, reference;
     const std::string fast_error = FastParse(spec, batch, &fast);
     const std::string reference_error = ReferenceParse(spec, batch, &reference);
@@ -378,6 +382,10 @@ TEST(ExampleParserTest, MatchesProtobufOnRandomExamples) {
   // Both paths must have been exercised.
   EXPECT_GT(ok, 300);
   EXPECT_GT(errors, 300);
+}
+
+TEST(ExampleParserTest, MatchesProtobufOnRandomExamples) {
+  ExpectMatchesProtobufOnRandomBatches(TestSpec(), kNames, 1, 4);
 }
 
 TEST(ExampleParserTest, MatchesProtobufWithAllVarSpecOnRandomExamples) {
@@ -494,27 +502,7 @@ TEST(ExampleParserTest, NamesOfEveryLengthMatchProtobuf) {
     spec.Add(names[i], c);
   }
   google::protobuf::LogSilencer silence;
-  Generator g(9);
-  int ok = 0, errors = 0;
-  for (int round = 0; round < 3000; ++round) {
-    std::vector<std::string> batch;
-    const size_t n = 1 + g.Below(3);
-    for (size_t i = 0; i < n; ++i) {
-      batch.push_back(RandomExample(g, names, spec));
-    }
-    ParsedBatch fast, reference;
-    const std::string fast_error = FastParse(spec, batch, &fast);
-    ASSERT_EQ(fast_error, ReferenceParse(spec, batch, &reference))
-        << "round " << round;
-    if (fast_error.empty()) {
-      ExpectSameBatch(fast, reference, " round " + std::to_string(round));
-      ++ok;
-    } else {
-      ++errors;
-    }
-  }
-  EXPECT_GT(ok, 300);
-  EXPECT_GT(errors, 300);
+  ExpectMatchesProtobufOnRandomBatches(spec, names, 9, 3);
 
   // A spec may name a key no valid Example holds: protobuf refuses the
   // key, whether the spec asks for it or not.
