@@ -15,6 +15,7 @@
 #include "records/errors.h"
 #include "records/index.h"
 #include "records/io_faults.h"
+#include "records/tfrecord_format.h"
 #include "test_util.h"
 
 namespace recflow::pipeline {
@@ -283,6 +284,38 @@ TEST(ReadRangesTest, ReadsEveryRangeWithAndWithoutIoUring) {
     expect_content(got, what + ", after an error");
   }
   DisableIoUringForTesting(false);
+}
+
+// A record damaged after indexing fails where the order reaches it, and
+// the reader steps past it: IgnoreErrors gets every other record (a
+// reader that retried the record would fail on it forever).
+TEST_F(GlobalShuffleTest, ADamagedRecordFailsOnceAndIsSteppedPast) {
+  for (const auto& f : files_) {
+    records::WriteIndex(records::IndexPathFor(f), records::BuildIndex(f));
+  }
+  std::string bytes = testing::ReadFileBytes(files_[1]);
+  bytes[records::kHeaderBytes + 1] ^= 0x20;  // record 0's payload
+  testing::WriteFileBytes(files_[1], bytes);
+  GlobalShuffleOptions o;
+  o.seed = 5;
+  const Dataset ds = Dataset::FromTFRecordsGlobalShuffle(files_, o);
+  Iterator it = ds.MakeIterator();
+  Element e;
+  size_t records = 0, errors = 0;
+  while (true) {
+    try {
+      if (!it.Next(&e)) break;
+      ++records;
+    } catch (const records::RecordError& err) {
+      ++errors;
+      EXPECT_NE(std::string(err.what()).find(files_[1] + ": record 0 "),
+                std::string::npos)
+          << err.what();
+    }
+  }
+  EXPECT_EQ(errors, 1u);
+  EXPECT_EQ(records, all_.size() - 1);
+  EXPECT_EQ(Records(Collect(ds.IgnoreErrors())).size(), all_.size() - 1);
 }
 
 TEST_F(GlobalShuffleTest, RejectsZeroEpochs) {
