@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The pipeline-scaling figures of docs/PERFORMANCE.md: Fashion-MNIST as 16
 # TFRecord shards (~850-byte Examples) and the MNIST-like fixture (3.2 KB),
-# parse-only and shuffled (10,000), fused and stage by stage, at each
+# parse-only and shuffled (10,000) (Fashion-MNIST also through the global
+# shuffle), fused and stage by stage, at each
 # thread count, RUNS times alternating; prints the median records/s of
 # each, the ratios the targets name, and whether every run of a pipeline
 # gave the same order digest.
@@ -26,6 +27,10 @@ if [[ ! -f $work/fm/train-00015-of-00016.tfrecord ]]; then
     --shards 16 > /dev/null
 fi
 "$recflow" inspect --spec "$work/fm/train-00000-of-00016.tfrecord" > "$work/fm.json"
+# The global shuffle reads through the files' indexes.
+for f in "$work"/fm/train-*.tfrecord; do
+  [[ -f $f.idx ]] || "$recflow" index "$f" > /dev/null
+done
 mnist=$here/../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord
 cat > "$work/mnist.json" <<'EOF'
 {"features": {"image_class": {"kind": "fixed", "dtype": "int64", "shape": []},
@@ -61,6 +66,7 @@ for ((i = 0; i < runs; i++)); do
     tag=${fusion:+ unfused}
     run "fashion parse-only$tag" "$fm" "$work/fm.json" 10 $fusion --compare-protobuf
     run "fashion shuffled$tag" "$fm" "$work/fm.json" 10 --shuffle 10000 $fusion
+    run "fashion global$tag" "$fm" "$work/fm.json" 10 --global-shuffle $fusion
     if [[ -f $mnist ]]; then
       run "mnist parse-only$tag" "$mnist" "$work/mnist.json" 300 $fusion --compare-protobuf
       run "mnist shuffled$tag" "$mnist" "$work/mnist.json" 300 --shuffle 10000 $fusion

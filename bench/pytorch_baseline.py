@@ -7,7 +7,10 @@ softmax cross-entropy: a plain training loop, timed after a warm-up with a
 synchronisation at the end.  PyTorch's defaults are kept (TF32 for cuDNN
 convolutions, full float32 for matrix products).
 
-  python3 bench/pytorch_baseline.py [steps]
+  python3 bench/pytorch_baseline.py [steps] [--cpu THREADS]
+With --cpu, the same loop on the CPU with THREADS intra-op threads (the
+baseline of issue 17's 16-core targets, next to `train_bench`'s
+Step/<model>/threads:THREADS).
 """
 import json
 import sys
@@ -16,7 +19,12 @@ import time
 import torch
 from torch import nn
 
-STEPS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+CPU_THREADS = (int(sys.argv[sys.argv.index("--cpu") + 1])
+               if "--cpu" in sys.argv else 0)
+if CPU_THREADS:
+    ARGS = [a for a in ARGS if a != str(CPU_THREADS)]
+STEPS = int(ARGS[0]) if ARGS else 2000
 BATCH = 128
 
 
@@ -33,8 +41,15 @@ def cnn():
         nn.Linear(128, 10))
 
 
+def sync():
+    if not CPU_THREADS:
+        torch.cuda.synchronize()
+
+
 def run(name, make):
-    dev = torch.device("cuda")
+    if CPU_THREADS:
+        torch.set_num_threads(CPU_THREADS)
+    dev = torch.device("cpu" if CPU_THREADS else "cuda")
     torch.manual_seed(0)
     model = make().to(dev)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -51,15 +66,16 @@ def run(name, make):
 
     for _ in range(50):
         step()
-    torch.cuda.synchronize()
+    sync()
     start = time.perf_counter()
     for _ in range(STEPS):
         step()
-    torch.cuda.synchronize()
+    sync()
     seconds = time.perf_counter() - start
     return {"model": name, "examples_per_s": STEPS * BATCH / seconds,
             "step_ms": seconds / STEPS * 1e3,
-            "device": torch.cuda.get_device_name(0),
+            "device": (f"cpu ({CPU_THREADS} threads)" if CPU_THREADS
+                       else torch.cuda.get_device_name(0)),
             "torch": torch.__version__}
 
 

@@ -2,9 +2,11 @@
 # What a session on a lent GPU machine runs (see ../shared/gpu/README.md and
 # docs/PERFORMANCE.md): build with the CUDA backend, run the `gpu` tests and
 # the default suite, train_bench on the GPU next to a PyTorch eager loop,
-# and the demo on the GPU.  Logs go to $OUT (or ./gpu-out).
+# and the demo on the GPU; on its 16 cores, the pipeline's scaling (issue
+# 15) and CPU training next to PyTorch CPU (issue 17).  Logs go to $OUT (or
+# ./gpu-out).
 #   carry: .gpu (pack-deps.sh) and .data (Fashion-MNIST's four .gz files)
-#   bash scripts/gpu_session.sh [build|test|bench|demo ...]
+#   bash scripts/gpu_session.sh [build|test|bench|demo|pipeline|cpu ...]
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
 set -uo pipefail
 out=${OUT:-gpu-out}
@@ -41,6 +43,23 @@ for part in "${parts[@]}"; do
       done
       python3 bench/pytorch_baseline.py 2000 >"$out/pytorch.jsonl" 2>&1
       cat "$out/pytorch.jsonl"
+      ;;
+    pipeline)
+      source .gpu/build.sh --env-only
+      bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 \
+        >"$out/pipeline_scaling.txt" 2>&1
+      echo "pipeline_scaling rc=$?"; tail -32 "$out/pipeline_scaling.txt"
+      ;;
+    cpu)
+      source .gpu/build.sh --env-only
+      build-gpu/bench/train_bench --benchmark_filter='^(Step|Ceiling)/' \
+        --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+        >"$out/train_bench_cpu.txt" 2>&1
+      grep -E "median" "$out/train_bench_cpu.txt"
+      threads=$(nproc)
+      python3 bench/pytorch_baseline.py 300 --cpu "$threads" \
+        >"$out/pytorch_cpu.jsonl" 2>&1
+      cat "$out/pytorch_cpu.jsonl"
       ;;
     demo)
       source .gpu/build.sh --env-only
