@@ -466,7 +466,8 @@ class ExampleDecoder {
     const bool decode = found != nullptr && found->int64 && kind == kInt64List;
     const size_t first_int = s->ints.size();
     size_t count = 0;
-    if (!ValidateList(kind, list, &count, kListDepth,
+    if (!UsualList(kind, list, &count, decode ? &s->ints : nullptr) &&
+        !ValidateList(kind, list, &count, kListDepth,
                       decode ? &s->ints : nullptr)) {
       s->ints.resize(first_int);
       return false;
@@ -481,6 +482,42 @@ class ExampleDecoder {
     slot.num_lists = 1;
     s->lists.push_back(list);
     return true;
+  }
+
+  // A list as serializers write it: one length-delimited field 1 (a value,
+  // or a packed run) filling the list; for int64, a single varint.
+  // Counts (and decodes into `ints`) its values as ValidateList would and
+  // returns true; false when the list is laid out otherwise, having
+  // changed nothing (ValidateList then decides).
+  static bool UsualList(int kind, std::string_view list, size_t* count,
+                        AlignedVector<int64_t>* ints) {
+    const char* p = list.data();
+    const char* const end = p + list.size();
+    if (p == end || *p != 0x0a) return false;
+    ++p;
+    std::string_view run;
+    if (!wire::ReadLengthDelimited(p, end, &run) || p != end) return false;
+    switch (kind) {
+      case kBytesList:
+        *count = 1;
+        return true;
+      case kFloatList:
+        if (run.size() % 4 != 0) return false;
+        *count = run.size() / 4;
+        return true;
+      case kInt64List: {  // one varint filling the run
+        const char* q = run.data();
+        uint64_t v = 0;
+        if (!wire::ReadVarint(q, run.data() + run.size(), &v) ||
+            q != run.data() + run.size()) {
+          return false;
+        }
+        if (ints != nullptr) ints->push_back(static_cast<int64_t>(v));
+        *count = 1;
+        return true;
+      }
+    }
+    return false;
   }
 
   // Any map entry, as protobuf merges its fields.
