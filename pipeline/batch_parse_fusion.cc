@@ -387,7 +387,10 @@ class SourceStream final : public RecordStream {
           throw;
         }
         if (got) {
-          Advance();
+          if (++block_index_ ==
+              static_cast<uint64_t>(env_->options->block_length)) {
+            Advance();
+          }
           return true;
         }
         Close(slot);
@@ -417,6 +420,7 @@ class SourceStream final : public RecordStream {
   void Save(StateWriter* w) override {
     w->BeginStage("tfrecord");
     w->U64(cycle_);
+    if (env_->options->block_length != 1) w->U64(block_index_);
     w->U64(next_file_);
     for (const Slot& slot : slots_) {
       w->Bool(slot.reader != nullptr);
@@ -431,8 +435,10 @@ class SourceStream final : public RecordStream {
   void Restore(StateReader* r) override {
     r->BeginStage("tfrecord");
     cycle_ = r->U64();
+    block_index_ = env_->options->block_length != 1 ? r->U64() : 0;
     next_file_ = r->U64();
-    if (cycle_ >= slots_.size() || next_file_ > order_.size()) {
+    if (cycle_ >= slots_.size() || next_file_ > order_.size() ||
+        block_index_ >= static_cast<uint64_t>(env_->options->block_length)) {
       throw Error("tfrecord state: position out of range");
     }
     ahead_.reset();
@@ -483,12 +489,16 @@ class SourceStream final : public RecordStream {
     --open_;
     Advance();
   }
-  void Advance() { cycle_ = (cycle_ + 1) % slots_.size(); }
+  void Advance() {
+    cycle_ = (cycle_ + 1) % slots_.size();
+    block_index_ = 0;
+  }
 
   Env* env_;
   std::vector<size_t> order_;
   std::vector<Slot> slots_;
   size_t cycle_ = 0;
+  uint64_t block_index_ = 0;  // records taken from slots_[cycle_]
   size_t next_file_ = 0;
   size_t open_ = 0;
   std::unique_ptr<FileReader> ahead_;  // the file next_file_ names

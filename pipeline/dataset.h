@@ -47,9 +47,12 @@ inline constexpr int kAutotune = -1;
 struct TFRecordOptions {
   // std::nullopt: detected per file (records::DetectCompression).
   std::optional<records::Compression> compression;
-  // Files read at once; their records are interleaved one by one in a
-  // fixed round-robin order (tf.data's num_parallel_reads).
+  // Files read at once; their records are interleaved in a fixed
+  // round-robin order (tf.data's num_parallel_reads: an interleave with
+  // cycle_length = num_parallel_reads), block_length records from each file
+  // in turn (tf.data's interleave block_length).
   int num_parallel_reads = 1;
+  int block_length = 1;
   // Shuffle the order of the files, afresh each epoch (under Repeat) when
   // reshuffle_each_iteration.  No seed: a random one, kept in the state.
   bool shuffle_files = false;

@@ -220,16 +220,27 @@ class TFRecordDataset final : public DatasetBase {
                       "least 1, not {}",
                       options_.num_parallel_reads));
     }
+    if (options_.block_length < 1) {
+      throw Error(
+          fmt::format("FromTFRecords: block_length must be at least 1, not {}",
+                      options_.block_length));
+    }
     for (const auto& f : files_) {
       paths_.push_back(std::make_shared<const std::string>(f));
     }
   }
 
+  // (block_length only when it is not 1: the descriptions, and so the
+  // unseeded file orders and the states, of pipelines from before it
+  // stay as they were.)
   std::string Describe() const override {
     return fmt::format(
-        "TFRecord({} files {:016x}, parallel_reads={}, shuffle_files={}, "
+        "TFRecord({} files {:016x}, parallel_reads={}{}, shuffle_files={}, "
         "seed={})",
         files_.size(), FilesFingerprint(files_), options_.num_parallel_reads,
+        options_.block_length == 1
+            ? ""
+            : fmt::format(", block_length={}", options_.block_length),
         options_.shuffle_files,
         options_.seed ? fmt::format("{}", *options_.seed) : "none");
   }
@@ -277,9 +288,10 @@ class TFRecordDataset final : public DatasetBase {
   }
 
  private:
-  // tf.data's interleave with cycle_length = num_parallel_reads and
-  // block_length 1: one record from each open file in turn; a finished
-  // file's slot takes the next file when the cycle comes back to it.
+  // tf.data's interleave with cycle_length = num_parallel_reads and its
+  // block_length: block_length records from each open file in turn (fewer
+  // where the file ends); a finished file's slot takes the next file when
+  // the cycle comes back to it.
   class It final : public IteratorBase {
    public:
     It(const TFRecordDataset* d, std::vector<size_t> order)
@@ -300,7 +312,10 @@ class TFRecordDataset final : public DatasetBase {
             throw;
           }
           if (got) {
-            Advance();
+            if (++block_index_ ==
+                static_cast<uint64_t>(d_->options_.block_length)) {
+              Advance();
+            }
             return true;
           }
           Close(slot);
@@ -315,6 +330,7 @@ class TFRecordDataset final : public DatasetBase {
     void Save(StateWriter* w) override {
       w->BeginStage("tfrecord");
       w->U64(cycle_);
+      if (d_->options_.block_length != 1) w->U64(block_index_);
       w->U64(next_file_);
       for (const Slot& slot : slots_) {
         w->Bool(slot.records != nullptr);
@@ -329,8 +345,10 @@ class TFRecordDataset final : public DatasetBase {
     void Restore(StateReader* r) override {
       r->BeginStage("tfrecord");
       cycle_ = r->U64();
+      block_index_ = d_->options_.block_length != 1 ? r->U64() : 0;
       next_file_ = r->U64();
-      if (cycle_ >= slots_.size() || next_file_ > order_.size()) {
+      if (cycle_ >= slots_.size() || next_file_ > order_.size() ||
+          block_index_ >= static_cast<uint64_t>(d_->options_.block_length)) {
         throw Error("tfrecord state: position out of range");
       }
       open_ = 0;
@@ -365,12 +383,16 @@ class TFRecordDataset final : public DatasetBase {
       --open_;
       Advance();
     }
-    void Advance() { cycle_ = (cycle_ + 1) % slots_.size(); }
+    void Advance() {
+      cycle_ = (cycle_ + 1) % slots_.size();
+      block_index_ = 0;
+    }
 
     const TFRecordDataset* d_;
     std::vector<size_t> order_;
     std::vector<Slot> slots_;
     size_t cycle_ = 0;
+    uint64_t block_index_ = 0;  // records taken from slots_[cycle_]
     size_t next_file_ = 0;
     size_t open_ = 0;
   };

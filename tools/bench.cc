@@ -32,6 +32,7 @@ struct BenchOptions {
   std::vector<std::string> inputs;
   std::string spec;
   int parallel_reads = 1;
+  int block_length = 1;
   int map_threads = 1;
   int64_t shuffle = 0;
   bool global_shuffle = false;
@@ -138,6 +139,7 @@ pipeline::Dataset BuildPipeline(const BenchOptions& o,
   } else {
     pipeline::TFRecordOptions t;
     t.num_parallel_reads = o.parallel_reads;
+    t.block_length = o.block_length;
     t.io = io;
     ds = pipeline::Dataset::FromTFRecords(files, t);
   }
@@ -432,9 +434,9 @@ int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
 int RunBench(const BenchOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
   const std::vector<int> counts = ThreadCounts(o.threads);
-  if (o.map_threads == 0 || o.parallel_reads < 1) {
+  if (o.map_threads == 0 || o.parallel_reads < 1 || o.block_length < 1) {
     throw UsageError(
-        "--map-threads, --parallel-reads and --threads must be "
+        "--map-threads, --parallel-reads, --block-length and --threads must be "
         "positive (--map-threads -1: one per arena thread)");
   }
   if (counts.size() > 1) return RunSweep(o, files, counts);
@@ -490,6 +492,9 @@ Runner AddBenchCommand(CLI::App& app) {
                  "vectorised call per batch); without it, records only");
   app.add_option("--parallel-reads", o->parallel_reads,
                  "files read at once, interleaved record by record")
+      ->capture_default_str();
+  app.add_option("--block-length", o->block_length,
+                 "records taken from each of those files in turn")
       ->capture_default_str();
   app.add_option("--map-threads", o->map_threads,
                  "parse calls at once (-1: one per arena thread)")

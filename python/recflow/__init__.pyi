@@ -64,7 +64,8 @@ class Dataset:
                        shuffle_files: bool = ..., seed: Optional[int] = ...,
                        reshuffle_each_iteration: bool = ...,
                        verify_checksums: bool = ...,
-                       max_record_bytes: int = ...) -> "Dataset": ...
+                       max_record_bytes: int = ...,
+                       block_length: int = ...) -> "Dataset": ...
     @staticmethod
     def from_tensor_slices(arrays: Mapping[str, Any]) -> "Dataset": ...
     @staticmethod

@@ -135,6 +135,12 @@ TEST_F(BatchParseFusionTest, GivesTheElementsOfTheStagesRunOneByOne) {
        [&] {
          return Dataset::FromTFRecords(files_, interleaved).Batch(50, true);
        }},
+      {"interleaved in blocks of 7",
+       [&] {
+         TFRecordOptions blocks = interleaved;
+         blocks.block_length = 7;
+         return Dataset::FromTFRecords(files_, blocks).Shuffle(20, 6).Batch(30);
+       }},
       {"shuffle",
        [&] {
          return Dataset::FromTFRecords(files_).Shuffle(100, 3).Batch(17);
@@ -216,6 +222,7 @@ TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
 TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   TFRecordOptions interleaved;
   interleaved.num_parallel_reads = 2;
+  interleaved.block_length = 3;
   const Dataset ds = Dataset::FromTFRecords(files_, interleaved)
                          .Shuffle(120, 8)
                          .Repeat(2)

@@ -113,6 +113,22 @@ def test_global_shuffle_reads_every_record_once(tmp_path):
         recflow.Dataset.from_tfrecords(paths).batch(2).global_shuffle()
 
 
+def test_block_length_and_a_batched_global_shuffle(tmp_path):
+    paths = [str(write_records(tmp_path / f"b{i}.tfrecord", 10, index=True))
+             for i in range(2)]
+    ds = (recflow.Dataset.from_tfrecords(paths, num_parallel_reads=2,
+                                         block_length=3).parse(SMALL_SPEC))
+    assert [int(e["id"]) for e in ds] == [0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5,
+                                          6, 7, 8, 6, 7, 8, 9, 9]
+    # Batched and parsed, the global shuffle runs fused (read by the parse
+    # calls): still every record once.
+    batched = (recflow.Dataset.from_tfrecords(paths).global_shuffle(seed=2)
+               .batch(4).parse(SMALL_SPEC, num_parallel_calls=-1))
+    ids = [i for b in batched.iterator(threads=2) for i in b["id"].tolist()]
+    assert sorted(ids) == sorted(list(range(10)) * 2)
+    assert ids != sorted(ids)
+
+
 def test_builtin_maps_decode_raw_scale_cast(tmp_path):
     images = np.arange(6 * 4, dtype=np.uint8).reshape(6, 2, 2)
     path = tmp_path / "img.tfrecord"
