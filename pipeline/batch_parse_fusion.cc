@@ -197,6 +197,15 @@ class FileReader {
     return true;
   }
   bool failed_at_open() const { return failed_at_open_; }
+  // Whether Next() would return without waiting for a reader task or
+  // reading a chunk itself.
+  bool Ready() {
+    if (pos_ < current_.views.size() || current_.error || current_.end) {
+      return true;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    return !ready_.empty();
+  }
 
   // Starts reading ahead if there is room.
   void Kick() {
@@ -372,6 +381,10 @@ class SourceStream final : public RecordStream {
     while (true) {
       if (open_ == 0 && next_file_ >= order_.size()) return false;
       Slot& slot = slots_[cycle_];
+      if (!env_->options->deterministic && slot.reader &&
+          TakeReadyElsewhere(out)) {
+        return true;
+      }
       if (slot.reader) {
         bool got;
         try {
@@ -492,6 +505,29 @@ class SourceStream final : public RecordStream {
   void Advance() {
     cycle_ = (cycle_ + 1) % slots_.size();
     block_index_ = 0;
+  }
+
+  // deterministic = false: when the file whose turn it is has no record
+  // ready, the next record of another open file that has one (its
+  // records keep their order; the cycle stays where it is).  False when
+  // the turn's file is ready or no other is.
+  bool TakeReadyElsewhere(RecordView* out) {
+    if (slots_[cycle_].reader->Ready()) return false;
+    for (size_t k = 1; k < slots_.size(); ++k) {
+      Slot& other = slots_[(cycle_ + k) % slots_.size()];
+      if (!other.reader || !other.reader->Ready()) continue;
+      try {
+        if (other.reader->Next(out)) return true;
+      } catch (...) {
+        other.reader.reset();  // as a file's error closes its slot
+        --open_;
+        throw;
+      }
+      // That file ended: its slot takes the next file when its turn comes.
+      other.reader.reset();
+      --open_;
+    }
+    return false;
   }
 
   Env* env_;

@@ -53,6 +53,14 @@ struct TFRecordOptions {
   // in turn (tf.data's interleave block_length).
   int num_parallel_reads = 1;
   int block_length = 1;
+  // false (tf.data's deterministic=false): when the file whose turn it is
+  // has no record read yet, take the next record of another open file that
+  // has one; each file's records keep their order, the interleaving then
+  // depends on timing.  Only the fused path (Parse after Batch, more than
+  // one parse call) reads ahead, so only it has records ready early; the
+  // stages run one by one read in turn either way.  States save and
+  // restore exactly in both modes.
+  bool deterministic = true;
   // Shuffle the order of the files, afresh each epoch (under Repeat) when
   // reshuffle_each_iteration.  No seed: a random one, kept in the state.
   bool shuffle_files = false;

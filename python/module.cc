@@ -835,12 +835,13 @@ only on the inputs and seeds, never on the thread count.
           [](py::handle files, std::optional<std::string> compression,
              int num_parallel_reads, bool shuffle_files,
              std::optional<uint64_t> seed, bool reshuffle_each_iteration,
-             bool verify_checksums, uint64_t max_record_bytes,
-             int block_length) {
+             bool verify_checksums, uint64_t max_record_bytes, int block_length,
+             bool deterministic) {
             pipeline::TFRecordOptions o;
             o.compression = CompressionArg(compression);
             o.num_parallel_reads = num_parallel_reads;
             o.block_length = block_length;
+            o.deterministic = deterministic;
             o.shuffle_files = shuffle_files;
             o.seed = seed;
             o.reshuffle_each_iteration = reshuffle_each_iteration;
@@ -859,7 +860,7 @@ only on the inputs and seeds, never on the thread count.
           "shuffle_files"_a = false, "seed"_a = py::none(),
           "reshuffle_each_iteration"_a = true, "verify_checksums"_a = true,
           "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
-          "block_length"_a = 1,
+          "block_length"_a = 1, "deterministic"_a = true,
           "TFRecord files (paths, globs, directories): elements "
           "{'record': bytes}. compression: None detects it per file.")
       .def_static(

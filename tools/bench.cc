@@ -33,6 +33,7 @@ struct BenchOptions {
   std::string spec;
   int parallel_reads = 1;
   int block_length = 1;
+  bool nondeterministic = false;
   int map_threads = 1;
   int64_t shuffle = 0;
   bool global_shuffle = false;
@@ -140,6 +141,7 @@ pipeline::Dataset BuildPipeline(const BenchOptions& o,
     pipeline::TFRecordOptions t;
     t.num_parallel_reads = o.parallel_reads;
     t.block_length = o.block_length;
+    t.deterministic = !o.nondeterministic;
     t.io = io;
     ds = pipeline::Dataset::FromTFRecords(files, t);
   }
@@ -496,6 +498,11 @@ Runner AddBenchCommand(CLI::App& app) {
   app.add_option("--block-length", o->block_length,
                  "records taken from each of those files in turn")
       ->capture_default_str();
+  app.add_flag("--nondeterministic", o->nondeterministic,
+               "let the file interleave take whichever file has a record "
+               "read (tf.data's deterministic=false): each file's records "
+               "keep their order, the interleaving (and the order digest) "
+               "depends on timing");
   app.add_option("--map-threads", o->map_threads,
                  "parse calls at once (-1: one per arena thread)")
       ->capture_default_str();

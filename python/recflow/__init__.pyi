@@ -65,7 +65,8 @@ class Dataset:
                        reshuffle_each_iteration: bool = ...,
                        verify_checksums: bool = ...,
                        max_record_bytes: int = ...,
-                       block_length: int = ...) -> "Dataset": ...
+                       block_length: int = ...,
+                       deterministic: bool = ...) -> "Dataset": ...
     @staticmethod
     def from_tensor_slices(arrays: Mapping[str, Any]) -> "Dataset": ...
     @staticmethod
