@@ -134,13 +134,25 @@ void GlobalShuffleCursor::Restore(StateReader* r) {
   }
 }
 
+UnreadFiles::UnreadFiles(const GlobalShuffleSource* source)
+    : source_(source),
+      files_(new std::atomic<
+             const records::ReadableFile*>[source->paths.size()]()) {}
+
+UnreadFiles::~UnreadFiles() {
+  for (size_t i = 0; i < source_->paths.size(); ++i) delete files_[i].load();
+}
+
 const records::ReadableFile& UnreadFiles::File(size_t i) {
+  const records::ReadableFile* f = files_[i].load(std::memory_order_acquire);
+  if (f != nullptr) return *f;
   std::lock_guard<std::mutex> lock(mu_);
-  if (files_.empty()) files_.resize(source_->paths.size());
-  if (!files_[i]) {
-    files_[i] = std::make_unique<records::ReadableFile>(*source_->paths[i]);
+  f = files_[i].load(std::memory_order_relaxed);
+  if (f == nullptr) {
+    f = new records::ReadableFile(*source_->paths[i]);
+    files_[i].store(f, std::memory_order_release);
   }
-  return *files_[i];
+  return *f;
 }
 
 void UnreadFiles::Read(std::vector<RecordView>* views) {
@@ -163,8 +175,8 @@ void UnreadFiles::Read(std::vector<RecordView>* views) {
   char* at = buffer->data();
   for (size_t j = 0; j < unread.size(); ++j) {
     const RecordView& v = (*views)[unread[j]];
-    const size_t file = static_cast<size_t>(v.path - source_->paths.data());
-    reads[j] = {&File(file), v.offset, v.size, at, 0};
+    reads[j] = {&File(static_cast<size_t>(v.path - source_->paths.data())),
+                v.offset, v.size, at, 0};
     at += v.size;
   }
   ReadRanges(reads);

@@ -3,6 +3,7 @@
 #ifndef RECFLOW_PIPELINE_STAGES_H_
 #define RECFLOW_PIPELINE_STAGES_H_
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -168,15 +169,18 @@ class GlobalShuffleCursor {
 // distinct views.
 class UnreadFiles {
  public:
-  explicit UnreadFiles(const GlobalShuffleSource* source) : source_(source) {}
+  explicit UnreadFiles(const GlobalShuffleSource* source);
+  ~UnreadFiles();
   void Read(std::vector<RecordView>* views);
 
  private:
   const records::ReadableFile& File(size_t i);
 
   const GlobalShuffleSource* source_;
+  // Opened files, read without a lock once set (every parse call looks
+  // one up per record); `mu_` only serializes opening them.
+  std::unique_ptr<std::atomic<const records::ReadableFile*>[]> files_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<records::ReadableFile>> files_;
 };
 
 // What a stage tells the fused batch-parse path (batch_parse_fusion.cc)
