@@ -445,6 +445,14 @@ class ThreadRing {
     }
     return ready_ ? &ring_ : nullptr;
   }
+  // After a submission or a wait failed, reads may still be queued: the
+  // ring is torn down, so that none of them goes out with a later batch,
+  // and this thread reads with pread from then on.
+  void Discard() {
+    if (ready_) io_uring_queue_exit(&ring_);
+    ready_ = false;
+    failed_ = true;
+  }
 
  private:
   io_uring ring_{};
@@ -459,9 +467,10 @@ class ThreadRing {
       error);
 }
 
-// Submits reads [first, first + n) of `reads` (n <= kEntries) and reaps
-// every completion before reporting the first error.
-void RingBatch(io_uring* ring, std::span<RangeRead> reads) {
+// Submits `reads` (at most kEntries) on the thread's ring and reaps every
+// completion before reporting the first error.
+void RingBatch(ThreadRing& thread_ring, std::span<RangeRead> reads) {
+  io_uring* ring = thread_ring.Get();
   // The test seam, as for every read, before anything is queued: an
   // injected error fails the batch, a short read is completed later.
   size_t lengths[ThreadRing::kEntries];
@@ -484,7 +493,8 @@ void RingBatch(io_uring* ring, std::span<RangeRead> reads) {
     const int e = io_uring_submit(ring);
     if (e == -EINTR) continue;
     if (e <= 0) {
-      // Nothing can be left queued for a later batch: the ring goes.
+      // Nothing may stay queued for a later batch: the ring goes.
+      thread_ring.Discard();
       throw records::IoError(reads[0].file->path(), "io_uring submit",
                              e < 0 ? -e : EIO);
     }
@@ -499,6 +509,8 @@ void RingBatch(io_uring* ring, std::span<RangeRead> reads) {
       e = io_uring_wait_cqe(ring, &cqe);
     } while (e == -EINTR);
     if (e < 0) {
+      // The ring is not trusted again (its state is unknown).
+      thread_ring.Discard();
       throw records::IoError(reads[0].file->path(), "io_uring wait", -e);
     }
     const size_t i = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
@@ -521,7 +533,7 @@ void ReadRanges(std::span<RangeRead> reads) {
   if (r != nullptr) {
     for (size_t first = 0; first < reads.size();
          first += ThreadRing::kEntries) {
-      RingBatch(r,
+      RingBatch(ring,
                 reads.subspan(first, std::min<size_t>(ThreadRing::kEntries,
                                                       reads.size() - first)));
     }
