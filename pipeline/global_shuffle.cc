@@ -156,28 +156,30 @@ const records::ReadableFile& UnreadFiles::File(size_t i) {
 }
 
 void UnreadFiles::Read(std::vector<RecordView>* views) {
+  // The reads, each checked to lie in its file before a buffer is sized
+  // for them; unread[j] is the view reads[j] is for.
   std::vector<size_t> unread;
+  std::vector<RangeRead> reads;
   uint64_t bytes = 0;
   for (size_t k = 0; k < views->size(); ++k) {
     const RecordView& v = (*views)[k];
     if (!v.unread) continue;
     const size_t file = static_cast<size_t>(v.path - source_->paths.data());
-    records::CheckIndexedFrameFits(File(file), v.index,
+    const records::ReadableFile& f = File(file);
+    records::CheckIndexedFrameFits(f, v.index,
                                    source_->indexes[file]->entries[v.index]);
     unread.push_back(k);
+    reads.push_back({&f, v.offset, v.size, nullptr, 0});
     bytes += v.size;
   }
   if (unread.empty()) return;
   // One buffer for the batch's frames (one allocation; the records lie
   // one after another, as parsing likes them), read all at once.
   auto buffer = std::make_shared<records::AlignedVector<char>>(bytes);
-  std::vector<RangeRead> reads(unread.size());
   char* at = buffer->data();
-  for (size_t j = 0; j < unread.size(); ++j) {
-    const RecordView& v = (*views)[unread[j]];
-    reads[j] = {&File(static_cast<size_t>(v.path - source_->paths.data())),
-                v.offset, v.size, at, 0};
-    at += v.size;
+  for (RangeRead& r : reads) {
+    r.dst = at;
+    at += r.length;
   }
   ReadRanges(reads);
   std::shared_ptr<const void> owner = buffer;

@@ -68,7 +68,7 @@ struct RecordView {
 
   // Planned but not read yet (the fused global shuffle): `path`, `offset`
   // and `index` say where, `size` is the whole frame's length from the
-  // file's index, and `data` is null.  ReadUnreadViews reads it.
+  // file's index, and `data` is null.  UnreadFiles::Read reads it.
   bool unread = false;
 
   std::string_view bytes() const { return {data, size}; }
@@ -161,9 +161,9 @@ class GlobalShuffleCursor {
   uint64_t taken_ = 0;
 };
 
-// Reads the views of `views` that are unread (RecordView::unread) from
-// `files` (one per path of source.paths, opened on first use; `mu` guards
-// opening), each into a buffer the views then share, checking every frame.
+// Reads the views of `views` that are unread (RecordView::unread) from the
+// source's files (each opened on first use and kept), into one buffer the
+// views then share, checking every frame.
 // Throws records::RecordError (naming file, offset, record) at the first
 // record that is not what the index says.  Thread-safe for calls with
 // distinct views.
