@@ -97,6 +97,20 @@ class BatchParseFusionTest : public ::testing::Test {
     }
   }
 
+  // Flips a bit of record `r`'s payload in `path` (an uncompressed file);
+  // returns the record's offset.
+  static uint64_t DamageRecord(const std::string& path, int r) {
+    std::string bytes = testing::ReadFileBytes(path);
+    uint64_t offset = 0;
+    for (int i = 0; i < r; ++i) {
+      offset += records::HeaderLength(bytes.data() + offset) +
+                records::kFrameOverhead;
+    }
+    bytes[offset + records::kHeaderBytes + 5] ^= 0x40;
+    testing::WriteFileBytes(path, bytes);
+    return offset;
+  }
+
   testing::TempDir dir_;
   std::vector<std::string> files_;
 };
@@ -274,15 +288,7 @@ TEST_F(BatchParseFusionTest, StatesOfAnotherPipelineOrRunAreRefused) {
 // A damaged record: the same error, at the same element, as the stages
 // give, and the stream goes on after it as theirs does.
 TEST_F(BatchParseFusionTest, ADamagedRecordFailsAtItsPlace) {
-  std::string bytes = testing::ReadFileBytes(files_[1]);
-  // Record 60's payload: 60 frames in.
-  uint64_t offset = 0;
-  for (int r = 0; r < 60; ++r) {
-    offset +=
-        records::HeaderLength(bytes.data() + offset) + records::kFrameOverhead;
-  }
-  bytes[offset + records::kHeaderBytes + 5] ^= 0x40;
-  testing::WriteFileBytes(files_[1], bytes);
+  DamageRecord(files_[1], 60);
   for (int shuffle : {0, 80}) {
     Dataset ds = Dataset::FromTFRecords(files_);
     if (shuffle > 0) ds = ds.Shuffle(shuffle, 2);
@@ -424,14 +430,7 @@ TEST_F(BatchParseFusionTest, GlobalShuffleDamagedRecordFailsItsBatch) {
   for (const auto& f : files) {
     records::WriteIndex(records::IndexPathFor(f), records::BuildIndex(f));
   }
-  std::string bytes = testing::ReadFileBytes(files[1]);
-  uint64_t offset = 0;
-  for (int r = 0; r < 60; ++r) {
-    offset +=
-        records::HeaderLength(bytes.data() + offset) + records::kFrameOverhead;
-  }
-  bytes[offset + records::kHeaderBytes + 5] ^= 0x40;
-  testing::WriteFileBytes(files[1], bytes);
+  const uint64_t offset = DamageRecord(files[1], 60);
   GlobalShuffleOptions o;
   o.seed = 3;
   const Dataset ds =
