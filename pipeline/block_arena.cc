@@ -70,25 +70,26 @@ class Arena {
     std::lock_guard<std::mutex> lock(mu_);
     Slab& slab = slabs_.at(base);
     slab.free.push_back(block);
-    const size_t per_slab = kBlockSlabBytes / bytes;
-    if (slab.free.size() < per_slab) return;
-    // All free.  Kept while any slab of this size is in use: files open and
-    // close all the time and shuffle buffers let go of blocks in random
-    // order, and a slab unmapped and mapped again pays its page faults
-    // again (a huge page's are a 2 MiB clear: 4% of a shuffled pipeline's
-    // time when empty slabs were unmapped as soon as they outnumbered the
-    // slabs in use).  So the memory held is the peak that the reads in
-    // progress held, until none is in progress; then one slab is kept.
-    std::vector<uintptr_t> empty;
-    for (const auto& [other_base, other] : slabs_) {
-      if (other.block_bytes != bytes) continue;
-      if (other.free.size() != per_slab) return;  // one in use: keep all
-      empty.push_back(other_base);
+    if (keepers_ > 0 || slab.free.size() < kBlockSlabBytes / bytes) return;
+    Trim(bytes);
+  }
+
+  void Keep() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++keepers_;
+  }
+
+  void Unkeep() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (--keepers_ > 0) return;
+    std::vector<size_t> sizes;
+    for (const auto& [base, slab] : slabs_) {
+      if (std::find(sizes.begin(), sizes.end(), slab.block_bytes) ==
+          sizes.end()) {
+        sizes.push_back(slab.block_bytes);
+      }
     }
-    for (size_t i = 1; i < empty.size(); ++i) {
-      slabs_.erase(empty[i]);
-      ::munmap(reinterpret_cast<void*>(empty[i]), kBlockSlabBytes);
-    }
+    for (size_t bytes : sizes) Trim(bytes);
   }
 
   uint64_t Slabs(size_t bytes) {
@@ -104,7 +105,30 @@ class Arena {
     size_t block_bytes = 0;
     std::vector<char*> free;
   };
+
+  // Unmaps all but one slab of blocks of `bytes` if all of them are empty.
+  // Kept while any slab of the size is in use: files open and close all
+  // the time and shuffle buffers let go of blocks in random order, and a
+  // slab unmapped and mapped again pays its page faults again (a huge
+  // page's are a 2 MiB clear: 4% of a shuffled pipeline's time when empty
+  // slabs were unmapped as soon as they outnumbered the slabs in use).
+  // Called with mu_ held.
+  void Trim(size_t bytes) {
+    const size_t per_slab = kBlockSlabBytes / bytes;
+    std::vector<uintptr_t> empty;
+    for (const auto& [base, slab] : slabs_) {
+      if (slab.block_bytes != bytes) continue;
+      if (slab.free.size() != per_slab) return;  // one in use: keep all
+      empty.push_back(base);
+    }
+    for (size_t i = 1; i < empty.size(); ++i) {
+      slabs_.erase(empty[i]);
+      ::munmap(reinterpret_cast<void*>(empty[i]), kBlockSlabBytes);
+    }
+  }
+
   std::mutex mu_;
+  int64_t keepers_ = 0;
   std::unordered_map<uintptr_t, Slab> slabs_;  // by base address
 };
 
@@ -130,6 +154,14 @@ void FreeBlock(char* block, size_t bytes) {
     return;
   }
   TheArena().Free(block, bytes);
+}
+
+BlockSlabKeeper::BlockSlabKeeper() {
+  if (BlockSlabsUsed()) TheArena().Keep();
+}
+
+BlockSlabKeeper::~BlockSlabKeeper() {
+  if (BlockSlabsUsed()) TheArena().Unkeep();
 }
 
 uint64_t BlockSlabsMapped() { return TheArena().Slabs(0); }

@@ -14,9 +14,10 @@
 //
 // Block sizes that do not divide 2 MiB (or are under 4 KiB) come from
 // operator new instead, 4 KiB-aligned as well.  Slabs whose blocks are all
-// free are kept while any slab of their block size is in use (the memory
-// held is the peak the reads in progress held); when none is, all but one
-// are unmapped.
+// free are kept while any slab of their block size is in use, and while
+// any BlockSlabKeeper lives (every pipeline Iterator holds one): the
+// memory held is the peak the reads in progress held.  When neither is
+// the case, all but one slab of that size are unmapped.
 //
 // Thread safety: every function may be called from any thread.
 #ifndef RECFLOW_PIPELINE_BLOCK_ARENA_H_
@@ -34,6 +35,20 @@ inline constexpr size_t kBlockAlignment = 4096;
 char* AllocateBlock(size_t bytes);
 // Returns a block from AllocateBlock(bytes), with the same `bytes`.
 void FreeBlock(char* block, size_t bytes);
+
+// Keeps empty slabs mapped while it lives; when the last keeper goes, the
+// empty slabs of each size no block of which is in use are unmapped (all
+// but one).  Why: a shuffle buffer under a Repeat drains at the end of
+// each epoch, which frees every block; unmapped then, the next epoch
+// mapped the same slabs again and paid a 2 MiB clear for each (4% of a
+// shuffled pipeline's time on one thread).
+class BlockSlabKeeper {
+ public:
+  BlockSlabKeeper();
+  ~BlockSlabKeeper();
+  BlockSlabKeeper(const BlockSlabKeeper&) = delete;
+  BlockSlabKeeper& operator=(const BlockSlabKeeper&) = delete;
+};
 
 // Slabs mapped now, of every block size or of one (for tests and memory
 // accounting).

@@ -10,6 +10,7 @@
 #endif
 #include <thread>
 
+#include "pipeline/block_arena.h"
 #include "pipeline/stages.h"
 
 namespace recflow::pipeline {
@@ -145,7 +146,8 @@ void EnsureWorkers(int n) {
 }  // namespace
 
 IteratorContext::IteratorContext(const IteratorOptions& options)
-    : threads_(options.threads > 0
+    : keep_slabs_(std::make_unique<BlockSlabKeeper>()),
+      threads_(options.threads > 0
                    ? options.threads
                    : static_cast<int>(
                          std::max(1u, std::thread::hardware_concurrency()))),

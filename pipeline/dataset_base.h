@@ -79,6 +79,8 @@ struct IteratorOptions {
 
 // Shared by all stages of one Iterator: the task arena, statistics,
 // caches, and cancellation.  Thread-safe.
+class BlockSlabKeeper;  // block_arena.h
+
 class IteratorContext {
  public:
   explicit IteratorContext(const IteratorOptions& options);
@@ -121,6 +123,9 @@ class IteratorContext {
       const void* key, std::type_index type,
       const std::function<std::shared_ptr<void>()>& make);
 
+  // First, so destroyed last: the read blocks' empty slabs stay mapped
+  // while the iterator lives (block_arena.h), from epoch to epoch.
+  std::unique_ptr<BlockSlabKeeper> keep_slabs_;
   int threads_;
   bool optimize_;
   uint64_t seed_;

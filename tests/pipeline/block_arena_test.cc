@@ -68,6 +68,49 @@ TEST(BlockArenaTest, EmptySlabsAreKeptUntilNoBlockIsInUse) {
   EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
 }
 
+// While a keeper lives (a pipeline Iterator holds one) empty slabs stay
+// mapped even when no block is in use: a shuffle buffer that drains at
+// the end of an epoch would otherwise unmap them and the next epoch fault
+// them in again.  The last keeper's going unmaps them (all but one).
+TEST(BlockArenaTest, AKeeperKeepsEmptySlabsMappedUntilItGoes) {
+  REQUIRE_SLABS();
+  std::vector<char*> blocks;
+  {
+    BlockSlabKeeper outer;
+    {
+      BlockSlabKeeper inner;
+      for (size_t i = 0; i < 3 * kPerSlab; ++i) {
+        blocks.push_back(AllocateBlock(kBlock));
+      }
+      for (char* b : blocks) FreeBlock(b, kBlock);
+      EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
+    }
+    EXPECT_EQ(BlockSlabsMapped(kBlock), 3u) << "another keeper still lives";
+    // The kept slabs serve the next allocations: no new mapping.
+    blocks.clear();
+    for (size_t i = 0; i < 3 * kPerSlab; ++i) {
+      blocks.push_back(AllocateBlock(kBlock));
+    }
+    EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
+    for (size_t i = 1; i < blocks.size(); ++i) FreeBlock(blocks[i], kBlock);
+  }
+  // No keeper, one block still in use: all kept until it is freed.
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
+  FreeBlock(blocks[0], kBlock);
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
+  // No keeper and nothing in use: trimmed as soon as the last goes.
+  {
+    BlockSlabKeeper keeper;
+    blocks.clear();
+    for (size_t i = 0; i < 2 * kPerSlab; ++i) {
+      blocks.push_back(AllocateBlock(kBlock));
+    }
+    for (char* b : blocks) FreeBlock(b, kBlock);
+    EXPECT_EQ(BlockSlabsMapped(kBlock), 2u);
+  }
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
+}
+
 // A size that does not divide 2 MiB comes from operator new, aligned.
 TEST(BlockArenaTest, OtherSizesComeFromTheHeap) {
   const uint64_t before = BlockSlabsMapped();
