@@ -1044,14 +1044,9 @@ class FusedBatchParse final : public IteratorBase {
     BusyScope busy(parse_counter_);
     try {
       const std::vector<RecordView>& records = slot->records;
-      // Shuffled records come from all over the buffered blocks, so the
-      // parse would stall on each one's first line; asking for them all
-      // first overlaps those misses (a batch fits in L2).
-      for (const RecordView& r : records) {
-        for (uint64_t k = 0; k < r.size; k += 64) {
-          __builtin_prefetch(r.data + k, 0, 2);
-        }
-      }
+      // Shuffled records come from all over the buffered blocks: the
+      // parser asks for each record's lines a few records ahead
+      // (records/example_parser.cc, PrefetchExample).
       std::vector<std::string_view> serialized(records.size());
       auto origins = std::make_shared<std::vector<Origin>>(records.size());
       for (size_t i = 0; i < records.size(); ++i) {

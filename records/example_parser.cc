@@ -898,6 +898,26 @@ void ReserveBytes(std::span<const std::string_view> serialized, size_t begin,
   }
 }
 
+// Examples are often scattered in memory (a shuffle's records come from
+// anywhere in the megabytes of blocks it holds): read one after another,
+// each would stall on its first lines, one miss at a time.  So the batch
+// parsers ask for the lines of the example kPrefetchAhead ahead while
+// they decode this one, and the misses of several examples overlap.
+// Measured on Fashion-MNIST shuffled (10,000): 1.3-1.5x the records/s of
+// the fused pipeline on one thread, against asking for a whole batch's
+// lines before parsing it (docs/PERFORMANCE.md); in-cache examples pay a
+// few instructions a line.  The first kPrefetchLimit bytes are asked for:
+// the hardware's own prefetcher follows a longer example once it is read.
+constexpr size_t kPrefetchAhead = 4;
+constexpr size_t kPrefetchLimit = 4096;
+
+void PrefetchExample(std::string_view example) {
+  const size_t n = std::min(example.size(), kPrefetchLimit);
+  for (size_t k = 0; k < n; k += 64) {
+    __builtin_prefetch(example.data() + k, 0, 3);
+  }
+}
+
 // Parses examples [begin, end) of `serialized` into `out`, and their
 // float and int64 FixedLen values into `fixed`, sized for the batch (see
 // FillFeatures).  Returns the first error's message and its example index
@@ -910,6 +930,9 @@ void ParseRange(const FeatureSpec& spec,
   Scratch scratch;
   ResetOutputs(end - begin, out, /*sized=*/out == fixed);
   for (size_t index = begin; index < end; ++index) {
+    if (index + kPrefetchAhead < end) {
+      PrefetchExample(serialized[index + kPrefetchAhead]);
+    }
     if (!decoder.Decode(serialized[index], &scratch)) {
       *error = "Can't parse serialized Example.";
     } else if (FillFeatures(scratch, index, out, fixed,
@@ -1126,6 +1149,7 @@ void SequenceExampleParser::ParseBatch(
   Scratch scratch;
   std::string error;
   for (size_t i = 0; i < n; ++i) {
+    if (i + kPrefetchAhead < n) PrefetchExample(serialized[i + kPrefetchAhead]);
     if (!DecodeSequenceExample(serialized[i], context_decoder, sequence_decoder,
                                &scratch)) {
       error = "Can't parse serialized SequenceExample.";
