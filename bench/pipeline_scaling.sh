@@ -7,13 +7,19 @@
 # each, the ratios the targets name, and whether every run of a pipeline
 # gave the same order digest.
 #
-#   bash bench/pipeline_scaling.sh [BUILD_DIR] [RUNS] [THREADS]
+#   bash bench/pipeline_scaling.sh [BUILD_DIR] [RUNS] [THREADS] [READS]
 #   e.g. bash bench/pipeline_scaling.sh build 5 1,2
-#        bash bench/pipeline_scaling.sh build 5 1,2,4,8,16   (16 cores)
+#        bash bench/pipeline_scaling.sh build 3 1,2,4,8,16 16   (16 cores)
+# READS (default 1) is --parallel-reads for the 16 Fashion-MNIST shards:
+# how many files are read at once, each by its own reader task.  With 1,
+# one file is read at a time, and its reading alone (one thread, ~5 M
+# records/s) bounds every thread count; on many cores use 16.  The order
+# depends on READS (an interleave's cycle length), not on THREADS.
 set -euo pipefail
 build=${1:-build}
 runs=${2:-5}
 threads=${3:-1,2}
+reads=${4:-1}
 recflow=$(realpath "$build/tools/recflow")
 here=$(cd "$(dirname "$0")/.." && pwd)
 data=/usr/share/datasets/fashion-mnist
@@ -64,8 +70,10 @@ fm="$work/fm/train-*.tfrecord"
 for ((i = 0; i < runs; i++)); do
   for fusion in "" --no-fusion; do
     tag=${fusion:+ unfused}
-    run "fashion parse-only$tag" "$fm" "$work/fm.json" 10 $fusion --compare-protobuf
-    run "fashion shuffled$tag" "$fm" "$work/fm.json" 10 --shuffle 10000 $fusion
+    run "fashion parse-only$tag" "$fm" "$work/fm.json" 10 $fusion \
+      --parallel-reads "$reads" --compare-protobuf
+    run "fashion shuffled$tag" "$fm" "$work/fm.json" 10 --shuffle 10000 \
+      --parallel-reads "$reads" $fusion
     run "fashion global$tag" "$fm" "$work/fm.json" 10 --global-shuffle $fusion
     if [[ -f $mnist ]]; then
       run "mnist parse-only$tag" "$mnist" "$work/mnist.json" 300 $fusion --compare-protobuf

@@ -46,7 +46,9 @@ for part in "${parts[@]}"; do
       ;;
     pipeline)
       source .gpu/build.sh --env-only
-      bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 \
+      # 16 files read at once (the figures of 2026-11-22 read one at a
+      # time, which bounds every thread count by one reader).
+      bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
         >"$out/pipeline_scaling.txt" 2>&1
       echo "pipeline_scaling rc=$?"; tail -32 "$out/pipeline_scaling.txt"
       ;;
