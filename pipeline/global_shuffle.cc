@@ -68,13 +68,18 @@ GlobalShuffleCursor::GlobalShuffleCursor(const GlobalShuffleSource* source,
       stride_(static_cast<uint64_t>(source->options.num_shards)),
       shard_(static_cast<uint64_t>(source->options.shard_index)) {}
 
-bool GlobalShuffleCursor::Next(size_t* file, uint64_t* record) {
+bool GlobalShuffleCursor::Exists(uint64_t t) const {
   const uint64_t total = source_->total;
   if (total == 0) return false;
-  const uint64_t position = start_ + shard_ + taken_ * stride_;
-  const uint64_t epoch = position / total;
+  const uint64_t epoch = (start_ + shard_ + t * stride_) / total;
   const int64_t epochs = source_->options.num_epochs;
-  if (epochs >= 0 && epoch >= static_cast<uint64_t>(epochs)) return false;
+  return epochs < 0 || epoch < static_cast<uint64_t>(epochs);
+}
+
+GlobalShuffleCursor::Planned GlobalShuffleCursor::Find(uint64_t t) {
+  const uint64_t total = source_->total;
+  const uint64_t position = start_ + shard_ + t * stride_;
+  const uint64_t epoch = position / total;
   if (epoch != epoch_) {
     // Epoch 0 keeps the seed as it is: one epoch orders as before.
     const bool fresh = source_->options.reshuffle_each_iteration && epoch > 0;
@@ -83,9 +88,26 @@ bool GlobalShuffleCursor::Next(size_t* file, uint64_t* record) {
   }
   const uint64_t id = order_(position % total);
   const auto& starts = source_->starts;
-  *file = static_cast<size_t>(
+  Planned p;
+  p.file = static_cast<size_t>(
       std::upper_bound(starts.begin(), starts.end(), id) - starts.begin() - 1);
-  *record = id - starts[*file];
+  p.record = id - starts[p.file];
+  return p;
+}
+
+bool GlobalShuffleCursor::Next(size_t* file, uint64_t* record) {
+  if (!Exists(taken_)) return false;
+  planned_until_ = std::max(planned_until_, taken_);
+  while (planned_until_ < taken_ + kAhead && Exists(planned_until_)) {
+    const Planned p = Find(planned_until_);
+    const auto& entries = source_->indexes[p.file]->entries;
+    if (p.record < entries.size()) __builtin_prefetch(&entries[p.record]);
+    planned_[planned_until_ % kAhead] = p;
+    ++planned_until_;
+  }
+  const Planned& p = planned_[taken_ % kAhead];
+  *file = p.file;
+  *record = p.record;
   ++taken_;
   return true;
 }
@@ -123,6 +145,7 @@ void GlobalShuffleCursor::Restore(StateReader* r) {
         "position {} + {} + {} x {} is past the {} records x {} epochs", start,
         shard, stride, taken, source_->total, epochs));
   }
+  planned_until_ = 0;  // planned for the old position
   if (stride == stride_ && shard == shard_) {
     start_ = start;
     taken_ = taken;

@@ -3,6 +3,7 @@
 #ifndef RECFLOW_PIPELINE_STAGES_H_
 #define RECFLOW_PIPELINE_STAGES_H_
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -151,6 +152,20 @@ class GlobalShuffleCursor {
   void Restore(StateReader* r);
 
  private:
+  // The records of the next kAhead positions are found ahead of their
+  // turn and their index entries prefetched: an entry is a cache miss
+  // (random records of indexes of megabytes) that the reads then wait on.
+  static constexpr uint64_t kAhead = 16;
+  struct Planned {
+    size_t file = 0;
+    uint64_t record = 0;
+  };
+
+  // Whether the t-th record this reader takes exists (before the last
+  // epoch's end), and where it is.
+  bool Exists(uint64_t t) const;
+  Planned Find(uint64_t t);
+
   const GlobalShuffleSource* source_;
   uint64_t seed_;
   FeistelPermutation order_;  // of epoch_
@@ -159,6 +174,9 @@ class GlobalShuffleCursor {
   uint64_t shard_;
   uint64_t start_ = 0;
   uint64_t taken_ = 0;
+  // planned_[t % kAhead] holds Find(t) for t in [taken_, planned_until_).
+  std::array<Planned, kAhead> planned_;
+  uint64_t planned_until_ = 0;
 };
 
 // Reads the views of `views` that are unread (RecordView::unread) from the

@@ -11,6 +11,8 @@
 #include "pipeline/dataset.h"
 #include "pipeline/io.h"
 #include "pipeline/process.h"
+#include "pipeline/stages.h"
+#include "pipeline/state.h"
 #include "pipeline_test_util.h"
 #include "records/errors.h"
 #include "records/index.h"
@@ -23,6 +25,75 @@ namespace {
 
 using testing::Collect;
 using testing::Records;
+
+// The cursor plans the records of its next positions ahead of their turn
+// (to prefetch their index entries): what it returns must still be, one by
+// one, the order's definition (global_shuffle.cc), across epoch boundaries
+// the lookahead runs past first, up to the last epoch's end, and after a
+// restore with another sharding mid-way into a cursor that had planned.
+TEST(GlobalShuffleCursorTest, ReturnsTheOrdersDefinitionPositionByPosition) {
+  stages::GlobalShuffleSource source;
+  const std::vector<uint64_t> sizes = {7, 1, 5};  // 13 records
+  uint64_t id = 0;
+  for (uint64_t n : sizes) {
+    auto index = std::make_shared<records::Index>();
+    index->entries.resize(n);
+    source.indexes.push_back(index);
+    source.starts.push_back(id);
+    id += n;
+  }
+  source.total = id;
+  source.options.num_epochs = 4;
+  const uint64_t seed = 21;
+  // Where position p of the epochs' stream is: (file, record).
+  auto expected = [&](uint64_t p) {
+    const uint64_t epoch = p / source.total;
+    const FeistelPermutation order(source.total,
+                                   epoch > 0 ? MixSeed(seed, epoch) : seed);
+    uint64_t x = order(p % source.total);
+    size_t file = 0;
+    while (x >= sizes[file]) x -= sizes[file++];
+    return std::pair<size_t, uint64_t>(file, x);
+  };
+  for (int64_t shards : {1, 3}) {
+    source.options.num_shards = shards;
+    source.options.shard_index = shards - 1;
+    stages::GlobalShuffleCursor cursor(&source, seed);
+    uint64_t taken = 0;
+    size_t file = 0;
+    uint64_t record = 0;
+    std::string state;
+    while (cursor.Next(&file, &record)) {
+      const uint64_t p = static_cast<uint64_t>(shards - 1 + taken * shards);
+      ASSERT_EQ(std::make_pair(file, record), expected(p))
+          << "shards " << shards << " position " << p;
+      ++taken;
+      if (taken == 9) {
+        StateWriter w("cursor");
+        cursor.Save(&w);
+        state = std::move(w).Finish();
+      }
+    }
+    EXPECT_EQ(taken, (4 * source.total - (shards - 1) + shards - 1) / shards);
+    // Restored with 2 readers after 9 records of `shards` readers: the
+    // first 9 * shards positions are done; reader 1 of 2 goes on from
+    // there, stepping by 2, to the end of the fourth epoch.
+    source.options.num_shards = 2;
+    source.options.shard_index = 1;
+    stages::GlobalShuffleCursor restored(&source, seed);
+    // A cursor that planned ahead already: the restore drops that plan.
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(restored.Next(&file, &record));
+    StateReader r(state, "cursor");
+    restored.Restore(&r);
+    uint64_t p = 9 * static_cast<uint64_t>(shards) + 1;
+    while (restored.Next(&file, &record)) {
+      ASSERT_EQ(std::make_pair(file, record), expected(p))
+          << "restored from " << shards << ", position " << p;
+      p += 2;
+    }
+    EXPECT_GE(p, 4 * source.total);
+  }
+}
 
 TEST(FeistelPermutationTest, IsABijectionForManySizes) {
   for (uint64_t n :
