@@ -260,6 +260,42 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   }
 }
 
+// Sixteen files read at once: each file's reader reads smaller chunks
+// (128 records or 256 KiB, where a file read alone takes 512 or 1 MiB),
+// so every file here (~2.5 KB records) is read in several chunks, and
+// states are saved between and inside the chunks of all sixteen files.
+// (Losing a record at each chunk's end fails only this test.)
+TEST(BatchParseFusionManyFilesTest, SmallChunksOfManyFilesGiveTheSameStream) {
+  testing::TempDir dir;
+  std::vector<std::string> files;
+  for (int f = 0; f < 16; ++f) {
+    std::vector<std::string> recs;
+    for (int i = 0; i < 290 + 7 * f; ++i) recs.push_back(MakeExample(f, i));
+    files.push_back(dir.File(fmt::format("part-{:02}.tfrecord", f)));
+    testing::WriteRecords(files.back(), recs, records::Compression::kNone);
+  }
+  TFRecordOptions o;
+  o.num_parallel_reads = 16;
+  const Dataset plain =
+      Dataset::FromTFRecords(files, o).Batch(40).Parse(Spec(), Calls(3));
+  const Dataset shuffled =
+      Dataset::FromTFRecords(files, o).Shuffle(300, 2).Batch(40).Parse(
+          Spec(), Calls(kAutotune));
+  for (const Dataset* ds : {&plain, &shuffled}) {
+    const auto all = Collect(*ds, Unfused());
+    ASSERT_EQ(all.size(), (16 * 290 + 7 * 120 + 39) / 40);
+    for (int threads : {1, 2, 4}) {
+      EXPECT_EQ(Collect(*ds, {.threads = threads}), all) << threads;
+    }
+    for (size_t k : {size_t{1}, size_t{3}, size_t{50}, all.size() - 2}) {
+      Iterator it = ds->MakeIterator({.threads = 3});
+      Element e;
+      for (size_t i = 0; i < k; ++i) ASSERT_TRUE(it.Next(&e));
+      ExpectRestoredToContinue(*ds, it.Save(), all, k);
+    }
+  }
+}
+
 TEST_F(BatchParseFusionTest, StatesOfAnotherPipelineOrRunAreRefused) {
   const Dataset fused =
       Dataset::FromTFRecords(files_).Shuffle(30, 1).Batch(8).Parse(Spec());
