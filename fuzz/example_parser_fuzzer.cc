@@ -1,9 +1,11 @@
 // The zero-copy Example parser against a spec with every kind of feature
 // (FixedLen scalars and vectors with and without defaults, VarLen of each
 // dtype), over a batch of one to four serialized Examples cut from the
-// input, on one thread and on two.  ParseError is a correct answer; a
-// crash, an out-of-bounds read or any other exception is a finding.
+// input (or one of them twice and then with a byte changed), on one thread
+// and on two.  ParseError is a correct answer; a crash, an out-of-bounds
+// read or any other exception is a finding.
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -55,7 +57,17 @@ std::vector<std::string_view> Split(recflow::fuzz::Input& in, int n) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   recflow::fuzz::Input in(data, size);
   const uint8_t mode = in.Byte();
-  const std::vector<std::string_view> batch = Split(in, 1 + mode % 4);
+  std::vector<std::string_view> batch = Split(in, 1 + mode % 4);
+  // Mode 0x20: the first part, then itself with one byte changed (where
+  // the first byte of the last part says): Examples laid out alike, which
+  // the parser decodes after the first from the layout it remembers.
+  std::string edited;
+  if ((mode & 0x20) != 0 && !batch.front().empty()) {
+    edited = batch.front();
+    const uint8_t at = batch.back().empty() ? 0 : batch.back().front();
+    edited[at % edited.size()] ^= static_cast<char>(mode | 1);
+    batch = {batch.front(), batch.front(), edited};
+  }
   ParsedBatch out;
   try {
     Parser().ParseBatch(batch, &out, {.file = "fuzz", .first_record = 0},

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 
 #include "records/wire_format.h"
 
@@ -289,6 +290,7 @@ struct Slot {
   bool decoded = false;
   size_t first_int = 0;
 };
+static_assert(std::is_trivially_copyable_v<Slot>);  // LayoutMemo copies them
 
 // A sequence feature in one example: its steps in Scratch::steps.
 struct SequenceSlot {
@@ -330,6 +332,13 @@ class ExampleDecoder {
   }
 
   const FeatureSpec& spec() const { return spec_; }
+
+  // Whether the values of an int64 list under `key` are decoded into
+  // Scratch::ints (the spec names the key, with dtype int64).
+  bool DecodesInts(std::string_view key) const {
+    const Entry* e = Find(key);
+    return e != nullptr && e->int64;
+  }
 
   // Fills scratch->slots for one serialized Example; false if protobuf
   // would not parse it.
@@ -662,6 +671,214 @@ class ExampleDecoder {
   int shift_ = 0;  // 64 - log2(table size): the top bits of a hash
 };
 
+// Whether n bytes at a and at b are the same: fixed-size loads (a memcmp
+// call per run of a few bytes would cost more than the compare).
+inline bool SameBytes(const char* a, const char* b, size_t n) {
+  if (n >= 8) {
+    uint64_t x, y;
+    for (size_t k = 0; k + 8 < n; k += 8) {
+      std::memcpy(&x, a + k, 8);
+      std::memcpy(&y, b + k, 8);
+      if (x != y) return false;
+    }
+    std::memcpy(&x, a + n - 8, 8);  // the last eight, overlapping
+    std::memcpy(&y, b + n - 8, 8);
+    return x == y;
+  }
+  if (n >= 4) {
+    uint32_t x0, y0, x1, y1;
+    std::memcpy(&x0, a, 4);
+    std::memcpy(&y0, b, 4);
+    std::memcpy(&x1, a + n - 4, 4);
+    std::memcpy(&y1, b + n - 4, 4);
+    return x0 == y0 && x1 == y1;
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (a[k] != b[k]) return false;
+  }
+  return true;
+}
+
+// The layout of an Example the decoder accepted, to decode the next ones
+// laid out alike without walking them.  A dataset's Examples are most
+// often laid out alike: the same features in the same order, each value
+// the same size (images of one shape, labels of one varint length), only
+// the values' bytes differing.  An Example of the same size whose bytes
+// around the values (tags, lengths, keys) are the same, and whose int64
+// runs hold valid varints of the same count, decodes to the same slots
+// and lists, moved to its own bytes, with its own int64 values: Apply
+// gives exactly that.  Bytes and float values are not looked at by the
+// decoder either (their sizes are in the bytes compared).  Any other
+// Example (another size, a byte around the values changed, an int64 run
+// that is not what it was) is left to the decoder, which stays the only
+// judge of what protobuf accepts.  Learn takes only the layout every
+// serializer writes (DecodeUsualEntry's), and nothing else in the
+// Example.  Not thread-safe: one per thread, as Scratch.
+class LayoutMemo {
+ public:
+  // Decodes `example` into s as ExampleDecoder::Decode would, when it is
+  // laid out as the Example learned; false (s then holds nothing of
+  // use) when it is not, or nothing was learned.
+  bool Apply(std::string_view example, Scratch* s) const {
+    if (!valid_ || example.size() != size_) return false;
+    const char* const base = example.data();
+    for (const Fixed& f : fixed_) {
+      if (!SameBytes(base + f.at, fixed_bytes_.data() + f.from, f.size)) {
+        return false;
+      }
+    }
+    // Room for the runs' values as DecodePackedVarints writes them (up to
+    // one per byte), then cut to the values there are.
+    s->ints.resize(ints_room_);
+    int64_t* out = s->ints.data();
+    for (const IntRun& r : int_runs_) {
+      const char* q = base + r.at;
+      const char* const end = q + r.size;
+      if (r.count == 1) {  // one varint filling the run, as UsualList reads
+        uint64_t x = 0;
+        if (!wire::ReadVarint(q, end, &x) || q != end) return false;
+        if (r.decode) *out++ = static_cast<int64_t>(x);
+        continue;
+      }
+      const std::string_view run(q, r.size);
+      if (!r.decode) {
+        size_t count = 0;
+        if (!CountPackedVarints(run, &count) || count != r.count) return false;
+        continue;
+      }
+      bool valid;
+      int64_t* const last = DecodePackedVarints(run, out, &valid);
+      if (!valid || static_cast<size_t>(last - out) != r.count) return false;
+      out = last;
+    }
+    s->ints.resize(static_cast<size_t>(out - s->ints.data()));
+    s->slots.resize(slots_.size());
+    std::memcpy(s->slots.data(), slots_.data(), slots_.size() * sizeof(Slot));
+    s->lists.resize(lists_.size());
+    for (size_t i = 0; i < lists_.size(); ++i) {
+      s->lists[i] = std::string_view(base + lists_[i].first, lists_[i].second);
+    }
+    return true;
+  }
+
+  // Remembers the layout of `example`, which `decoder` has just decoded
+  // into s; forgets the last one first.  Examples laid out otherwise than
+  // the usual way leave nothing learned.
+  void Learn(std::string_view example, const ExampleDecoder& decoder,
+             const Scratch& s) {
+    valid_ = false;
+    fixed_.clear();
+    fixed_bytes_.clear();
+    int_runs_.clear();
+    ints_room_ = 0;
+    if (example.empty() || example.size() > (size_t{1} << 31)) return;
+    const char* const base = example.data();
+    const char* const end = base + example.size();
+    const char* p = base;
+    uint32_t n = 0;
+    // One field 1 (the Features) filling the Example.
+    if (*p++ != 0x0a || !wire::ReadSize(p, end, &n) ||
+        n != static_cast<size_t>(end - p)) {
+      return;
+    }
+    const char* fixed_from = base;
+    while (p < end) {
+      // An entry: field 1, its length; the key, field 1 with a one-byte
+      // length; the Feature, field 2 filling the entry; its list, one of
+      // fields 1-3 filling the Feature; the list's values, field 1
+      // filling the list.
+      if (*p++ != 0x0a || !wire::ReadSize(p, end, &n) ||
+          n > static_cast<size_t>(end - p)) {
+        return;
+      }
+      const char* const entry_end = p + n;
+      if (entry_end - p < 2 || p[0] != 0x0a ||
+          static_cast<uint8_t>(p[1]) >= 0x80) {
+        return;
+      }
+      const size_t key_size = static_cast<uint8_t>(p[1]);
+      p += 2;
+      if (static_cast<size_t>(entry_end - p) < key_size + 1 ||
+          p[key_size] != 0x12) {
+        return;
+      }
+      const std::string_view key(p, key_size);
+      p += key_size + 1;
+      if (!wire::ReadSize(p, entry_end, &n) ||
+          n != static_cast<size_t>(entry_end - p) || p == entry_end) {
+        return;
+      }
+      const int kind = static_cast<uint8_t>(*p) >> 3;
+      if ((*p & 7) != wire::kLengthDelimited || kind < kBytesList ||
+          kind > kInt64List) {
+        return;
+      }
+      ++p;
+      if (!wire::ReadSize(p, entry_end, &n) ||
+          n != static_cast<size_t>(entry_end - p) || p == entry_end ||
+          *p++ != 0x0a || !wire::ReadSize(p, entry_end, &n) ||
+          n != static_cast<size_t>(entry_end - p)) {
+        return;
+      }
+      // [p, entry_end): the values.
+      AddFixed(base, fixed_from, p);
+      fixed_from = entry_end;
+      if (kind == kInt64List) {
+        const std::string_view run(p, n);
+        const char* q = p;
+        uint64_t x = 0;
+        size_t count = 1;
+        if (!(wire::ReadVarint(q, entry_end, &x) && q == entry_end) &&
+            !CountPackedVarints(run, &count)) {
+          return;
+        }
+        const bool decode = decoder.DecodesInts(key);
+        int_runs_.push_back({static_cast<uint32_t>(p - base), n,
+                             static_cast<uint32_t>(count), decode});
+        if (decode) ints_room_ += count == 1 ? 1 : n;
+      }
+      p = entry_end;
+    }
+    AddFixed(base, fixed_from, end);
+    slots_ = s.slots;
+    lists_.clear();
+    for (std::string_view list : s.lists) {
+      lists_.push_back({static_cast<uint32_t>(list.data() - base),
+                        static_cast<uint32_t>(list.size())});
+    }
+    size_ = example.size();
+    valid_ = true;
+  }
+
+ private:
+  void AddFixed(const char* base, const char* from, const char* to) {
+    if (from == to) return;
+    fixed_.push_back({static_cast<uint32_t>(from - base),
+                      static_cast<uint32_t>(to - from),
+                      static_cast<uint32_t>(fixed_bytes_.size())});
+    fixed_bytes_.append(from, to);
+  }
+
+  // Bytes [at, at + size) of the Example are fixed_bytes_[from, ...).
+  struct Fixed {
+    uint32_t at, size, from;
+  };
+  // An int64 list's run at [at, at + size): `count` varints, decoded into
+  // Scratch::ints when `decode`.
+  struct IntRun {
+    uint32_t at, size, count;
+    bool decode;
+  };
+  bool valid_ = false;
+  size_t size_ = 0;
+  std::string fixed_bytes_;
+  std::vector<Fixed> fixed_;
+  std::vector<IntRun> int_runs_;
+  size_t ints_room_ = 0;  // the decoded runs' sizes (1 for one varint)
+  std::vector<Slot> slots_;
+  std::vector<std::pair<uint32_t, uint32_t>> lists_;  // offset, size
+};
+
 // Calls value(field_type, p, end) for each field 1 (the values) of the
 // list messages `lists`, which ValidateList has accepted; value reads the
 // field's value and advances p.  Other fields are skipped.
@@ -928,12 +1145,29 @@ void ParseRange(const FeatureSpec& spec,
                 std::string* error, size_t* error_index) {
   const ExampleDecoder decoder(spec);
   Scratch scratch;
+  LayoutMemo memo;
+  // A learning pass costs about a decode, and a hit saves most of one.
+  // The memo learns from an Example it did not decode while it has
+  // learned at most 2 + hits / 8 times, so that Examples laid out each
+  // their own way (images of many sizes; keys in a random order, as
+  // protobuf's C++ maps serialize them) cost a few passes per range, and
+  // the memo of Examples laid out alike pays for itself.
+  size_t hits = 0, learned = 0;
   ResetOutputs(end - begin, out, /*sized=*/out == fixed);
   for (size_t index = begin; index < end; ++index) {
     if (index + kPrefetchAhead < end) {
       PrefetchExample(serialized[index + kPrefetchAhead]);
     }
-    if (!decoder.Decode(serialized[index], &scratch)) {
+    const std::string_view example = serialized[index];
+    bool decoded = memo.Apply(example, &scratch);
+    if (decoded) {
+      ++hits;
+    } else if ((decoded = decoder.Decode(example, &scratch)) &&
+               learned <= 2 + hits / 8) {
+      memo.Learn(example, decoder, scratch);
+      ++learned;
+    }
+    if (!decoded) {
       *error = "Can't parse serialized Example.";
     } else if (FillFeatures(scratch, index, out, fixed,
                             out == fixed ? begin : 0, error)) {

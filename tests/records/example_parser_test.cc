@@ -467,6 +467,83 @@ TEST(ExampleParserTest, MutatedBytesAreRejectedExactlyWhenProtobufRejects) {
   EXPECT_GT(rejected, 1000);
 }
 
+// An Example as serializers lay it out (per feature one key, one Feature,
+// one list, one run of values), its values drawn at random at fixed sizes
+// but for `tokens` varints: a dataset's Examples, the parser's layout memo
+// (example_parser.cc) decodes the ones after the first without a walk.
+std::string UsualExample(Generator& g, size_t tokens) {
+  std::string features;
+  auto add = [&](const std::string& name, int kind, const std::string& run) {
+    std::string list, feature, entry;
+    PutLengthDelimited(list, 1, run);
+    PutLengthDelimited(feature, kind, list);
+    PutLengthDelimited(entry, 1, name);
+    PutLengthDelimited(entry, 2, feature);
+    PutLengthDelimited(features, 1, entry);
+  };
+  auto random_bytes = [&](size_t n) {
+    std::string b(n, 0);
+    for (char& ch : b) ch = static_cast<char>(g.rng()());
+    return b;
+  };
+  auto varints = [&](size_t n) {
+    std::string run;
+    for (size_t i = 0; i < n; ++i) PutVarint(run, g.Below(128));
+    return run;
+  };
+  add("image", 2, random_bytes(24));  // float bits, NaNs included
+  add("label", 3, varints(1));
+  add("name", 1, random_bytes(5));
+  add("tokens", 3, varints(tokens));
+  add("other", 3, varints(2));  // not in the spec
+  add("weights", 2, random_bytes(8));
+  add("tags", 1, random_bytes(3));
+  std::string example;
+  PutLengthDelimited(example, 1, features);
+  return example;
+}
+
+// Batches of Examples laid out alike, some of them edited: a byte changed
+// anywhere (around the values: another key, kind or length; inside them:
+// another value, a varint cut or split in two), or another count of
+// tokens.  Each batch parses to protobuf's values, or fails with its
+// error, as the random Examples above.
+TEST(ExampleParserTest, ExamplesLaidOutAlikeMatchProtobuf) {
+  const FeatureSpec spec = TestSpec();
+  google::protobuf::LogSilencer silence;
+  Generator g(11);
+  int ok = 0, errors = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::vector<std::string> batch = {UsualExample(g, 3)};
+    for (int i = 0; i < 15; ++i) {
+      // Half of them the one before with new values, half edits of it.
+      std::string next = g.Coin(2) ? UsualExample(g, 3) : batch.back();
+      if (g.Coin(20)) next = UsualExample(g, g.Coin(2) ? 2 : 4);
+      if (g.Coin(12)) {
+        const size_t at = g.Below(next.size());
+        if (g.Coin(2)) {
+          next[at] = static_cast<char>(g.rng()());
+        } else {
+          next[at] ^= static_cast<char>(1 << g.Below(8));
+        }
+      }
+      batch.push_back(next);
+    }
+    ParsedBatch fast, reference;
+    const std::string fast_error = FastParse(spec, batch, &fast);
+    const std::string reference_error = ReferenceParse(spec, batch, &reference);
+    ASSERT_EQ(fast_error, reference_error) << "round " << round;
+    if (fast_error.empty()) {
+      ExpectSameBatch(fast, reference, " round " + std::to_string(round));
+      ++ok;
+    } else {
+      ++errors;
+    }
+  }
+  EXPECT_GT(ok, 1000);
+  EXPECT_GT(errors, 300);
+}
+
 // Feature names of every length class the name table distinguishes (up to
 // 16 bytes compared as words, longer ones byte by byte, one-byte and
 // two-byte key lengths), names alike but for their middle, non-ASCII
