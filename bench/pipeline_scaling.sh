@@ -5,7 +5,8 @@
 # shuffle), fused and stage by stage, at each
 # thread count, RUNS times alternating; prints the median records/s of
 # each, the ratios the targets name, and whether every run of a pipeline
-# gave the same order digest.
+# gave the same order digest (where each record came from), and whether
+# the delivered values hash the same fused and stage by stage.
 #
 #   bash bench/pipeline_scaling.sh [BUILD_DIR] [RUNS] [THREADS] [READS]
 #   e.g. bash bench/pipeline_scaling.sh build 5 1,2
@@ -82,7 +83,37 @@ for ((i = 0; i < runs; i++)); do
   done
 done
 
-python3 - "$out" <<'EOF'
+# The timed runs hash where each record came from (--digest order); the
+# delivered values are hashed here, untimed, fused and stage by stage at
+# each count: the fused path must deliver what the stages one by one do.
+values=$work/values.jsonl
+: > "$values"
+check() {  # name files spec extra...
+  local name=$1 files=$2 spec=$3
+  shift 3
+  for fusion in "" --no-fusion; do
+    # shellcheck disable=SC2086
+    "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
+      --seed 1 --repeat 2 --threads "$threads" --json --digest data \
+      $fusion "$@" >"$work/run.jsonl"
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    print(json.dumps({"name": sys.argv[1],
+                      "digest": json.loads(line)["order_digest"]}))
+' "$name" <"$work/run.jsonl" >>"$values"
+  done
+}
+check "fashion parse-only" "$fm" "$work/fm.json" --parallel-reads "$reads"
+check "fashion shuffled" "$fm" "$work/fm.json" --shuffle 10000 \
+  --parallel-reads "$reads"
+check "fashion global" "$fm" "$work/fm.json" --global-shuffle
+if [[ -f $mnist ]]; then
+  check "mnist parse-only" "$mnist" "$work/mnist.json"
+  check "mnist shuffled" "$mnist" "$work/mnist.json" --shuffle 10000
+fi
+
+python3 - "$out" "$values" <<'EOF'
 import json, statistics, sys
 from collections import defaultdict
 rps, digests, rss, read = defaultdict(list), defaultdict(set), defaultdict(int), defaultdict(list)
@@ -119,4 +150,11 @@ print()
 for name, ds in sorted(digests.items()):
     print(f"{name}: {'one order digest' if len(ds) == 1 else 'DIFFERENT digests'}"
           f" over every run, count and mode ({', '.join(sorted(ds))})")
+values = defaultdict(set)
+for line in open(sys.argv[2]):
+    d = json.loads(line)
+    values[d["name"]].add(d["digest"])
+for name, ds in sorted(values.items()):
+    print(f"{name}: {'the same values' if len(ds) == 1 else 'DIFFERENT values'}"
+          f" fused and stage by stage at every count ({', '.join(sorted(ds))})")
 EOF

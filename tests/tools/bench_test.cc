@@ -136,6 +136,25 @@ TEST_F(BenchTest, ThreadSweepRunsEachCountWithTheSameOrder) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.Json()["order_digest"], runs[0]["order_digest"]);
   EXPECT_EQ(r.Json()["fusion"], false);
+  EXPECT_EQ(r.Json()["digest"], "order");
+  // Hashing the delivered values instead of where they came from: another
+  // digest, the same at each count and for the stages one by one.
+  std::vector<std::string> data_digests;
+  for (const char* more : {"", " --no-fusion"}) {
+    r = Recflow(dir_, pipeline + " --json --digest data" + more);
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::istringstream data_lines(r.out);
+    for (std::string line; std::getline(data_lines, line);) {
+      if (line.empty()) continue;
+      const nlohmann::json j = nlohmann::json::parse(line);
+      EXPECT_EQ(j["digest"], "data");
+      data_digests.push_back(j["order_digest"]);
+    }
+  }
+  ASSERT_EQ(data_digests.size(), 6u);  // 1, 2, 4 threads; fused and not
+  for (const std::string& d : data_digests) EXPECT_EQ(d, data_digests[0]);
+  EXPECT_NE(data_digests[0], runs[0]["order_digest"]);
+  EXPECT_NE(Recflow(dir_, pipeline + " --digest values").code, 0);
   // The table: a row per count and the order check; --svg draws the
   // curves, a point per count on each of its two panels.
   r = Recflow(dir_, pipeline + " --svg " + dir_.File("scaling.svg"));
