@@ -251,6 +251,65 @@ bool ForEachMapEntry(std::string_view msg, EntryFn entry) {
   return true;
 }
 
+// A map entry as every serializer lays it out: the key (field 1, with a
+// one-byte length), then one Feature (field 2) filling the entry, holding
+// one list (field `kind`: kBytesList, kFloatList or kInt64List) filling
+// the Feature.
+struct UsualEntry {
+  std::string_view key;
+  int kind = 0;
+  std::string_view list;
+};
+
+// Splits `msg` (a map entry's bytes) into *out; false when it is laid out
+// otherwise or cut short (then the general path decides).
+inline bool SplitUsualEntry(std::string_view msg, UsualEntry* out) {
+  const char* p = msg.data();
+  const char* const end = p + msg.size();
+  // Field 1, length-delimited, with a one-byte length.
+  if (end - p < 2 || p[0] != 0x0a || static_cast<uint8_t>(p[1]) >= 0x80) {
+    return false;
+  }
+  const size_t key_size = static_cast<uint8_t>(p[1]);
+  p += 2;
+  // Then field 2, length-delimited, running to the entry's end.
+  if (static_cast<size_t>(end - p) < key_size + 1 || p[key_size] != 0x12) {
+    return false;
+  }
+  out->key = std::string_view(p, key_size);
+  p += key_size + 1;
+  std::string_view feature;
+  if (!wire::ReadLengthDelimited(p, end, &feature) || p != end) return false;
+  // The Feature: one of its three lists, running to its end.
+  const char* q = feature.data();
+  const char* const fend = q + feature.size();
+  if (fend - q < 1) return false;
+  out->kind = static_cast<uint8_t>(*q) >> 3;
+  if ((*q & 7) != wire::kLengthDelimited || out->kind < kBytesList ||
+      out->kind > kInt64List) {
+    return false;
+  }
+  ++q;
+  return wire::ReadLengthDelimited(q, fend, &out->list) && q == fend;
+}
+
+// The values of a list as serializers write it: one length-delimited
+// field 1 (a value, or a packed run) filling the list.
+inline bool UsualRun(std::string_view list, std::string_view* run) {
+  const char* p = list.data();
+  const char* const end = p + list.size();
+  if (p == end || *p != 0x0a) return false;
+  ++p;
+  return wire::ReadLengthDelimited(p, end, run) && p == end;
+}
+
+// One varint filling `run`.
+inline bool OneVarint(std::string_view run, uint64_t* v) {
+  const char* q = run.data();
+  const char* const end = q + run.size();
+  return wire::ReadVarint(q, end, v) && q == end;
+}
+
 // A map entry's key (field 1; the last occurrence wins, and every one must
 // be UTF-8, as protobuf checks each) and the occurrences of its value
 // (field 2, to be merged in order by the caller).
@@ -439,57 +498,33 @@ class ExampleDecoder {
   // false when the entry is laid out otherwise or not valid, and then
   // nothing has been recorded (the general path decides).
   bool DecodeUsualEntry(std::string_view msg, Scratch* s) const {
-    const char* p = msg.data();
-    const char* const end = p + msg.size();
-    // Field 1, length-delimited, with a one-byte length.
-    if (end - p < 2 || p[0] != 0x0a || static_cast<uint8_t>(p[1]) >= 0x80) {
+    UsualEntry entry;
+    if (!SplitUsualEntry(msg, &entry)) return false;
+    const Entry* found = Find(entry.key);
+    if (found == nullptr ? !wire::IsValidUtf8(entry.key)
+                         : !found->name_is_utf8) {
       return false;
     }
-    const size_t key_size = static_cast<uint8_t>(p[1]);
-    p += 2;
-    // Then field 2, length-delimited, running to the entry's end.
-    if (static_cast<size_t>(end - p) < key_size + 1 || p[key_size] != 0x12) {
-      return false;
-    }
-    const std::string_view key(p, key_size);
-    p += key_size + 1;
-    std::string_view feature;
-    if (!wire::ReadLengthDelimited(p, end, &feature) || p != end) return false;
-    // The Feature: one of its three lists, running to its end.
-    const char* q = feature.data();
-    const char* const fend = q + feature.size();
-    if (fend - q < 1) return false;
-    const int kind = static_cast<uint8_t>(*q) >> 3;
-    if ((*q & 7) != wire::kLengthDelimited || kind < kBytesList ||
-        kind > kInt64List) {
-      return false;
-    }
-    ++q;
-    std::string_view list;
-    if (!wire::ReadLengthDelimited(q, fend, &list) || q != fend) return false;
-
-    const Entry* found = Find(key);
-    if (found == nullptr ? !wire::IsValidUtf8(key) : !found->name_is_utf8) {
-      return false;
-    }
-    const bool decode = found != nullptr && found->int64 && kind == kInt64List;
+    const bool decode =
+        found != nullptr && found->int64 && entry.kind == kInt64List;
     const size_t first_int = s->ints.size();
     size_t count = 0;
-    if (!UsualList(kind, list, &count, decode ? &s->ints : nullptr) &&
-        !ValidateList(kind, list, &count, kListDepth,
+    if (!UsualList(entry.kind, entry.list, &count,
+                   decode ? &s->ints : nullptr) &&
+        !ValidateList(entry.kind, entry.list, &count, kListDepth,
                       decode ? &s->ints : nullptr)) {
       s->ints.resize(first_int);
       return false;
     }
     if (found == nullptr) return true;
     Slot& slot = s->slots[static_cast<size_t>(found->index)];
-    slot.kind = kind;
+    slot.kind = entry.kind;
     slot.count = count;
     slot.decoded = decode;
     slot.first_int = first_int;
     slot.first_list = static_cast<uint32_t>(s->lists.size());
     slot.num_lists = 1;
-    s->lists.push_back(list);
+    s->lists.push_back(entry.list);
     return true;
   }
 
@@ -500,12 +535,8 @@ class ExampleDecoder {
   // changed nothing (ValidateList then decides).
   static bool UsualList(int kind, std::string_view list, size_t* count,
                         AlignedVector<int64_t>* ints) {
-    const char* p = list.data();
-    const char* const end = p + list.size();
-    if (p == end || *p != 0x0a) return false;
-    ++p;
     std::string_view run;
-    if (!wire::ReadLengthDelimited(p, end, &run) || p != end) return false;
+    if (!UsualRun(list, &run)) return false;
     switch (kind) {
       case kBytesList:
         *count = 1;
@@ -515,12 +546,8 @@ class ExampleDecoder {
         *count = run.size() / 4;
         return true;
       case kInt64List: {  // one varint filling the run
-        const char* q = run.data();
         uint64_t v = 0;
-        if (!wire::ReadVarint(q, run.data() + run.size(), &v) ||
-            q != run.data() + run.size()) {
-          return false;
-        }
+        if (!OneVarint(run, &v)) return false;
         if (ints != nullptr) ints->push_back(static_cast<int64_t>(v));
         *count = 1;
         return true;
@@ -712,7 +739,7 @@ inline bool SameBytes(const char* a, const char* b, size_t n) {
 // Example (another size, a byte around the values changed, an int64 run
 // that is not what it was) is left to the decoder, which stays the only
 // judge of what protobuf accepts.  Learn takes only the layout every
-// serializer writes (DecodeUsualEntry's), and nothing else in the
+// serializer writes (SplitUsualEntry's, UsualRun's), nothing else in the
 // Example.  Not thread-safe: one per thread, as Scratch.
 class LayoutMemo {
  public:
@@ -720,7 +747,7 @@ class LayoutMemo {
   // laid out as the Example learned; false (s then holds nothing of
   // use) when it is not, or nothing was learned.
   bool Apply(std::string_view example, Scratch* s) const {
-    if (!valid_ || example.size() != size_) return false;
+    if (size_ == 0 || example.size() != size_) return false;
     const char* const base = example.data();
     for (const Fixed& f : fixed_) {
       if (!SameBytes(base + f.at, fixed_bytes_.data() + f.from, f.size)) {
@@ -732,15 +759,13 @@ class LayoutMemo {
     s->ints.resize(ints_room_);
     int64_t* out = s->ints.data();
     for (const IntRun& r : int_runs_) {
-      const char* q = base + r.at;
-      const char* const end = q + r.size;
+      const std::string_view run(base + r.at, r.size);
       if (r.count == 1) {  // one varint filling the run, as UsualList reads
         uint64_t x = 0;
-        if (!wire::ReadVarint(q, end, &x) || q != end) return false;
+        if (!OneVarint(run, &x)) return false;
         if (r.decode) *out++ = static_cast<int64_t>(x);
         continue;
       }
-      const std::string_view run(q, r.size);
       if (!r.decode) {
         size_t count = 0;
         if (!CountPackedVarints(run, &count) || count != r.count) return false;
@@ -766,7 +791,7 @@ class LayoutMemo {
   // the usual way leave nothing learned.
   void Learn(std::string_view example, const ExampleDecoder& decoder,
              const Scratch& s) {
-    valid_ = false;
+    size_ = 0;
     fixed_.clear();
     fixed_bytes_.clear();
     int_runs_.clear();
@@ -775,69 +800,34 @@ class LayoutMemo {
     const char* const base = example.data();
     const char* const end = base + example.size();
     const char* p = base;
-    uint32_t n = 0;
-    // One field 1 (the Features) filling the Example.
-    if (*p++ != 0x0a || !wire::ReadSize(p, end, &n) ||
-        n != static_cast<size_t>(end - p)) {
+    std::string_view features;
+    // One field 1 (the Features) filling the Example, of entries (field 1)
+    // each laid out as SplitUsualEntry and UsualRun take them.
+    if (*p++ != 0x0a || !wire::ReadLengthDelimited(p, end, &features) ||
+        p != end) {
       return;
     }
     const char* fixed_from = base;
-    while (p < end) {
-      // An entry: field 1, its length; the key, field 1 with a one-byte
-      // length; the Feature, field 2 filling the entry; its list, one of
-      // fields 1-3 filling the Feature; the list's values, field 1
-      // filling the list.
-      if (*p++ != 0x0a || !wire::ReadSize(p, end, &n) ||
-          n > static_cast<size_t>(end - p)) {
+    for (p = features.data(); p < end;) {
+      std::string_view bytes, run;
+      UsualEntry entry;
+      if (*p++ != 0x0a || !wire::ReadLengthDelimited(p, end, &bytes) ||
+          !SplitUsualEntry(bytes, &entry) || !UsualRun(entry.list, &run)) {
         return;
       }
-      const char* const entry_end = p + n;
-      if (entry_end - p < 2 || p[0] != 0x0a ||
-          static_cast<uint8_t>(p[1]) >= 0x80) {
-        return;
-      }
-      const size_t key_size = static_cast<uint8_t>(p[1]);
-      p += 2;
-      if (static_cast<size_t>(entry_end - p) < key_size + 1 ||
-          p[key_size] != 0x12) {
-        return;
-      }
-      const std::string_view key(p, key_size);
-      p += key_size + 1;
-      if (!wire::ReadSize(p, entry_end, &n) ||
-          n != static_cast<size_t>(entry_end - p) || p == entry_end) {
-        return;
-      }
-      const int kind = static_cast<uint8_t>(*p) >> 3;
-      if ((*p & 7) != wire::kLengthDelimited || kind < kBytesList ||
-          kind > kInt64List) {
-        return;
-      }
-      ++p;
-      if (!wire::ReadSize(p, entry_end, &n) ||
-          n != static_cast<size_t>(entry_end - p) || p == entry_end ||
-          *p++ != 0x0a || !wire::ReadSize(p, entry_end, &n) ||
-          n != static_cast<size_t>(entry_end - p)) {
-        return;
-      }
-      // [p, entry_end): the values.
-      AddFixed(base, fixed_from, p);
-      fixed_from = entry_end;
-      if (kind == kInt64List) {
-        const std::string_view run(p, n);
-        const char* q = p;
+      // The run of values: not compared, but for int64 runs checked.
+      AddFixed(base, fixed_from, run.data());
+      fixed_from = p;
+      if (entry.kind == kInt64List) {
         uint64_t x = 0;
         size_t count = 1;
-        if (!(wire::ReadVarint(q, entry_end, &x) && q == entry_end) &&
-            !CountPackedVarints(run, &count)) {
-          return;
-        }
-        const bool decode = decoder.DecodesInts(key);
-        int_runs_.push_back({static_cast<uint32_t>(p - base), n,
+        if (!OneVarint(run, &x) && !CountPackedVarints(run, &count)) return;
+        const bool decode = decoder.DecodesInts(entry.key);
+        int_runs_.push_back({static_cast<uint32_t>(run.data() - base),
+                             static_cast<uint32_t>(run.size()),
                              static_cast<uint32_t>(count), decode});
-        if (decode) ints_room_ += count == 1 ? 1 : n;
+        if (decode) ints_room_ += count == 1 ? 1 : run.size();
       }
-      p = entry_end;
     }
     AddFixed(base, fixed_from, end);
     slots_ = s.slots;
@@ -847,7 +837,6 @@ class LayoutMemo {
                         static_cast<uint32_t>(list.size())});
     }
     size_ = example.size();
-    valid_ = true;
   }
 
  private:
@@ -869,8 +858,7 @@ class LayoutMemo {
     uint32_t at, size, count;
     bool decode;
   };
-  bool valid_ = false;
-  size_t size_ = 0;
+  size_t size_ = 0;  // of the Example learned; 0: none
   std::string fixed_bytes_;
   std::vector<Fixed> fixed_;
   std::vector<IntRun> int_runs_;
