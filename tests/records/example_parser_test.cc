@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <random>
 
 #include "records/example.pb.h"
@@ -355,19 +356,18 @@ FeatureSpec TestSpec() {
 const std::vector<std::string> kNames = {"image",   "label", "name",  "tokens",
                                          "weights", "tags",  "other", ""};
 
-// 3,000 batches of one to `max_batch` random Examples with features from
-// `names`: the fast parser gives protobuf's values or its error for each,
-// and both outcomes occur at least 300 times.
-void ExpectMatchesProtobufOnRandomBatches(const FeatureSpec& spec,
-                                          const std::vector<std::string>& names,
-                                          uint64_t seed, uint64_t max_batch) {
-  Generator g(seed);
+// 3,000 batches from `make_batch`: the fast parser gives protobuf's values
+// or its error for each, and they occur more than `min_ok` and
+// `min_errors` times.  ExpectMatchesProtobufOnRandomBatches: batches of one
+// to `max_batch` random Examples with features from `names`, each outcome
+// more than 300 times.
+void ExpectMatchesProtobufOnBatches(
+    const FeatureSpec& spec, Generator& g,
+    const std::function<std::vector<std::string>(Generator&)>& make_batch,
+    int min_ok, int min_errors) {
   int ok = 0, errors = 0;
   for (int round = 0; round < 3000; ++round) {
-    std::vector<std::string> batch;
-    const size_t n = 1 + g.Below(max_batch);
-    for (size_t i = 0; i < n; ++i)
-      batch.push_back(RandomExample(g, names, spec));
+    const std::vector<std::string> batch = make_batch(g);
     ParsedBatch fast, reference;
     const std::string fast_error = FastParse(spec, batch, &fast);
     const std::string reference_error = ReferenceParse(spec, batch, &reference);
@@ -380,8 +380,24 @@ void ExpectMatchesProtobufOnRandomBatches(const FeatureSpec& spec,
     }
   }
   // Both paths must have been exercised.
-  EXPECT_GT(ok, 300);
-  EXPECT_GT(errors, 300);
+  EXPECT_GT(ok, min_ok);
+  EXPECT_GT(errors, min_errors);
+}
+
+void ExpectMatchesProtobufOnRandomBatches(const FeatureSpec& spec,
+                                          const std::vector<std::string>& names,
+                                          uint64_t seed, uint64_t max_batch) {
+  Generator g(seed);
+  ExpectMatchesProtobufOnBatches(
+      spec, g,
+      [&](Generator& g) {
+        std::vector<std::string> batch;
+        const size_t n = 1 + g.Below(max_batch);
+        for (size_t i = 0; i < n; ++i)
+          batch.push_back(RandomExample(g, names, spec));
+        return batch;
+      },
+      300, 300);
 }
 
 TEST(ExampleParserTest, MatchesProtobufOnRandomExamples) {
@@ -512,36 +528,27 @@ TEST(ExampleParserTest, ExamplesLaidOutAlikeMatchProtobuf) {
   const FeatureSpec spec = TestSpec();
   google::protobuf::LogSilencer silence;
   Generator g(11);
-  int ok = 0, errors = 0;
-  for (int round = 0; round < 3000; ++round) {
-    std::vector<std::string> batch = {UsualExample(g, 3)};
-    for (int i = 0; i < 15; ++i) {
-      // Half of them the one before with new values, half edits of it.
-      std::string next = g.Coin(2) ? UsualExample(g, 3) : batch.back();
-      if (g.Coin(20)) next = UsualExample(g, g.Coin(2) ? 2 : 4);
-      if (g.Coin(12)) {
-        const size_t at = g.Below(next.size());
-        if (g.Coin(2)) {
-          next[at] = static_cast<char>(g.rng()());
-        } else {
-          next[at] ^= static_cast<char>(1 << g.Below(8));
+  ExpectMatchesProtobufOnBatches(
+      spec, g,
+      [](Generator& g) {
+        std::vector<std::string> batch = {UsualExample(g, 3)};
+        for (int i = 0; i < 15; ++i) {
+          // Half of them the one before with new values, half edits of it.
+          std::string next = g.Coin(2) ? UsualExample(g, 3) : batch.back();
+          if (g.Coin(20)) next = UsualExample(g, g.Coin(2) ? 2 : 4);
+          if (g.Coin(12)) {
+            const size_t at = g.Below(next.size());
+            if (g.Coin(2)) {
+              next[at] = static_cast<char>(g.rng()());
+            } else {
+              next[at] ^= static_cast<char>(1 << g.Below(8));
+            }
+          }
+          batch.push_back(next);
         }
-      }
-      batch.push_back(next);
-    }
-    ParsedBatch fast, reference;
-    const std::string fast_error = FastParse(spec, batch, &fast);
-    const std::string reference_error = ReferenceParse(spec, batch, &reference);
-    ASSERT_EQ(fast_error, reference_error) << "round " << round;
-    if (fast_error.empty()) {
-      ExpectSameBatch(fast, reference, " round " + std::to_string(round));
-      ++ok;
-    } else {
-      ++errors;
-    }
-  }
-  EXPECT_GT(ok, 1000);
-  EXPECT_GT(errors, 300);
+        return batch;
+      },
+      1000, 300);
 }
 
 // Feature names of every length class the name table distinguishes (up to
