@@ -46,17 +46,21 @@ EOF
 
 out=$work/runs.jsonl
 : > "$out"
-run() {  # name files spec repeat extra...
-  local name=$1 files=$2 spec=$3 repeat=$4
-  shift 4
+bench() {  # files spec extra...: the pipeline's JSON lines in run.jsonl
+  local files=$1 spec=$2
+  shift 2
   # The output goes to a file and is read after the run: a reader on the
   # other end of a pipe starts while the run does and, where python3 is
   # slow to start (a pyenv shim: ~0.3 s of CPU), takes a core from runs
   # that last under a second.  It once cut figures here by up to 30%.
   # shellcheck disable=SC2086
   "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
-    --seed 1 --repeat "$repeat" --threads "$threads" --json "$@" \
-    >"$work/run.jsonl"
+    --seed 1 --threads "$threads" --json "$@" >"$work/run.jsonl"
+}
+run() {  # name files spec repeat extra...
+  local name=$1 files=$2 spec=$3 repeat=$4
+  shift 4
+  bench "$files" "$spec" --repeat "$repeat" "$@"
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -93,9 +97,7 @@ check() {  # name files spec extra...
   shift 3
   for fusion in "" --no-fusion; do
     # shellcheck disable=SC2086
-    "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
-      --seed 1 --repeat 2 --threads "$threads" --json --digest data \
-      $fusion "$@" >"$work/run.jsonl"
+    bench "$files" "$spec" --repeat 2 --digest data $fusion "$@"
     python3 -c '
 import json, sys
 for line in sys.stdin:
