@@ -604,14 +604,26 @@ class ShuffleStream final : public RecordStream {
 
   bool Next(RecordView* out) override {
     while (!input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
-      Entry e;
-      if (!in_->Next(&e.view)) {
+      // Read straight into the buffer's end (no temporary to clear and
+      // move: this runs once per record).
+      Entry& e = buffer_.emplace_back();
+      bool got;
+      try {
+        got = in_->Next(&e.view);
+      } catch (...) {
+        buffer_.pop_back();
+        throw;
+      }
+      if (!got) {
+        buffer_.pop_back();
         input_end_ = true;
         break;
       }
       e.inserted = inserted_++;
-      buffer_.push_back(std::move(e));
-      if (inserted_ % sweep_every_ == 0) CompactOld();
+      if (--until_sweep_ == 0) {
+        until_sweep_ = sweep_every_;
+        CompactOld();
+      }
     }
     if (buffer_.empty()) return false;
     // The entry a draw kPeek draws ahead will take, if the buffer stays
@@ -682,6 +694,7 @@ class ShuffleStream final : public RecordStream {
   std::unique_ptr<RecordStream> in_;
   Rng rng_;
   const uint64_t sweep_every_;
+  uint64_t until_sweep_ = sweep_every_;  // insertions until CompactOld
   std::vector<Entry> buffer_;
   uint64_t inserted_ = 0;
   bool input_end_ = false;

@@ -80,13 +80,6 @@ class CountedIterator final : public IteratorBase {
 
 }  // namespace
 
-uint64_t MixSeed(uint64_t a, uint64_t b) {
-  uint64_t z = a + 0x9e3779b97f4a7c15ULL * (b + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t Fingerprint(std::string_view s) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : s) {

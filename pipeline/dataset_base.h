@@ -228,7 +228,13 @@ class WaitScope {
 };
 
 // Mixes two 64-bit values into one (SplitMix64 finaliser); for seeds.
-uint64_t MixSeed(uint64_t a, uint64_t b);
+// Inline: the shuffles draw with it once or twice per record.
+inline uint64_t MixSeed(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9e3779b97f4a7c15ULL * (b + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
 // FNV-1a of `s`: stable across processes and builds.
 uint64_t Fingerprint(std::string_view s);
 
