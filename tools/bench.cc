@@ -14,6 +14,8 @@
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
+#include <utility>
 
 #include "pipeline/dataset.h"
 #include "records/crc32c.h"
@@ -101,46 +103,68 @@ uint64_t Digest(uint64_t digest, const pipeline::Element& e) {
   return digest;
 }
 
-// Folds an element into the order digest by where each of its records
+// The order digest: folds each delivered element by where its records
 // came from (file, offset, record index, in order; plus the components'
-// names, dtypes and shapes), and returns true; false, with *digest
-// untouched, when a record's origin is not known (then Digest hashes its
-// values).  A few nanoseconds a record, where hashing the values took
-// ~13% of a one-thread run's time: work a consumer does, not the
-// pipeline (--digest data still hashes them).
-bool FoldOrigins(uint64_t* digest, const pipeline::Element& e) {
-  uint64_t d = *digest;
-  for (const auto& c : e.components) {
-    const auto& t = c.tensor;
-    d = pipeline::MixSeed(d,
-                          records::crc32c::Value(c.name.data(), c.name.size()));
-    d = pipeline::MixSeed(d, static_cast<uint64_t>(t.dtype()));
-    for (int64_t dim : t.shape().dims()) {
-      d = pipeline::MixSeed(d, static_cast<uint64_t>(dim));
+// names, dtypes and shapes).  A few nanoseconds a record, where hashing
+// the values took ~13% of a one-thread run's time: work a consumer does,
+// not the pipeline (--digest data still hashes them).  A record's hash
+// depends on it alone, so the records' multiplies overlap; only one mix a
+// record is chained through the digest.  File names are hashed once per
+// run (a shuffle's rows change file nearly every record).
+class OriginDigest {
+ public:
+  // Folds `e` into *digest and returns true; false, with *digest
+  // untouched, when a record's origin is not known (then Digest hashes
+  // its values).
+  bool Fold(uint64_t* digest, const pipeline::Element& e) {
+    uint64_t d = *digest;
+    for (const auto& c : e.components) {
+      const auto& t = c.tensor;
+      d = pipeline::MixSeed(
+          d, records::crc32c::Value(c.name.data(), c.name.size()));
+      d = pipeline::MixSeed(d, static_cast<uint64_t>(t.dtype()));
+      for (int64_t dim : t.shape().dims()) {
+        d = pipeline::MixSeed(d, static_cast<uint64_t>(dim));
+      }
     }
-  }
-  const std::string* last_file = nullptr;
-  uint64_t file_hash = 0;
-  auto fold = [&](const pipeline::Origin& o) {
-    if (!o.file) return false;
-    if (o.file.get() != last_file) {  // the rows of a file share its name
-      last_file = o.file.get();
-      file_hash = records::crc32c::Value(o.file->data(), o.file->size());
+    auto fold = [&](const pipeline::Origin& o) {
+      if (!o.file) return false;
+      const uint64_t h = pipeline::MixSeed(
+          pipeline::MixSeed(FileHash(o.file), o.offset), o.record);
+      d = pipeline::MixSeed(d, h);
+      return true;
+    };
+    if (e.batch_origins) {
+      for (const pipeline::Origin& o : *e.batch_origins) {
+        if (!fold(o)) return false;
+      }
+    } else if (!fold(e.origin)) {
+      return false;
     }
-    d = pipeline::MixSeed(
-        pipeline::MixSeed(pipeline::MixSeed(d, file_hash), o.offset), o.record);
+    *digest = d;
     return true;
-  };
-  if (e.batch_origins) {
-    for (const pipeline::Origin& o : *e.batch_origins) {
-      if (!fold(o)) return false;
-    }
-  } else if (!fold(e.origin)) {
-    return false;
   }
-  *digest = d;
-  return true;
-}
+
+ private:
+  uint64_t FileHash(const std::shared_ptr<const std::string>& name) {
+    if (name.get() == last_) return last_hash_;
+    auto [it, added] = hashes_.try_emplace(name.get());
+    if (added) {
+      it->second = {name, records::crc32c::Value(name->data(), name->size())};
+    }
+    last_ = name.get();
+    last_hash_ = it->second.second;
+    return last_hash_;
+  }
+
+  // By the name's address, holding the name so that the address stays
+  // its own for the run.
+  std::unordered_map<const std::string*,
+                     std::pair<std::shared_ptr<const std::string>, uint64_t>>
+      hashes_;
+  const std::string* last_ = nullptr;
+  uint64_t last_hash_ = 0;
+};
 
 // Records in a delivered element: its first dimension after Batch.
 uint64_t RecordsIn(const pipeline::Element& e, bool batched) {
@@ -309,6 +333,7 @@ nlohmann::json RunOnce(const BenchOptions& o,
 
   uint64_t records = 0, batches = 0, digest = 0;
   const bool order_only = o.digest == "order";
+  OriginDigest origins;
   pipeline::Element e;
   const auto start = Clock::now();
   auto last_report = start;
@@ -317,7 +342,7 @@ nlohmann::json RunOnce(const BenchOptions& o,
     if (!it.Next(&e)) break;
     ++batches;
     records += RecordsIn(e, batched);
-    if (!order_only || !FoldOrigins(&digest, e)) digest = Digest(digest, e);
+    if (!order_only || !origins.Fold(&digest, e)) digest = Digest(digest, e);
     if (live && (batches & 63) == 0) {
       const auto now = Clock::now();
       if (now - last_report > std::chrono::milliseconds(500)) {
