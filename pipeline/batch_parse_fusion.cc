@@ -604,8 +604,9 @@ class ShuffleStream final : public RecordStream {
 
   bool Next(RecordView* out) override {
     while (!input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
-      // Read straight into the buffer's end (no temporary to clear and
-      // move: this runs once per record).
+      // Read straight into the buffer's end, with no temporary moved in
+      // (this runs once per record); the entry is popped again when no
+      // record comes.
       Entry& e = buffer_.emplace_back();
       bool got;
       try {
