@@ -41,15 +41,12 @@ void CheckSameComponents(const Element& first, const Element& e, size_t i) {
   }
 }
 
-std::shared_ptr<const std::vector<Origin>> Origins(
+std::shared_ptr<const BatchOrigins> Origins(
     const std::vector<Element>& elements) {
-  bool any = false;
-  for (const auto& e : elements) any = any || e.origin.file;
-  if (!any) return nullptr;
-  auto v = std::make_shared<std::vector<Origin>>();
-  v->reserve(elements.size());
-  for (const auto& e : elements) v->push_back(e.origin);
-  return v;
+  std::vector<const Origin*> origins;
+  origins.reserve(elements.size());
+  for (const auto& e : elements) origins.push_back(&e.origin);
+  return BatchOrigins::Of(origins);
 }
 
 Tensor StackBytes(const std::vector<Element>& elements, size_t c,
@@ -395,8 +392,7 @@ class UnbatchDataset final : public UnaryDataset {
       for (const auto& c : batch_.components) {
         out->components.push_back({c.name, c.tensor.Slice(next_row_)});
       }
-      const Origin* o = batch_.OriginOf(next_row_);
-      out->origin = o ? *o : Origin{};
+      out->origin = batch_.OriginOf(next_row_).value_or(Origin{});
       out->batch_origins.reset();
       ++next_row_;
       return true;

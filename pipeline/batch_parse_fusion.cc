@@ -107,6 +107,10 @@ struct Env {
   // The fused global shuffle's files (null for the TFRecord source).
   const GlobalShuffleSource* global = nullptr;
 
+  // *paths, shared by the batches' origins (whose rows name files by
+  // FileId), so that a batch holds its file names with one count.
+  std::shared_ptr<const BatchOrigins::Files> origin_files;
+
   uint64_t FileId(const RecordView& v) const {
     return static_cast<uint64_t>(v.path - paths->data());
   }
@@ -809,6 +813,8 @@ class FusedBatchParse final : public IteratorBase {
     const FusableStage& source = chain_.back();
     env_.ctx = ctx;
     env_.paths = source.paths;
+    env_.origin_files =
+        std::make_shared<const BatchOrigins::Files>(*source.paths);
     env_.options = source.tfrecord;
     env_.global = source.global;
     env_.read_ahead = calls > 1;
@@ -1089,13 +1095,15 @@ class FusedBatchParse final : public IteratorBase {
       // parser asks for each record's lines a few records ahead
       // (records/example_parser.cc, PrefetchExample).
       std::vector<std::string_view> serialized(records.size());
-      auto origins = std::make_shared<std::vector<Origin>>(records.size());
+      std::vector<BatchOrigins::Row> rows(records.size());
       for (size_t i = 0; i < records.size(); ++i) {
         serialized[i] = records[i].bytes();
-        (*origins)[i] = {*records[i].path, records[i].offset, records[i].index,
-                         std::nullopt};
+        rows[i].offset = records[i].offset;
+        rows[i].record = records[i].index;
+        rows[i].file = static_cast<uint32_t>(env_.FileId(records[i]));
       }
-      slot->element.batch_origins = std::move(origins);
+      slot->element.batch_origins = std::make_shared<const BatchOrigins>(
+          env_.origin_files, std::move(rows));
       ParseRecords(*info_.parser, serialized, true, &slot->element);
       if (info_.options.keep_record) {
         slot->element.components.push_back(

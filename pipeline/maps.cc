@@ -10,8 +10,8 @@ namespace {
 
 // " (FILE: record N at offset O)" for an element read from a file.
 std::string Where(const Element& e) {
-  const Origin* o = e.OriginOf(0);
-  if (o == nullptr || o->file == nullptr) return "";
+  const std::optional<Origin> o = e.OriginOf(0);
+  if (!o) return "";
   return fmt::format(" ({}{})", e.batch_origins ? "batch starting at " : "",
                      o->ToString());
 }

@@ -44,8 +44,8 @@ Tensor FeatureTensor(records::ParsedFeature& f, bool batched, int64_t n) {
 }
 
 records::ParseContext Context(const Element& e, int64_t i) {
-  const Origin* o = e.OriginOf(i);
-  if (o == nullptr || !o->file) return {};
+  const std::optional<Origin> o = e.OriginOf(i);
+  if (!o) return {};
   return {*o->file, o->record};
 }
 

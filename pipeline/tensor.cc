@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <unordered_map>
 
 namespace recflow::pipeline {
 namespace {
@@ -469,6 +470,73 @@ std::string Origin::ToString() const {
   return fmt::format("{}: record {} at offset {}", *file, record, offset);
 }
 
+BatchOrigins::BatchOrigins(std::shared_ptr<const Files> files,
+                           std::vector<Row> rows)
+    : files_(std::move(files)), rows_(std::move(rows)) {
+  for (const Row& r : rows_) {
+    if (r.file != kNoFile && r.file >= files_->size()) {
+      throw Error(
+          fmt::format("batch origins: file {} of {}", r.file, files_->size()));
+    }
+  }
+}
+
+std::shared_ptr<const BatchOrigins> BatchOrigins::Of(
+    std::span<const Origin* const> origins) {
+  auto files = std::make_shared<Files>();
+  std::vector<Row> rows(origins.size());
+  // Each distinct name once: batches mostly repeat the last file, and a
+  // map takes over from a linear search once there are many.
+  std::unordered_map<const std::string*, uint32_t> index;
+  const std::string* last = nullptr;
+  uint32_t last_file = kNoFile;
+  for (size_t i = 0; i < origins.size(); ++i) {
+    const Origin& o = *origins[i];
+    Row& r = rows[i];
+    r.offset = o.offset;
+    r.record = o.record;
+    r.has_frame_crc = o.frame_crc.has_value();
+    r.frame_crc = o.frame_crc.value_or(0);
+    if (!o.file) continue;
+    if (o.file.get() != last) {
+      last = o.file.get();
+      last_file = kNoFile;
+      if (files->size() < 8) {
+        for (size_t k = 0; k < files->size(); ++k) {
+          if ((*files)[k].get() == last) last_file = static_cast<uint32_t>(k);
+        }
+      } else {
+        if (index.empty()) {
+          for (size_t k = 0; k < files->size(); ++k) {
+            index.emplace((*files)[k].get(), static_cast<uint32_t>(k));
+          }
+        }
+        const auto it = index.find(last);
+        if (it != index.end()) last_file = it->second;
+      }
+      if (last_file == kNoFile) {
+        last_file = static_cast<uint32_t>(files->size());
+        files->push_back(o.file);
+        if (!index.empty()) index.emplace(last, last_file);
+      }
+    }
+    r.file = last_file;
+  }
+  if (files->empty()) return nullptr;
+  return std::make_shared<const BatchOrigins>(std::move(files),
+                                              std::move(rows));
+}
+
+Origin BatchOrigins::operator[](size_t i) const {
+  const Row& r = rows_[i];
+  Origin o;
+  if (r.file != kNoFile) o.file = (*files_)[r.file];
+  o.offset = r.offset;
+  o.record = r.record;
+  if (r.has_frame_crc) o.frame_crc = r.frame_crc;
+  return o;
+}
+
 const Tensor* Element::Find(std::string_view name) const {
   for (const auto& c : components) {
     if (c.name == name) return &c.tensor;
@@ -500,14 +568,16 @@ size_t Element::byte_size() const {
   return n;
 }
 
-const Origin* Element::OriginOf(int64_t i) const {
+std::optional<Origin> Element::OriginOf(int64_t i) const {
   if (batch_origins) {
     if (i >= 0 && static_cast<size_t>(i) < batch_origins->size()) {
-      return &(*batch_origins)[i];
+      Origin o = (*batch_origins)[static_cast<size_t>(i)];
+      if (o.file) return o;
     }
-    return nullptr;
+    return std::nullopt;
   }
-  return origin.file ? &origin : nullptr;
+  if (!origin.file) return std::nullopt;
+  return origin;
 }
 
 bool Element::operator==(const Element& o) const {

@@ -239,6 +239,42 @@ struct Origin {
   std::string ToString() const;  // "FILE: record N at offset O"
 };
 
+// The origins of a batch's rows, compactly: each file name once (shared,
+// often the source's whole file list) and per row the file's number there,
+// the offset, the record index and the frame CRC.  A batch builds it once
+// and never changes it; it may then be read from any thread.  A row costs
+// no reference count (an Origin's file name does), which matters at
+// millions of records a second.
+class BatchOrigins {
+ public:
+  using Files = std::vector<std::shared_ptr<const std::string>>;
+  static constexpr uint32_t kNoFile = UINT32_MAX;
+  struct Row {
+    uint64_t offset = 0;
+    uint64_t record = 0;
+    uint32_t file = kNoFile;  // an index in files(), or kNoFile: unknown
+    bool has_frame_crc = false;
+    uint32_t frame_crc = 0;
+  };
+
+  // `rows` name files by their index in `*files` (not null).
+  BatchOrigins(std::shared_ptr<const Files> files, std::vector<Row> rows);
+  // The origins of `origins` (each file name kept once); null when no
+  // origin has a file.
+  static std::shared_ptr<const BatchOrigins> Of(
+      std::span<const Origin* const> origins);
+
+  size_t size() const { return rows_.size(); }
+  const Row& row(size_t i) const { return rows_[i]; }
+  const Files& files() const { return *files_; }
+  // Row `i` as an Origin (with no file when the row has none).
+  Origin operator[](size_t i) const;
+
+ private:
+  std::shared_ptr<const Files> files_;
+  std::vector<Row> rows_;
+};
+
 struct Element {
   struct Component {
     std::string name;
@@ -246,7 +282,7 @@ struct Element {
   };
   std::vector<Component> components;
   Origin origin;
-  std::shared_ptr<const std::vector<Origin>> batch_origins;
+  std::shared_ptr<const BatchOrigins> batch_origins;
 
   // The tensor called `name`; throws Error listing the names there are.
   const Tensor& operator[](std::string_view name) const;
@@ -254,8 +290,10 @@ struct Element {
   // Adds `name` or replaces the tensor of that name.
   void Set(std::string name, Tensor tensor);
   size_t byte_size() const;
-  // The origin of row `i` of a batch, or `origin` for a single element.
-  const Origin* OriginOf(int64_t i) const;
+  // The origin of row `i` of a batch, or `origin` for a single element;
+  // none when it is not known.  Its file name stays valid while the
+  // element's origins do.
+  std::optional<Origin> OriginOf(int64_t i) const;
   bool operator==(const Element& o) const;  // names and tensors
   std::string DebugString() const;
 };

@@ -127,18 +127,22 @@ class OriginDigest {
         d = pipeline::MixSeed(d, static_cast<uint64_t>(dim));
       }
     }
-    auto fold = [&](const pipeline::Origin& o) {
-      if (!o.file) return false;
-      const uint64_t h = pipeline::MixSeed(
-          pipeline::MixSeed(FileHash(o.file), o.offset), o.record);
+    auto fold = [&](const std::shared_ptr<const std::string>& file,
+                    uint64_t offset, uint64_t record) {
+      const uint64_t h =
+          pipeline::MixSeed(pipeline::MixSeed(FileHash(file), offset), record);
       d = pipeline::MixSeed(d, h);
-      return true;
     };
     if (e.batch_origins) {
-      for (const pipeline::Origin& o : *e.batch_origins) {
-        if (!fold(o)) return false;
+      const pipeline::BatchOrigins& origins = *e.batch_origins;
+      for (size_t i = 0; i < origins.size(); ++i) {
+        const pipeline::BatchOrigins::Row& r = origins.row(i);
+        if (r.file == pipeline::BatchOrigins::kNoFile) return false;
+        fold(origins.files()[r.file], r.offset, r.record);
       }
-    } else if (!fold(e.origin)) {
+    } else if (e.origin.file) {
+      fold(e.origin.file, e.origin.offset, e.origin.record);
+    } else {
       return false;
     }
     *digest = d;

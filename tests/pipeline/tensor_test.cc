@@ -1,5 +1,6 @@
 // Tensor and Element (tensor.cc): shared storage, views and slices, bytes
-// and ragged values, compaction, and the errors that name what was wrong.
+// and ragged values, compaction, batch origins, and the errors that name
+// what was wrong.
 #include "pipeline/tensor.h"
 
 #include <gtest/gtest.h>
@@ -91,6 +92,66 @@ TEST(TensorTest, EqualityAndTheElementsNames) {
     EXPECT_NE(std::string(err.what()).find("x"), std::string::npos)
         << err.what();  // lists the names there are
   }
+}
+
+// A batch's origins keep each file name once, whatever the number of files
+// (a linear search up to 8, a map beyond), and give every row back whole:
+// its file, offset, record and frame CRC, or no file where it had none.
+TEST(TensorTest, BatchOriginsKeepEachFileOnceAndGiveEveryRowBack) {
+  std::vector<std::shared_ptr<const std::string>> names;
+  for (int f = 0; f < 20; ++f) {
+    names.push_back(
+        std::make_shared<const std::string>("f" + std::to_string(f)));
+  }
+  std::vector<Origin> origins;
+  for (int i = 0; i < 100; ++i) {
+    Origin o;
+    // Files in a scattered order that comes back to old ones, as a
+    // shuffle's rows do; every seventh row has no file.
+    if (i % 7 != 3) o.file = names[static_cast<size_t>((i * 13) % 20)];
+    o.offset = static_cast<uint64_t>(1000 + i);
+    o.record = static_cast<uint64_t>(i);
+    if (i % 2 == 0) o.frame_crc = static_cast<uint32_t>(0xABC00000u + i);
+    origins.push_back(o);
+  }
+  std::vector<const Origin*> pointers;
+  for (const Origin& o : origins) pointers.push_back(&o);
+  const auto batch = BatchOrigins::Of(pointers);
+  ASSERT_NE(batch, nullptr);
+  ASSERT_EQ(batch->size(), origins.size());
+  EXPECT_EQ(batch->files().size(), names.size());
+  for (size_t k = 0; k < batch->files().size(); ++k) {
+    for (size_t j = 0; j < k; ++j) {
+      EXPECT_NE(batch->files()[k], batch->files()[j]) << k << " " << j;
+    }
+  }
+  for (size_t i = 0; i < origins.size(); ++i) {
+    const Origin o = (*batch)[i];
+    EXPECT_EQ(o.file, origins[i].file) << i;  // the same name, not a copy
+    EXPECT_EQ(o.offset, origins[i].offset) << i;
+    EXPECT_EQ(o.record, origins[i].record) << i;
+    EXPECT_EQ(o.frame_crc, origins[i].frame_crc) << i;
+  }
+
+  Element e;
+  e.batch_origins = batch;
+  EXPECT_FALSE(e.OriginOf(3).has_value());  // a row with no file
+  ASSERT_TRUE(e.OriginOf(4).has_value());
+  EXPECT_EQ(e.OriginOf(4)->ToString(), "f12: record 4 at offset 1004");
+  EXPECT_FALSE(e.OriginOf(100).has_value());
+  EXPECT_FALSE(e.OriginOf(-1).has_value());
+
+  // No file at all: no origins; a row naming a file that is not there is
+  // refused.
+  Origin none;
+  const Origin* just_none[] = {&none};
+  EXPECT_EQ(BatchOrigins::Of(just_none), nullptr);
+  BatchOrigins::Row bad;
+  bad.file = 2;
+  EXPECT_THROW(BatchOrigins(std::make_shared<const BatchOrigins::Files>(
+                                names.begin(), names.begin() + 2),
+                            {bad}),
+               Error);
 }
 
 }  // namespace
