@@ -220,6 +220,27 @@ class FileReader {
     *out = std::move(current_.views[pos_++]);
     return true;
   }
+  // Up to `n` next records appended to *out, as `n` calls of Next() would
+  // (false: the file ended first; a throw leaves those taken before the
+  // error in *out).
+  bool Take(size_t n, std::vector<RecordView>* out) {
+    while (n > 0) {
+      if (pos_ >= current_.views.size()) {
+        RecordView v;
+        if (!Next(&v)) return false;
+        out->push_back(std::move(v));
+        --n;
+        continue;
+      }
+      const size_t k = std::min(n, current_.views.size() - pos_);
+      const auto from = current_.views.begin() + static_cast<ptrdiff_t>(pos_);
+      out->insert(out->end(), std::make_move_iterator(from),
+                  std::make_move_iterator(from + static_cast<ptrdiff_t>(k)));
+      pos_ += k;
+      n -= k;
+    }
+    return true;
+  }
   bool failed_at_open() const { return failed_at_open_; }
   // Whether Next() would return without waiting for a reader task or
   // reading a chunk itself.
@@ -381,6 +402,28 @@ class RecordStream {
  public:
   virtual ~RecordStream() = default;
   virtual bool Next(RecordView* out) = 0;
+  // Up to `n` next records appended to *out, the same as `n` calls of
+  // Next() would give (false: the stream ended first).  After a throw, the
+  // records taken before the error are in *out.  Stages that can hand on
+  // runs of records override it: the planner takes a batch at once instead
+  // of a chain of calls a record.
+  virtual bool Take(size_t n, std::vector<RecordView>* out) {
+    for (; n > 0; --n) {
+      RecordView& v = out->emplace_back();
+      bool got;
+      try {
+        got = Next(&v);
+      } catch (...) {
+        out->pop_back();
+        throw;
+      }
+      if (!got) {
+        out->pop_back();
+        return false;
+      }
+    }
+    return true;
+  }
   // Waits until no reader task below is running (Env::paused set).
   virtual void Quiesce() = 0;
   // Starts reading ahead again after Env::paused was cleared.
@@ -438,6 +481,41 @@ class SourceStream final : public RecordStream {
         Advance();
       }
     }
+  }
+
+  // One file at a time (num_parallel_reads 1): runs of the open file's
+  // records; the cycle and block counter end as Next() would leave them.
+  bool Take(size_t n, std::vector<RecordView>* out) override {
+    if (slots_.size() != 1) return RecordStream::Take(n, out);
+    const auto block_length =
+        static_cast<uint64_t>(env_->options->block_length);
+    Slot& slot = slots_[0];
+    while (n > 0) {
+      if (!slot.reader) {
+        if (next_file_ >= order_.size()) return false;
+        Open(slot, next_file_++);
+        continue;
+      }
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = slot.reader->Take(n, out);
+      } catch (...) {
+        block_index_ = (block_index_ + (out->size() - before)) % block_length;
+        if (slot.reader->failed_at_open()) {
+          slot.reader.reset();
+          --open_;
+        } else {
+          Close(slot);
+        }
+        throw;
+      }
+      const size_t got = out->size() - before;
+      block_index_ = (block_index_ + got) % block_length;
+      n -= got;
+      if (!more) Close(slot);
+    }
+    return true;
   }
 
   void Quiesce() override {
@@ -732,6 +810,34 @@ class RepeatStream final : public RecordStream {
     }
   }
 
+  bool Take(size_t n, std::vector<RecordView>* out) override {
+    while (n > 0) {
+      if (!in_) {
+        if (count_ >= 0 && epoch_ >= count_) return false;
+        Open();
+      }
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = in_->Take(n, out);
+      } catch (...) {
+        produced_ = produced_ || out->size() > before;
+        throw;
+      }
+      const size_t got = out->size() - before;
+      produced_ = produced_ || got > 0;
+      n -= got;
+      if (more) continue;
+      in_.reset();
+      if (!produced_) {
+        epoch_ = count_ >= 0 ? count_ : epoch_;
+        return false;
+      }
+      ++epoch_;
+    }
+    return true;
+  }
+
   void Quiesce() override {
     if (in_) in_->Quiesce();
   }
@@ -962,13 +1068,8 @@ class FusedBatchParse final : public IteratorBase {
     if (batch_end_) return false;
     const auto n = static_cast<size_t>(batch_.batch_size);
     pending_.reserve(n);
-    while (pending_.size() < n) {
-      RecordView v;
-      if (!stream_->Next(&v)) {
-        batch_end_ = true;
-        break;
-      }
-      pending_.push_back(std::move(v));
+    if (pending_.size() < n && !stream_->Take(n - pending_.size(), &pending_)) {
+      batch_end_ = true;
     }
     if (pending_.empty() ||
         (batch_end_ && batch_.drop_remainder && pending_.size() < n)) {
