@@ -108,9 +108,10 @@ uint64_t Digest(uint64_t digest, const pipeline::Element& e) {
 // names, dtypes and shapes).  A few nanoseconds a record, where hashing
 // the values took ~13% of a one-thread run's time: work a consumer does,
 // not the pipeline (--digest data still hashes them).  A record's hash
-// depends on it alone, so the records' multiplies overlap; only one mix a
-// record is chained through the digest.  File names are hashed once per
-// run (a shuffle's rows change file nearly every record).
+// depends on it alone, so the records' multiplies overlap; a batch's rows
+// are chained by one multiply-add each and mixed into the digest once.
+// File names are hashed once per run (a shuffle's rows change file nearly
+// every record).
 class OriginDigest {
  public:
   // Folds `e` into *digest and returns true; false, with *digest
@@ -127,21 +128,26 @@ class OriginDigest {
         d = pipeline::MixSeed(d, static_cast<uint64_t>(dim));
       }
     }
-    auto fold = [&](const std::shared_ptr<const std::string>& file,
+    auto hash = [&](const std::shared_ptr<const std::string>& file,
                     uint64_t offset, uint64_t record) {
-      const uint64_t h =
-          pipeline::MixSeed(pipeline::MixSeed(FileHash(file), offset), record);
-      d = pipeline::MixSeed(d, h);
+      return pipeline::MixSeed(pipeline::MixSeed(FileHash(file), offset),
+                               record);
     };
     if (e.batch_origins) {
+      // The rows' hashes as a polynomial (order matters; one multiply-add
+      // a row is chained), mixed into the digest once a batch.
       const pipeline::BatchOrigins& origins = *e.batch_origins;
+      uint64_t rows = 0;
       for (size_t i = 0; i < origins.size(); ++i) {
         const pipeline::BatchOrigins::Row& r = origins.row(i);
         if (r.file == pipeline::BatchOrigins::kNoFile) return false;
-        fold(origins.files()[r.file], r.offset, r.record);
+        rows = rows * kRowMultiplier +
+               hash(origins.files()[r.file], r.offset, r.record);
       }
+      d = pipeline::MixSeed(d, rows);
     } else if (e.origin.file) {
-      fold(e.origin.file, e.origin.offset, e.origin.record);
+      d = pipeline::MixSeed(
+          d, hash(e.origin.file, e.origin.offset, e.origin.record));
     } else {
       return false;
     }
@@ -150,6 +156,8 @@ class OriginDigest {
   }
 
  private:
+  static constexpr uint64_t kRowMultiplier = 0x9e3779b97f4a7c15ULL;  // odd
+
   uint64_t FileHash(const std::shared_ptr<const std::string>& name) {
     if (name.get() == last_) return last_hash_;
     auto [it, added] = hashes_.try_emplace(name.get());
