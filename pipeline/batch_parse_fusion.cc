@@ -12,7 +12,8 @@
 //     never record bytes), kBatchesAhead batches per parse call ahead
 //   parse tasks (parse's num_parallel_calls at once, in the arena):
 //     parse a batch's views straight into its tensors; the consumer
-//     parses queued batches too while the one it needs is not ready
+//     parses queued batches too while the one it needs is not ready, and
+//     while the planner waits for a reader task that is mid-chunk
 //   consumer: takes the batches in planned order
 //
 // With one parse call there are no tasks: the consumer's thread reads,
@@ -107,6 +108,11 @@ struct Env {
   uint64_t chunk_bytes = kChunkBytes;
   // Set while a state is saved: reader tasks stop after their chunk.
   std::atomic<bool> paused{false};
+
+  // Work for the planner while a reader task it needs is mid-chunk: parses
+  // one queued batch and returns true, or false when none is queued.  Set
+  // when there are parse tasks (else empty).  Called with no lock held.
+  std::function<bool()> help;
 
   // The fused global shuffle's files (null for the TFRecord source).
   const GlobalShuffleSource* global = nullptr;
@@ -368,6 +374,13 @@ class FileReader {
     std::unique_lock<std::mutex> lock(mu_);
     while (ready_.empty()) {
       if (filling_) {
+        // Parse a queued batch rather than sleep while the task reads.
+        if (env_->help) {
+          lock.unlock();
+          const bool helped = env_->help();
+          lock.lock();
+          if (helped) continue;
+        }
         WaitScope wait(env_->read_counter);
         Wait(lock, [this] { return !filling_; });
         continue;
@@ -432,6 +445,11 @@ class RecordStream {
   virtual void Quiesce() = 0;
   // Starts reading ahead again after Env::paused was cleared.
   virtual void Resume() = 0;
+  // Before the first Next: starts reading ahead (where reader tasks read
+  // ahead at all), so that a stream made early, such as Repeat's next
+  // epoch, has its first records ready when its turn comes.  Changes
+  // nothing of what the stream delivers or saves.
+  virtual void Prepare() {}
   virtual void Save(StateWriter* w) = 0;
   virtual void Restore(StateReader* r) = 0;
 };
@@ -520,6 +538,14 @@ class SourceStream final : public RecordStream {
       if (!more) Close(slot);
     }
     return true;
+  }
+
+  // Opens the first file ahead, as Open() opens the next one.
+  void Prepare() override {
+    if (next_file_ != 0 || ahead_ || order_.empty()) return;
+    ahead_ = std::make_unique<FileReader>(env_, Path(0), 0, 0);
+    ahead_index_ = 0;
+    ahead_->Kick();
   }
 
   void Quiesce() override {
@@ -729,6 +755,7 @@ class ShuffleStream final : public RecordStream {
 
   void Quiesce() override { in_->Quiesce(); }
   void Resume() override { in_->Resume(); }
+  void Prepare() override { in_->Prepare(); }
 
   void Save(StateWriter* w) override {
     w->BeginStage("shuffle");
@@ -791,8 +818,12 @@ class ShuffleStream final : public RecordStream {
 // the epoch.
 class RepeatStream final : public RecordStream {
  public:
-  RepeatStream(const FusableStage& stage, uint64_t salt, StreamMaker make_input)
-      : count_(stage.count), salt_(salt), make_input_(std::move(make_input)) {}
+  RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
+               StreamMaker make_input)
+      : env_(env),
+        count_(stage.count),
+        salt_(salt),
+        make_input_(std::move(make_input)) {}
 
   bool Next(RecordView* out) override {
     while (true) {
@@ -808,6 +839,7 @@ class RepeatStream final : public RecordStream {
       // As Repeat: an input that is empty ends the repetition.
       if (!produced_) {
         epoch_ = count_ >= 0 ? count_ : epoch_;
+        next_.reset();
         return false;
       }
       ++epoch_;
@@ -835,6 +867,7 @@ class RepeatStream final : public RecordStream {
       in_.reset();
       if (!produced_) {
         epoch_ = count_ >= 0 ? count_ : epoch_;
+        next_.reset();
         return false;
       }
       ++epoch_;
@@ -844,9 +877,14 @@ class RepeatStream final : public RecordStream {
 
   void Quiesce() override {
     if (in_) in_->Quiesce();
+    if (next_) next_->Quiesce();
   }
   void Resume() override {
     if (in_) in_->Resume();
+    if (next_) next_->Resume();
+  }
+  void Prepare() override {
+    if (!in_ && (count_ < 0 || epoch_ < count_)) Open();
   }
 
   void Save(StateWriter* w) override {
@@ -864,6 +902,7 @@ class RepeatStream final : public RecordStream {
     }
     const bool produced = r->Bool();
     in_.reset();
+    next_.reset();
     if (r->Bool()) {
       Open();
       in_->Restore(r);
@@ -872,17 +911,27 @@ class RepeatStream final : public RecordStream {
   }
 
  private:
+  // The input of epoch_, and, where readers read ahead, the next epoch's
+  // made now and reading: an epoch's first records (all of them, for a
+  // file shorter than the read-ahead under a larger shuffle buffer) are
+  // then not read while the planner waits at the epoch's start.
   void Open() {
-    in_ = make_input_(RepeatSalt(salt_, epoch_));
+    in_ = next_ ? std::move(next_) : make_input_(RepeatSalt(salt_, epoch_));
     produced_ = false;
+    if (env_->read_ahead && (count_ < 0 || epoch_ + 1 < count_)) {
+      next_ = make_input_(RepeatSalt(salt_, epoch_ + 1));
+      next_->Prepare();
+    }
   }
 
+  Env* env_;
   const int64_t count_;
   const uint64_t salt_;
   StreamMaker make_input_;
   int64_t epoch_ = 0;
   bool produced_ = false;
   std::unique_ptr<RecordStream> in_;
+  std::unique_ptr<RecordStream> next_;  // epoch_ + 1's (see Open)
 };
 
 // Makes the stream of chain[i..] (chain.back() is the source) for `salt`.
@@ -900,7 +949,7 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
           env, s, salt, MakeStream(env, chain, i + 1, salt));
     case FusableStage::Kind::kRepeat:
       return std::make_unique<RepeatStream>(
-          s, salt, [env, &chain, i](uint64_t epoch_salt) {
+          env, s, salt, [env, &chain, i](uint64_t epoch_salt) {
             return MakeStream(env, chain, i + 1, epoch_salt);
           });
     case FusableStage::Kind::kBatch:
@@ -941,6 +990,14 @@ class FusedBatchParse final : public IteratorBase {
     } else {
       env_.read_counter = ctx->Counter(source.dataset, "tfrecord",
                                        env_.read_ahead ? ctx->threads() : 1);
+    }
+    if (calls > 1) {
+      env_.help = [this] {
+        std::unique_lock<std::mutex> lock(mu_);
+        if (to_parse_.empty() || stop_) return false;
+        ParseQueued(lock);
+        return true;
+      };
     }
     plan_counter_ = ctx->Counter(batch_.dataset, "batch");
     parse_counter_ = ctx->Counter(&parse_stage, "parse", calls);

@@ -409,6 +409,9 @@ TEST_F(BatchParseFusionTest, ABadExampleIsNamedByItsFileAndRecord) {
 
 TEST_F(BatchParseFusionTest, AMissingFileFailsWhenItsTurnComes) {
   const Dataset ds = Dataset::FromTFRecords(files_).Batch(64).Parse(Spec());
+  const Dataset repeated =
+      Dataset::FromTFRecords(files_).Shuffle(30, 1).Repeat(3).Batch(64).Parse(
+          Spec(), Calls(2));
   std::remove(files_[2].c_str());
   const auto want = Outcomes(ds, Unfused());
   int errors = 0;
@@ -416,6 +419,21 @@ TEST_F(BatchParseFusionTest, AMissingFileFailsWhenItsTurnComes) {
   ASSERT_EQ(errors, 1);
   EXPECT_EQ(Outcomes(ds, {.threads = 2}), want);
   EXPECT_EQ(Outcomes(ds, {.threads = 1}), want);
+
+  // Under Repeat, the next epoch's first file is opened while this epoch
+  // is read (on 2 threads and more): a missing file still fails in each
+  // epoch when its turn comes, and a state saved after the error goes on.
+  std::remove(files_[0].c_str());
+  const auto want_repeated = Outcomes(repeated, Unfused());
+  errors = 0;
+  for (const auto& line : want_repeated) errors += line.starts_with("error: ");
+  ASSERT_EQ(errors, 6);  // two files, three epochs
+  for (int threads : {1, 2, 3}) {
+    EXPECT_EQ(Outcomes(repeated, {.threads = threads}), want_repeated)
+        << threads;
+    EXPECT_EQ(Outcomes(repeated, {.threads = threads}, true), want_repeated)
+        << threads;
+  }
 }
 
 // The global shuffle fused: planned by the consumer, read by the parse
