@@ -480,13 +480,7 @@ class SourceStream final : public RecordStream {
         try {
           got = slot.reader->Next(out);
         } catch (...) {
-          if (slot.reader->failed_at_open()) {
-            // As the source: the slot stays empty and the cycle stays.
-            slot.reader.reset();
-            --open_;
-          } else {
-            Close(slot);
-          }
+          CloseAfterError(slot);
           throw;
         }
         if (got) {
@@ -524,12 +518,7 @@ class SourceStream final : public RecordStream {
         more = slot.reader->Take(n, out);
       } catch (...) {
         block_index_ = (block_index_ + (out->size() - before)) % block_length;
-        if (slot.reader->failed_at_open()) {
-          slot.reader.reset();
-          --open_;
-        } else {
-          Close(slot);
-        }
+        CloseAfterError(slot);
         throw;
       }
       const size_t got = out->size() - before;
@@ -634,6 +623,17 @@ class SourceStream final : public RecordStream {
     slot.reader.reset();
     --open_;
     Advance();
+  }
+  // After the slot's reader threw: a file that could not be opened leaves
+  // the slot empty and the cycle where it is (as the source does); any
+  // other error closes the file.
+  void CloseAfterError(Slot& slot) {
+    if (slot.reader->failed_at_open()) {
+      slot.reader.reset();
+      --open_;
+    } else {
+      Close(slot);
+    }
   }
   void Advance() {
     cycle_ = (cycle_ + 1) % slots_.size();
@@ -827,31 +827,18 @@ class RepeatStream final : public RecordStream {
 
   bool Next(RecordView* out) override {
     while (true) {
-      if (!in_) {
-        if (count_ >= 0 && epoch_ >= count_) return false;
-        Open();
-      }
+      if (!Begin()) return false;
       if (in_->Next(out)) {
         produced_ = true;
         return true;
       }
-      in_.reset();
-      // As Repeat: an input that is empty ends the repetition.
-      if (!produced_) {
-        epoch_ = count_ >= 0 ? count_ : epoch_;
-        next_.reset();
-        return false;
-      }
-      ++epoch_;
+      if (!EndEpoch()) return false;
     }
   }
 
   bool Take(size_t n, std::vector<RecordView>* out) override {
     while (n > 0) {
-      if (!in_) {
-        if (count_ >= 0 && epoch_ >= count_) return false;
-        Open();
-      }
+      if (!Begin()) return false;
       const size_t before = out->size();
       bool more;
       try {
@@ -863,14 +850,7 @@ class RepeatStream final : public RecordStream {
       const size_t got = out->size() - before;
       produced_ = produced_ || got > 0;
       n -= got;
-      if (more) continue;
-      in_.reset();
-      if (!produced_) {
-        epoch_ = count_ >= 0 ? count_ : epoch_;
-        next_.reset();
-        return false;
-      }
-      ++epoch_;
+      if (!more && !EndEpoch()) return false;
     }
     return true;
   }
@@ -911,6 +891,27 @@ class RepeatStream final : public RecordStream {
   }
 
  private:
+  // Opens epoch_'s input if none is open; false when the repetition is
+  // done.
+  bool Begin() {
+    if (in_) return true;
+    if (count_ >= 0 && epoch_ >= count_) return false;
+    Open();
+    return true;
+  }
+  // The current input ended: on to the next epoch, or false when the
+  // repetition ends (as Repeat: an input that is empty ends it).
+  bool EndEpoch() {
+    in_.reset();
+    if (!produced_) {
+      epoch_ = count_ >= 0 ? count_ : epoch_;
+      next_.reset();
+      return false;
+    }
+    ++epoch_;
+    return true;
+  }
+
   // The input of epoch_, and, where readers read ahead, the next epoch's
   // made now and reading: an epoch's first records (all of them, for a
   // file shorter than the read-ahead under a larger shuffle buffer) are

@@ -485,8 +485,8 @@ std::shared_ptr<const BatchOrigins> BatchOrigins::Of(
     std::span<const Origin* const> origins) {
   auto files = std::make_shared<Files>();
   std::vector<Row> rows(origins.size());
-  // Each distinct name once: batches mostly repeat the last file, and a
-  // map takes over from a linear search once there are many.
+  // Each distinct name once, numbered in order of first use; rows mostly
+  // repeat the last row's file.
   std::unordered_map<const std::string*, uint32_t> index;
   const std::string* last = nullptr;
   uint32_t last_file = kNoFile;
@@ -500,25 +500,10 @@ std::shared_ptr<const BatchOrigins> BatchOrigins::Of(
     if (!o.file) continue;
     if (o.file.get() != last) {
       last = o.file.get();
-      last_file = kNoFile;
-      if (files->size() < 8) {
-        for (size_t k = 0; k < files->size(); ++k) {
-          if ((*files)[k].get() == last) last_file = static_cast<uint32_t>(k);
-        }
-      } else {
-        if (index.empty()) {
-          for (size_t k = 0; k < files->size(); ++k) {
-            index.emplace((*files)[k].get(), static_cast<uint32_t>(k));
-          }
-        }
-        const auto it = index.find(last);
-        if (it != index.end()) last_file = it->second;
-      }
-      if (last_file == kNoFile) {
-        last_file = static_cast<uint32_t>(files->size());
-        files->push_back(o.file);
-        if (!index.empty()) index.emplace(last, last_file);
-      }
+      const auto [it, added] =
+          index.try_emplace(last, static_cast<uint32_t>(files->size()));
+      if (added) files->push_back(o.file);
+      last_file = it->second;
     }
     r.file = last_file;
   }

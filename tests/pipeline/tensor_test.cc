@@ -94,9 +94,9 @@ TEST(TensorTest, EqualityAndTheElementsNames) {
   }
 }
 
-// A batch's origins keep each file name once, whatever the number of files
-// (a linear search up to 8, a map beyond), and give every row back whole:
-// its file, offset, record and frame CRC, or no file where it had none.
+// A batch's origins keep each file name once, also when rows come back to
+// files met earlier, and give every row back whole: its file, offset,
+// record and frame CRC, or no file where it had none.
 TEST(TensorTest, BatchOriginsKeepEachFileOnceAndGiveEveryRowBack) {
   std::vector<std::shared_ptr<const std::string>> names;
   for (int f = 0; f < 20; ++f) {
