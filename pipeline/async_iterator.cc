@@ -110,7 +110,7 @@ void AsyncIterator::DriverLoop() {
 }
 
 void AsyncIterator::RunTask(Slot* slot) {
-  const auto start = std::chrono::steady_clock::now();
+  const uint64_t start = StageTicks();
   Element result;
   std::exception_ptr error;
   try {
@@ -118,10 +118,7 @@ void AsyncIterator::RunTask(Slot* slot) {
   } catch (...) {
     error = std::current_exception();
   }
-  counter_->busy_ns += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::steady_clock::now() - start)
-          .count());
+  counter_->busy_ticks += StageTicks() - start;
   const size_t bytes = error ? 0 : result.byte_size();
   std::lock_guard<std::mutex> lock(mu_);
   slot->element = std::move(result);

@@ -61,8 +61,9 @@ struct StageCounter {
   int parallelism = 1;
   std::atomic<uint64_t> elements{0};
   std::atomic<uint64_t> bytes{0};
-  std::atomic<uint64_t> busy_ns{0};
-  std::atomic<uint64_t> wait_ns{0};
+  // Time in the stage clock's ticks (StageTicks()); Stats() gives seconds.
+  std::atomic<uint64_t> busy_ticks{0};
+  std::atomic<uint64_t> wait_ticks{0};
   std::atomic<int64_t> buffered{-1};
   std::atomic<uint64_t> errors_ignored{0};
 };
@@ -192,8 +193,12 @@ class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
 
 using DatasetPtr = std::shared_ptr<const DatasetBase>;
 
+// The stage clock: cheap (the time stamp counter where there is one), in
+// ticks of a rate that IteratorContext::Stats() measures.
+uint64_t StageTicks();
+
 // Work of `counter`'s stage: the time between construction and
-// destruction goes to `counter->busy_ns`, and not to the scope it is
+// destruction goes to `counter->busy_ticks`, and not to the scope it is
 // nested in on this thread (whose clock stops meanwhile).  Every GetNext
 // runs in one for its stage; a stage that works for others (a fused stage
 // reading or planning for the stages it replaced, on any thread) opens
@@ -213,7 +218,7 @@ class BusyScope {
 };
 
 // A blocking wait that does not count as its stage's work: the time
-// between construction and destruction goes to `counter->wait_ns` instead
+// between construction and destruction goes to `counter->wait_ticks` instead
 // of the busy time of the stage running on this thread.
 class WaitScope {
  public:

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <map>
+#include <string>
+
 #include "pipeline_test_util.h"
 #include "test_util.h"
 
@@ -63,6 +67,36 @@ TEST(DatasetTest, StatsCountEachStage) {
   EXPECT_EQ(elements["map:map"], 100u);
   EXPECT_EQ(elements["batch"], 10u);
   EXPECT_EQ(elements["prefetch"], 10u);
+}
+
+// Busy time is in seconds (the stage clock counts ticks of its own rate)
+// and each stage's own: a map that spins 25 ms an element, 4 elements,
+// shows 0.1 s of work whether it runs on the consumer's thread or in
+// tasks; the batch stage above it does not count the map's time.  A rate
+// off by the ratio of ticks to nanoseconds (2-4 here) would fail.
+TEST(DatasetTest, StatsGiveEachStageItsOwnBusySeconds) {
+  using SteadyClock = std::chrono::steady_clock;
+  const auto spin = [](Element e) {
+    const auto until = SteadyClock::now() + std::chrono::milliseconds(25);
+    while (SteadyClock::now() < until) {
+    }
+    return e;
+  };
+  for (int calls : {1, 2}) {
+    SCOPED_TRACE(calls);
+    MapOptions o;
+    o.num_parallel_calls = calls;
+    auto ds = Dataset::Range(0, 4).Map(spin, o).Batch(2);
+    Iterator it = ds.MakeIterator({.threads = 2});
+    Element e;
+    while (it.Next(&e)) {
+    }
+    std::map<std::string, double> busy;
+    for (const auto& s : it.Stats()) busy[s.name] = s.busy_seconds;
+    EXPECT_GE(busy["map:map"], 0.099);
+    EXPECT_LT(busy["map:map"], 0.17);
+    EXPECT_LT(busy["batch"], 0.05);
+  }
 }
 
 // State shared across an iterator's epochs is one object per dataset and
