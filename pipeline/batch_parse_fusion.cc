@@ -1267,7 +1267,7 @@ class FusedBatchParse final : public IteratorBase {
       }
       slot->element.batch_origins = std::make_shared<const BatchOrigins>(
           env_.origin_files, std::move(rows));
-      ParseRecords(*info_.parser, serialized, true, &slot->element);
+      ParseRecords(info_, serialized, true, &slot->element);
       if (info_.options.keep_record) {
         slot->element.components.push_back(
             {info_.options.record_key, StackRecords(serialized)});

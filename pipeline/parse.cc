@@ -1,9 +1,13 @@
 // Parse: serialized tf.Examples to tensors, through records::ExampleParser.
 // A batch of records (a vector) is parsed in one vectorised call; its
-// FixedLen outputs are adopted as tensors without a copy.
+// outputs are adopted as tensors without a copy, and their buffers come
+// back for the next batches when the tensors go (ParsedBuffers).
 #include <fmt/format.h>
 
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "pipeline/stages.h"
 #include "records/example_parser.h"
@@ -11,37 +15,135 @@
 namespace recflow::pipeline::stages {
 namespace {
 
-Tensor FeatureTensor(records::ParsedFeature& f, bool batched, int64_t n) {
-  using Kind = records::FeatureConfig::Kind;
-  const bool fixed = f.config.kind == Kind::kFixed;
-  Shape shape;
-  if (fixed) {
-    shape = Shape(std::span<const int64_t>(f.config.shape));
-    if (batched) shape = shape.Prepend(n);
-  } else {
-    shape = Shape{static_cast<int64_t>(f.num_values())};
+Shape FeatureShape(const records::ParsedFeature& f, bool batched, int64_t n) {
+  if (f.config.kind != records::FeatureConfig::Kind::kFixed) {
+    return Shape{static_cast<int64_t>(f.num_values())};
   }
-  Tensor values;
-  switch (f.config.dtype) {
-    case DType::kFloat32:
-      values = Tensor::Adopt(std::move(f.floats), shape);
-      break;
-    case DType::kInt64:
-      values = Tensor::Adopt(std::move(f.ints), shape);
-      break;
-    case DType::kBytes:
-      values = Tensor::AdoptBytes(std::move(f.bytes_data),
-                                  std::move(f.bytes_offsets), shape);
-      break;
-    default:  // not an Example dtype: ExampleParser refuses such a spec
-      break;
-  }
-  if (fixed || !batched) return values;
-  return Tensor::Ragged(
-      std::move(values),
-      Tensor::Adopt(std::move(f.row_lengths),
-                    Shape{static_cast<int64_t>(f.row_lengths.size())}));
+  Shape shape(std::span<const int64_t>(f.config.shape));
+  return batched ? shape.Prepend(n) : shape;
 }
+
+}  // namespace
+
+class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
+ public:
+  // Batches in flight (parse calls x batches ahead) come back one by one,
+  // and each new batch takes what came back: a few are enough, and at
+  // most so many batches' buffers per feature wait here.
+  static constexpr size_t kKeep = 4;
+
+  // A batch to parse into: an earlier one's shell (shaped for the spec)
+  // with recycled buffers where there are.
+  records::ParsedBatch Take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    records::ParsedBatch b;
+    if (!shells_.empty()) {
+      b = std::move(shells_.back());
+      shells_.pop_back();
+    }
+    for (size_t d = 0; d < b.features.size() && d < free_.size(); ++d) {
+      records::ParsedFeature& f = b.features[d];
+      Free& free = free_[d];
+      Lend(&free.floats, &f.floats);
+      Lend(&free.ints, &f.ints);
+      Lend(&free.rows, &f.row_lengths);
+      if (f.bytes_data.capacity() <= kSso && !free.bytes.empty()) {
+        f.bytes_data = std::move(free.bytes.back().data);
+        f.bytes_offsets = std::move(free.bytes.back().offsets);
+        free.bytes.pop_back();
+      }
+    }
+    return b;
+  }
+
+  // The shell of a batch whose buffers went into tensors.
+  void Return(records::ParsedBatch&& b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.size() < b.features.size()) free_.resize(b.features.size());
+    if (shells_.size() < kKeep) shells_.push_back(std::move(b));
+  }
+
+  // Feature `d`'s tensor; its buffers come back here when it goes.
+  Tensor TensorOf(size_t d, records::ParsedFeature& f, bool batched,
+                  int64_t n) {
+    const Shape shape = FeatureShape(f, batched, n);
+    Tensor values;
+    switch (f.config.dtype) {
+      case DType::kFloat32:
+        values = Tensor::Adopt(Recycling(std::move(f.floats), &Free::floats, d),
+                               shape);
+        break;
+      case DType::kInt64:
+        values =
+            Tensor::Adopt(Recycling(std::move(f.ints), &Free::ints, d), shape);
+        break;
+      case DType::kBytes:
+        values = Tensor::AdoptBytes(
+            Recycling(Tensor::BytesBuffers{std::move(f.bytes_data),
+                                           std::move(f.bytes_offsets)},
+                      &Free::bytes, d),
+            shape);
+        break;
+      default:  // not an Example dtype: ExampleParser refuses such a spec
+        break;
+    }
+    if (f.config.kind == records::FeatureConfig::Kind::kFixed || !batched) {
+      return values;
+    }
+    const auto rows = static_cast<int64_t>(f.row_lengths.size());
+    return Tensor::Ragged(
+        std::move(values),
+        Tensor::Adopt(Recycling(std::move(f.row_lengths), &Free::rows, d),
+                      Shape{rows}));
+  }
+
+ private:
+  // A std::string's own capacity (no heap buffer to recycle).
+  static constexpr size_t kSso = sizeof(std::string);
+
+  struct Free {
+    std::vector<records::AlignedVector<float>> floats;
+    std::vector<records::AlignedVector<int64_t>> ints;
+    std::vector<records::AlignedVector<int64_t>> rows;
+    std::vector<Tensor::BytesBuffers> bytes;
+  };
+
+  template <typename T>
+  static void Lend(std::vector<T>* free, T* to) {
+    if (to->capacity() > 0 || free->empty()) return;
+    *to = std::move(free->back());
+    free->pop_back();
+  }
+
+  // `buffer`, kept alive by the result; then back to list `list` of
+  // feature `d`, or freed when that list is full.
+  template <typename T>
+  std::shared_ptr<const T> Recycling(T&& buffer, std::vector<T> Free::*list,
+                                     size_t d) {
+    return std::shared_ptr<const T>(new T(std::move(buffer)),
+                                    [self = shared_from_this(), list, d](T* p) {
+                                      std::unique_ptr<T> owned(p);
+                                      self->Put(list, d, owned.get());
+                                    });
+  }
+  template <typename T>
+  void Put(std::vector<T> Free::*list, size_t d, T* buffer) noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (d >= free_.size()) return;
+    std::vector<T>& to = free_[d].*list;
+    if (to.size() >= kKeep) return;
+    try {
+      to.push_back(std::move(*buffer));
+    } catch (...) {  // out of memory: the buffer is freed instead
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<records::ParsedBatch> shells_;
+  std::vector<Free> free_;  // by feature
+};
+
+namespace {
 
 records::ParseContext Context(const Element& e, int64_t i) {
   const std::optional<Origin> o = e.OriginOf(i);
@@ -72,7 +174,7 @@ class ParseFn {
     Element out;
     out.origin = std::move(in.origin);
     out.batch_origins = std::move(in.batch_origins);
-    ParseRecords(*info_->parser, serialized, batched, &out);
+    ParseRecords(*info_, serialized, batched, &out);
     if (info_->options.keep_record) {
       out.components.push_back({key, *records_tensor});
     }
@@ -85,11 +187,18 @@ class ParseFn {
 
 }  // namespace
 
-void ParseRecords(const records::ExampleParser& parser,
+void ParseRecords(const ParseInfo& info,
                   std::span<const std::string_view> serialized, bool batched,
                   Element* out) {
+  const records::ExampleParser& parser = *info.parser;
+  std::shared_ptr<ParsedBuffers> own;  // a ParseInfo not made by Parse()
+  ParsedBuffers* buffers = info.buffers.get();
+  if (buffers == nullptr) {
+    own = std::make_shared<ParsedBuffers>();
+    buffers = own.get();
+  }
   const auto n = static_cast<int64_t>(serialized.size());
-  records::ParsedBatch parsed;
+  records::ParsedBatch parsed = buffers->Take();
   try {
     parser.ParseBatch(serialized, &parsed,
                       batched ? records::ParseContext{} : Context(*out, 0));
@@ -102,9 +211,11 @@ void ParseRecords(const records::ExampleParser& parser,
     }
     throw;
   }
-  for (auto& f : parsed.features) {
-    out->components.push_back({f.name, FeatureTensor(f, batched, n)});
+  for (size_t d = 0; d < parsed.features.size(); ++d) {
+    records::ParsedFeature& f = parsed.features[d];
+    out->components.push_back({f.name, buffers->TensorOf(d, f, batched, n)});
   }
+  buffers->Return(std::move(parsed));
 }
 
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
@@ -116,6 +227,7 @@ DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
   auto info = std::make_shared<ParseInfo>();
   info->parser = std::make_shared<records::ExampleParser>(std::move(spec));
   info->options = std::move(options);
+  info->buffers = std::make_shared<ParsedBuffers>();
   return Map(std::move(input), ParseFn(info), std::move(map), info);
 }
 

@@ -228,10 +228,18 @@ struct FusableStage {
   bool drop_remainder = false;
 };
 
+// The buffers of a Parse's batches, recycled (parse.cc): a batch's tensors
+// hand their buffers back when the last reference to them goes, and the
+// next batch is parsed into them, so that a steady pipeline allocates no
+// batch buffers.  At most a few per feature wait here; the rest are freed.
+// Thread-safe; kept alive by the tensors that will give buffers back.
+class ParsedBuffers;
+
 // A Map that parses tf.Examples (Parse); null for other maps.
 struct ParseInfo {
   std::shared_ptr<const records::ExampleParser> parser;
   ParseOptions options;
+  std::shared_ptr<ParsedBuffers> buffers;  // null: none recycled
 };
 
 // map.cc
@@ -242,9 +250,10 @@ DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options,
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
                  ParseOptions options);
 // Parses `serialized` (a batch when `batched`, else one record) into the
-// components of `out`, which keeps its origins.  On a bad record of a
-// batch, throws the ParseError naming that record by `out`'s origins.
-void ParseRecords(const records::ExampleParser& parser,
+// components of `out`, which keeps its origins, with `info`'s parser and
+// into its recycled buffers.  On a bad record of a batch, throws the
+// ParseError naming that record by `out`'s origins.
+void ParseRecords(const ParseInfo& info,
                   std::span<const std::string_view> serialized, bool batched,
                   Element* out);
 

@@ -7,14 +7,6 @@
 #include <unordered_map>
 
 namespace recflow::pipeline {
-namespace {
-
-struct BytesStorage {
-  std::string data;
-  records::AlignedVector<uint64_t> offsets;
-};
-
-}  // namespace
 
 // --- Shape ---------------------------------------------------------------
 
@@ -181,16 +173,24 @@ void Tensor::CheckHost(std::string_view what) const {
 
 template <typename T>
 Tensor Tensor::Adopt(records::AlignedVector<T>&& values, const Shape& shape) {
-  if (static_cast<int64_t>(values.size()) != shape.num_elements()) {
-    throw Error(fmt::format("{} values do not fill shape {}", values.size(),
+  return Adopt(
+      std::shared_ptr<const records::AlignedVector<T>>(
+          std::make_shared<records::AlignedVector<T>>(std::move(values))),
+      shape);
+}
+
+template <typename T>
+Tensor Tensor::Adopt(std::shared_ptr<const records::AlignedVector<T>> storage,
+                     const Shape& shape) {
+  if (static_cast<int64_t>(storage->size()) != shape.num_elements()) {
+    throw Error(fmt::format("{} values do not fill shape {}", storage->size(),
                             shape.ToString()));
   }
-  auto storage = std::make_shared<records::AlignedVector<T>>(std::move(values));
   Tensor t;
   t.dtype_ = DTypeOf<T>();
   t.shape_ = shape;
   t.data_ = reinterpret_cast<const char*>(storage->data());
-  t.storage_bytes_ = storage->size() * sizeof(T);
+  t.storage_bytes_ = storage->capacity() * sizeof(T);
   t.owner_ = std::move(storage);
   return t;
 }
@@ -210,6 +210,8 @@ Tensor Tensor::FromValues(std::span<const T> values, const Shape& shape) {
 
 #define RECFLOW_TENSOR_INSTANTIATE(T)                                          \
   template Tensor Tensor::Adopt<T>(records::AlignedVector<T>&&, const Shape&); \
+  template Tensor Tensor::Adopt<T>(                                            \
+      std::shared_ptr<const records::AlignedVector<T>>, const Shape&);         \
   template Tensor Tensor::FromValues<T>(std::span<const T>, const Shape&);
 RECFLOW_TENSOR_INSTANTIATE(float)
 RECFLOW_TENSOR_INSTANTIATE(double)
@@ -258,7 +260,18 @@ Tensor Tensor::BytesScalar(std::string_view value) {
 Tensor Tensor::AdoptBytes(std::string&& data,
                           records::AlignedVector<uint64_t>&& offsets,
                           const Shape& shape) {
+  auto storage = std::make_shared<BytesBuffers>();
+  storage->data = std::move(data);
+  storage->offsets = std::move(offsets);
+  return AdoptBytes(std::shared_ptr<const BytesBuffers>(std::move(storage)),
+                    shape);
+}
+
+Tensor Tensor::AdoptBytes(std::shared_ptr<const BytesBuffers> storage,
+                          const Shape& shape) {
   const int64_t n = shape.num_elements();
+  const std::string& data = storage->data;
+  const records::AlignedVector<uint64_t>& offsets = storage->offsets;
   if (static_cast<int64_t>(offsets.size()) != n + 1 ||
       offsets.back() > data.size()) {
     throw Error(
@@ -266,16 +279,13 @@ Tensor Tensor::AdoptBytes(std::string&& data,
                     "values of shape {}",
                     offsets.size(), data.size(), n, shape.ToString()));
   }
-  auto storage = std::make_shared<BytesStorage>();
-  storage->data = std::move(data);
-  storage->offsets = std::move(offsets);
   Tensor t;
   t.dtype_ = DType::kBytes;
   t.shape_ = shape;
   // A non-null pointer even for empty data, so that valid() holds.
-  t.data_ = storage->data.data();
-  t.offsets_ = storage->offsets.data();
-  t.storage_bytes_ = storage->data.size() + storage->offsets.size() * 8;
+  t.data_ = data.data();
+  t.offsets_ = offsets.data();
+  t.storage_bytes_ = data.capacity() + offsets.capacity() * 8;
   t.owner_ = std::move(storage);
   return t;
 }

@@ -110,6 +110,12 @@ class Tensor {
   // Adopts a parser buffer without copying.
   template <typename T>
   static Tensor Adopt(records::AlignedVector<T>&& values, const Shape& shape);
+  // Adopts values that `storage` keeps alive, without copying; its deleter
+  // may recycle the buffer once no tensor uses it (pipeline/parse.cc).
+  // storage_bytes() counts the buffer's capacity.
+  template <typename T>
+  static Tensor Adopt(std::shared_ptr<const records::AlignedVector<T>> storage,
+                      const Shape& shape);
   // Copies `values`.
   template <typename T>
   static Tensor FromValues(std::span<const T> values, const Shape& shape);
@@ -134,6 +140,14 @@ class Tensor {
   // Adopts a value buffer and num_elements + 1 offsets into it.
   static Tensor AdoptBytes(std::string&& data,
                            records::AlignedVector<uint64_t>&& offsets,
+                           const Shape& shape);
+  // A bytes tensor's buffers: the values back to back, and offsets.
+  struct BytesBuffers {
+    std::string data;
+    records::AlignedVector<uint64_t> offsets;
+  };
+  // The same from buffers that `storage` keeps alive (as Adopt above).
+  static Tensor AdoptBytes(std::shared_ptr<const BytesBuffers> storage,
                            const Shape& shape);
   static Tensor FromStrings(std::span<const std::string> values,
                             const Shape& shape);

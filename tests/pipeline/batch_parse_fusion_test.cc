@@ -235,6 +235,60 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
       (std::set<std::string>{"tfrecord", "take", "batch", "parse"}));
 }
 
+// A Parse's batch buffers go back to it when the batch's tensors go, and
+// later batches are parsed into them (stages.h, ParsedBuffers).  Each
+// batch streamed and dropped before the next is taken equals the same
+// batch collected whole (batches of 50 records whose ragged and bytes
+// values vary in length; the last is partial), a batch kept while later
+// ones are parsed keeps its values, and a dropped batch's memory does
+// take the next batch.
+TEST_F(BatchParseFusionTest, BatchBuffersAreReusedOnlyOnceDropped) {
+  ParseOptions calls;
+  calls.num_parallel_calls = kAutotune;
+  const Dataset ds =
+      Dataset::FromTFRecords(files_).Shuffle(100, 7).Batch(50).Parse(Spec(),
+                                                                     calls);
+  for (const IteratorOptions o :
+       {Unfused(), IteratorOptions{.threads = 1}, IteratorOptions{.threads = 3},
+        IteratorOptions{.threads = 3, .optimize = false}}) {
+    SCOPED_TRACE(fmt::format("{} threads, fused {}", o.threads, o.optimize));
+    const std::vector<Element> want = Collect(ds, o);
+    ASSERT_EQ(want.size(), 17u);
+    Iterator it = ds.MakeIterator(o);
+    Element kept;  // batch 2, to the end
+    Element e;
+    size_t i = 0;
+    while (true) {
+      e = Element{};
+      if (!it.Next(&e)) break;
+      ASSERT_LT(i, want.size());
+      EXPECT_EQ(e, want[i]) << "batch " << i;
+      if (i == 2) kept = e;
+      ++i;
+    }
+    EXPECT_EQ(i, want.size());
+    EXPECT_EQ(kept, want[2]);
+  }
+  // The last batch (22 of the 822 records) is parsed into a full batch's
+  // buffer: its storage is 50 rows' (malloc would give 22 rows'; so it
+  // does when every batch is still held).
+  const size_t full = 50 * 3 * sizeof(float), last = 22 * 3 * sizeof(float);
+  for (const IteratorOptions o : {Unfused(), IteratorOptions{.threads = 1}}) {
+    SCOPED_TRACE(fmt::format("fused {}", o.optimize));
+    EXPECT_EQ(Collect(ds, o).back()["x"].storage_bytes(), last);
+    Iterator it = ds.MakeIterator(o);
+    Element e, previous;
+    while (true) {
+      previous = Element{};
+      previous = std::move(e);
+      e = Element{};
+      if (!it.Next(&e)) break;
+    }
+    ASSERT_EQ(previous["x"].num_rows(), 22);
+    EXPECT_EQ(previous["x"].storage_bytes(), full);
+  }
+}
+
 TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
   const Dataset ds = Dataset::FromTFRecords(files_).Repeat(2).Batch(64).Parse(
       Spec(), Calls(2));
