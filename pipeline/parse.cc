@@ -47,7 +47,8 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
       Lend(&free.floats, &f.floats);
       Lend(&free.ints, &f.ints);
       Lend(&free.rows, &f.row_lengths);
-      if (f.bytes_data.capacity() <= kSso && !free.bytes.empty()) {
+      if (f.bytes_data.capacity() <= std::string().capacity() &&
+          !free.bytes.empty()) {
         f.bytes_data = std::move(free.bytes.back().data);
         f.bytes_offsets = std::move(free.bytes.back().offsets);
         free.bytes.pop_back();
@@ -63,25 +64,29 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     if (shells_.size() < kKeep) shells_.push_back(std::move(b));
   }
 
-  // Feature `d`'s tensor; its buffers come back here when it goes.
+  // Feature `d`'s tensor.  A batch's buffers come back here when it goes;
+  // one record's are too small to be worth it (and parse calls of single
+  // records would all meet at this lock), so they are freed.
   Tensor TensorOf(size_t d, records::ParsedFeature& f, bool batched,
                   int64_t n) {
     const Shape shape = FeatureShape(f, batched, n);
+    const auto keep = [&]<typename T>(T&& buffer, std::vector<T> Free::*list) {
+      return batched ? Recycling(std::move(buffer), list, d)
+                     : std::make_shared<const T>(std::move(buffer));
+    };
     Tensor values;
     switch (f.config.dtype) {
       case DType::kFloat32:
-        values = Tensor::Adopt(Recycling(std::move(f.floats), &Free::floats, d),
-                               shape);
+        values = Tensor::Adopt(keep(std::move(f.floats), &Free::floats), shape);
         break;
       case DType::kInt64:
-        values =
-            Tensor::Adopt(Recycling(std::move(f.ints), &Free::ints, d), shape);
+        values = Tensor::Adopt(keep(std::move(f.ints), &Free::ints), shape);
         break;
       case DType::kBytes:
         values = Tensor::AdoptBytes(
-            Recycling(Tensor::BytesBuffers{std::move(f.bytes_data),
-                                           std::move(f.bytes_offsets)},
-                      &Free::bytes, d),
+            keep(Tensor::BytesBuffers{std::move(f.bytes_data),
+                                      std::move(f.bytes_offsets)},
+                 &Free::bytes),
             shape);
         break;
       default:  // not an Example dtype: ExampleParser refuses such a spec
@@ -93,14 +98,11 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     const auto rows = static_cast<int64_t>(f.row_lengths.size());
     return Tensor::Ragged(
         std::move(values),
-        Tensor::Adopt(Recycling(std::move(f.row_lengths), &Free::rows, d),
+        Tensor::Adopt(keep(std::move(f.row_lengths), &Free::rows),
                       Shape{rows}));
   }
 
  private:
-  // A std::string's own capacity (no heap buffer to recycle).
-  static constexpr size_t kSso = sizeof(std::string);
-
   struct Free {
     std::vector<records::AlignedVector<float>> floats;
     std::vector<records::AlignedVector<int64_t>> ints;
@@ -198,7 +200,8 @@ void ParseRecords(const ParseInfo& info,
     buffers = own.get();
   }
   const auto n = static_cast<int64_t>(serialized.size());
-  records::ParsedBatch parsed = buffers->Take();
+  records::ParsedBatch parsed =
+      batched ? buffers->Take() : records::ParsedBatch{};
   try {
     parser.ParseBatch(serialized, &parsed,
                       batched ? records::ParseContext{} : Context(*out, 0));
@@ -215,7 +218,7 @@ void ParseRecords(const ParseInfo& info,
     records::ParsedFeature& f = parsed.features[d];
     out->components.push_back({f.name, buffers->TensorOf(d, f, batched, n)});
   }
-  buffers->Return(std::move(parsed));
+  if (batched) buffers->Return(std::move(parsed));
 }
 
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
