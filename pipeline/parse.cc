@@ -193,12 +193,7 @@ void ParseRecords(const ParseInfo& info,
                   std::span<const std::string_view> serialized, bool batched,
                   Element* out) {
   const records::ExampleParser& parser = *info.parser;
-  std::shared_ptr<ParsedBuffers> own;  // a ParseInfo not made by Parse()
   ParsedBuffers* buffers = info.buffers.get();
-  if (buffers == nullptr) {
-    own = std::make_shared<ParsedBuffers>();
-    buffers = own.get();
-  }
   const auto n = static_cast<int64_t>(serialized.size());
   records::ParsedBatch parsed =
       batched ? buffers->Take() : records::ParsedBatch{};

@@ -239,7 +239,7 @@ class ParsedBuffers;
 struct ParseInfo {
   std::shared_ptr<const records::ExampleParser> parser;
   ParseOptions options;
-  std::shared_ptr<ParsedBuffers> buffers;  // null: none recycled
+  std::shared_ptr<ParsedBuffers> buffers;  // Parse() makes it with the parser
 };
 
 // map.cc
