@@ -133,6 +133,10 @@ class ProfilingBackend final : public Backend {
                   (bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al,
                    const float* a, const float* b, float be, float* c),
                   (ta, tb, m, n, k, al, a, b, be, c))
+  RECFLOW_FORWARD(kGemmConv, GemmBiasActivation,
+                  (int64_t m, int64_t n, int64_t k, const float* a,
+                   const float* b, const float* bias, Activation f, float* c),
+                  (m, n, k, a, b, bias, f, c))
   RECFLOW_FORWARD(kGemmConv, Conv2D,
                   (const Window2D& g, const float* x, const float* w, float* y),
                   (g, x, w, y))

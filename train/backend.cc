@@ -72,6 +72,13 @@ void Backend::BiasActivation(int64_t rows, int64_t cols, const float* b,
   if (f != Activation::kLinear) ActivationForward(f, rows * cols, y, y);
 }
 
+void Backend::GemmBiasActivation(int64_t m, int64_t n, int64_t k,
+                                 const float* a, const float* b,
+                                 const float* bias, Activation f, float* c) {
+  Gemm(false, false, m, n, k, 1.0f, a, b, 0.0f, c);
+  BiasActivation(m, n, bias, f, c);
+}
+
 void Backend::CheckEpilogueAliasing(Activation f, const float* dy,
                                     const float* dz) {
   if (dz == dy && f != Activation::kLinear) {

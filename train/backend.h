@@ -157,6 +157,13 @@ class Backend {
   // BiasAdd then ActivationForward; a backend may do it in one pass.
   virtual void BiasActivation(int64_t rows, int64_t cols, const float* b,
                               Activation f, float* y);
+  // A dense layer's forward: C[m, n] = f(A B + b) with A [m, k] and B
+  // [k, n] row-major (b null: no bias).  The default is Gemm then
+  // BiasActivation; a backend may apply the epilogue to each block of C
+  // while the block is still in the cache of the thread that computed it.
+  virtual void GemmBiasActivation(int64_t m, int64_t n, int64_t k,
+                                  const float* a, const float* b,
+                                  const float* bias, Activation f, float* c);
   // Its gradient: dz = f'(.) * dy from the epilogue's output y, written
   // (not accumulated; dz may be dy only when f is linear), and, when db is
   // not null, db[c] += sum_r dz[r, c].

@@ -472,8 +472,8 @@ Var FusedMatMul(Backend& be, const Var& x, const Var& w, const Var& bias,
   CheckBias(bias, n, Shape{m, n});
   Tensor y = NewFloat(be, Shape{m, n});
   float* out = y.mutable_data<float>();
-  be.Gemm(false, false, m, n, k, 1.0f, x.data(), w.data(), 0.0f, out);
-  be.BiasActivation(m, n, bias.valid() ? bias.data() : nullptr, f, out);
+  be.GemmBiasActivation(m, n, k, x.data(), w.data(),
+                        bias.valid() ? bias.data() : nullptr, f, out);
   std::vector<NodePtr> inputs{x.shared(), w.shared()};
   if (bias.valid()) inputs.push_back(bias.shared());
   auto node = MakeNode(std::move(y), std::move(inputs));

@@ -297,5 +297,41 @@ TEST(CpuBackendTest, FusedEpilogueEqualsTheDefaultComposition) {
   }
 }
 
+// The dense forward with its epilogue applied block by block inside the
+// split product, against Backend's default (the whole product, then the
+// epilogue over all of C), with rows split (m >= n), columns split, and
+// one block; a bias or none; every activation.
+TEST(CpuBackendTest, GemmWithEpilogueEqualsProductThenEpilogue) {
+  struct Case {
+    int64_t m, n, k;
+  };
+  for (const Case c : {Case{301, 67, 150}, Case{40, 333, 120}, Case{9, 7, 5}}) {
+    const auto a = Random(c.m * c.k, 21), b = Random(c.k * c.n, 22),
+               bias = Random(c.n, 23);
+    for (int threads : {1, 2, 3}) {
+      auto be = MakeCpuBackend(threads);
+      for (Activation f : {Activation::kLinear, Activation::kRelu,
+                           Activation::kSigmoid, Activation::kTanh}) {
+        for (const float* bb :
+             {bias.data(), static_cast<const float*>(nullptr)}) {
+          const std::string what = fmt::format(
+              "{}x{}x{} {} threads={}{}", c.m, c.n, c.k, ActivationName(f),
+              threads, bb == nullptr ? " no bias" : "");
+          // Garbage in C first: the product must overwrite it.
+          std::vector<float> fused = Random(c.m * c.n, 24),
+                             composed = Random(c.m * c.n, 25);
+          be->GemmBiasActivation(c.m, c.n, c.k, a.data(), b.data(), bb, f,
+                                 fused.data());
+          be->Backend::GemmBiasActivation(c.m, c.n, c.k, a.data(), b.data(), bb,
+                                          f, composed.data());
+          ExpectNear(fused,
+                     std::vector<double>(composed.begin(), composed.end()),
+                     1e-6, what);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace recflow::train
