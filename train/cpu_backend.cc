@@ -147,9 +147,8 @@ class CpuBackend final : public Backend {
     SplitGemm(m, n, k, [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
       GemmBlock(false, false, m, n, k, 1.0f, a, b, 0.0f, c, r0, r1, c0, c1);
       for (int64_t r = r0; r < r1; ++r) {
-        ArrayMap out(c + r * n + c0, c1 - c0);
-        if (bias != nullptr) out += ConstArrayMap(bias + c0, c1 - c0);
-        if (f != Activation::kLinear) Activate(f, out, out);
+        Epilogue(bias == nullptr ? nullptr : bias + c0, f, c + r * n + c0,
+                 c1 - c0);
       }
     });
   }
@@ -296,11 +295,8 @@ class CpuBackend final : public Backend {
 
   void BiasActivation(int64_t rows, int64_t cols, const float* b, Activation f,
                       float* y) override {
-    ParallelRows(rows, cols * ActivationCost(f), [&](int64_t r) {
-      ArrayMap out(y + r * cols, cols);
-      if (b != nullptr) out += ConstArrayMap(b, cols);
-      if (f != Activation::kLinear) Activate(f, out, out);
-    });
+    ParallelRows(rows, cols * ActivationCost(f),
+                 [&](int64_t r) { Epilogue(b, f, y + r * cols, cols); });
   }
 
   void BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
@@ -358,18 +354,20 @@ class CpuBackend final : public Backend {
     // scalar double exps per logit, row by row, made this 10-class loss a
     // fifth of the DNN step's non-GEMM time.
     team_.For(rows, RowGrain(cols * 8), [&](int64_t lo, int64_t hi) {
-      thread_local std::vector<float> exps;
+      // The range's exps, then its rows' maxima.
+      thread_local std::vector<float> scratch;
       const int64_t n = (hi - lo) * cols;
-      if (exps.size() < static_cast<size_t>(n)) {
-        exps.resize(static_cast<size_t>(n));
+      if (scratch.size() < static_cast<size_t>(n + hi - lo)) {
+        scratch.resize(static_cast<size_t>(n + hi - lo));
       }
       const float* z = logits + lo * cols;
-      float* e = exps.data();
-      ShiftedExps(hi - lo, cols, z, e);
+      float* e = scratch.data();
+      float* maxima = e + n;
+      ShiftedExps(hi - lo, cols, z, e, maxima);
       for (int64_t r = 0; r < hi - lo; ++r) {
         const float* zr = z + r * cols;
         const float* er = e + r * cols;
-        const float max = *std::max_element(zr, zr + cols);
+        const float max = maxima[r];
         double sum = 0;
         for (int64_t c = 0; c < cols; ++c) sum += er[c];
         const double log_sum = std::log(sum);
@@ -712,6 +710,13 @@ class CpuBackend final : public Backend {
         out = in.tanh();
         break;
     }
+  }
+
+  // y = f(y + b) over n values of one row (b null: no bias).
+  static void Epilogue(const float* b, Activation f, float* y, int64_t n) {
+    ArrayMap out(y, n);
+    if (b != nullptr) out += ConstArrayMap(b, n);
+    if (f != Activation::kLinear) Activate(f, out, out);
   }
 
   // dx (+)= f'(.) dy over n values from the activation's output y.
@@ -1187,12 +1192,14 @@ class CpuBackend final : public Backend {
 
   // e = exp(z - the row's max) over `rows` rows of `cols`: the shifts row
   // by row, then one vectorised exp over all of them (a row of 10 classes
-  // is too short for SIMD on its own).  e may be z.
-  static void ShiftedExps(int64_t rows, int64_t cols, const float* z,
-                          float* e) {
+  // is too short for SIMD on its own).  e may be z.  The maxima go to
+  // `maxima` ([rows]) unless it is null.
+  static void ShiftedExps(int64_t rows, int64_t cols, const float* z, float* e,
+                          float* maxima = nullptr) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* zr = z + r * cols;
       const float max = *std::max_element(zr, zr + cols);
+      if (maxima != nullptr) maxima[r] = max;
       float* er = e + r * cols;
       for (int64_t c = 0; c < cols; ++c) er[c] = zr[c] - max;
     }
