@@ -5,7 +5,8 @@
 # and the demo on the GPU; on its 16 cores, the pipeline's scaling (issue
 # 15) and CPU training next to PyTorch CPU (issue 17).  Logs go to $OUT (or
 # ./gpu-out).
-#   carry: .gpu (pack-deps.sh) and .data (Fashion-MNIST's four .gz files)
+#   carry: .gpu (pack-deps.sh with the README's RECFLOW_EXTRA_DEBS: libzip,
+#   OpenBLAS) and .data (Fashion-MNIST's four .gz files)
 #   bash scripts/gpu_session.sh [build|test|bench|demo|pipeline|cpu ...]
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
 set -uo pipefail

@@ -10,6 +10,9 @@ packages=(
   libzstd-dev zstd zlib1g-dev libtbb-dev liburing-dev libeigen3-dev
   libbenchmark-dev libgtest-dev libgmock-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libzip-dev
+  # train/: the CPU backend's products (OpenBLAS's pthread build); the
+  # sequential build only for the test that loads it instead.
+  libopenblas-pthread-dev libopenblas0-serial
   dataset-fashion-mnist
   # python/: the module, for Debian's /usr/bin/python3; its tests use
   # pytest and PyTorch from Debian too.

@@ -1,11 +1,12 @@
-// The CPU backend.  Matrix products are Eigen's blocked GEMM kernels
-// (the ones behind TensorFlow's CPU matmul) on blocks of the output split
-// over a ThreadTeam; convolutions are im2col + one product per group of
-// images, each group on one thread (direct loops for a first layer's few
-// input channels); everything elementwise is a plain loop
-// split over the same team.  Work is split only when it is large enough to
-// gain (kGemmGrain, kGrain: measured, see docs/PERFORMANCE.md), so the
-// small operations of a dense model stay on the caller.
+// The CPU backend.  Matrix products are OpenBLAS's sgemm on blocks of the
+// output split over a ThreadTeam (see Blas below); convolutions are im2col +
+// one product per group of images, each group on one thread (direct loops for a
+// first layer's few input channels); everything elementwise is a plain loop or
+// an Eigen array expression split over the same team.  Work is split only when
+// it is large enough to gain (kGemmGrain, kGrain: measured, see
+// docs/PERFORMANCE.md), so the small operations of a dense model stay on the
+// caller.
+#include <cblas.h>
 #include <fmt/format.h>
 
 #include <Eigen/Core>
@@ -16,6 +17,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -26,10 +29,6 @@ namespace recflow::train {
 
 namespace {
 
-using RowMatrix =
-    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatrixMap = Eigen::Map<RowMatrix>;
-using ConstMatrixMap = Eigen::Map<const RowMatrix>;
 using ArrayMap = Eigen::Map<Eigen::ArrayXf>;
 using ConstArrayMap = Eigen::Map<const Eigen::ArrayXf>;
 
@@ -60,37 +59,65 @@ constexpr int64_t kTasksPerThread = 4;
 // a split column sum slower than one thread).
 int64_t PartialStride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 
-// c = alpha a b + beta c on Eigen expressions (blocks of maps).
-template <typename A, typename B, typename C>
-void Product(const A& a, const B& b, float alpha, float beta, C&& c) {
-  if (beta == 0.0f) {
-    c.noalias() = alpha * a * b;
-  } else {
-    if (beta != 1.0f) c *= beta;
-    c.noalias() += alpha * a * b;
+// Products are OpenBLAS's sgemm, one call per block of C on the team's
+// threads.  Its packing and micro-kernels reach 80-89 GFLOP/s on one core
+// of this project's AVX2 machines where Eigen's reach 58-64 (the DNN's and
+// CNN's shapes; docs/PERFORMANCE.md), so the library wins over writing our
+// own.  OpenBLAS's own threads are set to one, once: the team splits the
+// work, warm across a step, and OpenBLAS's pool would fight it.  Its
+// pthread build (the one CMake links) takes calls from several threads at
+// once; a sequential or OpenMP build loaded instead (LD_LIBRARY_PATH, or
+// another variant chosen through Debian's alternatives) gets one call at a
+// time, which is correct and slower, and name() says so.
+struct Blas {
+  Blas() {
+    openblas_set_num_threads(1);
+    concurrent = openblas_get_parallel() == OPENBLAS_THREAD;
+    std::string_view config = openblas_get_config();
+    // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH NO_AFFINITY Zen ...": the
+    // version and the kernels chosen for this CPU.
+    const auto words = config.find(' ', config.find(' ') + 1);
+    name =
+        fmt::format("{} {}", config.substr(0, words), openblas_get_corename());
+    if (!concurrent) name += ", one call at a time";
   }
+  bool concurrent = false;
+  std::string name;
+  std::mutex serial;
+};
+
+Blas& TheBlas() {
+  static Blas blas;
+  return blas;
 }
 
-// Rows [r0, r1) x columns [c0, c1) of C = alpha op(A) op(B) + beta C.
+// Rows [r0, r1) x columns [c0, c1) of C = alpha op(A) op(B) + beta C, with
+// C [m, n] and op(A) [m, k] row-major.  beta 0 writes C without reading it.
 void GemmBlock(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                const float* a, const float* b, float beta, float* c, int64_t r0,
                int64_t r1, int64_t c0, int64_t c1) {
-  ConstMatrixMap A(a, ta ? k : m, ta ? m : k);
-  ConstMatrixMap B(b, tb ? n : k, tb ? k : n);
-  MatrixMap C(c, m, n);
-  auto out = C.block(r0, c0, r1 - r0, c1 - c0);
-  if (!ta && !tb) {
-    Product(A.middleRows(r0, r1 - r0), B.middleCols(c0, c1 - c0), alpha, beta,
-            out);
-  } else if (!ta && tb) {
-    Product(A.middleRows(r0, r1 - r0), B.middleRows(c0, c1 - c0).transpose(),
-            alpha, beta, out);
-  } else if (ta && !tb) {
-    Product(A.middleCols(r0, r1 - r0).transpose(), B.middleCols(c0, c1 - c0),
-            alpha, beta, out);
+  // CBLAS takes 32-bit sizes (Debian's libopenblas0 is LP64).
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (m > kMax || n > kMax || k > kMax) {
+    throw Error(fmt::format(
+        "a product of [{}, {}] by [{}, {}] has a side over {} values, the "
+        "most OpenBLAS's 32-bit sizes address",
+        m, k, k, n, kMax));
+  }
+  const auto call = [&] {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                tb ? CblasTrans : CblasNoTrans, static_cast<int>(r1 - r0),
+                static_cast<int>(c1 - c0), static_cast<int>(k), alpha,
+                ta ? a + r0 : a + r0 * k, static_cast<int>(ta ? m : k),
+                tb ? b + c0 * k : b + c0, static_cast<int>(tb ? k : n), beta,
+                c + r0 * n + c0, static_cast<int>(n));
+  };
+  Blas& blas = TheBlas();
+  if (blas.concurrent) {
+    call();
   } else {
-    Product(A.middleCols(r0, r1 - r0).transpose(),
-            B.middleRows(c0, c1 - c0).transpose(), alpha, beta, out);
+    std::lock_guard lock(blas.serial);
+    call();
   }
 }
 
@@ -101,11 +128,14 @@ class CpuBackend final : public Backend {
                      ? threads
                      : std::max(1, static_cast<int>(
                                        std::thread::hardware_concurrency()))),
-        team_(threads_) {}
+        team_(threads_) {
+    TheBlas();
+  }
 
   Device device() const override { return Device::kCpu; }
   std::string name() const override {
-    return fmt::format("eigen-cpu ({} threads)", threads_);
+    return fmt::format("eigen-cpu ({} threads; products: {})", threads_,
+                       TheBlas().name);
   }
   int threads() const override { return threads_; }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -68,6 +69,19 @@ TEST(CpuBackendTest, GemmSplitOverTheTeamMatchesAPlainLoop) {
       }
     }
   }
+}
+
+// Products run on the team's threads at once only with a BLAS that takes
+// concurrent calls; the backend's name says which it found.  The ctest
+// train.sequential_openblas runs this file with OpenBLAS's sequential
+// build loaded (RECFLOW_EXPECT_SEQUENTIAL_BLAS=1): then the products above
+// must still match the plain loop, one call at a time.
+TEST(CpuBackendTest, NamesItsBlasAndWhetherCallsRunAtOnce) {
+  const std::string name = MakeCpuBackend(2)->name();
+  EXPECT_NE(name.find("products: OpenBLAS 0."), std::string::npos) << name;
+  const bool sequential = std::getenv("RECFLOW_EXPECT_SEQUENTIAL_BLAS");
+  EXPECT_EQ(name.find("one call at a time") != std::string::npos, sequential)
+      << name;
 }
 
 // Calls fn(xi, wi, yi) for every product x[xi] * w[wi] that a plain
