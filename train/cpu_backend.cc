@@ -134,7 +134,7 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::kCpu; }
   std::string name() const override {
-    return fmt::format("eigen-cpu ({} threads; products: {})", threads_,
+    return fmt::format("cpu ({} threads; products: {})", threads_,
                        TheBlas().name);
   }
   int threads() const override { return threads_; }
