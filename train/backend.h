@@ -71,8 +71,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual Device device() const = 0;
-  virtual std::string name()
-      const = 0;  // "cpu (2 threads; products: OpenBLAS ...)"
+  // "cpu (2 threads; products: OpenBLAS 0.3.21 Zen)"
+  virtual std::string name() const = 0;
   virtual int threads() const = 0;
   // What runs the kernels, for reports: the GPU's name ("NVIDIA H100 80GB
   // HBM3") or the CPU backend's name.
