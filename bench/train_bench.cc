@@ -20,6 +20,8 @@
 //     conv2: im2col + product).
 //   Ceiling/<model>/threads:N: N independent one-thread steps at once,
 //     what N threads of this machine can give at all (DNN and linear).
+//   Product/<eigen|openblas>/shape:S/op:O: one product of the step's
+//     shapes on one thread through Eigen and through OpenBLAS (GFLOP/s).
 //
 // With --device cuda the benchmarks are, per model (batch 128, Adam):
 //   CudaStep/<model>: steps on a batch already on the device, 50 steps per
@@ -38,6 +40,7 @@
 // that step runs (forward, dW, dX) on a ThreadPoolDevice of the same size.
 #define EIGEN_USE_THREADS
 #include <benchmark/benchmark.h>
+#include <cblas.h>
 
 #include <algorithm>
 #include <array>
@@ -544,6 +547,64 @@ BENCHMARK_CAPTURE(Conv, conv1_forward, 1, false)->Apply(ConvArgs);
 BENCHMARK_CAPTURE(Conv, conv1_backward, 1, true)->Apply(ConvArgs);
 BENCHMARK_CAPTURE(Conv, conv2_forward, 2, false)->Apply(ConvArgs);
 BENCHMARK_CAPTURE(Conv, conv2_backward, 2, true)->Apply(ConvArgs);
+
+// One thread, one product, two libraries: Eigen's GEBP kernels (what the
+// CPU backend's products were until 2026-11-24) against OpenBLAS's sgemm
+// (what they are now), on the step's shapes.  state.range(0) picks the
+// shape, range(1) the operation: 0 y = x W (NN), 1 dW = x^T dy (TN),
+// 2 dx = dy W^T (NT); counter GFLOP/s.
+struct ProductShape {
+  int64_t m, k, n;  // x [m, k], W [k, n]
+};
+constexpr ProductShape kProductShapes[] = {
+    {128, 784, 256},  // DNN layer 1
+    {128, 256, 128},  // DNN layer 2
+    {3136, 288, 64},  // CNN conv2, im2col of 16 images
+    {128, 3136, 128}  // CNN dense
+};
+
+void Product(benchmark::State& state, bool openblas) {
+  const ProductShape s = kProductShapes[state.range(0)];
+  const int op = static_cast<int>(state.range(1));
+  using Matrix =
+      Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Matrix x = Matrix::Random(s.m, s.k), w = Matrix::Random(s.k, s.n),
+               dy = Matrix::Random(s.m, s.n);
+  Matrix out(op == 1 ? s.k : s.m, op == 2 ? s.k : s.n);
+  const auto m = static_cast<int>(s.m), k = static_cast<int>(s.k),
+             n = static_cast<int>(s.n);
+  openblas_set_num_threads(1);  // as the CPU backend sets it
+  for (auto _ : state) {
+    if (!openblas) {
+      if (op == 0) out.noalias() = x * w;
+      if (op == 1) out.noalias() = x.transpose() * dy;
+      if (op == 2) out.noalias() = dy * w.transpose();
+    } else if (op == 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f,
+                  x.data(), k, w.data(), n, 0.0f, out.data(), n);
+    } else if (op == 1) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k, n, m, 1.0f,
+                  x.data(), k, dy.data(), n, 0.0f, out.data(), n);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, k, n, 1.0f,
+                  dy.data(), n, w.data(), n, 0.0f, out.data(), k);
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * s.m * s.k * s.n * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+void ProductArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"shape", "op"});
+  for (int64_t shape = 0; shape < 4; ++shape) {
+    for (int64_t op = 0; op < 3; ++op) b->Args({shape, op});
+  }
+}
+BENCHMARK_CAPTURE(Product, eigen, false)->Apply(ProductArgs);
+BENCHMARK_CAPTURE(Product, openblas, true)->Apply(ProductArgs);
 
 // ---- CUDA ------------------------------------------------------------------
 
