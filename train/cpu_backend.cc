@@ -60,7 +60,7 @@ constexpr int64_t kTasksPerThread = 4;
 int64_t PartialStride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 
 // Products are OpenBLAS's sgemm, one call per block of C on the team's
-// threads.  Its packing and micro-kernels reach 80-89 GFLOP/s on one core
+// threads.  Its packing and micro-kernels reach 73-87 GFLOP/s on one core
 // of this project's AVX2 machines where Eigen's reach 58-64 (the DNN's and
 // CNN's shapes; docs/PERFORMANCE.md), so the library wins over writing our
 // own.  OpenBLAS's own threads are set to one, once: the team splits the
