@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 namespace recflow::python {
@@ -137,12 +139,63 @@ std::string TypeName(py::handle object) {
   return py::str(py::type::of(object).attr("__name__")).cast<std::string>();
 }
 
+namespace {
+
+// Python 3.11 ends a thread it does not know that asks for the GIL once
+// finalization has begun (pthread_exit inside PyEval_AcquireThread), and
+// the unwinding that pthread_exit does through a noexcept destructor is
+// std::terminate: an iterator destroyed on a thread of its own as the
+// program exits (PyIterator after a Ctrl-C) aborted the process about one
+// exit in four.  Checking _Py_IsFinalizing() first leaves a window; the
+// gate closes it.  The module's atexit handler (which Python runs before
+// finalization, with the GIL) closes the gate, then releases the GIL until
+// every thread already past the gate has dropped its reference.
+struct ExitGate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  int inside = 0;
+};
+
+ExitGate& Gate() {
+  static ExitGate* gate = new ExitGate;  // outlives every static destructor
+  return *gate;
+}
+
+// Py_DECREF(p) with the GIL from any thread, or nothing once Python exits.
+void DropReference(PyObject* p) {
+  ExitGate& gate = Gate();
+  {
+    std::lock_guard lock(gate.mu);
+    if (gate.closed || !Py_IsInitialized() || _Py_IsFinalizing()) return;
+    ++gate.inside;
+  }
+  {
+    py::gil_scoped_acquire gil;
+    Py_DECREF(p);
+  }
+  std::lock_guard lock(gate.mu);
+  if (--gate.inside == 0) gate.cv.notify_all();
+}
+
+}  // namespace
+
+void CloseExitGate() {
+  ExitGate& gate = Gate();
+  {
+    std::lock_guard lock(gate.mu);
+    gate.closed = true;
+    if (gate.inside == 0) return;
+  }
+  py::gil_scoped_release release;
+  std::unique_lock lock(gate.mu);
+  gate.cv.wait(lock, [&] { return gate.inside == 0; });
+}
+
 std::shared_ptr<const void> KeepAlive(py::object object) {
   PyObject* p = object.release().ptr();
   return std::shared_ptr<const void>(p, [](const void* q) {
-    if (!Py_IsInitialized() || _Py_IsFinalizing()) return;
-    py::gil_scoped_acquire gil;
-    Py_DECREF(static_cast<PyObject*>(const_cast<void*>(q)));
+    DropReference(static_cast<PyObject*>(const_cast<void*>(q)));
   });
 }
 
@@ -286,10 +339,7 @@ py::capsule ExportDlpack(py::array array) {
   context->managed.manager_ctx = context.get();
   context->managed.deleter = [](DLManagedTensor* m) {
     auto* c = static_cast<Context*>(m->manager_ctx);
-    if (Py_IsInitialized() && !_Py_IsFinalizing()) {
-      py::gil_scoped_acquire gil;
-      Py_DECREF(c->array);
-    }
+    DropReference(c->array);
     delete c;
   };
   DLManagedTensor* managed = &context.release()->managed;

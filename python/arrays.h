@@ -28,9 +28,14 @@ namespace py = pybind11;
 std::string TypeName(py::handle object);
 
 // Holds a reference to `object` that may be dropped on any thread: the
-// deleter takes the GIL (and leaks the reference when the interpreter is
-// shutting down, when it may no longer be taken).
+// deleter takes the GIL (and leaks the reference once the interpreter is
+// exiting, when it may no longer be taken).
 std::shared_ptr<const void> KeepAlive(py::object object);
+
+// Called once from an atexit handler, with the GIL: from then on the
+// deleters above (and DLPack's) leak instead of taking the GIL, and this
+// returns when the ones already taking it are done.
+void CloseExitGate();
 
 // A numeric tensor as a read-only recflow.Array (a numpy.ndarray subclass
 // with __dlpack__) viewing its storage; a bytes tensor as a read-only

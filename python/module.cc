@@ -710,6 +710,9 @@ PYBIND11_MODULE(_recflow, m) {
       "recflow's C++ library: TFRecords, Examples, conversion and the "
       "input pipeline (see the recflow package)";
   RegisterErrors(m);
+  // Before finalization, while the GIL may still be taken by our threads.
+  py::module_::import("atexit").attr("register")(
+      py::cpp_function([] { CloseExitGate(); }));
 
   // --- FeatureSpec ---
   py::class_<records::FeatureSpec>(m, "FeatureSpec", R"doc(
