@@ -870,120 +870,222 @@ class CpuBackend final : public Backend {
   // Convolutions over at most kDirectChannels input channels (an image
   // model's first layer: grey or RGB) with whole SIMD widths of filters run
   // as direct loops: through im2col their patches are a few floats long and
-  // the product's k is 9 or 27, far below a core's speed.  For each output
-  // row and tap, the filters' weights for the tap stay in registers while
-  // the row's pixels pass (forward), or the tap's gradient does while the
-  // row's output gradients pass (dW).
+  // the product's k is 9 or 27, far below a core's speed.  Each image is
+  // first copied into a zero-padded one (PaddedImage), so that every tap of
+  // every output pixel reads inside it and the loops have no bounds.  Sums
+  // stay in registers across a whole window (forward: 4 pixels' outputs
+  // for one SIMD width of filters; dW: up to 4 taps' gradients, for even
+  // and odd pixels apart), and memory is read, not written, in the inner
+  // loops: the earlier tap-by-tap loops added into the output row in
+  // memory, a load and a store per multiply-add, and ran at 18-23 GFLOP/s
+  // (docs/PERFORMANCE.md).
   static constexpr int64_t kDirectChannels = 4;
   static constexpr int64_t kLanes = 16;
-  using Lanes = Eigen::Array<float, kLanes, 1>;
-  using LanesMap = Eigen::Map<Lanes>;
-  using ConstLanesMap = Eigen::Map<const Lanes>;
+  // One SIMD width of filters (a zmm register, or two ymm): GCC's vector
+  // extension, not an Eigen array, so that a few of them stay in registers
+  // across the loops below.
+  using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+  static Lanes LoadLanes(const float* p) {
+    Lanes v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void StoreLanes(float* p, const Lanes& v) {
+    std::memcpy(p, &v, sizeof v);
+  }
   static bool Direct(const Window2D& g) {
     return g.in_c <= kDirectChannels && g.out_c % kLanes == 0;
   }
 
-  // The output columns [lo, hi) whose input column for tap kx is inside
-  // the image.
-  static std::pair<int64_t, int64_t> ColumnsInside(const Window2D& g,
-                                                   int64_t kx) {
-    const int64_t a = g.pad_left - kx;
-    const int64_t lo = a <= 0 ? 0 : (a + g.stride_w - 1) / g.stride_w;
-    const int64_t b = g.in_w - 1 + g.pad_left - kx;
-    const int64_t hi = b < 0 ? 0 : std::min(g.out_w, b / g.stride_w + 1);
-    return {std::min(lo, hi), hi};
+  // An image's zero-padded copy, with rows and columns enough for every
+  // window of the output (the padding SAME adds, none VALID leaves out),
+  // laid out as planes: one per channel and column phase (the column
+  // modulo stride_w).  Tap (ky, kx, c) of output pixel (oh, ow) is then
+  // plane (c, kx % stride_w), row oh * stride_h + ky, column
+  // ow + kx / stride_w: neighbouring pixels read neighbouring floats
+  // whatever the channels and stride, so the loops below address a
+  // pixel of a block by a constant offset.
+  struct PaddedImage {
+    explicit PaddedImage(const Window2D& g)
+        : g(g),
+          h((g.out_h - 1) * g.stride_h + g.window_h),
+          w((g.out_w - 1) * g.stride_w + g.window_w),
+          cols((w + g.stride_w - 1) / g.stride_w),
+          plane(h * cols),
+          values(static_cast<size_t>(g.in_c * g.stride_w * plane)) {}
+    // Copies image b of x in.
+    void Fill(const float* x, int64_t b) {
+      const int64_t ic = g.in_c, sw = g.stride_w;
+      const float* image = x + b * g.in_h * g.in_w * ic;
+      for (int64_t c = 0; c < ic; ++c) {
+        for (int64_t phase = 0; phase < sw; ++phase) {
+          float* out = values.data() + (c * sw + phase) * plane;
+          for (int64_t r = 0; r < h; ++r, out += cols) {
+            const int64_t iy = r - g.pad_top;
+            if (iy < 0 || iy >= g.in_h) {
+              std::fill_n(out, cols, 0.0f);
+              continue;
+            }
+            const float* in = image + iy * g.in_w * ic + c;
+            // Column j is padded column j * sw + phase.
+            for (int64_t j = 0, ix = phase - g.pad_left; j < cols;
+                 ++j, ix += sw) {
+              out[j] = ix >= 0 && ix < g.in_w ? in[ix * ic] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+    // Where tap (ky, kx, c) of pixel (oh, 0) is.
+    const float* Tap(int64_t oh, int64_t ky, int64_t kx, int64_t c) const {
+      return values.data() + (c * g.stride_w + kx % g.stride_w) * plane +
+             (oh * g.stride_h + ky) * cols + kx / g.stride_w;
+    }
+    const Window2D& g;
+    const int64_t h, w, cols, plane;
+    std::vector<float> values;
+  };
+
+  // y of images [first, end): for each output row, blocks of kPixels
+  // pixels (then the rest one by one), each block's sums for one SIMD
+  // width of filters in registers over the whole window.
+  static void DirectConvImages(const Window2D& g, const float* x,
+                               const float* w, float* y, int64_t first,
+                               int64_t end) {
+    PaddedImage image(g);
+    // Each tap's offset from tap (0, 0, 0), in the weights' order.
+    std::vector<int64_t> taps;
+    for (int64_t ky = 0; ky < g.window_h; ++ky) {
+      for (int64_t kx = 0; kx < g.window_w; ++kx) {
+        for (int64_t c = 0; c < g.in_c; ++c) {
+          taps.push_back(image.Tap(0, ky, kx, c) - image.Tap(0, 0, 0, 0));
+        }
+      }
+    }
+    constexpr int64_t kPixels = 4;
+    for (int64_t b = first; b < end; ++b) {
+      image.Fill(x, b);
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        float* row = y + (b * g.out_h + oh) * g.out_w * g.out_c;
+        const float* in = image.Tap(oh, 0, 0, 0);
+        int64_t ow = 0;
+        for (; ow + kPixels <= g.out_w; ow += kPixels) {
+          DirectConvPixels<kPixels>(g, taps, in + ow, w, row + ow * g.out_c);
+        }
+        for (; ow < g.out_w; ++ow) {
+          DirectConvPixels<1>(g, taps, in + ow, w, row + ow * g.out_c);
+        }
+      }
+    }
   }
 
-  // For images [first, end) and each output row oh: row(b, oh), then
-  // tap(b, oh, t, in, lo, hi) for every tap (ky, kx, c) of the window that
-  // some output column of the row reaches inside the image: t is the
-  // tap's filter row ((ky * window_w + kx) * in_c + c), `in` the input
-  // value output column lo sees, the next column's stride_w * in_c
-  // further, up to column hi.
-  template <typename Row, typename Tap>
-  static void ForDirectTaps(const Window2D& g, const float* x, int64_t first,
-                            int64_t end, const Row& row, const Tap& tap) {
-    const int64_t ic = g.in_c;
+  // P neighbouring output pixels (`out`, filters innermost), the first of
+  // which reads its tap t at in[taps[t]] and the next pixels the floats
+  // after it.
+  template <int P>
+  static void DirectConvPixels(const Window2D& g,
+                               const std::vector<int64_t>& taps,
+                               const float* in, const float* w, float* out) {
+    const int64_t oc = g.out_c, n = static_cast<int64_t>(taps.size());
+    for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
+      Lanes sum[P] = {};
+      const float* wt = w + f0;
+      for (int64_t t = 0; t < n; ++t, wt += oc) {
+        const Lanes wv = LoadLanes(wt);
+        const float* tap = in + taps[t];
+        for (int p = 0; p < P; ++p) sum[p] += tap[p] * wv;
+      }
+      for (int p = 0; p < P; ++p) StoreLanes(out + p * oc + f0, sum[p]);
+    }
+  }
+
+  // dw += dW of images [first, end): for each image, SIMD width of
+  // filters, channel and block of up to kRows x kCols neighbouring taps,
+  // the block's gradients summed in registers over the whole image (each
+  // output gradient loaded once per block).
+  static void DirectFilterGradImages(const Window2D& g, const float* x,
+                                     const float* dy, float* dw, int64_t first,
+                                     int64_t end) {
+    PaddedImage image(g);
     for (int64_t b = first; b < end; ++b) {
-      const float* image = x + b * g.in_h * g.in_w * ic;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        row(b, oh);
-        for (int64_t ky = 0; ky < g.window_h; ++ky) {
-          const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-          if (iy < 0 || iy >= g.in_h) continue;
-          const float* in_row = image + iy * g.in_w * ic;
-          for (int64_t kx = 0; kx < g.window_w; ++kx) {
-            const auto [lo, hi] = ColumnsInside(g, kx);
-            if (lo == hi) continue;
-            for (int64_t c = 0; c < ic; ++c) {
-              tap(b, oh, (ky * g.window_w + kx) * ic + c,
-                  in_row + (lo * g.stride_w - g.pad_left + kx) * ic + c, lo,
-                  hi);
+      image.Fill(x, b);
+      const float* dy_image = dy + b * g.out_h * g.out_w * g.out_c;
+      for (int64_t f0 = 0; f0 < g.out_c; f0 += kLanes) {
+        for (int64_t c = 0; c < g.in_c; ++c) {
+          for (int64_t ky = 0; ky < g.window_h; ky += kRows) {
+            for (int64_t kx = 0; kx < g.window_w; kx += kCols) {
+              const TapBlock at{f0, ky, kx, c};
+              const int64_t rows = std::min(kRows, g.window_h - ky);
+              const int64_t cols = std::min(kCols, g.window_w - kx);
+              FilterGradBlock(rows, cols, g, image, dy_image, at, dw);
             }
           }
         }
       }
     }
   }
+  // Taps per block: window rows and columns.  With AVX-512's 32 registers
+  // the 3x3 window is one block; AVX2's 16 hold 6 sums of two registers
+  // each.
+#ifdef __AVX512F__
+  static constexpr int64_t kRows = 3;
+#else
+  static constexpr int64_t kRows = 2;
+#endif
+  static constexpr int64_t kCols = 3;
+  // Filters [f0, f0 + kLanes) of taps (ky + r, kx + t, c).
+  struct TapBlock {
+    int64_t f0, ky, kx, c;
+  };
 
-  // y of images [first, end).
-  static void DirectConvImages(const Window2D& g, const float* x,
-                               const float* w, float* y, int64_t first,
-                               int64_t end) {
-    const int64_t oc = g.out_c, step = g.stride_w * g.in_c;
-    auto out_row = [&](int64_t b, int64_t oh) {
-      return y + (b * g.out_h + oh) * g.out_w * oc;
-    };
-    ForDirectTaps(
-        g, x, first, end,
-        [&](int64_t b, int64_t oh) {
-          std::fill_n(out_row(b, oh), g.out_w * oc, 0.0f);
-        },
-        [&](int64_t b, int64_t oh, int64_t t, const float* in, int64_t lo,
-            int64_t hi) {
-          const float* wr = w + t * oc;
-          float* row = out_row(b, oh);
-          for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
-            const Lanes wv = ConstLanesMap(wr + f0);
-            float* out = row + lo * oc + f0;
-            const float* xi = in;
-            for (int64_t ow = lo; ow < hi; ++ow) {
-              LanesMap(out) += *xi * wv;
-              out += oc;
-              xi += step;
-            }
-          }
-        });
+  // FilterGradTaps<rows, cols>.
+  static void FilterGradBlock(int64_t rows, int64_t cols, const Window2D& g,
+                              const PaddedImage& image, const float* dy_image,
+                              const TapBlock& at, float* dw) {
+    static_assert(kRows <= 3 && kCols == 3);
+    using Fn = void (*)(const Window2D&, const PaddedImage&, const float*,
+                        const TapBlock&, float*);
+    static constexpr Fn kBlocks[3][3] = {
+        {FilterGradTaps<1, 1>, FilterGradTaps<1, 2>, FilterGradTaps<1, 3>},
+        {FilterGradTaps<2, 1>, FilterGradTaps<2, 2>, FilterGradTaps<2, 3>},
+        {FilterGradTaps<3, 1>, FilterGradTaps<3, 2>, FilterGradTaps<3, 3>}};
+    kBlocks[rows - 1][cols - 1](g, image, dy_image, at, dw);
   }
 
-  // dw += dW of images [first, end).
-  static void DirectFilterGradImages(const Window2D& g, const float* x,
-                                     const float* dy, float* dw, int64_t first,
-                                     int64_t end) {
-    const int64_t oc = g.out_c, step = g.stride_w * g.in_c;
-    ForDirectTaps(
-        g, x, first, end, [](int64_t, int64_t) {},
-        [&](int64_t b, int64_t oh, int64_t t, const float* in, int64_t lo,
-            int64_t hi) {
-          const float* dy_row = dy + (b * g.out_h + oh) * g.out_w * oc;
-          float* dr = dw + t * oc;
-          for (int64_t f0 = 0; f0 < oc; f0 += kLanes) {
-            // Two sums, even and odd columns, so that the adds do not wait
-            // on each other.
-            Lanes even = Lanes::Zero(), odd = Lanes::Zero();
-            const float* d = dy_row + lo * oc + f0;
-            const float* xi = in;
-            int64_t ow = lo;
-            for (; ow + 1 < hi; ow += 2) {
-              even += xi[0] * ConstLanesMap(d);
-              odd += xi[step] * ConstLanesMap(d + oc);
-              d += 2 * oc;
-              xi += 2 * step;
-            }
-            if (ow < hi) even += xi[0] * ConstLanesMap(d);
-            LanesMap(dr + f0) += even + odd;
-          }
-        });
+  // dw of the R x C taps `at` names += their sums over the image.
+  template <int R, int C>
+  static void FilterGradTaps(const Window2D& g, const PaddedImage& image,
+                             const float* dy_image, const TapBlock& at,
+                             float* dw) {
+    const int64_t oc = g.out_c;
+    const float* in[R][C];
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < C; ++t) {
+        in[r][t] = image.Tap(0, at.ky + r, at.kx + t, at.c);
+      }
+    }
+    const int64_t line = g.stride_h * image.cols;
+    Lanes sum[R][C] = {};
+    const float* d = dy_image + at.f0;
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      for (int64_t ow = 0; ow < g.out_w; ++ow, d += oc) {
+        const Lanes dv = LoadLanes(d);
+        for (int r = 0; r < R; ++r) {
+          for (int t = 0; t < C; ++t) sum[r][t] += in[r][t][ow] * dv;
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < C; ++t) in[r][t] += line;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int t = 0; t < C; ++t) {
+        float* into =
+            dw + (((at.ky + r) * g.window_w + at.kx + t) * g.in_c + at.c) * oc +
+            at.f0;
+        StoreLanes(into, LoadLanes(into) + sum[r][t]);
+      }
+    }
   }
 
   // fn(task, first, end) over ImageTasks(g) contiguous ranges of images.

@@ -107,59 +107,69 @@ void ForEachTap(const Window2D& g, const Fn& fn) {
 }
 
 // Through im2col (6 channels in, or 24 filters out) and the direct loops
-// of few input channels and whole SIMD widths of filters (1 or 3 in, 32
-// out).
+// of few input channels and whole SIMD widths of filters (1, 3 or 4 in;
+// 16 or 32 out), with windows that the direct dW loops cover in one block
+// of taps (3x3), in several (5x5, 2x4) or in a row (1x1).
 TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
   struct Channels {
     int64_t in, out;
   };
-  for (Padding padding : {Padding::kSame, Padding::kValid}) {
-    for (int stride : {1, 2}) {
-      for (const Channels ch : {Channels{1, 24}, Channels{6, 24},
-                                Channels{1, 32}, Channels{3, 32}}) {
-        const int64_t in_c = ch.in;
-        Window2D g;
-        g.batch = 26;
-        g.in_h = 11;
-        g.in_w = 10;
-        g.in_c = in_c;
-        g.window_h = g.window_w = 3;
-        g.stride_h = g.stride_w = stride;
-        g.padding = padding;
-        g.out_c = ch.out;
-        g.Resolve();
-        const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 4);
-        const auto w = Random(9 * g.in_c * g.out_c, 5);
-        const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 6);
-        // y, and dL/dx and dL/dw of L = sum(y * dy).
-        std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
-        ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
-          want[yi] += double(x[xi]) * w[wi];
-          dx[xi] += double(dy[yi]) * w[wi];
-          dw[wi] += double(dy[yi]) * x[xi];
-        });
-        for (int threads : {1, 2, 3}) {
-          const std::string what = fmt::format(
-              "same={} stride={} in_c={} out_c={} threads={}",
-              padding == Padding::kSame, stride, in_c, ch.out, threads);
-          auto be = MakeCpuBackend(threads);
-          std::vector<float> y(want.size());
-          be->Conv2D(g, x.data(), w.data(), y.data());
-          ExpectNear(y, want, 1e-4, what + " y");
-          // Accumulates: start from ones.
-          std::vector<float> gx(x.size(), 1.0f), gw(w.size(), 1.0f);
-          be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(),
-                             gw.data());
-          std::vector<double> want_dx = dx, want_dw = dw;
-          for (double& v : want_dx) v += 1;
-          for (double& v : want_dw) v += 1;
-          ExpectNear(gx, want_dx, 1e-4, what + " dx");
-          ExpectNear(gw, want_dw, 1e-4, what + " dw");
-          // An input that wants no gradient (a first layer): dW alone.
-          std::fill(gw.begin(), gw.end(), 1.0f);
-          be->Conv2DBackward(g, x.data(), w.data(), dy.data(), nullptr,
-                             gw.data());
-          ExpectNear(gw, want_dw, 1e-4, what + " dw without dx");
+  struct Window {
+    int64_t h, w;
+  };
+  for (const Window window :
+       {Window{3, 3}, Window{5, 5}, Window{2, 4}, Window{1, 1}}) {
+    for (Padding padding : {Padding::kSame, Padding::kValid}) {
+      for (int stride : {1, 2}) {
+        for (const Channels ch :
+             {Channels{1, 24}, Channels{6, 24}, Channels{1, 32},
+              Channels{3, 32}, Channels{4, 16}}) {
+          const int64_t in_c = ch.in;
+          Window2D g;
+          g.batch = 26;
+          g.in_h = 11;
+          g.in_w = 10;
+          g.in_c = in_c;
+          g.window_h = window.h;
+          g.window_w = window.w;
+          g.stride_h = g.stride_w = stride;
+          g.padding = padding;
+          g.out_c = ch.out;
+          g.Resolve();
+          const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 4);
+          const auto w = Random(g.window_h * g.window_w * g.in_c * g.out_c, 5);
+          const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 6);
+          // y, and dL/dx and dL/dw of L = sum(y * dy).
+          std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
+          ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
+            want[yi] += double(x[xi]) * w[wi];
+            dx[xi] += double(dy[yi]) * w[wi];
+            dw[wi] += double(dy[yi]) * x[xi];
+          });
+          for (int threads : {1, 2, 3}) {
+            const std::string what = fmt::format(
+                "window={}x{} same={} stride={} in_c={} out_c={} threads={}",
+                window.h, window.w, padding == Padding::kSame, stride, in_c,
+                ch.out, threads);
+            auto be = MakeCpuBackend(threads);
+            std::vector<float> y(want.size());
+            be->Conv2D(g, x.data(), w.data(), y.data());
+            ExpectNear(y, want, 1e-4, what + " y");
+            // Accumulates: start from ones.
+            std::vector<float> gx(x.size(), 1.0f), gw(w.size(), 1.0f);
+            be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(),
+                               gw.data());
+            std::vector<double> want_dx = dx, want_dw = dw;
+            for (double& v : want_dx) v += 1;
+            for (double& v : want_dw) v += 1;
+            ExpectNear(gx, want_dx, 1e-4, what + " dx");
+            ExpectNear(gw, want_dw, 1e-4, what + " dw");
+            // An input that wants no gradient (a first layer): dW alone.
+            std::fill(gw.begin(), gw.end(), 1.0f);
+            be->Conv2DBackward(g, x.data(), w.data(), dy.data(), nullptr,
+                               gw.data());
+            ExpectNear(gw, want_dw, 1e-4, what + " dw without dx");
+          }
         }
       }
     }
