@@ -285,7 +285,6 @@ class CpuBackend final : public Backend {
                          g.out_h * g.stride_h >= g.in_h &&
                          g.out_w * g.stride_w >= g.in_w;
     team_.For(g.batch, RowGrain(cost), [&](int64_t first, int64_t end) {
-      std::vector<uint32_t> remaining(static_cast<size_t>(g.in_c));
       for (int64_t b = first; b < end; ++b) {
         if (write && !(assign && covered)) {
           std::memset(dx + b * image, 0,
@@ -295,11 +294,11 @@ class CpuBackend final : public Backend {
           for (int64_t ow = 0; ow < g.out_w; ++ow) {
             const int64_t o = ((b * g.out_h + oh) * g.out_w + ow) * g.in_c;
             if (assign) {
-              PoolWindowBackward<true>(kind, g, x, y + o, dy + o, b, oh, ow, dx,
-                                       remaining.data());
+              PoolWindowBackward<true>(kind, g, x, y + o, dy + o, b, oh, ow,
+                                       dx);
             } else {
               PoolWindowBackward<false>(kind, g, x, y + o, dy + o, b, oh, ow,
-                                        dx, remaining.data());
+                                        dx);
             }
           }
         }
@@ -1280,14 +1279,13 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // `remaining` is scratch of in_c values (dy's bits).
   // Assign: the window's cells are written, not added to (no other
   // window shares them).
   template <bool Assign>
   static void PoolWindowBackward(Pooling kind, const Window2D& g,
                                  const float* x, const float* y,
                                  const float* dy, int64_t b, int64_t oh,
-                                 int64_t ow, float* dx, uint32_t* remaining) {
+                                 int64_t ow, float* dx) {
     const Clip w = ClipWindow(g, oh, ow);
     const int64_t base = b * g.in_h * g.in_w * g.in_c;
     if (kind == Pooling::kAverage) {
@@ -1308,24 +1306,35 @@ class CpuBackend final : public Backend {
     // one cell in four for 2x2 windows), so they are bit masks, not
     // branches: written as `hit ? left : 0`, GCC compiled a scalar compare
     // and a mispredicted jump per value, and this loop was a fifth of the
-    // CNN's step.  As masks the channels vectorise.
+    // CNN's step.  A SIMD width of channels at a time keeps what is left in
+    // a register across the window's cells (through scratch memory, each
+    // cell reloaded what the last one stored: 2.9 ms of a 44 ms step).
+    using Bits = uint32_t __attribute__((vector_size(sizeof(Lanes))));
     const int64_t channels = g.in_c;
-    uint32_t* __restrict left = remaining;
-    std::memcpy(left, dy, static_cast<size_t>(channels) * sizeof(float));
-    for (int64_t iy = w.y0; iy < w.y1; ++iy) {
-      for (int64_t ix = w.x0; ix < w.x1; ++ix) {
-        const int64_t at = base + (iy * g.in_w + ix) * channels;
-        const float* __restrict in = x + at;
-        float* __restrict d = dx + at;
-        for (int64_t c = 0; c < channels; ++c) {
-          const uint32_t hit = -static_cast<uint32_t>(in[c] == y[c]);
-          const float take = std::bit_cast<float>(left[c] & hit);
-          left[c] &= ~hit;
-          if constexpr (Assign) {
-            d[c] = take;
-          } else {
-            d[c] += take;
-          }
+    const int64_t row = g.in_w * channels;
+    int64_t c = 0;
+    for (; c + kLanes <= channels; c += kLanes) {
+      Bits left = std::bit_cast<Bits>(LoadLanes(dy + c));
+      const Lanes top = LoadLanes(y + c);
+      for (int64_t iy = w.y0; iy < w.y1; ++iy) {
+        for (int64_t ix = w.x0; ix < w.x1; ++ix) {
+          const int64_t at = base + iy * row + ix * channels + c;
+          const Bits hit = reinterpret_cast<Bits>(LoadLanes(x + at) == top);
+          const Lanes take = std::bit_cast<Lanes>(left & hit);
+          left &= ~hit;
+          StoreLanes(dx + at, Assign ? take : LoadLanes(dx + at) + take);
+        }
+      }
+    }
+    for (; c < channels; ++c) {
+      uint32_t left = std::bit_cast<uint32_t>(dy[c]);
+      for (int64_t iy = w.y0; iy < w.y1; ++iy) {
+        for (int64_t ix = w.x0; ix < w.x1; ++ix) {
+          const int64_t at = base + iy * row + ix * channels + c;
+          const uint32_t hit = -static_cast<uint32_t>(x[at] == y[c]);
+          const float take = std::bit_cast<float>(left & hit);
+          left &= ~hit;
+          dx[at] = Assign ? take : dx[at] + take;
         }
       }
     }

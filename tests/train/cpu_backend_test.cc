@@ -209,33 +209,35 @@ TEST(CpuBackendTest, SameNumbersOnEveryRunWithOneTeamSize) {
   }
 }
 
+// 19 channels: a SIMD width of them at a time, and the rest one by one.
 TEST(CpuBackendTest, MaxPoolBackwardRoutesToTheFirstMaximumOnEveryThread) {
+  constexpr int64_t kChannels = 19;
   Window2D g;
   g.batch = 120;
   g.in_h = g.in_w = 8;
-  g.in_c = 16;
+  g.in_c = kChannels;
   g.window_h = g.window_w = 2;
   g.stride_h = g.stride_w = 2;
-  g.out_c = 16;
+  g.out_c = kChannels;
   g.Resolve();
   // Values in {0, 1, 2}: ties in most windows.
-  std::vector<float> x(static_cast<size_t>(g.batch * 8 * 8 * 16));
+  std::vector<float> x(static_cast<size_t>(g.batch * 8 * 8 * kChannels));
   std::mt19937 rng(3);
   for (float& v : x) v = static_cast<float>(rng() % 3);
-  const auto dy = Random(g.batch * 4 * 4 * 16, 10);
+  const auto dy = Random(g.batch * 4 * 4 * kChannels, 10);
   std::vector<double> want(x.size(), 0.5);
   for (int64_t b = 0; b < g.batch; ++b)
     for (int64_t oh = 0; oh < 4; ++oh)
       for (int64_t ow = 0; ow < 4; ++ow)
-        for (int64_t c = 0; c < 16; ++c) {
+        for (int64_t c = 0; c < kChannels; ++c) {
           int64_t best = -1;
           for (int64_t ky = 0; ky < 2; ++ky)
             for (int64_t kx = 0; kx < 2; ++kx) {
               const int64_t i =
-                  ((b * 8 + oh * 2 + ky) * 8 + ow * 2 + kx) * 16 + c;
+                  ((b * 8 + oh * 2 + ky) * 8 + ow * 2 + kx) * kChannels + c;
               if (best < 0 || x[i] > x[best]) best = i;
             }
-          want[best] += dy[((b * 4 + oh) * 4 + ow) * 16 + c];
+          want[best] += dy[((b * 4 + oh) * 4 + ow) * kChannels + c];
         }
   for (int threads : {1, 3}) {
     auto be = MakeCpuBackend(threads);
