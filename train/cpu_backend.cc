@@ -872,25 +872,35 @@ class CpuBackend final : public Backend {
   // the product's k is 9 or 27, far below a core's speed.  Each image is
   // first copied into a zero-padded one (PaddedImage), so that every tap of
   // every output pixel reads inside it and the loops have no bounds.  Sums
-  // stay in registers across a whole window (forward: 4 pixels' outputs
-  // for one SIMD width of filters; dW: up to 4 taps' gradients, for even
-  // and odd pixels apart), and memory is read, not written, in the inner
+  // stay in registers (forward: 8 pixels' outputs for one SIMD width of
+  // filters across the window; dW: a block of up to 3x3 taps' gradients
+  // across the image), and memory is read, not written, in the inner
   // loops: the earlier tap-by-tap loops added into the output row in
   // memory, a load and a store per multiply-add, and ran at 18-23 GFLOP/s
   // (docs/PERFORMANCE.md).
   static constexpr int64_t kDirectChannels = 4;
+  // One SIMD register of floats (zmm, ymm or xmm, as the build's target
+  // has): GCC's vector extension, not an Eigen array, so that a few of
+  // them stay in registers across the loops below.  Never wider than the
+  // target's registers: GCC lowers a wider vector through memory (16
+  // floats on AVX2 made these loops 4-10x slower).
+#if defined(__AVX512F__)
   static constexpr int64_t kLanes = 16;
-  // One SIMD width of filters (a zmm register, or two ymm): GCC's vector
-  // extension, not an Eigen array, so that a few of them stay in registers
-  // across the loops below.
+#elif defined(__AVX__)
+  static constexpr int64_t kLanes = 8;
+#else
+  static constexpr int64_t kLanes = 4;
+#endif
   using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+  // Lanes at any float's address (one unaligned load or store; through
+  // memcpy GCC staged AVX2 stores on the stack).
+  using UnalignedLanes =
+      float __attribute__((vector_size(kLanes * sizeof(float)), aligned(4)));
   static Lanes LoadLanes(const float* p) {
-    Lanes v;
-    std::memcpy(&v, p, sizeof v);
-    return v;
+    return *reinterpret_cast<const UnalignedLanes*>(p);
   }
   static void StoreLanes(float* p, const Lanes& v) {
-    std::memcpy(p, &v, sizeof v);
+    *reinterpret_cast<UnalignedLanes*>(p) = v;
   }
   static bool Direct(const Window2D& g) {
     return g.in_c <= kDirectChannels && g.out_c % kLanes == 0;
@@ -945,9 +955,9 @@ class CpuBackend final : public Backend {
     std::vector<float> values;
   };
 
-  // y of images [first, end): for each output row, blocks of kPixels
-  // pixels (then the rest one by one), each block's sums for one SIMD
-  // width of filters in registers over the whole window.
+  // y of images [first, end): for each output row, blocks of 8 pixels
+  // (then 4, then one by one), each block's sums for one SIMD width of
+  // filters in registers over the whole window.
   static void DirectConvImages(const Window2D& g, const float* x,
                                const float* w, float* y, int64_t first,
                                int64_t end) {
@@ -961,15 +971,19 @@ class CpuBackend final : public Backend {
         }
       }
     }
-    constexpr int64_t kPixels = 4;
     for (int64_t b = first; b < end; ++b) {
       image.Fill(x, b);
       for (int64_t oh = 0; oh < g.out_h; ++oh) {
         float* row = y + (b * g.out_h + oh) * g.out_w * g.out_c;
         const float* in = image.Tap(oh, 0, 0, 0);
         int64_t ow = 0;
-        for (; ow + kPixels <= g.out_w; ow += kPixels) {
-          DirectConvPixels<kPixels>(g, taps, in + ow, w, row + ow * g.out_c);
+        // 8 sums in flight keep both FMA pipes busy through their latency.
+        for (; ow + 8 <= g.out_w; ow += 8) {
+          DirectConvPixels<8>(g, taps, in + ow, w, row + ow * g.out_c);
+        }
+        if (ow + 4 <= g.out_w) {
+          DirectConvPixels<4>(g, taps, in + ow, w, row + ow * g.out_c);
+          ow += 4;
         }
         for (; ow < g.out_w; ++ow) {
           DirectConvPixels<1>(g, taps, in + ow, w, row + ow * g.out_c);
@@ -1023,14 +1037,9 @@ class CpuBackend final : public Backend {
       }
     }
   }
-  // Taps per block: window rows and columns.  With AVX-512's 32 registers
-  // the 3x3 window is one block; AVX2's 16 hold 6 sums of two registers
-  // each.
-#ifdef __AVX512F__
+  // Taps per block, window rows and columns: 9 sums in registers (of
+  // AVX2's 16, AVX-512's 32), each output gradient loaded once for them.
   static constexpr int64_t kRows = 3;
-#else
-  static constexpr int64_t kRows = 2;
-#endif
   static constexpr int64_t kCols = 3;
   // Filters [f0, f0 + kLanes) of taps (ky + r, kx + t, c).
   struct TapBlock {
