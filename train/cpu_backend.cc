@@ -892,15 +892,17 @@ class CpuBackend final : public Backend {
   static constexpr int64_t kLanes = 4;
 #endif
   using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
-  // Lanes at any float's address (one unaligned load or store; through
-  // memcpy GCC staged AVX2 stores on the stack).
-  using UnalignedLanes =
-      float __attribute__((vector_size(kLanes * sizeof(float)), aligned(4)));
+  // Lanes at any float's address: one unaligned load or store, through a
+  // packed struct (GCC staged memcpy's AVX2 stores on the stack, and clang
+  // keeps a vector typedef's natural alignment whatever aligned() says).
+  struct __attribute__((packed, may_alias)) UnalignedLanes {
+    Lanes v;
+  };
   static Lanes LoadLanes(const float* p) {
-    return *reinterpret_cast<const UnalignedLanes*>(p);
+    return reinterpret_cast<const UnalignedLanes*>(p)->v;
   }
   static void StoreLanes(float* p, const Lanes& v) {
-    *reinterpret_cast<UnalignedLanes*>(p) = v;
+    reinterpret_cast<UnalignedLanes*>(p)->v = v;
   }
   static bool Direct(const Window2D& g) {
     return g.in_c <= kDirectChannels && g.out_c % kLanes == 0;
