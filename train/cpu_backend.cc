@@ -1052,7 +1052,7 @@ class CpuBackend final : public Backend {
   static void FilterGradBlock(int64_t rows, int64_t cols, const Window2D& g,
                               const PaddedImage& image, const float* dy_image,
                               const TapBlock& at, float* dw) {
-    static_assert(kRows <= 3 && kCols == 3);
+    static_assert(kRows == 3 && kCols == 3);
     using Fn = void (*)(const Window2D&, const PaddedImage&, const float*,
                         const TapBlock&, float*);
     static constexpr Fn kBlocks[3][3] = {

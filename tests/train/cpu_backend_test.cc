@@ -106,10 +106,11 @@ void ForEachTap(const Window2D& g, const Fn& fn) {
           }
 }
 
-// Through im2col (6 channels in, or 24 filters out) and the direct loops
-// of few input channels and whole SIMD widths of filters (1, 3 or 4 in;
-// 16 or 32 out), with windows that the direct dW loops cover in one block
-// of taps (3x3), in several (5x5, 2x4) or in a row (1x1).
+// Through im2col (6 channels in; 1 in and 24 filters out where a SIMD
+// width is 16 floats, AVX-512) and the direct loops of few input channels
+// and whole SIMD widths of filters (1, 3 or 4 in; 16 or 32 out, and 24 on
+// AVX2's 8-float width), with windows that the direct dW loops cover in
+// one block of taps (3x3), in several (5x5, 2x4) or in a row (1x1).
 TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
   struct Channels {
     int64_t in, out;
