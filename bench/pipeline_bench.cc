@@ -5,6 +5,9 @@
 //   FullPerRecord/*  read -> parse -> shuffle(10000) -> batch(256)
 //   ProtobufParse    read -> protobuf ParseFromArray into a reused Example
 //   Read/*           records only, io_uring vs pread (cached files)
+//   Epochs/grace_ms:G  Full, a new iterator per epoch (as a Python loop
+//                    makes), with the block arena's grace G ms (0: empty
+//                    slabs unmapped as each iterator ends, the old way)
 //   RecordsFromMemory/MiB/random  the memory cost of a shuffle buffer:
 //                    850-byte records copied out of an arena of MiB, in
 //                    order against in a random order (next to each other)
@@ -130,6 +133,34 @@ void BM_FullPerRecord(benchmark::State& state) {
             .Batch(kBatch),
         threads);
 }
+// Four epochs of Full, each through a new iterator, as `for batch in
+// dataset` makes one per epoch.  With grace 0 the read blocks' slabs are
+// unmapped when each iterator ends and the next one faults in and clears
+// them again; with the default grace it reuses them.
+void BM_Epochs(benchmark::State& state) {
+  SetBlockSlabGrace(std::chrono::milliseconds(state.range(0)));
+  const Dataset ds = Dataset::FromTFRecords(Files())
+                         .Shuffle(kShuffle, 1)
+                         .Batch(kBatch)
+                         .Parse(Spec(), Calls(1));
+  int64_t records = 0;
+  for (auto _ : state) {
+    for (int epoch = 0; epoch < 4; ++epoch) {
+      Iterator it = ds.MakeIterator({.threads = 1});
+      Element e;
+      while (it.Next(&e)) records += e.components[0].tensor.num_rows();
+    }
+  }
+  state.SetItemsProcessed(records);
+  SetBlockSlabGrace(std::chrono::milliseconds(2000));
+}
+BENCHMARK(BM_Epochs)
+    ->ArgName("grace_ms")
+    ->Arg(0)
+    ->Arg(2000)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 BENCHMARK(BM_FullPerRecord)
     ->Arg(2)
     ->Unit(benchmark::kMillisecond)

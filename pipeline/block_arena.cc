@@ -1,10 +1,14 @@
 #include "pipeline/block_arena.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <new>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +39,8 @@ char* MapSlab() {
   ::madvise(reinterpret_cast<void*>(base), kBlockSlabBytes, MADV_HUGEPAGE);
   return reinterpret_cast<char*>(base);
 }
+
+constexpr std::chrono::milliseconds kDefaultGrace{2000};
 
 class Arena {
  public:
@@ -71,7 +77,7 @@ class Arena {
     Slab& slab = slabs_.at(base);
     slab.free.push_back(block);
     if (keepers_ > 0 || slab.free.size() < kBlockSlabBytes / bytes) return;
-    Trim(bytes);
+    ScheduleTrim();
   }
 
   void Keep() {
@@ -82,14 +88,31 @@ class Arena {
   void Unkeep() {
     std::lock_guard<std::mutex> lock(mu_);
     if (--keepers_ > 0) return;
-    std::vector<size_t> sizes;
-    for (const auto& [base, slab] : slabs_) {
-      if (std::find(sizes.begin(), sizes.end(), slab.block_bytes) ==
-          sizes.end()) {
-        sizes.push_back(slab.block_bytes);
-      }
+    ScheduleTrim();
+  }
+
+  void SetGrace(std::chrono::milliseconds grace) {
+    std::lock_guard<std::mutex> lock(mu_);
+    grace_ = grace;
+    if (trim_pending_ && grace_.count() <= 0) {
+      trim_pending_ = false;
+      if (keepers_ == 0) TrimAll();
+    } else if (trim_pending_) {
+      trim_at_ = std::chrono::steady_clock::now() + grace_;
+      cv_.notify_one();
     }
-    for (size_t bytes : sizes) Trim(bytes);
+  }
+
+  // Fork: the child has no trimmer thread, and mu_ must not be held by a
+  // thread that the child does not have.
+  void BeforeFork() { mu_.lock(); }
+  void AfterForkInParent() { mu_.unlock(); }
+  // The child starts its own trimmer at its next trim (not here: a child
+  // of a threaded process should only make async-signal-safe calls until
+  // it returns from fork's handlers).
+  void AfterForkInChild() {
+    trimmer_started_ = false;
+    mu_.unlock();
   }
 
   uint64_t Slabs(size_t bytes) {
@@ -105,6 +128,52 @@ class Arena {
     size_t block_bytes = 0;
     std::vector<char*> free;
   };
+
+  // Empty slabs are unmapped `grace_` after the last keeper goes (or the
+  // last block is freed with no keeper), unless a keeper comes first: a
+  // program that makes a new iterator per epoch (as a Python `for` loop
+  // over a dataset does) or runs an evaluation between training passes
+  // reuses the slabs instead of faulting them in again.  Unmapped at
+  // once (grace 0), BM_Epochs spent a fifth of its time in the kernel
+  // clearing those pages again: 224 against 165 ms for four epochs
+  // (docs/PERFORMANCE.md).  A thread started with the first trim unmaps
+  // them.  Called with mu_ held.
+  void ScheduleTrim() {
+    if (grace_.count() <= 0) {
+      TrimAll();
+      return;
+    }
+    trim_pending_ = true;
+    trim_at_ = std::chrono::steady_clock::now() + grace_;
+    if (!trimmer_started_) StartTrimmer();
+    cv_.notify_one();
+  }
+  void StartTrimmer() {
+    trimmer_started_ = true;
+    std::thread([this] { TrimmerLoop(); }).detach();
+  }
+  void TrimmerLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return trim_pending_; });
+      if (std::chrono::steady_clock::now() < trim_at_) {
+        cv_.wait_until(lock, trim_at_);
+        continue;  // woken early, or the deadline moved: look again
+      }
+      trim_pending_ = false;
+      if (keepers_ == 0) TrimAll();  // else a keeper came back: it keeps them
+    }
+  }
+  void TrimAll() {
+    std::vector<size_t> sizes;
+    for (const auto& [base, slab] : slabs_) {
+      if (std::find(sizes.begin(), sizes.end(), slab.block_bytes) ==
+          sizes.end()) {
+        sizes.push_back(slab.block_bytes);
+      }
+    }
+    for (size_t bytes : sizes) Trim(bytes);
+  }
 
   // Unmaps all but one slab of blocks of `bytes` if all of them are empty.
   // Kept while any slab of the size is in use: files open and close all
@@ -128,13 +197,25 @@ class Arena {
   }
 
   std::mutex mu_;
+  std::condition_variable cv_;
   int64_t keepers_ = 0;
   std::unordered_map<uintptr_t, Slab> slabs_;  // by base address
+  std::chrono::milliseconds grace_{kDefaultGrace};
+  bool trim_pending_ = false;
+  std::chrono::steady_clock::time_point trim_at_;
+  bool trimmer_started_ = false;
 };
 
-// Never destroyed: blocks may be freed by threads still running at exit.
+// Never destroyed: blocks may be freed by threads still running at exit,
+// and the trimmer thread waits on it until the process ends.
 Arena& TheArena() {
-  static Arena* arena = new Arena;
+  static Arena* arena = [] {
+    auto* a = new Arena;
+    ::pthread_atfork([] { TheArena().BeforeFork(); },
+                     [] { TheArena().AfterForkInParent(); },
+                     [] { TheArena().AfterForkInChild(); });
+    return a;
+  }();
   return *arena;
 }
 
@@ -162,6 +243,10 @@ BlockSlabKeeper::BlockSlabKeeper() {
 
 BlockSlabKeeper::~BlockSlabKeeper() {
   if (BlockSlabsUsed()) TheArena().Unkeep();
+}
+
+void SetBlockSlabGrace(std::chrono::milliseconds grace) {
+  TheArena().SetGrace(grace);
 }
 
 uint64_t BlockSlabsMapped() { return TheArena().Slabs(0); }

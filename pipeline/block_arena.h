@@ -16,13 +16,15 @@
 // operator new instead, 4 KiB-aligned as well.  Slabs whose blocks are all
 // free are kept while any slab of their block size is in use, and while
 // any BlockSlabKeeper lives (every pipeline Iterator holds one): the
-// memory held is the peak the reads in progress held.  When neither is
-// the case, all but one slab of that size are unmapped.
+// memory held is the peak the reads in progress held.  When neither has
+// been the case for a grace period (2 s; SetBlockSlabGrace), all but one
+// slab of each size are unmapped, by a thread the arena starts for it.
 //
 // Thread safety: every function may be called from any thread.
 #ifndef RECFLOW_PIPELINE_BLOCK_ARENA_H_
 #define RECFLOW_PIPELINE_BLOCK_ARENA_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,12 +38,14 @@ char* AllocateBlock(size_t bytes);
 // Returns a block from AllocateBlock(bytes), with the same `bytes`.
 void FreeBlock(char* block, size_t bytes);
 
-// Keeps empty slabs mapped while it lives; when the last keeper goes, the
-// empty slabs of each size no block of which is in use are unmapped (all
-// but one).  Why: a shuffle buffer under a Repeat drains at the end of
-// each epoch, which frees every block; unmapped then, the next epoch
-// mapped the same slabs again and paid a 2 MiB clear for each (4% of a
-// shuffled pipeline's time on one thread).
+// Keeps empty slabs mapped while it lives; the grace period after the
+// last keeper goes, the empty slabs of each size no block of which is in
+// use are unmapped (all but one), unless a keeper came back meanwhile.
+// Why: a shuffle buffer under a Repeat drains at the end of each epoch,
+// which frees every block; unmapped then, the next epoch mapped the same
+// slabs again and paid a 2 MiB clear for each (4% of a shuffled
+// pipeline's time on one thread).  The grace does the same for programs
+// that make a new Iterator per epoch.
 class BlockSlabKeeper {
  public:
   BlockSlabKeeper();
@@ -49,6 +53,11 @@ class BlockSlabKeeper {
   BlockSlabKeeper(const BlockSlabKeeper&) = delete;
   BlockSlabKeeper& operator=(const BlockSlabKeeper&) = delete;
 };
+
+// How long empty slabs stay mapped after the last keeper goes (default
+// 2 s; zero: unmapped at once, by the call that let the last one go).  Tests, and
+// programs that want memory back sooner.
+void SetBlockSlabGrace(std::chrono::milliseconds grace);
 
 // Slabs mapped now, of every block size or of one (for tests and memory
 // accounting).

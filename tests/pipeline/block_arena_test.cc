@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace recflow::pipeline {
@@ -23,10 +25,30 @@ uintptr_t SlabOf(const char* p) {
   return reinterpret_cast<uintptr_t>(p) & ~uintptr_t{kBlockSlabBytes - 1};
 }
 
+// Empty slabs are unmapped by the arena's thread, a grace period after the
+// last keeper goes: the tests set the grace, and wait for the thread.
+class BlockArenaTest : public testing::Test {
+ protected:
+  void SetUp() override { SetBlockSlabGrace(std::chrono::milliseconds(0)); }
+  void TearDown() override {
+    SetBlockSlabGrace(std::chrono::milliseconds(2000));
+  }
+  // Whether the slabs of kBlock mapped come down to `n` within 30 s.
+  static bool SlabsComeDownTo(uint64_t n) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (BlockSlabsMapped(kBlock) != n) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+};
+
 // Blocks are distinct, aligned, usable, and packed into 2 MiB slabs: 17
 // blocks of 128 KiB take two slabs (one of them may be an empty slab kept
 // from before).
-TEST(BlockArenaTest, BlocksFillSlabsOfTwoMebibytes) {
+TEST_F(BlockArenaTest, BlocksFillSlabsOfTwoMebibytes) {
   REQUIRE_SLABS();
   std::vector<char*> blocks;
   for (size_t i = 0; i < kPerSlab + 1; ++i) {
@@ -48,8 +70,9 @@ TEST(BlockArenaTest, BlocksFillSlabsOfTwoMebibytes) {
 
 // Freed blocks are reused, and empty slabs are kept while any block is in
 // use (so that reopening files does not map and fault new memory each
-// time); when none is, all but one are unmapped.
-TEST(BlockArenaTest, EmptySlabsAreKeptUntilNoBlockIsInUse) {
+// time); when none is, all but one are unmapped (after the grace: none
+// here).
+TEST_F(BlockArenaTest, EmptySlabsAreKeptUntilNoBlockIsInUse) {
   REQUIRE_SLABS();
   std::vector<char*> blocks;
   for (size_t i = 0; i < 4 * kPerSlab; ++i) {
@@ -65,14 +88,15 @@ TEST(BlockArenaTest, EmptySlabsAreKeptUntilNoBlockIsInUse) {
   EXPECT_EQ(SlabOf(again), SlabOf(kept));
   FreeBlock(again, kBlock);
   FreeBlock(kept, kBlock);
-  EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
+  EXPECT_TRUE(SlabsComeDownTo(1)) << BlockSlabsMapped(kBlock);
 }
 
 // While a keeper lives (a pipeline Iterator holds one) empty slabs stay
 // mapped even when no block is in use: a shuffle buffer that drains at
 // the end of an epoch would otherwise unmap them and the next epoch fault
-// them in again.  The last keeper's going unmaps them (all but one).
-TEST(BlockArenaTest, AKeeperKeepsEmptySlabsMappedUntilItGoes) {
+// them in again.  The last keeper's going unmaps them (all but one), after
+// the grace (none here).
+TEST_F(BlockArenaTest, AKeeperKeepsEmptySlabsMappedUntilItGoes) {
   REQUIRE_SLABS();
   std::vector<char*> blocks;
   {
@@ -97,7 +121,7 @@ TEST(BlockArenaTest, AKeeperKeepsEmptySlabsMappedUntilItGoes) {
   // No keeper, one block still in use: all kept until it is freed.
   EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
   FreeBlock(blocks[0], kBlock);
-  EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
+  EXPECT_TRUE(SlabsComeDownTo(1)) << BlockSlabsMapped(kBlock);
   // No keeper and nothing in use: trimmed as soon as the last goes.
   {
     BlockSlabKeeper keeper;
@@ -108,11 +132,45 @@ TEST(BlockArenaTest, AKeeperKeepsEmptySlabsMappedUntilItGoes) {
     for (char* b : blocks) FreeBlock(b, kBlock);
     EXPECT_EQ(BlockSlabsMapped(kBlock), 2u);
   }
-  EXPECT_EQ(BlockSlabsMapped(kBlock), 1u);
+  EXPECT_TRUE(SlabsComeDownTo(1)) << BlockSlabsMapped(kBlock);
+}
+
+// After the last keeper goes, empty slabs stay mapped for the grace period,
+// and a keeper that comes within it (the next epoch's iterator) reuses them
+// instead of mapping and clearing new ones; they are unmapped when the
+// grace has passed with no keeper.
+TEST_F(BlockArenaTest, EmptySlabsOutliveTheLastKeeperForTheGrace) {
+  REQUIRE_SLABS();
+  SetBlockSlabGrace(std::chrono::hours(1));
+  std::vector<char*> blocks;
+  std::set<uintptr_t> first;
+  {
+    BlockSlabKeeper epoch1;
+    for (size_t i = 0; i < 3 * kPerSlab; ++i) {
+      blocks.push_back(AllocateBlock(kBlock));
+      first.insert(SlabOf(blocks.back()));
+    }
+    for (char* b : blocks) FreeBlock(b, kBlock);
+  }
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 3u) << "unmapped within the grace";
+  {
+    BlockSlabKeeper epoch2;
+    blocks.clear();
+    for (size_t i = 0; i < 3 * kPerSlab; ++i) {
+      blocks.push_back(AllocateBlock(kBlock));
+      EXPECT_EQ(first.count(SlabOf(blocks.back())), 1u) << "a new slab";
+    }
+    EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
+    for (char* b : blocks) FreeBlock(b, kBlock);
+  }
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
+  // The grace shortened to nothing: the pending trim runs now.
+  SetBlockSlabGrace(std::chrono::milliseconds(0));
+  EXPECT_TRUE(SlabsComeDownTo(1)) << BlockSlabsMapped(kBlock);
 }
 
 // A size that does not divide 2 MiB comes from operator new, aligned.
-TEST(BlockArenaTest, OtherSizesComeFromTheHeap) {
+TEST_F(BlockArenaTest, OtherSizesComeFromTheHeap) {
   const uint64_t before = BlockSlabsMapped();
   const size_t odd = 3 * 4096 * 10;  // 120 KiB
   char* b = AllocateBlock(odd);
