@@ -192,6 +192,11 @@ class CpuBackend final : public Backend {
       });
       return;
     }
+    if (Winograd(g)) {
+      WinogradFilter(w, g.in_c, g.out_c, &winograd_filter_);
+      WinogradConv(g, x, winograd_filter_.data(), y, /*accumulate=*/false);
+      return;
+    }
     const int64_t patch = g.window_h * g.window_w * g.in_c;
     const int64_t pixels = g.out_h * g.out_w;
     ForImageGroups(g, [&](int64_t task, int64_t first, int64_t count) {
@@ -212,6 +217,30 @@ class CpuBackend final : public Backend {
       // dX, for an input that wants it, through the columns below.
       dw = nullptr;
       if (dx == nullptr) return;
+    }
+    if (Winograd(g) && dx != nullptr) {
+      // dX is the convolution of dy with the filter turned by 180 degrees,
+      // its channels swapped: the same 3x3 stride-1 transform.
+      const Window2D t = TransposedWindow(g);
+      const int64_t taps = 9, n = g.in_c * g.out_c;
+      winograd_turned_.resize(static_cast<size_t>(taps * n));
+      for (int64_t k = 0; k < taps; ++k) {
+        const float* from = w + (taps - 1 - k) * n;
+        float* to = winograd_turned_.data() + k * n;
+        for (int64_t ci = 0; ci < g.in_c; ++ci) {
+          for (int64_t co = 0; co < g.out_c; ++co) {
+            to[co * g.in_c + ci] = from[ci * g.out_c + co];
+          }
+        }
+      }
+      WinogradFilter(winograd_turned_.data(), t.in_c, t.out_c,
+                     &winograd_filter_);
+      WinogradConv(t, dy, winograd_filter_.data(), dx, /*accumulate=*/true);
+      dx = nullptr;
+    }
+    if (Winograd(g)) {
+      if (dw != nullptr) WinogradFilterGrad(g, x, dy, dw);
+      return;
     }
     const int64_t patch = g.window_h * g.window_w * g.in_c;
     const int64_t pixels = g.out_h * g.out_w;
@@ -1098,6 +1127,365 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // --- Winograd F(2x2, 3x3) ------------------------------------------------
+  //
+  // 3x3 convolutions of stride 1 over many channels (a CNN's second layer:
+  // 32 -> 64 at 14x14) were the step: their three products (forward, dX,
+  // dW) through im2col ran at OpenBLAS's peak and were ~60% of a CNN step.
+  // Winograd's minimal filtering (Lavin and Gray, 2015) computes each 2x2
+  // block of outputs from a 4x4 block of inputs with 16 multiplies per
+  // channel pair instead of 36: the input tiles and the filter are
+  // transformed (V = B^T d B, U = G g G^T), each of the 16 positions of a
+  // tile is one product V[xi] (tiles x in_c) by U[xi] (in_c x out_c), and
+  // the 2x2 outputs come back as A^T M A.  2.25x fewer multiply-adds in
+  // products with k = in_c, plus the transforms' passes over memory.  The
+  // forward pass, dX (the same convolution with the filter turned and its
+  // channels swapped) and dW (WinogradFilterGrad) all take it.  Rounding: the
+  // transforms add and subtract up to 16 terms, so results differ from
+  // im2col's in the last bits (tests: within 1e-5 relative).
+  static constexpr int64_t kWinogradMinChannels = 16;
+  // Bytes of V and M per group of images (tiles x 16 x (in_c + out_c)
+  // floats): products of a few hundred rows, still in L2/L3 between the
+  // transforms and the products.
+  static constexpr int64_t kWinogradGroupBytes = int64_t{2} << 20;
+
+  static bool Winograd(const Window2D& g) {
+    return g.window_h == 3 && g.window_w == 3 && g.stride_h == 1 &&
+           g.stride_w == 1 && g.in_c >= kWinogradMinChannels &&
+           g.out_c >= kWinogradMinChannels;
+  }
+
+  // The convolution that gives dX from dy: input dy (out_h x out_w x
+  // out_c), output dX (in_h x in_w x in_c), padded so that output pixel iy
+  // reads dy rows iy + pad_top - 2 .. iy + pad_top.
+  static Window2D TransposedWindow(const Window2D& g) {
+    Window2D t;
+    t.batch = g.batch;
+    t.in_h = g.out_h;
+    t.in_w = g.out_w;
+    t.in_c = g.out_c;
+    t.window_h = t.window_w = 3;
+    t.out_c = g.in_c;
+    t.out_h = g.in_h;
+    t.out_w = g.in_w;
+    t.pad_top = 2 - g.pad_top;
+    t.pad_left = 2 - g.pad_left;
+    return t;
+  }
+
+  // U[16][in_c][out_c] = G g G^T for every channel pair, from w [3][3][in_c]
+  // [out_c].
+  static void WinogradFilter(const float* w, int64_t in_c, int64_t out_c,
+                             std::vector<float>* u) {
+    static constexpr float kG[4][3] = {{1.0f, 0.0f, 0.0f},
+                                       {0.5f, 0.5f, 0.5f},
+                                       {0.5f, -0.5f, 0.5f},
+                                       {0.0f, 0.0f, 1.0f}};
+    const int64_t n = in_c * out_c;
+    u->assign(static_cast<size_t>(16 * n), 0.0f);
+    for (int i = 0; i < 4; ++i) {
+      for (int j = 0; j < 4; ++j) {
+        float* out = u->data() + (i * 4 + j) * n;
+        for (int kh = 0; kh < 3; ++kh) {
+          for (int kw = 0; kw < 3; ++kw) {
+            const float c = kG[i][kh] * kG[j][kw];
+            if (c == 0.0f) continue;
+            const float* in = w + (kh * 3 + kw) * n;
+            for (int64_t k = 0; k < n; ++k) out[k] += c * in[k];
+          }
+        }
+      }
+    }
+  }
+
+  // y = conv(x, the filter whose transform is u) for a 3x3 stride-1
+  // window g (y += with `accumulate`), split over the team by images.
+  void WinogradConv(const Window2D& g, const float* x, const float* u, float* y,
+                    bool accumulate) {
+    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
+    const int64_t per_image = tiles_h * tiles_w * 16 * (g.in_c + g.out_c) * 4;
+    const int64_t group = std::max<int64_t>(
+        1, kWinogradGroupBytes / std::max<int64_t>(per_image, 1));
+    const int64_t tasks = ImageTasks(g);
+    if (scratch_.size() < static_cast<size_t>(tasks)) {
+      scratch_.resize(static_cast<size_t>(tasks));
+    }
+    ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
+      for (int64_t at = first; at < end; at += group) {
+        const int64_t count = std::min(group, end - at);
+        const int64_t rows = count * tiles_h * tiles_w;
+        std::vector<float>& v = Scratch(t, 0);
+        std::vector<float>& m = Scratch(t, 1);
+        v.resize(static_cast<size_t>(16 * rows * g.in_c));
+        m.resize(static_cast<size_t>(16 * rows * g.out_c));
+        WinogradInput(g, x, at, count, v.data());
+        for (int64_t xi = 0; xi < 16; ++xi) {
+          GemmBlock(false, false, rows, g.out_c, g.in_c, 1.0f,
+                    v.data() + xi * rows * g.in_c, u + xi * g.in_c * g.out_c,
+                    0.0f, m.data() + xi * rows * g.out_c, 0, rows, 0, g.out_c);
+        }
+        WinogradOutput(g, m.data(), at, count, y, accumulate);
+      }
+    });
+  }
+
+  // dW += the filter gradient, through the same transforms: with M = V . U
+  // per tile position and Y = A^T M A, dM = A dY A^T per tile, dU[xi] = the
+  // sum over tiles of V[xi]^T dM[xi] (16 products with k = tiles: long, so
+  // near the library's peak), and dW = G^T dU G.  Each task sums its
+  // images' dU apart and the sums are added in task order, so a team size
+  // gives the same dW every run.
+  void WinogradFilterGrad(const Window2D& g, const float* x, const float* dy,
+                          float* dw) {
+    static constexpr float kG[4][3] = {{1.0f, 0.0f, 0.0f},
+                                       {0.5f, 0.5f, 0.5f},
+                                       {0.5f, -0.5f, 0.5f},
+                                       {0.0f, 0.0f, 1.0f}};
+    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
+    const int64_t per_image = tiles_h * tiles_w * 16 * (g.in_c + g.out_c) * 4;
+    const int64_t group = std::max<int64_t>(
+        1, kWinogradGroupBytes / std::max<int64_t>(per_image, 1));
+    const int64_t n = g.in_c * g.out_c;
+    const int64_t tasks = ImageTasks(g);
+    const int64_t stride = PartialStride(16 * n);
+    if (scratch_.size() < static_cast<size_t>(tasks)) {
+      scratch_.resize(static_cast<size_t>(tasks));
+    }
+    dw_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
+    ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
+      float* du = dw_partial_.data() + t * stride;
+      for (int64_t at = first; at < end; at += group) {
+        const int64_t count = std::min(group, end - at);
+        const int64_t rows = count * tiles_h * tiles_w;
+        std::vector<float>& v = Scratch(t, 0);
+        std::vector<float>& dm = Scratch(t, 1);
+        v.resize(static_cast<size_t>(16 * rows * g.in_c));
+        dm.resize(static_cast<size_t>(16 * rows * g.out_c));
+        WinogradInput(g, x, at, count, v.data());
+        WinogradOutputGrad(g, dy, at, count, dm.data());
+        for (int64_t xi = 0; xi < 16; ++xi) {
+          GemmBlock(true, false, g.in_c, g.out_c, rows, 1.0f,
+                    v.data() + xi * rows * g.in_c,
+                    dm.data() + xi * rows * g.out_c, 1.0f, du + xi * n, 0,
+                    g.in_c, 0, g.out_c);
+        }
+      }
+    });
+    // dW[kh][kw] += sum over (i, j) of G[i][kh] G[j][kw] dU[i][j], with dU
+    // the tasks' sums in task order.
+    team_.For(n, kGrain / 16, [&](int64_t lo, int64_t hi) {
+      std::vector<float> du(static_cast<size_t>(16 * (hi - lo)), 0.0f);
+      for (int64_t t = 0; t < tasks; ++t) {
+        const float* p = dw_partial_.data() + t * stride;
+        for (int64_t xi = 0; xi < 16; ++xi) {
+          float* into = du.data() + xi * (hi - lo);
+          const float* from = p + xi * n + lo;
+          for (int64_t k = 0; k < hi - lo; ++k) into[k] += from[k];
+        }
+      }
+      for (int kh = 0; kh < 3; ++kh) {
+        for (int kw = 0; kw < 3; ++kw) {
+          float* out = dw + (kh * 3 + kw) * n + lo;
+          for (int i = 0; i < 4; ++i) {
+            for (int j = 0; j < 4; ++j) {
+              const float c = kG[i][kh] * kG[j][kw];
+              if (c == 0.0f) continue;
+              const float* from = du.data() + (i * 4 + j) * (hi - lo);
+              for (int64_t k = 0; k < hi - lo; ++k) out[k] += c * from[k];
+            }
+          }
+        }
+      }
+    });
+  }
+
+  // dM[16][rows][out_c] = A dY A^T for the 2x2 block of dy of every tile
+  // (zero where the tile lies outside the output): the gradient of M
+  // through WinogradOutput's A^T M A.
+  static void WinogradOutputGrad(const Window2D& g, const float* dy,
+                                 int64_t first, int64_t count, float* dm) {
+    const int64_t c = g.out_c;
+    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
+    const int64_t rows = count * tiles_h * tiles_w;
+    const int64_t step = rows * c;
+    const std::vector<float> zeros(static_cast<size_t>(c), 0.0f);
+    int64_t row = 0;
+    for (int64_t b = first; b < first + count; ++b) {
+      const float* image = dy + b * g.out_h * g.out_w * c;
+      for (int64_t ty = 0; ty < tiles_h; ++ty) {
+        for (int64_t tx = 0; tx < tiles_w; ++tx, ++row) {
+          const float* in[2][2];
+          for (int64_t r = 0; r < 2; ++r) {
+            for (int64_t col = 0; col < 2; ++col) {
+              const int64_t oy = 2 * ty + r, ox = 2 * tx + col;
+              in[r][col] = oy < g.out_h && ox < g.out_w
+                               ? image + (oy * g.out_w + ox) * c
+                               : zeros.data();
+            }
+          }
+          float* out = dm + row * c;
+          const auto transform = [&](auto load, auto store, int64_t k) {
+            // e = A dY (4x2), then dM = e A^T (4x4).
+            const auto y00 = load(in[0][0] + k), y01 = load(in[0][1] + k);
+            const auto y10 = load(in[1][0] + k), y11 = load(in[1][1] + k);
+            const decltype(y00) e[4][2] = {{y00, y01},
+                                           {y00 + y10, y01 + y11},
+                                           {y00 - y10, y01 - y11},
+                                           {-y10, -y11}};
+            for (int i = 0; i < 4; ++i) {
+              store(out + (i * 4 + 0) * step + k, e[i][0]);
+              store(out + (i * 4 + 1) * step + k, e[i][0] + e[i][1]);
+              store(out + (i * 4 + 2) * step + k, e[i][0] - e[i][1]);
+              store(out + (i * 4 + 3) * step + k, -e[i][1]);
+            }
+          };
+          int64_t k = 0;
+          for (; k + kLanes <= c; k += kLanes) {
+            transform([](const float* p) { return LoadLanes(p); },
+                      [](float* p, const Lanes& v) { StoreLanes(p, v); }, k);
+          }
+          for (; k < c; ++k) {
+            transform([](const float* p) { return *p; },
+                      [](float* p, float v) { *p = v; }, k);
+          }
+        }
+      }
+    }
+  }
+
+  // V[16][rows][in_c] = B^T d B for the 4x4 input tile d of every output
+  // tile of images [first, first + count) (rows in image, tile-row,
+  // tile-column order), zero outside the input.  SIMD widths of channels
+  // at a time, then one channel at a time for the rest.
+  static void WinogradInput(const Window2D& g, const float* x, int64_t first,
+                            int64_t count, float* v) {
+    const int64_t c = g.in_c;
+    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
+    const int64_t rows = count * tiles_h * tiles_w;
+    const int64_t step = rows * c;  // between positions xi
+    const std::vector<float> zeros(static_cast<size_t>(c), 0.0f);
+    int64_t row = 0;
+    for (int64_t b = first; b < first + count; ++b) {
+      const float* image = x + b * g.in_h * g.in_w * c;
+      for (int64_t ty = 0; ty < tiles_h; ++ty) {
+        for (int64_t tx = 0; tx < tiles_w; ++tx, ++row) {
+          const float* d[4][4];
+          for (int64_t i = 0; i < 4; ++i) {
+            const int64_t iy = 2 * ty - g.pad_top + i;
+            for (int64_t j = 0; j < 4; ++j) {
+              const int64_t ix = 2 * tx - g.pad_left + j;
+              d[i][j] = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w
+                            ? image + (iy * g.in_w + ix) * c
+                            : zeros.data();
+            }
+          }
+          float* out = v + row * c;
+          int64_t k = 0;
+          for (; k + kLanes <= c; k += kLanes) {
+            Lanes t[4][4];
+            for (int j = 0; j < 4; ++j) {
+              const Lanes d0 = LoadLanes(d[0][j] + k);
+              const Lanes d1 = LoadLanes(d[1][j] + k);
+              const Lanes d2 = LoadLanes(d[2][j] + k);
+              const Lanes d3 = LoadLanes(d[3][j] + k);
+              t[0][j] = d0 - d2;
+              t[1][j] = d1 + d2;
+              t[2][j] = d2 - d1;
+              t[3][j] = d1 - d3;
+            }
+            for (int i = 0; i < 4; ++i) {
+              StoreLanes(out + (i * 4 + 0) * step + k, t[i][0] - t[i][2]);
+              StoreLanes(out + (i * 4 + 1) * step + k, t[i][1] + t[i][2]);
+              StoreLanes(out + (i * 4 + 2) * step + k, t[i][2] - t[i][1]);
+              StoreLanes(out + (i * 4 + 3) * step + k, t[i][1] - t[i][3]);
+            }
+          }
+          for (; k < c; ++k) {
+            float t[4][4];
+            for (int j = 0; j < 4; ++j) {
+              t[0][j] = d[0][j][k] - d[2][j][k];
+              t[1][j] = d[1][j][k] + d[2][j][k];
+              t[2][j] = d[2][j][k] - d[1][j][k];
+              t[3][j] = d[1][j][k] - d[3][j][k];
+            }
+            for (int i = 0; i < 4; ++i) {
+              out[(i * 4 + 0) * step + k] = t[i][0] - t[i][2];
+              out[(i * 4 + 1) * step + k] = t[i][1] + t[i][2];
+              out[(i * 4 + 2) * step + k] = t[i][2] - t[i][1];
+              out[(i * 4 + 3) * step + k] = t[i][1] - t[i][3];
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // The 2x2 outputs A^T M A of every tile from M[16][rows][out_c], written
+  // (or added) where they fall inside the output.
+  static void WinogradOutput(const Window2D& g, const float* m, int64_t first,
+                             int64_t count, float* y, bool accumulate) {
+    const int64_t c = g.out_c;
+    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
+    const int64_t rows = count * tiles_h * tiles_w;
+    const int64_t step = rows * c;
+    // Outputs of a tile outside y go here (and are dropped).
+    std::vector<float> spill(static_cast<size_t>(c));
+    int64_t row = 0;
+    for (int64_t b = first; b < first + count; ++b) {
+      float* image = y + b * g.out_h * g.out_w * c;
+      for (int64_t ty = 0; ty < tiles_h; ++ty) {
+        for (int64_t tx = 0; tx < tiles_w; ++tx, ++row) {
+          const float* in = m + row * c;
+          float* out[4];
+          bool add[4];
+          for (int64_t r = 0; r < 2; ++r) {
+            for (int64_t col = 0; col < 2; ++col) {
+              const int64_t oy = 2 * ty + r, ox = 2 * tx + col;
+              const bool inside = oy < g.out_h && ox < g.out_w;
+              out[r * 2 + col] =
+                  inside ? image + (oy * g.out_w + ox) * c : spill.data();
+              add[r * 2 + col] = accumulate && inside;
+            }
+          }
+          int64_t k = 0;
+          for (; k + kLanes <= c; k += kLanes) {
+            Lanes u0[4], u1[4];
+            for (int j = 0; j < 4; ++j) {
+              const Lanes s0 = LoadLanes(in + (0 * 4 + j) * step + k);
+              const Lanes s1 = LoadLanes(in + (1 * 4 + j) * step + k);
+              const Lanes s2 = LoadLanes(in + (2 * 4 + j) * step + k);
+              const Lanes s3 = LoadLanes(in + (3 * 4 + j) * step + k);
+              u0[j] = s0 + s1 + s2;
+              u1[j] = s1 - s2 - s3;
+            }
+            const Lanes q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
+                                u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
+            for (int o = 0; o < 4; ++o) {
+              StoreLanes(out[o] + k,
+                         add[o] ? LoadLanes(out[o] + k) + q[o] : q[o]);
+            }
+          }
+          for (; k < c; ++k) {
+            float u0[4], u1[4];
+            for (int j = 0; j < 4; ++j) {
+              const float s0 = in[(0 * 4 + j) * step + k];
+              const float s1 = in[(1 * 4 + j) * step + k];
+              const float s2 = in[(2 * 4 + j) * step + k];
+              const float s3 = in[(3 * 4 + j) * step + k];
+              u0[j] = s0 + s1 + s2;
+              u1[j] = s1 - s2 - s3;
+            }
+            const float q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
+                                u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
+            for (int o = 0; o < 4; ++o) {
+              out[o][k] = add[o] ? out[o][k] + q[o] : q[o];
+            }
+          }
+        }
+      }
+    }
+  }
+
   // fn(task, first, end) over ImageTasks(g) contiguous ranges of images.
   template <typename Fn>
   void ForImageRanges(const Window2D& g, const Fn& fn) {
@@ -1373,6 +1761,9 @@ class CpuBackend final : public Backend {
   ThreadTeam team_;
   // Per task: im2col columns and their gradients, reused across calls.
   std::vector<std::array<std::vector<float>, 2>> scratch_;
+  // Winograd: the filter's transform, and the filter turned for dX.
+  std::vector<float> winograd_filter_;
+  std::vector<float> winograd_turned_;
   std::vector<float> dw_partial_, column_partial_;
 };
 

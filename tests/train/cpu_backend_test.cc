@@ -110,7 +110,11 @@ void ForEachTap(const Window2D& g, const Fn& fn) {
 // width is 16 floats, AVX-512) and the direct loops of few input channels
 // and whole SIMD widths of filters (1, 3 or 4 in; 16 or 32 out, and 24 on
 // AVX2's 8-float width), with windows that the direct dW loops cover in
-// one block of taps (3x3), in several (5x5, 2x4) or in a row (1x1).
+// one block of taps (3x3), in several (5x5, 2x4) or in a row (1x1); and
+// through Winograd's F(2x2, 3x3) (16 or 20 in, 16 or 32 out, 3x3 at stride
+// 1: the forward pass, dx and dw), where 11x10 and 9x8 outputs leave a last
+// row and column of 2x2 tiles half outside, and SAME and VALID pad the
+// tiles differently.
 TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
   struct Channels {
     int64_t in, out;
@@ -124,7 +128,8 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
       for (int stride : {1, 2}) {
         for (const Channels ch :
              {Channels{1, 24}, Channels{6, 24}, Channels{1, 32},
-              Channels{3, 32}, Channels{4, 16}}) {
+              Channels{3, 32}, Channels{4, 16}, Channels{16, 16},
+              Channels{20, 32}}) {
           const int64_t in_c = ch.in;
           Window2D g;
           g.batch = 26;
@@ -177,36 +182,43 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
   }
 }
 
+// dW through im2col (8 channels in) and through Winograd (16 in), and the
+// column sums, summed in task order: the same bits on every run.
 TEST(CpuBackendTest, SameNumbersOnEveryRunWithOneTeamSize) {
-  Window2D g;
-  g.batch = 64;
-  g.in_h = g.in_w = 14;
-  g.in_c = 8;
-  g.window_h = g.window_w = 3;
-  g.padding = Padding::kSame;
-  g.out_c = 32;
-  g.Resolve();
-  const auto x = Random(g.batch * 14 * 14 * 8, 7);
-  const auto w = Random(9 * 8 * 32, 8);
-  const auto dy = Random(g.batch * 14 * 14 * 32, 9);
-  const auto y = Random(g.batch * 14 * 14 * 32, 10);
-  auto run = [&] {
-    auto be = MakeCpuBackend(3);
-    std::vector<float> gw(w.size(), 0.0f), db(32, 0.0f), dz(dy.size()), sum(32);
-    be->Conv2DBackward(g, x.data(), w.data(), dy.data(), nullptr, gw.data());
-    be->BiasActivationBackward(g.batch * 14 * 14, 32, Activation::kTanh,
-                               y.data(), dy.data(), dz.data(), db.data());
-    be->ColumnSum(g.batch * 14 * 14, 32, dy.data(), 0.0f, sum.data());
-    gw.insert(gw.end(), db.begin(), db.end());
-    gw.insert(gw.end(), sum.begin(), sum.end());
-    return gw;
-  };
-  const std::vector<float> first = run();
-  for (int i = 0; i < 3; ++i) {
-    const std::vector<float> again = run();
-    ASSERT_EQ(0, std::memcmp(first.data(), again.data(),
-                             first.size() * sizeof(float)))
-        << "run " << i;
+  for (const int64_t in_c : {8, 16}) {
+    Window2D g;
+    g.batch = 64;
+    g.in_h = g.in_w = 14;
+    g.in_c = in_c;
+    g.window_h = g.window_w = 3;
+    g.padding = Padding::kSame;
+    g.out_c = 32;
+    g.Resolve();
+    const auto x = Random(g.batch * 14 * 14 * in_c, 7);
+    const auto w = Random(9 * in_c * 32, 8);
+    const auto dy = Random(g.batch * 14 * 14 * 32, 9);
+    const auto y = Random(g.batch * 14 * 14 * 32, 10);
+    auto run = [&] {
+      auto be = MakeCpuBackend(3);
+      std::vector<float> gw(w.size(), 0.0f), db(32, 0.0f), dz(dy.size()),
+          sum(32), gx(x.size(), 0.0f);
+      be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(),
+                         gw.data());
+      be->BiasActivationBackward(g.batch * 14 * 14, 32, Activation::kTanh,
+                                 y.data(), dy.data(), dz.data(), db.data());
+      be->ColumnSum(g.batch * 14 * 14, 32, dy.data(), 0.0f, sum.data());
+      gw.insert(gw.end(), db.begin(), db.end());
+      gw.insert(gw.end(), sum.begin(), sum.end());
+      gw.insert(gw.end(), gx.begin(), gx.end());
+      return gw;
+    };
+    const std::vector<float> first = run();
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<float> again = run();
+      ASSERT_EQ(0, std::memcmp(first.data(), again.data(),
+                               first.size() * sizeof(float)))
+          << "in_c " << in_c << ", run " << i;
+    }
   }
 }
 
