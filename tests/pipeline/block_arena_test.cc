@@ -1,6 +1,9 @@
 #include "pipeline/block_arena.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
@@ -165,6 +168,60 @@ TEST_F(BlockArenaTest, EmptySlabsOutliveTheLastKeeperForTheGrace) {
   }
   EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
   // The grace shortened to nothing: the pending trim runs now.
+  SetBlockSlabGrace(std::chrono::milliseconds(0));
+  EXPECT_TRUE(SlabsComeDownTo(1)) << BlockSlabsMapped(kBlock);
+}
+
+// A forked child (Python's multiprocessing workers are) has no trimmer
+// thread, even when its parent started one: the arena starts its own for
+// the child's first trim, and the arena's lock is free in the child.
+TEST_F(BlockArenaTest, AForkedChildTrimsWithItsOwnThread) {
+  REQUIRE_SLABS();
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "ThreadSanitizer does not support threads started after "
+                  "a fork of a threaded process";
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "ThreadSanitizer does not support threads started after "
+                  "a fork of a threaded process";
+#endif
+#endif
+  // The parent's trimmer thread is started and waiting.
+  SetBlockSlabGrace(std::chrono::hours(1));
+  {
+    BlockSlabKeeper keeper;
+    std::vector<char*> blocks;
+    for (size_t i = 0; i < 3 * kPerSlab; ++i) {
+      blocks.push_back(AllocateBlock(kBlock));
+    }
+    for (char* b : blocks) FreeBlock(b, kBlock);
+  }
+  ASSERT_EQ(BlockSlabsMapped(kBlock), 3u);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    SetBlockSlabGrace(std::chrono::milliseconds(10));
+    {
+      BlockSlabKeeper keeper;
+      FreeBlock(AllocateBlock(kBlock), kBlock);
+    }
+    ::_exit(SlabsComeDownTo(1) ? 0 : 1);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 3000 && done == 0; ++i) {
+    done = ::waitpid(child, &status, WNOHANG);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (done == 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+    FAIL() << "the child hung for 30 s";
+  }
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child's slabs were not trimmed";
+  // The parent's slabs are its own: still pending its (hour-long) grace.
+  EXPECT_EQ(BlockSlabsMapped(kBlock), 3u);
   SetBlockSlabGrace(std::chrono::milliseconds(0));
   EXPECT_TRUE(SlabsComeDownTo(1)) << BlockSlabsMapped(kBlock);
 }
