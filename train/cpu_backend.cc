@@ -1144,9 +1144,11 @@ class CpuBackend final : public Backend {
   // transforms add and subtract up to 16 terms, so results differ from
   // im2col's in the last bits (tests: within 1e-5 relative).
   static constexpr int64_t kWinogradMinChannels = 16;
-  // Bytes of V and M per group of images (tiles x 16 x (in_c + out_c)
+  // Bytes of V and M per group of tiles (tiles x 16 x (in_c + out_c)
   // floats): products of a few hundred rows, still in L2/L3 between the
-  // transforms and the products.
+  // transforms and the products.  Groups are runs of tiles, not whole
+  // images, so a task's scratch stays this size however large an image is
+  // (1,024 tiles at 16 -> 16 channels; 341 at 32 -> 64).
   static constexpr int64_t kWinogradGroupBytes = int64_t{2} << 20;
 
   static bool Winograd(const Window2D& g) {
@@ -1203,28 +1205,27 @@ class CpuBackend final : public Backend {
   void WinogradConv(const Window2D& g, const float* x, const float* u, float* y,
                     bool accumulate) {
     const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t per_image = tiles_h * tiles_w * 16 * (g.in_c + g.out_c) * 4;
+    const int64_t per_image = tiles_h * tiles_w;
     const int64_t group = std::max<int64_t>(
-        1, kWinogradGroupBytes / std::max<int64_t>(per_image, 1));
+        1, kWinogradGroupBytes / (16 * (g.in_c + g.out_c) * 4));
     const int64_t tasks = ImageTasks(g);
     if (scratch_.size() < static_cast<size_t>(tasks)) {
       scratch_.resize(static_cast<size_t>(tasks));
     }
     ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
-      for (int64_t at = first; at < end; at += group) {
-        const int64_t count = std::min(group, end - at);
-        const int64_t rows = count * tiles_h * tiles_w;
+      for (int64_t at = first * per_image; at < end * per_image; at += group) {
+        const int64_t rows = std::min(group, end * per_image - at);
         std::vector<float>& v = Scratch(t, 0);
         std::vector<float>& m = Scratch(t, 1);
         v.resize(static_cast<size_t>(16 * rows * g.in_c));
         m.resize(static_cast<size_t>(16 * rows * g.out_c));
-        WinogradInput(g, x, at, count, v.data());
+        WinogradInput(g, x, at, rows, v.data());
         for (int64_t xi = 0; xi < 16; ++xi) {
           GemmBlock(false, false, rows, g.out_c, g.in_c, 1.0f,
                     v.data() + xi * rows * g.in_c, u + xi * g.in_c * g.out_c,
                     0.0f, m.data() + xi * rows * g.out_c, 0, rows, 0, g.out_c);
         }
-        WinogradOutput(g, m.data(), at, count, y, accumulate);
+        WinogradOutput(g, m.data(), at, rows, y, accumulate);
       }
     });
   }
@@ -1242,9 +1243,9 @@ class CpuBackend final : public Backend {
                                        {0.5f, -0.5f, 0.5f},
                                        {0.0f, 0.0f, 1.0f}};
     const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t per_image = tiles_h * tiles_w * 16 * (g.in_c + g.out_c) * 4;
+    const int64_t per_image = tiles_h * tiles_w;
     const int64_t group = std::max<int64_t>(
-        1, kWinogradGroupBytes / std::max<int64_t>(per_image, 1));
+        1, kWinogradGroupBytes / (16 * (g.in_c + g.out_c) * 4));
     const int64_t n = g.in_c * g.out_c;
     const int64_t tasks = ImageTasks(g);
     const int64_t stride = PartialStride(16 * n);
@@ -1254,15 +1255,14 @@ class CpuBackend final : public Backend {
     dw_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
     ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
       float* du = dw_partial_.data() + t * stride;
-      for (int64_t at = first; at < end; at += group) {
-        const int64_t count = std::min(group, end - at);
-        const int64_t rows = count * tiles_h * tiles_w;
+      for (int64_t at = first * per_image; at < end * per_image; at += group) {
+        const int64_t rows = std::min(group, end * per_image - at);
         std::vector<float>& v = Scratch(t, 0);
         std::vector<float>& dm = Scratch(t, 1);
         v.resize(static_cast<size_t>(16 * rows * g.in_c));
         dm.resize(static_cast<size_t>(16 * rows * g.out_c));
-        WinogradInput(g, x, at, count, v.data());
-        WinogradOutputGrad(g, dy, at, count, dm.data());
+        WinogradInput(g, x, at, rows, v.data());
+        WinogradOutputGrad(g, dy, at, rows, dm.data());
         for (int64_t xi = 0; xi < 16; ++xi) {
           GemmBlock(true, false, g.in_c, g.out_c, rows, 1.0f,
                     v.data() + xi * rows * g.in_c,
@@ -1306,49 +1306,46 @@ class CpuBackend final : public Backend {
                                  int64_t first, int64_t count, float* dm) {
     const int64_t c = g.out_c;
     const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t rows = count * tiles_h * tiles_w;
-    const int64_t step = rows * c;
+    const int64_t step = count * c;
     const std::vector<float> zeros(static_cast<size_t>(c), 0.0f);
-    int64_t row = 0;
-    for (int64_t b = first; b < first + count; ++b) {
+    const int64_t per_image = tiles_h * tiles_w;
+    for (int64_t row = 0; row < count; ++row) {
+      const int64_t tile = first + row, b = tile / per_image;
+      const int64_t ty = tile % per_image / tiles_w, tx = tile % tiles_w;
       const float* image = dy + b * g.out_h * g.out_w * c;
-      for (int64_t ty = 0; ty < tiles_h; ++ty) {
-        for (int64_t tx = 0; tx < tiles_w; ++tx, ++row) {
-          const float* in[2][2];
-          for (int64_t r = 0; r < 2; ++r) {
-            for (int64_t col = 0; col < 2; ++col) {
-              const int64_t oy = 2 * ty + r, ox = 2 * tx + col;
-              in[r][col] = oy < g.out_h && ox < g.out_w
-                               ? image + (oy * g.out_w + ox) * c
-                               : zeros.data();
-            }
-          }
-          float* out = dm + row * c;
-          const auto transform = [&](auto load, auto store, int64_t k) {
-            // e = A dY (4x2), then dM = e A^T (4x4).
-            const auto y00 = load(in[0][0] + k), y01 = load(in[0][1] + k);
-            const auto y10 = load(in[1][0] + k), y11 = load(in[1][1] + k);
-            const decltype(y00) e[4][2] = {{y00, y01},
-                                           {y00 + y10, y01 + y11},
-                                           {y00 - y10, y01 - y11},
-                                           {-y10, -y11}};
-            for (int i = 0; i < 4; ++i) {
-              store(out + (i * 4 + 0) * step + k, e[i][0]);
-              store(out + (i * 4 + 1) * step + k, e[i][0] + e[i][1]);
-              store(out + (i * 4 + 2) * step + k, e[i][0] - e[i][1]);
-              store(out + (i * 4 + 3) * step + k, -e[i][1]);
-            }
-          };
-          int64_t k = 0;
-          for (; k + kLanes <= c; k += kLanes) {
-            transform([](const float* p) { return LoadLanes(p); },
-                      [](float* p, const Lanes& v) { StoreLanes(p, v); }, k);
-          }
-          for (; k < c; ++k) {
-            transform([](const float* p) { return *p; },
-                      [](float* p, float v) { *p = v; }, k);
-          }
+      const float* in[2][2];
+      for (int64_t r = 0; r < 2; ++r) {
+        for (int64_t col = 0; col < 2; ++col) {
+          const int64_t oy = 2 * ty + r, ox = 2 * tx + col;
+          in[r][col] = oy < g.out_h && ox < g.out_w
+                           ? image + (oy * g.out_w + ox) * c
+                           : zeros.data();
         }
+      }
+      float* out = dm + row * c;
+      const auto transform = [&](auto load, auto store, int64_t k) {
+        // e = A dY (4x2), then dM = e A^T (4x4).
+        const auto y00 = load(in[0][0] + k), y01 = load(in[0][1] + k);
+        const auto y10 = load(in[1][0] + k), y11 = load(in[1][1] + k);
+        const decltype(y00) e[4][2] = {{y00, y01},
+                                       {y00 + y10, y01 + y11},
+                                       {y00 - y10, y01 - y11},
+                                       {-y10, -y11}};
+        for (int i = 0; i < 4; ++i) {
+          store(out + (i * 4 + 0) * step + k, e[i][0]);
+          store(out + (i * 4 + 1) * step + k, e[i][0] + e[i][1]);
+          store(out + (i * 4 + 2) * step + k, e[i][0] - e[i][1]);
+          store(out + (i * 4 + 3) * step + k, -e[i][1]);
+        }
+      };
+      int64_t k = 0;
+      for (; k + kLanes <= c; k += kLanes) {
+        transform([](const float* p) { return LoadLanes(p); },
+                  [](float* p, const Lanes& v) { StoreLanes(p, v); }, k);
+      }
+      for (; k < c; ++k) {
+        transform([](const float* p) { return *p; },
+                  [](float* p, float v) { *p = v; }, k);
       }
     }
   }
@@ -1361,60 +1358,57 @@ class CpuBackend final : public Backend {
                             int64_t count, float* v) {
     const int64_t c = g.in_c;
     const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t rows = count * tiles_h * tiles_w;
-    const int64_t step = rows * c;  // between positions xi
+    const int64_t step = count * c;  // between positions xi
     const std::vector<float> zeros(static_cast<size_t>(c), 0.0f);
-    int64_t row = 0;
-    for (int64_t b = first; b < first + count; ++b) {
+    const int64_t per_image = tiles_h * tiles_w;
+    for (int64_t row = 0; row < count; ++row) {
+      const int64_t tile = first + row, b = tile / per_image;
+      const int64_t ty = tile % per_image / tiles_w, tx = tile % tiles_w;
       const float* image = x + b * g.in_h * g.in_w * c;
-      for (int64_t ty = 0; ty < tiles_h; ++ty) {
-        for (int64_t tx = 0; tx < tiles_w; ++tx, ++row) {
-          const float* d[4][4];
-          for (int64_t i = 0; i < 4; ++i) {
-            const int64_t iy = 2 * ty - g.pad_top + i;
-            for (int64_t j = 0; j < 4; ++j) {
-              const int64_t ix = 2 * tx - g.pad_left + j;
-              d[i][j] = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w
-                            ? image + (iy * g.in_w + ix) * c
-                            : zeros.data();
-            }
-          }
-          float* out = v + row * c;
-          int64_t k = 0;
-          for (; k + kLanes <= c; k += kLanes) {
-            Lanes t[4][4];
-            for (int j = 0; j < 4; ++j) {
-              const Lanes d0 = LoadLanes(d[0][j] + k);
-              const Lanes d1 = LoadLanes(d[1][j] + k);
-              const Lanes d2 = LoadLanes(d[2][j] + k);
-              const Lanes d3 = LoadLanes(d[3][j] + k);
-              t[0][j] = d0 - d2;
-              t[1][j] = d1 + d2;
-              t[2][j] = d2 - d1;
-              t[3][j] = d1 - d3;
-            }
-            for (int i = 0; i < 4; ++i) {
-              StoreLanes(out + (i * 4 + 0) * step + k, t[i][0] - t[i][2]);
-              StoreLanes(out + (i * 4 + 1) * step + k, t[i][1] + t[i][2]);
-              StoreLanes(out + (i * 4 + 2) * step + k, t[i][2] - t[i][1]);
-              StoreLanes(out + (i * 4 + 3) * step + k, t[i][1] - t[i][3]);
-            }
-          }
-          for (; k < c; ++k) {
-            float t[4][4];
-            for (int j = 0; j < 4; ++j) {
-              t[0][j] = d[0][j][k] - d[2][j][k];
-              t[1][j] = d[1][j][k] + d[2][j][k];
-              t[2][j] = d[2][j][k] - d[1][j][k];
-              t[3][j] = d[1][j][k] - d[3][j][k];
-            }
-            for (int i = 0; i < 4; ++i) {
-              out[(i * 4 + 0) * step + k] = t[i][0] - t[i][2];
-              out[(i * 4 + 1) * step + k] = t[i][1] + t[i][2];
-              out[(i * 4 + 2) * step + k] = t[i][2] - t[i][1];
-              out[(i * 4 + 3) * step + k] = t[i][1] - t[i][3];
-            }
-          }
+      const float* d[4][4];
+      for (int64_t i = 0; i < 4; ++i) {
+        const int64_t iy = 2 * ty - g.pad_top + i;
+        for (int64_t j = 0; j < 4; ++j) {
+          const int64_t ix = 2 * tx - g.pad_left + j;
+          d[i][j] = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w
+                        ? image + (iy * g.in_w + ix) * c
+                        : zeros.data();
+        }
+      }
+      float* out = v + row * c;
+      int64_t k = 0;
+      for (; k + kLanes <= c; k += kLanes) {
+        Lanes t[4][4];
+        for (int j = 0; j < 4; ++j) {
+          const Lanes d0 = LoadLanes(d[0][j] + k);
+          const Lanes d1 = LoadLanes(d[1][j] + k);
+          const Lanes d2 = LoadLanes(d[2][j] + k);
+          const Lanes d3 = LoadLanes(d[3][j] + k);
+          t[0][j] = d0 - d2;
+          t[1][j] = d1 + d2;
+          t[2][j] = d2 - d1;
+          t[3][j] = d1 - d3;
+        }
+        for (int i = 0; i < 4; ++i) {
+          StoreLanes(out + (i * 4 + 0) * step + k, t[i][0] - t[i][2]);
+          StoreLanes(out + (i * 4 + 1) * step + k, t[i][1] + t[i][2]);
+          StoreLanes(out + (i * 4 + 2) * step + k, t[i][2] - t[i][1]);
+          StoreLanes(out + (i * 4 + 3) * step + k, t[i][1] - t[i][3]);
+        }
+      }
+      for (; k < c; ++k) {
+        float t[4][4];
+        for (int j = 0; j < 4; ++j) {
+          t[0][j] = d[0][j][k] - d[2][j][k];
+          t[1][j] = d[1][j][k] + d[2][j][k];
+          t[2][j] = d[2][j][k] - d[1][j][k];
+          t[3][j] = d[1][j][k] - d[3][j][k];
+        }
+        for (int i = 0; i < 4; ++i) {
+          out[(i * 4 + 0) * step + k] = t[i][0] - t[i][2];
+          out[(i * 4 + 1) * step + k] = t[i][1] + t[i][2];
+          out[(i * 4 + 2) * step + k] = t[i][2] - t[i][1];
+          out[(i * 4 + 3) * step + k] = t[i][1] - t[i][3];
         }
       }
     }
@@ -1426,61 +1420,57 @@ class CpuBackend final : public Backend {
                              int64_t count, float* y, bool accumulate) {
     const int64_t c = g.out_c;
     const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t rows = count * tiles_h * tiles_w;
-    const int64_t step = rows * c;
+    const int64_t step = count * c;
     // Outputs of a tile outside y go here (and are dropped).
     std::vector<float> spill(static_cast<size_t>(c));
-    int64_t row = 0;
-    for (int64_t b = first; b < first + count; ++b) {
+    const int64_t per_image = tiles_h * tiles_w;
+    for (int64_t row = 0; row < count; ++row) {
+      const int64_t tile = first + row, b = tile / per_image;
+      const int64_t ty = tile % per_image / tiles_w, tx = tile % tiles_w;
       float* image = y + b * g.out_h * g.out_w * c;
-      for (int64_t ty = 0; ty < tiles_h; ++ty) {
-        for (int64_t tx = 0; tx < tiles_w; ++tx, ++row) {
-          const float* in = m + row * c;
-          float* out[4];
-          bool add[4];
-          for (int64_t r = 0; r < 2; ++r) {
-            for (int64_t col = 0; col < 2; ++col) {
-              const int64_t oy = 2 * ty + r, ox = 2 * tx + col;
-              const bool inside = oy < g.out_h && ox < g.out_w;
-              out[r * 2 + col] =
-                  inside ? image + (oy * g.out_w + ox) * c : spill.data();
-              add[r * 2 + col] = accumulate && inside;
-            }
-          }
-          int64_t k = 0;
-          for (; k + kLanes <= c; k += kLanes) {
-            Lanes u0[4], u1[4];
-            for (int j = 0; j < 4; ++j) {
-              const Lanes s0 = LoadLanes(in + (0 * 4 + j) * step + k);
-              const Lanes s1 = LoadLanes(in + (1 * 4 + j) * step + k);
-              const Lanes s2 = LoadLanes(in + (2 * 4 + j) * step + k);
-              const Lanes s3 = LoadLanes(in + (3 * 4 + j) * step + k);
-              u0[j] = s0 + s1 + s2;
-              u1[j] = s1 - s2 - s3;
-            }
-            const Lanes q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
-                                u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
-            for (int o = 0; o < 4; ++o) {
-              StoreLanes(out[o] + k,
-                         add[o] ? LoadLanes(out[o] + k) + q[o] : q[o]);
-            }
-          }
-          for (; k < c; ++k) {
-            float u0[4], u1[4];
-            for (int j = 0; j < 4; ++j) {
-              const float s0 = in[(0 * 4 + j) * step + k];
-              const float s1 = in[(1 * 4 + j) * step + k];
-              const float s2 = in[(2 * 4 + j) * step + k];
-              const float s3 = in[(3 * 4 + j) * step + k];
-              u0[j] = s0 + s1 + s2;
-              u1[j] = s1 - s2 - s3;
-            }
-            const float q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
-                                u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
-            for (int o = 0; o < 4; ++o) {
-              out[o][k] = add[o] ? out[o][k] + q[o] : q[o];
-            }
-          }
+      const float* in = m + row * c;
+      float* out[4];
+      bool add[4];
+      for (int64_t r = 0; r < 2; ++r) {
+        for (int64_t col = 0; col < 2; ++col) {
+          const int64_t oy = 2 * ty + r, ox = 2 * tx + col;
+          const bool inside = oy < g.out_h && ox < g.out_w;
+          out[r * 2 + col] =
+              inside ? image + (oy * g.out_w + ox) * c : spill.data();
+          add[r * 2 + col] = accumulate && inside;
+        }
+      }
+      int64_t k = 0;
+      for (; k + kLanes <= c; k += kLanes) {
+        Lanes u0[4], u1[4];
+        for (int j = 0; j < 4; ++j) {
+          const Lanes s0 = LoadLanes(in + (0 * 4 + j) * step + k);
+          const Lanes s1 = LoadLanes(in + (1 * 4 + j) * step + k);
+          const Lanes s2 = LoadLanes(in + (2 * 4 + j) * step + k);
+          const Lanes s3 = LoadLanes(in + (3 * 4 + j) * step + k);
+          u0[j] = s0 + s1 + s2;
+          u1[j] = s1 - s2 - s3;
+        }
+        const Lanes q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
+                            u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
+        for (int o = 0; o < 4; ++o) {
+          StoreLanes(out[o] + k, add[o] ? LoadLanes(out[o] + k) + q[o] : q[o]);
+        }
+      }
+      for (; k < c; ++k) {
+        float u0[4], u1[4];
+        for (int j = 0; j < 4; ++j) {
+          const float s0 = in[(0 * 4 + j) * step + k];
+          const float s1 = in[(1 * 4 + j) * step + k];
+          const float s2 = in[(2 * 4 + j) * step + k];
+          const float s3 = in[(3 * 4 + j) * step + k];
+          u0[j] = s0 + s1 + s2;
+          u1[j] = s1 - s2 - s3;
+        }
+        const float q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
+                            u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
+        for (int o = 0; o < 4; ++o) {
+          out[o][k] = add[o] ? out[o][k] + q[o] : q[o];
         }
       }
     }
