@@ -198,12 +198,10 @@ class CpuBackend final : public Backend {
       return;
     }
     const int64_t patch = g.window_h * g.window_w * g.in_c;
-    const int64_t pixels = g.out_h * g.out_w;
-    ForImageGroups(g, [&](int64_t task, int64_t first, int64_t count) {
+    ForPixelGroups(g, [&](int64_t task, int64_t first, int64_t count) {
       const float* cols = Im2Col(g, x, first, count, Scratch(task, 0));
-      GemmBlock(false, false, count * pixels, g.out_c, patch, 1.0f, cols, w,
-                0.0f, y + first * pixels * g.out_c, 0, count * pixels, 0,
-                g.out_c);
+      GemmBlock(false, false, count, g.out_c, patch, 1.0f, cols, w, 0.0f,
+                y + first * g.out_c, 0, count, 0, g.out_c);
     });
   }
 
@@ -243,7 +241,6 @@ class CpuBackend final : public Backend {
       return;
     }
     const int64_t patch = g.window_h * g.window_w * g.in_c;
-    const int64_t pixels = g.out_h * g.out_w;
     const int64_t filter = patch * g.out_c;
     const int64_t stride = PartialStride(filter);
     // Each task sums its images' dW apart; the sums are added in task
@@ -253,19 +250,19 @@ class CpuBackend final : public Backend {
     if (dw != nullptr && tasks > 1) {
       partial.assign(static_cast<size_t>(tasks * stride), 0.0f);
     }
-    ForImageGroups(g, [&](int64_t task, int64_t first, int64_t count) {
-      const float* dy_group = dy + first * pixels * g.out_c;
+    ForPixelGroups(g, [&](int64_t task, int64_t first, int64_t count) {
+      const float* dy_group = dy + first * g.out_c;
       if (dw != nullptr) {
         const float* cols = Im2Col(g, x, first, count, Scratch(task, 0));
         float* into = tasks > 1 ? partial.data() + task * stride : dw;
-        GemmBlock(true, false, patch, g.out_c, count * pixels, 1.0f, cols,
-                  dy_group, 1.0f, into, 0, patch, 0, g.out_c);
+        GemmBlock(true, false, patch, g.out_c, count, 1.0f, cols, dy_group,
+                  1.0f, into, 0, patch, 0, g.out_c);
       }
       if (dx != nullptr) {
         std::vector<float>& dcols = Scratch(task, 1);
-        dcols.resize(static_cast<size_t>(count * pixels * patch));
-        GemmBlock(false, true, count * pixels, patch, g.out_c, 1.0f, dy_group,
-                  w, 0.0f, dcols.data(), 0, count * pixels, 0, patch);
+        dcols.resize(static_cast<size_t>(count * patch));
+        GemmBlock(false, true, count, patch, g.out_c, 1.0f, dy_group, w, 0.0f,
+                  dcols.data(), 0, count, 0, patch);
         Col2Im(g, dcols.data(), first, count, dx);
       }
     });
@@ -1518,65 +1515,79 @@ class CpuBackend final : public Backend {
     });
   }
 
-  // fn(task, first, count) over groups of images: the batch is split into
-  // ImageTasks(g) contiguous ranges, one task each, and each range into
-  // groups whose im2col columns fit kColumnGroupBytes.
+  // fn(task, first, count) over groups of output pixels (numbered image by
+  // image, row by row): the batch is split into ImageTasks(g) contiguous
+  // ranges of images, one task each, and each range into runs of pixels
+  // whose im2col columns fit kColumnGroupBytes.  Runs, not whole images,
+  // so that a task's columns stay that size however large an image is
+  // (at least one pixel's patch).
   template <typename Fn>
-  void ForImageGroups(const Window2D& g, const Fn& fn) {
-    const int64_t per_image =
-        g.out_h * g.out_w * g.window_h * g.window_w * g.in_c * 4;
+  void ForPixelGroups(const Window2D& g, const Fn& fn) {
+    const int64_t pixels = g.out_h * g.out_w;
+    const int64_t patch_bytes = g.window_h * g.window_w * g.in_c * 4;
     const int64_t group = std::max<int64_t>(
-        1, kColumnGroupBytes / std::max<int64_t>(per_image, 1));
+        1, kColumnGroupBytes / std::max<int64_t>(patch_bytes, 1));
     const int64_t tasks = ImageTasks(g);
     if (scratch_.size() < static_cast<size_t>(tasks)) {
       scratch_.resize(static_cast<size_t>(tasks));
     }
     ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
-      for (int64_t at = first; at < end; at += group) {
-        fn(t, at, std::min(group, end - at));
+      for (int64_t at = first * pixels; at < end * pixels; at += group) {
+        fn(t, at, std::min(group, end * pixels - at));
       }
     });
   }
 
-  // Scratch buffer `which` of task `task` (ForImageGroups sizes them).
+  // Scratch buffer `which` of task `task` (ForPixelGroups sizes them).
   std::vector<float>& Scratch(int64_t task, int which) {
     return scratch_[static_cast<size_t>(task)][which];
   }
 
-  // Rows (image, out_y, out_x) of patches (ky, kx, channel), zero outside
-  // the input, for images [first, first + count), into `scratch`.  A
-  // patch row inside the input is window_w * in_c contiguous floats, copied
-  // as one span; small spans (the first layer's in_c = 1) are copied by
-  // the loops below rather than one memmove call per value.
+  // Rows of patches (ky, kx, channel), zero outside the input, for output
+  // pixels [first, first + count) (numbered image by image, row by row),
+  // into `scratch`.  A patch row inside the input is window_w * in_c
+  // contiguous floats, copied as one span; small spans (the first layer's
+  // in_c = 1) are copied by the loops below rather than one memmove call
+  // per value.
   RECFLOW_SPAN_LOOPS static const float* Im2Col(const Window2D& g,
                                                 const float* x, int64_t first,
                                                 int64_t count,
                                                 std::vector<float>& scratch) {
     const int64_t c = g.in_c;
     const int64_t patch = g.window_h * g.window_w * c;
-    scratch.resize(static_cast<size_t>(count * g.out_h * g.out_w * patch));
+    const int64_t pixels = g.out_h * g.out_w;
+    scratch.resize(static_cast<size_t>(count * patch));
     float* out = scratch.data();
-    for (int64_t b = first; b < first + count; ++b) {
+    int64_t b = first / pixels, oh = first % pixels / g.out_w,
+            ow = first % g.out_w;
+    for (int64_t p = 0; p < count; ++p) {
       const float* image = x + b * g.in_h * g.in_w * c;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          const auto [x0, lo, hi] = InsideColumns(g, ow);
-          for (int64_t ky = 0; ky < g.window_h; ++ky) {
-            const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-            if (iy < 0 || iy >= g.in_h) {
-              ZeroSpan(out, g.window_w * c);
-            } else {
-              ZeroSpan(out, lo * c);
-              CopySpan(image + (iy * g.in_w + x0 + lo) * c, out + lo * c,
-                       (hi - lo) * c);
-              ZeroSpan(out + hi * c, (g.window_w - hi) * c);
-            }
-            out += g.window_w * c;
-          }
+      const auto [x0, lo, hi] = InsideColumns(g, ow);
+      for (int64_t ky = 0; ky < g.window_h; ++ky) {
+        const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+        if (iy < 0 || iy >= g.in_h) {
+          ZeroSpan(out, g.window_w * c);
+        } else {
+          ZeroSpan(out, lo * c);
+          CopySpan(image + (iy * g.in_w + x0 + lo) * c, out + lo * c,
+                   (hi - lo) * c);
+          ZeroSpan(out + hi * c, (g.window_w - hi) * c);
         }
+        out += g.window_w * c;
       }
+      NextPixel(g, &b, &oh, &ow);
     }
     return scratch.data();
+  }
+
+  // The output pixel after (b, oh, ow), row by row, image by image.
+  static inline void NextPixel(const Window2D& g, int64_t* b, int64_t* oh,
+                               int64_t* ow) {
+    if (++*ow < g.out_w) return;
+    *ow = 0;
+    if (++*oh < g.out_h) return;
+    *oh = 0;
+    ++*b;
   }
 
   // Output column ow's window starts at input column x0 (negative in the
@@ -1608,29 +1619,28 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) out[i] += in[i];
   }
 
-  // Adds the columns' gradients back into dx for images [first, first +
-  // count).
+  // Adds the columns' gradients of output pixels [first, first + count)
+  // back into dx.
   RECFLOW_SPAN_LOOPS static void Col2Im(const Window2D& g, const float* dcols,
                                         int64_t first, int64_t count,
                                         float* dx) {
     const int64_t c = g.in_c;
-    const int64_t patch = g.window_h * g.window_w * c;
-    for (int64_t i = 0; i < count; ++i) {
-      float* image = dx + (first + i) * g.in_h * g.in_w * c;
-      const float* in = dcols + i * g.out_h * g.out_w * patch;
-      for (int64_t oh = 0; oh < g.out_h; ++oh) {
-        for (int64_t ow = 0; ow < g.out_w; ++ow) {
-          const auto [x0, lo, hi] = InsideColumns(g, ow);
-          for (int64_t ky = 0; ky < g.window_h; ++ky) {
-            const int64_t iy = oh * g.stride_h - g.pad_top + ky;
-            if (iy >= 0 && iy < g.in_h) {
-              AddSpan(in + lo * c, image + (iy * g.in_w + x0 + lo) * c,
-                      (hi - lo) * c);
-            }
-            in += g.window_w * c;
-          }
+    const int64_t pixels = g.out_h * g.out_w;
+    const float* in = dcols;
+    int64_t b = first / pixels, oh = first % pixels / g.out_w,
+            ow = first % g.out_w;
+    for (int64_t p = 0; p < count; ++p) {
+      float* image = dx + b * g.in_h * g.in_w * c;
+      const auto [x0, lo, hi] = InsideColumns(g, ow);
+      for (int64_t ky = 0; ky < g.window_h; ++ky) {
+        const int64_t iy = oh * g.stride_h - g.pad_top + ky;
+        if (iy >= 0 && iy < g.in_h) {
+          AddSpan(in + lo * c, image + (iy * g.in_w + x0 + lo) * c,
+                  (hi - lo) * c);
         }
+        in += g.window_w * c;
       }
+      NextPixel(g, &b, &oh, &ow);
     }
   }
 

@@ -182,53 +182,63 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
   }
 }
 
-// Winograd works on groups of 2x2 tiles of a bounded size (2 MiB of
-// transforms), not of whole images: images of 35 x 33 tiles at 16 -> 16
-// channels are split between groups (1,024 tiles a group), so that a
-// large image's scratch stays bounded; the results are the plain sums.
-TEST(CpuBackendTest, WinogradGroupsSplitLargeImagesAndMatchPlainLoops) {
-  Window2D g;
-  g.batch = 3;
-  g.in_h = 70;
-  g.in_w = 66;
-  g.in_c = 16;
-  g.window_h = g.window_w = 3;
-  g.padding = Padding::kSame;
-  g.out_c = 16;
-  g.Resolve();
-  const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 11);
-  const auto w = Random(9 * g.in_c * g.out_c, 12);
-  const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 13);
-  // The sums, and the sums of their terms' magnitudes: a dW value sums
-  // 13,860 products, so float rounding is measured against the latter.
-  std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
-  std::vector<double> want_abs(dy.size()), dx_abs(x.size()), dw_abs(w.size());
-  ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
-    want[yi] += double(x[xi]) * w[wi];
-    dx[xi] += double(dy[yi]) * w[wi];
-    dw[wi] += double(dy[yi]) * x[xi];
-    want_abs[yi] += std::abs(double(x[xi]) * w[wi]);
-    dx_abs[xi] += std::abs(double(dy[yi]) * w[wi]);
-    dw_abs[wi] += std::abs(double(dy[yi]) * x[xi]);
-  });
-  const auto expect =
-      [](const std::vector<float>& got, const std::vector<double>& sums,
-         const std::vector<double>& magnitudes, const std::string& what) {
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_NEAR(got[i], sums[i], 1e-6 * magnitudes[i] + 1e-6)
-              << what << " at " << i;
-        }
-      };
-  for (int threads : {1, 2}) {
-    const std::string what = fmt::format("threads={}", threads);
-    auto be = MakeCpuBackend(threads);
-    std::vector<float> y(want.size());
-    be->Conv2D(g, x.data(), w.data(), y.data());
-    expect(y, want, want_abs, what + " y");
-    std::vector<float> gx(x.size(), 0.0f), gw(w.size(), 0.0f);
-    be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(), gw.data());
-    expect(gx, dx, dx_abs, what + " dx");
-    expect(gw, dw, dw_abs, what + " dw");
+// Convolutions work on groups of a bounded size, not on whole images, so
+// that a large image's scratch stays bounded: Winograd on runs of 2x2
+// tiles (2 MiB of transforms: images of 35 x 33 tiles at 16 -> 16 channels
+// are split between groups of 1,024 tiles), im2col on runs of output
+// pixels (512 KiB of columns: 655 of a 5x5 window over 8 channels, of
+// 4,620 an image).  The results are the plain sums.
+TEST(CpuBackendTest, ConvolutionGroupsSplitLargeImagesAndMatchPlainLoops) {
+  struct Case {
+    int64_t window, in_c, out_c;
+  };
+  for (const Case k : {Case{3, 16, 16}, Case{5, 8, 12}}) {
+    Window2D g;
+    g.batch = 3;
+    g.in_h = 70;
+    g.in_w = 66;
+    g.in_c = k.in_c;
+    g.window_h = g.window_w = k.window;
+    g.padding = Padding::kSame;
+    g.out_c = k.out_c;
+    g.Resolve();
+    const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 11);
+    const auto w = Random(k.window * k.window * g.in_c * g.out_c, 12);
+    const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 13);
+    // The sums, and the sums of their terms' magnitudes: a dW value sums
+    // 13,860 products or more, so float rounding is measured against the
+    // latter.
+    std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
+    std::vector<double> want_abs(dy.size()), dx_abs(x.size()), dw_abs(w.size());
+    ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
+      want[yi] += double(x[xi]) * w[wi];
+      dx[xi] += double(dy[yi]) * w[wi];
+      dw[wi] += double(dy[yi]) * x[xi];
+      want_abs[yi] += std::abs(double(x[xi]) * w[wi]);
+      dx_abs[xi] += std::abs(double(dy[yi]) * w[wi]);
+      dw_abs[wi] += std::abs(double(dy[yi]) * x[xi]);
+    });
+    const auto expect =
+        [](const std::vector<float>& got, const std::vector<double>& sums,
+           const std::vector<double>& magnitudes, const std::string& what) {
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_NEAR(got[i], sums[i], 1e-6 * magnitudes[i] + 1e-6)
+                << what << " at " << i;
+          }
+        };
+    for (int threads : {1, 2}) {
+      const std::string what =
+          fmt::format("window={} threads={}", k.window, threads);
+      auto be = MakeCpuBackend(threads);
+      std::vector<float> y(want.size());
+      be->Conv2D(g, x.data(), w.data(), y.data());
+      expect(y, want, want_abs, what + " y");
+      std::vector<float> gx(x.size(), 0.0f), gw(w.size(), 0.0f);
+      be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(),
+                         gw.data());
+      expect(gx, dx, dx_abs, what + " dx");
+      expect(gw, dw, dw_abs, what + " dw");
+    }
   }
 }
 
