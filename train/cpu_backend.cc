@@ -1139,7 +1139,8 @@ class CpuBackend final : public Backend {
   // forward pass, dX (the same convolution with the filter turned and its
   // channels swapped) and dW (WinogradFilterGrad) all take it.  Rounding: the
   // transforms add and subtract up to 16 terms, so results differ from
-  // im2col's in the last bits (tests: within 1e-5 relative).
+  // im2col's in the last bits (tests: within 1e-4 of the plain sums, and
+  // 1e-6 of their terms' magnitudes for large images).
   static constexpr int64_t kWinogradMinChannels = 16;
   // Bytes of V and M per group of tiles (tiles x 16 x (in_c + out_c)
   // floats): products of a few hundred rows, still in L2/L3 between the
@@ -1147,6 +1148,11 @@ class CpuBackend final : public Backend {
   // images, so a task's scratch stays this size however large an image is
   // (1,024 tiles at 16 -> 16 channels; 341 at 32 -> 64).
   static constexpr int64_t kWinogradGroupBytes = int64_t{2} << 20;
+  // G of U = G g G^T (and of dW = G^T dU G).
+  static constexpr float kWinogradG[4][3] = {{1.0f, 0.0f, 0.0f},
+                                             {0.5f, 0.5f, 0.5f},
+                                             {0.5f, -0.5f, 0.5f},
+                                             {0.0f, 0.0f, 1.0f}};
 
   static bool Winograd(const Window2D& g) {
     return g.window_h == 3 && g.window_w == 3 && g.stride_h == 1 &&
@@ -1176,10 +1182,6 @@ class CpuBackend final : public Backend {
   // [out_c].
   static void WinogradFilter(const float* w, int64_t in_c, int64_t out_c,
                              std::vector<float>* u) {
-    static constexpr float kG[4][3] = {{1.0f, 0.0f, 0.0f},
-                                       {0.5f, 0.5f, 0.5f},
-                                       {0.5f, -0.5f, 0.5f},
-                                       {0.0f, 0.0f, 1.0f}};
     const int64_t n = in_c * out_c;
     u->assign(static_cast<size_t>(16 * n), 0.0f);
     for (int i = 0; i < 4; ++i) {
@@ -1187,7 +1189,7 @@ class CpuBackend final : public Backend {
         float* out = u->data() + (i * 4 + j) * n;
         for (int kh = 0; kh < 3; ++kh) {
           for (int kw = 0; kw < 3; ++kw) {
-            const float c = kG[i][kh] * kG[j][kw];
+            const float c = kWinogradG[i][kh] * kWinogradG[j][kw];
             if (c == 0.0f) continue;
             const float* in = w + (kh * 3 + kw) * n;
             for (int64_t k = 0; k < n; ++k) out[k] += c * in[k];
@@ -1197,12 +1199,15 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // y = conv(x, the filter whose transform is u) for a 3x3 stride-1
-  // window g (y += with `accumulate`), split over the team by images.
-  void WinogradConv(const Window2D& g, const float* x, const float* u, float* y,
-                    bool accumulate) {
-    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t per_image = tiles_h * tiles_w;
+  // fn(task, first, rows, v, m) over groups of 2x2 output tiles (numbered
+  // image by image, tile-row by tile-row): the batch is split into
+  // ImageTasks(g) contiguous ranges of images, one task each, and each
+  // range into runs of `rows` tiles with V (v: 16 x rows x in_c) and M or
+  // dM (m: 16 x rows x out_c) in the task's scratch, kWinogradGroupBytes
+  // together.
+  template <typename Fn>
+  void ForWinogradGroups(const Window2D& g, const Fn& fn) {
+    const int64_t per_image = ((g.out_h + 1) / 2) * ((g.out_w + 1) / 2);
     const int64_t group = std::max<int64_t>(
         1, kWinogradGroupBytes / (16 * (g.in_c + g.out_c) * 4));
     const int64_t tasks = ImageTasks(g);
@@ -1216,15 +1221,25 @@ class CpuBackend final : public Backend {
         std::vector<float>& m = Scratch(t, 1);
         v.resize(static_cast<size_t>(16 * rows * g.in_c));
         m.resize(static_cast<size_t>(16 * rows * g.out_c));
-        WinogradInput(g, x, at, rows, v.data());
-        for (int64_t xi = 0; xi < 16; ++xi) {
-          GemmBlock(false, false, rows, g.out_c, g.in_c, 1.0f,
-                    v.data() + xi * rows * g.in_c, u + xi * g.in_c * g.out_c,
-                    0.0f, m.data() + xi * rows * g.out_c, 0, rows, 0, g.out_c);
-        }
-        WinogradOutput(g, m.data(), at, rows, y, accumulate);
+        fn(t, at, rows, v.data(), m.data());
       }
     });
+  }
+
+  // y = conv(x, the filter whose transform is u) for a 3x3 stride-1
+  // window g (y += with `accumulate`), split over the team by images.
+  void WinogradConv(const Window2D& g, const float* x, const float* u, float* y,
+                    bool accumulate) {
+    ForWinogradGroups(
+        g, [&](int64_t, int64_t first, int64_t rows, float* v, float* m) {
+          WinogradInput(g, x, first, rows, v);
+          for (int64_t xi = 0; xi < 16; ++xi) {
+            GemmBlock(false, false, rows, g.out_c, g.in_c, 1.0f,
+                      v + xi * rows * g.in_c, u + xi * g.in_c * g.out_c, 0.0f,
+                      m + xi * rows * g.out_c, 0, rows, 0, g.out_c);
+          }
+          WinogradOutput(g, m, first, rows, y, accumulate);
+        });
   }
 
   // dW += the filter gradient, through the same transforms: with M = V . U
@@ -1235,39 +1250,21 @@ class CpuBackend final : public Backend {
   // gives the same dW every run.
   void WinogradFilterGrad(const Window2D& g, const float* x, const float* dy,
                           float* dw) {
-    static constexpr float kG[4][3] = {{1.0f, 0.0f, 0.0f},
-                                       {0.5f, 0.5f, 0.5f},
-                                       {0.5f, -0.5f, 0.5f},
-                                       {0.0f, 0.0f, 1.0f}};
-    const int64_t tiles_h = (g.out_h + 1) / 2, tiles_w = (g.out_w + 1) / 2;
-    const int64_t per_image = tiles_h * tiles_w;
-    const int64_t group = std::max<int64_t>(
-        1, kWinogradGroupBytes / (16 * (g.in_c + g.out_c) * 4));
     const int64_t n = g.in_c * g.out_c;
     const int64_t tasks = ImageTasks(g);
     const int64_t stride = PartialStride(16 * n);
-    if (scratch_.size() < static_cast<size_t>(tasks)) {
-      scratch_.resize(static_cast<size_t>(tasks));
-    }
     dw_partial_.assign(static_cast<size_t>(tasks * stride), 0.0f);
-    ForImageRanges(g, [&](int64_t t, int64_t first, int64_t end) {
-      float* du = dw_partial_.data() + t * stride;
-      for (int64_t at = first * per_image; at < end * per_image; at += group) {
-        const int64_t rows = std::min(group, end * per_image - at);
-        std::vector<float>& v = Scratch(t, 0);
-        std::vector<float>& dm = Scratch(t, 1);
-        v.resize(static_cast<size_t>(16 * rows * g.in_c));
-        dm.resize(static_cast<size_t>(16 * rows * g.out_c));
-        WinogradInput(g, x, at, rows, v.data());
-        WinogradOutputGrad(g, dy, at, rows, dm.data());
-        for (int64_t xi = 0; xi < 16; ++xi) {
-          GemmBlock(true, false, g.in_c, g.out_c, rows, 1.0f,
-                    v.data() + xi * rows * g.in_c,
-                    dm.data() + xi * rows * g.out_c, 1.0f, du + xi * n, 0,
-                    g.in_c, 0, g.out_c);
-        }
-      }
-    });
+    ForWinogradGroups(
+        g, [&](int64_t t, int64_t first, int64_t rows, float* v, float* dm) {
+          float* du = dw_partial_.data() + t * stride;
+          WinogradInput(g, x, first, rows, v);
+          WinogradOutputGrad(g, dy, first, rows, dm);
+          for (int64_t xi = 0; xi < 16; ++xi) {
+            GemmBlock(true, false, g.in_c, g.out_c, rows, 1.0f,
+                      v + xi * rows * g.in_c, dm + xi * rows * g.out_c, 1.0f,
+                      du + xi * n, 0, g.in_c, 0, g.out_c);
+          }
+        });
     // dW[kh][kw] += sum over (i, j) of G[i][kh] G[j][kw] dU[i][j], with dU
     // the tasks' sums in task order.
     team_.For(n, kGrain / 16, [&](int64_t lo, int64_t hi) {
@@ -1285,7 +1282,7 @@ class CpuBackend final : public Backend {
           float* out = dw + (kh * 3 + kw) * n + lo;
           for (int i = 0; i < 4; ++i) {
             for (int j = 0; j < 4; ++j) {
-              const float c = kG[i][kh] * kG[j][kw];
+              const float c = kWinogradG[i][kh] * kWinogradG[j][kw];
               if (c == 0.0f) continue;
               const float* from = du.data() + (i * 4 + j) * (hi - lo);
               for (int64_t k = 0; k < hi - lo; ++k) out[k] += c * from[k];
@@ -1294,6 +1291,23 @@ class CpuBackend final : public Backend {
         }
       }
     });
+  }
+
+  // transform(load, store, k) for channels [0, c): with Lanes loads and
+  // stores a SIMD width of channels at a time, then with float ones one
+  // channel at a time for the rest.  The transforms below are written once
+  // for both.
+  template <typename Transform>
+  static void ForLanesAndRest(int64_t c, const Transform& transform) {
+    int64_t k = 0;
+    for (; k + kLanes <= c; k += kLanes) {
+      transform([](const float* p) { return LoadLanes(p); },
+                [](float* p, const Lanes& v) { StoreLanes(p, v); }, k);
+    }
+    for (; k < c; ++k) {
+      transform([](const float* p) { return *p; },
+                [](float* p, float v) { *p = v; }, k);
+    }
   }
 
   // dM[16][rows][out_c] = A dY A^T for the 2x2 block of dy of every tile
@@ -1335,15 +1349,7 @@ class CpuBackend final : public Backend {
           store(out + (i * 4 + 3) * step + k, -e[i][1]);
         }
       };
-      int64_t k = 0;
-      for (; k + kLanes <= c; k += kLanes) {
-        transform([](const float* p) { return LoadLanes(p); },
-                  [](float* p, const Lanes& v) { StoreLanes(p, v); }, k);
-      }
-      for (; k < c; ++k) {
-        transform([](const float* p) { return *p; },
-                  [](float* p, float v) { *p = v; }, k);
-      }
+      ForLanesAndRest(c, transform);
     }
   }
 
@@ -1373,41 +1379,25 @@ class CpuBackend final : public Backend {
         }
       }
       float* out = v + row * c;
-      int64_t k = 0;
-      for (; k + kLanes <= c; k += kLanes) {
-        Lanes t[4][4];
+      const auto transform = [&](auto load, auto store, int64_t k) {
+        // t = B^T d (by rows), then V = t B (by columns).
+        decltype(load(d[0][0])) t[4][4];
         for (int j = 0; j < 4; ++j) {
-          const Lanes d0 = LoadLanes(d[0][j] + k);
-          const Lanes d1 = LoadLanes(d[1][j] + k);
-          const Lanes d2 = LoadLanes(d[2][j] + k);
-          const Lanes d3 = LoadLanes(d[3][j] + k);
+          const auto d0 = load(d[0][j] + k), d1 = load(d[1][j] + k);
+          const auto d2 = load(d[2][j] + k), d3 = load(d[3][j] + k);
           t[0][j] = d0 - d2;
           t[1][j] = d1 + d2;
           t[2][j] = d2 - d1;
           t[3][j] = d1 - d3;
         }
         for (int i = 0; i < 4; ++i) {
-          StoreLanes(out + (i * 4 + 0) * step + k, t[i][0] - t[i][2]);
-          StoreLanes(out + (i * 4 + 1) * step + k, t[i][1] + t[i][2]);
-          StoreLanes(out + (i * 4 + 2) * step + k, t[i][2] - t[i][1]);
-          StoreLanes(out + (i * 4 + 3) * step + k, t[i][1] - t[i][3]);
+          store(out + (i * 4 + 0) * step + k, t[i][0] - t[i][2]);
+          store(out + (i * 4 + 1) * step + k, t[i][1] + t[i][2]);
+          store(out + (i * 4 + 2) * step + k, t[i][2] - t[i][1]);
+          store(out + (i * 4 + 3) * step + k, t[i][1] - t[i][3]);
         }
-      }
-      for (; k < c; ++k) {
-        float t[4][4];
-        for (int j = 0; j < 4; ++j) {
-          t[0][j] = d[0][j][k] - d[2][j][k];
-          t[1][j] = d[1][j][k] + d[2][j][k];
-          t[2][j] = d[2][j][k] - d[1][j][k];
-          t[3][j] = d[1][j][k] - d[3][j][k];
-        }
-        for (int i = 0; i < 4; ++i) {
-          out[(i * 4 + 0) * step + k] = t[i][0] - t[i][2];
-          out[(i * 4 + 1) * step + k] = t[i][1] + t[i][2];
-          out[(i * 4 + 2) * step + k] = t[i][2] - t[i][1];
-          out[(i * 4 + 3) * step + k] = t[i][1] - t[i][3];
-        }
-      }
+      };
+      ForLanesAndRest(c, transform);
     }
   }
 
@@ -1437,39 +1427,25 @@ class CpuBackend final : public Backend {
           add[r * 2 + col] = accumulate && inside;
         }
       }
-      int64_t k = 0;
-      for (; k + kLanes <= c; k += kLanes) {
-        Lanes u0[4], u1[4];
+      const auto transform = [&](auto load, auto store, int64_t k) {
+        // u = A^T M (by rows), then Y = u A (by columns).
+        decltype(load(in)) u0[4], u1[4];
         for (int j = 0; j < 4; ++j) {
-          const Lanes s0 = LoadLanes(in + (0 * 4 + j) * step + k);
-          const Lanes s1 = LoadLanes(in + (1 * 4 + j) * step + k);
-          const Lanes s2 = LoadLanes(in + (2 * 4 + j) * step + k);
-          const Lanes s3 = LoadLanes(in + (3 * 4 + j) * step + k);
+          const auto s0 = load(in + (0 * 4 + j) * step + k);
+          const auto s1 = load(in + (1 * 4 + j) * step + k);
+          const auto s2 = load(in + (2 * 4 + j) * step + k);
+          const auto s3 = load(in + (3 * 4 + j) * step + k);
           u0[j] = s0 + s1 + s2;
           u1[j] = s1 - s2 - s3;
         }
-        const Lanes q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
-                            u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
+        const decltype(load(in)) q[4] = {
+            u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3], u1[0] + u1[1] + u1[2],
+            u1[1] - u1[2] - u1[3]};
         for (int o = 0; o < 4; ++o) {
-          StoreLanes(out[o] + k, add[o] ? LoadLanes(out[o] + k) + q[o] : q[o]);
+          store(out[o] + k, add[o] ? load(out[o] + k) + q[o] : q[o]);
         }
-      }
-      for (; k < c; ++k) {
-        float u0[4], u1[4];
-        for (int j = 0; j < 4; ++j) {
-          const float s0 = in[(0 * 4 + j) * step + k];
-          const float s1 = in[(1 * 4 + j) * step + k];
-          const float s2 = in[(2 * 4 + j) * step + k];
-          const float s3 = in[(3 * 4 + j) * step + k];
-          u0[j] = s0 + s1 + s2;
-          u1[j] = s1 - s2 - s3;
-        }
-        const float q[4] = {u0[0] + u0[1] + u0[2], u0[1] - u0[2] - u0[3],
-                            u1[0] + u1[1] + u1[2], u1[1] - u1[2] - u1[3]};
-        for (int o = 0; o < 4; ++o) {
-          out[o][k] = add[o] ? out[o][k] + q[o] : q[o];
-        }
-      }
+      };
+      ForLanesAndRest(c, transform);
     }
   }
 

@@ -106,6 +106,32 @@ void ForEachTap(const Window2D& g, const Fn& fn) {
           }
 }
 
+// y, and dL/dx and dL/dw of L = sum(y * dy), summed in double by the plain
+// loops; and the sums of their terms' magnitudes, for tolerances that
+// follow how many terms a value adds up.
+struct PlainSums {
+  std::vector<double> y, dx, dw;
+  std::vector<double> y_abs, dx_abs, dw_abs;
+};
+PlainSums PlainConvolution(const Window2D& g, const std::vector<float>& x,
+                           const std::vector<float>& w,
+                           const std::vector<float>& dy) {
+  PlainSums s{std::vector<double>(dy.size()), std::vector<double>(x.size()),
+              std::vector<double>(w.size()),  std::vector<double>(dy.size()),
+              std::vector<double>(x.size()),  std::vector<double>(w.size())};
+  ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
+    const double y = double(x[xi]) * w[wi], dx = double(dy[yi]) * w[wi],
+                 dw = double(dy[yi]) * x[xi];
+    s.y[yi] += y;
+    s.dx[xi] += dx;
+    s.dw[wi] += dw;
+    s.y_abs[yi] += std::abs(y);
+    s.dx_abs[xi] += std::abs(dx);
+    s.dw_abs[wi] += std::abs(dw);
+  });
+  return s;
+}
+
 // Through im2col (6 channels in; 1 in and 24 filters out where a SIMD
 // width is 16 floats, AVX-512) and the direct loops of few input channels
 // and whole SIMD widths of filters (1, 3 or 4 in; 16 or 32 out, and 24 on
@@ -145,13 +171,10 @@ TEST(CpuBackendTest, ConvolutionSplitByImagesMatchesPlainLoops) {
           const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 4);
           const auto w = Random(g.window_h * g.window_w * g.in_c * g.out_c, 5);
           const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 6);
-          // y, and dL/dx and dL/dw of L = sum(y * dy).
-          std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
-          ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
-            want[yi] += double(x[xi]) * w[wi];
-            dx[xi] += double(dy[yi]) * w[wi];
-            dw[wi] += double(dy[yi]) * x[xi];
-          });
+          const PlainSums plain = PlainConvolution(g, x, w, dy);
+          const std::vector<double>& want = plain.y;
+          const std::vector<double>& dx = plain.dx;
+          const std::vector<double>& dw = plain.dw;
           for (int threads : {1, 2, 3}) {
             const std::string what = fmt::format(
                 "window={}x{} same={} stride={} in_c={} out_c={} threads={}",
@@ -205,19 +228,9 @@ TEST(CpuBackendTest, ConvolutionGroupsSplitLargeImagesAndMatchPlainLoops) {
     const auto x = Random(g.batch * g.in_h * g.in_w * g.in_c, 11);
     const auto w = Random(k.window * k.window * g.in_c * g.out_c, 12);
     const auto dy = Random(g.batch * g.out_h * g.out_w * g.out_c, 13);
-    // The sums, and the sums of their terms' magnitudes: a dW value sums
-    // 13,860 products or more, so float rounding is measured against the
-    // latter.
-    std::vector<double> want(dy.size()), dx(x.size()), dw(w.size());
-    std::vector<double> want_abs(dy.size()), dx_abs(x.size()), dw_abs(w.size());
-    ForEachTap(g, [&](int64_t xi, int64_t wi, int64_t yi) {
-      want[yi] += double(x[xi]) * w[wi];
-      dx[xi] += double(dy[yi]) * w[wi];
-      dw[wi] += double(dy[yi]) * x[xi];
-      want_abs[yi] += std::abs(double(x[xi]) * w[wi]);
-      dx_abs[xi] += std::abs(double(dy[yi]) * w[wi]);
-      dw_abs[wi] += std::abs(double(dy[yi]) * x[xi]);
-    });
+    // A dW value sums 13,860 products or more, so float rounding is
+    // measured against the sum of their magnitudes.
+    const PlainSums plain = PlainConvolution(g, x, w, dy);
     const auto expect =
         [](const std::vector<float>& got, const std::vector<double>& sums,
            const std::vector<double>& magnitudes, const std::string& what) {
@@ -230,14 +243,14 @@ TEST(CpuBackendTest, ConvolutionGroupsSplitLargeImagesAndMatchPlainLoops) {
       const std::string what =
           fmt::format("window={} threads={}", k.window, threads);
       auto be = MakeCpuBackend(threads);
-      std::vector<float> y(want.size());
+      std::vector<float> y(plain.y.size());
       be->Conv2D(g, x.data(), w.data(), y.data());
-      expect(y, want, want_abs, what + " y");
+      expect(y, plain.y, plain.y_abs, what + " y");
       std::vector<float> gx(x.size(), 0.0f), gw(w.size(), 0.0f);
       be->Conv2DBackward(g, x.data(), w.data(), dy.data(), gx.data(),
                          gw.data());
-      expect(gx, dx, dx_abs, what + " dx");
-      expect(gw, dw, dw_abs, what + " dw");
+      expect(gx, plain.dx, plain.dx_abs, what + " dx");
+      expect(gw, plain.dw, plain.dw_abs, what + " dw");
     }
   }
 }
