@@ -152,12 +152,12 @@ void BM_Epochs(benchmark::State& state) {
     }
   }
   state.SetItemsProcessed(records);
-  SetBlockSlabGrace(std::chrono::milliseconds(2000));
+  SetBlockSlabGrace(kDefaultBlockSlabGrace);
 }
 BENCHMARK(BM_Epochs)
     ->ArgName("grace_ms")
     ->Arg(0)
-    ->Arg(2000)
+    ->Arg(kDefaultBlockSlabGrace.count())
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -40,8 +40,6 @@ char* MapSlab() {
   return reinterpret_cast<char*>(base);
 }
 
-constexpr std::chrono::milliseconds kDefaultGrace{2000};
-
 class Arena {
  public:
   char* Allocate(size_t bytes) {
@@ -200,7 +198,7 @@ class Arena {
   std::condition_variable cv_;
   int64_t keepers_ = 0;
   std::unordered_map<uintptr_t, Slab> slabs_;  // by base address
-  std::chrono::milliseconds grace_{kDefaultGrace};
+  std::chrono::milliseconds grace_{kDefaultBlockSlabGrace};
   bool trim_pending_ = false;
   std::chrono::steady_clock::time_point trim_at_;
   bool trimmer_started_ = false;

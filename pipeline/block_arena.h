@@ -55,8 +55,10 @@ class BlockSlabKeeper {
 };
 
 // How long empty slabs stay mapped after the last keeper goes (default
-// 2 s; zero: unmapped at once, by the call that let the last one go).  Tests, and
+// kDefaultBlockSlabGrace; zero: unmapped at once, by the call that let
+// the last one go).  Tests, and
 // programs that want memory back sooner.
+inline constexpr std::chrono::milliseconds kDefaultBlockSlabGrace{2000};
 void SetBlockSlabGrace(std::chrono::milliseconds grace);
 
 // Slabs mapped now, of every block size or of one (for tests and memory

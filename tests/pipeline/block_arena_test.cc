@@ -33,9 +33,7 @@ uintptr_t SlabOf(const char* p) {
 class BlockArenaTest : public testing::Test {
  protected:
   void SetUp() override { SetBlockSlabGrace(std::chrono::milliseconds(0)); }
-  void TearDown() override {
-    SetBlockSlabGrace(std::chrono::milliseconds(2000));
-  }
+  void TearDown() override { SetBlockSlabGrace(kDefaultBlockSlabGrace); }
   // Whether the slabs of kBlock mapped come down to `n` within 30 s.
   static bool SlabsComeDownTo(uint64_t n) {
     const auto until =
