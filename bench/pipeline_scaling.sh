@@ -6,7 +6,10 @@
 # thread count, RUNS times alternating; prints the median records/s of
 # each, the ratios the targets name, and whether every run of a pipeline
 # gave the same order digest (where each record came from), and whether
-# the delivered values hash the same fused and stage by stage.
+# the delivered values hash the same fused and stage by stage.  Each round
+# also runs as many independent one-thread copies of the fused parse-only
+# and shuffled pipelines at once as the largest count (the "ceiling": what
+# the machine gives to work that shares nothing).
 #
 #   bash bench/pipeline_scaling.sh [BUILD_DIR] [RUNS] [THREADS] [READS]
 #   e.g. bash bench/pipeline_scaling.sh build 5 1,2
@@ -71,8 +74,46 @@ for line in sys.stdin:
                       "read_rps": d.get("protobuf_read_records_per_s")}))
 ' "$name" <"$work/run.jsonl" >>"$out"
 }
+# What the machine gives to work that shares nothing: as many independent
+# one-thread runs of a pipeline as the largest thread count, at once, in
+# processes of their own; the sum of their records/s.  Over the one-thread
+# rate it bounds the speed-up that threads sharing one pipeline can reach
+# (memory bandwidth, caches and the host's share of the cores are then the
+# limit, not the pipeline).  A VM's cores may share more than they show.
+copies=${threads##*,}
+ceiling() {  # name files spec repeat extra...
+  local name=$1 files=$2 spec=$3 repeat=$4 c
+  shift 4
+  for ((c = 0; c < copies; c++)); do
+    # shellcheck disable=SC2086
+    "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
+      --seed 1 --threads 1 --json --repeat "$repeat" "$@" \
+      >"$work/copy$c.jsonl" &
+  done
+  wait
+  python3 -c '
+import json, sys
+runs = [json.loads(open(f).readline()) for f in sys.argv[3:]]
+print(json.dumps({"name": sys.argv[1], "copies": int(sys.argv[2]),
+                  "rps": sum(d["records_per_s"] for d in runs),
+                  "digests": sorted({d["order_digest"] for d in runs})}))
+' "$name" "$copies" "$work"/copy[0-9]*.jsonl >>"$ceilings"
+  rm -f "$work"/copy[0-9]*.jsonl
+}
+ceilings=$work/ceilings.jsonl
+: > "$ceilings"
 fm="$work/fm/train-*.tfrecord"
 for ((i = 0; i < runs; i++)); do
+  if ((copies > 1)); then
+    ceiling "fashion parse-only" "$fm" "$work/fm.json" 10 \
+      --parallel-reads "$reads"
+    ceiling "fashion shuffled" "$fm" "$work/fm.json" 10 --shuffle 10000 \
+      --parallel-reads "$reads"
+    if [[ -f $mnist ]]; then
+      ceiling "mnist parse-only" "$mnist" "$work/mnist.json" 300
+      ceiling "mnist shuffled" "$mnist" "$work/mnist.json" 300 --shuffle 10000
+    fi
+  fi
   for fusion in "" --no-fusion; do
     tag=${fusion:+ unfused}
     run "fashion parse-only$tag" "$fm" "$work/fm.json" 10 $fusion \
@@ -115,7 +156,7 @@ if [[ -f $mnist ]]; then
   check "mnist shuffled" "$mnist" "$work/mnist.json" --shuffle 10000
 fi
 
-python3 - "$out" "$values" <<'EOF'
+python3 - "$out" "$values" "$ceilings" <<'EOF'
 import json, statistics, sys
 from collections import defaultdict
 rps, digests, rss, read = defaultdict(list), defaultdict(set), defaultdict(int), defaultdict(list)
@@ -148,6 +189,21 @@ for data in sorted(read):
         su, pu = med[(f"{data} shuffled unfused", t)], med[(f"{data} parse-only unfused", t)]
         print(f"  T={t}: shuffled/parse-only {s / po:.2f} (unfused {su / pu:.2f});"
               f" fused/unfused: parse-only {po / pu:.2f}x, shuffled {s / su:.2f}x")
+ceil = defaultdict(list)
+for line in open(sys.argv[3]):
+    d = json.loads(line)
+    ceil[d["name"]].append(d["rps"])
+    copies = d["copies"]
+    digests[d["name"]].update(d["digests"])
+if ceil:
+    print(f"\nceiling: {copies} independent one-thread runs at once, the sum of"
+          f" their records/s over T={counts[0]}'s (median of {len(next(iter(ceil.values())))}),"
+          f" against T={counts[-1]}'s speed-up:")
+    for name in sorted(ceil):
+        c = statistics.median(ceil[name])
+        one, top = med[(name, counts[0])], med[(name, counts[-1])]
+        print(f"  {name:<26} {c:>14,.0f} records/s: {c / one:.2f}x;"
+              f" T={counts[-1]} {top / one:.2f}x, {top / c:.2f} of the ceiling")
 print()
 for name, ds in sorted(digests.items()):
     print(f"{name}: {'one order digest' if len(ds) == 1 else 'DIFFERENT digests'}"
