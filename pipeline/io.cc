@@ -39,6 +39,20 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     for (char* b : free_) Free(b);
   }
 
+  // The reader is gone: buffers still out are freed as they come back,
+  // not kept for reads that will not come (a shuffle may hold a closed
+  // file's blocks for a long time, and a file read by ranges has a pool
+  // per range).
+  void Close() {
+    std::vector<char*> free;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      free.swap(free_);
+    }
+    for (char* b : free) Free(b);
+  }
+
   std::shared_ptr<char> Get() {
     char* b = nullptr;
     {
@@ -57,7 +71,7 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   void Put(char* b) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (free_.size() < keep_) {
+      if (!closed_ && free_.size() < keep_) {
         free_.push_back(b);
         return;
       }
@@ -70,12 +84,14 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   const size_t keep_;
   std::mutex mu_;
   std::vector<char*> free_;
+  bool closed_ = false;
 };
 
 // An open file and the block geometry both readers share.
 class FileBlocks {
  public:
-  FileBlocks(const std::string& path, uint64_t start, const IoOptions& o)
+  FileBlocks(const std::string& path, uint64_t start, uint64_t end,
+             const IoOptions& o)
       : path_(path), options_(o) {
     if (o.block_bytes == 0 ||
         (o.direct && o.block_bytes % kDirectAlignment != 0)) {
@@ -107,24 +123,31 @@ class FileBlocks {
       throw records::IoError(path, "cannot stat", e);
     }
     end_ = static_cast<uint64_t>(st.st_size);
-    start_ = std::min(start, end_);
+    limit_ = std::min(end, end_);
+    start_ = std::min(start, limit_);
+    // A range's reads start at the range (see OpenBlockReader).
+    grid_ = direct_ || end == UINT64_MAX;
     // Direct reads start on an aligned offset; the bytes before `start`
     // are skipped in the first block.
     next_ = direct_ ? start_ / kDirectAlignment * kDirectAlignment : start_;
     const size_t keep = static_cast<size_t>(std::max(o.read_ahead, 1)) + 2;
     pool_ = std::make_shared<BufferPool>(o.block_bytes, keep);
   }
-  ~FileBlocks() { ::close(fd_); }
+  ~FileBlocks() {
+    pool_->Close();
+    ::close(fd_);
+  }
 
   // The next read to issue: [offset, offset + length) of the file; false
   // when everything is issued.
   bool NextRead(uint64_t* offset, size_t* length) {
-    if (next_ >= end_) return false;
+    if (next_ >= limit_) return false;
     *offset = next_;
     // Reads end on block boundaries so that later ones stay aligned.
     const uint64_t boundary =
-        (next_ / options_.block_bytes + 1) * options_.block_bytes;
-    const uint64_t stop = std::min(boundary, end_);
+        grid_ ? (next_ / options_.block_bytes + 1) * options_.block_bytes
+              : next_ + options_.block_bytes;
+    const uint64_t stop = std::min(boundary, limit_);
     *length = static_cast<size_t>(stop - next_);
     if (direct_) {
       *length = (*length + kDirectAlignment - 1) / kDirectAlignment *
@@ -136,10 +159,10 @@ class FileBlocks {
 
   // Fills `block` with what a read at `offset` of `length` returned
   // (`got` bytes), completing a short read with pread; trims to
-  // [start_, end_).
+  // [start_, limit_).
   void Finish(std::shared_ptr<char> buffer, uint64_t offset, size_t length,
               size_t got, Block* block) {
-    const uint64_t want = std::min<uint64_t>(length, end_ - offset);
+    const uint64_t want = std::min<uint64_t>(length, limit_ - offset);
     while (got < want) {
       // Direct reads go on from an aligned offset, in whole sectors (a short
       // direct read from the kernel is whole sectors too; an injected one
@@ -183,6 +206,7 @@ class FileBlocks {
   int fd() const { return fd_; }
   bool direct() const { return direct_; }
   uint64_t end() const { return end_; }
+  uint64_t limit() const { return limit_; }
   const IoOptions& options() const { return options_; }
   BufferPool& pool() { return *pool_; }
 
@@ -192,15 +216,18 @@ class FileBlocks {
   int fd_ = -1;
   bool direct_ = false;
   uint64_t start_ = 0;
-  uint64_t end_ = 0;
+  uint64_t end_ = 0;    // the file's size when opened
+  uint64_t limit_ = 0;  // where reading stops: end_ or before
+  bool grid_ = true;    // reads end on multiples of block_bytes
   uint64_t next_ = 0;
   std::shared_ptr<BufferPool> pool_;
 };
 
 class PreadBlockReader final : public BlockReader {
  public:
-  PreadBlockReader(const std::string& path, uint64_t start, const IoOptions& o)
-      : file_(path, start, o) {}
+  PreadBlockReader(const std::string& path, uint64_t start, uint64_t end,
+                   const IoOptions& o)
+      : file_(path, start, end, o) {}
 
   bool Next(Block* block) override {
     uint64_t offset;
@@ -208,9 +235,10 @@ class PreadBlockReader final : public BlockReader {
     if (!file_.NextRead(&offset, &length)) return false;
     // Ask the kernel to read the following blocks while this one is used.
     const uint64_t ahead_start = offset + length;
-    if (ahead_start < file_.end() && ahead_start >= advised_) {
-      const uint64_t ahead =
-          file_.options().block_bytes * std::max(file_.options().read_ahead, 1);
+    if (ahead_start < file_.limit() && ahead_start >= advised_) {
+      const uint64_t ahead = std::min<uint64_t>(
+          file_.options().block_bytes * std::max(file_.options().read_ahead, 1),
+          file_.limit() - ahead_start);
       ::posix_fadvise(file_.fd(), static_cast<off_t>(ahead_start),
                       static_cast<off_t>(ahead), POSIX_FADV_WILLNEED);
       advised_ = ahead_start + ahead;
@@ -229,9 +257,9 @@ class PreadBlockReader final : public BlockReader {
 
 class IoUringBlockReader final : public BlockReader {
  public:
-  IoUringBlockReader(const std::string& path, uint64_t start,
+  IoUringBlockReader(const std::string& path, uint64_t start, uint64_t end,
                      const IoOptions& o)
-      : file_(path, start, o), depth_(std::max(o.read_ahead, 1)) {}
+      : file_(path, start, end, o), depth_(std::max(o.read_ahead, 1)) {}
 
   ~IoUringBlockReader() override {
     if (!ring_ready_) return;
@@ -262,7 +290,7 @@ class IoUringBlockReader final : public BlockReader {
                             ? -1
                             : ::preadv2(file_.fd(), &iov, 1,
                                         static_cast<off_t>(offset), RWF_NOWAIT);
-      const uint64_t want = std::min<uint64_t>(length, file_.end() - offset);
+      const uint64_t want = std::min<uint64_t>(length, file_.limit() - offset);
       if (n >= 0 && static_cast<uint64_t>(n) == want) {
         file_.Finish(std::move(buffer), offset, length, want, block);
         return true;
@@ -561,7 +589,8 @@ uint64_t IoUringRingsSetUp() {
 
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
-                                             const IoOptions& options) {
+                                             const IoOptions& options,
+                                             uint64_t end_offset) {
   IoBackend backend = options.backend;
   if (backend == IoBackend::kAuto) {
     backend = IoUringAvailable() ? IoBackend::kIoUring : IoBackend::kPread;
@@ -569,9 +598,11 @@ std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
     throw records::IoError(path, "io_uring was asked for but is disabled");
   }
   if (backend == IoBackend::kIoUring) {
-    return std::make_unique<IoUringBlockReader>(path, start_offset, options);
+    return std::make_unique<IoUringBlockReader>(path, start_offset, end_offset,
+                                                options);
   }
-  return std::make_unique<PreadBlockReader>(path, start_offset, options);
+  return std::make_unique<PreadBlockReader>(path, start_offset, end_offset,
+                                            options);
 }
 
 }  // namespace recflow::pipeline

@@ -71,10 +71,17 @@ class BlockReader {
 };
 
 // Reads [start_offset, end) of `path`, where end is the file's size when
-// opened.  Throws records::IoError when the file cannot be opened.
+// opened, or `end_offset` where that is smaller (one range of a file read
+// by several readers; file_size() is still the file's).  Blocks then start
+// at start_offset (except with `direct`), so that a range's blocks are
+// whole but its last: blocks split at the file's block_bytes boundaries
+// would leave a range two part-filled blocks, and records viewing them
+// keep whole blocks alive.  Throws records::IoError when the file cannot
+// be opened.
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
-                                             const IoOptions& options);
+                                             const IoOptions& options,
+                                             uint64_t end_offset = UINT64_MAX);
 
 // One range of ReadRanges: `length` bytes at `offset` of `file` into
 // `dst`; `done` is set to the bytes read (fewer only where the file ends).
