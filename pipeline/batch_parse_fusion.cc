@@ -48,6 +48,7 @@
 // files, offsets and record indexes; shuffle generators and buffers (records
 // from uncompressed files by reference, as Shuffle saves them); epochs.
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -56,8 +57,11 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <unordered_map>
 
 #include "pipeline/stages.h"
+#include "records/compression.h"
+#include "records/index.h"
 
 namespace recflow::pipeline::stages {
 namespace {
@@ -95,6 +99,8 @@ constexpr uint64_t kMaxSavedBatches = kBatchesAhead * 65536 + 1;
 // Shuffle buffers copy out views that stayed this many buffer lengths.
 constexpr uint64_t kCompactAfter = 3;
 
+class RangeIndexes;
+
 // What the parts of one fused iterator share.
 struct Env {
   IteratorContext* ctx;
@@ -103,6 +109,10 @@ struct Env {
   StageCounter* read_counter;
   // Reader tasks read ahead; false: the planner reads, on its own thread.
   bool read_ahead = true;
+  // Where files with an index are read by ranges on several threads at
+  // once (FileReader); null: every file in one piece.
+  RangeIndexes* ranges = nullptr;
+  size_t threads = 1;  // of the arena
   // A reader's chunks: at most so many records and bytes (ChunkRecords).
   size_t chunk_records = kChunkRecords;
   uint64_t chunk_bytes = kChunkBytes;
@@ -187,30 +197,146 @@ RecordView ReadView(StateReader* r, const Env& env, ReferenceReader* refs) {
   return v;
 }
 
+// Where a file's ranges start: (offset, record) of each range's first
+// record, in file order, every `range_bytes` or more of the file, and last
+// the end of the last indexed record (offset, record count).
+using RangeStarts = std::vector<std::pair<uint64_t, uint64_t>>;
+
+// The range starts of the files read by ranges, from their indexes, found
+// once per iterator (each epoch opens its files again) and kept small (16
+// bytes a range, not the index's 32 a record).  An index is used only
+// where it can be: an uncompressed file with a plain index at path.idx
+// (records::IndexPathFor) that is well formed and lies within the file as
+// it is now.  It is never trusted further: where its ranges start is
+// checked against the records read before them (FileReader).  A file
+// without one is read from start to end, as always.
+class RangeIndexes {
+ public:
+  explicit RangeIndexes(uint64_t range_bytes) : range_bytes_(range_bytes) {}
+
+  std::shared_ptr<const RangeStarts> Get(const std::string& path,
+                                         const TFRecordOptions& options) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return nullptr;  // the reader says
+    const auto size = static_cast<uint64_t>(st.st_size);
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[path];
+    if (!e.loaded || e.file_size != size) {
+      e.loaded = true;
+      e.file_size = size;
+      e.starts = Load(path, size, options);
+    }
+    return e.starts;
+  }
+
+ private:
+  struct Entry {
+    bool loaded = false;
+    uint64_t file_size = 0;
+    std::shared_ptr<const RangeStarts> starts;
+  };
+  std::shared_ptr<const RangeStarts> Load(const std::string& path,
+                                          uint64_t size,
+                                          const TFRecordOptions& options) {
+    if (options.compression &&
+        *options.compression != records::Compression::kNone) {
+      return nullptr;
+    }
+    const std::string index_path = records::IndexPathFor(path);
+    struct stat st;
+    if (::stat(index_path.c_str(), &st) != 0) return nullptr;
+    try {
+      const records::Index index = records::ReadIndex(index_path, size);
+      if (index.compression != records::Compression::kNone ||
+          index.entries.empty()) {
+        return nullptr;
+      }
+      if (!options.compression &&
+          records::DetectCompression(records::ReadableFile(path)) !=
+              records::Compression::kNone) {
+        return nullptr;
+      }
+      auto starts = std::make_shared<RangeStarts>();
+      const auto& entries = index.entries;
+      for (uint64_t i = 0; i < entries.size(); ++i) {
+        if (starts->empty() ||
+            entries[i].offset - starts->back().first >= range_bytes_) {
+          starts->emplace_back(entries[i].offset, i);
+        }
+      }
+      starts->emplace_back(entries.back().offset + entries.back().size,
+                           entries.size());
+      return starts;
+    } catch (const std::exception&) {
+      return nullptr;  // a damaged index: the file is read in one piece
+    }
+  }
+
+  const uint64_t range_bytes_;
+  std::mutex mu_;
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+std::atomic<uint64_t> ranges_read{0};
+
 // One open file's records, read ahead by tasks in the arena.
 //
-// A chunk is filled by one thread at a time: a reader task, or the planner
-// itself when it needs a chunk that no task is filling (so the planner
-// never waits on a task that has not started).  The planner alone takes
-// chunks.  A task's last touch of the reader is under mu_, and the
-// destructor waits for it.
+// Read in one piece, a chunk is filled by one thread at a time: a reader
+// task, or the planner itself when it needs a chunk that no task is
+// filling (so the planner never waits on a task that has not started).
+// The planner alone takes chunks.  A task's last touch of the reader is
+// under mu_, and the destructor waits for it.
+//
+// Read by ranges (Env::ranges, and an index: RangeIndexes), each chunk is
+// a range of records that the index places, and several tasks fill
+// chunks at once, each with its own reads and CRC checks, so that one file
+// is read on several cores (as records::ScanFile counts one).  The index
+// only says where to start: a range is read by framing records from its
+// start, exactly as the file is read in one piece, and its start is right
+// when the range before it ended there.  The first range starts where the
+// file is opened, so by induction every range that the one before it
+// leads to holds exactly the records a reader of the whole file gives, and
+// their errors.  A range that did not end where the next starts (a stale
+// index) or that failed (damage: the error must come from where one piece
+// would meet it) is dropped with every range after it, and the file is
+// read in one piece from that range's start on; so is what follows the
+// last indexed record.
 class FileReader {
  public:
   FileReader(Env* env, const std::shared_ptr<const std::string>& path,
              uint64_t offset, uint64_t index)
-      : env_(env), path_(path), open_offset_(offset), open_index_(index) {}
+      : env_(env), path_(path), piece_offset_(offset), piece_index_(index) {
+    if (env_->ranges == nullptr) return;
+    ranges_ = env_->ranges->Get(*path_, *env_->options);
+    if (ranges_ == nullptr) return;
+    // Ranges from where the file is opened: its start, or a range's start
+    // (a state saved between ranges); elsewhere the file is read in one
+    // piece.
+    const auto at = std::lower_bound(
+        ranges_->begin(), ranges_->end(), index,
+        [](const auto& start, uint64_t i) { return start.second < i; });
+    if (at + 1 >= ranges_->end() || at->second != index ||
+        at->first != offset) {
+      ranges_ = nullptr;
+      return;
+    }
+    next_range_ = static_cast<size_t>(at - ranges_->begin());
+  }
 
   ~FileReader() {
     std::unique_lock<std::mutex> lock(mu_);
     stop_ = true;
-    Wait(lock, [this] { return !task_pending_ && !filling_; });
+    Wait(lock, [this] { return Idle(); });
   }
   FileReader(const FileReader&) = delete;
   FileReader& operator=(const FileReader&) = delete;
 
   // Opens the file now (so that a state naming a missing file fails when
-  // it is restored, as the source's does).
-  void OpenNow() { Open(); }
+  // it is restored, as the source's does).  Read by ranges, the file was
+  // found when its index was looked up; ranges open it as they read.
+  void OpenNow() {
+    if (ranges_ == nullptr) Open();
+  }
 
   // The next record; false at the end.  Throws the file's error at its
   // place; failed_at_open() then says whether the file could not be
@@ -259,7 +385,7 @@ class FileReader {
       return true;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    return !ready_.empty();
+    return !ready_.empty() && ready_.front().filled;
   }
 
   // Starts reading ahead if there is room.
@@ -270,7 +396,7 @@ class FileReader {
   // Waits until no task is reading (env_->paused keeps new ones off).
   void Quiesce() {
     std::unique_lock<std::mutex> lock(mu_);
-    Wait(lock, [this] { return !task_pending_ && !filling_; });
+    Wait(lock, [this] { return Idle(); });
   }
   // The offset and index of the next record Next() returns (quiesced).
   std::pair<uint64_t, uint64_t> Position() const {
@@ -278,8 +404,14 @@ class FileReader {
       return {current_.views[pos_].offset, current_.views[pos_].index};
     }
     if (!ready_.empty()) return ready_.front().start;
-    if (!records_) return {open_offset_, open_index_};
+    if (RangesLeft()) return (*ranges_)[next_range_];
+    if (!records_) return {piece_offset_, piece_index_};
     return {records_->next_offset(), records_->next_index()};
+  }
+
+  // Ranges of files read so far by this process (for tests).
+  static uint64_t RangesRead() {
+    return ranges_read.load(std::memory_order_relaxed);
   }
 
  private:
@@ -289,16 +421,24 @@ class FileReader {
     std::exception_ptr error;             // after the views
     bool open_failed = false;
     bool end = false;  // nothing after this chunk
+    // A range: its records [start.second, range_end) and the offset the
+    // next range starts at; whether it was read whole and ended there.
+    bool range = false;
+    uint64_t range_end = 0;
+    uint64_t next_offset = 0;
+    bool sound = false;
+    bool filled = true;  // false while a range is read into it
   };
 
   void Open() {
     if (!records_) {
       records_ =
-          OpenFileRecords(path_, open_offset_, open_index_, *env_->options);
+          OpenFileRecords(path_, piece_offset_, piece_index_, *env_->options);
     }
   }
 
-  // Reads one chunk (by the thread that set filling_).
+  // Reads one chunk of the file in one piece (by the thread that set
+  // filling_).
   void Fill(Chunk* c) {
     BusyScope busy(env_->read_counter);
     uint64_t bytes = 0;
@@ -325,27 +465,82 @@ class FileReader {
       c->error = std::current_exception();
       c->end = true;
     }
+    Count(c->views.size(), bytes);
+  }
+
+  // Reads a range (by the thread that claimed it): sound when every one of
+  // its records was read and the last ended where the next range starts.
+  void FillRange(Chunk* c) {
+    BusyScope busy(env_->read_counter);
+    uint64_t bytes = 0;
+    const uint64_t n = c->range_end - c->start.second;
+    try {
+      std::unique_ptr<FileRecords> r =
+          OpenFileRange(path_, c->start.first, c->start.second, c->next_offset,
+                        *env_->options);
+      c->views.resize(n);
+      for (RecordView& v : c->views) {
+        if (!r->NextView(&v)) return;
+        bytes += v.size;
+      }
+      if (r->next_offset() != c->next_offset) return;
+    } catch (...) {
+      return;  // read again in one piece, which reports it in its place
+    }
+    c->sound = true;
+    ranges_read.fetch_add(1, std::memory_order_relaxed);
+    Count(n, bytes);
+  }
+
+  void Count(uint64_t records, uint64_t bytes) {
     StageCounter* counter = env_->read_counter;
-    counter->elements.fetch_add(c->views.size(), std::memory_order_relaxed);
+    counter->elements.fetch_add(records, std::memory_order_relaxed);
     counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
+  }
+
+  // Chunks kept ready ahead of the planner: read by ranges, one per
+  // thread, so that every thread can read one at once.
+  size_t Ahead() const {
+    return ranges_ != nullptr ? std::max<size_t>(kChunksAhead, env_->threads)
+                              : kChunksAhead;
+  }
+  bool RangesLeft() const {
+    return ranges_ != nullptr && next_range_ + 1 < ranges_->size();
   }
 
   // Under mu_.
   bool WantsMore() const {
-    return env_->read_ahead && !stop_ && !ended_ &&
-           ready_.size() < kChunksAhead &&
+    return env_->read_ahead && !stop_ && !ended_ && ready_.size() < Ahead() &&
            !env_->paused.load(std::memory_order_acquire) &&
            !env_->ctx->cancelled();
   }
+  bool Idle() const { return tasks_ == 0 && !filling_ && ranges_filling_ == 0; }
   void KickLocked() {
-    if (task_pending_ || filling_ || !WantsMore()) return;
-    task_pending_ = true;
+    if (RangesLeft()) {
+      // A task per range still to be read ahead.
+      while (WantsMore() && ready_.size() + tasks_ < Ahead()) {
+        ++tasks_;
+        env_->ctx->arena().enqueue([this] { RunTask(); });
+      }
+      return;
+    }
+    if (tasks_ > 0 || filling_ || !WantsMore()) return;
+    ++tasks_;
     env_->ctx->arena().enqueue([this] { RunTask(); });
   }
   void RunTask() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!filling_ && WantsMore()) FillAndPush(lock);
-    task_pending_ = false;
+    for (;;) {
+      if (RangesLeft()) {
+        if (!WantsMore()) break;
+        FillRangeAndMark(lock);
+      } else {
+        // In one piece (past the ranges too): while no one else reads.
+        if (filling_ || !WantsMore()) break;
+        FillAndPush(lock);
+      }
+    }
+    --tasks_;
     if (waiting_ > 0) cv_.notify_all();
   }
   // Reads a chunk with mu_ (held by `lock`) released meanwhile, and makes
@@ -361,6 +556,45 @@ class FileReader {
     filling_ = false;
     if (waiting_ > 0) cv_.notify_all();
   }
+  // Claims the next range (its place in ready_, in file order) and reads
+  // it with mu_ released meanwhile.  The chunk stays where it is: the
+  // planner takes only filled chunks, and drops chunks only when no range
+  // is being read.
+  void FillRangeAndMark(std::unique_lock<std::mutex>& lock) {
+    Chunk& c = ready_.emplace_back();
+    c.range = true;
+    c.filled = false;
+    c.start = (*ranges_)[next_range_];
+    ++next_range_;
+    c.range_end = (*ranges_)[next_range_].second;
+    c.next_offset = (*ranges_)[next_range_].first;
+    if (!RangesLeft()) {
+      // What follows the last indexed record is read in one piece.
+      piece_offset_ = c.next_offset;
+      piece_index_ = c.range_end;
+    }
+    ++ranges_filling_;
+    lock.unlock();
+    FillRange(&c);
+    lock.lock();
+    c.filled = true;
+    --ranges_filling_;
+    if (waiting_ > 0) cv_.notify_all();
+  }
+  // The front range did not hold what reading in one piece gives: drops it
+  // and the ranges after it (once none is being read), and reads the file
+  // in one piece from its start.
+  void ReadOnePieceFrom(std::unique_lock<std::mutex>& lock,
+                        std::pair<uint64_t, uint64_t> start) {
+    ranges_ = nullptr;  // no range is claimed from now on
+    // The piece after the last range may be being read too.
+    Wait(lock, [this] { return ranges_filling_ == 0 && !filling_; });
+    ready_.clear();
+    piece_offset_ = start.first;
+    piece_index_ = start.second;
+    records_.reset();
+    ended_ = false;
+  }
   template <typename Pred>
   void Wait(std::unique_lock<std::mutex>& lock, Pred pred) {
     ++waiting_;
@@ -372,20 +606,33 @@ class FileReader {
   // task is at it.
   void TakeChunk() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (ready_.empty()) {
-      if (filling_) {
-        // Parse a queued batch rather than sleep while the task reads.
-        if (env_->help) {
-          lock.unlock();
-          const bool helped = env_->help();
-          lock.lock();
-          if (helped) continue;
-        }
-        WaitScope wait(env_->read_counter);
-        Wait(lock, [this] { return !filling_; });
+    for (;;) {
+      if (!ready_.empty() && ready_.front().filled) {
+        const Chunk& front = ready_.front();
+        if (!front.range || front.sound) break;
+        ReadOnePieceFrom(lock, front.start);
         continue;
       }
-      FillAndPush(lock);
+      if (ready_.empty() && RangesLeft()) {
+        FillRangeAndMark(lock);
+        continue;
+      }
+      if (ready_.empty() && !filling_) {
+        FillAndPush(lock);
+        continue;
+      }
+      // A task is reading the chunk: parse a queued batch rather than
+      // sleep meanwhile.
+      if (env_->help) {
+        lock.unlock();
+        const bool helped = env_->help();
+        lock.lock();
+        if (helped) continue;
+      }
+      WaitScope wait(env_->read_counter);
+      Wait(lock, [this] {
+        return ready_.empty() ? !filling_ : ready_.front().filled;
+      });
     }
     current_ = std::move(ready_.front());
     ready_.pop_front();
@@ -395,18 +642,25 @@ class FileReader {
 
   Env* env_;
   const std::shared_ptr<const std::string>& path_;
-  const uint64_t open_offset_;
-  const uint64_t open_index_;
+  // Where reading in one piece starts: where the file is opened, or where
+  // ranges stopped.
+  uint64_t piece_offset_;
+  uint64_t piece_index_;
   std::unique_ptr<FileRecords> records_;  // by whoever fills
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Chunk> ready_;
-  int waiting_ = 0;            // threads in cv_.wait: notify only then
-  bool task_pending_ = false;  // a task is enqueued or running
-  bool filling_ = false;       // a chunk is being read
-  bool ended_ = false;         // a chunk with the end was read
+  int waiting_ = 0;         // threads in cv_.wait: notify only then
+  int tasks_ = 0;           // tasks enqueued or running
+  bool filling_ = false;    // a chunk is being read in one piece
+  int ranges_filling_ = 0;  // ranges being read
+  bool ended_ = false;      // a chunk with the end was read
   bool stop_ = false;
+  // Read by ranges: where they start (null: in one piece), and the next
+  // range's place there.
+  std::shared_ptr<const RangeStarts> ranges_;
+  size_t next_range_ = 0;
 
   // The planner's.
   Chunk current_;
@@ -978,11 +1232,19 @@ class FusedBatchParse final : public IteratorBase {
     env_.options = source.tfrecord;
     env_.global = source.global;
     env_.read_ahead = calls > 1;
+    env_.threads = static_cast<size_t>(ctx->threads());
     if (source.tfrecord != nullptr) {
-      env_.chunk_records = ChunkRecords(
+      const int64_t files_at_once =
           std::min<int64_t>(source.tfrecord->num_parallel_reads,
-                            static_cast<int64_t>(source.paths->size())));
+                            static_cast<int64_t>(source.paths->size()));
+      env_.chunk_records = ChunkRecords(files_at_once);
       env_.chunk_bytes = ChunkBytes(env_.chunk_records);
+      // Fewer files read at once than threads: the files with an index
+      // are read by ranges, so that each file is read on several.
+      if (env_.read_ahead && files_at_once < ctx->threads()) {
+        ranges_ = std::make_unique<RangeIndexes>(env_.chunk_bytes);
+        env_.ranges = ranges_.get();
+      }
     }
     if (source.global != nullptr) {
       // Read by the parse calls, as many at once.
@@ -1302,6 +1564,9 @@ class FusedBatchParse final : public IteratorBase {
   const FusableStage batch_;
   const std::vector<FusableStage> chain_;
   const size_t max_slots_;
+  // The indexes of the files read by ranges (Env::ranges), before the
+  // streams that use them.
+  std::unique_ptr<RangeIndexes> ranges_;
   Env env_;
   StageCounter* plan_counter_;
   StageCounter* parse_counter_;
@@ -1329,6 +1594,8 @@ class FusedBatchParse final : public IteratorBase {
 };
 
 }  // namespace
+
+uint64_t FusedRangesRead() { return FileReader::RangesRead(); }
 
 std::unique_ptr<IteratorBase> MakeFusedBatchParse(
     const DatasetBase& parse, const DatasetPtr& input, const ParseInfo& info,

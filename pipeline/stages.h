@@ -100,6 +100,19 @@ std::unique_ptr<FileRecords> OpenFileRecords(
     const std::shared_ptr<const std::string>& path, uint64_t offset,
     uint64_t index, const TFRecordOptions& options);
 
+// The records of an uncompressed file from the frame at `offset` (record
+// `index`), read no further than `end_offset`: a frame that runs past it
+// throws (as one past the end of the file), so the caller, who expects the
+// range to end on a frame's end, reads it again without the limit.  For
+// readers that split a file into ranges (batch_parse_fusion.cc).
+std::unique_ptr<FileRecords> OpenFileRange(
+    const std::shared_ptr<const std::string>& path, uint64_t offset,
+    uint64_t index, uint64_t end_offset, const TFRecordOptions& options);
+
+// Ranges of indexed files that the fused path (batch_parse_fusion.cc) has
+// read in this process, checked and used (for tests).
+uint64_t FusedRangesRead();
+
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.
 void OwnBytes(RecordView* v, std::string_view bytes);

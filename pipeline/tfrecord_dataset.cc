@@ -30,10 +30,11 @@ class BlockFileRecords final : public FileRecords {
  public:
   BlockFileRecords(const std::shared_ptr<const std::string>& path,
                    uint64_t offset, uint64_t index,
-                   const TFRecordOptions& options)
+                   const TFRecordOptions& options,
+                   uint64_t end_offset = UINT64_MAX)
       : path_(path),
         options_(options),
-        blocks_(OpenBlockReader(*path_, offset, options.io)),
+        blocks_(OpenBlockReader(*path_, offset, options.io, end_offset)),
         file_size_(blocks_->file_size()),
         next_offset_(offset),
         next_index_(index) {}
@@ -455,6 +456,13 @@ std::unique_ptr<FileRecords> OpenFileRecords(
     return std::make_unique<BlockFileRecords>(path, offset, index, options);
   }
   return std::make_unique<StreamFileRecords>(path, index, c, options);
+}
+
+std::unique_ptr<FileRecords> OpenFileRange(
+    const std::shared_ptr<const std::string>& path, uint64_t offset,
+    uint64_t index, uint64_t end_offset, const TFRecordOptions& options) {
+  return std::make_unique<BlockFileRecords>(path, offset, index, options,
+                                            end_offset);
 }
 
 void SetRecord(Element* out, Tensor record,

@@ -8,8 +8,10 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "pipeline/dataset.h"
+#include "pipeline/stages.h"
 #include "pipeline_test_util.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
@@ -675,6 +677,179 @@ TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {
     Element e;
     for (int k = 0; k < i; ++k) ASSERT_TRUE(it.Next(&e));
   }
+}
+
+// Files with an index (path.idx) are read by ranges of records, several
+// at once, where fewer files are read at once than there are threads
+// (FileReader in batch_parse_fusion.cc).  The index says only where ranges
+// start; what is delivered must be what reading each file in one piece
+// gives, whatever the index says.
+class RangeReadTest : public BatchParseFusionTest {
+ protected:
+  // Uncompressed files of `n` Examples (~2.5 KB each: ~4 MB, several of the
+  // reader's ranges of 512 records or 1 MiB), each with its index.
+  std::vector<std::string> IndexedFiles(int files, int n) {
+    std::vector<std::string> out;
+    for (int f = 0; f < files; ++f) {
+      std::vector<std::string> recs;
+      for (int i = 0; i < n + 11 * f; ++i) recs.push_back(MakeExample(f, i));
+      out.push_back(dir_.File(fmt::format("indexed-{}.tfrecord", f)));
+      testing::WriteRecords(out.back(), recs, records::Compression::kNone);
+      Index(out.back());
+    }
+    return out;
+  }
+  static void Index(const std::string& path) {
+    records::WriteIndex(records::IndexPathFor(path), records::BuildIndex(path));
+  }
+};
+
+TEST_F(RangeReadTest, IndexedFilesAreReadByRangesAsInOnePiece) {
+  const std::vector<std::string> files = IndexedFiles(2, 1500);
+  TFRecordOptions two;
+  two.num_parallel_reads = 2;  // ranges at 4 threads
+  // Each file is at least 4 ranges (of 1 MiB), read at 2 and 4 threads
+  // (one file at a time) or at 4 (two at once).
+  const std::vector<std::tuple<std::string, Dataset, uint64_t>> cases = {
+      {"batch", Dataset::FromTFRecords(files).Batch(64), 2 * 2 * 4},
+      {"shuffle", Dataset::FromTFRecords(files).Shuffle(300, 2).Batch(50),
+       2 * 2 * 4},
+      {"repeat", Dataset::FromTFRecords(files).Repeat(2).Batch(100, true),
+       2 * 2 * 2 * 4},
+      {"two files at once",
+       Dataset::FromTFRecords(files, two).Shuffle(100, 3).Batch(40), 2 * 4},
+  };
+  for (const auto& [what, ds, ranges] : cases) {
+    const uint64_t before = stages::FusedRangesRead();
+    ExpectSameAsUnfused(ds.Parse(Spec(), Calls(kAutotune)), what);
+    EXPECT_GE(stages::FusedRangesRead() - before, ranges) << what;
+  }
+}
+
+// An index of other records of the same size (the file rewritten since)
+// names starts that are not records: the first range does not end where
+// the index puts the second, and the file is read in one piece.
+TEST_F(RangeReadTest, AStaleIndexChangesNothing) {
+  std::vector<std::string> recs;
+  for (int i = 0; i < 1800; ++i) recs.push_back(MakeExample(3, i));
+  const std::string path = dir_.File("stale.tfrecord");
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  Index(path);
+  std::reverse(recs.begin(), recs.end());
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  for (const Dataset& ds :
+       {Dataset::FromTFRecords({path}).Batch(64),
+        Dataset::FromTFRecords({path}).Shuffle(200, 1).Repeat(2).Batch(64)}) {
+    ExpectSameAsUnfused(ds.Parse(Spec(), Calls(kAutotune)), "reversed");
+  }
+  // Shorter records first: the first range's records end before the
+  // index's second range starts (and more records after them keep the
+  // index within the file).
+  std::reverse(recs.begin(), recs.end());
+  for (int i = 0; i < 900; ++i) {
+    records::ExampleBuilder b;
+    b.AddInt64("label", 5000 + i);
+    b.AddFloatList("x", std::vector<float>{1.0f, 2.0f, 3.0f});
+    b.AddBytes("blob", "short");
+    recs[i] = std::string(b.Serialize());
+  }
+  for (int i = 0; i < 1300; ++i) recs.push_back(MakeExample(6, i));
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  ASSERT_GE(
+      testing::ReadFileBytes(path).size(),
+      records::ReadIndex(records::IndexPathFor(path)).entries.back().offset);
+  ExpectSameAsUnfused(
+      Dataset::FromTFRecords({path}).Batch(64).Parse(Spec(), Calls(2)),
+      "shorter");
+}
+
+// Records appended since the index was made are read in one piece after
+// the ranges, and an index that names no record where a restored state
+// opens the file is not used.
+TEST_F(RangeReadTest, RecordsPastTheIndexAreReadToo) {
+  std::vector<std::string> recs;
+  for (int i = 0; i < 1300; ++i) recs.push_back(MakeExample(4, i));
+  const std::string path = dir_.File("grown.tfrecord");
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  Index(path);
+  for (int i = 1300; i < 1777; ++i) recs.push_back(MakeExample(4, i));
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  const Dataset ds = Dataset::FromTFRecords({path}).Repeat(2).Batch(128).Parse(
+      Spec(), Calls(2));
+  ExpectSameAsUnfused(ds, "grown");
+  EXPECT_EQ(Collect(ds, {.threads = 2}).size(), (2u * 1777 + 127) / 128);
+}
+
+// A damaged record is met where reading in one piece meets it: its range
+// fails, and the file is read in one piece from that range's start.
+TEST_F(RangeReadTest, ADamagedRecordFailsAtItsPlace) {
+  const std::vector<std::string> files = IndexedFiles(2, 1500);
+  DamageRecord(files[0], 700);  // in the second range
+  DamageRecord(files[1], 1400);
+  for (int shuffle : {0, 150}) {
+    Dataset ds = Dataset::FromTFRecords(files);
+    if (shuffle > 0) ds = ds.Shuffle(shuffle, 2);
+    ds = ds.Batch(25).Parse(Spec(), Calls(kAutotune));
+    const auto want = Outcomes(ds, Unfused());
+    int errors = 0;
+    for (const auto& line : want) errors += line.starts_with("error: ");
+    ASSERT_EQ(errors, 2) << shuffle;
+    for (int threads : {2, 4}) {
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
+          << "shuffle " << shuffle << " threads " << threads;
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}, true),
+                Outcomes(ds, Unfused(), true))
+          << "shuffle " << shuffle << " threads " << threads;
+    }
+  }
+}
+
+// deterministic = false over files read by ranges: each record once, each
+// file's in its order.
+TEST_F(RangeReadTest, NondeterministicReadsLoseAndRepeatNothing) {
+  const std::vector<std::string> files = IndexedFiles(2, 1500);
+  TFRecordOptions o;
+  o.num_parallel_reads = 2;
+  o.deterministic = false;
+  const Dataset ds = Dataset::FromTFRecords(files, o).Batch(32).Parse(
+      Spec(), Calls(kAutotune));
+  // (file, record) of every row, in the order delivered.
+  auto rows = [](const std::vector<Element>& batches) {
+    std::vector<std::pair<int, int64_t>> out;
+    for (const Element& e : batches) {
+      for (int64_t r = 0; r < e["label"].num_rows(); ++r) {
+        const int f = static_cast<int>(e["x"].data<float>()[3 * r + 1] / 2);
+        out.emplace_back(f, e["label"].data<int64_t>()[r] - 1000 * f);
+      }
+    }
+    return out;
+  };
+  auto want = rows(Collect(ds, Unfused()));
+  std::sort(want.begin(), want.end());
+  const uint64_t before = stages::FusedRangesRead();
+  const auto got = rows(Collect(ds, {.threads = 4}));
+  EXPECT_GT(stages::FusedRangesRead(), before);
+  std::map<int, int64_t> last;
+  for (const auto& [f, i] : got) {
+    if (last.count(f)) {
+      EXPECT_EQ(i, last[f] + 1) << "file " << f;
+    }
+    last[f] = i;
+  }
+  auto sorted = got;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(sorted, want);
+}
+
+// States saved between and inside ranges (and while ranges ahead are
+// being read) continue the same stream at 1 and 2 threads.
+TEST_F(RangeReadTest, SavedStatesContinueTheSameStream) {
+  const std::vector<std::string> files = IndexedFiles(2, 1500);
+  SavedStatesContinue(Dataset::FromTFRecords(files).Repeat(2).Batch(90).Parse(
+      Spec(), Calls(3)));
+  SavedStatesContinue(
+      Dataset::FromTFRecords(files).Shuffle(400, 5).Batch(64).Parse(
+          Spec(), Calls(kAutotune)));
 }
 
 }  // namespace
