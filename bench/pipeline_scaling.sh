@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The pipeline-scaling figures of docs/PERFORMANCE.md: Fashion-MNIST as 16
-# TFRecord shards (~850-byte Examples) and the MNIST-like fixture (3.2 KB),
+# TFRecord shards (~850-byte Examples; also as one indexed file) and the
+# MNIST-like fixture (3.2 KB),
 # parse-only and shuffled (10,000) (Fashion-MNIST also through the global
 # shuffle), fused and stage by stage, at each
 # thread count, RUNS times alternating; prints the median records/s of
@@ -37,6 +38,16 @@ if [[ ! -f $work/fm/train-00015-of-00016.tfrecord ]]; then
     --shards 16 > /dev/null
 fi
 "$recflow" inspect --spec "$work/fm/train-00000-of-00016.tfrecord" > "$work/fm.json"
+# The same records as one 52 MB file with its index: one file read by
+# ranges on several threads (fewer files at once than threads).
+if [[ ! -f $work/fm1/train-00000-of-00001.tfrecord.idx ]]; then
+  rm -rf "$work/fm1"
+  mkdir -p "$work/fm1"
+  "$recflow" convert idx --images "$data/train-images-idx3-ubyte.gz" \
+    --labels "$data/train-labels-idx1-ubyte.gz" --output "$work/fm1/train" \
+    --shards 1 > /dev/null
+  "$recflow" index "$work/fm1/train-00000-of-00001.tfrecord" > /dev/null
+fi
 # The global shuffle reads through the files' indexes.
 for f in "$work"/fm/train-*.tfrecord; do
   [[ -f $f.idx ]] || "$recflow" index "$f" > /dev/null
@@ -121,6 +132,12 @@ for ((i = 0; i < runs; i++)); do
     run "fashion shuffled$tag" "$fm" "$work/fm.json" 10 --shuffle 10000 \
       --parallel-reads "$reads" $fusion
     run "fashion global$tag" "$fm" "$work/fm.json" 10 --global-shuffle $fusion
+    if [[ -z $fusion ]]; then
+      run "fashion one file parse-only" "$work/fm1/train-00000-of-00001.tfrecord" \
+        "$work/fm.json" 10
+      run "fashion one file shuffled" "$work/fm1/train-00000-of-00001.tfrecord" \
+        "$work/fm.json" 10 --shuffle 10000
+    fi
     if [[ -f $mnist ]]; then
       run "mnist parse-only$tag" "$mnist" "$work/mnist.json" 300 $fusion --compare-protobuf
       run "mnist shuffled$tag" "$mnist" "$work/mnist.json" 300 --shuffle 10000 $fusion

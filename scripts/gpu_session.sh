@@ -51,7 +51,7 @@ for part in "${parts[@]}"; do
       # time, which bounds every thread count by one reader).
       bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
         >"$out/pipeline_scaling.txt" 2>&1
-      echo "pipeline_scaling rc=$?"; tail -32 "$out/pipeline_scaling.txt"
+      echo "pipeline_scaling rc=$?"; tail -48 "$out/pipeline_scaling.txt"
       ;;
     cpu)
       source .gpu/build.sh --env-only
