@@ -53,18 +53,6 @@ for f in "$work"/fm/train-*.tfrecord; do
   [[ -f $f.idx ]] || "$recflow" index "$f" > /dev/null
 done
 mnist=$here/../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord
-# A copy with its index (recflow index), so that many threads can read the
-# one file by ranges (at 2 threads this changes nothing measurable; on 16,
-# one reader per epoch would bound it).
-if [[ -f $mnist ]]; then
-  mkdir -p "$work/mnist"
-  if ! cmp -s "$mnist" "$work/mnist/tfx_mnist_1000_example.tfrecord"; then
-    cp "$mnist" "$work/mnist/tfx_mnist_1000_example.tfrecord"
-    rm -f "$work/mnist/tfx_mnist_1000_example.tfrecord.idx"
-  fi
-  mnist=$work/mnist/tfx_mnist_1000_example.tfrecord
-  [[ -f $mnist.idx ]] || "$recflow" index "$mnist" > /dev/null
-fi
 cat > "$work/mnist.json" <<'EOF'
 {"features": {"image_class": {"kind": "fixed", "dtype": "int64", "shape": []},
               "image_floats": {"kind": "fixed", "dtype": "float32", "shape": [784]}}}

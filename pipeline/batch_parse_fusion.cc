@@ -202,65 +202,111 @@ RecordView ReadView(StateReader* r, const Env& env, ReferenceReader* refs) {
 // the end of the last indexed record (offset, record count).
 using RangeStarts = std::vector<std::pair<uint64_t, uint64_t>>;
 
-// The range starts of the files read by ranges, from their indexes, found
-// once per iterator (each epoch opens its files again) and kept small (16
-// bytes a range, not the index's 32 a record).  An index is used only
-// where it can be: an uncompressed file with a plain index at path.idx
-// (records::IndexPathFor) that is well formed and lies within the file as
-// it is now.  It is never trusted further: where its ranges start is
-// checked against the records read before them (FileReader).  A file
-// without one is read from start to end, as always.
+// Files smaller than this are read in one piece, index or not.  A reader
+// keeps a few MiB of its file ready ahead, and the next file's reader,
+// opened with it, reads beside it: a file of a few MiB is read by two
+// tasks already, and ranges only added readers that read further ahead
+// and took the cores from parsing (16 Fashion-MNIST shards of 3.3 MB,
+// parse-only, 2 threads, 6 alternating rounds: 3.1-4.8 M records/s with
+// ranges against 2.7-5.1 M without, slower in 5 of 6; docs/PERFORMANCE.md).
+// A large file has one reader for most of its length.
+constexpr uint64_t kMinRangedFileBytes = uint64_t{16} << 20;
+std::atomic<uint64_t> min_file_bytes{kMinRangedFileBytes};
+
+// The range starts of the files read by ranges, from their indexes, kept
+// small (16 bytes a range, not the index's 32 a record) and kept for the
+// process: iterators come and go (one per epoch in a Python `for` loop,
+// the Estimator's train and evaluate calls), and reading an index again
+// each time cost ~170 us for 3,840 records, on the planner's thread (2.7 ms
+// for 16 Fashion-MNIST shards, an eighth of an epoch on two threads).  An
+// entry is read again when the file's size or the index's size or time
+// changes.  An index is used only where it can be: an uncompressed file
+// with a plain index at path.idx (records::IndexPathFor) that is well
+// formed and lies within the file as it is now.  It is never trusted
+// further: where its ranges start is checked against the records read
+// before them (FileReader), so a stale entry costs speed, never records.
+// A file without one is read from start to end, as always.
+// Thread-safe.
 class RangeIndexes {
  public:
-  explicit RangeIndexes(uint64_t range_bytes) : range_bytes_(range_bytes) {}
-
   std::shared_ptr<const RangeStarts> Get(const std::string& path,
-                                         const TFRecordOptions& options) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) return nullptr;  // the reader says
-    const auto size = static_cast<uint64_t>(st.st_size);
-    std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = entries_[path];
-    if (!e.loaded || e.file_size != size) {
-      e.loaded = true;
-      e.file_size = size;
-      e.starts = Load(path, size, options);
-    }
-    return e.starts;
-  }
-
- private:
-  struct Entry {
-    bool loaded = false;
-    uint64_t file_size = 0;
-    std::shared_ptr<const RangeStarts> starts;
-  };
-  std::shared_ptr<const RangeStarts> Load(const std::string& path,
-                                          uint64_t size,
-                                          const TFRecordOptions& options) {
+                                         const TFRecordOptions& options,
+                                         uint64_t range_bytes) {
     if (options.compression &&
         *options.compression != records::Compression::kNone) {
       return nullptr;
     }
+    struct stat file, index;
+    if (::stat(path.c_str(), &file) != 0) return nullptr;  // the reader says
+    if (static_cast<uint64_t>(file.st_size) <
+        min_file_bytes.load(std::memory_order_relaxed)) {
+      return nullptr;
+    }
     const std::string index_path = records::IndexPathFor(path);
-    struct stat st;
-    if (::stat(index_path.c_str(), &st) != 0) return nullptr;
+    if (::stat(index_path.c_str(), &index) != 0) return nullptr;
+    Key key{path, range_bytes};
+    Stamp stamp{static_cast<uint64_t>(file.st_size),
+                static_cast<uint64_t>(index.st_size),
+                static_cast<int64_t>(index.st_mtim.tv_sec) * 1000000000 +
+                    index.st_mtim.tv_nsec,
+                !options.compression};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const auto it = entries_.find(key);
+      if (it != entries_.end() && it->second.stamp == stamp) {
+        return it->second.starts;
+      }
+    }
+    // Read without the lock: other iterators' files go on meanwhile.
+    std::shared_ptr<const RangeStarts> starts =
+        Load(path, index_path, stamp, range_bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.size() >= kMaxEntries) entries_.clear();
+    entries_[std::move(key)] = {stamp, starts};
+    return starts;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 4096;
+  using Key = std::pair<std::string, uint64_t>;  // path, range bytes
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      return std::hash<std::string>()(k.first) ^
+             (k.second * 0x9e3779b97f4a7c15);
+    }
+  };
+  struct Stamp {
+    uint64_t file_size;
+    uint64_t index_size;
+    int64_t index_mtime_ns;
+    bool detect;  // whether the file's compression had to be detected
+    bool operator==(const Stamp&) const = default;
+  };
+  struct Entry {
+    Stamp stamp;
+    std::shared_ptr<const RangeStarts> starts;
+  };
+
+  static std::shared_ptr<const RangeStarts> Load(const std::string& path,
+                                                 const std::string& index_path,
+                                                 const Stamp& stamp,
+                                                 uint64_t range_bytes) {
     try {
-      const records::Index index = records::ReadIndex(index_path, size);
+      const records::Index index =
+          records::ReadIndex(index_path, stamp.file_size);
       if (index.compression != records::Compression::kNone ||
           index.entries.empty()) {
         return nullptr;
       }
-      if (!options.compression &&
-          records::DetectCompression(records::ReadableFile(path)) !=
-              records::Compression::kNone) {
+      if (stamp.detect && records::DetectCompression(records::ReadableFile(
+                              path)) != records::Compression::kNone) {
         return nullptr;
       }
       auto starts = std::make_shared<RangeStarts>();
       const auto& entries = index.entries;
       for (uint64_t i = 0; i < entries.size(); ++i) {
         if (starts->empty() ||
-            entries[i].offset - starts->back().first >= range_bytes_) {
+            entries[i].offset - starts->back().first >= range_bytes) {
           starts->emplace_back(entries[i].offset, i);
         }
       }
@@ -272,10 +318,15 @@ class RangeIndexes {
     }
   }
 
-  const uint64_t range_bytes_;
   std::mutex mu_;
-  std::unordered_map<std::string, Entry> entries_;
+  std::unordered_map<Key, Entry, KeyHash> entries_;
 };
+
+// Never destroyed: iterators may still be ending while the process exits.
+RangeIndexes& TheRangeIndexes() {
+  static auto* indexes = new RangeIndexes;
+  return *indexes;
+}
 
 std::atomic<uint64_t> ranges_read{0};
 
@@ -307,7 +358,7 @@ class FileReader {
              uint64_t offset, uint64_t index)
       : env_(env), path_(path), piece_offset_(offset), piece_index_(index) {
     if (env_->ranges == nullptr) return;
-    ranges_ = env_->ranges->Get(*path_, *env_->options);
+    ranges_ = env_->ranges->Get(*path_, *env_->options, env_->chunk_bytes);
     if (ranges_ == nullptr) return;
     // Ranges from where the file is opened: its start, or a range's start
     // (a state saved between ranges); elsewhere the file is read in one
@@ -1242,8 +1293,7 @@ class FusedBatchParse final : public IteratorBase {
       // Fewer files read at once than threads: the files with an index
       // are read by ranges, so that each file is read on several.
       if (env_.read_ahead && files_at_once < ctx->threads()) {
-        ranges_ = std::make_unique<RangeIndexes>(env_.chunk_bytes);
-        env_.ranges = ranges_.get();
+        env_.ranges = &TheRangeIndexes();
       }
     }
     if (source.global != nullptr) {
@@ -1564,9 +1614,6 @@ class FusedBatchParse final : public IteratorBase {
   const FusableStage batch_;
   const std::vector<FusableStage> chain_;
   const size_t max_slots_;
-  // The indexes of the files read by ranges (Env::ranges), before the
-  // streams that use them.
-  std::unique_ptr<RangeIndexes> ranges_;
   Env env_;
   StageCounter* plan_counter_;
   StageCounter* parse_counter_;
@@ -1596,6 +1643,11 @@ class FusedBatchParse final : public IteratorBase {
 }  // namespace
 
 uint64_t FusedRangesRead() { return FileReader::RangesRead(); }
+
+void SetMinRangedFileBytes(uint64_t bytes) {
+  min_file_bytes.store(bytes == 0 ? kMinRangedFileBytes : bytes,
+                       std::memory_order_relaxed);
+}
 
 std::unique_ptr<IteratorBase> MakeFusedBatchParse(
     const DatasetBase& parse, const DatasetPtr& input, const ParseInfo& info,

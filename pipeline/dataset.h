@@ -145,9 +145,10 @@ class Dataset {
   // TFRecord files: paths, glob patterns and directories (records whose
   // name holds "tfrecord" or "tfrec", sorted).  Elements: {"record": bytes
   // scalar}.  Under a fused Parse(Batch(...)) with fewer files read at once
-  // than threads, an uncompressed file with an index (path.idx) is read by
-  // ranges on several threads; the index is checked against the records,
-  // never trusted, so a stale one changes only the speed.
+  // than threads, an uncompressed file of 16 MiB or more with an index
+  // (path.idx) is read by ranges on several threads; the index is checked
+  // against the records, never trusted, so a stale one changes only the
+  // speed.
   static Dataset FromTFRecords(std::vector<std::string> paths,
                                TFRecordOptions options = {});
   // Every record of every file exactly once per epoch, in a fresh uniform

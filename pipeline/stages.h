@@ -112,6 +112,9 @@ std::unique_ptr<FileRecords> OpenFileRange(
 // Ranges of indexed files that the fused path (batch_parse_fusion.cc) has
 // read in this process, checked and used (for tests).
 uint64_t FusedRangesRead();
+// The smallest file the fused path reads by ranges (default 16 MiB; 0
+// restores it), so that tests can use small files.
+void SetMinRangedFileBytes(uint64_t bytes);
 
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.

@@ -686,6 +686,13 @@ TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {
 // gives, whatever the index says.
 class RangeReadTest : public BatchParseFusionTest {
  protected:
+  // Files of a few MiB read by ranges (16 MiB and more otherwise).
+  void SetUp() override {
+    BatchParseFusionTest::SetUp();
+    stages::SetMinRangedFileBytes(1);
+  }
+  void TearDown() override { stages::SetMinRangedFileBytes(0); }
+
   // Uncompressed files of `n` Examples (~2.5 KB each: ~4 MB, several of the
   // reader's ranges of 512 records or 1 MiB), each with its index.
   std::vector<std::string> IndexedFiles(int files, int n) {
@@ -724,6 +731,18 @@ TEST_F(RangeReadTest, IndexedFilesAreReadByRangesAsInOnePiece) {
     ExpectSameAsUnfused(ds.Parse(Spec(), Calls(kAutotune)), what);
     EXPECT_GE(stages::FusedRangesRead() - before, ranges) << what;
   }
+}
+
+// Below 16 MiB a file is read in one piece, index or not: its reader and
+// the next file's already read it ahead on two threads.
+TEST_F(RangeReadTest, SmallFilesAreReadInOnePiece) {
+  const std::vector<std::string> files = IndexedFiles(2, 1500);
+  stages::SetMinRangedFileBytes(0);  // the default
+  const Dataset ds =
+      Dataset::FromTFRecords(files).Batch(64).Parse(Spec(), Calls(kAutotune));
+  const uint64_t before = stages::FusedRangesRead();
+  EXPECT_EQ(Collect(ds, {.threads = 4}), Collect(ds, Unfused()));
+  EXPECT_EQ(stages::FusedRangesRead(), before);
 }
 
 // An index of other records of the same size (the file rewritten since)
