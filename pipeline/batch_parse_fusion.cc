@@ -351,7 +351,9 @@ std::atomic<uint64_t> ranges_read{0};
 // index) or that failed (damage: the error must come from where one piece
 // would meet it) is dropped with every range after it, and the file is
 // read in one piece from that range's start on; so is what follows the
-// last indexed record.
+// last indexed record.  Opened inside a range (a restored state), the file
+// is read in one piece up to the next range's start, and by ranges from
+// there only if that reading ends where the index puts the start.
 class FileReader {
  public:
   FileReader(Env* env, const std::shared_ptr<const std::string>& path,
@@ -360,17 +362,19 @@ class FileReader {
     if (env_->ranges == nullptr) return;
     ranges_ = env_->ranges->Get(*path_, *env_->options, env_->chunk_bytes);
     if (ranges_ == nullptr) return;
-    // Ranges from where the file is opened: its start, or a range's start
-    // (a state saved between ranges); elsewhere the file is read in one
-    // piece.
+    // Ranges from where the file is opened when a range starts there (its
+    // start, or a state saved between ranges).  Opened inside a range (a
+    // state saved there), the file is read in one piece up to the next
+    // range's start, and by ranges from there if that reading lands on it.
     const auto at = std::lower_bound(
         ranges_->begin(), ranges_->end(), index,
         [](const auto& start, uint64_t i) { return start.second < i; });
-    if (at + 1 >= ranges_->end() || at->second != index ||
-        at->first != offset) {
+    if (at + 1 >= ranges_->end() ||
+        (at->second == index && at->first != offset)) {
       ranges_ = nullptr;
       return;
     }
+    lead_in_ = at->second != index;
     next_range_ = static_cast<size_t>(at - ranges_->begin());
   }
 
@@ -386,7 +390,7 @@ class FileReader {
   // it is restored, as the source's does).  Read by ranges, the file was
   // found when its index was looked up; ranges open it as they read.
   void OpenNow() {
-    if (ranges_ == nullptr) Open();
+    if (ranges_ == nullptr || lead_in_) Open();
   }
 
   // The next record; false at the end.  Throws the file's error at its
@@ -489,8 +493,8 @@ class FileReader {
   }
 
   // Reads one chunk of the file in one piece (by the thread that set
-  // filling_).
-  void Fill(Chunk* c) {
+  // filling_), ending before record `stop_at`.
+  void Fill(Chunk* c, uint64_t stop_at) {
     BusyScope busy(env_->read_counter);
     uint64_t bytes = 0;
     try {
@@ -502,7 +506,7 @@ class FileReader {
       c->start = {records_->next_offset(), records_->next_index()};
       c->views.reserve(env_->chunk_records);
       while (c->views.size() < env_->chunk_records &&
-             bytes < env_->chunk_bytes) {
+             bytes < env_->chunk_bytes && records_->next_index() < stop_at) {
         RecordView& v = c->views.emplace_back();
         if (!records_->NextView(&v)) {
           c->views.pop_back();
@@ -556,7 +560,7 @@ class FileReader {
                               : kChunksAhead;
   }
   bool RangesLeft() const {
-    return ranges_ != nullptr && next_range_ + 1 < ranges_->size();
+    return ranges_ != nullptr && !lead_in_ && next_range_ + 1 < ranges_->size();
   }
 
   // Under mu_.
@@ -598,10 +602,23 @@ class FileReader {
   // it ready.  Only while no one else is filling.
   void FillAndPush(std::unique_lock<std::mutex>& lock) {
     filling_ = true;
+    // Opened inside a range: one piece up to the next range's start.
+    const uint64_t stop_at =
+        lead_in_ ? (*ranges_)[next_range_].second : UINT64_MAX;
     lock.unlock();
     Chunk c;
-    Fill(&c);
+    Fill(&c, stop_at);
     lock.lock();
+    if (lead_in_ && !c.end && records_->next_index() == stop_at) {
+      // Ranges from here if the records led here; else (a stale index)
+      // one piece on.
+      lead_in_ = false;
+      if (records_->next_offset() == (*ranges_)[next_range_].first) {
+        records_.reset();
+      } else {
+        ranges_ = nullptr;
+      }
+    }
     ended_ = ended_ || c.end;
     ready_.push_back(std::move(c));
     filling_ = false;
@@ -638,6 +655,7 @@ class FileReader {
   void ReadOnePieceFrom(std::unique_lock<std::mutex>& lock,
                         std::pair<uint64_t, uint64_t> start) {
     ranges_ = nullptr;  // no range is claimed from now on
+    lead_in_ = false;
     // The piece after the last range may be being read too.
     Wait(lock, [this] { return ranges_filling_ == 0 && !filling_; });
     ready_.clear();
@@ -712,6 +730,8 @@ class FileReader {
   // range's place there.
   std::shared_ptr<const RangeStarts> ranges_;
   size_t next_range_ = 0;
+  // Opened inside a range: read in one piece up to next_range_'s start.
+  bool lead_in_ = false;
 
   // The planner's.
   Chunk current_;

@@ -823,6 +823,70 @@ TEST_F(RangeReadTest, ADamagedRecordFailsAtItsPlace) {
   }
 }
 
+// A state saved inside a range: restored, the file is read in one piece up
+// to the next range's start and by ranges from there.
+TEST_F(RangeReadTest, RestoredInsideARangeReadsByRangesAgain) {
+  const std::vector<std::string> files = IndexedFiles(1, 3000);  // ~7 ranges
+  const Dataset ds =
+      Dataset::FromTFRecords(files).Batch(50).Parse(Spec(), Calls(kAutotune));
+  const auto all = Collect(ds, Unfused());
+  ASSERT_EQ(all.size(), 60u);
+  for (size_t k : {size_t{9}, size_t{23}}) {
+    Iterator it = ds.MakeIterator({.threads = 2});
+    Element e;
+    for (size_t i = 0; i < k; ++i) ASSERT_TRUE(it.Next(&e));
+    const std::string state = it.Save();
+    Iterator restored = ds.MakeIterator({.threads = 2});
+    restored.Restore(state);
+    const uint64_t before = stages::FusedRangesRead();
+    for (size_t i = k; i < all.size(); ++i) {
+      ASSERT_TRUE(restored.Next(&e)) << k << " " << i;
+      ASSERT_EQ(e, all[i]) << k << " " << i;
+    }
+    EXPECT_FALSE(restored.Next(&e));
+    EXPECT_GE(stages::FusedRangesRead() - before, 2u) << k;
+  }
+}
+
+// An Example of `blob` bytes whose serialized size does not depend on `i`
+// (below 1,000,000 records).
+std::string FixedExample(int i, size_t blob) {
+  records::ExampleBuilder b;
+  b.AddInt64("label", 1000000 + i);  // a 3-byte varint for every i
+  b.AddFloatList("x", std::vector<float>{1.0f, 2.0f, 3.0f});
+  b.AddBytes("blob", std::string(blob, 'f'));
+  return std::string(b.Serialize());
+}
+
+// Restored inside a range of a file whose index is stale in a way that
+// still puts range starts on record boundaries (records of one size, the
+// first record now twice as long): reading in one piece up to the next
+// range's start lands elsewhere than the index says, and the file is read
+// in one piece on (taking the range there would deliver a record twice).
+TEST_F(RangeReadTest, RestoredInsideARangeOfAStaleIndex) {
+  std::vector<std::string> recs;
+  for (int i = 0; i < 2000; ++i) recs.push_back(FixedExample(i, 2000));
+  const size_t frame = recs[0].size() + records::kFrameOverhead;
+  const std::string path = dir_.File("shifted.tfrecord");
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  Index(path);
+  size_t blob = 2000;
+  while (FixedExample(0, blob).size() + records::kFrameOverhead < 2 * frame) {
+    ++blob;
+  }
+  recs[0] = FixedExample(0, blob);
+  ASSERT_EQ(recs[0].size() + records::kFrameOverhead, 2 * frame);
+  testing::WriteRecords(path, recs, records::Compression::kNone);
+  const Dataset ds =
+      Dataset::FromTFRecords({path}).Batch(50).Parse(Spec(), Calls(kAutotune));
+  const auto all = Collect(ds, Unfused());
+  ASSERT_EQ(all.size(), 40u);
+  Iterator it = ds.MakeIterator({.threads = 2});
+  Element e;
+  for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(it.Next(&e));
+  ExpectRestoredToContinue(ds, it.Save(), all, 3);
+}
+
 // deterministic = false over files read by ranges: each record once, each
 // file's in its order.
 TEST_F(RangeReadTest, NondeterministicReadsLoseAndRepeatNothing) {
