@@ -28,6 +28,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "pipeline/dataset_base.h"
@@ -40,6 +41,8 @@ using pipeline::Device;
 using pipeline::DType;
 using pipeline::Shape;
 using pipeline::Tensor;
+
+class Collective;  // train/collective.h
 
 enum class Activation : uint8_t { kLinear, kRelu, kSigmoid, kTanh };
 // "linear", "relu", "sigmoid", "tanh"; throws Error for other names.
@@ -253,6 +256,24 @@ class Backend {
                           float epsilon, const float* g, float* m, float* v,
                           float* w) = 0;
 
+  // --- Data-parallel training ----------------------------------------------
+  // Sums each of `buffers` (floats in this backend's memory) over the ranks
+  // of `world`, in place: every rank gets the sums.  Every rank calls it
+  // with buffers of the same sizes in the same order (the collective's
+  // contract), and it is ordered after the calls made so far.
+  // Host memory (the default): `world`'s own all-reduce, a buffer of
+  // kInPlaceAllReduceValues floats or more where it is, the smaller ones
+  // packed into one buffer so that together they cost one collective's
+  // latency (Horovod's fusion buffer).  The CUDA backend: NCCL on its
+  // compute stream, the buffers in one NCCL group, over a communicator
+  // made at the first call from a unique id that `world` broadcasts (one
+  // GPU per rank; every later call must pass the same world).  A device
+  // backend without a device all-reduce (a CUDA build without NCCL)
+  // throws Error saying so.
+  static constexpr int64_t kInPlaceAllReduceValues = 16384;
+  virtual void AllReduceSum(Collective& world,
+                            std::span<const std::span<float>> buffers);
+
   // --- Measurement (train_bench) -------------------------------------------
   // Logs the library calls (cuBLAS GEMMs, cuDNN convolutions) made between
   // StartCallLog and StopCallLog; TimeCallLog(reps) replays exactly those
@@ -296,12 +317,19 @@ std::unique_ptr<Backend> MakeCpuBackend(int threads = 0);
 struct DeviceSpec {
   Device device = Device::kCpu;
   int index = 0;
+  // "cuda:N" named the GPU; "cuda" did not (GPU 0 alone; one GPU per local
+  // rank under MPI, the Estimator's choice).
+  bool index_given = false;
   std::string ToString() const;  // "cpu", "cuda:0"
 };
 DeviceSpec ParseDevice(std::string_view text);
 
 // Whether this build has the CUDA backend (RECFLOW_CUDA) .
 bool CudaBuilt();
+// Whether its gradients can be all-reduced across ranks: the CUDA backend
+// built with NCCL (found next to the CUDA toolkit or in the system's
+// include and library directories).
+bool NcclBuilt();
 // The CUDA backend on GPU `index`: cuBLAS, cuDNN and kernels of its own on
 // one compute stream and one copy stream, with a caching device allocator
 // and pinned staging for input.  `allow_tf32`: matrix products and

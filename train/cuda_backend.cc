@@ -11,9 +11,16 @@
 #include <cuda_runtime.h>
 #include <cudnn.h>
 #include <fmt/format.h>
+#ifndef RECFLOW_NCCL_BUILT
+#define RECFLOW_NCCL_BUILT 0
+#endif
+#if RECFLOW_NCCL_BUILT
+#include <nccl.h>
+#endif
 
 #include <array>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <map>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include "train/backend.h"
+#include "train/collective.h"
 #include "train/cuda_allocator.h"
 #include "train/cuda_kernels.h"
 
@@ -29,6 +37,7 @@
 namespace recflow::train {
 
 bool CudaBuilt() { return true; }
+bool NcclBuilt() { return RECFLOW_NCCL_BUILT != 0; }
 
 namespace {
 
@@ -48,6 +57,18 @@ void Check(cublasStatus_t s, int device, std::string_view what) {
 void Check(cudnnStatus_t s, int device, std::string_view what) {
   if (s != CUDNN_STATUS_SUCCESS) Fail(device, what, cudnnGetErrorString(s));
 }
+#if RECFLOW_NCCL_BUILT
+// NCCL's code, and what its last error said on this thread (which names
+// the peer or transport that failed, where the code alone does not).
+void Check(ncclResult_t r, int device, std::string_view what) {
+  if (r == ncclSuccess) return;
+  const char* last = ncclGetLastError(nullptr);
+  Fail(device, what,
+       last != nullptr && *last != '\0'
+           ? fmt::format("{} ({})", ncclGetErrorString(r), last)
+           : std::string(ncclGetErrorString(r)));
+}
+#endif
 
 cuda::Src SrcOf(DType d) {
   switch (d) {
@@ -163,6 +184,17 @@ class CudaBackend final : public Backend {
     cudaSetDevice(index_);
     cudaStreamSynchronize(copy_);
     cudaStreamSynchronize(compute_);
+#if RECFLOW_NCCL_BUILT
+    // Unwinding from an error, the other ranks may never join a clean
+    // teardown: abort the communicator (local, never waits) instead.
+    if (nccl_ != nullptr) {
+      if (std::uncaught_exceptions() > 0) {
+        ncclCommAbort(nccl_);
+      } else {
+        ncclCommDestroy(nccl_);
+      }
+    }
+#endif
     for (auto& [key, plan] : plans_) Destroy(plan);
     for (Slot& s : slots_) {
       cudaEventDestroy(s.copied);
@@ -291,6 +323,27 @@ class CudaBackend final : public Backend {
           "id {} at position {} is outside [0, {}) (the embedding's rows)",
           e.value, e.position, e.limit));
     }
+  }
+
+  // --- Data-parallel training ------------------------------------------------
+
+  void AllReduceSum(Collective& world,
+                    std::span<const std::span<float>> buffers) override {
+#if RECFLOW_NCCL_BUILT
+    ncclComm_t comm = Communicator(world);
+    // One group: NCCL launches the group's all-reduces together, so small
+    // gradients cost no launch each (what packing them does on the host).
+    Check(ncclGroupStart(), index_, "ncclGroupStart");
+    for (const std::span<float> b : buffers) {
+      if (b.empty()) continue;
+      Check(ncclAllReduce(b.data(), b.data(), b.size(), ncclFloat32, ncclSum,
+                          comm, compute_),
+            index_, fmt::format("all-reducing {} gradient values", b.size()));
+    }
+    Check(ncclGroupEnd(), index_, "all-reducing the gradients (ncclGroupEnd)");
+#else
+    Backend::AllReduceSum(world, buffers);  // says this build has no NCCL
+#endif
   }
 
   // --- Library calls ---------------------------------------------------------
@@ -597,6 +650,46 @@ class CudaBackend final : public Backend {
     std::vector<Entry> entries;
   };
 
+#if RECFLOW_NCCL_BUILT
+  // The communicator of `world`'s ranks, made at the first call: rank 0
+  // asks NCCL for a unique id and `world` broadcasts it (MPI's broadcast
+  // under mpirun), then every rank joins with this backend's GPU.  A
+  // backend sums over one world only.
+  ncclComm_t Communicator(Collective& world) {
+    if (nccl_ != nullptr) {
+      if (&world != nccl_world_ || world.size() != nccl_ranks_) {
+        Fail(index_, "all-reducing the gradients",
+             fmt::format("this backend's NCCL communicator joins the {} "
+                         "ranks of another world; one backend sums over one "
+                         "world",
+                         nccl_ranks_));
+      }
+      return nccl_;
+    }
+    ncclUniqueId id{};
+    if (world.rank() == 0) {
+      Check(ncclGetUniqueId(&id), index_, "ncclGetUniqueId");
+    }
+    std::string bytes(reinterpret_cast<const char*>(&id), sizeof id);
+    world.Broadcast(bytes, 0);
+    if (bytes.size() != sizeof id) {
+      Fail(index_, "joining the NCCL communicator",
+           fmt::format("rank 0 sent a unique id of {} bytes, not {}",
+                       bytes.size(), sizeof id));
+    }
+    std::memcpy(&id, bytes.data(), sizeof id);
+    Check(cudaSetDevice(index_), index_, "cudaSetDevice");
+    ncclComm_t comm = nullptr;
+    Check(ncclCommInitRank(&comm, world.size(), id, world.rank()), index_,
+          fmt::format("joining the NCCL communicator as rank {} of {}",
+                      world.rank(), world.size()));
+    nccl_ = comm;
+    nccl_world_ = &world;
+    nccl_ranks_ = world.size();
+    return nccl_;
+  }
+#endif
+
   enum class Call { kGemm, kConvForward, kConvData, kConvFilter };
   struct LoggedCall {
     Call kind;
@@ -838,6 +931,11 @@ class CudaBackend final : public Backend {
   std::map<std::array<int64_t, 12>, ConvPlan> plans_;
   bool log_calls_ = false;
   std::vector<LoggedCall> call_log_;
+#if RECFLOW_NCCL_BUILT
+  ncclComm_t nccl_ = nullptr;
+  const Collective* nccl_world_ = nullptr;  // compared, never used
+  int nccl_ranks_ = 0;
+#endif
 };
 
 }  // namespace

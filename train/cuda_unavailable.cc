@@ -8,6 +8,7 @@
 namespace recflow::train {
 
 bool CudaBuilt() { return false; }
+bool NcclBuilt() { return false; }
 
 std::unique_ptr<Backend> MakeCudaBackend(int index, bool) {
   throw CudaUnavailable(fmt::format(

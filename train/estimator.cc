@@ -161,16 +161,31 @@ std::string TrainingSession::SaveCheckpoint() {
 
 // ---- Estimator ----
 
+namespace {
+
+// The device `text` names; "cuda" without an index is the GPU of the
+// rank's local index (Horovod's one GPU per process: ranks 0..k-1 on a
+// host take its GPUs 0..k-1).
+DeviceSpec RankDevice(std::string_view text, const Collective& world) {
+  DeviceSpec spec = ParseDevice(text);
+  if (spec.device == Device::kCuda && !spec.index_given) {
+    spec.index = world.local_rank();
+  }
+  return spec;
+}
+
+}  // namespace
+
 Estimator::Estimator(ModelFn model_fn, RunConfig config,
                      EstimatorOptions options)
     : model_fn_(std::move(model_fn)),
       config_(std::move(config)),
       options_(std::move(options)),
-      backend_(options_.backend
-                   ? options_.backend
-                   : std::shared_ptr<Backend>(MakeBackend(
-                         ParseDevice(config_.device), config_.threads))),
       world_(options_.collective ? options_.collective : LocalCollective()),
+      backend_(options_.backend ? options_.backend
+                                : std::shared_ptr<Backend>(MakeBackend(
+                                      RankDevice(config_.device, *world_),
+                                      config_.threads))),
       checkpoints_(config_.model_dir.empty()
                        ? throw Error("RunConfig.model_dir is empty")
                        : config_.model_dir,

@@ -90,9 +90,10 @@ struct RunConfig {
   // Threads of the input pipeline's iterators (IteratorOptions::threads);
   // 0: the machine's cores, shared out among the ranks on this host.
   int input_threads = 0;
-  // Where the model trains: "cpu", "cuda" (GPU 0) or "cuda:N".  The same
-  // model_fn, hooks and checkpoints work on each; a checkpoint written on
-  // one device restores on the other.
+  // Where the model trains: "cpu", "cuda" (GPU 0; under MPI, the GPU of
+  // the rank's local index, one GPU per rank on a host) or "cuda:N".  The
+  // same model_fn, hooks and checkpoints work on each; a checkpoint written
+  // on one device restores on the other.
   std::string device = "cpu";
 };
 
@@ -244,8 +245,10 @@ class Estimator {
   ModelFn model_fn_;
   RunConfig config_;
   EstimatorOptions options_;
-  std::shared_ptr<Backend> backend_;
+  // The world first: the backend's GPU is the local rank's (and the
+  // backend, with its NCCL communicator, goes before the world does).
   std::shared_ptr<Collective> world_;
+  std::shared_ptr<Backend> backend_;
   CheckpointManager checkpoints_;
 };
 

@@ -44,7 +44,8 @@ class ModelContext {
   Backend& backend() { return backend_; }
   VariableStore& variables() { return variables_; }
   MetricSet& metrics() { return metrics_; }
-  // Null, or the data-parallel world (size() > 1: average the gradients).
+  // Null, or the data-parallel world: the gradients are averaged over it
+  // when it has more than one rank or is a launched job's (not "local").
   Collective* collective() { return collective_; }
   Mode mode() const { return mode_; }
   bool training() const { return mode_ == Mode::kTrain; }

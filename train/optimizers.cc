@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <span>
+#include <vector>
 
 namespace recflow::train {
 
@@ -51,48 +53,29 @@ LearningRate CosineDecay(float lr, int64_t decay_steps, float alpha) {
 namespace {
 
 // Data parallelism: every rank's gradients replaced by their sum over the
-// ranks; Minimize seeds the backward pass with 1/N, so the sum is the mean
-// (each rank's loss is the mean over its own batch, so with equal batches
-// this is the gradient of the mean over the global batch) with no pass
-// over the gradients to scale them.  A gradient of kInPlaceValues or more
-// is all-reduced where it is: packing it into a buffer and back costs more
-// than a collective's latency (the DNN's 0.94 MB of gradients took ~0.3 ms
-// to pack and unpack, against ~3.5 us a collective and ~0.16 ms for the
-// all-reduce itself).  The smaller ones are packed into one buffer, so that
-// together they cost one latency (Horovod's fusion buffer, for the tensors
-// under its threshold).  Every rank issues the same collectives in the same
-// order: the trainable variables are the same everywhere.
-constexpr int64_t kInPlaceValues = 16384;
-
+// ranks (Backend::AllReduceSum: the collective's all-reduce on host memory,
+// NCCL on the GPU's); Minimize seeds the backward pass with 1/N, so the sum
+// is the mean (each rank's loss is the mean over its own batch, so with
+// equal batches this is the gradient of the mean over the global batch)
+// with no pass over the gradients to scale them.  Every rank issues the
+// same collectives in the same order: the trainable variables are the same
+// everywhere.
 void SumGradients(ModelContext& ctx) {
-  Collective& world = *ctx.collective();
-  Backend& be = ctx.backend();
-  if (be.device() != Device::kCpu) {
-    throw Error(fmt::format(
-        "data-parallel training over {} takes host memory: the {} backend "
-        "needs NCCL's all-reduce on the device, which this build does not "
-        "have (docs/DISTRIBUTED.md)",
-        world.name(), be.device_name()));
-  }
   const std::vector<Variable*> vars = ctx.variables().trainable();
-  thread_local std::vector<float> packed;
-  packed.clear();
+  thread_local std::vector<std::span<float>> grads;
+  grads.clear();
   for (Variable* v : vars) {
-    if (v->size() >= kInPlaceValues) {
-      world.AllReduce(std::span(v->grad_data(), static_cast<size_t>(v->size())),
-                      ReduceOp::kSum);
-    } else {
-      packed.insert(packed.end(), v->grad_data(), v->grad_data() + v->size());
-    }
+    grads.emplace_back(v->grad_data(), static_cast<size_t>(v->size()));
   }
-  if (packed.empty()) return;
-  world.AllReduce(std::span(packed), ReduceOp::kSum);
-  const float* at = packed.data();
-  for (Variable* v : vars) {
-    if (v->size() >= kInPlaceValues) continue;
-    std::copy_n(at, v->size(), v->grad_data());
-    at += v->size();
-  }
+  ctx.backend().AllReduceSum(*ctx.collective(), grads);
+}
+
+// Whether the gradients go through the all-reduce: with more than one
+// rank, and with one rank of a job that a launcher started (mpirun -np 1),
+// so that its path, NCCL's on a GPU, runs and is measured as the job of
+// many would run it.  A process alone (LocalCollective) skips it.
+bool AllReduces(const Collective* world) {
+  return world != nullptr && (world->size() > 1 || world->name() != "local");
 }
 
 }  // namespace
@@ -104,7 +87,7 @@ TrainOp Optimizer::Minimize(ModelContext& ctx, const Var& loss) {
     const int ranks =
         ctx.collective() != nullptr ? ctx.collective()->size() : 1;
     ops::Backward(be, loss, 1.0f / static_cast<float>(ranks));
-    if (ranks > 1) SumGradients(ctx);
+    if (AllReduces(ctx.collective())) SumGradients(ctx);
     const int64_t step = ctx.global_step();
     const float lr = self->lr_(step);
     for (Variable* v : ctx.variables().trainable()) {
