@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU backend: every Backend operation's
 // forward and backward on random inputs (tolerances per op below), one
 // whole training step of each canned model, checkpoints moving between the
-// devices, the caching allocator, device errors and host-only accessors.
+// devices, the caching allocator, device errors and host-only accessors,
+// and the gradients' NCCL all-reduce (one rank: one GPU).
 // Label `gpu`.  Without a usable GPU (or in a build without CUDA) every
 // test but the first is skipped with the reason.
 #include <gtest/gtest.h>
@@ -596,6 +597,63 @@ TEST(CudaBackendTest, SteadyStateStepsAllocateNoDeviceMemory) {
   gpu.Train(Input(16), {hook}, std::nullopt, 20);
   EXPECT_GT(hook->at_step_3, 0u);
   EXPECT_EQ(hook->at_step_20, hook->at_step_3) << Gpu(nullptr)->MemoryReport();
+}
+
+// NCCL on one GPU: a world of one rank joins once (one unique id
+// broadcast, however many all-reduces follow), sums leave the values as
+// they are, and a second world is refused.  A backend of its own: the
+// communicator stays with the backend.
+TEST(CudaBackendTest, NcclAllReduceOfOneRankJoinsOnceAndKeepsTheValues) {
+  REQUIRE_GPU();
+  if (!NcclBuilt()) GTEST_SKIP() << "this build has no NCCL (nccl.h, libnccl)";
+  const std::unique_ptr<Backend> be = MakeCudaBackend(0, false);
+  testing::FakeWorld world(1);
+  const Tensor a = Random(Shape{40000}, 21), b = Random(Shape{7}, 22);
+  Tensor da = be->ToDevice(HostCopy(a)), db = be->ToDevice(HostCopy(b));
+  const std::vector<std::span<float>> grads = {
+      {da.mutable_data<float>(), 40000}, {db.mutable_data<float>(), 7}};
+  be->AllReduceSum(world, grads);
+  be->AllReduceSum(world, grads);
+  EXPECT_EQ(world.broadcasts, 1);
+  const Tensor ha = be->ToHost(da), hb = be->ToHost(db);
+  for (int64_t i = 0; i < 40000; ++i) {
+    ASSERT_EQ(ha.data<float>()[i], a.data<float>()[i]) << i;
+  }
+  for (int64_t i = 0; i < 7; ++i)
+    ASSERT_EQ(hb.data<float>()[i], b.data<float>()[i]);
+  testing::FakeWorld other(1);
+  EXPECT_THROW(be->AllReduceSum(other, grads), Error);
+}
+
+// A launched job of one rank on the GPU (mpirun -np 1 recflow train
+// --device cuda): the gradients go through NCCL every step, none through
+// host memory, and training ends where training alone does, to the bit.
+// One backend for both, so that both run the same cuDNN algorithms.
+TEST(CudaBackendTest, OneRankTrainingThroughNcclMatchesTrainingAlone) {
+  REQUIRE_GPU();
+  if (!NcclBuilt()) GTEST_SKIP() << "this build has no NCCL (nccl.h, libnccl)";
+  const ModelFn fn = CannedModels()[2].second;  // the CNN
+  const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
+  recflow::testing::TempDir dir;
+  RunConfig config;
+  config.seed = 3;
+  config.log_step_count_steps = 0;
+  config.save_summary_steps = 0;
+  EstimatorOptions options;
+  options.log = [](std::string_view) {};
+  options.backend = be;
+  config.model_dir = (dir.path() / "alone").string();
+  Estimator alone(fn, config, options);
+  alone.Train(Input(16), {}, std::nullopt, 4);
+  auto world = std::make_shared<testing::FakeWorld>(1);
+  options.collective = world;
+  config.model_dir = (dir.path() / "nccl").string();
+  Estimator launched(fn, config, options);
+  launched.Train(Input(16), {}, std::nullopt, 4);
+  EXPECT_EQ(world->broadcasts, 1);          // the NCCL unique id
+  EXPECT_TRUE(world->float_calls.empty());  // no gradient via the host
+  ExpectSameCheckpoints(*alone.latest_checkpoint(),
+                        *launched.latest_checkpoint(), 0);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "train/basic_session_run_hooks.h"
 #include "train/event.pb.h"
 #include "train/layers.h"
+#include "train_test_util.h"
 
 namespace recflow::train {
 namespace {
@@ -379,6 +380,29 @@ TEST(EstimatorSlowTest, TrainsOnAnArrayLargerThan2GiBWithSmallCheckpoints) {
   EXPECT_LT(size, uint64_t{4} << 20) << size;
   std::printf("checkpoint: %llu bytes\n",
               static_cast<unsigned long long>(size));
+}
+
+// Under MPI, "cuda" is the GPU of the rank's local index (one GPU per
+// rank on a host); "cuda:N" stays GPU N.  Where there is no GPU 1 the
+// backend's one-line error names the GPU asked for.
+TEST(EstimatorTest, CudaIsTheGpuOfTheRanksLocalIndex) {
+  recflow::testing::TempDir dir;
+  for (const auto& [device, gpu] :
+       std::vector<std::pair<std::string, std::string>>{{"cuda", "cuda:1"},
+                                                        {"cuda:0", "cuda:0"}}) {
+    SCOPED_TRACE(device);
+    RunConfig config = Config(dir.path().string());
+    config.device = device;
+    EstimatorOptions options = Quiet();
+    options.collective = std::make_shared<testing::FakeWorld>(2, 1);
+    try {
+      Estimator est(Classifier(), config, options);
+      EXPECT_NE(est.backend().name().find(gpu), std::string::npos)
+          << est.backend().name();
+    } catch (const CudaUnavailable& e) {
+      EXPECT_NE(std::string(e.what()).find(gpu), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -4,8 +4,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "train/backend.h"
+#include "train/collective.h"
+#include "train/error.h"
 #include "train/metrics.h"
 #include "train/model_context.h"
 #include "train/variables.h"
@@ -58,6 +63,50 @@ struct Fixture {
   ModelContext Context(Mode mode = Mode::kTrain) {
     return ModelContext(*backend, vars, metrics, mode, &step, 7);
   }
+};
+
+// A world of `size` ranks seen from rank 0, for what goes through a
+// Collective without MPI: a sum multiplies by `size` (every rank holding
+// the same values), max and min leave the values, a broadcast leaves rank
+// 0's bytes; `local_rank` is this rank's index on its host.  It keeps the
+// float spans it was asked to all-reduce and
+// counts the broadcasts.  Its name is "fake", not "local": it stands for a
+// launched job.
+class FakeWorld : public train::Collective {
+ public:
+  explicit FakeWorld(int size, int local_rank = 0)
+      : size_(size), local_rank_(local_rank) {}
+  int rank() const override { return 0; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_rank_ + 1; }
+  std::string name() const override { return "fake"; }
+  void AllReduce(std::span<float> data, train::ReduceOp op) override {
+    float_calls.push_back(data);
+    Apply(data, op);
+  }
+  void AllReduce(std::span<double> data, train::ReduceOp op) override {
+    Apply(data, op);
+  }
+  void AllReduce(std::span<int64_t> data, train::ReduceOp op) override {
+    Apply(data, op);
+  }
+  void Broadcast(std::string&, int) override { ++broadcasts; }
+  void Barrier() override {}
+  void Abort(int code) override {
+    throw train::Error("FakeWorld::Abort(" + std::to_string(code) + ")");
+  }
+
+  std::vector<std::span<float>> float_calls;
+  int broadcasts = 0;
+
+ private:
+  template <typename T>
+  void Apply(std::span<T> data, train::ReduceOp op) {
+    if (op != train::ReduceOp::kSum) return;
+    for (T& v : data) v *= static_cast<T>(size_);
+  }
+  int size_, local_rank_;
 };
 
 }  // namespace recflow::testing
