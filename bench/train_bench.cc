@@ -29,6 +29,10 @@
 //     cuBLAS/cuDNN calls replayed alone, same shapes, same run) and
 //     library_share (library_ms / step time): what is outside the library
 //     kernels is launch and framework overhead.
+//   CudaStepNccl/<model>: CudaStep with the gradients all-reduced by NCCL
+//     every step, over a one-rank communicator (one GPU: what a launched
+//     job of one rank runs); against CudaStep, what the all-reduce's path
+//     adds to a step.
 //   CudaPipeline/<model>: the same steps fed by the input pipeline from a
 //     TFRecord file (shuffle, repeat, batch, parse, prefetch) with the
 //     backend's Prefetch copying each batch on its copy stream.
@@ -58,6 +62,7 @@
 #include "records/feature_spec.h"
 #include "records/tfrecord_writer.h"
 #include "train/canned.h"
+#include "train/collective.h"
 #include "train/layers.h"
 #include "train/thread_team.h"
 
@@ -620,9 +625,27 @@ constexpr int kStepsPerIteration = 50;
 
 // Runs kStepsPerIteration steps per iteration on `next_batch`'s batches
 // and synchronises once; reports manual time.
+// A launched job of one rank, without MPI: the gradients take the
+// all-reduce's path (NCCL's on the GPU) and stay as they are.
+class OneRankWorld final : public Collective {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int local_rank() const override { return 0; }
+  int local_size() const override { return 1; }
+  std::string name() const override { return "one rank"; }
+  void AllReduce(std::span<float>, ReduceOp) override {}
+  void AllReduce(std::span<double>, ReduceOp) override {}
+  void AllReduce(std::span<int64_t>, ReduceOp) override {}
+  void Broadcast(std::string&, int) override {}
+  void Barrier() override {}
+  void Abort(int code) override { std::exit(code); }
+};
+
+// `world`: null, or the world whose all-reduce every step runs.
 template <typename NextBatch>
 void RunCudaSteps(benchmark::State& state, const std::string& name,
-                  NextBatch next_batch) {
+                  NextBatch next_batch, Collective* world = nullptr) {
   Backend& be = *CudaBackend();
   VariableStore vars(1, &be);
   MetricSet metrics;
@@ -632,7 +655,7 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
     Features f = next_batch();
     const Tensor labels = f["label"];
     f.components.erase(f.components.begin() + 1);
-    ModelContext ctx(be, vars, metrics, Mode::kTrain, &step, 1);
+    ModelContext ctx(be, vars, metrics, Mode::kTrain, &step, 1, world);
     EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
     spec.train_op();
   };
@@ -663,7 +686,8 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
 }
 
 // A batch already on the device: the image as uint8 rows, the label.
-void CudaStep(benchmark::State& state, const std::string& name) {
+// `nccl`: every step's gradients through NCCL (CudaStepNccl).
+void CudaStep(benchmark::State& state, const std::string& name, bool nccl) {
   Backend& be = *CudaBackend();
   const Features host = Batch();
   std::vector<uint8_t> pixels;
@@ -675,7 +699,18 @@ void CudaStep(benchmark::State& state, const std::string& name) {
   f.Set("image",
         be.ToDevice(Tensor::FromValues<uint8_t>(pixels, Shape{kBatch, 784})));
   f.Set("label", be.ToDevice(host["label"]));
-  RunCudaSteps(state, name, [&] { return f; });
+  if (!nccl) {
+    RunCudaSteps(state, name, [&] { return f; });
+    return;
+  }
+  if (!NcclBuilt()) {
+    state.SkipWithError("this build has no NCCL (nccl.h, libnccl)");
+    return;
+  }
+  // The backend keeps the communicator of the first world it sums over.
+  static OneRankWorld world;
+  RunCudaSteps(
+      state, name, [&] { return f; }, &world);
 }
 
 // The same steps from a TFRecord file through the pipeline.
@@ -766,7 +801,11 @@ void CudaPipeline(benchmark::State& state, const std::string& name,
 void RegisterCuda() {
   for (const char* m : {"linear", "dnn", "cnn"}) {
     benchmark::RegisterBenchmark((std::string("CudaStep/") + m).c_str(),
-                                 CudaStep, std::string(m))
+                                 CudaStep, std::string(m), false)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("CudaStepNccl/") + m).c_str(),
+                                 CudaStep, std::string(m), true)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("CudaPipeline/") + m).c_str(),
