@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # What a session on a lent GPU machine runs (see ../shared/gpu/README.md and
 # docs/PERFORMANCE.md): build with the CUDA backend, run the `gpu` tests and
-# the default suite, train_bench on the GPU next to a PyTorch eager loop,
+# the default suite (the gpu tests include NCCL's on one GPU), train_bench
+# on the GPU next to a PyTorch eager loop (CudaStepNccl against CudaStep:
+# what NCCL's all-reduce adds to a step),
 # and the demo on the GPU; on its 16 cores, the pipeline's scaling (issue
 # 15) and CPU training next to PyTorch CPU (issue 17).  Logs go to $OUT (or
 # ./gpu-out).
