@@ -141,8 +141,9 @@ Runner AddTrainCommand(CLI::App& app) {
   app.add_option("--seed", j.seed, "initialisation, dropout and input order")
       ->capture_default_str();
   app.add_option("--device", j.device,
-                 "where to train: cpu, cuda (GPU 0) or cuda:N; checkpoints "
-                 "move between them")
+                 "where to train: cpu, cuda (GPU 0; under mpirun the GPU of "
+                 "the rank's local index, gradients all-reduced by NCCL) or "
+                 "cuda:N; checkpoints move between them")
       ->capture_default_str();
   app.add_option("--threads", j.threads, "compute threads (0: all cores)")
       ->capture_default_str();
