@@ -18,6 +18,10 @@
 //   Conv/conv<1|2>_<forward|backward>/threads:N: the CNN's convolutions
 //     alone, layer by layer (conv1, one channel in: the direct loops;
 //     conv2: im2col + product).
+//   Overhead/<model>: the step with every kernel call returning at once:
+//     the framework's own host work per step (model_fn, tape, optimizer
+//     loop, allocation) and the kernel calls a step makes (a GPU step
+//     launches one each).
 //   Ceiling/<model>/threads:N: N independent one-thread steps at once,
 //     what N threads of this machine can give at all (DNN and linear).
 //   Product/<eigen|openblas>/shape:S/op:O: one product of the step's
@@ -105,6 +109,12 @@ class ProfilingBackend final : public Backend {
     if (on) seconds_.fill(0);
   }
   double seconds(int c) const { return seconds_[c]; }
+  // Off: every kernel call returns at once (memory is still allocated):
+  // what is left of a step is the framework's own host work (Overhead).
+  void set_kernels(bool on) { kernels_ = on; }
+  // Kernel calls made so far: what a GPU step launches (each a kernel or
+  // a library call there).
+  uint64_t calls() const { return calls_; }
 
   template <typename Fn>
   auto Time(Category c, const Fn& fn) {
@@ -135,6 +145,8 @@ class ProfilingBackend final : public Backend {
 
 #define RECFLOW_FORWARD(category, method, params, args) \
   void method params override {                         \
+    ++calls_;                                           \
+    if (!kernels_) return;                              \
     Time(category, [&] { inner_->method args; });       \
   }
   RECFLOW_FORWARD(kGemmConv, Gemm,
@@ -266,6 +278,8 @@ class ProfilingBackend final : public Backend {
  private:
   std::unique_ptr<Backend> inner_;
   bool profiling_ = false;
+  bool kernels_ = true;
+  uint64_t calls_ = 0;
   std::array<double, kCategories> seconds_{};
 };
 
@@ -333,6 +347,41 @@ void Step(benchmark::State& state, const std::string& name) {
         100 * backend.seconds(c) / total;
   }
   state.counters["other_%"] = 100 * std::max(0.0, total - known) / total;
+}
+
+// The step's own host work, with every kernel call returning at once
+// (memory still allocated): model_fn, the tape, the backward pass's
+// bookkeeping, the optimizer's loop, allocation.  A GPU step whose kernels
+// are short is launch-bound: its host thread pays this plus a launch per
+// call (calls_per_step) before the device has work; this part is
+// measurable on any CPU.  One thread (the training thread).
+void Overhead(benchmark::State& state, const std::string& name) {
+  ProfilingBackend backend(MakeCpuBackend(1));
+  VariableStore vars(1);
+  MetricSet metrics;
+  int64_t step = 0;
+  Features f = Batch();
+  const Tensor labels = f["label"];
+  f.components.pop_back();
+  const ModelFn fn = Model(name);
+  auto one_step = [&] {
+    ModelContext ctx(backend, vars, metrics, Mode::kTrain, &step, 1);
+    EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
+    spec.train_op();
+    benchmark::DoNotOptimize(spec.loss.value().raw_data());
+  };
+  one_step();  // variables made and initialised, with the kernels on
+  backend.set_kernels(false);
+  const uint64_t before = backend.calls();
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) one_step();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  const auto calls = static_cast<double>(backend.calls() - before);
+  state.counters["calls_per_step"] =
+      calls / static_cast<double>(state.iterations());
+  state.counters["us_per_call"] = calls > 0 ? seconds / calls * 1e6 : 0;
 }
 
 // The ceiling of any split of the step over N threads on this machine: N
@@ -820,6 +869,9 @@ void RegisterCuda() {
   }
 }
 
+BENCHMARK_CAPTURE(Overhead, linear, std::string("linear"));
+BENCHMARK_CAPTURE(Overhead, dnn, std::string("dnn"));
+BENCHMARK_CAPTURE(Overhead, cnn, std::string("cnn"));
 BENCHMARK_CAPTURE(Step, linear, std::string("linear"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(Ceiling, linear, std::string("linear"))->Apply(CeilingArgs);
 BENCHMARK_CAPTURE(Gemms, linear, std::string("linear"))->Apply(ThreadArgs);
