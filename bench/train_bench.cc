@@ -39,7 +39,9 @@
 //     adds to a step.
 //   CudaPipeline/<model>: the same steps fed by the input pipeline from a
 //     TFRecord file (shuffle, repeat, batch, parse, prefetch) with the
-//     backend's Prefetch copying each batch on its copy stream.
+//     backend's Prefetch copying each batch on its copy stream; with
+//     /input_threads:N, the pipeline on N threads instead of one per core
+//     (cores - 1: a core left to the training thread; 2).
 //
 // Each Step benchmark runs model_fn + backward + Adam update on an
 // in-memory batch of 128 Fashion-MNIST-shaped examples (random pixels), so
@@ -49,6 +51,7 @@
 #define EIGEN_USE_THREADS
 #include <benchmark/benchmark.h>
 #include <cblas.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <array>
@@ -763,8 +766,10 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl) {
 }
 
 // The same steps from a TFRecord file through the pipeline.
-void CudaPipeline(benchmark::State& state, const std::string& name,
-                  bool fused) {
+// `input_threads`: the pipeline's threads (0: one per core, as the
+// Estimator's default).
+void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
+                  int input_threads) {
   Backend& be = *CudaBackend();
   const std::string path =
       (std::filesystem::temp_directory_path() / "recflow_train_bench.tfrecord")
@@ -788,13 +793,15 @@ void CudaPipeline(benchmark::State& state, const std::string& name,
         "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
   pipeline::ParseOptions parse;
   parse.num_parallel_calls = pipeline::kAutotune;
-  pipeline::Iterator it = pipeline::Dataset::FromTFRecords({path})
-                              .Shuffle(10000, 1)
-                              .Repeat()
-                              .Batch(kBatch, true)
-                              .Parse(spec, parse)
-                              .Prefetch(2)
-                              .MakeIterator({.optimize = fused});
+  pipeline::Iterator it =
+      pipeline::Dataset::FromTFRecords({path})
+          .Shuffle(10000, 1)
+          .Repeat()
+          .Batch(kBatch, true)
+          .Parse(spec, parse)
+          .Prefetch(2)
+          .MakeIterator({.threads = input_threads, .optimize = fused});
+  state.counters["input_threads"] = it.context().threads();
   // The input alone on the training thread (next batch + its copy), per
   // batch, in the same run: what the steps below pay for their input.
   {
@@ -858,14 +865,27 @@ void RegisterCuda() {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("CudaPipeline/") + m).c_str(),
-                                 CudaPipeline, std::string(m), true)
+                                 CudaPipeline, std::string(m), true, 0)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(
         (std::string("CudaPipelineUnfused/") + m).c_str(), CudaPipeline,
-        std::string(m), false)
+        std::string(m), false, 0)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
+    // One input thread per core and the training thread make one thread
+    // more than cores: while the input refills its prefetch buffer it can
+    // take the core of the thread that launches the GPU's work.  The same
+    // with a core left to that thread, and with 2 input threads.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    for (int threads : {cores - 1, 2}) {
+      if (threads < 1 || threads >= cores) continue;
+      benchmark::RegisterBenchmark(
+          fmt::format("CudaPipeline/{}/input_threads:{}", m, threads).c_str(),
+          CudaPipeline, std::string(m), true, threads)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
 }
 
