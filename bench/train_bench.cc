@@ -276,6 +276,10 @@ class ProfilingBackend final : public Backend {
                   (int64_t n, float lr, float b1, float b2, float eps,
                    const float* g, float* m, float* v, float* w),
                   (n, lr, b1, b2, eps, g, m, v, w))
+  RECFLOW_FORWARD(kOptimizer, AdamUpdateAll,
+                  (std::span<const AdamVariable> vars, float lr, float b1,
+                   float b2, float eps),
+                  (vars, lr, b1, b2, eps))
 #undef RECFLOW_FORWARD
 
  private:

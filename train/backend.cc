@@ -104,6 +104,14 @@ void Backend::BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
   if (db != nullptr) ColumnSum(rows, cols, dz, 1.0f, db);
 }
 
+void Backend::AdamUpdateAll(std::span<const AdamVariable> vars, float lr_t,
+                            float beta1, float beta2, float epsilon) {
+  for (const AdamVariable& a : vars) {
+    AdamUpdate(a.n, lr_t, beta1, beta2, epsilon, a.g, a.m, a.v, a.w);
+    Fill(a.n, 0.0f, a.g);
+  }
+}
+
 // Packing a large gradient into a buffer and back costs more than a
 // collective's latency (the DNN's 0.94 MB of gradients took ~0.3 ms to
 // pack and unpack, against ~3.5 us a collective and ~0.16 ms for the

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <string_view>
 #include <thread>
 #include <vector>
@@ -726,15 +727,50 @@ class CpuBackend final : public Backend {
                   float epsilon, const float* g, float* m, float* v,
                   float* w) override {
     team_.For(n, kGrain / 8, [&](int64_t lo, int64_t hi) {
-      ConstArrayMap G(g + lo, hi - lo);
-      ArrayMap M(m + lo, hi - lo), V(v + lo, hi - lo), W(w + lo, hi - lo);
-      M = M * beta1 + G * (1 - beta1);
-      V = V * beta2 + G.square() * (1 - beta2);
-      W -= M * lr_t / (V.sqrt() + epsilon);
+      Adam(lo, hi, lr_t, beta1, beta2, epsilon, g, m, v, w);
+    });
+  }
+  // Every variable's values laid end to end and split over the team as one
+  // loop: small variables (biases) cost no split of their own.
+  void AdamUpdateAll(std::span<const AdamVariable> vars, float lr_t,
+                     float beta1, float beta2, float epsilon) override {
+    // The calling thread's (the team's threads read it through this
+    // reference; a thread_local named in the loop would be their own).
+    thread_local std::vector<int64_t> starts_of_this_thread;
+    std::vector<int64_t>& starts = starts_of_this_thread;
+    starts.assign(1, 0);
+    for (const AdamVariable& a : vars) starts.push_back(starts.back() + a.n);
+    team_.For(starts.back(), kGrain / 8, [&](int64_t lo, int64_t hi) {
+      // The variable holding value lo, then each one [lo, hi) reaches.
+      size_t k = static_cast<size_t>(
+          std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() -
+          1);
+      for (; lo < hi; ++k) {
+        const AdamVariable& a = vars[k];
+        const int64_t end = std::min(hi, starts[k + 1]);
+        const int64_t from = lo - starts[k], to = end - starts[k];
+        if (from < to) {
+          Adam(from, to, lr_t, beta1, beta2, epsilon, a.g, a.m, a.v, a.w);
+          std::memset(a.g + from, 0,
+                      static_cast<size_t>(to - from) * sizeof(float));
+        }
+        lo = end;
+      }
     });
   }
 
  private:
+  // TensorFlow's Adam over values [lo, hi).
+  static void Adam(int64_t lo, int64_t hi, float lr_t, float beta1, float beta2,
+                   float epsilon, const float* g, float* m, float* v,
+                   float* w) {
+    ConstArrayMap G(g + lo, hi - lo);
+    ArrayMap M(m + lo, hi - lo), V(v + lo, hi - lo), W(w + lo, hi - lo);
+    M = M * beta1 + G * (1 - beta1);
+    V = V * beta2 + G.square() * (1 - beta2);
+    W -= M * lr_t / (V.sqrt() + epsilon);
+  }
+
   // y *= beta over n values (beta 0: zeros, whatever y held).
   void Scale(int64_t n, float beta, float* y) {
     if (beta == 0.0f) {

@@ -551,6 +551,24 @@ class CudaBackend final : public Backend {
                   float* w) override {
     cuda::AdamUpdate(compute_, n, lr_t, beta1, beta2, epsilon, g, m, v, w);
   }
+  // One launch per cuda::AdamBatch::kMax variables.
+  void AdamUpdateAll(std::span<const AdamVariable> vars, float lr_t,
+                     float beta1, float beta2, float epsilon) override {
+    cuda::AdamBatch batch;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      const AdamVariable& a = vars[i];
+      const int k = batch.count++;
+      batch.n[k] = a.n;
+      batch.g[k] = a.g;
+      batch.m[k] = a.m;
+      batch.v[k] = a.v;
+      batch.w[k] = a.w;
+      if (batch.count == cuda::AdamBatch::kMax || i + 1 == vars.size()) {
+        cuda::AdamUpdateAll(compute_, batch, lr_t, beta1, beta2, epsilon);
+        batch.count = 0;
+      }
+    }
+  }
 
   // --- Library-call log (train_bench) ----------------------------------------
 

@@ -549,6 +549,32 @@ __global__ void AdamK(int64_t n, float lr_t, float b1, float b2, float eps,
   }
 }
 
+// AdamK over every variable of `b`, each gradient zeroed once read: the
+// blocks b.first_block names for a variable stride over its values.
+__global__ void AdamAllK(AdamBatch b, float lr_t, float b1, float b2,
+                         float eps) {
+  int k = 0;
+  while (static_cast<int>(blockIdx.x) >= b.first_block[k + 1]) ++k;
+  const int64_t n = b.n[k];
+  const int64_t stride =
+      int64_t(b.first_block[k + 1] - b.first_block[k]) * blockDim.x;
+  float* g = b.g[k];
+  float* m = b.m[k];
+  float* v = b.v[k];
+  float* w = b.w[k];
+  for (int64_t i =
+           (blockIdx.x - b.first_block[k]) * int64_t(blockDim.x) + threadIdx.x;
+       i < n; i += stride) {
+    const float gi = g[i];
+    const float mi = b1 * m[i] + (1 - b1) * gi;
+    const float vi = b2 * v[i] + (1 - b2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    w[i] -= mi * lr_t / (sqrtf(vi) + eps);
+    g[i] = 0.0f;
+  }
+}
+
 // Calls fn with `x` as a pointer to the element type `src` names.
 template <typename Fn>
 void WithSrc(Src src, const void* x, const Fn& fn) {
@@ -802,6 +828,19 @@ void AdamUpdate(cudaStream_t s, int64_t n, float lr_t, float b1, float b2,
   if (n > 0) {
     AdamK<<<Blocks(n), kThreads, 0, s>>>(n, lr_t, b1, b2, eps, g, m, v, w);
   }
+}
+void AdamUpdateAll(cudaStream_t s, const AdamBatch& batch, float lr_t, float b1,
+                   float b2, float eps) {
+  AdamBatch b = batch;
+  int blocks = 0;
+  for (int k = 0; k < b.count; ++k) {
+    b.first_block[k] = blocks;
+    if (b.n[k] > 0) blocks += Blocks(b.n[k]);
+  }
+  // Past the last variable: no block reads beyond first_block[count].
+  for (int k = b.count; k <= AdamBatch::kMax; ++k) b.first_block[k] = blocks;
+  if (blocks == 0) return;
+  AdamAllK<<<blocks, kThreads, 0, s>>>(b, lr_t, b1, b2, eps);
 }
 
 }  // namespace recflow::train::cuda

@@ -121,6 +121,22 @@ void MomentumUpdate(cudaStream_t s, int64_t n, float lr, float momentum,
                     bool nesterov, const float* g, float* v, float* w);
 void AdamUpdate(cudaStream_t s, int64_t n, float lr_t, float b1, float b2,
                 float eps, const float* g, float* m, float* v, float* w);
+// Up to kMax variables' Adam updates and gradient zeroings in one launch
+// (the kernel takes them by value: 1.4 KB of parameters).
+struct AdamBatch {
+  static constexpr int kMax = 32;
+  int count = 0;
+  int64_t n[kMax] = {};
+  float* g[kMax] = {};
+  float* m[kMax] = {};
+  float* v[kMax] = {};
+  float* w[kMax] = {};
+  // Blocks [first_block[k], first_block[k + 1]) update variable k
+  // (AdamUpdateAll fills it).
+  int first_block[kMax + 1] = {};
+};
+void AdamUpdateAll(cudaStream_t s, const AdamBatch& batch, float lr_t, float b1,
+                   float b2, float eps);
 
 }  // namespace recflow::train::cuda
 

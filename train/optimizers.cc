@@ -90,12 +90,17 @@ TrainOp Optimizer::Minimize(ModelContext& ctx, const Var& loss) {
     if (AllReduces(ctx.collective())) SumGradients(ctx);
     const int64_t step = ctx.global_step();
     const float lr = self->lr_(step);
-    for (Variable* v : ctx.variables().trainable()) {
-      self->Apply(ctx, *v, lr, step + 1);
-      be.Fill(v->size(), 0.0f, v->grad_data());
-    }
+    self->ApplyAll(ctx, ctx.variables().trainable(), lr, step + 1);
     ++*ctx.mutable_global_step();
   };
+}
+
+void Optimizer::ApplyAll(ModelContext& ctx, const std::vector<Variable*>& vars,
+                         float lr, int64_t step) {
+  for (Variable* v : vars) {
+    Apply(ctx, *v, lr, step);
+    ctx.backend().Fill(v->size(), 0.0f, v->grad_data());
+  }
 }
 
 Variable& Optimizer::Slot(ModelContext& ctx, Variable& v,
@@ -115,15 +120,38 @@ void Momentum::Apply(ModelContext& ctx, Variable& v, float lr, int64_t) {
                                v.grad_data(), accumulator.data(), v.data());
 }
 
+namespace {
+
+// TensorFlow's bias-corrected step size at update `step` (from 1).
+float AdamStepSize(float lr, float beta1, float beta2, int64_t step) {
+  const double t = static_cast<double>(step);
+  return static_cast<float>(lr * std::sqrt(1 - std::pow(double(beta2), t)) /
+                            (1 - std::pow(double(beta1), t)));
+}
+
+}  // namespace
+
 void Adam::Apply(ModelContext& ctx, Variable& v, float lr, int64_t step) {
   Variable& m = Slot(ctx, v, "m");
   Variable& s = Slot(ctx, v, "v");
-  const double t = static_cast<double>(step);
-  const float lr_t =
-      static_cast<float>(lr * std::sqrt(1 - std::pow(double(beta2_), t)) /
-                         (1 - std::pow(double(beta1_), t)));
-  ctx.backend().AdamUpdate(v.size(), lr_t, beta1_, beta2_, epsilon_,
-                           v.grad_data(), m.data(), s.data(), v.data());
+  ctx.backend().AdamUpdate(v.size(), AdamStepSize(lr, beta1_, beta2_, step),
+                           beta1_, beta2_, epsilon_, v.grad_data(), m.data(),
+                           s.data(), v.data());
+}
+
+void Adam::ApplyAll(ModelContext& ctx, const std::vector<Variable*>& vars,
+                    float lr, int64_t step) {
+  thread_local std::vector<Backend::AdamVariable> all;
+  all.clear();
+  for (Variable* v : vars) {
+    all.push_back({.n = v->size(),
+                   .g = v->grad_data(),
+                   .m = Slot(ctx, *v, "m").data(),
+                   .v = Slot(ctx, *v, "v").data(),
+                   .w = v->data()});
+  }
+  ctx.backend().AdamUpdateAll(all, AdamStepSize(lr, beta1_, beta2_, step),
+                              beta1_, beta2_, epsilon_);
 }
 
 std::shared_ptr<Optimizer> MakeOptimizer(std::string_view name,

@@ -53,6 +53,12 @@ class Optimizer : public std::enable_shared_from_this<Optimizer> {
   // Applies v.grad to v.  `step` counts updates from 1.
   virtual void Apply(ModelContext& ctx, Variable& v, float lr,
                      int64_t step) = 0;
+  // Applies every variable's gradient and sets the gradients to zero for
+  // the next step.  The default: Apply, then a Fill of the gradient, per
+  // variable; an optimizer whose update the backend fuses over all the
+  // variables (Adam) does it in one call.
+  virtual void ApplyAll(ModelContext& ctx, const std::vector<Variable*>& vars,
+                        float lr, int64_t step);
   Variable& Slot(ModelContext& ctx, Variable& v, const std::string& slot);
 
  private:
@@ -98,6 +104,10 @@ class Adam final : public Optimizer {
 
  protected:
   void Apply(ModelContext& ctx, Variable& v, float lr, int64_t step) override;
+  // Backend::AdamUpdateAll over every variable: the same values as Apply
+  // per variable.
+  void ApplyAll(ModelContext& ctx, const std::vector<Variable*>& vars, float lr,
+                int64_t step) override;
 
  private:
   float beta1_, beta2_, epsilon_;

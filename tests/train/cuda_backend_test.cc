@@ -358,6 +358,29 @@ TEST(CudaBackendTest, EmbeddingsBatchNormAndOptimizers) {
         be.AdamUpdate(n, 0.01f, 0.9f, 0.999f, 1e-7f, F(b, 0), F(b, 5), F(b, 3),
                       F(b, 1));
       });
+  // Every variable in one call: 40 of them (two launches of up to 32),
+  // empty ones, and one past the largest grid (2.2 M values: the blocks
+  // stride); every gradient is zeroed.
+  std::vector<int64_t> sizes;
+  for (int64_t k = 0; k < 40; ++k) sizes.push_back(k % 7 == 3 ? 0 : k * 131);
+  sizes[17] = 2200000;
+  int64_t total = 0;
+  for (int64_t s : sizes) total += s;
+  ExpectSame({Random({total}, 68), Random({total}, 69),
+              Random({total}, 70, 0, 1), Random({total}, 71)},
+             [=](Backend& be, std::vector<Tensor>& b) {
+               std::vector<Backend::AdamVariable> vars;
+               int64_t at = 0;
+               for (int64_t s : sizes) {
+                 vars.push_back({.n = s,
+                                 .g = F(b, 0) + at,
+                                 .m = F(b, 1) + at,
+                                 .v = F(b, 2) + at,
+                                 .w = F(b, 3) + at});
+                 at += s;
+               }
+               be.AdamUpdateAll(vars, 0.01f, 0.9f, 0.999f, 1e-7f);
+             });
 }
 
 TEST(CudaBackendTest, DeviceErrorsSayWhatTheCpuSays) {
