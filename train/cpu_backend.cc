@@ -748,11 +748,15 @@ class CpuBackend final : public Backend {
       for (; lo < hi; ++k) {
         const AdamVariable& a = vars[k];
         const int64_t end = std::min(hi, starts[k + 1]);
-        const int64_t from = lo - starts[k], to = end - starts[k];
-        if (from < to) {
-          Adam(from, to, lr_t, beta1, beta2, epsilon, a.g, a.m, a.v, a.w);
+        const int64_t to = end - starts[k];
+        // A gradient's piece is zeroed right after Adam read it, while it
+        // is still in L1.
+        constexpr int64_t kPiece = 2048;
+        for (int64_t from = lo - starts[k]; from < to; from += kPiece) {
+          const int64_t until = std::min(to, from + kPiece);
+          Adam(from, until, lr_t, beta1, beta2, epsilon, a.g, a.m, a.v, a.w);
           std::memset(a.g + from, 0,
-                      static_cast<size_t>(to - from) * sizeof(float));
+                      static_cast<size_t>(until - from) * sizeof(float));
         }
         lo = end;
       }
