@@ -38,6 +38,20 @@ float* Grad(Backend& be, Node& n) {
   return n.grad.mutable_data<float>();
 }
 
+// The gradient buffer of `n` for a contribution that sets every value:
+// when nothing has added to it yet it is allocated and not zeroed, and
+// *beta is 0 (the contribution writes it: one pass, and on a GPU one
+// launch, instead of a zeroing and an add); otherwise *beta is 1 (it adds).
+float* GradToWrite(Backend& be, Node& n, float* beta) {
+  if (Fresh(n)) {
+    n.grad = NewFloat(be, n.value.shape());
+    *beta = 0.0f;
+  } else {
+    *beta = 1.0f;
+  }
+  return n.grad.mutable_data<float>();
+}
+
 const float* GradIn(const Node& n) { return n.grad.data<float>(); }
 
 // A node computed from `inputs`; requires a gradient when any input does.
@@ -172,14 +186,18 @@ void CheckBias(const Var& bias, int64_t cols, const Shape& of) {
 // the bias's gradient (its third input, when there is one) from it.
 Tensor EpilogueGradient(Backend& be, Node& self, int64_t rows, int64_t cols,
                         Activation f) {
-  float* dbias = nullptr;
-  if (self.inputs.size() > 2 && self.inputs[2]->requires_grad) {
-    dbias = Grad(be, *self.inputs[2]);
-  }
+  Node* bias = self.inputs.size() > 2 && self.inputs[2]->requires_grad
+                   ? self.inputs[2].get()
+                   : nullptr;
   if (f == Activation::kLinear) {
-    if (dbias != nullptr) be.ColumnSum(rows, cols, GradIn(self), 1.0f, dbias);
+    if (bias != nullptr) {
+      float beta = 1.0f;
+      float* dbias = GradToWrite(be, *bias, &beta);
+      be.ColumnSum(rows, cols, GradIn(self), beta, dbias);
+    }
     return self.grad;
   }
+  float* dbias = bias != nullptr ? Grad(be, *bias) : nullptr;
   Tensor dz = NewFloat(be, self.value.shape());
   be.BiasActivationBackward(rows, cols, f, self.value.data<float>(),
                             GradIn(self), dz.mutable_data<float>(), dbias);
@@ -238,23 +256,22 @@ Var MatMul(Backend& be, const Var& a, const Var& b, bool ta, bool tb) {
     Node& A = *self.inputs[0];
     Node& B = *self.inputs[1];
     const float* dy = GradIn(self);
+    float beta = 1.0f;
     // dA = dY B^T (stored per A's layout), dB = A^T dY.
     if (A.requires_grad) {
+      float* dA = GradToWrite(be, A, &beta);
       if (!ta) {
-        be.Gemm(false, !tb, m, k, n, 1.0f, dy, B.value.data<float>(), 1.0f,
-                Grad(be, A));
+        be.Gemm(false, !tb, m, k, n, 1.0f, dy, B.value.data<float>(), beta, dA);
       } else {
-        be.Gemm(tb, true, k, m, n, 1.0f, B.value.data<float>(), dy, 1.0f,
-                Grad(be, A));
+        be.Gemm(tb, true, k, m, n, 1.0f, B.value.data<float>(), dy, beta, dA);
       }
     }
     if (B.requires_grad) {
+      float* dB = GradToWrite(be, B, &beta);
       if (!tb) {
-        be.Gemm(!ta, false, k, n, m, 1.0f, A.value.data<float>(), dy, 1.0f,
-                Grad(be, B));
+        be.Gemm(!ta, false, k, n, m, 1.0f, A.value.data<float>(), dy, beta, dB);
       } else {
-        be.Gemm(true, ta, n, k, m, 1.0f, dy, A.value.data<float>(), 1.0f,
-                Grad(be, B));
+        be.Gemm(true, ta, n, k, m, 1.0f, dy, A.value.data<float>(), beta, dB);
       }
     }
   };
@@ -270,11 +287,14 @@ Var BiasAdd(Backend& be, const Var& x, const Var& bias) {
   auto node = MakeNode(std::move(y), {x.shared(), bias.shared()});
   node->backward = [&be, rows, cols](Node& self) {
     const float* dy = GradIn(self);
+    float beta = 1.0f;
     if (self.inputs[0]->requires_grad) {
-      be.Axpby(rows * cols, 1.0f, dy, 1.0f, Grad(be, *self.inputs[0]));
+      float* dx = GradToWrite(be, *self.inputs[0], &beta);
+      be.Axpby(rows * cols, 1.0f, dy, beta, dx);
     }
     if (self.inputs[1]->requires_grad) {
-      be.ColumnSum(rows, cols, dy, 1.0f, Grad(be, *self.inputs[1]));
+      float* db = GradToWrite(be, *self.inputs[1], &beta);
+      be.ColumnSum(rows, cols, dy, beta, db);
     }
   };
   return Var(std::move(node));
@@ -292,8 +312,10 @@ Var Add(Backend& be, const Var& a, const Var& b) {
   auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
   node->backward = [&be, n](Node& self) {
     for (auto& in : self.inputs) {
-      if (in->requires_grad)
-        be.Axpby(n, 1.0f, GradIn(self), 1.0f, Grad(be, *in));
+      if (!in->requires_grad) continue;
+      float beta = 1.0f;
+      float* dx = GradToWrite(be, *in, &beta);
+      be.Axpby(n, 1.0f, GradIn(self), beta, dx);
     }
   };
   return Var(std::move(node));
@@ -309,12 +331,17 @@ Var Multiply(Backend& be, const Var& a, const Var& b) {
   be.Multiply(n, a.data(), b.data(), y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {a.shared(), b.shared()});
   node->backward = [&be, n](Node& self) {
-    Tensor t = NewFloat(be, self.value.shape());
     for (int i = 0; i < 2; ++i) {
       Node& in = *self.inputs[i];
       if (!in.requires_grad) continue;
-      be.Multiply(n, GradIn(self), self.inputs[1 - i]->value.data<float>(),
-                  t.mutable_data<float>());
+      const float* other = self.inputs[1 - i]->value.data<float>();
+      if (Fresh(in)) {
+        float beta;
+        be.Multiply(n, GradIn(self), other, GradToWrite(be, in, &beta));
+        continue;
+      }
+      Tensor t = NewFloat(be, self.value.shape());
+      be.Multiply(n, GradIn(self), other, t.mutable_data<float>());
       be.Axpby(n, 1.0f, t.data<float>(), 1.0f, Grad(be, in));
     }
   };
@@ -328,7 +355,9 @@ Var Scale(Backend& be, const Var& x, float s) {
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n, s](Node& self) {
     if (self.inputs[0]->requires_grad) {
-      be.Axpby(n, s, GradIn(self), 1.0f, Grad(be, *self.inputs[0]));
+      float beta = 1.0f;
+      float* dx = GradToWrite(be, *self.inputs[0], &beta);
+      be.Axpby(n, s, GradIn(self), beta, dx);
     }
   };
   return Var(std::move(node));
@@ -482,13 +511,16 @@ Var FusedMatMul(Backend& be, const Var& x, const Var& w, const Var& bias,
     Node& W = *self.inputs[1];
     const Tensor dz = EpilogueGradient(be, self, m, n, f);
     // dX = dZ W^T, dW = X^T dZ.
+    float beta = 1.0f;
     if (X.requires_grad) {
+      float* dx = GradToWrite(be, X, &beta);
       be.Gemm(false, true, m, k, n, 1.0f, dz.data<float>(),
-              W.value.data<float>(), 1.0f, Grad(be, X));
+              W.value.data<float>(), beta, dx);
     }
     if (W.requires_grad) {
+      float* dw = GradToWrite(be, W, &beta);
       be.Gemm(true, false, k, n, m, 1.0f, X.value.data<float>(),
-              dz.data<float>(), 1.0f, Grad(be, W));
+              dz.data<float>(), beta, dw);
     }
   };
   return Var(std::move(node));
@@ -565,10 +597,17 @@ Var Dropout(Backend& be, const Var& x, float rate, uint64_t seed) {
   be.Multiply(n, x.data(), m, y.mutable_data<float>());
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n, mask](Node& self) {
-    if (!self.inputs[0]->requires_grad) return;
+    Node& in = *self.inputs[0];
+    if (!in.requires_grad) return;
+    if (Fresh(in)) {
+      float beta;
+      be.Multiply(n, GradIn(self), mask.data<float>(),
+                  GradToWrite(be, in, &beta));
+      return;
+    }
     Tensor t = NewFloat(be, self.value.shape());
     be.Multiply(n, GradIn(self), mask.data<float>(), t.mutable_data<float>());
-    be.Axpby(n, 1.0f, t.data<float>(), 1.0f, Grad(be, *self.inputs[0]));
+    be.Axpby(n, 1.0f, t.data<float>(), 1.0f, Grad(be, in));
   };
   return Var(std::move(node));
 }
@@ -698,10 +737,16 @@ void Backward(Backend& be, const Var& loss, float seed) {
       stack.pop_back();
     }
   }
-  // dL/dL = seed, added as the loss's gradient may already hold a value.
-  Tensor d_loss = NewFloat(be, Shape{});
-  be.Fill(1, seed, d_loss.mutable_data<float>());
-  be.Axpby(1, 1.0f, d_loss.data<float>(), 1.0f, Grad(be, *loss.node()));
+  // dL/dL = seed: written where the loss's gradient is fresh, added where
+  // it already holds a value.
+  if (Fresh(*loss.node())) {
+    float beta;
+    be.Fill(1, seed, GradToWrite(be, *loss.node(), &beta));
+  } else {
+    Tensor d_loss = NewFloat(be, Shape{});
+    be.Fill(1, seed, d_loss.mutable_data<float>());
+    be.Axpby(1, 1.0f, d_loss.data<float>(), 1.0f, Grad(be, *loss.node()));
+  }
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* n = *it;
     if (n->backward && n->grad.valid()) n->backward(*n);

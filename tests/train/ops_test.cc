@@ -114,6 +114,28 @@ TEST(OpsGradientTest, ElementwiseAndBias) {
       {RandomTensor({3, 4}, 3), RandomTensor({4}, 4), RandomTensor({3, 4}, 5)});
 }
 
+// A value several ops use gets the sum of their gradients, whichever
+// comes first: the first contribution writes its fresh gradient (no
+// zeroing pass), the others add to it; one op may use it twice.
+TEST(OpsGradientTest, GradientsOfAValueUsedManyTimesAddUp) {
+  CheckGradients(
+      [](Backend& be, const std::vector<Var>& v) {
+        const Var twice = ops::MatMul(be, v[0], v[0], false, true);
+        const Var product = ops::Multiply(be, v[0], v[1]);
+        const Var dense =
+            ops::FusedMatMul(be, v[0], v[2], v[3], Activation::kTanh);
+        const Var linear =
+            ops::FusedMatMul(be, v[0], v[2], v[3], Activation::kLinear);
+        return ops::Add(
+            be, ops::Add(be, twice, product),
+            ops::Scale(be,
+                       ops::Add(be, dense, ops::Dropout(be, linear, 0.3f, 5)),
+                       0.5f));
+      },
+      {RandomTensor({3, 3}, 30), RandomTensor({3, 3}, 31),
+       RandomTensor({3, 3}, 32), RandomTensor({3}, 33)});
+}
+
 TEST(OpsGradientTest, Activations) {
   for (Activation f : {Activation::kRelu, Activation::kSigmoid,
                        Activation::kTanh, Activation::kLinear}) {
