@@ -227,8 +227,9 @@ class ProfilingBackend final : public Backend {
   RECFLOW_FORWARD(kElementwise, Sum,
                   (int64_t n, const float* x, float s, float* y), (n, x, s, y))
   RECFLOW_FORWARD(kElementwise, AxpyScalar,
-                  (int64_t n, const float* a, const float* x, float* y),
-                  (n, a, x, y))
+                  (int64_t n, const float* a, const float* x, float b,
+                   float* y),
+                  (n, a, x, b, y))
   RECFLOW_FORWARD(kElementwise, Convert,
                   (DType d, int64_t n, const void* x, float s, float* y),
                   (d, n, x, s, y))

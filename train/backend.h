@@ -142,7 +142,7 @@ class Backend {
   virtual void SoftmaxBackward(int64_t rows, int64_t cols, const float* y,
                                const float* dy, float* dx) = 0;
   // Sparse softmax cross-entropy from logits [rows, cols] and labels in
-  // [0, cols): losses[rows] and, when dlogits is not null, accumulates
+  // [0, cols): losses[rows] and, when dlogits is not null, writes
   // scale * (softmax - onehot) into it.  Throws Error naming the row of a
   // label out of range.
   virtual void SparseSoftmaxCrossEntropy(int64_t rows, int64_t cols,
@@ -150,8 +150,8 @@ class Backend {
                                          const int64_t* labels, float* losses,
                                          float* dlogits, float scale) = 0;
   // Sigmoid cross-entropy from logits against targets in [0, 1] (TF's
-  // numerically stable form): losses[n]; accumulates scale * (sigmoid -
-  // target) into dlogits when not null.
+  // numerically stable form): losses[n]; writes scale * (sigmoid - target)
+  // into dlogits when not null.
   virtual void SigmoidCrossEntropy(int64_t n, const float* logits,
                                    const float* targets, float* losses,
                                    float* dlogits, float scale) = 0;
@@ -192,10 +192,11 @@ class Backend {
                          float* out) = 0;
   // y[0] = scale * (sum of n values of x), y in backend memory.
   virtual void Sum(int64_t n, const float* x, float scale, float* y) = 0;
-  // Accumulates y[i] += alpha[0] * x[i], or += alpha[0] when x is null;
-  // alpha in backend memory (a gradient that never visits the host).
+  // y[i] = alpha[0] * x[i] + beta * y[i], with alpha[0] alone where x is
+  // null; alpha in backend memory (a gradient that never visits the host).
+  // beta is 0 (y is written, never read) or 1 (it accumulates).
   virtual void AxpyScalar(int64_t n, const float* alpha, const float* x,
-                          float* y) = 0;
+                          float beta, float* y) = 0;
   // y[i] = scale * float(x[i]) for x of numeric `dtype` (not bytes).
   virtual void Convert(DType dtype, int64_t n, const void* x, float scale,
                        float* y) = 0;

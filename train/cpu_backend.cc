@@ -433,7 +433,7 @@ class CpuBackend final : public Backend {
         if (dlogits != nullptr) {
           const float inv = static_cast<float>(1.0 / sum);
           float* d = dlogits + (lo + r) * cols;
-          ArrayMap(d, cols) += (scale * inv) * ConstArrayMap(er, cols);
+          ArrayMap(d, cols) = (scale * inv) * ConstArrayMap(er, cols);
           d[label] -= scale;
         }
       }
@@ -449,7 +449,7 @@ class CpuBackend final : public Backend {
       losses[i] =
           std::max(x, 0.0f) - x * z + std::log1p(std::exp(-std::abs(x)));
       if (dlogits != nullptr) {
-        dlogits[i] += scale * (1.0f / (1.0f + std::exp(-x)) - z);
+        dlogits[i] = scale * (1.0f / (1.0f + std::exp(-x)) - z);
       }
     });
   }
@@ -508,12 +508,18 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < n; ++i) sum += x[i];
     y[0] = static_cast<float>(sum * scale);
   }
-  void AxpyScalar(int64_t n, const float* alpha, const float* x,
+  void AxpyScalar(int64_t n, const float* alpha, const float* x, float beta,
                   float* y) override {
     const float a = alpha[0];
     team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
       ArrayMap Y(y + lo, hi - lo);
-      if (x == nullptr) {
+      if (beta == 0.0f) {
+        if (x == nullptr) {
+          Y.setConstant(a);
+        } else {
+          Y = ConstArrayMap(x + lo, hi - lo) * a;
+        }
+      } else if (x == nullptr) {
         Y += a;
       } else {
         Y += ConstArrayMap(x + lo, hi - lo) * a;

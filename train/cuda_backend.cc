@@ -472,9 +472,9 @@ class CudaBackend final : public Backend {
   void Sum(int64_t n, const float* x, float scale, float* y) override {
     cuda::Sum(compute_, n, x, scale, y);
   }
-  void AxpyScalar(int64_t n, const float* alpha, const float* x,
+  void AxpyScalar(int64_t n, const float* alpha, const float* x, float beta,
                   float* y) override {
-    cuda::AxpyScalar(compute_, n, alpha, x, y);
+    cuda::AxpyScalar(compute_, n, alpha, x, beta, y);
   }
   void Convert(DType dtype, int64_t n, const void* x, float scale,
                float* y) override {

@@ -54,9 +54,15 @@ __global__ void AxpbyK(int64_t n, float a, const float* x, float b, float* y) {
   }
 }
 __global__ void AxpyScalarK(int64_t n, const float* alpha, const float* x,
-                            float* y) {
+                            float beta, float* y) {
   const float a = *alpha;
-  if (x == nullptr) {
+  if (beta == 0.0f) {
+    if (x == nullptr) {
+      GRID_STRIDE(i, n) y[i] = a;
+    } else {
+      GRID_STRIDE(i, n) y[i] = a * x[i];
+    }
+  } else if (x == nullptr) {
     GRID_STRIDE(i, n) y[i] += a;
   } else {
     GRID_STRIDE(i, n) y[i] += a * x[i];
@@ -263,6 +269,11 @@ __global__ void SparseXentK(int64_t rows, int64_t cols, const float* logits,
       RecordError(err, kLabelOutOfRange, label, r, cols);
       losses[r] = __int_as_float(0x7fc00000);
     }
+    // The row's gradient is written, never read: zeros, so that the
+    // updates enqueued before the error is reported change nothing.
+    if (dlogits != nullptr) {
+      for (int64_t c = lane; c < cols; c += 32) dlogits[r * cols + c] = 0.0f;
+    }
     return;
   }
   const float* z = logits + r * cols;
@@ -277,7 +288,7 @@ __global__ void SparseXentK(int64_t rows, int64_t cols, const float* logits,
   if (dlogits != nullptr) {
     for (int64_t c = lane; c < cols; c += 32) {
       const double p = exp(double(z[c] - m) - log_sum);
-      dlogits[r * cols + c] +=
+      dlogits[r * cols + c] =
           scale * static_cast<float>(p - (c == label ? 1.0 : 0.0));
     }
   }
@@ -288,8 +299,7 @@ __global__ void SigmoidXentK(int64_t n, const float* logits,
   GRID_STRIDE(i, n) {
     const float x = logits[i], z = targets[i];
     losses[i] = fmaxf(x, 0.0f) - x * z + log1pf(expf(-fabsf(x)));
-    if (dlogits != nullptr)
-      dlogits[i] += scale * (1.0f / (1.0f + expf(-x)) - z);
+    if (dlogits != nullptr) dlogits[i] = scale * (1.0f / (1.0f + expf(-x)) - z);
   }
 }
 
@@ -606,8 +616,8 @@ void Axpby(cudaStream_t s, int64_t n, float a, const float* x, float b,
   if (n > 0) AxpbyK<<<Blocks(n), kThreads, 0, s>>>(n, a, x, b, y);
 }
 void AxpyScalar(cudaStream_t s, int64_t n, const float* alpha, const float* x,
-                float* y) {
-  if (n > 0) AxpyScalarK<<<Blocks(n), kThreads, 0, s>>>(n, alpha, x, y);
+                float beta, float* y) {
+  if (n > 0) AxpyScalarK<<<Blocks(n), kThreads, 0, s>>>(n, alpha, x, beta, y);
 }
 void Multiply(cudaStream_t s, int64_t n, const float* x, const float* y,
               float* z) {

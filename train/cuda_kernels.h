@@ -30,7 +30,7 @@ void Fill(cudaStream_t s, int64_t n, float v, float* y);
 void Axpby(cudaStream_t s, int64_t n, float a, const float* x, float b,
            float* y);
 void AxpyScalar(cudaStream_t s, int64_t n, const float* alpha, const float* x,
-                float* y);
+                float beta, float* y);
 void Multiply(cudaStream_t s, int64_t n, const float* x, const float* y,
               float* z);
 void BiasAdd(cudaStream_t s, int64_t rows, int64_t cols, const float* x,

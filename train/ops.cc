@@ -123,8 +123,10 @@ Var MeanLoss(Backend& be, const Var& logits, const Tensor& losses, float scale,
   auto node = MakeNode(std::move(y), {logits.shared()});
   node->backward = [&be, dlogits = std::move(dlogits)](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
+    float beta = 1.0f;
+    float* d = GradToWrite(be, *self.inputs[0], &beta);
     be.AxpyScalar(dlogits.num_elements(), GradIn(self), dlogits.data<float>(),
-                  Grad(be, *self.inputs[0]));
+                  beta, d);
   };
   return Var(std::move(node));
 }
@@ -468,7 +470,9 @@ Var ReduceSum(Backend& be, const Var& x) {
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n](Node& self) {
     if (!self.inputs[0]->requires_grad) return;
-    be.AxpyScalar(n, GradIn(self), nullptr, Grad(be, *self.inputs[0]));
+    float beta = 1.0f;
+    float* dx = GradToWrite(be, *self.inputs[0], &beta);
+    be.AxpyScalar(n, GradIn(self), nullptr, beta, dx);
   };
   return Var(std::move(node));
 }
@@ -674,8 +678,9 @@ Var SparseSoftmaxCrossEntropy(Backend& be, const Var& logits,
   const int64_t rows = logits.shape()[0], cols = logits.shape()[1];
   const Tensor ids = AsInt64(be, labels, rows, "sparse_softmax_cross_entropy");
   Tensor losses = NewFloat(be, Shape{rows});
-  // The gradient is computed with the forward pass (it needs the softmax).
-  Tensor dlogits = Zeros(be, logits.shape());
+  // The gradient is computed with the forward pass (it needs the softmax),
+  // written whole by the backend.
+  Tensor dlogits = NewFloat(be, logits.shape());
   const float scale = rows == 0 ? 0.0f : 1.0f / static_cast<float>(rows);
   be.SparseSoftmaxCrossEntropy(rows, cols, logits.data(), ids.data<int64_t>(),
                                losses.mutable_data<float>(),
@@ -692,7 +697,7 @@ Var SigmoidCrossEntropy(Backend& be, const Var& logits, const Tensor& labels) {
   }
   Tensor targets = ToFloat(be, labels, 1.0f);
   Tensor losses = NewFloat(be, Shape{n});
-  Tensor dlogits = Zeros(be, logits.shape());
+  Tensor dlogits = NewFloat(be, logits.shape());
   const float scale = n == 0 ? 0.0f : 1.0f / static_cast<float>(n);
   be.SigmoidCrossEntropy(n, logits.data(), targets.data<float>(),
                          losses.mutable_data<float>(),

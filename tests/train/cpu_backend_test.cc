@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -493,6 +494,46 @@ TEST(CpuBackendTest, AdamOverAllVariablesEqualsAdamPerVariable) {
         ASSERT_NEAR(all[b][j], one[b][j], 1e-6f * (1 + std::abs(one[b][j])))
             << "buffer " << b << " value " << i;
       }
+    }
+  }
+}
+
+// The calls that write a fresh gradient never read what it held (it is
+// allocated, not zeroed): NaNs there change nothing.
+TEST(CpuBackendTest, WritingCallsNeverReadTheirOutput) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    auto be = MakeCpuBackend(threads);
+    const int64_t n = 70000;
+    const std::vector<float> x = Random(n, 9);
+    const float alpha = -0.75f;
+    std::vector<float> y(n, nan), z(n, nan);
+    be->AxpyScalar(n, &alpha, x.data(), 0.0f, y.data());
+    be->AxpyScalar(n, &alpha, nullptr, 0.0f, z.data());
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(y[i], alpha * x[i]) << i;
+      ASSERT_EQ(z[i], alpha) << i;
+    }
+    const int64_t rows = 300, cols = 7;
+    const std::vector<float> logits = Random(rows * cols, 10);
+    std::vector<int64_t> labels(rows);
+    for (int64_t r = 0; r < rows; ++r) labels[r] = r % cols;
+    std::vector<float> losses(rows), d(rows * cols, nan), sd(rows * cols, nan);
+    be->SparseSoftmaxCrossEntropy(rows, cols, logits.data(), labels.data(),
+                                  losses.data(), d.data(), 0.5f);
+    std::vector<float> targets(rows * cols, 0.25f), sl(rows * cols);
+    be->SigmoidCrossEntropy(rows * cols, logits.data(), targets.data(),
+                            sl.data(), sd.data(), 0.5f);
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      ASSERT_FALSE(std::isnan(d[i])) << i;
+      ASSERT_FALSE(std::isnan(sd[i])) << i;
+    }
+    // Each row of the softmax gradient sums to scale * (1 - 1) = 0.
+    for (int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += d[r * cols + c];
+      ASSERT_NEAR(sum, 0.0, 1e-6) << r;
     }
   }
 }

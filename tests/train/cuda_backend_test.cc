@@ -261,8 +261,10 @@ TEST(CudaBackendTest, ElementwiseReductionsAndConversions) {
                be.Axpby(n, 1.5f, F(b, 0), 1.0f, F(b, 2));
                be.Axpby(n, -2.0f, F(b, 1), 0.25f, F(b, 3));
                be.Multiply(n, F(b, 0), F(b, 3), F(b, 4));
-               be.AxpyScalar(n, F(b, 5), F(b, 0), F(b, 2));
-               be.AxpyScalar(n, F(b, 5), nullptr, F(b, 3));
+               be.AxpyScalar(n, F(b, 5), F(b, 0), 1.0f, F(b, 2));
+               be.AxpyScalar(n, F(b, 5), nullptr, 1.0f, F(b, 3));
+               be.AxpyScalar(n / 2, F(b, 5), F(b, 2), 0.0f, F(b, 1));
+               be.AxpyScalar(n / 3, F(b, 5), nullptr, 0.0f, F(b, 4));
                be.Copy(n / 2, F(b, 4), F(b, 0));
                be.Fill(100, 0.0f, F(b, 1));
                be.Fill(100, 3.5f, F(b, 1) + 200);
