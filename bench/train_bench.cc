@@ -183,8 +183,8 @@ class ProfilingBackend final : public Backend {
                   (f, n, x, y))
   RECFLOW_FORWARD(kElementwise, ActivationBackward,
                   (Activation f, int64_t n, const float* y, const float* dy,
-                   float* dx),
-                  (f, n, y, dy, dx))
+                   float b, float* dx),
+                  (f, n, y, dy, b, dx))
   RECFLOW_FORWARD(kElementwise, BiasActivation,
                   (int64_t r, int64_t c, const float* b, Activation f,
                    float* y),

@@ -96,10 +96,8 @@ void Backend::BiasActivationBackward(int64_t rows, int64_t cols, Activation f,
   if (f == Activation::kLinear) {
     if (dz != dy) Copy(n, dy, dz);
   } else {
-    // ActivationBackward accumulates and reads dy while writing dz.
     CheckEpilogueAliasing(f, dy, dz);
-    Fill(n, 0.0f, dz);
-    ActivationBackward(f, n, y, dy, dz);
+    ActivationBackward(f, n, y, dy, 0.0f, dz);
   }
   if (db != nullptr) ColumnSum(rows, cols, dz, 1.0f, db);
 }

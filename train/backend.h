@@ -132,9 +132,10 @@ class Backend {
   // y = f(x) over n values (y may be x).
   virtual void ActivationForward(Activation f, int64_t n, const float* x,
                                  float* y) = 0;
-  // Accumulates dx = f'(.) * dy given the forward output y.
+  // dx = f'(.) * dy + beta * dx given the forward output y; beta is 0 (dx
+  // is written, never read) or 1 (it accumulates).
   virtual void ActivationBackward(Activation f, int64_t n, const float* y,
-                                  const float* dy, float* dx) = 0;
+                                  const float* dy, float beta, float* dx) = 0;
   // Row-wise softmax of x [rows, cols].
   virtual void Softmax(int64_t rows, int64_t cols, const float* x,
                        float* y) = 0;

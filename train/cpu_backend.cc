@@ -344,9 +344,10 @@ class CpuBackend final : public Backend {
   }
 
   void ActivationBackward(Activation f, int64_t n, const float* y,
-                          const float* dy, float* dx) override {
+                          const float* dy, float beta, float* dx) override {
     team_.For(n, kGrain, [&](int64_t lo, int64_t hi) {
-      ActivationGrad(f, y + lo, dy + lo, dx + lo, hi - lo, /*accumulate=*/true);
+      ActivationGrad(f, y + lo, dy + lo, dx + lo, hi - lo,
+                     /*accumulate=*/beta != 0.0f);
     });
   }
 

@@ -415,8 +415,8 @@ class CudaBackend final : public Backend {
     cuda::ActivationForward(compute_, static_cast<int>(f), n, x, y);
   }
   void ActivationBackward(Activation f, int64_t n, const float* y,
-                          const float* dy, float* dx) override {
-    cuda::ActivationBackward(compute_, static_cast<int>(f), n, y, dy, dx);
+                          const float* dy, float beta, float* dx) override {
+    cuda::ActivationBackward(compute_, static_cast<int>(f), n, y, dy, beta, dx);
   }
   void Softmax(int64_t rows, int64_t cols, const float* x, float* y) override {
     cuda::Softmax(compute_, rows, cols, x, y);

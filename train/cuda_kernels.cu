@@ -208,22 +208,25 @@ __global__ void ActivationForwardK(int f, int64_t n, const float* x, float* y) {
   }
 }
 __global__ void ActivationBackwardK(int f, int64_t n, const float* y,
-                                    const float* dy, float* dx) {
+                                    const float* dy, float beta, float* dx) {
   GRID_STRIDE(i, n) {
     const float v = y[i], d = dy[i];
+    float g;
     switch (f) {
       case 1:
-        dx[i] += v > 0.0f ? d : 0.0f;
+        g = v > 0.0f ? d : 0.0f;
         break;
       case 2:
-        dx[i] += d * v * (1.0f - v);
+        g = d * v * (1.0f - v);
         break;
       case 3:
-        dx[i] += d * (1.0f - v * v);
+        g = d * (1.0f - v * v);
         break;
       default:
-        dx[i] += d;
+        g = d;
     }
+    // beta 0: written, never read (the buffer may hold anything).
+    dx[i] = beta == 0.0f ? g : dx[i] + g;
   }
 }
 
@@ -682,9 +685,9 @@ void ActivationForward(cudaStream_t s, int f, int64_t n, const float* x,
   if (n > 0) ActivationForwardK<<<Blocks(n), kThreads, 0, s>>>(f, n, x, y);
 }
 void ActivationBackward(cudaStream_t s, int f, int64_t n, const float* y,
-                        const float* dy, float* dx) {
+                        const float* dy, float beta, float* dx) {
   if (n > 0)
-    ActivationBackwardK<<<Blocks(n), kThreads, 0, s>>>(f, n, y, dy, dx);
+    ActivationBackwardK<<<Blocks(n), kThreads, 0, s>>>(f, n, y, dy, beta, dx);
 }
 void Softmax(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
              float* y) {

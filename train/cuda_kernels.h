@@ -57,7 +57,7 @@ void GreaterThan(cudaStream_t s, int64_t n, const float* x, float t,
 void ActivationForward(cudaStream_t s, int f, int64_t n, const float* x,
                        float* y);
 void ActivationBackward(cudaStream_t s, int f, int64_t n, const float* y,
-                        const float* dy, float* dx);
+                        const float* dy, float beta, float* dx);
 void Softmax(cudaStream_t s, int64_t rows, int64_t cols, const float* x,
              float* y);
 void SoftmaxBackward(cudaStream_t s, int64_t rows, int64_t cols, const float* y,

@@ -373,8 +373,10 @@ Var Activate(Backend& be, const Var& x, Activation f) {
   auto node = MakeNode(std::move(y), {x.shared()});
   node->backward = [&be, n, f](Node& self) {
     if (self.inputs[0]->requires_grad) {
-      be.ActivationBackward(f, n, self.value.data<float>(), GradIn(self),
-                            Grad(be, *self.inputs[0]));
+      float beta = 1.0f;
+      float* dx = GradToWrite(be, *self.inputs[0], &beta);
+      be.ActivationBackward(f, n, self.value.data<float>(), GradIn(self), beta,
+                            dx);
     }
   };
   return Var(std::move(node));

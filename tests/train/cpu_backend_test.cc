@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -508,12 +508,15 @@ TEST(CpuBackendTest, WritingCallsNeverReadTheirOutput) {
     const int64_t n = 70000;
     const std::vector<float> x = Random(n, 9);
     const float alpha = -0.75f;
-    std::vector<float> y(n, nan), z(n, nan);
+    std::vector<float> y(n, nan), z(n, nan), relu(n, nan);
     be->AxpyScalar(n, &alpha, x.data(), 0.0f, y.data());
     be->AxpyScalar(n, &alpha, nullptr, 0.0f, z.data());
+    be->ActivationBackward(Activation::kRelu, n, x.data(), y.data(), 0.0f,
+                           relu.data());
     for (int64_t i = 0; i < n; ++i) {
       ASSERT_EQ(y[i], alpha * x[i]) << i;
       ASSERT_EQ(z[i], alpha) << i;
+      ASSERT_EQ(relu[i], x[i] > 0 ? y[i] : 0.0f) << i;
     }
     const int64_t rows = 300, cols = 7;
     const std::vector<float> logits = Random(rows * cols, 10);

@@ -225,7 +225,9 @@ TEST(CudaBackendTest, ActivationsSoftmaxAndLosses) {
                 Random({1000}, 18), Random({1000}, 19)},
                [=](Backend& be, std::vector<Tensor>& b) {
                  be.ActivationForward(f, 1000, F(b, 0), F(b, 1));
-                 be.ActivationBackward(f, 1000, F(b, 1), F(b, 2), F(b, 3));
+                 be.ActivationBackward(f, 1000, F(b, 1), F(b, 2), 1.0f,
+                                       F(b, 3));
+                 be.ActivationBackward(f, 600, F(b, 1), F(b, 3), 0.0f, F(b, 2));
                });
   }
   const int64_t rows = 70, cols = 45;
