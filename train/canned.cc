@@ -219,8 +219,15 @@ EstimatorSpec ClassifierHead(ModelContext& ctx, const Var& logits,
       ctx.metrics().Get<AUC>("auc").Update(ys, ps);
     }
   } else {
-    spec.predictions["probabilities"] = ops::Softmax(be, logits).value();
-    spec.predictions["classes"] = ArgMax(be, logits.value());
+    // In training, only what a hook fetches (a session runs only the
+    // fetched ops): two kernels a step, on a GPU two launches.
+    const bool all = mode != Mode::kTrain;
+    if (all || ctx.Fetched("probabilities")) {
+      spec.predictions["probabilities"] = ops::Softmax(be, logits).value();
+    }
+    if (all || ctx.Fetched("classes")) {
+      spec.predictions["classes"] = ArgMax(be, logits.value());
+    }
     if (mode == Mode::kPredict) return spec;
     spec.loss = ops::SparseSoftmaxCrossEntropy(be, logits, *labels);
     if (mode == Mode::kEval) {

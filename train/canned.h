@@ -16,7 +16,9 @@
 // Heads: n_classes > 2 uses softmax cross-entropy and reports accuracy;
 // n_classes == 2 one logit with sigmoid cross-entropy and reports
 // accuracy, precision, recall and auc; regressors mean squared error.
-// Predictions: "classes" (int64), "probabilities" (float32), "logits";
+// Predictions: "classes" (int64), "probabilities" (float32), "logits"
+// (in training a multi-class head computes classes and probabilities
+// only when a hook fetches them: ModelContext::Fetched);
 // regressors "predictions".
 #ifndef RECFLOW_TRAIN_CANNED_H_
 #define RECFLOW_TRAIN_CANNED_H_

@@ -278,7 +278,8 @@ std::string Estimator::RestoreInto(TrainingSession& session,
 EstimatorSpec Estimator::RunModel(TrainingSession& session,
                                   pipeline::Element& element, Mode mode,
                                   std::unique_ptr<ModelContext>* ctx,
-                                  Tensor* labels_out) {
+                                  Tensor* labels_out,
+                                  const std::vector<std::string>* fetches) {
   const Tensor* labels = nullptr;
   for (auto it = element.components.begin(); it != element.components.end();
        ++it) {
@@ -305,6 +306,7 @@ EstimatorSpec Estimator::RunModel(TrainingSession& session,
   *ctx = std::make_unique<ModelContext>(
       *backend_, session.variables_, session.metrics_, mode,
       &session.global_step_, seed, world_.get());
+  (*ctx)->set_fetches(fetches);
   EstimatorSpec spec = model_fn_(element, labels, mode, **ctx);
   if (mode != Mode::kPredict && !spec.loss.valid()) {
     throw Error(
@@ -418,6 +420,7 @@ int64_t Estimator::RunLoop(TrainingSession& session, const Hooks& hooks,
     pipeline::Element element;
     // A stop some rank's hook asked for in its last after_run.
     bool stop_after = false;
+    std::vector<std::string> fetches;  // this step's hooks'
     while (!loop.max_batches || batches < *loop.max_batches) {
       if (!distributed && stop_after) break;
       RunContext run(session);
@@ -461,7 +464,14 @@ int64_t Estimator::RunLoop(TrainingSession& session, const Hooks& hooks,
       backend_->Prefetch(element);
       std::unique_ptr<ModelContext> ctx;
       Tensor labels;
-      EstimatorSpec spec = RunModel(session, element, loop.mode, &ctx, &labels);
+      // In training a model_fn may skip predictions no hook fetches.
+      fetches.clear();
+      for (const SessionRunArgs& a : args) {
+        fetches.insert(fetches.end(), a.fetches.begin(), a.fetches.end());
+      }
+      EstimatorSpec spec =
+          RunModel(session, element, loop.mode, &ctx, &labels,
+                   loop.mode == Mode::kTrain ? &fetches : nullptr);
       const std::function<double()> loss = loop.step(spec, local_batch);
       ++batches;
       AfterRun(*backend_, hooks, args, run, spec, loss, session.global_step_,

@@ -220,9 +220,12 @@ class Estimator {
   // The options of input_fn's iterators (RunConfig::input_threads).
   pipeline::IteratorOptions InputOptions() const;
   // Splits an element into features and labels; runs model_fn.
+  // `fetches`: what the step's hooks fetch (ModelContext::Fetched; null:
+  // unknown).
   EstimatorSpec RunModel(TrainingSession& session, pipeline::Element& element,
                          Mode mode, std::unique_ptr<ModelContext>* ctx,
-                         Tensor* labels_out);
+                         Tensor* labels_out,
+                         const std::vector<std::string>* fetches = nullptr);
   // The one session loop of Train and Evaluate: begin, the input made by
   // `make_input`, after_create_session, then per batch before_run, the
   // model (RunModel), `step` (the train op, or the eval loss: it returns

@@ -11,10 +11,12 @@
 #ifndef RECFLOW_TRAIN_MODEL_CONTEXT_H_
 #define RECFLOW_TRAIN_MODEL_CONTEXT_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "train/backend.h"
 #include "train/collective.h"
@@ -50,6 +52,18 @@ class ModelContext {
   Mode mode() const { return mode_; }
   bool training() const { return mode_ == Mode::kTrain; }
   int64_t global_step() const { return *global_step_; }
+  // Whether a hook fetches `name` after this step (a prediction or a
+  // tensor of the EstimatorSpec), so that a model_fn may skip computing
+  // what nobody reads in training, as a TensorFlow session runs only the
+  // fetched ops.  True where that is unknown (set_fetches not called: every
+  // prediction is computed).  The Estimator sets it in training.
+  bool Fetched(std::string_view name) const {
+    return fetches_ == nullptr || std::find(fetches_->begin(), fetches_->end(),
+                                            name) != fetches_->end();
+  }
+  // The names this step's hooks fetch; must outlive the step (null:
+  // unknown).
+  void set_fetches(const std::vector<std::string>* names) { fetches_ = names; }
   // For optimizers: the step counter they advance after an update.
   int64_t* mutable_global_step() { return global_step_; }
 
@@ -68,6 +82,7 @@ class ModelContext {
   Mode mode_;
   int64_t* global_step_;
   uint64_t seed_;
+  const std::vector<std::string>* fetches_ = nullptr;
   Collective* collective_;
   uint64_t ops_ = 0;
   std::map<std::string, int, std::less<>> names_;

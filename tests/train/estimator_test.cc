@@ -20,6 +20,7 @@
 #include "records/tfrecord_reader.h"
 #include "test_util.h"
 #include "train/basic_session_run_hooks.h"
+#include "train/canned.h"
 #include "train/event.pb.h"
 #include "train/layers.h"
 #include "train_test_util.h"
@@ -403,6 +404,67 @@ TEST(EstimatorTest, CudaIsTheGpuOfTheRanksLocalIndex) {
       EXPECT_NE(std::string(e.what()).find(gpu), std::string::npos) << e.what();
     }
   }
+}
+
+// Fetches `names` after every step and keeps the last values.
+class FetchHook : public SessionRunHook {
+ public:
+  explicit FetchHook(std::vector<std::string> names)
+      : names_(std::move(names)) {}
+  SessionRunArgs before_run(RunContext&) override { return {names_}; }
+  void after_run(RunContext&, const SessionRunValues& v) override {
+    last = v.results;
+  }
+  std::map<std::string, Tensor> last;
+
+ private:
+  std::vector<std::string> names_;
+};
+
+// In training the multi-class head computes its probabilities and classes
+// only for a hook that fetches them (as a session runs only fetched ops);
+// fetched, they are there and right.
+TEST(EstimatorTest, TrainingComputesOnlyThePredictionsAHookFetches) {
+  const ModelFn dnn =
+      DNNClassifierFn({.hidden_units = {8},
+                       .columns = {NumericColumn("x", Shape{2})},
+                       .n_classes = 3});
+  std::vector<std::vector<std::string>> seen;  // per training step
+  const ModelFn fn = [&](const Features& f, const Tensor* labels, Mode mode,
+                         ModelContext& ctx) {
+    EstimatorSpec spec = dnn(f, labels, mode, ctx);
+    if (mode == Mode::kTrain) {
+      std::vector<std::string> names;
+      for (const auto& [name, t] : spec.predictions) names.push_back(name);
+      seen.push_back(names);
+    }
+    return spec;
+  };
+  recflow::testing::TempDir dir;
+  Estimator quiet(fn, Config((dir.path() / "a").string()), Quiet());
+  quiet.Train(TrainInput(), {}, std::nullopt, 3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen.back(), std::vector<std::string>{"logits"});
+
+  seen.clear();
+  auto hook = std::make_shared<FetchHook>(
+      std::vector<std::string>{"probabilities", "classes"});
+  Estimator fetching(fn, Config((dir.path() / "b").string()), Quiet());
+  fetching.Train(TrainInput(), {hook}, std::nullopt, 3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen.back(),
+            (std::vector<std::string>{"classes", "logits", "probabilities"}));
+  const Tensor& p = hook->last.at("probabilities");
+  const Tensor& c = hook->last.at("classes");
+  ASSERT_EQ(p.shape(), (Shape{32, 3}));
+  for (int64_t r = 0; r < 32; ++r) {
+    const float* row = p.data<float>() + r * 3;
+    EXPECT_NEAR(row[0] + row[1] + row[2], 1.0f, 1e-5f) << r;
+    const int64_t best = std::max_element(row, row + 3) - row;
+    EXPECT_EQ(c.data<int64_t>()[r], best) << r;
+  }
+  // Evaluation computes them all, fetched or not.
+  EXPECT_GT(fetching.Evaluate(EvalInput()).at("accuracy"), 0.0);
 }
 
 }  // namespace
