@@ -325,31 +325,42 @@ ModelFn Model(const std::string& name) {
   return CNNClassifierFn(o);
 }
 
-void Step(benchmark::State& state, const std::string& name) {
-  ProfilingBackend backend(MakeCpuBackend(static_cast<int>(state.range(0))));
-  VariableStore vars(1);
-  MetricSet metrics;
-  int64_t step = 0;
-  Features f = Batch();
-  const Tensor labels = f["label"];
-  f.components.pop_back();
-  const ModelFn fn = Model(name);
-  auto one_step = [&] {
+// Training steps of `name`'s model on the CPU backend (behind a
+// ProfilingBackend) over one in-memory batch: Step and Overhead.
+struct CpuSteps {
+  CpuSteps(const std::string& name, int threads)
+      : backend(MakeCpuBackend(threads)), fn(Model(name)) {
+    labels = f["label"];
+    f.components.pop_back();
+  }
+  void Run() {
     ModelContext ctx(backend, vars, metrics, Mode::kTrain, &step, 1);
     ctx.set_fetches(&kNoFetches);
     EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
     spec.train_op();
-    benchmark::DoNotOptimize(spec.loss.value().data<float>()[0]);
-  };
-  one_step();  // first-step variable creation and allocator warm-up
-  for (auto _ : state) one_step();
+    benchmark::DoNotOptimize(spec.loss.value().raw_data());
+  }
+  ProfilingBackend backend;
+  VariableStore vars{1};
+  MetricSet metrics;
+  int64_t step = 0;
+  Features f = Batch();
+  Tensor labels;
+  const ModelFn fn;
+};
+
+void Step(benchmark::State& state, const std::string& name) {
+  CpuSteps steps(name, static_cast<int>(state.range(0)));
+  ProfilingBackend& backend = steps.backend;
+  steps.Run();  // first-step variable creation and allocator warm-up
+  for (auto _ : state) steps.Run();
   state.SetItemsProcessed(state.iterations() * kBatch);
   // The split, from separate timed steps so the clock reads do not slow
   // the measured ones.
   constexpr int kProfiledSteps = 20;
   backend.set_profiling(true);
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kProfiledSteps; ++i) one_step();
+  for (int i = 0; i < kProfiledSteps; ++i) steps.Run();
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -370,26 +381,13 @@ void Step(benchmark::State& state, const std::string& name) {
 // call (calls_per_step) before the device has work; this part is
 // measurable on any CPU.  One thread (the training thread).
 void Overhead(benchmark::State& state, const std::string& name) {
-  ProfilingBackend backend(MakeCpuBackend(1));
-  VariableStore vars(1);
-  MetricSet metrics;
-  int64_t step = 0;
-  Features f = Batch();
-  const Tensor labels = f["label"];
-  f.components.pop_back();
-  const ModelFn fn = Model(name);
-  auto one_step = [&] {
-    ModelContext ctx(backend, vars, metrics, Mode::kTrain, &step, 1);
-    ctx.set_fetches(&kNoFetches);
-    EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
-    spec.train_op();
-    benchmark::DoNotOptimize(spec.loss.value().raw_data());
-  };
-  one_step();  // variables made and initialised, with the kernels on
+  CpuSteps steps(name, 1);
+  ProfilingBackend& backend = steps.backend;
+  steps.Run();  // variables made and initialised, with the kernels on
   backend.set_kernels(false);
   const uint64_t before = backend.calls();
   const auto start = std::chrono::steady_clock::now();
-  for (auto _ : state) one_step();
+  for (auto _ : state) steps.Run();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

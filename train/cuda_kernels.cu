@@ -550,16 +550,19 @@ __global__ void MomentumK(int64_t n, float lr, float momentum, bool nesterov,
     w[i] -= nesterov ? lr * (g[i] + momentum * vi) : lr * vi;
   }
 }
+// TensorFlow's Adam at value i.
+__device__ void AdamAt(int64_t i, float lr_t, float b1, float b2, float eps,
+                       const float* g, float* m, float* v, float* w) {
+  const float gi = g[i];
+  const float mi = b1 * m[i] + (1 - b1) * gi;
+  const float vi = b2 * v[i] + (1 - b2) * gi * gi;
+  m[i] = mi;
+  v[i] = vi;
+  w[i] -= mi * lr_t / (sqrtf(vi) + eps);
+}
 __global__ void AdamK(int64_t n, float lr_t, float b1, float b2, float eps,
                       const float* g, float* m, float* v, float* w) {
-  GRID_STRIDE(i, n) {
-    const float gi = g[i];
-    const float mi = b1 * m[i] + (1 - b1) * gi;
-    const float vi = b2 * v[i] + (1 - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] -= mi * lr_t / (sqrtf(vi) + eps);
-  }
+  GRID_STRIDE(i, n) AdamAt(i, lr_t, b1, b2, eps, g, m, v, w);
 }
 
 // AdamK over every variable of `b`, each gradient zeroed once read: the
@@ -578,12 +581,7 @@ __global__ void AdamAllK(AdamBatch b, float lr_t, float b1, float b2,
   for (int64_t i =
            (blockIdx.x - b.first_block[k]) * int64_t(blockDim.x) + threadIdx.x;
        i < n; i += stride) {
-    const float gi = g[i];
-    const float mi = b1 * m[i] + (1 - b1) * gi;
-    const float vi = b2 * v[i] + (1 - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    w[i] -= mi * lr_t / (sqrtf(vi) + eps);
+    AdamAt(i, lr_t, b1, b2, eps, g, m, v, w);
     g[i] = 0.0f;
   }
 }
