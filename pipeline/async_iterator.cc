@@ -81,6 +81,13 @@ void AsyncIterator::DriverLoop() {
     bool got = false;
     try {
       got = input_->GetNext(&slot->element);
+      // A map copies in its task; a prefetch here, off the consumer's
+      // thread, unless its input delivers there.
+      if (got && output_memory_ && !config_.fn && !input_delivers_) {
+        const uint64_t start = StageTicks();
+        slot->element.CopyInto(output_memory_);
+        counter_->busy_ticks += StageTicks() - start;
+      }
     } catch (...) {
       slot->error = std::current_exception();
     }
@@ -115,6 +122,7 @@ void AsyncIterator::RunTask(Slot* slot) {
   std::exception_ptr error;
   try {
     result = config_.fn(std::move(slot->element));
+    if (output_memory_) result.CopyInto(output_memory_);
   } catch (...) {
     error = std::current_exception();
   }
@@ -195,6 +203,14 @@ void AsyncIterator::Save(StateWriter* w) {
   driver_cv_.notify_all();
 }
 
+bool AsyncIterator::DeliverIn(std::shared_ptr<Allocator> memory) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (started_) throw Error("DeliverIn: the stage is already running");
+  input_delivers_ = !config_.fn && input_->DeliverIn(memory);
+  output_memory_ = std::move(memory);
+  return true;
+}
+
 // Before the driver starts, so nothing else touches the buffer.
 void AsyncIterator::Restore(StateReader* r) {
   if (started_) throw Error("cannot restore a running asynchronous stage");
@@ -219,7 +235,10 @@ void AsyncIterator::Restore(StateReader* r) {
                       "of {}, not the last",
                       config_.stage, i, n));
     }
-    if (!slot->end && !slot->error) slot->bytes = slot->element.byte_size();
+    if (!slot->end && !slot->error) {
+      if (output_memory_) slot->element.CopyInto(output_memory_);
+      slot->bytes = slot->element.byte_size();
+    }
     bytes_ += slot->bytes;
     slots_.push_back(std::move(slot));
   }

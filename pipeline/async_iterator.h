@@ -14,9 +14,11 @@
 // consumer stops the driver (back-pressure).  Graph tasks never block.
 //
 // Errors travel in their slot and are thrown to the consumer at that
-// element's place in the order.  Save() pauses the driver, waits for the
-// graph to finish its tasks, and writes the buffered results followed by
-// the input's state.
+// element's place in the order.  As the last stage of an Iterator with
+// IteratorOptions::output_memory, it copies each element there on its
+// own threads (DeliverIn), so that the consumer's thread does not.  Save()
+// pauses the driver, waits for the graph to finish its tasks, and writes the
+// buffered results followed by the input's state.
 #ifndef RECFLOW_PIPELINE_ASYNC_ITERATOR_H_
 #define RECFLOW_PIPELINE_ASYNC_ITERATOR_H_
 
@@ -51,6 +53,11 @@ class AsyncIterator final : public IteratorBase {
   bool GetNext(Element* out) override;
   void Save(StateWriter* w) override;
   void Restore(StateReader* r) override;
+  // A map copies each result in its task; a prefetch asks its input to
+  // deliver in `memory` (a fused batch-parse copies each batch in its
+  // parse task, while the values are in cache), else copies on the driver
+  // thread.
+  bool DeliverIn(std::shared_ptr<Allocator> memory) override;
 
  private:
   struct Slot {
@@ -80,6 +87,9 @@ class AsyncIterator final : public IteratorBase {
   StageCounter* counter_;
   const Config config_;
   uint64_t wake_up_id_;
+  // Set before the driver starts (DeliverIn); read-only after.
+  std::shared_ptr<Allocator> output_memory_;
+  bool input_delivers_ = false;  // input_ copies into output_memory_
 
   std::mutex mu_;
   std::condition_variable consumer_cv_;

@@ -1405,6 +1405,13 @@ class FusedBatchParse final : public IteratorBase {
     if (started_) stream_->Resume();
   }
 
+  // Each batch is copied in its parse task, right after parsing.
+  bool DeliverIn(std::shared_ptr<Allocator> memory) override {
+    if (started_) throw Error("DeliverIn: the stage is already running");
+    output_memory_ = std::move(memory);
+    return true;
+  }
+
   // Before the first GetNext, so nothing else touches the buffers.
   void Restore(StateReader* r) override {
     if (started_) throw Error("cannot restore a running batch-parse stage");
@@ -1423,6 +1430,9 @@ class FusedBatchParse final : public IteratorBase {
       ReadResult(r, &slot->end, &slot->error, &slot->element);
       if (slot->end && i + 1 != n) {
         r->Fail("the end of the input before the last batch");
+      }
+      if (output_memory_ && !slot->end && !slot->error) {
+        slot->element.CopyInto(output_memory_);
       }
       slots_.push_back(std::move(slot));
     }
@@ -1604,6 +1614,9 @@ class FusedBatchParse final : public IteratorBase {
         slot->element.components.push_back(
             {info_.options.record_key, StackRecords(serialized)});
       }
+      // While the batch is in this core's cache (its parse buffers then go
+      // back for the next batch).
+      if (output_memory_) slot->element.CopyInto(output_memory_);
     } catch (...) {
       slot->element = Element{};
       slot->error = std::current_exception();
@@ -1638,6 +1651,8 @@ class FusedBatchParse final : public IteratorBase {
   StageCounter* plan_counter_;
   StageCounter* parse_counter_;
   uint64_t wake_up_id_;
+  // IteratorOptions::output_memory (DeliverIn, before the first batch).
+  std::shared_ptr<Allocator> output_memory_;
 
   // The global shuffle's files, read by the parse calls (else null).
   std::unique_ptr<UnreadFiles> unread_files_;

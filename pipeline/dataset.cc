@@ -80,6 +80,9 @@ class CountedIterator final : public IteratorBase {
   }
   void Save(StateWriter* w) override { inner_->Save(w); }
   void Restore(StateReader* r) override { inner_->Restore(r); }
+  bool DeliverIn(std::shared_ptr<Allocator> memory) override {
+    return inner_->DeliverIn(std::move(memory));
+  }
 
  private:
   std::unique_ptr<IteratorBase> inner_;
@@ -350,8 +353,20 @@ Iterator Dataset::MakeIterator(IteratorOptions options) const {
 
 Iterator::Iterator(DatasetPtr dataset, IteratorOptions options)
     : dataset_(std::move(dataset)),
-      ctx_(std::make_unique<IteratorContext>(options)) {
+      ctx_(std::make_unique<IteratorContext>(options)),
+      output_memory_(std::move(options.output_memory)) {
+  if (output_memory_ && output_memory_->kind() == MemoryKind::kDevice) {
+    throw Error(fmt::format(
+        "IteratorOptions.output_memory must be host memory: the pipeline "
+        "delivers host tensors, and {} is a GPU's",
+        output_memory_->name()));
+  }
   root_ = dataset_->MakeIterator(ctx_.get(), 0);
+  AskRootToDeliver();
+}
+
+void Iterator::AskRootToDeliver() {
+  root_delivers_ = output_memory_ && root_->DeliverIn(output_memory_);
 }
 
 Iterator::~Iterator() {
@@ -368,13 +383,17 @@ Iterator& Iterator::operator=(Iterator&& o) noexcept {
     root_ = std::move(o.root_);
     ctx_ = std::move(o.ctx_);
     started_ = o.started_;
+    output_memory_ = std::move(o.output_memory_);
+    root_delivers_ = o.root_delivers_;
   }
   return *this;
 }
 
 bool Iterator::Next(Element* out) {
   started_ = true;
-  return root_->GetNext(out);
+  if (!root_->GetNext(out)) return false;
+  if (output_memory_ && !root_delivers_) out->CopyInto(output_memory_);
+  return true;
 }
 
 std::optional<Element> Iterator::Next() {
@@ -399,6 +418,7 @@ void Iterator::Restore(std::string_view state) {
   root_.reset();
   ctx_->set_seed(r.U64());
   root_ = dataset_->MakeIterator(ctx_.get(), 0);
+  AskRootToDeliver();
   root_->Restore(&r);
   r.Finish();
 }

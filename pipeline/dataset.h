@@ -249,6 +249,10 @@ class Iterator {
   std::unique_ptr<IteratorContext> ctx_;
   std::unique_ptr<IteratorBase> root_;
   bool started_ = false;
+  // IteratorOptions::output_memory, and whether root_ copies into it.
+  std::shared_ptr<Allocator> output_memory_;
+  bool root_delivers_ = false;
+  void AskRootToDeliver();
 };
 
 }  // namespace recflow::pipeline

@@ -76,6 +76,16 @@ struct IteratorOptions {
   // elements, order and errors, with reading, checksums and parsing on
   // every thread.  false: every stage as written, for comparison.
   bool optimize = true;
+  // Host memory (kHost or kPinnedHost; e.g. the pinned memory a GPU
+  // backend copies input from without staging it, Backend::InputMemory)
+  // that every element the Iterator delivers has its tensors in: each is
+  // copied there (Tensor::CopyInto: ragged tensors and bytes of mixed
+  // lengths stay where they are).  When the last stage has a thread of its
+  // own (Prefetch, a parallel Map) the copy is made there, so that the
+  // consumer's thread does not pay it; otherwise in Iterator::Next.
+  // Null: elements stay where the stages made them.  Device memory is
+  // refused (Error) when the Iterator is made.
+  std::shared_ptr<Allocator> output_memory = nullptr;
 };
 
 // Shared by all stages of one Iterator: the task arena, statistics,
@@ -153,6 +163,16 @@ class IteratorBase {
   virtual bool GetNext(Element* out) = 0;
   virtual void Save(StateWriter* w) = 0;
   virtual void Restore(StateReader* r) = 0;
+  // Asks the iterator to deliver every element, including those a later
+  // Restore() puts back, with its tensors copied into `memory`
+  // (IteratorOptions::output_memory; Element::CopyInto), where that is
+  // cheaper than on the consumer's thread: on threads of its own, or
+  // where the values are still in a cache.  false (the default): it does
+  // not, and the caller copies.  Called once, before the first GetNext.
+  virtual bool DeliverIn(std::shared_ptr<Allocator> memory) {
+    (void)memory;
+    return false;
+  }
 };
 
 class DatasetBase : public std::enable_shared_from_this<DatasetBase> {

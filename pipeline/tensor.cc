@@ -162,6 +162,62 @@ Tensor Tensor::BytesAsUInt8() const {
   return out;
 }
 
+Tensor Tensor::CopyInto(const std::shared_ptr<Allocator>& memory) const {
+  CheckHost("CopyInto()");
+  if (!memory || memory->kind() == MemoryKind::kDevice) {
+    throw Error(
+        fmt::format("Tensor::CopyInto: {} is not host memory",
+                    memory ? memory->name() : std::string("a null allocator")));
+  }
+  const int64_t n = num_elements();
+  if (ragged() || n == 0) return *this;
+  if (dtype_ != DType::kBytes) {
+    Tensor out = Allocate(dtype_, shape_, memory);
+    if (out.data_ != nullptr) {
+      std::memcpy(const_cast<char*>(out.data_), data_, byte_size());
+    }
+    return out;
+  }
+  // Value k ends where value k + 1 starts (offsets), so the values lie
+  // back to back from the first.
+  const std::string_view first = bytes(0);
+  const size_t each = first.size();
+  for (int64_t k = 1; k < n; ++k) {
+    if (bytes(k).size() != each) return *this;
+  }
+  if (each == 0) return *this;
+  // The values in one block of `memory`, the offsets beside them.
+  struct Storage {
+    std::shared_ptr<const void> block;
+    records::AlignedVector<uint64_t> offsets;
+  };
+  const size_t total = each * static_cast<size_t>(n);
+  auto storage = std::make_shared<Storage>();
+  storage->offsets.resize(static_cast<size_t>(n) + 1);
+  for (int64_t k = 0; k <= n; ++k) {
+    storage->offsets[static_cast<size_t>(k)] = static_cast<uint64_t>(k) * each;
+  }
+  char* block = static_cast<char*>(memory->Allocate(total));
+  storage->block =
+      std::shared_ptr<const void>(block, [memory, total](const void* q) {
+        memory->Deallocate(const_cast<void*>(q), total);
+      });
+  std::memcpy(block, first.data(), total);
+  Tensor t;
+  t.dtype_ = DType::kBytes;
+  t.shape_ = shape_;
+  t.data_ = block;
+  // A scalar keeps the scalar form; more values index by offsets.
+  if (offsets_ == nullptr) {
+    t.scalar_bytes_ = each;
+  } else {
+    t.offsets_ = storage->offsets.data();
+  }
+  t.storage_bytes_ = total + storage->offsets.capacity() * 8;
+  t.owner_ = std::move(storage);
+  return t;
+}
+
 void Tensor::CheckHost(std::string_view what) const {
   if (device_ != Device::kCpu) {
     throw Error(fmt::format(
@@ -555,6 +611,10 @@ void Element::Set(std::string name, Tensor tensor) {
     }
   }
   components.push_back({std::move(name), std::move(tensor)});
+}
+
+void Element::CopyInto(const std::shared_ptr<Allocator>& memory) {
+  for (auto& c : components) c.tensor = c.tensor.CopyInto(memory);
 }
 
 size_t Element::byte_size() const {

@@ -219,6 +219,16 @@ class Tensor {
   // Bytes of storage kept alive by this tensor, when known (0 otherwise).
   size_t storage_bytes() const { return storage_bytes_; }
 
+  // A copy of this host tensor in storage from `memory`, host or pinned
+  // host memory (a GPU copies from pinned memory without staging it
+  // first): numeric tensors, and bytes tensors whose values all have one
+  // length, their values back to back in one block of `memory` (so that
+  // BytesAsUInt8() of the copy views that block) and their offsets on the
+  // heap.  Ragged tensors, bytes values of mixed lengths and tensors of no
+  // bytes are returned as they are.  Throws Error for a device tensor or
+  // device memory, and what memory->Allocate throws.
+  Tensor CopyInto(const std::shared_ptr<Allocator>& memory) const;
+
   // Exact equality of dtype, shape, raggedness and values.
   bool operator==(const Tensor& o) const;
   std::string DebugString(int max_values = 8) const;
@@ -303,6 +313,8 @@ struct Element {
   const Tensor* Find(std::string_view name) const;
   // Adds `name` or replaces the tensor of that name.
   void Set(std::string name, Tensor tensor);
+  // Replaces each tensor by its Tensor::CopyInto(memory).
+  void CopyInto(const std::shared_ptr<Allocator>& memory);
   size_t byte_size() const;
   // The origin of row `i` of a batch, or `origin` for a single element;
   // none when it is not known.  Its file name stays valid while the

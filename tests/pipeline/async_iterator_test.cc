@@ -3,6 +3,7 @@
 // buffered results (errors keep their class).
 #include "pipeline/async_iterator.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -48,6 +49,69 @@ TEST(AsyncIteratorTest, ReadsAheadNoFurtherThanItsBound) {
   int64_t n = 1;
   while (it.GetNext(&e)) ++n;
   EXPECT_EQ(n, 1000);
+}
+
+// An input of Int(0..n) that says whether it delivers in the memory it
+// is asked for (DeliverIn) without ever copying: whatever copies into the
+// memory is the prefetch's own driver.
+class IntsInput final : public IteratorBase {
+ public:
+  IntsInput(int64_t n, bool delivers, bool* asked)
+      : n_(n), delivers_(delivers), asked_(asked) {}
+  bool GetNext(Element* out) override {
+    if (i_ == n_) return false;
+    *out = testing::Int(i_++);
+    return true;
+  }
+  void Save(StateWriter*) override {}
+  void Restore(StateReader*) override {}
+  bool DeliverIn(std::shared_ptr<Allocator>) override {
+    *asked_ = true;
+    return delivers_;
+  }
+
+ private:
+  const int64_t n_;
+  const bool delivers_;
+  bool* asked_;
+  int64_t i_ = 0;
+};
+
+// A prefetch asks its input to deliver in the output memory and copies
+// only when the input does not (then on its driver thread); a map copies
+// its function's results itself, without asking its input.
+TEST(AsyncIteratorTest, DeliversInTheOutputMemoryByItsInputOrItself) {
+  IteratorContext ctx(IteratorOptions{.threads = 2});
+  for (bool map : {false, true}) {
+    for (bool input_delivers : {false, true}) {
+      SCOPED_TRACE(
+          fmt::format("map {}, input delivers {}", map, input_delivers));
+      auto memory = std::make_shared<testing::RecordingMemory>();
+      AsyncIterator::Config config;
+      config.stage = map ? "map" : "prefetch";
+      config.max_elements = 3;
+      if (map) {
+        config.fn = [](Element e) { return e; };
+        config.parallel_calls = 2;
+      }
+      bool asked = false;
+      AsyncIterator it(&ctx,
+                       std::make_unique<IntsInput>(50, input_delivers, &asked),
+                       ctx.Counter(&config, config.stage), config);
+      EXPECT_TRUE(it.DeliverIn(memory));
+      EXPECT_EQ(asked, !map);
+      Element e;
+      int64_t n = 0;
+      while (it.GetNext(&e)) {
+        EXPECT_EQ(e["value"].scalar<int64_t>(), n);
+        const bool copied = memory->Holds(e["value"].raw_data(), 8);
+        EXPECT_EQ(copied, map || !input_delivers) << n;
+        ++n;
+      }
+      EXPECT_EQ(n, 50);
+      EXPECT_EQ(memory->threads().count(std::this_thread::get_id()), 0u);
+    }
+  }
 }
 
 // A result buffered when the state is saved, an error among them, comes

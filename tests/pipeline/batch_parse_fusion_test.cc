@@ -250,7 +250,7 @@ TEST_F(BatchParseFusionTest, BatchBuffersAreReusedOnlyOnceDropped) {
   const Dataset ds =
       Dataset::FromTFRecords(files_).Shuffle(100, 7).Batch(50).Parse(Spec(),
                                                                      calls);
-  for (const IteratorOptions o :
+  for (const IteratorOptions& o :
        {Unfused(), IteratorOptions{.threads = 1}, IteratorOptions{.threads = 3},
         IteratorOptions{.threads = 3, .optimize = false}}) {
     SCOPED_TRACE(fmt::format("{} threads, fused {}", o.threads, o.optimize));
@@ -275,7 +275,7 @@ TEST_F(BatchParseFusionTest, BatchBuffersAreReusedOnlyOnceDropped) {
   // buffer: its storage is 50 rows' (malloc would give 22 rows'; so it
   // does when every batch is still held).
   const size_t full = 50 * 3 * sizeof(float), last = 22 * 3 * sizeof(float);
-  for (const IteratorOptions o : {Unfused(), IteratorOptions{.threads = 1}}) {
+  for (const IteratorOptions& o : {Unfused(), IteratorOptions{.threads = 1}}) {
     SCOPED_TRACE(fmt::format("fused {}", o.optimize));
     EXPECT_EQ(Collect(ds, o).back()["x"].storage_bytes(), last);
     Iterator it = ds.MakeIterator(o);
@@ -288,6 +288,64 @@ TEST_F(BatchParseFusionTest, BatchBuffersAreReusedOnlyOnceDropped) {
     }
     ASSERT_EQ(previous["x"].num_rows(), 22);
     EXPECT_EQ(previous["x"].storage_bytes(), full);
+  }
+}
+
+// IteratorOptions::output_memory over the fused stage: each batch is
+// copied into the memory in its parse task (under a Prefetch too, which
+// asks its input to), the same batches as without; the ragged "tokens"
+// and the "blob" bytes of mixed lengths stay in the parser's buffers.
+// Batches restored from a state are copied as well.
+TEST_F(BatchParseFusionTest, OutputMemoryHoldsEveryBatch) {
+  const Dataset parsed =
+      Dataset::FromTFRecords(files_).Shuffle(60, 3).Batch(16).Parse(
+          Spec(), Calls(kAutotune));
+  for (const Dataset& ds : {parsed, parsed.Prefetch(2)}) {
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE(fmt::format("{} threads", threads));
+      const std::vector<Element> want = Collect(ds, {.threads = threads});
+      ASSERT_EQ(want.size(), 52u);
+      auto memory = std::make_shared<testing::RecordingMemory>();
+      {
+        Iterator it =
+            ds.MakeIterator({.threads = threads, .output_memory = memory});
+        Element e;
+        for (size_t i = 0; i < 20; ++i) {
+          ASSERT_TRUE(it.Next(&e));
+          ASSERT_EQ(e, want[i]) << i;
+          EXPECT_EQ(testing::OutsideMemory(e, *memory), "") << i;
+          EXPECT_TRUE(memory->Holds(e["label"].raw_data(), 16 * 8)) << i;
+          EXPECT_TRUE(memory->Holds(e["x"].raw_data(), 16 * 12)) << i;
+          EXPECT_FALSE(memory->Holds(e["tokens"].raw_data(), 1)) << i;
+        }
+        const std::string state = it.Save();
+        Iterator restored =
+            ds.MakeIterator({.threads = threads, .output_memory = memory});
+        restored.Restore(state);
+        for (size_t i = 20; i < want.size(); ++i) {
+          ASSERT_TRUE(restored.Next(&e));
+          ASSERT_EQ(e, want[i]) << i;
+          EXPECT_EQ(testing::OutsideMemory(e, *memory), "") << i;
+          EXPECT_TRUE(memory->Holds(e["label"].raw_data(), 8)) << i;
+        }
+        EXPECT_FALSE(restored.Next(&e));
+      }
+      EXPECT_EQ(memory->live(), 0u);
+      EXPECT_EQ(memory->bad_frees(), 0u);
+    }
+  }
+  // The fused stage copies itself (so a Prefetch above it need not);
+  // stages run one by one leave it to whatever is above.
+  for (const IteratorOptions& o : {IteratorOptions{.threads = 1},
+                                   IteratorOptions{.threads = 3}, Unfused()}) {
+    IteratorContext ctx(o);
+    const std::unique_ptr<IteratorBase> root = Dataset::FromTFRecords(files_)
+                                                   .Batch(16)
+                                                   .Parse(Spec(), Calls(1))
+                                                   .base()
+                                                   ->MakeIterator(&ctx, 0);
+    EXPECT_EQ(root->DeliverIn(std::make_shared<testing::RecordingMemory>()),
+              o.optimize);
   }
 }
 

@@ -3,13 +3,115 @@
 #define RECFLOW_TESTS_PIPELINE_PIPELINE_TEST_UTIL_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pipeline/dataset.h"
 
 namespace recflow::testing {
+
+// Host memory for IteratorOptions::output_memory and Tensor::CopyInto that
+// remembers each block it handed out and has not taken back, and which
+// threads asked for them: whether a tensor lies in it, where copies were
+// made, and that every block comes back.  Pinned host memory by kind (what
+// a GPU backend gives), ordinary memory underneath.
+class RecordingMemory final : public pipeline::Allocator {
+ public:
+  explicit RecordingMemory(
+      pipeline::MemoryKind kind = pipeline::MemoryKind::kPinnedHost)
+      : kind_(kind) {}
+  ~RecordingMemory() override {
+    for (auto& [p, bytes] : live_) std::free(p);
+  }
+
+  void* Allocate(size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+    if (p == nullptr) throw pipeline::Error("RecordingMemory: out of memory");
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[static_cast<char*>(p)] = bytes;
+    threads_.insert(std::this_thread::get_id());
+    ++allocations_;
+    return p;
+  }
+  void Deallocate(void* p, size_t bytes) noexcept override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(static_cast<char*>(p));
+    if (it == live_.end() || it->second != bytes) {
+      ++bad_frees_;
+      return;
+    }
+    live_.erase(it);
+    std::free(p);
+  }
+  pipeline::MemoryKind kind() const override { return kind_; }
+  std::string name() const override { return "recording memory"; }
+
+  // Whether [p, p + n) lies in one block handed out and not yet back.
+  bool Holds(const void* p, size_t n) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const char* c = static_cast<const char*>(p);
+    auto it = live_.upper_bound(const_cast<char*>(c));
+    if (it == live_.begin()) return false;
+    --it;
+    return c >= it->first && c + n <= it->first + it->second;
+  }
+  size_t live() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.size();
+  }
+  uint64_t allocations() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return allocations_;
+  }
+  // Deallocate calls of a block not handed out, or with another size.
+  uint64_t bad_frees() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bad_frees_;
+  }
+  std::set<std::thread::id> threads() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return threads_;
+  }
+
+ private:
+  const pipeline::MemoryKind kind_;
+  mutable std::mutex mu_;
+  std::map<char*, size_t> live_;
+  std::set<std::thread::id> threads_;
+  uint64_t allocations_ = 0;
+  uint64_t bad_frees_ = 0;
+};
+
+// Whether every tensor of `e` that Tensor::CopyInto copies (not ragged,
+// numeric or bytes values of one length, not empty) lies in `memory`; the
+// names of those that do not, else "".
+inline std::string OutsideMemory(const pipeline::Element& e,
+                                 const RecordingMemory& memory) {
+  std::string outside;
+  for (const auto& c : e.components) {
+    const pipeline::Tensor& t = c.tensor;
+    if (t.ragged() || t.num_elements() == 0) continue;
+    if (t.dtype() == pipeline::DType::kBytes) {
+      bool one_length = true;
+      for (int64_t k = 1; k < t.num_elements(); ++k) {
+        one_length &= t.bytes(k).size() == t.bytes(0).size();
+      }
+      if (!one_length || t.bytes(0).empty()) continue;
+      if (!memory.Holds(t.bytes(0).data(), t.byte_size())) {
+        outside += " " + c.name;
+      }
+    } else if (!memory.Holds(t.raw_data(), t.byte_size())) {
+      outside += " " + c.name;
+    }
+  }
+  return outside;
+}
 
 // Every element of `ds` (at most `limit`).
 inline std::vector<pipeline::Element> Collect(const pipeline::Dataset& ds,

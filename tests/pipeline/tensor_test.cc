@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "pipeline_test_util.h"
+
 namespace recflow::pipeline {
 namespace {
+
+using testing::RecordingMemory;
 
 TEST(TensorTest, SlicesAndReshapesShareStorage) {
   const float v[] = {1, 2, 3, 4, 5, 6};
@@ -67,6 +71,70 @@ TEST(TensorTest, BytesValuesRaggedRowsAndDecodeRaw) {
   EXPECT_THROW(Tensor::Ragged(Tensor::FromValues<int64_t>(values, Shape{5}),
                               Tensor::FromValues<int64_t>(wrong, Shape{2})),
                Error);
+}
+
+TEST(TensorTest, CopyIntoPutsNumbersAndBytesOfOneLengthInTheMemory) {
+  auto memory = std::make_shared<RecordingMemory>();
+  {
+    const float f[] = {1.5f, -2, 3, 4, 5, 6};
+    const Tensor floats = Tensor::FromValues<float>(f, Shape{2, 3});
+    const Tensor fc = floats.CopyInto(memory);
+    EXPECT_EQ(fc, floats);
+    EXPECT_NE(fc.raw_data(), floats.raw_data());
+    EXPECT_TRUE(memory->Holds(fc.raw_data(), fc.byte_size()));
+
+    const std::vector<std::string> s = {"abcd", "efgh", "ijkl"};
+    const Tensor strings = Tensor::FromStrings(s, Shape{3});
+    const Tensor sc = strings.CopyInto(memory);
+    EXPECT_EQ(sc, strings);
+    EXPECT_TRUE(memory->Holds(sc.bytes(0).data(), 12));
+    // decode_raw's form views the copy: what a GPU copies from.
+    const Tensor raw = sc.BytesAsUInt8();
+    EXPECT_EQ(raw.shape(), (Shape{3, 4}));
+    EXPECT_EQ(raw.raw_data(), sc.bytes(0).data());
+    // A row of the copy is a view into the same block.
+    EXPECT_EQ(sc.Slice(2).bytes(0), "ijkl");
+
+    const Tensor scalar = Tensor::BytesScalar("xyz");
+    const Tensor scalar_copy = scalar.CopyInto(memory);
+    EXPECT_EQ(scalar_copy, scalar);
+    EXPECT_EQ(scalar_copy.shape().rank(), 0);
+    EXPECT_TRUE(memory->Holds(scalar_copy.bytes(0).data(), 3));
+    EXPECT_EQ(memory->live(), 3u);
+
+    // What has no one-array form stays where it is: bytes of mixed
+    // lengths, ragged tensors, no values.
+    const std::vector<std::string> uneven = {"a", "bc"};
+    const Tensor mixed = Tensor::FromStrings(uneven, Shape{2});
+    EXPECT_EQ(mixed.CopyInto(memory).bytes(0).data(), mixed.bytes(0).data());
+    const int64_t values[] = {1, 2, 3};
+    const int64_t lengths[] = {1, 2};
+    const Tensor ragged =
+        Tensor::Ragged(Tensor::FromValues<int64_t>(values, Shape{3}),
+                       Tensor::FromValues<int64_t>(lengths, Shape{2}));
+    EXPECT_EQ(ragged.CopyInto(memory).raw_data(), ragged.raw_data());
+    const Tensor none = Tensor::Allocate(DType::kFloat32, Shape{0, 4});
+    EXPECT_EQ(none.CopyInto(memory).shape(), (Shape{0, 4}));
+    EXPECT_EQ(memory->live(), 3u);
+
+    Element e;
+    e.Set("x", floats);
+    e.Set("s", strings);
+    e.Set("mixed", mixed);
+    e.CopyInto(memory);
+    EXPECT_EQ(testing::OutsideMemory(e, *memory), "");
+    EXPECT_EQ(e["x"], floats);
+    EXPECT_EQ(e["mixed"].raw_data(), mixed.raw_data());
+    EXPECT_EQ(memory->live(), 5u);
+  }
+  // Every block went back when its last tensor went.
+  EXPECT_EQ(memory->live(), 0u);
+  EXPECT_EQ(memory->bad_frees(), 0u);
+
+  const Tensor t = Tensor::Scalar<int64_t>(7);
+  auto device = std::make_shared<RecordingMemory>(MemoryKind::kDevice);
+  EXPECT_THROW(t.CopyInto(device), Error);
+  EXPECT_THROW(t.CopyInto(nullptr), Error);
 }
 
 TEST(TensorTest, EqualityAndTheElementsNames) {
