@@ -39,9 +39,12 @@
 //     adds to a step.
 //   CudaPipeline/<model>: the same steps fed by the input pipeline from a
 //     TFRecord file (shuffle, repeat, batch, parse, prefetch) with the
-//     backend's Prefetch copying each batch on its copy stream; with
-//     /input_threads:N, the pipeline on N threads instead of one per core
-//     (cores - 1: a core left to the training thread; 2).
+//     backend's Prefetch copying each batch on its copy stream, the
+//     batches delivered in the backend's pinned memory (InputMemory(), as
+//     the Estimator asks); with /input_threads:N, the pipeline on N
+//     threads instead of one per core (cores - 1: a core left to the
+//     training thread; 2); /pageable: the batches in ordinary memory,
+//     which Prefetch packs into pinned memory on the training thread.
 //
 // Each Step benchmark runs model_fn + backward + Adam update on an
 // in-memory batch of 128 Fashion-MNIST-shaped examples (random pixels), so
@@ -781,7 +784,7 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl) {
 // `input_threads`: the pipeline's threads (0: one per core, as the
 // Estimator's default).
 void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
-                  int input_threads) {
+                  int input_threads, bool pinned_input) {
   Backend& be = *CudaBackend();
   const std::string path =
       (std::filesystem::temp_directory_path() / "recflow_train_bench.tfrecord")
@@ -812,7 +815,10 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
           .Batch(kBatch, true)
           .Parse(spec, parse)
           .Prefetch(2)
-          .MakeIterator({.threads = input_threads, .optimize = fused});
+          .MakeIterator(
+              {.threads = input_threads,
+               .optimize = fused,
+               .output_memory = pinned_input ? be.InputMemory() : nullptr});
   state.counters["input_threads"] = it.context().threads();
   // The input alone on the training thread (next batch + its copy), per
   // batch, in the same run: what the steps below pay for their input.
@@ -877,12 +883,17 @@ void RegisterCuda() {
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((std::string("CudaPipeline/") + m).c_str(),
-                                 CudaPipeline, std::string(m), true, 0)
+                                 CudaPipeline, std::string(m), true, 0, true)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        (std::string("CudaPipeline/") + m + "/pageable").c_str(), CudaPipeline,
+        std::string(m), true, 0, false)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(
         (std::string("CudaPipelineUnfused/") + m).c_str(), CudaPipeline,
-        std::string(m), false, 0)
+        std::string(m), false, 0, true)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
     // One input thread per core and the training thread make one thread
@@ -894,7 +905,7 @@ void RegisterCuda() {
       if (threads < 1 || threads >= cores) continue;
       benchmark::RegisterBenchmark(
           fmt::format("CudaPipeline/{}/input_threads:{}", m, threads).c_str(),
-          CudaPipeline, std::string(m), true, threads)
+          CudaPipeline, std::string(m), true, threads, true)
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond);
     }

@@ -97,6 +97,13 @@ class Backend {
   // the same tensors finds them there (TF's prefetch_to_device).  Host
   // backends ignore it.
   virtual void Prefetch(const pipeline::Element& element) { (void)element; }
+  // Host memory the input should arrive in, for the pipeline's
+  // IteratorOptions::output_memory: the CUDA backend's pinned memory, from
+  // which Prefetch and ToDevice copy without packing the tensors into a
+  // pinned buffer first (so the pipeline's threads make the one host copy,
+  // not the thread that launches the step).  Null (the default): any host
+  // memory serves.
+  virtual std::shared_ptr<pipeline::Allocator> InputMemory() { return nullptr; }
   // Waits for every call made so far; throws a pending device error.
   virtual void Synchronize() {}
 

@@ -1,7 +1,8 @@
 // The CUDA backend: cuBLAS for matrix products, cuDNN for convolutions,
 // recflow's own kernels (cuda_kernels.cu) for the rest, all on one compute
-// stream; input staged through pinned memory on a copy stream; memory from
-// a caching allocator (cuda_allocator.h).
+// stream; input copied on a copy stream from pinned memory (the pipeline
+// delivers batches in InputMemory(); other input is packed into a pinned
+// buffer first); memory from a caching allocator (cuda_allocator.h).
 //
 // cuDNN 9 marks its descriptor-based convolution API deprecated in favour
 // of the graph API, whose usable form is the cudnn-frontend C++ library (not
@@ -227,12 +228,25 @@ class CudaBackend final : public Backend {
     if (auto hit = FromSlots(h)) return *hit;
     Tensor out = Allocate(h.dtype(), h.shape());
     if (h.byte_size() == 0) return out;
-    // From pageable memory the copy returns once the source is staged, so
-    // `h` may go when this returns.
     Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), h.raw_data(),
                           h.byte_size(), cudaMemcpyHostToDevice, compute_),
           index_, "copying input to the GPU");
+    // From pageable memory the copy returns once the source is staged, so
+    // `h` may go when this returns.  From pinned memory (InputMemory's) it
+    // runs later: `h` is held until the compute stream has been waited
+    // for, so that its block is not reused and rewritten before.
+    if (IsPinned(h.raw_data())) {
+      held_.push_back(h);
+      if (held_.size() > kMaxHeld) {
+        Check(cudaStreamSynchronize(compute_), index_, "copying input");
+        held_.clear();
+      }
+    }
     return out;
+  }
+
+  std::shared_ptr<pipeline::Allocator> InputMemory() override {
+    return pinned_alloc_;
   }
 
   Tensor ToHost(const Tensor& t) override {
@@ -260,11 +274,18 @@ class CudaBackend final : public Backend {
     }
     Slot& slot = slots_[next_slot_++ % slots_.size()];
     // The slot's last copy (three prefetches ago) must be done before its
-    // pinned buffer is refilled.
+    // pinned buffer is refilled and the host tensors it copied from go.
     Check(cudaEventSynchronize(slot.copied), index_, "waiting for a copy");
     slot.entries.clear();
-    size_t total = 0;
-    std::vector<Tensor> parts;
+    // Tensors in pinned memory (the pipeline delivers in InputMemory()) are
+    // copied from where they are; the others are packed into the slot's
+    // pinned buffer first, and copied in one piece.
+    struct Part {
+      Tensor host;
+      bool pinned;
+    };
+    std::vector<Part> parts;
+    size_t total = 0, packed = 0;
     for (const auto& c : element.components) {
       if (c.tensor.device() != Device::kCpu) continue;
       Tensor h;
@@ -274,43 +295,65 @@ class CudaBackend final : public Backend {
         continue;  // not copyable as one array: ToDevice will say why
       }
       if (h.byte_size() == 0) continue;
+      const bool pinned = IsPinned(h.raw_data());
       total += Align(h.byte_size());
-      parts.push_back(std::move(h));
+      if (!pinned) packed += Align(h.byte_size());
+      parts.push_back({std::move(h), pinned});
     }
     if (total == 0) return;
     // A tensor handed out from this slot that someone still holds keeps
     // the old device buffer; the slot takes a new one.
     const bool still_held = slot.lease.use_count() > 1;
     if (slot.capacity < total || still_held) {
-      slot.pinned = Tensor();
       slot.device = Tensor();
       const auto bytes =
           static_cast<int64_t>(Align(std::max(total * 5 / 4, slot.capacity)));
-      slot.pinned =
-          Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
       slot.device = Allocate(DType::kUInt8, Shape{bytes});
       slot.capacity = static_cast<size_t>(bytes);
     }
+    if (slot.pinned_capacity < packed) {
+      slot.pinned = Tensor();
+      const auto bytes = static_cast<int64_t>(Align(packed * 5 / 4));
+      slot.pinned =
+          Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
+      slot.pinned_capacity = static_cast<size_t>(bytes);
+    }
     slot.lease = std::make_shared<Tensor>(slot.device);
-    char* pinned = const_cast<char*>(slot.pinned.raw_data());
+    char* device = const_cast<char*>(slot.device.raw_data());
+    // The packed parts first, [0, packed) of the device buffer.
     size_t at = 0;
-    for (Tensor& h : parts) {
-      std::memcpy(pinned + at, h.raw_data(), h.byte_size());
-      slot.entries.push_back({std::move(h), at});
-      at += Align(slot.entries.back().host.byte_size());
+    for (Part& p : parts) {
+      if (p.pinned) continue;
+      const size_t bytes = p.host.byte_size();
+      std::memcpy(const_cast<char*>(slot.pinned.raw_data()) + at,
+                  p.host.raw_data(), bytes);
+      slot.entries.push_back({std::move(p.host), at});
+      at += Align(bytes);
     }
     // The device buffer may still be read by the step that used this slot
-    // last; the copy waits for that, not for anything later.
+    // last; the copies wait for that, not for anything later.
     Check(cudaStreamWaitEvent(copy_, slot.consumed, 0), index_,
           "ordering the input copy");
-    Check(cudaMemcpyAsync(const_cast<char*>(slot.device.raw_data()), pinned, at,
-                          cudaMemcpyHostToDevice, copy_),
-          index_, "copying input to the GPU");
+    if (packed > 0) {
+      Check(cudaMemcpyAsync(device, slot.pinned.raw_data(), packed,
+                            cudaMemcpyHostToDevice, copy_),
+            index_, "copying input to the GPU");
+    }
+    for (Part& p : parts) {
+      if (!p.pinned) continue;
+      const size_t bytes = p.host.byte_size();
+      Check(cudaMemcpyAsync(device + at, p.host.raw_data(), bytes,
+                            cudaMemcpyHostToDevice, copy_),
+            index_, "copying input to the GPU");
+      slot.entries.push_back({std::move(p.host), at});
+      at += Align(bytes);
+    }
     Check(cudaEventRecord(slot.copied, copy_), index_, "cudaEventRecord");
   }
 
   void Synchronize() override {
     Check(cudaStreamSynchronize(compute_), index_, "running the step");
+    held_.clear();  // their copies have run
     if (err_host_->code != 0) {
       const cuda::DeviceError e = *err_host_;
       std::memset(err_host_, 0, sizeof(cuda::DeviceError));
@@ -663,7 +706,8 @@ class CudaBackend final : public Backend {
     };
     Tensor pinned, device;
     std::shared_ptr<const void> lease;  // held by the views handed out
-    size_t capacity = 0;
+    size_t capacity = 0;                // of device
+    size_t pinned_capacity = 0;         // of pinned
     cudaEvent_t copied = nullptr, consumed = nullptr;
     std::vector<Entry> entries;
   };
@@ -784,6 +828,17 @@ class CudaBackend final : public Backend {
   Tensor Workspace(size_t bytes) {
     if (bytes == 0) return Tensor();
     return Allocate(DType::kUInt8, Shape{static_cast<int64_t>(bytes)});
+  }
+
+  // Whether `p` is page-locked host memory, which the GPU copies from
+  // asynchronously (InputMemory()'s, or pinned by anyone else).
+  static bool IsPinned(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // clears the error it leaves
+      return false;
+    }
+    return a.type == cudaMemoryTypeHost;
   }
 
   // `t` (in HostNumeric's form) as Prefetch staged it: a view of the slot's
@@ -942,6 +997,10 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::shared_ptr<CachingAllocator> device_alloc_, pinned_alloc_;
+  // Pinned sources of ToDevice's copies that may not have run yet: held
+  // until the compute stream is next waited for (at most kMaxHeld).
+  static constexpr size_t kMaxHeld = 64;
+  std::vector<Tensor> held_;
   cuda::DeviceError* err_host_ = nullptr;
   cuda::DeviceError* err_dev_ = nullptr;
   std::array<Slot, 3> slots_;

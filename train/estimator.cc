@@ -212,6 +212,9 @@ void Estimator::Log(std::string_view line) const {
 pipeline::IteratorOptions Estimator::InputOptions() const {
   pipeline::IteratorOptions o;
   o.threads = config_.input_threads;
+  // Batches arrive in the memory the backend copies from (a GPU's pinned
+  // memory), made there by the pipeline's threads.
+  o.output_memory = backend_->InputMemory();
   if (o.threads == 0 && world_->local_size() > 1) {
     // Ranks on one host share its cores rather than each taking all (the
     // cores this process may run on: mpirun may have bound it to some).

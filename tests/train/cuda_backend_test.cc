@@ -2,7 +2,8 @@
 // forward and backward on random inputs (tolerances per op below), one
 // whole training step of each canned model, checkpoints moving between the
 // devices, the caching allocator, device errors and host-only accessors,
-// and the gradients' NCCL all-reduce (one rank: one GPU).
+// input from pinned memory, and the gradients' NCCL all-reduce (one rank:
+// one GPU).
 // Label `gpu`.  Without a usable GPU (or in a build without CUDA) every
 // test but the first is skipped with the reason.
 #include <gtest/gtest.h>
@@ -455,6 +456,57 @@ TEST(CudaBackendTest, DeviceTensorsRefuseHostReadsAndPrefetchedInputArrives) {
     EXPECT_TRUE(gpu.ToHost(gpu.ToDevice(e["x"])) == e["x"]);
   }
   EXPECT_TRUE(gpu.ToHost(held) == first["x"]);
+}
+
+// Input already in InputMemory() (pinned: the pipeline delivers batches
+// there for the Estimator) is copied from where it is, beside pageable
+// tensors of the same element that Prefetch packs; a pinned tensor given
+// to ToDevice is held until its copy has run, so its block is not handed
+// out again and rewritten before.
+TEST(CudaBackendTest, InputInPinnedMemoryIsCopiedFromWhereItIs) {
+  REQUIRE_GPU();
+  Backend& gpu = *Gpu(nullptr);
+  const std::shared_ptr<pipeline::Allocator> pinned = gpu.InputMemory();
+  ASSERT_NE(pinned, nullptr);
+  EXPECT_EQ(pinned->kind(), pipeline::MemoryKind::kPinnedHost);
+  EXPECT_EQ(Cpu().InputMemory(), nullptr);
+  for (int round = 0; round < 7; ++round) {
+    pipeline::Element e;
+    e.Set("x", Random({8, 5}, 100 + round).CopyInto(pinned));
+    e.Set("y", Random({33}, 200 + round));
+    std::vector<std::string> rows;
+    for (int r = 0; r < 8; ++r) {
+      rows.push_back(std::string(4, char('a' + r + round)));
+    }
+    e.Set("raw", Tensor::FromStrings(rows, Shape{8}).CopyInto(pinned));
+    gpu.Prefetch(e);
+    EXPECT_TRUE(gpu.ToHost(gpu.ToDevice(e["x"])) == e["x"]) << round;
+    EXPECT_TRUE(gpu.ToHost(gpu.ToDevice(e["y"])) == e["y"]) << round;
+    const Tensor raw = gpu.ToHost(gpu.ToDevice(e["raw"]));
+    ASSERT_EQ(raw.shape(), (Shape{8, 4}));
+    EXPECT_EQ(raw.values<uint8_t>()[4 * 3], uint8_t('a' + 3 + round));
+  }
+  // A long product first, so that the copy below is still queued when
+  // its source goes.
+  constexpr int64_t kN = 2048;
+  const Tensor a = gpu.ToDevice(Random({kN, kN}, 301));
+  Tensor c = gpu.Allocate(DType::kFloat32, Shape{kN, kN});
+  for (int i = 0; i < 8; ++i) {
+    gpu.Gemm(false, false, kN, kN, kN, 1.0f, a.data<float>(), a.data<float>(),
+             0.0f, c.mutable_data<float>());
+  }
+  const Tensor want = Random({4096}, 300);
+  Tensor d;
+  const char* block = nullptr;
+  {
+    const Tensor source = want.CopyInto(pinned);
+    block = source.raw_data();
+    d = gpu.ToDevice(source);
+  }
+  Tensor next = Tensor::Allocate(DType::kFloat32, Shape{4096}, pinned);
+  EXPECT_NE(next.raw_data(), block) << "a pinned source was reused";
+  std::memset(next.mutable_data<float>(), 0xff, next.byte_size());
+  EXPECT_TRUE(gpu.ToHost(d) == want);
 }
 
 // ---- Whole steps through the Estimator ---------------------------------
