@@ -700,6 +700,7 @@ class OneRankWorld final : public Collective {
   int local_rank() const override { return 0; }
   int local_size() const override { return 1; }
   std::string name() const override { return "one rank"; }
+  bool launched() const override { return true; }
   void AllReduce(std::span<float>, ReduceOp) override {}
   void AllReduce(std::span<double>, ReduceOp) override {}
   void AllReduce(std::span<int64_t>, ReduceOp) override {}

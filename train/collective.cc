@@ -14,6 +14,7 @@ class Local final : public Collective {
   int local_rank() const override { return 0; }
   int local_size() const override { return 1; }
   std::string name() const override { return "local"; }
+  bool launched() const override { return false; }
   void AllReduce(std::span<float>, ReduceOp) override {}
   void AllReduce(std::span<double>, ReduceOp) override {}
   void AllReduce(std::span<int64_t>, ReduceOp) override {}

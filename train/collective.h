@@ -44,6 +44,11 @@ class Collective {
   virtual int local_size() const = 0;
   // "local" or "mpi".
   virtual std::string name() const = 0;
+  // Whether this is the world of a job a launcher started (MPI's), whose
+  // gradients go through the all-reduce even with one rank (mpirun -np 1
+  // runs the path a job of many runs); false for a process alone
+  // (LocalCollective).
+  virtual bool launched() const = 0;
   // The chief writes checkpoints and summaries, as TF's chief worker.
   bool is_chief() const { return rank() == 0; }
 

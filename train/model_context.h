@@ -47,7 +47,7 @@ class ModelContext {
   VariableStore& variables() { return variables_; }
   MetricSet& metrics() { return metrics_; }
   // Null, or the data-parallel world: the gradients are averaged over it
-  // when it has more than one rank or is a launched job's (not "local").
+  // when it has more than one rank or is a launched job's (launched()).
   Collective* collective() { return collective_; }
   Mode mode() const { return mode_; }
   bool training() const { return mode_ == Mode::kTrain; }

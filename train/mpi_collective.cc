@@ -79,6 +79,7 @@ class Mpi final : public Collective {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
   std::string name() const override { return "mpi"; }
+  bool launched() const override { return true; }
 
   void AllReduce(std::span<float> data, ReduceOp op) override {
     AllReduceIn(data, MPI_FLOAT, op);

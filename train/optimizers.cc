@@ -75,7 +75,7 @@ void SumGradients(ModelContext& ctx) {
 // so that its path, NCCL's on a GPU, runs and is measured as the job of
 // many would run it.  A process alone (LocalCollective) skips it.
 bool AllReduces(const Collective* world) {
-  return world != nullptr && (world->size() > 1 || world->name() != "local");
+  return world != nullptr && (world->size() > 1 || world->launched());
 }
 
 }  // namespace

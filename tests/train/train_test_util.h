@@ -70,8 +70,8 @@ struct Fixture {
 // the same values), max and min leave the values, a broadcast leaves rank
 // 0's bytes; `local_rank` is this rank's index on its host.  It keeps the
 // float spans it was asked to all-reduce and
-// counts the broadcasts.  Its name is "fake", not "local": it stands for a
-// launched job.
+// counts the broadcasts.  It stands for a launched job's world
+// (launched()), so one rank of it all-reduces too.
 class FakeWorld : public train::Collective {
  public:
   explicit FakeWorld(int size, int local_rank = 0)
@@ -81,6 +81,7 @@ class FakeWorld : public train::Collective {
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_rank_ + 1; }
   std::string name() const override { return "fake"; }
+  bool launched() const override { return true; }
   void AllReduce(std::span<float> data, train::ReduceOp op) override {
     float_calls.push_back(data);
     Apply(data, op);
