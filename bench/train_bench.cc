@@ -33,6 +33,10 @@
 //     cuBLAS/cuDNN calls replayed alone, same shapes, same run) and
 //     library_share (library_ms / step time): what is outside the library
 //     kernels is launch and framework overhead.
+//   CudaStepGraph/<model>: CudaStep with each step captured into a CUDA
+//     graph and launched as one (RunConfig::cuda_graphs); counters
+//     graph_launches, graph_instantiations (graphs made anew, not
+//     updated) and captures_ended_early, over all its steps.
 //   CudaStepNccl/<model>: CudaStep with the gradients all-reduced by NCCL
 //     every step, over a one-rank communicator (one GPU: what a launched
 //     job of one rank runs); against CudaStep, what the all-reduce's path
@@ -44,7 +48,8 @@
 //     the Estimator asks); with /input_threads:N, the pipeline on N
 //     threads instead of one per core (cores - 1: a core left to the
 //     training thread; 2); /pageable: the batches in ordinary memory,
-//     which Prefetch packs into pinned memory on the training thread.
+//     which Prefetch packs into pinned memory on the training thread;
+//     /graphs: each step launched as one CUDA graph.
 //
 // Each Step benchmark runs model_fn + backward + Adam update on an
 // in-memory batch of 128 Fashion-MNIST-shaped examples (random pixels), so
@@ -689,8 +694,6 @@ std::shared_ptr<Backend> CudaBackend() {
 
 constexpr int kStepsPerIteration = 50;
 
-// Runs kStepsPerIteration steps per iteration on `next_batch`'s batches
-// and synchronises once; reports manual time.
 // A launched job of one rank, without MPI: the gradients take the
 // all-reduce's path (NCCL's on the GPU) and stay as they are.
 class OneRankWorld final : public Collective {
@@ -709,23 +712,32 @@ class OneRankWorld final : public Collective {
   void Abort(int code) override { std::exit(code); }
 };
 
-// `world`: null, or the world whose all-reduce every step runs.
+// Runs kStepsPerIteration steps per iteration on `next_batch`'s batches
+// and synchronises once; reports manual time.  `world`: null, or the world
+// whose all-reduce every step runs.  `graphs`: each step bracketed by
+// BeginStep/EndStep with step graphs on, as the Estimator runs it with
+// RunConfig::cuda_graphs.
 template <typename NextBatch>
 void RunCudaSteps(benchmark::State& state, const std::string& name,
-                  NextBatch next_batch, Collective* world = nullptr) {
+                  NextBatch next_batch, Collective* world = nullptr,
+                  bool graphs = false) {
   Backend& be = *CudaBackend();
   VariableStore vars(1, &be);
   MetricSet metrics;
   int64_t step = 0;
   const ModelFn fn = Model(name);
+  be.SetStepGraphs(graphs);
+  const Backend::StepGraphStats graphs_before = be.step_graph_stats();
   auto one_step = [&] {
     Features f = next_batch();
     const Tensor labels = f["label"];
     f.components.erase(f.components.begin() + 1);
+    be.BeginStep();
     ModelContext ctx(be, vars, metrics, Mode::kTrain, &step, 1, world);
     ctx.set_fetches(&kNoFetches);
     EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
     spec.train_op();
+    be.EndStep();
   };
   for (int i = 0; i < 20; ++i) one_step();  // plans, allocator, warm-up
   be.Synchronize();
@@ -741,6 +753,18 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
     seconds += s;
   }
   const double per_step = seconds / (state.iterations() * kStepsPerIteration);
+  if (graphs) {
+    const Backend::StepGraphStats g = be.step_graph_stats();
+    // Of all the steps run (warm-up included): launched as one graph, and
+    // graphs made anew rather than updated.
+    state.counters["graph_launches"] =
+        static_cast<double>(g.launches - graphs_before.launches);
+    state.counters["graph_instantiations"] =
+        static_cast<double>(g.instantiations - graphs_before.instantiations);
+    state.counters["captures_ended_early"] =
+        static_cast<double>(g.ended_early - graphs_before.ended_early);
+  }
+  be.SetStepGraphs(false);
   be.StartCallLog();
   one_step();
   be.StopCallLog();
@@ -754,8 +778,10 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
 }
 
 // A batch already on the device: the image as uint8 rows, the label.
-// `nccl`: every step's gradients through NCCL (CudaStepNccl).
-void CudaStep(benchmark::State& state, const std::string& name, bool nccl) {
+// `nccl`: every step's gradients through NCCL (CudaStepNccl); `graphs`:
+// each step launched as one CUDA graph (CudaStepGraph).
+void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
+              bool graphs) {
   Backend& be = *CudaBackend();
   const Features host = Batch();
   std::vector<uint8_t> pixels;
@@ -768,7 +794,8 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl) {
         be.ToDevice(Tensor::FromValues<uint8_t>(pixels, Shape{kBatch, 784})));
   f.Set("label", be.ToDevice(host["label"]));
   if (!nccl) {
-    RunCudaSteps(state, name, [&] { return f; });
+    RunCudaSteps(
+        state, name, [&] { return f; }, nullptr, graphs);
     return;
   }
   if (!NcclBuilt()) {
@@ -785,7 +812,7 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl) {
 // `input_threads`: the pipeline's threads (0: one per core, as the
 // Estimator's default).
 void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
-                  int input_threads, bool pinned_input) {
+                  int input_threads, bool pinned_input, bool graphs) {
   Backend& be = *CudaBackend();
   const std::string path =
       (std::filesystem::temp_directory_path() / "recflow_train_bench.tfrecord")
@@ -850,22 +877,25 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
   double next_seconds = 0;
   double prefetch_seconds = 0;
   int64_t batches = 0;
-  RunCudaSteps(state, name, [&] {
-    pipeline::Element e;
-    const auto t0 = std::chrono::steady_clock::now();
-    it.Next(&e);
-    const auto t1 = std::chrono::steady_clock::now();
-    // As the Estimator does: start the copy, then build the step.
-    be.Prefetch(e);
-    const auto t2 = std::chrono::steady_clock::now();
-    next_seconds += std::chrono::duration<double>(t1 - t0).count();
-    prefetch_seconds += std::chrono::duration<double>(t2 - t1).count();
-    ++batches;
-    Features f;
-    f.Set("image", e["image"]);
-    f.Set("label", e["label"]);
-    return f;
-  });
+  RunCudaSteps(
+      state, name,
+      [&] {
+        pipeline::Element e;
+        const auto t0 = std::chrono::steady_clock::now();
+        it.Next(&e);
+        const auto t1 = std::chrono::steady_clock::now();
+        // As the Estimator does: start the copy, then build the step.
+        be.Prefetch(e);
+        const auto t2 = std::chrono::steady_clock::now();
+        next_seconds += std::chrono::duration<double>(t1 - t0).count();
+        prefetch_seconds += std::chrono::duration<double>(t2 - t1).count();
+        ++batches;
+        Features f;
+        f.Set("image", e["image"]);
+        f.Set("label", e["label"]);
+        return f;
+      },
+      nullptr, graphs);
   if (batches > 0) {
     state.counters["next_in_step_us"] = next_seconds / batches * 1e6;
     state.counters["prefetch_in_step_us"] = prefetch_seconds / batches * 1e6;
@@ -874,29 +904,21 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
 }
 
 void RegisterCuda() {
-  for (const char* m : {"linear", "dnn", "cnn"}) {
-    benchmark::RegisterBenchmark((std::string("CudaStep/") + m).c_str(),
-                                 CudaStep, std::string(m), false)
+  const auto add = [](const std::string& name, auto fn, auto... args) {
+    benchmark::RegisterBenchmark(name.c_str(), fn, args...)
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((std::string("CudaStepNccl/") + m).c_str(),
-                                 CudaStep, std::string(m), true)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark((std::string("CudaPipeline/") + m).c_str(),
-                                 CudaPipeline, std::string(m), true, 0, true)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(
-        (std::string("CudaPipeline/") + m + "/pageable").c_str(), CudaPipeline,
-        std::string(m), true, 0, false)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(
-        (std::string("CudaPipelineUnfused/") + m).c_str(), CudaPipeline,
-        std::string(m), false, 0, true)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+  };
+  for (const char* c : {"linear", "dnn", "cnn"}) {
+    const std::string m = c;
+    add("CudaStep/" + m, CudaStep, m, false, false);
+    add("CudaStepGraph/" + m, CudaStep, m, false, true);
+    add("CudaStepNccl/" + m, CudaStep, m, true, false);
+    add("CudaPipeline/" + m, CudaPipeline, m, true, 0, true, false);
+    add("CudaPipeline/" + m + "/pageable", CudaPipeline, m, true, 0, false,
+        false);
+    add("CudaPipeline/" + m + "/graphs", CudaPipeline, m, true, 0, true, true);
+    add("CudaPipelineUnfused/" + m, CudaPipeline, m, false, 0, true, false);
     // One input thread per core and the training thread make one thread
     // more than cores: while the input refills its prefetch buffer it can
     // take the core of the thread that launches the GPU's work.  The same
@@ -904,11 +926,8 @@ void RegisterCuda() {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     for (int threads : {cores - 1, 2}) {
       if (threads < 1 || threads >= cores) continue;
-      benchmark::RegisterBenchmark(
-          fmt::format("CudaPipeline/{}/input_threads:{}", m, threads).c_str(),
-          CudaPipeline, std::string(m), true, threads, true)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      add(fmt::format("CudaPipeline/{}/input_threads:{}", m, threads),
+          CudaPipeline, m, true, threads, true, false);
     }
   }
 }

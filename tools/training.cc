@@ -210,6 +210,7 @@ TrainResult RunTraining(const TrainJob& job) {
   config.log_step_count_steps = job.live ? 0 : 500;
   config.threads = job.threads;
   config.device = job.device;
+  config.cuda_graphs = job.cuda_graphs;
   const auto lr = train::ConstantLearningRate(job.learning_rate);
   train::ModelFn model_fn;
   if (job.model == "linear") {
@@ -322,6 +323,7 @@ TrainResult RunTraining(const TrainJob& job) {
   result.eval_seconds = std::max(0.0, total - result.train_seconds);
   result.preempted_by = preemption->preempted_by();
   result.ranks = static_cast<int>(ranks);
+  result.graph_launches = est.backend().step_graph_stats().launches;
   return result;
 }
 

@@ -46,6 +46,7 @@ struct TrainJob {
   uint64_t seed = 1;
   int threads = 0;
   std::string device = "cpu";  // cpu, cuda, cuda:N
+  bool cuda_graphs = false;    // RunConfig::cuda_graphs
   int64_t save_checkpoints_steps = 500;
   bool live = false;                          // a progress line on stderr
   std::function<void(std::string_view)> log;  // null: stderr
@@ -67,6 +68,8 @@ struct TrainResult {
   std::string columns;   // the feature columns used, for the story
   int preempted_by = 0;  // SIGTERM/SIGINT that stopped it (checkpointed)
   int ranks = 1;         // processes that trained together
+  // Training steps launched as one CUDA graph (RunConfig::cuda_graphs).
+  uint64_t graph_launches = 0;
 };
 
 TrainResult RunTraining(const TrainJob& job);

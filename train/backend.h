@@ -299,6 +299,39 @@ class Backend {
   virtual void AllReduceSum(Collective& world,
                             std::span<const std::span<float>> buffers);
 
+  // --- Steps ----------------------------------------------------------------
+  // A training step's calls come between BeginStep and EndStep (the
+  // Estimator brackets each training step so; AbortStep ends one that an
+  // exception left).  A backend may run them as one unit.  The CUDA
+  // backend with step graphs on (SetStepGraphs) captures the step's work
+  // on its compute stream into a CUDA graph and launches it at EndStep:
+  // one launch for the step's kernels, library calls and copies, whose
+  // own launches cost a small model more than the kernels themselves.
+  // The executable graph of the step before is updated in place when only
+  // kernel parameters changed (pointers, step sizes), and made anew when
+  // the work changed (another batch shape).  A call that needs the host to
+  // wait or to copy from pageable memory (ToHost, Synchronize, Prefetch, a
+  // ToDevice of input Prefetch did not stage, a first convolution plan or
+  // NCCL communicator) ends the capture: what was captured is launched
+  // and the rest of the step runs call by call (after three such steps in
+  // a row, every step does).  The first kWarmUpSteps steps after
+  // SetStepGraphs(true) run call by call (plans, variables).
+  // Results are those of the same calls made one by one.  Host backends
+  // ignore all of this.
+  virtual void BeginStep() {}
+  virtual void EndStep() {}
+  virtual void AbortStep() {}
+  virtual void SetStepGraphs(bool on) { (void)on; }
+  static constexpr int kWarmUpSteps = 2;
+  // Steps run as one launched graph so far, and of them the graphs made
+  // anew (the rest updated the graph before).
+  struct StepGraphStats {
+    uint64_t launches = 0;
+    uint64_t instantiations = 0;
+    uint64_t ended_early = 0;  // captures a waiting call ended mid-step
+  };
+  virtual StepGraphStats step_graph_stats() const { return {}; }
+
   // --- Measurement (train_bench) -------------------------------------------
   // Logs the library calls (cuBLAS GEMMs, cuDNN convolutions) made between
   // StartCallLog and StopCallLog; TimeCallLog(reps) replays exactly those

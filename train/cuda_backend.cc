@@ -183,8 +183,15 @@ class CudaBackend final : public Backend {
 
   ~CudaBackend() override {
     cudaSetDevice(index_);
+    if (capturing_) {  // left by an error: nothing of it runs
+      cudaGraph_t graph = nullptr;
+      cudaStreamEndCapture(compute_, &graph);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      cudaGetLastError();
+    }
     cudaStreamSynchronize(copy_);
     cudaStreamSynchronize(compute_);
+    if (exec_ != nullptr) cudaGraphExecDestroy(exec_);
 #if RECFLOW_NCCL_BUILT
     // Unwinding from an error, the other ranks may never join a clean
     // teardown: abort the communicator (local, never waits) instead.
@@ -228,6 +235,8 @@ class CudaBackend final : public Backend {
     if (auto hit = FromSlots(h)) return *hit;
     Tensor out = Allocate(h.dtype(), h.shape());
     if (h.byte_size() == 0) return out;
+    // A captured copy would read the host memory again at each launch.
+    StopCapture();
     Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), h.raw_data(),
                           h.byte_size(), cudaMemcpyHostToDevice, compute_),
           index_, "copying input to the GPU");
@@ -251,6 +260,7 @@ class CudaBackend final : public Backend {
 
   Tensor ToHost(const Tensor& t) override {
     if (t.device() == Device::kCpu) return t;
+    StopCapture();
     if (t.dtype() == DType::kBytes) {
       throw Error("a device tensor holds numbers, never bytes");
     }
@@ -265,6 +275,7 @@ class CudaBackend final : public Backend {
   }
 
   void Prefetch(const pipeline::Element& element) override {
+    StopCapture();  // its events and waits join the copy stream's work
     // Everything the steps before this one read from their slots is
     // queued by now: the slot handed out last is free once that has run.
     if (next_slot_ > 0) {
@@ -352,6 +363,7 @@ class CudaBackend final : public Backend {
   }
 
   void Synchronize() override {
+    StopCapture();
     Check(cudaStreamSynchronize(compute_), index_, "running the step");
     held_.clear();  // their copies have run
     if (err_host_->code != 0) {
@@ -613,6 +625,56 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // --- Step graphs (Backend::BeginStep) -------------------------------------
+
+  void SetStepGraphs(bool on) override {
+    StopCapture();
+    graphs_ = on;
+    graph_steps_ = 0;
+    ended_early_in_row_ = 0;
+  }
+
+  void BeginStep() override {
+    if (!graphs_ || capturing_) return;
+    if (graph_steps_++ < kWarmUpSteps) return;
+    // Steps that keep ending their capture early (a model_fn that fetches
+    // a value every step) would make a new graph each time: call by call.
+    if (ended_early_in_row_ >= kMaxEndedEarlyInRow) return;
+    step_captured_ = true;
+    // The input this step reads was copied by Prefetch on the copy stream:
+    // waited for here, outside the capture.
+    for (Slot& s : slots_) {
+      Check(cudaStreamWaitEvent(compute_, s.copied, 0), index_,
+            "waiting for the input copy");
+    }
+    Check(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed),
+          index_, "capturing the step (cudaStreamBeginCapture)");
+    capturing_ = true;
+  }
+
+  void EndStep() override {
+    if (capturing_) {
+      EndCapture();
+      ended_early_in_row_ = 0;
+    } else if (step_captured_) {
+      ++ended_early_in_row_;
+    }
+    step_captured_ = false;
+  }
+
+  void AbortStep() override {
+    step_captured_ = false;
+    if (!capturing_) return;
+    // The step failed: what it captured is dropped, not run.
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(compute_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+
+  StepGraphStats step_graph_stats() const override { return graph_stats_; }
+
   // --- Library-call log (train_bench) ----------------------------------------
 
   void StartCallLog() override {
@@ -621,6 +683,7 @@ class CudaBackend final : public Backend {
   }
   void StopCallLog() override { log_calls_ = false; }
   std::optional<double> TimeCallLog(int reps) override {
+    StopCapture();
     log_calls_ = false;
     // Fresh buffers of the logged shapes: replaying on the step's own
     // pointers could overwrite live variables.
@@ -728,6 +791,7 @@ class CudaBackend final : public Backend {
       }
       return nccl_;
     }
+    StopCapture();  // joining waits for the other ranks
     ncclUniqueId id{};
     if (world.rank() == 0) {
       Check(ncclGetUniqueId(&id), index_, "ncclGetUniqueId");
@@ -830,6 +894,58 @@ class CudaBackend final : public Backend {
     return Allocate(DType::kUInt8, Shape{static_cast<int64_t>(bytes)});
   }
 
+  // Ends the capture of the step and launches the graph it made, into the
+  // executable graph of the steps before when only parameters changed
+  // (cudaGraphExecUpdate: in-flight launches keep theirs), else into a new
+  // one.  Throws Error (and runs call by call from then on) when the
+  // capture was invalidated: nothing of it ran.
+  void EndCapture() {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t e = cudaStreamEndCapture(compute_, &graph);
+    if (e != cudaSuccess || graph == nullptr) {
+      cudaGetLastError();
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      graphs_ = false;
+      Fail(index_, "capturing the step into a CUDA graph",
+           fmt::format("{}; the step's work since it began is lost, and "
+                       "steps run call by call from now on (train without "
+                       "--cuda-graphs)",
+                       cudaGetErrorString(e)));
+    }
+    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> owned(
+        graph, &cudaGraphDestroy);
+    size_t nodes = 0;
+    Check(cudaGraphGetNodes(graph, nullptr, &nodes), index_,
+          "cudaGraphGetNodes");
+    if (nodes == 0) return;
+    bool updated = false;
+    if (exec_ != nullptr) {
+      cudaGraphExecUpdateResultInfo info{};
+      updated = cudaGraphExecUpdate(exec_, graph, &info) == cudaSuccess;
+      if (!updated) cudaGetLastError();  // another topology: made anew
+    }
+    if (!updated) {
+      if (exec_ != nullptr) {
+        cudaGraphExecDestroy(exec_);
+        exec_ = nullptr;
+      }
+      Check(cudaGraphInstantiate(&exec_, graph, 0), index_,
+            "cudaGraphInstantiate");
+      ++graph_stats_.instantiations;
+    }
+    Check(cudaGraphLaunch(exec_, compute_), index_, "cudaGraphLaunch");
+    ++graph_stats_.launches;
+  }
+
+  // Before a call that cannot be captured: the step so far is launched,
+  // and the rest of it runs call by call.
+  void StopCapture() {
+    if (!capturing_) return;
+    ++graph_stats_.ended_early;
+    EndCapture();
+  }
+
   // Whether `p` is page-locked host memory, which the GPU copies from
   // asynchronously (InputMemory()'s, or pinned by anyone else).
   static bool IsPinned(const void* p) {
@@ -852,8 +968,12 @@ class CudaBackend final : public Backend {
             !(e.host.shape() == t.shape())) {
           continue;
         }
-        Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
-              "waiting for the input copy");
+        // Captured steps waited for every slot's copy in BeginStep: a
+        // captured wait for an event recorded outside is not allowed.
+        if (!capturing_) {
+          Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
+                "waiting for the input copy");
+        }
         return Tensor::View(e.host.dtype(), e.host.shape(),
                             slot.device.raw_data() + e.offset, slot.lease,
                             Device::kCuda);
@@ -875,6 +995,7 @@ class CudaBackend final : public Backend {
         g.out_c,    g.pad_top,  g.pad_left, static_cast<int64_t>(g.padding)};
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
+    StopCapture();  // finding the algorithms runs and waits for the GPU
     ConvPlan p;
     // cuDNN's output size with symmetric padding pad_top/pad_left.
     const int64_t sym_h =
@@ -997,6 +1118,16 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   cudnnHandle_t cudnn_ = nullptr;
   std::shared_ptr<CachingAllocator> device_alloc_, pinned_alloc_;
+  // Step graphs: on; the compute stream is capturing; steps begun since
+  // they were turned on; the executable graph of the last captured step.
+  bool graphs_ = false;
+  bool capturing_ = false;
+  bool step_captured_ = false;  // this step began a capture
+  int ended_early_in_row_ = 0;  // steps whose capture a call ended early
+  static constexpr int kMaxEndedEarlyInRow = 3;
+  int64_t graph_steps_ = 0;
+  cudaGraphExec_t exec_ = nullptr;
+  StepGraphStats graph_stats_;
   // Pinned sources of ToDevice's copies that may not have run yet: held
   // until the compute stream is next waited for (at most kMaxHeld).
   static constexpr size_t kMaxHeld = 64;

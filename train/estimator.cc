@@ -190,6 +190,7 @@ Estimator::Estimator(ModelFn model_fn, RunConfig config,
                        ? throw Error("RunConfig.model_dir is empty")
                        : config_.model_dir,
                    config_.keep_checkpoint_max) {
+  backend_->SetStepGraphs(config_.cuda_graphs);
   if (world_->size() > 1) {
     // Every rank initialises as the chief does: initial values are a
     // function of the seed and the variable's name only.
@@ -472,10 +473,20 @@ int64_t Estimator::RunLoop(TrainingSession& session, const Hooks& hooks,
       for (const SessionRunArgs& a : args) {
         fetches.insert(fetches.end(), a.fetches.begin(), a.fetches.end());
       }
-      EstimatorSpec spec =
-          RunModel(session, element, loop.mode, &ctx, &labels,
-                   loop.mode == Mode::kTrain ? &fetches : nullptr);
-      const std::function<double()> loss = loop.step(spec, local_batch);
+      // A training step's calls, which a backend may run as one unit (a
+      // CUDA graph); the hooks' fetches come after it.
+      if (training) backend_->BeginStep();
+      EstimatorSpec spec;
+      std::function<double()> loss;
+      try {
+        spec = RunModel(session, element, loop.mode, &ctx, &labels,
+                        training ? &fetches : nullptr);
+        loss = loop.step(spec, local_batch);
+      } catch (...) {
+        if (training) backend_->AbortStep();
+        throw;
+      }
+      if (training) backend_->EndStep();
       ++batches;
       AfterRun(*backend_, hooks, args, run, spec, loss, session.global_step_,
                batch);

@@ -95,6 +95,12 @@ struct RunConfig {
   // same model_fn, hooks and checkpoints work on each; a checkpoint written
   // on one device restores on the other.
   std::string device = "cpu";
+  // On a GPU, each training step after the first two is captured into a
+  // CUDA graph and launched as one (Backend::BeginStep): for small models,
+  // whose steps cost more in kernel launches than in kernels.  The same
+  // results; off by default until measured faster (docs/PERFORMANCE.md).
+  // The CPU ignores it.
+  bool cuda_graphs = false;
 };
 
 using Features = pipeline::Element;

@@ -71,11 +71,15 @@ TEST(TrainCommandTest, TrainsEvaluatesAndResumesOnRerun) {
     EXPECT_TRUE(j["eval"].contains("precision"));
     EXPECT_TRUE(std::filesystem::exists(
         dir.File("model-" + model + "/model.ckpt-200")));
-    const Result again = Recflow(dir, TrainArgs(dir, model, 260));
+    EXPECT_EQ(j["cuda_graph_launches"], 0);
+    // --cuda-graphs is for a GPU: the CPU trains as without it.
+    const Result again =
+        Recflow(dir, TrainArgs(dir, model, 260) + " --cuda-graphs");
     ASSERT_EQ(again.code, 0) << again.err;
     j = again.Json();
     EXPECT_EQ(j["start_step"], 200);
     EXPECT_EQ(j["global_step"], 260);
+    EXPECT_EQ(j["cuda_graph_launches"], 0);
   }
 }
 

@@ -667,6 +667,65 @@ class MallocHook : public SessionRunHook {
   Backend& be_;
 };
 
+// RunConfig::cuda_graphs: each step after the warm-up captured into a
+// CUDA graph and launched as one; the same variables as steps launched
+// call by call, over a last partial batch (other shapes: a graph made
+// anew, and for the CNN new convolution plans, which end the capture
+// early).  A step that throws drops its capture and leaves the backend
+// usable.
+TEST(CudaBackendTest, StepGraphsTrainAsCallByCall) {
+  REQUIRE_GPU();
+  const InputFn input = [] {
+    return pipeline::Dataset::FromTensorSlices(SyntheticImages(96, 5))
+        .Repeat(2)
+        .Batch(20);  // 9 batches of 20, then 12
+  };
+  for (const auto& [name, fn] : CannedModels()) {
+    SCOPED_TRACE(name);
+    recflow::testing::TempDir dir;
+    const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
+    RunConfig config;
+    config.seed = 3;
+    config.log_step_count_steps = 0;
+    config.save_summary_steps = 0;
+    EstimatorOptions options;
+    options.log = [](std::string_view) {};
+    options.backend = be;
+    config.model_dir = (dir.path() / "calls").string();
+    Estimator calls(fn, config, options);
+    EXPECT_EQ(calls.Train(input, {}, std::nullopt, 100), 10);
+    EXPECT_EQ(be->step_graph_stats().launches, 0u);
+    config.model_dir = (dir.path() / "graphs").string();
+    config.cuda_graphs = true;
+    Estimator graphs(fn, config, options);
+    EXPECT_EQ(graphs.Train(input, {}, std::nullopt, 100), 10);
+    const Backend::StepGraphStats s = be->step_graph_stats();
+    // Steps 3 to 10 captured (a capture ended early launches too).
+    EXPECT_GE(s.launches, 8u);
+    EXPECT_GE(s.instantiations, 1u);
+    EXPECT_LT(s.instantiations, s.launches);  // the rest were updates
+    ExpectSameCheckpoints(*calls.latest_checkpoint(),
+                          *graphs.latest_checkpoint(), 1e-5);
+
+    // A step that throws while it is captured.
+    config.model_dir = (dir.path() / "throws").string();
+    const ModelFn throwing = [fn = fn](const Features& f, const Tensor* labels,
+                                       Mode mode, ModelContext& ctx) {
+      EstimatorSpec spec = fn(f, labels, mode, ctx);
+      if (ctx.global_step() == 4) throw Error("step 4 fails");
+      return spec;
+    };
+    Estimator failing(throwing, config, options);
+    EXPECT_THROW(failing.Train(input, {}, std::nullopt, 100), Error);
+    be->Synchronize();
+    config.model_dir = (dir.path() / "after").string();
+    Estimator after(fn, config, options);
+    EXPECT_EQ(after.Train(input, {}, std::nullopt, 100), 10);
+    ExpectSameCheckpoints(*calls.latest_checkpoint(),
+                          *after.latest_checkpoint(), 1e-5);
+  }
+}
+
 TEST(CudaBackendTest, SteadyStateStepsAllocateNoDeviceMemory) {
   REQUIRE_GPU();
   recflow::testing::TempDir dir;
