@@ -68,11 +68,15 @@ for part in "${parts[@]}"; do
       ;;
     demo)
       source .gpu/build.sh --env-only
+      # Each model call by call, then with each step one CUDA graph.
       for model in dnn cnn; do
-        build-gpu/tools/recflow demo --device cuda --model "$model" --json \
-          >"$out/demo_$model.json" 2>"$out/demo_$model.err"
-        echo "demo $model rc=$?"
-        python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('device','test_accuracy','train_seconds','examples_per_s','global_step')})" "$out/demo_$model.json" 2>&1 | tail -1
+        for graphs in "" --cuda-graphs; do
+          name="demo_$model${graphs:+_graphs}"
+          build-gpu/tools/recflow demo --device cuda --model "$model" --json \
+            $graphs >"$out/$name.json" 2>"$out/$name.err"
+          echo "$name rc=$?"
+          python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('device','test_accuracy','train_seconds','examples_per_s','global_step','cuda_graph_launches')})" "$out/$name.json" 2>&1 | tail -1
+        done
       done
       ;;
   esac

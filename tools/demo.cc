@@ -36,6 +36,7 @@ struct DemoOptions {
   uint64_t records = 100000;
   std::string model = "dnn";
   std::string device = "cpu";
+  bool cuda_graphs = false;
   int64_t train_steps = 0;  // 0: the model's default
   std::string data;         // empty: Debian's package's folder
   bool json = false;
@@ -420,6 +421,7 @@ int RunDemo(const DemoOptions& o) {
     train.train_files = shard_paths;
     train.eval_files = test_paths;
     train.device = o.device;
+    train.cuda_graphs = o.cuda_graphs;
     train.model_dir =
         (dir / ("model-" + o.model +
                 (o.device == "cpu" ? std::string() : "-" + o.device)))
@@ -460,6 +462,7 @@ int RunDemo(const DemoOptions& o) {
     report["train_seconds"] = trained.train_seconds;
     report["examples_per_s"] = trained.examples_per_s;
     report["global_step"] = trained.global_step;
+    report["cuda_graph_launches"] = trained.graph_launches;
     report["fashion_mnist"] = {
         {"data", fashion.dir.string()},
         {"records", converted.records},
@@ -494,6 +497,8 @@ Runner AddDemoCommand(CLI::App& app) {
   app.add_option("--device", o->device,
                  "where the model trains: cpu, cuda (GPU 0) or cuda:N")
       ->capture_default_str();
+  app.add_flag("--cuda-graphs", o->cuda_graphs,
+               "on a GPU, launch each training step as one CUDA graph");
   app.add_option("--model", o->model,
                  "the model trained on Fashion-MNIST: dnn or cnn")
       ->capture_default_str()

@@ -1776,8 +1776,28 @@ class CpuBackend final : public Backend {
       float* er = e + r * cols;
       for (int64_t c = 0; c < cols; ++c) er[c] = zr[c] - max;
     }
-    ArrayMap all(e, rows * cols);
-    all = all.exp();
+    VectorisedExp(e, rows * cols);
+  }
+
+  // x = exp(x), every value through Eigen's vectorised exp.  An exp over a
+  // map of x itself would take the values before x's first aligned packet
+  // and after its last whole one through the scalar exp, which differs in
+  // the last bits: results would then depend on where x lies, and a buffer
+  // whose place the heap decides (the cross-entropy's scratch) made the
+  // same training run differ from run to run (docs/PERFORMANCE.md,
+  // 2026-11-25).  Through an aligned block of whole packets instead, each
+  // value's exp is the same wherever it lies.
+  static void VectorisedExp(float* x, int64_t n) {
+    constexpr int64_t kBlock = 256;  // whole packets of any SIMD width
+    alignas(64) float block[kBlock];
+    for (int64_t at = 0; at < n; at += kBlock) {
+      const int64_t m = std::min(kBlock, n - at);
+      std::copy_n(x + at, m, block);
+      std::fill(block + m, block + kBlock, 0.0f);
+      Eigen::Map<Eigen::Array<float, kBlock, 1>, Eigen::Aligned64> b(block);
+      b = b.exp();
+      std::copy_n(block, m, x + at);
+    }
   }
 
   const int threads_;
