@@ -17,11 +17,13 @@
 #include <thread>
 
 #include "estimator_test_util.h"
+#include "pipeline/pipeline_test_util.h"
 #include "records/tfrecord_reader.h"
 #include "test_util.h"
 #include "train/basic_session_run_hooks.h"
 #include "train/canned.h"
 #include "train/event.pb.h"
+#include "train/forwarding_backend.h"
 #include "train/layers.h"
 #include "train_test_util.h"
 
@@ -467,6 +469,85 @@ TEST(EstimatorTest, TrainingComputesOnlyThePredictionsAHookFetches) {
   }
   // Evaluation computes them all, fetched or not.
   EXPECT_GT(fetching.Evaluate(EvalInput()).at("accuracy"), 0.0);
+}
+
+// What the Estimator asks of its backend: the input delivered in the
+// backend's InputMemory (a GPU's pinned memory), every training step
+// between BeginStep and EndStep with all its kernel calls inside,
+// AbortStep for a step that throws, step graphs as the RunConfig says;
+// evaluation is not bracketed.
+class StepSpy final : public ForwardingBackend {
+ public:
+  StepSpy()
+      : ForwardingBackend(MakeCpuBackend(1)),
+        memory(std::make_shared<recflow::testing::RecordingMemory>()) {}
+  std::shared_ptr<pipeline::Allocator> InputMemory() override { return memory; }
+  void Prefetch(const pipeline::Element& e) override {
+    ++prefetched;
+    outside += recflow::testing::OutsideMemory(e, *memory);
+    ForwardingBackend::Prefetch(e);
+  }
+  void BeginStep() override {
+    log += 'B';
+    in_step = true;
+  }
+  void EndStep() override {
+    log += 'E';
+    in_step = false;
+  }
+  void AbortStep() override {
+    log += 'A';
+    in_step = false;
+  }
+  void SetStepGraphs(bool on) override { graphs = on; }
+  void Around(CallKind, const Call& call) override {
+    ++(in_step ? calls_in_steps : calls_outside);
+    call();
+  }
+
+  std::shared_ptr<recflow::testing::RecordingMemory> memory;
+  std::string log;  // B, E, A per call
+  std::string outside;
+  int prefetched = 0, calls_in_steps = 0, calls_outside = 0;
+  bool in_step = false, graphs = false;
+};
+
+TEST(EstimatorTest, BracketsEachTrainingStepAndTakesInputInTheBackendsMemory) {
+  recflow::testing::TempDir dir;
+  auto spy = std::make_shared<StepSpy>();
+  EstimatorOptions options = Quiet();
+  options.backend = spy;
+  RunConfig config = Config(dir.path().string());
+  config.cuda_graphs = true;
+  Estimator est(Classifier(16), config, options);
+  EXPECT_TRUE(spy->graphs);
+  EXPECT_EQ(est.Train(TrainInput(), {}, std::nullopt, 6), 6);
+  EXPECT_EQ(spy->log, "BEBEBEBEBEBE");
+  EXPECT_EQ(spy->prefetched, 6);
+  EXPECT_EQ(spy->outside, "");  // "x", "id" and "label" all there
+  EXPECT_GE(spy->calls_in_steps, 6 * 8);
+  EXPECT_EQ(spy->calls_outside, 0);
+  EXPECT_GT(spy->memory->allocations(), 0u);
+  EXPECT_EQ(spy->memory->live(), 0u);  // the input's blocks all came back
+
+  est.Evaluate(EvalInput());
+  EXPECT_EQ(spy->log, "BEBEBEBEBEBE");
+  EXPECT_GT(spy->calls_outside, 0);
+
+  // Resumed at 6: steps 6 and 7 end, step 8 throws inside its bracket.
+  const ModelFn throwing = [](const Features& f, const Tensor* labels,
+                              Mode mode, ModelContext& ctx) {
+    EstimatorSpec spec = Classifier(16)(f, labels, mode, ctx);
+    if (ctx.global_step() == 8) throw Error("step 8 fails");
+    return spec;
+  };
+  Estimator failing(throwing, config, options);
+  spy->log.clear();
+  EXPECT_THROW(failing.Train(TrainInput(), {}, std::nullopt, 20), Error);
+  EXPECT_EQ(spy->log, "BEBEBA");
+  config.cuda_graphs = false;
+  Estimator plain(Classifier(16), config, options);
+  EXPECT_FALSE(spy->graphs);
 }
 
 }  // namespace
