@@ -10,6 +10,8 @@
 #   carry: .gpu (pack-deps.sh with the README's RECFLOW_EXTRA_DEBS: libzip,
 #   OpenBLAS) and .data (Fashion-MNIST's four .gz files)
 #   bash scripts/gpu_session.sh [build|test|bench|demo|pipeline|cpu ...]
+#   A device call may run 600 s: run `build test`, `bench` and `demo` as
+#   three calls on the warm machine (build-gpu stays between them).
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
 set -uo pipefail
 out=${OUT:-gpu-out}
