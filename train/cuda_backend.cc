@@ -173,6 +173,8 @@ class CudaBackend final : public Backend {
     Check(cudaHostGetDevicePointer(&dev, err, 0), index,
           "mapping the error slot");
     err_dev_ = static_cast<cuda::DeviceError*>(dev);
+    Check(cudaEventCreateWithFlags(&reused_, cudaEventDisableTiming), index,
+          "cudaEventCreate");
     for (Slot& s : slots_) {
       Check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), index,
             "cudaEventCreate");
@@ -208,6 +210,7 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(s.copied);
       cudaEventDestroy(s.consumed);
     }
+    cudaEventDestroy(reused_);
     cudnnDestroy(cudnn_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(copy_);
@@ -321,6 +324,13 @@ class CudaBackend final : public Backend {
           static_cast<int64_t>(Align(std::max(total * 5 / 4, slot.capacity)));
       slot.device = Allocate(DType::kUInt8, Shape{bytes});
       slot.capacity = static_cast<size_t>(bytes);
+      // The caching allocator may hand out a block freed on the host while
+      // kernels queued on the compute stream still read or write it: safe
+      // for the compute stream (it runs them first), not for a copy on the
+      // copy stream, which waits for all the compute stream has queued.
+      Check(cudaEventRecord(reused_, compute_), index_, "cudaEventRecord");
+      Check(cudaStreamWaitEvent(copy_, reused_, 0), index_,
+            "ordering the input copy after the work before it");
     }
     if (slot.pinned_capacity < packed) {
       slot.pinned = Tensor();
@@ -774,6 +784,9 @@ class CudaBackend final : public Backend {
     cudaEvent_t copied = nullptr, consumed = nullptr;
     std::vector<Entry> entries;
   };
+  // Recorded on the compute stream when a slot takes a new device buffer,
+  // for the copy stream to wait for (Prefetch).
+  cudaEvent_t reused_ = nullptr;
 
 #if RECFLOW_NCCL_BUILT
   // The communicator of `world`'s ranks, made at the first call: rank 0

@@ -509,6 +509,39 @@ TEST(CudaBackendTest, InputInPinnedMemoryIsCopiedFromWhereItIs) {
   EXPECT_TRUE(gpu.ToHost(d) == want);
 }
 
+// A slot that takes a new device buffer may get a block the host freed
+// while kernels queued on the compute stream still write it: the input
+// copy (on the copy stream) must wait for them, or they overwrite it.
+TEST(CudaBackendTest, PrefetchIntoAReusedBlockWaitsForTheWorkQueuedBefore) {
+  REQUIRE_GPU();
+  // A backend of its own: its slots are empty, so the first Prefetch
+  // takes a new buffer from a cache holding only the product below.
+  const std::unique_ptr<Backend> gpu = MakeCudaBackend(0, false);
+  const std::shared_ptr<pipeline::Allocator> pinned = gpu->InputMemory();
+  // 50 MiB of input: its slot asks for 5/4 of that, the 64 MiB size class
+  // of the product.  In pinned memory, so the copy starts at once.
+  const Tensor x = Random({13107200}, 401).CopyInto(pinned);
+  constexpr int64_t kN = 4096;
+  const Tensor a = gpu->ToDevice(Random({kN, kN}, 402));
+  const char* product_block = nullptr;
+  {
+    Tensor c = gpu->Allocate(DType::kFloat32, Shape{kN, kN});
+    product_block = c.raw_data();
+    for (int i = 0; i < 8; ++i) {  // tens of milliseconds, all queued
+      gpu->Gemm(false, false, kN, kN, kN, 1.0f, a.data<float>(),
+                a.data<float>(), 0.0f, c.mutable_data<float>());
+    }
+  }  // freed on the host while the products are still queued
+  pipeline::Element e;
+  e.Set("x", x);
+  gpu->Prefetch(e);
+  const Tensor on_device = gpu->ToDevice(x);
+  ASSERT_EQ(on_device.raw_data(), product_block)
+      << "the slot did not reuse the product's block, so this test tests "
+         "nothing";
+  EXPECT_TRUE(gpu->ToHost(on_device) == x);
+}
+
 // ---- Whole steps through the Estimator ---------------------------------
 
 pipeline::Element SyntheticImages(int64_t n, uint64_t seed) {
