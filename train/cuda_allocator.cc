@@ -38,8 +38,11 @@ size_t CachingAllocator::RoundUp(size_t bytes) {
 void* CachingAllocator::Raw(size_t bytes) {
   void* p = nullptr;
   cudaError_t e;
+  // Pinned memory too: it is asked for on the pipeline's threads, where no
+  // device was chosen, and CUDA would make a context on GPU 0 for it (half
+  // a GiB there for every rank of a job whose rank uses another GPU).
+  cudaSetDevice(device_);
   if (kind_ == pipeline::MemoryKind::kDevice) {
-    cudaSetDevice(device_);
     e = cudaMalloc(&p, bytes);
   } else {
     e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
@@ -52,6 +55,7 @@ void* CachingAllocator::Raw(size_t bytes) {
 }
 
 void CachingAllocator::FreeRaw(void* p) {
+  cudaSetDevice(device_);
   if (kind_ == pipeline::MemoryKind::kDevice) {
     cudaFree(p);
   } else {
@@ -106,10 +110,8 @@ void CachingAllocator::Deallocate(void* p, size_t bytes) noexcept {
 }
 
 void CachingAllocator::ReleaseCached() {
-  if (kind_ == pipeline::MemoryKind::kDevice) {
-    cudaSetDevice(device_);
-    cudaDeviceSynchronize();
-  }
+  cudaSetDevice(device_);
+  if (kind_ == pipeline::MemoryKind::kDevice) cudaDeviceSynchronize();
   std::lock_guard lock(mu_);
   for (auto& [size, blocks] : free_) {
     for (void* p : blocks) FreeRaw(p);

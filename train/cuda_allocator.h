@@ -39,7 +39,9 @@ struct AllocatorStats {
 class CachingAllocator final : public pipeline::Allocator {
  public:
   // kind: kDevice (cudaMalloc on GPU `device`) or kPinnedHost
-  // (cudaHostAlloc).
+  // (cudaHostAlloc, portable).  Either way the calling thread's current
+  // device is set to `device` first, so that a thread that never chose one
+  // (the pipeline's) does not make a context on GPU 0.
   CachingAllocator(pipeline::MemoryKind kind, int device);
   ~CachingAllocator() override;
 
