@@ -203,10 +203,14 @@ void AsyncIterator::Save(StateWriter* w) {
   driver_cv_.notify_all();
 }
 
+// Before the driver starts (as Restore), on the consumer's thread; the
+// input is asked without holding mu_, so that no lock of this stage is
+// held while the stages below take theirs.
 bool AsyncIterator::DeliverIn(std::shared_ptr<Allocator> memory) {
-  std::lock_guard<std::mutex> lock(mu_);
   if (started_) throw Error("DeliverIn: the stage is already running");
-  input_delivers_ = !config_.fn && input_->DeliverIn(memory);
+  const bool input_delivers = !config_.fn && input_->DeliverIn(memory);
+  std::lock_guard<std::mutex> lock(mu_);
+  input_delivers_ = input_delivers;
   output_memory_ = std::move(memory);
   return true;
 }
