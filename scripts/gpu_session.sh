@@ -40,14 +40,21 @@ for part in "${parts[@]}"; do
       ;;
     bench)
       source .gpu/build.sh --env-only
-      for tf32 in ${TF32_MODES:-1}; do
-        RECFLOW_CUDA_TF32=$tf32 build-gpu/bench/train_bench --device cuda \
-          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-          >"$out/train_bench_tf32_$tf32.txt" 2>&1
-        echo "train_bench TF32=$tf32:"; grep -E "median" "$out/train_bench_tf32_$tf32.txt"
-      done
+      # What the targets compare first, so that a call cut at its time
+      # limit still brings them back (each file is whole when written):
+      # PyTorch's baseline, then the DNN and CNN benchmarks, then linear.
       python3 bench/pytorch_baseline.py 2000 >"$out/pytorch.jsonl" 2>&1
       cat "$out/pytorch.jsonl"
+      for tf32 in ${TF32_MODES:-1}; do
+        for models in "dnn|cnn" linear; do
+          log="$out/train_bench_tf32_${tf32}_${models/|/_}.txt"
+          RECFLOW_CUDA_TF32=$tf32 build-gpu/bench/train_bench --device cuda \
+            --benchmark_filter="^Cuda[A-Za-z]*/($models)(/|$)" \
+            --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+            >"$log" 2>&1
+          echo "train_bench TF32=$tf32 ($models):"; grep -E "median" "$log"
+        done
+      done
       ;;
     pipeline)
       source .gpu/build.sh --env-only
