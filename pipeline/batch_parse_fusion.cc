@@ -775,6 +775,16 @@ class RecordStream {
   // epoch, has its first records ready when its turn comes.  Changes
   // nothing of what the stream delivers or saves.
   virtual void Prepare() {}
+  // Whether the stream has read all of its input and only hands out what
+  // it holds (a shuffle's buffer draining): its Next() reads nothing.
+  virtual bool Draining() const { return false; }
+  // Before the first Next: reads up to `n` of the records the first
+  // Next() calls would read into the stream's own buffer (a shuffle's),
+  // drawing none.  Work moved earlier, nothing else: the same records in
+  // the same order, and the same state once those calls have run.  An
+  // error it meets is kept and thrown by the Next() that would have met
+  // it.  Streams without a buffer do nothing.
+  virtual void FillAhead(size_t /*n*/) {}
   virtual void Save(StateWriter* w) = 0;
   virtual void Restore(StateReader* r) = 0;
 };
@@ -1040,29 +1050,12 @@ class ShuffleStream final : public RecordStream {
   }
 
   bool Next(RecordView* out) override {
-    while (!input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_) {
-      // Read straight into the buffer's end, with no temporary moved in
-      // (this runs once per record); the entry is popped again when no
-      // record comes.
-      Entry& e = buffer_.emplace_back();
-      bool got;
-      try {
-        got = in_->Next(&e.view);
-      } catch (...) {
-        buffer_.pop_back();
-        throw;
-      }
-      if (!got) {
-        buffer_.pop_back();
-        input_end_ = true;
-        break;
-      }
-      e.inserted = inserted_++;
-      if (--until_sweep_ == 0) {
-        until_sweep_ = sweep_every_;
-        CompactOld();
-      }
+    if (pending_error_) {  // met by FillAhead where this call meets it
+      std::exception_ptr e = std::move(pending_error_);
+      pending_error_ = nullptr;
+      std::rethrow_exception(e);
     }
+    while (Filling()) ReadOne();
     if (buffer_.empty()) return false;
     // The entry a draw kPeek draws ahead will take, if the buffer stays
     // this full (it does until the input ends): asked for now, so that
@@ -1081,6 +1074,16 @@ class ShuffleStream final : public RecordStream {
   void Quiesce() override { in_->Quiesce(); }
   void Resume() override { in_->Resume(); }
   void Prepare() override { in_->Prepare(); }
+  bool Draining() const override { return input_end_; }
+  void FillAhead(size_t n) override {
+    for (; n > 0 && !pending_error_ && Filling(); --n) {
+      try {
+        ReadOne();
+      } catch (...) {
+        pending_error_ = std::current_exception();
+      }
+    }
+  }
 
   void Save(StateWriter* w) override {
     w->BeginStage("shuffle");
@@ -1113,6 +1116,34 @@ class ShuffleStream final : public RecordStream {
   };
   static constexpr uint64_t kPeek = 16;
 
+  bool Filling() const {
+    return !input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_;
+  }
+  // One record of the input into the buffer (or the input's end noted).
+  void ReadOne() {
+    // Read straight into the buffer's end, with no temporary moved in
+    // (this runs once per record); the entry is popped again when no
+    // record comes.
+    Entry& e = buffer_.emplace_back();
+    bool got;
+    try {
+      got = in_->Next(&e.view);
+    } catch (...) {
+      buffer_.pop_back();
+      throw;
+    }
+    if (!got) {
+      buffer_.pop_back();
+      input_end_ = true;
+      return;
+    }
+    e.inserted = inserted_++;
+    if (--until_sweep_ == 0) {
+      until_sweep_ = sweep_every_;
+      CompactOld();
+    }
+  }
+
   // Copies out the views that have been buffered for kCompactAfter buffer
   // lengths and still hold a larger block.
   void CompactOld() {
@@ -1137,6 +1168,7 @@ class ShuffleStream final : public RecordStream {
   std::vector<Entry> buffer_;
   uint64_t inserted_ = 0;
   bool input_end_ = false;
+  std::exception_ptr pending_error_;  // FillAhead's, for Next to throw
 };
 
 // Repeat (RepeatDataset's iterator): a fresh input per epoch, salted by
@@ -1155,6 +1187,7 @@ class RepeatStream final : public RecordStream {
       if (!Begin()) return false;
       if (in_->Next(out)) {
         produced_ = true;
+        FillNext(1);
         return true;
       }
       if (!EndEpoch()) return false;
@@ -1175,6 +1208,7 @@ class RepeatStream final : public RecordStream {
       const size_t got = out->size() - before;
       produced_ = produced_ || got > 0;
       n -= got;
+      FillNext(got);
       if (!more && !EndEpoch()) return false;
     }
     return true;
@@ -1235,6 +1269,28 @@ class RepeatStream final : public RecordStream {
     }
     ++epoch_;
     return true;
+  }
+
+  // While this epoch's input drains (a shuffle's buffer at its input's
+  // end, handing out what it holds), the next epoch's fills, a record for
+  // each one handed out: TensorFlow's shuffle-and-repeat keeps its buffer
+  // full across epochs the same way.  Else the whole buffer (10,000
+  // records, or the whole file under a larger buffer) would be read at the
+  // epoch's start while the consumer waits: milliseconds every epoch, more
+  // than a prefetch buffer hides.  Only when the reading happens changes;
+  // the order, the saved state (the next epoch's is never saved) and where
+  // errors are thrown do not.
+  void FillNext(size_t n) {
+    if (n == 0 || !in_ || !in_->Draining()) return;
+    if (!next_) {
+      if (count_ >= 0 && epoch_ + 1 >= count_) return;
+      try {
+        next_ = make_input_(RepeatSalt(salt_, epoch_ + 1));
+      } catch (...) {
+        return;  // thrown again where the epoch opens
+      }
+    }
+    next_->FillAhead(n);
   }
 
   // The input of epoch_, and, where readers read ahead, the next epoch's

@@ -366,6 +366,71 @@ TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
   EXPECT_EQ(batches, (rows + 63) / 64);
 }
 
+// Shuffle then Repeat: while an epoch's buffer drains (its input read to
+// the end), the next epoch's buffer fills, a record for each one handed
+// out, so that the next epoch does not begin by reading a whole buffer
+// while the consumer waits.  One thread (the consumer reads): after the
+// first epoch's rows, the second epoch's whole input (smaller than the
+// buffer) has been read too, not yet the third's.
+TEST_F(BatchParseFusionTest, ShuffleThenRepeatFillsTheNextEpochWhileDraining) {
+  const uint64_t epoch = 150 + 187 + 224 + 261;
+  const Dataset ds =
+      Dataset::FromTFRecords(files_).Shuffle(1000, 4).Repeat(3).Batch(2).Parse(
+          Spec(), Calls(1));
+  Iterator it = ds.MakeIterator({.threads = 1});
+  Element e;
+  uint64_t rows = 0;
+  while (rows < epoch && it.Next(&e)) {
+    rows += static_cast<uint64_t>(e["label"].num_rows());
+  }
+  ASSERT_EQ(rows, epoch);
+  uint64_t read = 0;
+  for (const auto& s : it.Stats()) {
+    if (s.name == "tfrecord") read = s.elements;
+  }
+  EXPECT_EQ(read, 2 * epoch);
+  // What it delivers, its states and its errors are the stages' (also in
+  // GivesTheElementsOfTheStagesRunOneByOne, SavedStatesContinue and
+  // AMissingFileFailsWhenItsTurnComes): a state saved at every batch,
+  // while the next epoch's buffer fills, continues the same stream.
+  const Dataset whole =
+      Dataset::FromTFRecords(files_).Shuffle(1000, 4).Repeat(2).Batch(50).Parse(
+          Spec(), Calls(1));
+  const auto all = Collect(whole, Unfused());
+  for (size_t k = 0; k <= all.size(); ++k) {
+    Iterator saver = whole.MakeIterator({.threads = 1});
+    for (size_t i = 0; i < k; ++i) ASSERT_TRUE(saver.Next(&e));
+    ExpectRestoredToContinue(whole, saver.Save(), all, k);
+  }
+}
+
+// A damaged record among the first of the next epoch's buffer is met
+// while the epoch before drains: it fails where the stages fail, at the
+// next epoch's start, in each epoch, and a state saved after it goes on.
+TEST_F(BatchParseFusionTest, ADamagedRecordInTheNextEpochFailsAtItsPlace) {
+  DamageRecord(files_[0], 10);
+  for (int calls : {1, 2}) {
+    const Dataset ds = Dataset::FromTFRecords(files_)
+                           .Shuffle(300, 5)
+                           .Repeat(3)
+                           .Batch(40)
+                           .Parse(Spec(), Calls(calls));
+    const auto want = Outcomes(ds, Unfused());
+    int errors = 0;
+    for (const auto& line : want) errors += line.starts_with("error: ");
+    ASSERT_EQ(errors, 3) << calls;
+    for (int threads : {1, 2, 4}) {
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
+          << calls << " calls, threads " << threads;
+    }
+    ASSERT_EQ(Outcomes(ds, Unfused(), true), want) << calls;
+    for (int threads : {1, 2}) {
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}, true), want)
+          << calls << " calls, threads " << threads;
+    }
+  }
+}
+
 // Saves after every k-th element, restores in a fresh iterator (another
 // thread count), and checks the rest of the stream: interleaved and
 // shuffled, and one file at a time straight into batches (which the
