@@ -13,6 +13,9 @@
 //   Epochs/grace_ms:G  Full, a new iterator per epoch (as a Python loop
 //                    makes), with the block arena's grace G ms (0: empty
 //                    slabs unmapped as each iterator ends, the old way)
+//   ConsumerNext/threads:T/work_us:W  what the consumer's thread pays in
+//                    Next() per batch (a GPU's training thread busy W us
+//                    a step), Prefetch(2) over the fused shuffled pipeline
 //   RecordsFromMemory/MiB/random  the memory cost of a shuffle buffer:
 //                    850-byte records copied out of an arena of MiB, in
 //                    order against in a random order (next to each other)
@@ -24,6 +27,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -322,6 +326,43 @@ void BM_RecordsFromMemory(benchmark::State& state) {
 BENCHMARK(BM_RecordsFromMemory)
     ->ArgsProduct({{8, 16, 32}, {0, 1}})
     ->ArgNames({"MiB", "random"})
+    ->UseRealTime();
+
+// What the consumer's thread pays per batch for its input when the
+// pipeline keeps up, as a GPU's training thread takes a batch between
+// launching steps: Prefetch(2) over the fused shuffle -> batch(128) ->
+// parse on range(0) threads, the consumer busy range(1) us per batch (the
+// host's share of a step) and timed inside Next() alone (next_us).  With
+// work 0 the consumer waits for each batch: the pipeline's own rate.
+void BM_ConsumerNext(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const auto work = std::chrono::microseconds(state.range(1));
+  Iterator it = Dataset::FromTFRecords(Files())
+                    .Shuffle(kShuffle, 1)
+                    .Repeat()
+                    .Batch(128)
+                    .Parse(Spec(), Calls(threads))
+                    .Prefetch(2)
+                    .MakeIterator({.threads = threads});
+  Element e;
+  for (int i = 0; i < 100; ++i) it.Next(&e);  // the buffers filled
+  double in_next = 0;
+  int64_t batches = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    it.Next(&e);
+    const auto t1 = std::chrono::steady_clock::now();
+    in_next += std::chrono::duration<double>(t1 - t0).count();
+    ++batches;
+    while (std::chrono::steady_clock::now() - t1 < work) {
+    }
+  }
+  state.counters["next_us"] = in_next / static_cast<double>(batches) * 1e6;
+  state.SetItemsProcessed(batches * 128);
+}
+BENCHMARK(BM_ConsumerNext)
+    ->ArgsProduct({{1, 2}, {0, 200}})
+    ->ArgNames({"threads", "work_us"})
     ->UseRealTime();
 
 }  // namespace
