@@ -83,6 +83,11 @@ class CountedIterator final : public IteratorBase {
   bool DeliverIn(std::shared_ptr<Allocator> memory) override {
     return inner_->DeliverIn(std::move(memory));
   }
+  bool Draining() const override { return inner_->Draining(); }
+  void FillAhead(size_t n) override {
+    BusyScope scope(counter_);
+    inner_->FillAhead(n);
+  }
 
  private:
   std::unique_ptr<IteratorBase> inner_;

@@ -173,6 +173,17 @@ class IteratorBase {
     (void)memory;
     return false;
   }
+  // Whether the iterator has read all of its input and only hands out
+  // what it holds (a shuffle's buffer draining): GetNext reads nothing.
+  virtual bool Draining() const { return false; }
+  // Before the first GetNext: reads up to `n` of the elements its first
+  // GetNext calls would read into its own buffer (a shuffle's), handing
+  // out none.  Work moved earlier, nothing else: the same elements in the
+  // same order, the same state once those calls have run, and an error
+  // it meets is thrown by the GetNext that would have met it.  Repeat
+  // calls it on the next epoch's iterator while the current one drains.
+  // Iterators without such a buffer do nothing (the default).
+  virtual void FillAhead(size_t n) { (void)n; }
 };
 
 class DatasetBase : public std::enable_shared_from_this<DatasetBase> {

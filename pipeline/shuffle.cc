@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <bit>
+#include <exception>
 #include <mutex>
 #include <new>
 
@@ -163,16 +164,12 @@ class ShuffleDataset final : public UnaryDataset {
     }
 
     bool GetNext(Element* out) override {
-      while (!input_end_ &&
-             static_cast<int64_t>(buffer_.size()) < d_->buffer_size_) {
-        Element e;
-        if (!in_->GetNext(&e)) {
-          input_end_ = true;
-          break;
-        }
-        for (auto& c : e.components) Compact(&c.tensor);
-        buffer_.push_back(std::move(e));
+      if (pending_error_) {  // met by FillAhead where this call meets it
+        std::exception_ptr e = std::move(pending_error_);
+        pending_error_ = nullptr;
+        std::rethrow_exception(e);
       }
+      while (Filling()) ReadOne();
       if (buffer_.empty()) return false;
       const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
       *out = std::move(buffer_[i]);
@@ -181,6 +178,17 @@ class ShuffleDataset final : public UnaryDataset {
       counter_->buffered.store(static_cast<int64_t>(buffer_.size()),
                                std::memory_order_relaxed);
       return true;
+    }
+
+    bool Draining() const override { return input_end_; }
+    void FillAhead(size_t n) override {
+      for (; n > 0 && !pending_error_ && Filling(); --n) {
+        try {
+          ReadOne();
+        } catch (...) {
+          pending_error_ = std::current_exception();
+        }
+      }
     }
 
     // Buffered records that are still byte for byte the record at their
@@ -251,6 +259,21 @@ class ShuffleDataset final : public UnaryDataset {
     }
 
    private:
+    bool Filling() const {
+      return !input_end_ &&
+             static_cast<int64_t>(buffer_.size()) < d_->buffer_size_;
+    }
+    // One element of the input into the buffer (or the input's end noted).
+    void ReadOne() {
+      Element e;
+      if (!in_->GetNext(&e)) {
+        input_end_ = true;
+        return;
+      }
+      for (auto& c : e.components) Compact(&c.tensor);
+      buffer_.push_back(std::move(e));
+    }
+
     // Records (bytes scalars) that view a larger block are copied into a
     // slot of the pool; other tensors as Tensor::Compact does.
     void Compact(Tensor* t) {
@@ -270,6 +293,7 @@ class ShuffleDataset final : public UnaryDataset {
     std::shared_ptr<SlotPool> pool_;
     std::vector<Element> buffer_;
     bool input_end_ = false;
+    std::exception_ptr pending_error_;  // FillAhead's, for GetNext to throw
   };
 
   int64_t buffer_size_;

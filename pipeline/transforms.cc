@@ -83,6 +83,7 @@ class RepeatDataset final : public UnaryDataset {
         }
         if (in_->GetNext(out)) {
           produced_ = true;
+          FillNext();
           return true;
         }
         in_.reset();
@@ -90,6 +91,7 @@ class RepeatDataset final : public UnaryDataset {
         // than spinning forever.
         if (!produced_) {
           epoch_ = d_->count_ >= 0 ? d_->count_ : epoch_;
+          next_.reset();
           return false;
         }
         ++epoch_;
@@ -110,6 +112,7 @@ class RepeatDataset final : public UnaryDataset {
       }
       const bool produced = r->Bool();
       in_.reset();
+      next_.reset();
       if (r->Bool()) {
         Open();
         in_->Restore(r);
@@ -119,8 +122,28 @@ class RepeatDataset final : public UnaryDataset {
 
    private:
     void Open() {
-      in_ = d_->input_->MakeIterator(ctx_, RepeatSalt(salt_, epoch_));
+      in_ = next_ ? std::move(next_)
+                  : d_->input_->MakeIterator(ctx_, RepeatSalt(salt_, epoch_));
       produced_ = false;
+    }
+
+    // While this epoch's input drains (a shuffle's buffer at its input's
+    // end), the next epoch's fills, an element for each one handed out, as
+    // TensorFlow's shuffle-and-repeat keeps its buffer full across epochs:
+    // else the next epoch would begin by reading a whole buffer while the
+    // consumer waits.  Only when reading happens changes (the next epoch's
+    // iterator is never saved; see IteratorBase::FillAhead).
+    void FillNext() {
+      if (!in_->Draining()) return;
+      if (!next_) {
+        if (d_->count_ >= 0 && epoch_ + 1 >= d_->count_) return;
+        try {
+          next_ = d_->input_->MakeIterator(ctx_, RepeatSalt(salt_, epoch_ + 1));
+        } catch (...) {
+          return;  // thrown again where the epoch opens
+        }
+      }
+      next_->FillAhead(1);
     }
 
     const RepeatDataset* d_;
@@ -129,6 +152,7 @@ class RepeatDataset final : public UnaryDataset {
     int64_t epoch_ = 0;
     bool produced_ = false;
     std::unique_ptr<IteratorBase> in_;
+    std::unique_ptr<IteratorBase> next_;  // epoch_ + 1's (see FillNext)
   };
 
   int64_t count_;
