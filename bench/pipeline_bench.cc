@@ -34,6 +34,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "pipeline/block_arena.h"
@@ -360,10 +361,17 @@ void BM_ConsumerNext(benchmark::State& state) {
   state.counters["next_us"] = in_next / static_cast<double>(batches) * 1e6;
   state.SetItemsProcessed(batches * 128);
 }
-BENCHMARK(BM_ConsumerNext)
-    ->ArgsProduct({{1, 2}, {0, 200}})
-    ->ArgNames({"threads", "work_us"})
-    ->UseRealTime();
+// 1 and 2 threads, and every core where there are more.
+void ConsumerArgs(benchmark::internal::Benchmark* b) {
+  const int all = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int> counts = {1, 2};
+  if (all > 2) counts.push_back(all);
+  for (int threads : counts) {
+    for (int work_us : {0, 200}) b->Args({threads, work_us});
+  }
+  b->ArgNames({"threads", "work_us"})->UseRealTime();
+}
+BENCHMARK(BM_ConsumerNext)->Apply(ConsumerArgs);
 
 }  // namespace
 }  // namespace recflow::pipeline

@@ -63,6 +63,10 @@ for part in "${parts[@]}"; do
       bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
         >"$out/pipeline_scaling.txt" 2>&1
       echo "pipeline_scaling rc=$?"; tail -48 "$out/pipeline_scaling.txt"
+      # What a consumer busy 200 us a batch (a GPU step) waits in Next().
+      build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
+        --benchmark_min_time=1 >"$out/consumer_next.txt" 2>&1
+      grep ConsumerNext "$out/consumer_next.txt"
       ;;
     cpu)
       source .gpu/build.sh --env-only
