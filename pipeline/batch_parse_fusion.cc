@@ -1050,11 +1050,7 @@ class ShuffleStream final : public RecordStream {
   }
 
   bool Next(RecordView* out) override {
-    if (pending_error_) {  // met by FillAhead where this call meets it
-      std::exception_ptr e = std::move(pending_error_);
-      pending_error_ = nullptr;
-      std::rethrow_exception(e);
-    }
+    ahead_.ThrowKept();  // met by FillAhead where this call meets it
     while (Filling()) ReadOne();
     if (buffer_.empty()) return false;
     // The entry a draw kPeek draws ahead will take, if the buffer stays
@@ -1076,13 +1072,8 @@ class ShuffleStream final : public RecordStream {
   void Prepare() override { in_->Prepare(); }
   bool Draining() const override { return input_end_; }
   void FillAhead(size_t n) override {
-    for (; n > 0 && !pending_error_ && Filling(); --n) {
-      try {
-        ReadOne();
-      } catch (...) {
-        pending_error_ = std::current_exception();
-      }
-    }
+    ahead_.Fill(
+        n, [this] { return Filling(); }, [this] { ReadOne(); });
   }
 
   void Save(StateWriter* w) override {
@@ -1168,7 +1159,7 @@ class ShuffleStream final : public RecordStream {
   std::vector<Entry> buffer_;
   uint64_t inserted_ = 0;
   bool input_end_ = false;
-  std::exception_ptr pending_error_;  // FillAhead's, for Next to throw
+  AheadFiller ahead_;  // FillAhead's kept error, for Next to throw
 };
 
 // Repeat (RepeatDataset's iterator): a fresh input per epoch, salted by

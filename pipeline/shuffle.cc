@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <bit>
-#include <exception>
 #include <mutex>
 #include <new>
 
@@ -164,11 +163,7 @@ class ShuffleDataset final : public UnaryDataset {
     }
 
     bool GetNext(Element* out) override {
-      if (pending_error_) {  // met by FillAhead where this call meets it
-        std::exception_ptr e = std::move(pending_error_);
-        pending_error_ = nullptr;
-        std::rethrow_exception(e);
-      }
+      ahead_.ThrowKept();  // met by FillAhead where this call meets it
       while (Filling()) ReadOne();
       if (buffer_.empty()) return false;
       const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
@@ -182,13 +177,8 @@ class ShuffleDataset final : public UnaryDataset {
 
     bool Draining() const override { return input_end_; }
     void FillAhead(size_t n) override {
-      for (; n > 0 && !pending_error_ && Filling(); --n) {
-        try {
-          ReadOne();
-        } catch (...) {
-          pending_error_ = std::current_exception();
-        }
-      }
+      ahead_.Fill(
+          n, [this] { return Filling(); }, [this] { ReadOne(); });
     }
 
     // Buffered records that are still byte for byte the record at their
@@ -293,7 +283,7 @@ class ShuffleDataset final : public UnaryDataset {
     std::shared_ptr<SlotPool> pool_;
     std::vector<Element> buffer_;
     bool input_end_ = false;
-    std::exception_ptr pending_error_;  // FillAhead's, for GetNext to throw
+    AheadFiller ahead_;  // FillAhead's kept error, for GetNext to throw
   };
 
   int64_t buffer_size_;

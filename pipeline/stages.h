@@ -5,6 +5,7 @@
 
 #include <array>
 #include <atomic>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +37,36 @@ class UnaryDataset : public DatasetBase {
 
  protected:
   DatasetPtr input_;
+};
+
+// What a shuffle buffer's FillAhead (IteratorBase's, and the fused
+// path's RecordStream's) needs besides its own reading: reads ahead while
+// the buffer has room, and keeps the first error met, for the stage's next
+// read to throw, which is where reading at that time would have met it.
+class AheadFiller {
+ public:
+  // Calls read_one() up to `n` times, while filling() and no error is
+  // kept; an exception from read_one() is kept and stops it.
+  template <typename Filling, typename ReadOne>
+  void Fill(size_t n, const Filling& filling, const ReadOne& read_one) {
+    for (; n > 0 && !error_ && filling(); --n) {
+      try {
+        read_one();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+    }
+  }
+  // Throws the kept error, once; nothing when none is kept.
+  void ThrowKept() {
+    if (!error_) return;
+    std::exception_ptr e = std::move(error_);
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+
+ private:
+  std::exception_ptr error_;
 };
 
 // records::ExpandRecordPaths, its errors as Errors prefixed with `who`.
