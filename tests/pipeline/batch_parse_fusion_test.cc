@@ -126,6 +126,30 @@ class BatchParseFusionTest : public ::testing::Test {
   // SavedStatesContinueTheSameStream's checks of one pipeline.
   static void SavedStatesContinue(const Dataset& ds);
 
+  // `ds` fails `errors` times, stage by stage, and fused at 1, 2 and 4
+  // threads gives the same outcomes, errors at the same places; so does
+  // each, at 1 and 2 threads, when every error is followed by a saved
+  // state restored into a fresh iterator.
+  static void ExpectErrorsWhereTheStagesHaveThem(const Dataset& ds, int errors,
+                                                 const std::string& where) {
+    const auto want = Outcomes(ds, Unfused());
+    int seen = 0;
+    for (const auto& line : want) seen += line.starts_with("error: ");
+    ASSERT_EQ(seen, errors) << where;
+    for (int threads : {1, 2, 4}) {
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
+          << where << " threads " << threads;
+    }
+    // A state saved right after an error goes on past it, as the stages'
+    // does.  (One parse call plans nothing ahead, so the state is taken
+    // where the error left the planner.)
+    ASSERT_EQ(Outcomes(ds, Unfused(), true), want) << where;
+    for (int threads : {1, 2}) {
+      EXPECT_EQ(Outcomes(ds, {.threads = threads}, true), want)
+          << where << " threads " << threads;
+    }
+  }
+
   testing::TempDir dir_;
   std::vector<std::string> files_;
 };
@@ -415,19 +439,7 @@ TEST_F(BatchParseFusionTest, ADamagedRecordInTheNextEpochFailsAtItsPlace) {
                            .Repeat(3)
                            .Batch(40)
                            .Parse(Spec(), Calls(calls));
-    const auto want = Outcomes(ds, Unfused());
-    int errors = 0;
-    for (const auto& line : want) errors += line.starts_with("error: ");
-    ASSERT_EQ(errors, 3) << calls;
-    for (int threads : {1, 2, 4}) {
-      EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
-          << calls << " calls, threads " << threads;
-    }
-    ASSERT_EQ(Outcomes(ds, Unfused(), true), want) << calls;
-    for (int threads : {1, 2}) {
-      EXPECT_EQ(Outcomes(ds, {.threads = threads}, true), want)
-          << calls << " calls, threads " << threads;
-    }
+    ExpectErrorsWhereTheStagesHaveThem(ds, 3, fmt::format("{} calls", calls));
   }
 }
 
@@ -541,24 +553,8 @@ TEST_F(BatchParseFusionTest, ADamagedRecordFailsAtItsPlace) {
       Dataset ds = Dataset::FromTFRecords(files_);
       if (shuffle > 0) ds = ds.Shuffle(shuffle, 2);
       ds = ds.Batch(25).Parse(Spec(), Calls(calls));
-      const std::string where =
-          fmt::format("shuffle {} calls {}", shuffle, calls);
-      const auto want = Outcomes(ds, Unfused());
-      int errors = 0;
-      for (const auto& line : want) errors += line.starts_with("error: ");
-      ASSERT_EQ(errors, 1) << where;
-      for (int threads : {1, 2, 4}) {
-        EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
-            << where << " threads " << threads;
-      }
-      // A state saved right after the error goes on past the damaged
-      // file, as the stages' does.  (One parse call plans nothing ahead,
-      // so the state is taken where the error left the planner.)
-      ASSERT_EQ(Outcomes(ds, Unfused(), true), want) << where;
-      for (int threads : {1, 2}) {
-        EXPECT_EQ(Outcomes(ds, {.threads = threads}, true), want)
-            << where << " threads " << threads;
-      }
+      ExpectErrorsWhereTheStagesHaveThem(
+          ds, 1, fmt::format("shuffle {} calls {}", shuffle, calls));
     }
   }
 }
