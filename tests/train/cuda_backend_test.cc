@@ -612,17 +612,28 @@ std::shared_ptr<Backend> SharedGpu() {
   return std::shared_ptr<Backend>(Gpu(nullptr).get(), [](Backend*) {});
 }
 
-Estimator MakeEstimator(const ModelFn& fn, const std::string& dir, bool gpu) {
+// A quiet run (seed 3, no step logs, summaries or log lines) on `backend`
+// (null: the CPU backend of config.threads), for a test to vary before
+// it makes its Estimators.
+struct QuietRun {
   RunConfig config;
-  config.model_dir = dir;
-  config.seed = 3;
-  config.log_step_count_steps = 0;
-  config.save_summary_steps = 0;
-  config.threads = 2;
   EstimatorOptions options;
-  options.log = [](std::string_view) {};
-  if (gpu) options.backend = SharedGpu();
-  return Estimator(fn, config, options);
+};
+QuietRun Quiet(std::shared_ptr<Backend> backend) {
+  QuietRun run;
+  run.config.seed = 3;
+  run.config.log_step_count_steps = 0;
+  run.config.save_summary_steps = 0;
+  run.options.log = [](std::string_view) {};
+  run.options.backend = std::move(backend);
+  return run;
+}
+
+Estimator MakeEstimator(const ModelFn& fn, const std::string& dir, bool gpu) {
+  QuietRun run = Quiet(gpu ? SharedGpu() : nullptr);
+  run.config.model_dir = dir;
+  run.config.threads = 2;
+  return Estimator(fn, run.config, run.options);
 }
 
 void ExpectSameCheckpoints(const std::string& a, const std::string& b,
@@ -717,13 +728,7 @@ TEST(CudaBackendTest, StepGraphsTrainAsCallByCall) {
     SCOPED_TRACE(name);
     recflow::testing::TempDir dir;
     const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
-    RunConfig config;
-    config.seed = 3;
-    config.log_step_count_steps = 0;
-    config.save_summary_steps = 0;
-    EstimatorOptions options;
-    options.log = [](std::string_view) {};
-    options.backend = be;
+    auto [config, options] = Quiet(be);
     config.model_dir = (dir.path() / "calls").string();
     Estimator calls(fn, config, options);
     EXPECT_EQ(calls.Train(input, {}, std::nullopt, 100), 10);
@@ -808,13 +813,7 @@ TEST(CudaBackendTest, OneRankTrainingThroughNcclMatchesTrainingAlone) {
   const ModelFn fn = CannedModels()[1].second;  // the DNN
   const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
   recflow::testing::TempDir dir;
-  RunConfig config;
-  config.seed = 3;
-  config.log_step_count_steps = 0;
-  config.save_summary_steps = 0;
-  EstimatorOptions options;
-  options.log = [](std::string_view) {};
-  options.backend = be;
+  auto [config, options] = Quiet(be);
   config.model_dir = (dir.path() / "alone").string();
   Estimator alone(fn, config, options);
   alone.Train(Input(16), {}, std::nullopt, 4);
