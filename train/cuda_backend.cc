@@ -326,8 +326,9 @@ class CudaBackend final : public Backend {
       slot.capacity = static_cast<size_t>(bytes);
       // The caching allocator may hand out a block freed on the host while
       // kernels queued on the compute stream still read or write it: safe
-      // for the compute stream (it runs them first), not for a copy on the
-      // copy stream, which waits for all the compute stream has queued.
+      // for work on the compute stream (it runs after them), not for this
+      // copy on the copy stream, so the copy waits for all the compute
+      // stream has queued.
       Check(cudaEventRecord(reused_, compute_), index_, "cudaEventRecord");
       Check(cudaStreamWaitEvent(copy_, reused_, 0), index_,
             "ordering the input copy after the work before it");
