@@ -527,7 +527,9 @@ void Product(benchmark::State& state, bool openblas) {
   Matrix out(op == 1 ? s.k : s.m, op == 2 ? s.k : s.n);
   const auto m = static_cast<int>(s.m), k = static_cast<int>(s.k),
              n = static_cast<int>(s.n);
-  openblas_set_num_threads(1);  // as the CPU backend sets it
+  // One thread, as the CPU backend sets it (and only when not already:
+  // asking again restarts the pool the backend shut down).
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
   for (auto _ : state) {
     if (!openblas) {
       if (op == 0) out.noalias() = x * w;
