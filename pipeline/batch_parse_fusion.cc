@@ -1166,145 +1166,62 @@ class ShuffleStream final : public RecordStream {
 // the epoch.
 class RepeatStream final : public RecordStream {
  public:
+  // Where readers read ahead, the next epoch's input is made as an epoch
+  // opens, and its readers start: an epoch's first records (all of them,
+  // for a file shorter than the read-ahead under a larger shuffle buffer)
+  // are then not read while the planner waits at the epoch's start.
   RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
                StreamMaker make_input)
-      : env_(env),
-        count_(stage.count),
-        salt_(salt),
-        make_input_(std::move(make_input)) {}
+      : epochs_(stage.count, salt, std::move(make_input),
+                env->read_ahead ? [](RecordStream& next) { next.Prepare(); }
+                                : std::function<void(RecordStream&)>()) {}
 
   bool Next(RecordView* out) override {
-    while (true) {
-      if (!Begin()) return false;
-      if (in_->Next(out)) {
-        produced_ = true;
-        FillNext(1);
+    while (RecordStream* in = epochs_.Begin()) {
+      if (in->Next(out)) {
+        epochs_.Handed(1);
         return true;
       }
-      if (!EndEpoch()) return false;
+      if (!epochs_.EndEpoch()) return false;
     }
+    return false;
   }
 
   bool Take(size_t n, std::vector<RecordView>* out) override {
     while (n > 0) {
-      if (!Begin()) return false;
+      RecordStream* in = epochs_.Begin();
+      if (in == nullptr) return false;
       const size_t before = out->size();
       bool more;
       try {
-        more = in_->Take(n, out);
+        more = in->Take(n, out);
       } catch (...) {
-        produced_ = produced_ || out->size() > before;
+        epochs_.HandedBeforeAnError(out->size() - before);
         throw;
       }
       const size_t got = out->size() - before;
-      produced_ = produced_ || got > 0;
       n -= got;
-      FillNext(got);
-      if (!more && !EndEpoch()) return false;
+      epochs_.Handed(got);
+      if (!more && !epochs_.EndEpoch()) return false;
     }
     return true;
   }
 
   void Quiesce() override {
-    if (in_) in_->Quiesce();
-    if (next_) next_->Quiesce();
+    if (epochs_.input()) epochs_.input()->Quiesce();
+    if (epochs_.next()) epochs_.next()->Quiesce();
   }
   void Resume() override {
-    if (in_) in_->Resume();
-    if (next_) next_->Resume();
+    if (epochs_.input()) epochs_.input()->Resume();
+    if (epochs_.next()) epochs_.next()->Resume();
   }
-  void Prepare() override {
-    if (!in_ && (count_ < 0 || epoch_ < count_)) Open();
-  }
+  void Prepare() override { epochs_.Prepare(); }
 
-  void Save(StateWriter* w) override {
-    w->BeginStage("repeat");
-    w->I64(epoch_);
-    w->Bool(produced_);
-    w->Bool(in_ != nullptr);
-    if (in_) in_->Save(w);
-  }
-  void Restore(StateReader* r) override {
-    r->BeginStage("repeat");
-    epoch_ = r->I64();
-    if (epoch_ < 0 || (count_ >= 0 && epoch_ > count_)) {
-      r->Fail(fmt::format("epoch {} of Repeat({})", epoch_, count_));
-    }
-    const bool produced = r->Bool();
-    in_.reset();
-    next_.reset();
-    if (r->Bool()) {
-      Open();
-      in_->Restore(r);
-    }
-    produced_ = produced;
-  }
+  void Save(StateWriter* w) override { epochs_.Save(w); }
+  void Restore(StateReader* r) override { epochs_.Restore(r); }
 
  private:
-  // Opens epoch_'s input if none is open; false when the repetition is
-  // done.
-  bool Begin() {
-    if (in_) return true;
-    if (count_ >= 0 && epoch_ >= count_) return false;
-    Open();
-    return true;
-  }
-  // The current input ended: on to the next epoch, or false when the
-  // repetition ends (as Repeat: an input that is empty ends it).
-  bool EndEpoch() {
-    in_.reset();
-    if (!produced_) {
-      epoch_ = count_ >= 0 ? count_ : epoch_;
-      next_.reset();
-      return false;
-    }
-    ++epoch_;
-    return true;
-  }
-
-  // While this epoch's input drains (a shuffle's buffer at its input's
-  // end, handing out what it holds), the next epoch's fills, a record for
-  // each one handed out: TensorFlow's shuffle-and-repeat keeps its buffer
-  // full across epochs the same way.  Else the whole buffer (10,000
-  // records, or the whole file under a larger buffer) would be read at the
-  // epoch's start while the consumer waits: milliseconds every epoch, more
-  // than a prefetch buffer hides.  Only when the reading happens changes;
-  // the order, the saved state (the next epoch's is never saved) and where
-  // errors are thrown do not.
-  void FillNext(size_t n) {
-    if (n == 0 || !in_ || !in_->Draining()) return;
-    if (!next_) {
-      if (count_ >= 0 && epoch_ + 1 >= count_) return;
-      try {
-        next_ = make_input_(RepeatSalt(salt_, epoch_ + 1));
-      } catch (...) {
-        return;  // thrown again where the epoch opens
-      }
-    }
-    next_->FillAhead(n);
-  }
-
-  // The input of epoch_, and, where readers read ahead, the next epoch's
-  // made now and reading: an epoch's first records (all of them, for a
-  // file shorter than the read-ahead under a larger shuffle buffer) are
-  // then not read while the planner waits at the epoch's start.
-  void Open() {
-    in_ = next_ ? std::move(next_) : make_input_(RepeatSalt(salt_, epoch_));
-    produced_ = false;
-    if (env_->read_ahead && (count_ < 0 || epoch_ + 1 < count_)) {
-      next_ = make_input_(RepeatSalt(salt_, epoch_ + 1));
-      next_->Prepare();
-    }
-  }
-
-  Env* env_;
-  const int64_t count_;
-  const uint64_t salt_;
-  StreamMaker make_input_;
-  int64_t epoch_ = 0;
-  bool produced_ = false;
-  std::unique_ptr<RecordStream> in_;
-  std::unique_ptr<RecordStream> next_;  // epoch_ + 1's (see Open)
+  RepeatEpochs<RecordStream> epochs_;
 };
 
 // Makes the stream of chain[i..] (chain.back() is the source) for `salt`.

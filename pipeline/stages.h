@@ -69,6 +69,130 @@ class AheadFiller {
   std::exception_ptr error_;
 };
 
+// The salt of the iterator Repeat makes for `epoch` under its own `salt`.
+inline uint64_t RepeatSalt(uint64_t salt, int64_t epoch) {
+  return MixSeed(salt, static_cast<uint64_t>(epoch));
+}
+
+// The epochs of a Repeat(count) over inputs of type Input (IteratorBase
+// for the stage, the fused path's RecordStream): the open epoch's input,
+// made with the salt of its epoch, and the next epoch's, which fills while
+// the open one drains.  Both paths keep tf.data's rules through it (an
+// input that produces nothing ends the repetition rather than spinning
+// forever) and one saved form (stage "repeat": the epoch, whether it
+// produced, the open input's state).  Not thread-safe, as an iterator.
+template <typename Input>
+class RepeatEpochs {
+ public:
+  using Maker = std::function<std::unique_ptr<Input>(uint64_t salt)>;
+  // count < 0: forever.  prepare_next, if set, makes the next epoch's input
+  // as soon as an epoch opens and is called with it (the fused path's
+  // readers then start on it); else it is made when the open one drains.
+  RepeatEpochs(int64_t count, uint64_t salt, Maker make,
+               std::function<void(Input&)> prepare_next = {})
+      : count_(count),
+        salt_(salt),
+        make_(std::move(make)),
+        prepare_next_(std::move(prepare_next)) {}
+
+  // The open epoch's input, opening the current epoch's if none is open;
+  // null when the repetition is done.
+  Input* Begin() {
+    if (in_) return in_.get();
+    if (count_ >= 0 && epoch_ >= count_) return nullptr;
+    Open();
+    return in_.get();
+  }
+  Input* input() const { return in_.get(); }
+  Input* next() const { return next_.get(); }
+  // The open input may not be open yet: opens it unless the repetition is
+  // done.
+  void Prepare() {
+    if (!in_ && (count_ < 0 || epoch_ < count_)) Open();
+  }
+
+  // The open input handed out n elements or records: the epoch produced,
+  // and, while the input drains (a shuffle's buffer at its input's end),
+  // the next epoch's input fills as many, as TensorFlow's
+  // shuffle-and-repeat keeps its buffer full across epochs.  Else the
+  // whole buffer (10,000 records, or the whole file under a larger buffer)
+  // would be read at the epoch's start while the consumer waits.  Only
+  // when reading happens changes: the order, the saved state (the next
+  // epoch's input is never saved) and where errors are thrown do not.
+  void Handed(size_t n) {
+    if (n == 0) return;
+    produced_ = true;
+    if (!in_ || !in_->Draining()) return;
+    if (!next_) {
+      if (count_ >= 0 && epoch_ + 1 >= count_) return;
+      try {
+        next_ = make_(RepeatSalt(salt_, epoch_ + 1));
+      } catch (...) {
+        return;  // thrown again where the epoch opens
+      }
+    }
+    next_->FillAhead(n);
+  }
+  // What the open input handed out before it threw: the epoch produced.
+  void HandedBeforeAnError(size_t n) { produced_ = produced_ || n > 0; }
+
+  // The open input ended: on to the next epoch; false when the repetition
+  // ends.
+  bool EndEpoch() {
+    in_.reset();
+    if (!produced_) {
+      epoch_ = count_ >= 0 ? count_ : epoch_;
+      next_.reset();
+      return false;
+    }
+    ++epoch_;
+    return true;
+  }
+
+  void Save(StateWriter* w) const {
+    w->BeginStage("repeat");
+    w->I64(epoch_);
+    w->Bool(produced_);
+    w->Bool(in_ != nullptr);
+    if (in_) in_->Save(w);
+  }
+  void Restore(StateReader* r) {
+    r->BeginStage("repeat");
+    epoch_ = r->I64();
+    if (epoch_ < 0 || (count_ >= 0 && epoch_ > count_)) {
+      r->Fail("epoch " + std::to_string(epoch_) + " of Repeat(" +
+              std::to_string(count_) + ")");
+    }
+    const bool produced = r->Bool();
+    in_.reset();
+    next_.reset();
+    if (r->Bool()) {
+      Open();
+      in_->Restore(r);
+    }
+    produced_ = produced;
+  }
+
+ private:
+  void Open() {
+    in_ = next_ ? std::move(next_) : make_(RepeatSalt(salt_, epoch_));
+    produced_ = false;
+    if (prepare_next_ && (count_ < 0 || epoch_ + 1 < count_)) {
+      next_ = make_(RepeatSalt(salt_, epoch_ + 1));
+      prepare_next_(*next_);
+    }
+  }
+
+  const int64_t count_;
+  const uint64_t salt_;
+  Maker make_;
+  std::function<void(Input&)> prepare_next_;
+  int64_t epoch_ = 0;
+  bool produced_ = false;
+  std::unique_ptr<Input> in_;
+  std::unique_ptr<Input> next_;  // epoch_ + 1's
+};
+
 // records::ExpandRecordPaths, its errors as Errors prefixed with `who`.
 std::vector<std::string> ExpandFiles(const std::vector<std::string>& paths,
                                      std::string_view who);
@@ -317,10 +441,6 @@ std::unique_ptr<IteratorBase> MakeFusedBatchParse(
     int parallel_calls, IteratorContext* ctx, uint64_t salt);
 
 // transforms.cc
-// The salt of the iterator Repeat makes for `epoch` under its own `salt`.
-inline uint64_t RepeatSalt(uint64_t salt, int64_t epoch) {
-  return MixSeed(salt, static_cast<uint64_t>(epoch));
-}
 DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name);
 DatasetPtr Repeat(DatasetPtr input, int64_t count);
 DatasetPtr Take(DatasetPtr input, int64_t count);

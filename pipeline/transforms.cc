@@ -74,85 +74,24 @@ class RepeatDataset final : public UnaryDataset {
   class It final : public IteratorBase {
    public:
     It(const RepeatDataset* d, IteratorContext* ctx, uint64_t salt)
-        : d_(d), ctx_(ctx), salt_(salt) {}
+        : epochs_(d->count_, salt, [d, ctx](uint64_t epoch_salt) {
+            return d->input_->MakeIterator(ctx, epoch_salt);
+          }) {}
     bool GetNext(Element* out) override {
-      while (true) {
-        if (!in_) {
-          if (d_->count_ >= 0 && epoch_ >= d_->count_) return false;
-          Open();
-        }
-        if (in_->GetNext(out)) {
-          produced_ = true;
-          FillNext();
+      while (IteratorBase* in = epochs_.Begin()) {
+        if (in->GetNext(out)) {
+          epochs_.Handed(1);
           return true;
         }
-        in_.reset();
-        // As tf.data: an input that is empty ends the repetition rather
-        // than spinning forever.
-        if (!produced_) {
-          epoch_ = d_->count_ >= 0 ? d_->count_ : epoch_;
-          next_.reset();
-          return false;
-        }
-        ++epoch_;
+        if (!epochs_.EndEpoch()) return false;
       }
+      return false;
     }
-    void Save(StateWriter* w) override {
-      w->BeginStage("repeat");
-      w->I64(epoch_);
-      w->Bool(produced_);
-      w->Bool(in_ != nullptr);
-      if (in_) in_->Save(w);
-    }
-    void Restore(StateReader* r) override {
-      r->BeginStage("repeat");
-      epoch_ = r->I64();
-      if (epoch_ < 0 || (d_->count_ >= 0 && epoch_ > d_->count_)) {
-        r->Fail(fmt::format("epoch {} of Repeat({})", epoch_, d_->count_));
-      }
-      const bool produced = r->Bool();
-      in_.reset();
-      next_.reset();
-      if (r->Bool()) {
-        Open();
-        in_->Restore(r);
-      }
-      produced_ = produced;
-    }
+    void Save(StateWriter* w) override { epochs_.Save(w); }
+    void Restore(StateReader* r) override { epochs_.Restore(r); }
 
    private:
-    void Open() {
-      in_ = next_ ? std::move(next_)
-                  : d_->input_->MakeIterator(ctx_, RepeatSalt(salt_, epoch_));
-      produced_ = false;
-    }
-
-    // While this epoch's input drains (a shuffle's buffer at its input's
-    // end), the next epoch's fills, an element for each one handed out, as
-    // TensorFlow's shuffle-and-repeat keeps its buffer full across epochs:
-    // else the next epoch would begin by reading a whole buffer while the
-    // consumer waits.  Only when reading happens changes (the next epoch's
-    // iterator is never saved; see IteratorBase::FillAhead).
-    void FillNext() {
-      if (!in_->Draining()) return;
-      if (!next_) {
-        if (d_->count_ >= 0 && epoch_ + 1 >= d_->count_) return;
-        try {
-          next_ = d_->input_->MakeIterator(ctx_, RepeatSalt(salt_, epoch_ + 1));
-        } catch (...) {
-          return;  // thrown again where the epoch opens
-        }
-      }
-      next_->FillAhead(1);
-    }
-
-    const RepeatDataset* d_;
-    IteratorContext* ctx_;
-    uint64_t salt_;
-    int64_t epoch_ = 0;
-    bool produced_ = false;
-    std::unique_ptr<IteratorBase> in_;
-    std::unique_ptr<IteratorBase> next_;  // epoch_ + 1's (see FillNext)
+    RepeatEpochs<IteratorBase> epochs_;
   };
 
   int64_t count_;
