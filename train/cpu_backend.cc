@@ -72,8 +72,8 @@ int64_t PartialStride(int64_t n) { return (n + 15) / 16 * 16 + 16; }
 // time, which is correct and slower, and name() says so.
 struct Blas {
   Blas() {
-    // Not asked again when it already has one (ShutDownOpenBlasPool): a
-    // pool shut down is started anew by any openblas_set_num_threads.
+    // Not asked again when it already has one (openblas_pool.cc): a pool
+    // shut down is started anew by any openblas_set_num_threads.
     if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
     concurrent = openblas_get_parallel() == OPENBLAS_THREAD;
     std::string_view config = openblas_get_config();
@@ -92,26 +92,6 @@ struct Blas {
 Blas& TheBlas() {
   static Blas blas;
   return blas;
-}
-
-// OpenBLAS's pthread build starts a server thread for every core but one
-// as it loads, and each waits for work spinning on sched_yield for 2^28
-// cycles (~0.1 s) before it sleeps.  The backend never gives them work
-// (one OpenBLAS thread per call, above), so every process that loads
-// recflow spent its first tenth of a second with a spinning thread on each
-// other core, taken from whatever ran then: a `recflow bench` of a small
-// file at 2 threads runs about that long (docs/PERFORMANCE.md).  Setting
-// one thread does not stop threads already started; so once the libraries
-// are loaded (a constructor, run before the program's own, after the
-// libraries it links), OpenBLAS gets one thread and its pool is shut down
-// with blas_thread_shutdown_, what OpenBLAS runs itself before a fork.  It
-// is looked up weakly: a build without it (the sequential one) keeps what
-// it has.  OPENBLAS_NUM_THREADS=1 in the environment starts no pool at all.
-extern "C" int blas_thread_shutdown_(void) __attribute__((weak));
-__attribute__((constructor(200))) void ShutDownOpenBlasPool() {
-  if (blas_thread_shutdown_ == nullptr) return;
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-  blas_thread_shutdown_();
 }
 
 // Rows [r0, r1) x columns [c0, c1) of C = alpha op(A) op(B) + beta C, with

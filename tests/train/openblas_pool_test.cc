@@ -1,5 +1,5 @@
-// The CPU backend shuts OpenBLAS's idle thread pool down as the program
-// starts (cpu_backend.cc, ShutDownOpenBlasPool).
+// Every executable that links recflow::train shuts OpenBLAS's idle thread
+// pool down as it starts (train/openblas_pool.cc); this test is one.
 #include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -23,7 +23,7 @@ int ThreadsNow() {
 }
 
 // Counted by this test's static initialisation: after the libraries'
-// initialisers (OpenBLAS's starts its pool) and the backend's shut-down
+// initialisers (OpenBLAS's starts its pool) and openblas_pool.cc's shut-down
 // (a constructor of a higher priority), before main and any test.
 const int threads_before_main = ThreadsNow();
 
