@@ -24,8 +24,6 @@ set -uo pipefail
 out=${OUT:-gpu-out}
 logs=${GPU_LOGS:-gpu-logs}
 mkdir -p "$out" "$logs"
-exec > >(tee -a "$out/summary.txt") 2>&1
-exec 3>&1  # the summary, for what limited says from inside a redirection
 started=$SECONDS
 budget=${SESSION_SECONDS:-570}
 left() { echo $((budget - (SECONDS - started))); }
@@ -50,84 +48,90 @@ if [ -d .data ] && [ ! -e /usr/share/datasets/fashion-mnist ]; then
   mkdir -p /usr/share/datasets/fashion-mnist
   cp .data/*.gz /usr/share/datasets/fashion-mnist/
 fi
-for part in "${parts[@]}"; do
-  echo "== $part ($(left) s of the session budget left)"
-  case "$part" in
-    build)
-      nvidia-smi --query-gpu=name,driver_version --format=csv 2>&1 | tee "$logs/gpu.txt"
-      limited bash .gpu/build.sh . build-gpu -DRECFLOW_CUDA=ON >"$logs/build.log" 2>&1 ||
-        { tail -40 "$logs/build.log"; pack; exit 1; }
-      ;;
-    test)
-      source .gpu/build.sh --env-only
-      limited ctest --test-dir build-gpu -L gpu --output-on-failure >"$logs/gpu-tests.log" 2>&1
-      echo "gpu tests rc=$?"; grep -E "tests passed|FAILED|Failed|Skipped" "$logs/gpu-tests.log" | head -20
-      if [ -z "${GPU_TESTS_ONLY:-}" ] && (($(left) > 120)); then
-        limited ctest --test-dir build-gpu -LE 'slow|gpu' -j 16 >"$logs/suite.log" 2>&1
-        echo "suite rc=$?"; grep -E "tests passed|\(Failed\)" "$logs/suite.log" | head -20
-      else
-        echo "the default suite is not run (GPU_TESTS_ONLY, or under 120 s left)"
-      fi
-      ;;
-    bench)
-      source .gpu/build.sh --env-only
-      # What the targets compare first, so that a part cut at its time
-      # limit still brings them back: PyTorch's baseline, then the DNN and
-      # CNN benchmarks, then linear.
-      limited python3 bench/pytorch_baseline.py 2000 >"$logs/pytorch.jsonl" 2>&1
-      cat "$logs/pytorch.jsonl"
-      for tf32 in ${TF32_MODES:-1}; do
-        for models in "dnn|cnn" linear; do
-          log="$logs/train_bench_tf32_${tf32}_${models/|/_}.txt"
-          RECFLOW_CUDA_TF32=$tf32 limited build-gpu/bench/train_bench --device cuda \
-            --benchmark_filter="^Cuda[A-Za-z]*/($models)(/|$)" \
-            --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-            >"$log" 2>&1
-          echo "train_bench TF32=$tf32 ($models):"; grep -E "median" "$log"
+main() {
+  exec 3>&1  # the summary, for what limited says from inside a redirection
+  for part in "${parts[@]}"; do
+    echo "== $part ($(left) s of the session budget left)"
+    case "$part" in
+      build)
+        nvidia-smi --query-gpu=name,driver_version --format=csv 2>&1 | tee "$logs/gpu.txt"
+        limited bash .gpu/build.sh . build-gpu -DRECFLOW_CUDA=ON >"$logs/build.log" 2>&1 ||
+          { tail -40 "$logs/build.log"; pack; exit 1; }
+        ;;
+      test)
+        source .gpu/build.sh --env-only
+        limited ctest --test-dir build-gpu -L gpu --output-on-failure >"$logs/gpu-tests.log" 2>&1
+        echo "gpu tests rc=$?"; grep -E "tests passed|FAILED|Failed|Skipped" "$logs/gpu-tests.log" | head -20
+        if [ -z "${GPU_TESTS_ONLY:-}" ] && (($(left) > 120)); then
+          limited ctest --test-dir build-gpu -LE 'slow|gpu' -j 16 >"$logs/suite.log" 2>&1
+          echo "suite rc=$?"; grep -E "tests passed|\(Failed\)" "$logs/suite.log" | head -20
+        else
+          echo "the default suite is not run (GPU_TESTS_ONLY, or under 120 s left)"
+        fi
+        ;;
+      bench)
+        source .gpu/build.sh --env-only
+        # What the targets compare first, so that a part cut at its time
+        # limit still brings them back: PyTorch's baseline, then the DNN and
+        # CNN benchmarks, then linear.
+        limited python3 bench/pytorch_baseline.py 2000 >"$logs/pytorch.jsonl" 2>&1
+        cat "$logs/pytorch.jsonl"
+        for tf32 in ${TF32_MODES:-1}; do
+          for models in "dnn|cnn" linear; do
+            log="$logs/train_bench_tf32_${tf32}_${models/|/_}.txt"
+            RECFLOW_CUDA_TF32=$tf32 limited build-gpu/bench/train_bench --device cuda \
+              --benchmark_filter="^Cuda[A-Za-z]*/($models)(/|$)" \
+              --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+              >"$log" 2>&1
+            echo "train_bench TF32=$tf32 ($models):"; grep -E "median" "$log"
+          done
         done
-      done
-      ;;
-    pipeline)
-      source .gpu/build.sh --env-only
-      # 16 files read at once (the figures of 2026-11-22 read one at a
-      # time, which bounds every thread count by one reader).
-      limited bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
-        >"$logs/pipeline_scaling.txt" 2>&1
-      echo "pipeline_scaling rc=$?"; tail -48 "$logs/pipeline_scaling.txt"
-      # What a consumer busy 200 us a batch (a GPU step) waits in Next().
-      limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
-        --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1
-      grep ConsumerNext "$logs/consumer_next.txt"
-      ;;
-    cpu)
-      source .gpu/build.sh --env-only
-      limited build-gpu/bench/train_bench --benchmark_filter='^(Step|Ceiling)/' \
-        --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
-        >"$logs/train_bench_cpu.txt" 2>&1
-      grep -E "median" "$logs/train_bench_cpu.txt"
-      threads=$(nproc)
-      limited python3 bench/pytorch_baseline.py 300 --cpu "$threads" \
-        >"$logs/pytorch_cpu.jsonl" 2>&1
-      cat "$logs/pytorch_cpu.jsonl"
-      ;;
-    demo)
-      source .gpu/build.sh --env-only
-      # The CNN first (its target is the one not yet measured with step
-      # graphs), each model call by call and with each step one CUDA graph.
-      for model in cnn dnn; do
-        for graphs in --cuda-graphs ""; do
-          name="demo_$model${graphs:+_graphs}"
-          limited build-gpu/tools/recflow demo --device cuda --model "$model" --json \
-            $graphs >"$logs/$name.json" 2>"$logs/$name.err"
-          echo "$name rc=$?"
-          [ -s "$logs/$name.json" ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('device','test_accuracy','train_seconds','examples_per_s','global_step','cuda_graph_launches')})" "$logs/$name.json" 2>&1 | tail -1
+        ;;
+      pipeline)
+        source .gpu/build.sh --env-only
+        # 16 files read at once (the figures of 2026-11-22 read one at a
+        # time, which bounds every thread count by one reader).
+        limited bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
+          >"$logs/pipeline_scaling.txt" 2>&1
+        echo "pipeline_scaling rc=$?"; tail -48 "$logs/pipeline_scaling.txt"
+        # What a consumer busy 200 us a batch (a GPU step) waits in Next().
+        limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
+          --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1
+        grep ConsumerNext "$logs/consumer_next.txt"
+        ;;
+      cpu)
+        source .gpu/build.sh --env-only
+        limited build-gpu/bench/train_bench --benchmark_filter='^(Step|Ceiling)/' \
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+          >"$logs/train_bench_cpu.txt" 2>&1
+        grep -E "median" "$logs/train_bench_cpu.txt"
+        threads=$(nproc)
+        limited python3 bench/pytorch_baseline.py 300 --cpu "$threads" \
+          >"$logs/pytorch_cpu.jsonl" 2>&1
+        cat "$logs/pytorch_cpu.jsonl"
+        ;;
+      demo)
+        source .gpu/build.sh --env-only
+        # The CNN first (its target is the one not yet measured with step
+        # graphs), each model call by call and with each step one CUDA graph.
+        for model in cnn dnn; do
+          for graphs in --cuda-graphs ""; do
+            name="demo_$model${graphs:+_graphs}"
+            limited build-gpu/tools/recflow demo --device cuda --model "$model" --json \
+              $graphs >"$logs/$name.json" 2>"$logs/$name.err"
+            echo "$name rc=$?"
+            [ -s "$logs/$name.json" ] && python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print({k: r.get(k) for k in ('device','test_accuracy','train_seconds','examples_per_s','global_step','cuda_graph_launches')})" "$logs/$name.json" 2>&1 | tail -1
+          done
         done
-      done
-      ;;
-    *)
-      echo "unknown part: $part (build, test, bench, demo, pipeline, cpu)"
-      ;;
-  esac
-  pack
-done
-echo "== done, $(left) s of the session budget left; logs in $out/logs.tar.gz"
+        ;;
+      *)
+        echo "unknown part: $part (build, test, bench, demo, pipeline, cpu)"
+        ;;
+    esac
+    pack
+  done
+  echo "== done, $(left) s of the session budget left; logs in $out/logs.tar.gz"
+}
+# Through tee to the summary, which the pipeline waits for before the
+# script ends (the call's files are collected as it returns).
+main 2>&1 | tee -a "$out/summary.txt"
