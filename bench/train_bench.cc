@@ -10,6 +10,10 @@
 //   Step/<model>: model_fn + backward + Adam; counters split the step by
 //     backend call (gemm_conv_%, elementwise_%, pooling_%, optimizer_%,
 //     allocation_%; other_% is the tape and model code).
+//   StepFromFiles/<model>: Step with its batches read from a TFRecord file
+//     through the pipeline as `recflow train` reads them (the pipeline on
+//     every core); the split adds input_wait_% (the training thread in
+//     it.Next()).
 //   Gemms/<model>: the step's products as Eigen tensor contractions on a
 //     ThreadPoolDevice (the old backend's way); BackendGemms/<model>: the
 //     same products through the CPU backend's Gemm.
@@ -94,11 +98,15 @@ const bool kTuned = [] {
   return true;
 }();
 // 1, 2 and every core of this machine (once when they coincide).
-void ThreadArgs(benchmark::internal::Benchmark* b) {
+std::vector<int> ThreadCounts() {
   const int all = std::max(1u, std::thread::hardware_concurrency());
-  b->Arg(1);
-  if (all >= 2) b->Arg(2);
-  if (all > 2) b->Arg(all);
+  std::vector<int> counts{1};
+  if (all >= 2) counts.push_back(2);
+  if (all > 2) counts.push_back(all);
+  return counts;
+}
+void ThreadArgs(benchmark::internal::Benchmark* b) {
+  for (int threads : ThreadCounts()) b->Arg(threads);
   b->ArgName("threads")->UseRealTime();
 }
 
@@ -219,10 +227,11 @@ struct CpuSteps {
     labels = f["label"];
     f.components.pop_back();
   }
-  void Run() {
+  void Run() { Run(f, labels); }
+  void Run(const Features& batch, const Tensor& batch_labels) {
     ModelContext ctx(backend, vars, metrics, Mode::kTrain, &step, 1);
     ctx.set_fetches(&kNoFetches);
-    EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
+    EstimatorSpec spec = fn(batch, &batch_labels, Mode::kTrain, ctx);
     spec.train_op();
     benchmark::DoNotOptimize(spec.loss.value().raw_data());
   }
@@ -235,18 +244,19 @@ struct CpuSteps {
   const ModelFn fn;
 };
 
-void Step(benchmark::State& state, const std::string& name) {
-  CpuSteps steps(name, static_cast<int>(state.range(0)));
-  ProfilingBackend& backend = steps.backend;
-  steps.Run();  // first-step variable creation and allocator warm-up
-  for (auto _ : state) steps.Run();
-  state.SetItemsProcessed(state.iterations() * kBatch);
-  // The split, from separate timed steps so the clock reads do not slow
-  // the measured ones.
+// The split of kProfiledSteps more steps (run_step runs one) into the
+// backend's call categories, the input wait (`*input_seconds`, what
+// run_step adds to it; null: no input) and the rest, as counters: from
+// steps apart from the timed ones, so that the clock reads do not slow
+// those.
+template <typename RunStep>
+void SplitCounters(benchmark::State& state, ProfilingBackend& backend,
+                   const RunStep& run_step, const double* input_seconds) {
   constexpr int kProfiledSteps = 20;
+  const double input_before = input_seconds ? *input_seconds : 0;
   backend.set_profiling(true);
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < kProfiledSteps; ++i) steps.Run();
+  for (int i = 0; i < kProfiledSteps; ++i) run_step();
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -257,7 +267,88 @@ void Step(benchmark::State& state, const std::string& name) {
     state.counters[std::string(ProfilingBackend::kNames[c]) + "_%"] =
         100 * backend.seconds(c) / total;
   }
+  if (input_seconds) {
+    const double input = *input_seconds - input_before;
+    known += input;
+    state.counters["input_wait_%"] = 100 * input / total;
+  }
   state.counters["other_%"] = 100 * std::max(0.0, total - known) / total;
+}
+
+void Step(benchmark::State& state, const std::string& name) {
+  CpuSteps steps(name, static_cast<int>(state.range(0)));
+  steps.Run();  // first-step variable creation and allocator warm-up
+  for (auto _ : state) steps.Run();
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  SplitCounters(
+      state, steps.backend, [&] { steps.Run(); }, nullptr);
+}
+
+// A file of 8,000 Fashion-MNIST-shaped Examples (random pixels, a label)
+// for the benchmarks that read their batches through the pipeline; its
+// spec; and that pipeline, as `recflow train` builds it: shuffle(10,000),
+// repeat, batch, parse, prefetch(2).
+std::string WriteBenchRecords() {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "recflow_train_bench.tfrecord")
+          .string();
+  records::TFRecordWriter writer(path, records::WriterOptions{});
+  records::ExampleBuilder b;
+  std::mt19937 rng(2);
+  std::string image(784, '\0');
+  for (int i = 0; i < 8000; ++i) {
+    for (char& c : image) c = static_cast<char>(rng() & 0xff);
+    b.Clear();
+    b.AddBytes("image", image).AddInt64("label", rng() % 10);
+    writer.Write(b.Serialize());
+  }
+  writer.Close();
+  return path;
+}
+pipeline::Dataset BenchInput(const std::string& path) {
+  const records::FeatureSpec spec = records::FeatureSpec::FromJsonText(
+      R"({"features": {
+        "image": {"kind": "fixed", "dtype": "bytes", "shape": []},
+        "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+  pipeline::ParseOptions parse;
+  parse.num_parallel_calls = pipeline::kAutotune;
+  return pipeline::Dataset::FromTFRecords({path})
+      .Shuffle(10000, 1)
+      .Repeat()
+      .Batch(kBatch, true)
+      .Parse(spec, parse)
+      .Prefetch(2);
+}
+
+// Step with its batches read from a TFRecord file through the pipeline,
+// as `recflow train` trains: the backend on N threads and, at once, the
+// pipeline on every core (/input_threads:0, the Estimator's default) or
+// on M threads.  The split adds input_wait_%: the training thread's time
+// in it.Next(), waiting for a batch the pipeline has not made yet.
+void StepFromFiles(benchmark::State& state, const std::string& name) {
+  CpuSteps steps(name, static_cast<int>(state.range(0)));
+  const std::string path = WriteBenchRecords();
+  pipeline::Iterator it = BenchInput(path).MakeIterator(
+      {.threads = static_cast<int>(state.range(1))});
+  state.counters["input_threads"] = it.context().threads();
+  double input_seconds = 0;
+  pipeline::Element e;
+  Features f;
+  const auto run_step = [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!it.Next(&e)) throw Error("the bench's input ended");
+    input_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    f.Set("image", e["image"]);
+    steps.Run(f, e["label"]);
+  };
+  run_step();  // variables, allocator and the pipeline's first batches
+  input_seconds = 0;
+  for (auto _ : state) run_step();
+  state.SetItemsProcessed(state.iterations() * kBatch);
+  SplitCounters(state, steps.backend, run_step, &input_seconds);
+  std::filesystem::remove(path);
 }
 
 // The step's own host work, with every kernel call returning at once
@@ -320,6 +411,12 @@ void Ceiling(benchmark::State& state, const std::string& name) {
   all_step();
   for (auto _ : state) all_step();
   state.SetItemsProcessed(state.iterations() * kBatch * threads);
+}
+
+// ThreadArgs, each with the pipeline on every core (0) and on one thread.
+void ThreadAndInputArgs(benchmark::internal::Benchmark* b) {
+  for (int threads : ThreadCounts()) b->Args({threads, 0})->Args({threads, 1});
+  b->ArgNames({"threads", "input_threads"})->UseRealTime();
 }
 
 void CeilingArgs(benchmark::internal::Benchmark* b) {
@@ -694,39 +791,11 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
 void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
                   int input_threads, bool pinned_input, bool graphs) {
   Backend& be = *CudaBackend();
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "recflow_train_bench.tfrecord")
-          .string();
-  {
-    records::TFRecordWriter writer(path, records::WriterOptions{});
-    records::ExampleBuilder b;
-    std::mt19937 rng(2);
-    std::string image(784, '\0');
-    for (int i = 0; i < 8000; ++i) {
-      for (char& c : image) c = static_cast<char>(rng() & 0xff);
-      b.Clear();
-      b.AddBytes("image", image).AddInt64("label", rng() % 10);
-      writer.Write(b.Serialize());
-    }
-    writer.Close();
-  }
-  const records::FeatureSpec spec = records::FeatureSpec::FromJsonText(
-      R"({"features": {
-        "image": {"kind": "fixed", "dtype": "bytes", "shape": []},
-        "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
-  pipeline::ParseOptions parse;
-  parse.num_parallel_calls = pipeline::kAutotune;
-  pipeline::Iterator it =
-      pipeline::Dataset::FromTFRecords({path})
-          .Shuffle(10000, 1)
-          .Repeat()
-          .Batch(kBatch, true)
-          .Parse(spec, parse)
-          .Prefetch(2)
-          .MakeIterator(
-              {.threads = input_threads,
-               .optimize = fused,
-               .output_memory = pinned_input ? be.InputMemory() : nullptr});
+  const std::string path = WriteBenchRecords();
+  pipeline::Iterator it = BenchInput(path).MakeIterator(
+      {.threads = input_threads,
+       .optimize = fused,
+       .output_memory = pinned_input ? be.InputMemory() : nullptr});
   state.counters["input_threads"] = it.context().threads();
   // The input alone on the training thread (next batch + its copy), per
   // batch, in the same run: what the steps below pay for their input.
@@ -821,10 +890,14 @@ BENCHMARK_CAPTURE(Gemms, linear, std::string("linear"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(BackendGemms, linear, std::string("linear"))
     ->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(Step, dnn, std::string("dnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(StepFromFiles, dnn, std::string("dnn"))
+    ->Apply(ThreadAndInputArgs);
 BENCHMARK_CAPTURE(Ceiling, dnn, std::string("dnn"))->Apply(CeilingArgs);
 BENCHMARK_CAPTURE(Gemms, dnn, std::string("dnn"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(BackendGemms, dnn, std::string("dnn"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(Step, cnn, std::string("cnn"))->Apply(ThreadArgs);
+BENCHMARK_CAPTURE(StepFromFiles, cnn, std::string("cnn"))
+    ->Apply(ThreadAndInputArgs);
 BENCHMARK_CAPTURE(Gemms, cnn, std::string("cnn"))->Apply(ThreadArgs);
 BENCHMARK_CAPTURE(BackendGemms, cnn, std::string("cnn"))->Apply(ThreadArgs);
 

@@ -101,7 +101,7 @@ main() {
         ;;
       cpu)
         source .gpu/build.sh --env-only
-        limited build-gpu/bench/train_bench --benchmark_filter='^(Step|Ceiling)/' \
+        limited build-gpu/bench/train_bench --benchmark_filter='^(Step|StepFromFiles|Ceiling)/' \
           --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
           >"$logs/train_bench_cpu.txt" 2>&1
         grep -E "median" "$logs/train_bench_cpu.txt"
