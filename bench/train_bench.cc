@@ -10,10 +10,10 @@
 //   Step/<model>: model_fn + backward + Adam; counters split the step by
 //     backend call (gemm_conv_%, elementwise_%, pooling_%, optimizer_%,
 //     allocation_%; other_% is the tape and model code).
-//   StepFromFiles/<model>: Step with its batches read from a TFRecord file
-//     through the pipeline as `recflow train` reads them (the pipeline on
-//     every core); the split adds input_wait_% (the training thread in
-//     it.Next()).
+//   StepFromFiles/<model>/threads:N/input_threads:M: Step with its batches
+//     read from a TFRecord file through the pipeline as `recflow train`
+//     reads them, the pipeline on every core (M = 0) or on M threads; the
+//     split adds input_wait_% (the training thread in it.Next()).
 //   Gemms/<model>: the step's products as Eigen tensor contractions on a
 //     ThreadPoolDevice (the old backend's way); BackendGemms/<model>: the
 //     same products through the CPU backend's Gemm.
@@ -419,10 +419,11 @@ void ThreadAndInputArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"threads", "input_threads"})->UseRealTime();
 }
 
+// ThreadArgs but 1 (one independent step is Step/<model>/threads:1).
 void CeilingArgs(benchmark::internal::Benchmark* b) {
-  const int all = std::max(1u, std::thread::hardware_concurrency());
-  if (all >= 2) b->Arg(2);
-  if (all > 2) b->Arg(all);
+  for (int threads : ThreadCounts()) {
+    if (threads > 1) b->Arg(threads);
+  }
   b->ArgName("threads")->UseRealTime();
 }
 

@@ -20,6 +20,7 @@
 // keeps what it has.  A pool shut down is started again by any later
 // openblas_set_num_threads, which recflow's code then no longer calls
 // (it asks only when the count is not already one).
+
 // OpenBLAS's own functions, declared here: the executable that compiles
 // this file does not see the library's include directory (cblas.h, private
 // to recflow_train), only links it.
