@@ -133,6 +133,12 @@ for ((i = 0; i < runs; i++)); do
       --parallel-reads "$reads" $fusion
     run "fashion global$tag" "$fm" "$work/fm.json" 10 --global-shuffle $fusion
     if [[ -z $fusion ]]; then
+      # The fused stage plans (shuffle, repeat, batch order) on the thread
+      # that takes its batches, which here also hashes them: that thread's
+      # share of a record's work bounds the speed-up.  Behind a Prefetch
+      # the plan runs on Prefetch's thread, apart from the consumer.
+      run "fashion shuffled prefetched" "$fm" "$work/fm.json" 10 \
+        --shuffle 10000 --parallel-reads "$reads" --prefetch 2
       run "fashion one file parse-only" "$work/fm1/train-00000-of-00001.tfrecord" \
         "$work/fm.json" 10
       run "fashion one file shuffled" "$work/fm1/train-00000-of-00001.tfrecord" \
@@ -181,7 +187,8 @@ for line in open(sys.argv[1]):
     d = json.loads(line)
     key = (d["name"], d["threads"])
     rps[key].append(d["rps"])
-    digests[d["name"].replace(" unfused", "")].add(d["digest"])
+    digests[d["name"].replace(" unfused", "").replace(" prefetched", "")].add(
+        d["digest"])
     rss[key] = max(rss[key], d["rss"])
     if d["read_rps"]:
         read[d["name"].split()[0]].append(d["read_rps"])
@@ -206,6 +213,9 @@ for data in sorted(read):
         su, pu = med[(f"{data} shuffled unfused", t)], med[(f"{data} parse-only unfused", t)]
         print(f"  T={t}: shuffled/parse-only {s / po:.2f} (unfused {su / pu:.2f});"
               f" fused/unfused: parse-only {po / pu:.2f}x, shuffled {s / su:.2f}x")
+        if (f"{data} shuffled prefetched", t) in med:
+            sp = med[(f"{data} shuffled prefetched", t)]
+            print(f"        shuffled behind --prefetch 2 / without: {sp / s:.2f}x")
 ceil = defaultdict(list)
 for line in open(sys.argv[3]):
     d = json.loads(line)
