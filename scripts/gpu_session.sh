@@ -93,7 +93,7 @@ main() {
         # time, which bounds every thread count by one reader).
         limited bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
           >"$logs/pipeline_scaling.txt" 2>&1
-        echo "pipeline_scaling rc=$?"; tail -48 "$logs/pipeline_scaling.txt"
+        echo "pipeline_scaling rc=$?"; tail -64 "$logs/pipeline_scaling.txt"
         # What a consumer busy 200 us a batch (a GPU step) waits in Next().
         limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
           --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1
