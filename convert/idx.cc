@@ -29,6 +29,13 @@ class GzFile {
                              err != Z_OK ? std::string(" (") + msg + ")" : ""));
     }
   }
+  // Fails unless the file (its decompressed data) ends here.
+  void ExpectEnd(const std::string& what) {
+    char c;
+    const int got = gzread(f_, &c, 1);
+    if (got < 0) ReadExactly(&c, 1, what);  // says zlib's error
+    if (got > 0) InputError(fmt::format("{}: {}", path_, what));
+  }
   uint64_t consumed() { return static_cast<uint64_t>(gzoffset(f_)); }
 
  private:
@@ -75,7 +82,16 @@ class IdxSource final : public BuildingSource {
     image_.resize(uint64_t{height_} * width_);
   }
   bool Next(records::ExampleBuilder* b) override {
-    if (row_ == rows_) return false;
+    if (row_ == rows_) {
+      // Nothing may follow what the headers count: a file longer than its
+      // header says is not the file it claims to be (torchvision's reader
+      // refuses it too).
+      images_.ExpectEnd(fmt::format(
+          "more data after the {} images its header counts", rows_));
+      labels_.ExpectEnd(fmt::format(
+          "more data after the {} labels its header counts", rows_));
+      return false;
+    }
     images_.ReadExactly(
         image_.data(), image_.size(),
         fmt::format("data ends inside image {} of {}", row_, rows_));
