@@ -88,7 +88,12 @@ class CsvDataset final : public DatasetBase {
       while (true) {
         if (!reader_) {
           if (file_ >= d_->files_.size()) return false;
-          Open(file_);
+          try {
+            Open(file_);
+          } catch (...) {
+            NextFile();  // its error in its place, then the next file
+            throw;
+          }
         }
         std::vector<std::string> fields;
         uint64_t line;
@@ -97,13 +102,11 @@ class CsvDataset final : public DatasetBase {
           got = reader_->ReadRecord(&fields, &line);
         } catch (const records::CsvError& e) {
           ++rows_;
-          if (!e.row_level()) reader_.reset(), ++file_;
+          if (!e.row_level()) NextFile();  // the file cannot be read on
           throw;
         }
         if (!got) {
-          reader_.reset();
-          ++file_;
-          rows_ = 0;
+          NextFile();
           continue;
         }
         ++rows_;
@@ -138,15 +141,24 @@ class CsvDataset final : public DatasetBase {
     }
 
    private:
+    // Opens file `index` past its header, which must be the first file's.
     void Open(size_t index) {
-      reader_ = std::make_unique<records::CsvReader>(d_->files_[index]);
-      path_ = std::make_shared<const std::string>(d_->files_[index]);
+      auto reader = std::make_unique<records::CsvReader>(d_->files_[index]);
       std::vector<std::string> header;
       uint64_t line;
-      if (!reader_->ReadRecord(&header, &line) || header != d_->header_) {
+      if (!reader->ReadRecord(&header, &line) || header != d_->header_) {
         throw Error(fmt::format("{}:1: header differs from {}'s",
                                 d_->files_[index], d_->files_[0]));
       }
+      reader_ = std::move(reader);
+      path_ = std::make_shared<const std::string>(d_->files_[index]);
+      rows_ = 0;
+    }
+    // The current file is done with (ended, or failed): the next one is
+    // opened by the next GetNext, and a state saved meanwhile says so.
+    void NextFile() {
+      reader_.reset();
+      ++file_;
       rows_ = 0;
     }
 

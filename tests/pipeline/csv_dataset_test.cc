@@ -32,5 +32,103 @@ TEST(CsvDatasetTest, CsvRowsBecomeTypedScalars) {
   }
 }
 
+// Takes the next element or the error in its place ("!" + message).
+std::string NextOrError(Iterator& it) {
+  try {
+    auto e = it.Next();
+    return e ? e->DebugString() : "<end>";
+  } catch (const recflow::Error& e) {  // the CSV reader's or the stage's
+    return std::string("!") + e.what();
+  }
+}
+std::vector<std::string> Drain(Iterator& it) {
+  std::vector<std::string> out;
+  while (out.empty() || out.back() != "<end>") out.push_back(NextOrError(it));
+  return out;
+}
+
+// Saved after any element or error, a restored iterator gives exactly the
+// rest: rows after a bad row, and the next file after a file that fails
+// (a header unlike the first file's, an unclosed quote) - never that
+// file's other rows, never a row twice or not at all.
+TEST(CsvDatasetTest, ARestoredIteratorContinuesAfterEveryElementAndError) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "id,v\n1,x\n2,y,extra\n3,z\n");
+  testing::WriteFileBytes(dir.File("b.csv"), "v,id\n4,p\n5,q\n");
+  testing::WriteFileBytes(dir.File("c.csv"), "id,v\n6,r\n\"7,s\n");
+  testing::WriteFileBytes(dir.File("d.csv"), "id,v\n8,t\n9,u\n");
+  const Dataset ds = Dataset::FromCsv({dir.File("a.csv"), dir.File("b.csv"),
+                                       dir.File("c.csv"), dir.File("d.csv")});
+  Iterator whole = ds.MakeIterator();
+  const std::vector<std::string> all = Drain(whole);
+  // 1, the short row's error, 3, b's header, 6, c's quote, 8, 9, the end.
+  ASSERT_EQ(all.size(), 9u);
+  EXPECT_EQ(all[1], "!" + dir.File("a.csv") + ":3: 3 fields, the header has 2");
+  EXPECT_EQ(all[3], "!" + dir.File("b.csv") + ":1: header differs from " +
+                        dir.File("a.csv") + "'s");
+  EXPECT_EQ(all[5],
+            "!" + dir.File("c.csv") + ":3: a quoted field is not closed");
+  for (size_t i : {0u, 2u, 4u, 6u, 7u}) {
+    EXPECT_EQ(all[i].front(), '{') << i << ": " << all[i];
+  }
+  for (size_t k = 0; k < all.size(); ++k) {
+    Iterator it = ds.MakeIterator();
+    for (size_t i = 0; i < k; ++i) NextOrError(it);
+    Iterator restored = ds.MakeIterator();
+    restored.Restore(it.Save());
+    EXPECT_EQ(Drain(restored),
+              std::vector<std::string>(all.begin() + k, all.end()))
+        << "saved after " << k;
+  }
+  // Skipping errors: every good row, once.
+  std::vector<int64_t> ids;
+  for (const Element& e : Collect(ds.IgnoreErrors())) {
+    ids.push_back(e["id"].scalar<int64_t>());
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>{1, 3, 6, 8, 9}));
+}
+
+TEST(CsvDatasetTest, ColumnsAreSelectedAndTypedByName) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "id,score,name\n1,2,x\n3,4.5,y\n");
+  CsvOptions o;
+  o.select_columns = {"name", "score"};
+  o.column_types = {{"score", DType::kFloat32}};
+  const Dataset ds = Dataset::FromCsv({dir.File("a.csv")}, o);
+  const auto out = Collect(ds);
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_EQ(out[0].components.size(), 2u);  // in the header's order
+  EXPECT_EQ(out[0].components[0].name, "score");
+  EXPECT_EQ(out[0].components[1].name, "name");
+  EXPECT_FLOAT_EQ(out[1]["score"].scalar<float>(), 4.5f);
+  EXPECT_EQ(ds.Describe().find("Csv(1 files "), 0u) << ds.Describe();
+  EXPECT_NE(ds.Describe().find("score:float32 name:bytes"), std::string::npos)
+      << ds.Describe();
+  const auto error = [&](CsvOptions options, std::vector<std::string> files) {
+    try {
+      Dataset::FromCsv(std::move(files), std::move(options));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  o.select_columns = {"name", "nope"};
+  EXPECT_EQ(error(o, {dir.File("a.csv")}),
+            "FromCsv: " + dir.File("a.csv") + " has no column 'nope'");
+  CsvOptions t;
+  t.column_types = {{"id", DType::kUInt8}};
+  EXPECT_EQ(error(t, {dir.File("a.csv")}),
+            "FromCsv: column 'id': uint8 columns are not supported (int64, "
+            "float32 or bytes)");
+  CsvOptions d;
+  d.delimiter = ';';
+  EXPECT_EQ(error(d, {dir.File("a.csv")}),
+            "FromCsv: only ',' is supported as the delimiter");
+  testing::WriteFileBytes(dir.File("empty.csv"), "");
+  EXPECT_EQ(
+      error({}, {dir.File("empty.csv")}),
+      dir.File("empty.csv") + ": empty; a CSV file starts with a header row");
+}
+
 }  // namespace
 }  // namespace recflow::pipeline
