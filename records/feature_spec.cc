@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -53,20 +55,31 @@ DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
   DefaultValue d;
   for (const auto& v : values) {
     switch (c.dtype) {
-      case DType::kFloat32:
+      case DType::kFloat32: {
         if (!v.is_number()) {
           throw Error(
               fmt::format("spec: feature '{}': default {} is not a "
                           "number",
                           name, v.dump()));
         }
-        d.floats.push_back(v.get<float>());
+        const double x = v.get<double>();
+        if (std::abs(x) > std::numeric_limits<float>::max()) {
+          throw Error(
+              fmt::format("spec: feature '{}': default {} is beyond "
+                          "float32's range",
+                          name, v.dump()));
+        }
+        d.floats.push_back(static_cast<float>(x));
         break;
+      }
       case DType::kInt64:
-        if (!v.is_number_integer()) {
+        if (!v.is_number_integer() ||
+            (v.is_number_unsigned() &&
+             v.get<uint64_t>() >
+                 static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
           throw Error(
               fmt::format("spec: feature '{}': default {} is not an "
-                          "integer",
+                          "int64",
                           name, v.dump()));
         }
         d.ints.push_back(v.get<int64_t>());
@@ -107,16 +120,16 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
       throw Error(fmt::format("spec: feature '{}': expected an object", name));
     }
     FeatureConfig c;
-    const std::string kind = j.value("kind", "fixed");
+    const nlohmann::json kind = j.value("kind", nlohmann::json("fixed"));
     if (kind == "fixed") {
       c.kind = FeatureConfig::Kind::kFixed;
     } else if (kind == "var") {
       c.kind = FeatureConfig::Kind::kVar;
     } else {
       throw Error(
-          fmt::format("spec: feature '{}': kind '{}': expected "
-                      "'fixed' or 'var'",
-                      name, kind));
+          fmt::format("spec: feature '{}': kind {}: expected "
+                      "\"fixed\" or \"var\"",
+                      name, kind.dump()));
     }
     if (!j.contains("dtype") || !j["dtype"].is_string()) {
       throw Error(
@@ -139,15 +152,32 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
                         "shape",
                         name));
       }
-      for (const auto& d : j["shape"]) {
-        if (!d.is_number_integer() || d.get<int64_t>() < 0) {
-          throw Error(
-              fmt::format("spec: feature '{}': shape {} must hold "
-                          "non-negative integers",
-                          name, j["shape"].dump()));
-        }
-        c.shape.push_back(d.get<int64_t>());
+      const nlohmann::json& shape = j["shape"];
+      // A serialized Example is under 2 GiB (protobuf's limit), so no
+      // feature of one holds 2^31 values or more.
+      constexpr uint64_t kMaxValues = uint64_t{1} << 31;
+      uint64_t values = 1;
+      const auto dim = [&](const nlohmann::json& d) {
+        if (!d.is_number_integer()) return false;
+        if (!d.is_number_unsigned() && d.get<int64_t>() < 0) return false;
+        const uint64_t n = d.get<uint64_t>();
+        values = n == 0 || values == 0 ? 0 : std::min(n, kMaxValues) * values;
+        values = std::min(values, kMaxValues);
+        return true;
+      };
+      if (!shape.is_array() || !std::all_of(shape.begin(), shape.end(), dim)) {
+        throw Error(
+            fmt::format("spec: feature '{}': shape {}: expected a list of "
+                        "non-negative integers",
+                        name, shape.dump()));
       }
+      if (values >= kMaxValues) {
+        throw Error(
+            fmt::format("spec: feature '{}': shape {} holds 2^31 values or "
+                        "more, which no Example can (protobuf's 2 GiB)",
+                        name, shape.dump()));
+      }
+      for (const auto& d : shape) c.shape.push_back(d.get<int64_t>());
     }
     if (j.contains("default")) {
       if (c.kind == FeatureConfig::Kind::kVar) {
