@@ -33,5 +33,81 @@ TEST(SourcesTest, TensorSlicesAreViewsOfTheArrays) {
   EXPECT_EQ(out[2]["x"].data<float>(), data.data() + 6);  // no copy
 }
 
+std::vector<Element> Rest(Iterator& it) {
+  std::vector<Element> out;
+  while (auto e = it.Next()) out.push_back(std::move(*e));
+  return out;
+}
+
+TEST(SourcesTest, TensorSlicesNeedArraysOfOneFirstDimension) {
+  const auto error = [](Element arrays) {
+    try {
+      Dataset::FromTensorSlices(std::move(arrays));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error({}), "FromTensorSlices: no arrays given");
+  Element scalar;
+  scalar.Set("s", Tensor::Scalar<int64_t>(1));
+  EXPECT_EQ(error(scalar),
+            "FromTensorSlices: 's' is a scalar; arrays need a first dimension "
+            "to slice");
+  Element uneven;
+  uneven.Set("a", Tensor::Allocate(DType::kFloat32, Shape{3}));
+  uneven.Set("b", Tensor::Allocate(DType::kInt64, Shape{2, 5}));
+  EXPECT_EQ(error(uneven),
+            "FromTensorSlices: 'b' has 2 rows, 'a' has 3; all arrays need the "
+            "same first dimension");
+  Element slices;
+  slices.Set("a", Tensor::Allocate(DType::kFloat32, Shape{3}));
+  const Dataset ds = Dataset::FromTensorSlices(slices);
+  EXPECT_EQ(ds.Describe(), "TensorSlices(a:float32[3])");
+  Iterator it = ds.MakeIterator();
+  it.Next();
+  Iterator restored = ds.MakeIterator();
+  restored.Restore(it.Save());
+  EXPECT_EQ(Rest(restored).size(), 2u);
+}
+
+// A generator's state is how many elements it gave: a restore makes it
+// afresh and skips as many, so a deterministic generator continues exactly;
+// one that gives fewer the second time is told so.
+TEST(SourcesTest, AGeneratorRestoresByReplayingItsElements) {
+  const auto count_to = [](int64_t n) {
+    return [n]() -> std::function<std::optional<Element>()> {
+      return [i = int64_t{0}, n]() mutable -> std::optional<Element> {
+        if (i == n) return std::nullopt;
+        return testing::Int(i++);
+      };
+    };
+  };
+  const Dataset ds = Dataset::FromGenerator(count_to(5), "five");
+  EXPECT_EQ(ds.Describe(), "Generator(five)");
+  for (size_t k = 0; k <= 6; ++k) {
+    Iterator it = ds.MakeIterator();
+    for (size_t i = 0; i < k; ++i) it.Next();
+    Iterator restored = ds.MakeIterator();
+    restored.Restore(it.Save());
+    EXPECT_EQ(Ints(Rest(restored)), Iota(std::min<int64_t>(k, 5), 5))
+        << "saved after " << k;
+  }
+  // Saved at element 4 of one generator, restored with one of 3.
+  Iterator it = ds.MakeIterator();
+  for (int i = 0; i < 4; ++i) it.Next();
+  Iterator shorter = Dataset::FromGenerator(count_to(3), "five").MakeIterator();
+  try {
+    shorter.Restore(it.Save());
+    FAIL() << "restored past the generator's end";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "generator 'five' ended after 3 elements while restoring a "
+                  "state at element 4; is it deterministic?"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace recflow::pipeline
