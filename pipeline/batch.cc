@@ -1,7 +1,9 @@
 // Batch, PaddedBatch and Unbatch.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "pipeline/stages.h"
 
@@ -143,6 +145,32 @@ int64_t PaddedIndex(int64_t k, const Shape& s, const Shape& p) {
   return out;
 }
 
+// Whether `v` is a value of `dtype` (an integer in range for the integer
+// types, finite or not within float32's range): a padding value must be,
+// as tf.data wants it a tensor of the component's dtype.
+bool IsValueOf(DType dtype, double v) {
+  const auto integer_in = [v](double lo, double hi) {
+    return v == std::trunc(v) && v >= lo && v <= hi;
+  };
+  switch (dtype) {
+    case DType::kFloat32:
+      return !std::isfinite(v) ||
+             std::abs(v) <= std::numeric_limits<float>::max();
+    case DType::kFloat64:
+      return true;
+    case DType::kInt32:
+      return integer_in(std::numeric_limits<int32_t>::min(),
+                        std::numeric_limits<int32_t>::max());
+    case DType::kInt64:  // 2^63 itself is a double, and not an int64
+      return integer_in(-0x1p63, 0x1p63) && v != 0x1p63;
+    case DType::kUInt8:
+      return integer_in(0, 255);
+    case DType::kBytes:
+      return v == 0;
+  }
+  return false;
+}
+
 template <typename T>
 void Fill(char* data, int64_t n, double v) {
   T* p = reinterpret_cast<T*>(data);
@@ -242,6 +270,14 @@ class BatchDataset final : public UnaryDataset {
       double pad_value = 0;
       for (const auto& [key, v] : padded_->padding_values) {
         if (key == name) pad_value = v;
+      }
+      if (!IsValueOf(t0.dtype(), pad_value)) {
+        throw Error(fmt::format(
+            "PaddedBatch: padding value {} for '{}' is not a value of its "
+            "dtype {}{}",
+            pad_value, name, DTypeName(t0.dtype()),
+            t0.dtype() == DType::kBytes ? " (bytes pad with empty strings)"
+                                        : ""));
       }
       const Shape shape = padded.Prepend(n);
       const int64_t per = padded.num_elements();

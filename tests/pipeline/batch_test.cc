@@ -91,6 +91,76 @@ TEST(BatchTest, PaddedBatchPadsToTheLongestOrTheGivenShape) {
   EXPECT_THROW(Collect(ds.PaddedBatch(3, o)), Error);
 }
 
+// Matrices and strings pad in every dimension; values land at their own
+// (row, column), the rest is the padding value.
+TEST(BatchTest, PaddedBatchPadsMatricesAndBytesInEveryDimension) {
+  std::vector<Element> elements(2);
+  const std::vector<float> a = {1, 2, 3};  // 1 x 3
+  const std::vector<float> b = {4, 5};     // 2 x 1
+  elements[0].Set("m", Tensor::FromValues<float>(a, Shape{1, 3}));
+  elements[1].Set("m", Tensor::FromValues<float>(b, Shape{2, 1}));
+  const std::vector<std::string> s0 = {"a", "b"}, s1 = {"c", "d", "e", "f"};
+  elements[0].Set("s", Tensor::FromStrings(s0, Shape{1, 2}));
+  elements[1].Set("s", Tensor::FromStrings(s1, Shape{2, 2}));
+  elements[0].Set(
+      "u", Tensor::FromValues<uint8_t>(std::vector<uint8_t>{7}, Shape{1}));
+  elements[1].Set(
+      "u", Tensor::FromValues<uint8_t>(std::vector<uint8_t>{8, 9}, Shape{2}));
+  const auto ds = Dataset::FromGenerator([elements] {
+    return [elements, i = size_t{0}]() mutable -> std::optional<Element> {
+      if (i == elements.size()) return std::nullopt;
+      return elements[i++];
+    };
+  });
+  PaddedBatchOptions o;
+  o.padding_values = {{"m", -1}, {"u", 255}};
+  o.padded_shapes = {{"m", {-1, 4}}};
+  const auto out = Collect(ds.PaddedBatch(2, o));
+  ASSERT_EQ(out.size(), 1u);
+  const Tensor& m = out[0]["m"];
+  ASSERT_EQ(m.shape(), (Shape{2, 2, 4}));
+  const float* v = m.data<float>();
+  EXPECT_EQ(std::vector<float>(v, v + 16),
+            (std::vector<float>{1, 2, 3, -1, -1, -1, -1, -1,  //
+                                4, -1, -1, -1, 5, -1, -1, -1}));
+  const Tensor& str = out[0]["s"];
+  ASSERT_EQ(str.shape(), (Shape{2, 2, 2}));
+  std::vector<std::string> got;
+  for (int64_t k = 0; k < 8; ++k) got.emplace_back(str.bytes(k));
+  EXPECT_EQ(got,
+            (std::vector<std::string>{"a", "b", "", "", "c", "d", "e", "f"}));
+  const Tensor& u = out[0]["u"];
+  EXPECT_EQ(std::vector<uint8_t>(u.data<uint8_t>(), u.data<uint8_t>() + 4),
+            (std::vector<uint8_t>{7, 255, 8, 9}));
+  // A padding value must be one of the component's dtype.
+  const auto error = [&](std::string name, double value) {
+    PaddedBatchOptions bad;
+    bad.padding_values = {{name, value}};
+    try {
+      Collect(ds.PaddedBatch(2, bad));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("u", 256),
+            "PaddedBatch: padding value 256 for 'u' is not a value of its "
+            "dtype uint8");
+  EXPECT_EQ(error("u", -1),
+            "PaddedBatch: padding value -1 for 'u' is not a value of its "
+            "dtype uint8");
+  EXPECT_EQ(error("u", 0.5),
+            "PaddedBatch: padding value 0.5 for 'u' is not a value of its "
+            "dtype uint8");
+  EXPECT_EQ(error("m", 1e300),
+            "PaddedBatch: padding value 1e+300 for 'm' is not a value of its "
+            "dtype float32");
+  EXPECT_EQ(error("m", -INFINITY), "");
+  EXPECT_EQ(error("s", 1),
+            "PaddedBatch: padding value 1 for 's' is not a value of its dtype "
+            "bytes (bytes pad with empty strings)");
+}
+
 TEST(BatchTest, UnbatchUndoesBatch) {
   auto ds = Dataset::Range(0, 11).Batch(4).Unbatch();
   EXPECT_EQ(Ints(Collect(ds)), Iota(0, 11));
