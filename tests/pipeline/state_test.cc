@@ -90,6 +90,49 @@ TEST(StateTest, ParallelMapAndPrefetchAcrossThreadCounts) {
   ExpectResumable(ds, {2, 30}, /*threads=*/1, /*restore_threads=*/8);
 }
 
+// An autotuned map runs its calls in the arena at 4 threads and on the
+// consumer's thread at 1: a state saved with results (and an error)
+// buffered by the first continues in the second, and back.
+TEST(StateTest, AnAutotunedMapMovesBetweenOneAndManyThreads) {
+  MapOptions o;
+  o.num_parallel_calls = kAutotune;
+  auto ds = Dataset::Range(0, 120).Map(
+      [](Element e) {
+        const int64_t v = e["value"].scalar<int64_t>();
+        if (v == 40) throw Error("no 40");
+        return testing::Int(v * 3);
+      },
+      o);
+  const auto drain = [](Iterator& it, size_t limit) {
+    std::vector<std::string> out;
+    while (out.size() < limit) {
+      try {
+        auto e = it.Next();
+        if (!e) break;
+        out.push_back(Key(*e));
+      } catch (const Error& e) {
+        out.push_back(e.what());
+      }
+    }
+    return out;
+  };
+  Iterator whole = ds.MakeIterator({.threads = 1});
+  const std::vector<std::string> all = drain(whole, SIZE_MAX);
+  ASSERT_EQ(all.size(), 120u);
+  EXPECT_EQ(all[40], "no 40");
+  for (auto [save, restore] : {std::pair{4, 1}, std::pair{1, 4}}) {
+    for (size_t k : {0u, 1u, 30u, 39u, 40u, 41u, 119u, 120u}) {
+      Iterator it = ds.MakeIterator({.threads = save});
+      ASSERT_EQ(drain(it, k).size(), k);
+      Iterator restored = ds.MakeIterator({.threads = restore});
+      restored.Restore(it.Save());
+      EXPECT_EQ(drain(restored, SIZE_MAX),
+                std::vector<std::string>(all.begin() + k, all.end()))
+          << save << " -> " << restore << " threads, saved after " << k;
+    }
+  }
+}
+
 TEST(StateTest, InterleaveTakeSkipShardFilterUnbatchPaddedBatch) {
   auto ds = Dataset::Range(0, 12)
                 .Interleave(
