@@ -86,6 +86,19 @@ TEST(CsvDatasetTest, ARestoredIteratorContinuesAfterEveryElementAndError) {
     ids.push_back(e["id"].scalar<int64_t>());
   }
   EXPECT_EQ(ids, (std::vector<int64_t>{1, 3, 6, 8, 9}));
+  // And a state saved through IgnoreErrors, after any of them.
+  const Dataset skipping = ds.IgnoreErrors();
+  for (size_t k = 0; k <= ids.size(); ++k) {
+    Iterator it = skipping.MakeIterator();
+    for (size_t i = 0; i < k; ++i) it.Next();
+    Iterator restored = skipping.MakeIterator();
+    restored.Restore(it.Save());
+    std::vector<int64_t> rest;
+    while (auto e = restored.Next())
+      rest.push_back((*e)["id"].scalar<int64_t>());
+    EXPECT_EQ(rest, std::vector<int64_t>(ids.begin() + k, ids.end()))
+        << "saved after " << k;
+  }
 }
 
 TEST(CsvDatasetTest, ColumnsAreSelectedAndTypedByName) {
