@@ -1,5 +1,6 @@
 // `recflow convert`, `cat` and `inspect` end to end, on files written here
 // in each input format.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -366,6 +367,74 @@ TEST(ConvertTest, InspectSpecParsesTheData) {
   const auto stats = nlohmann::json::parse(j.out);
   EXPECT_EQ(stats["records"], 2);
   EXPECT_EQ(stats["features"]["t"]["values_max"], 2);
+}
+
+// The table counts each feature's records with values, with an empty list
+// and without it; a feature with two kinds of list is left out of the
+// inferred spec, saying so; a record that is not an Example stops it.
+TEST(ConvertTest, InspectTablesEveryKindAndLeavesMixedKindsOutOfTheSpec) {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 3; ++i) {
+    tensorflow::Example ex;
+    auto& m = *ex.mutable_features()->mutable_feature();
+    m["f"].mutable_float_list()->add_value(0.5f + static_cast<float>(i));
+    // Up to 40 printable bytes are shown; longer ones are counted.
+    m["b"].mutable_bytes_list()->add_value(std::string(i == 2 ? 41 : 2, 'x'));
+    if (i == 0) m["e"].mutable_int64_list();  // an empty list
+    if (i == 1) m["e"];                       // a Feature with no list
+    if (i == 1) {
+      m["mixed"].mutable_float_list()->add_value(1);
+    } else {
+      m["mixed"].mutable_int64_list()->add_value(i);
+    }
+    records.push_back(ex.SerializeAsString());
+  }
+  const std::string file = dir.File("f.tfrecord");
+  testing::WriteRecords(file, records);
+  const Result table = Recflow(dir, "inspect " + file);
+  ASSERT_EQ(table.code, 0) << table.err;
+  const auto line = [&](const std::string& feature) {
+    const size_t at = table.out.find("\n" + feature + " ");
+    return at == std::string::npos
+               ? std::string()
+               : table.out.substr(at + 1,
+                                  table.out.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_EQ(table.out.rfind("3 records, 4 features\n", 0), 0u) << table.out;
+  // feature, kind, present, empty, absent, value counts, samples
+  EXPECT_EQ(line("f"),
+            "f                        float                3         0         "
+            "0               1/1/1.0  0.5 1.5 2.5");
+  EXPECT_EQ(line("b"),
+            "b                        bytes                3         0         "
+            "0               1/1/1.0  \"xx\" \"xx\" <41 bytes>");
+  EXPECT_EQ(line("e"),
+            "e                        int64                0         1         "
+            "2               0/0/0.0  ");
+  EXPECT_EQ(line("mixed").substr(0, 37),
+            "mixed                    float,int64 ");
+  const Result spec = Recflow(dir, "inspect --spec " + file);
+  ASSERT_EQ(spec.code, 0) << spec.err;
+  EXPECT_EQ(spec.err,
+            "recflow: feature 'mixed' holds 2 kinds of list; left out of the "
+            "spec\n");
+  const auto parsed = records::FeatureSpec::FromJsonText(spec.out);
+  EXPECT_EQ(parsed.Find("mixed"), nullptr);
+  ASSERT_NE(parsed.Find("e"), nullptr);
+  EXPECT_EQ(parsed.Find("e")->kind, records::FeatureConfig::Kind::kVar);
+  ASSERT_NE(parsed.Find("f"), nullptr);
+  EXPECT_EQ(parsed.Find("f")->kind, records::FeatureConfig::Kind::kFixed);
+
+  records.insert(records.begin() + 1, "\xff\xff");
+  testing::WriteRecords(file, records);
+  const Result junk = Recflow(dir, "inspect " + file);
+  EXPECT_EQ(junk.code, 1);
+  EXPECT_NE(junk.err.find(fmt::format("{}: record 1 at byte offset {}: Can't "
+                                      "parse serialized Example.",
+                                      file, records[0].size() + 16)),
+            std::string::npos)
+      << junk.err;
 }
 
 }  // namespace
