@@ -99,13 +99,19 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
       }
       if (c != ',' && c != '\n' && c != '\r' && c != EOF) {
         const uint64_t at = line_;
+        const char unexpected = static_cast<char>(c);
         // Skip the rest of the row so that the next one can be read.
         while (c != '\n' && c != EOF) c = Get();
         ++line_;
-        throw CsvError(fmt::format("{}:{}: unexpected '{}' after a closing "
-                                   "quote",
-                                   path_, at, static_cast<char>(c)),
-                       true);
+        const auto byte = static_cast<unsigned char>(unexpected);
+        throw CsvError(
+            fmt::format("{}:{}: unexpected {} after a closing quote (a "
+                        "quoted field ends at a comma or the line's end)",
+                        path_, at,
+                        byte >= 0x20 && byte < 0x7f
+                            ? fmt::format("'{}'", unexpected)
+                            : fmt::format("byte {:#04x}", byte)),
+            true);
       }
     } else {
       while (c != ',' && c != '\n' && c != '\r' && c != EOF) {

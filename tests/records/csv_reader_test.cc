@@ -49,10 +49,40 @@ TEST(CsvReaderTest, QuotedFieldsLineNumbersAndARowLevelError) {
     FAIL() << "a quote followed by text was accepted";
   } catch (const CsvError& e) {
     EXPECT_TRUE(e.row_level());
-    EXPECT_NE(std::string(e.what()).find(path + ":5:"), std::string::npos)
-        << e.what();
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ":5: unexpected 'e' after a closing quote (a quoted "
+                  "field ends at a comma or the line's end)");
   }
+  EXPECT_FALSE(reader.ReadRecord(&fields, &line));
   EXPECT_THROW(CsvReader(dir.File("missing.csv")), CsvError);
+}
+
+// The file-level errors: the reader cannot go on past them.
+TEST(CsvReaderTest, AnUnclosedQuoteOrABrokenByteOrderMarkEndsTheFile) {
+  testing::TempDir dir;
+  const auto error = [&](const std::string& bytes) {
+    std::ofstream(dir.File("b.csv"), std::ios::binary) << bytes;
+    CsvReader reader(dir.File("b.csv"));
+    std::vector<std::string> fields;
+    uint64_t line = 0;
+    try {
+      while (reader.ReadRecord(&fields, &line)) {
+      }
+    } catch (const CsvError& e) {
+      return std::string(e.row_level() ? "row: " : "file: ") + e.what();
+    }
+    return std::string();
+  };
+  const std::string b = dir.File("b.csv");
+  EXPECT_EQ(error("a\n\"1\n2\n"),
+            "file: " + b + ":2: a quoted field is not closed");
+  EXPECT_EQ(error("\xEF\xBBx,y\n"),
+            "file: " + b + ":1: starts with a broken byte order mark");
+  EXPECT_EQ(error("a\n\"1\"\xff\n"),
+            "row: " + b +
+                ":2: unexpected byte 0xff after a closing quote (a "
+                "quoted field ends at a comma or the line's end)");
 }
 
 }  // namespace
