@@ -1,7 +1,10 @@
 #include "records/index.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <zstd.h>
+
+#include <filesystem>
 
 #include "records/errors.h"
 #include "records/tfrecord_writer.h"
@@ -223,6 +226,91 @@ TEST(IndexTest, StaleIndexIsDetectedOnRead) {
     EXPECT_EQ(e.record_index(), 1u);
     EXPECT_EQ(e.offset(), 21u);
   }
+}
+
+// Every way an index can disagree with its file is found when the record
+// is read, and said: the record, its offset and what the index claimed.
+TEST(IndexTest, EveryWayAnIndexCanLieIsNamedOnRead) {
+  TempDir dir;
+  const auto error = [](IndexedReader& reader, uint64_t i) {
+    try {
+      reader.Read(i);
+    } catch (const RecordError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const auto has = [](const std::string& what, const std::string& part) {
+    return what.find(part) != std::string::npos;
+  };
+  const std::string f = dir.File("f");
+  testing::WriteRecords(f, {"aaaa", "bbbb", "cccc"});  // 20 bytes each
+  const Index built = BuildIndex(f);
+  {
+    Index index = built;
+    index.entries[1].size = 24;
+    IndexedReader reader(f, index);
+    EXPECT_TRUE(has(error(reader, 1),
+                    "the index gives 24 bytes but the record header says 4 "
+                    "+ 16 (is the index stale?)"))
+        << error(reader, 1);
+    index.entries[2].offset = 50;
+    IndexedReader past(f, index);
+    EXPECT_TRUE(has(error(past, 2),
+                    "the index gives 20 bytes at byte 50, past the end of "
+                    "the 60-byte file"))
+        << error(past, 2);
+  }
+  {
+    IndexedReader reader(f, built);
+    std::filesystem::resize_file(f, 50);  // after it was opened
+    EXPECT_TRUE(
+        has(error(reader, 2), "the file is shorter than when it was opened"))
+        << error(reader, 2);
+    EXPECT_EQ(reader.Read(1), "bbbb");
+  }
+
+  const std::string z = dir.File("z.zst");
+  testing::WriteRecords(z, {"a", "bb"}, {.compression = Compression::kZstd});
+  const Index zbuilt = BuildIndex(z);
+  const uint64_t zsize = std::filesystem::file_size(z);
+  ASSERT_EQ(zbuilt.entries[0].frame_bytes, zsize);  // one frame
+  const auto zerror = [&](auto change, uint64_t i) {
+    Index index = zbuilt;
+    for (IndexEntry& e : index.entries) change(e);
+    IndexedReader reader(z, index);
+    return error(reader, i);
+  };
+  std::string what = zerror(
+      [&](IndexEntry& e) {
+        e.frame_offset = 1;
+        e.frame_bytes = zsize - 1;
+      },
+      0);
+  EXPECT_TRUE(has(what,
+                  "the index points at bytes that are not a zstd frame (is "
+                  "the index stale?)"))
+      << what;
+  what = zerror([&](IndexEntry& e) { e.frame_bytes = zsize + 10; }, 0);
+  EXPECT_TRUE(has(what, fmt::format("the index gives a zstd frame of {} bytes "
+                                    "at byte 0, past the end of the {}-byte "
+                                    "file",
+                                    zsize + 10, zsize)))
+      << what;
+  what = zerror([&](IndexEntry& e) { e.frame_bytes = zsize - 6; }, 1);
+  EXPECT_TRUE(has(what, fmt::format("the zstd frame at file byte 0 does not "
+                                    "end within the {} bytes the index gives",
+                                    zsize - 6)))
+      << what;
+  what = zerror(
+      [&](IndexEntry& e) {
+        if (e.offset == 17) e.offset = 100;
+      },
+      1);
+  EXPECT_TRUE(has(what,
+                  "the index puts the record at [100, 118) of a frame that "
+                  "decodes to 35 bytes"))
+      << what;
 }
 
 }  // namespace
