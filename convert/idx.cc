@@ -83,9 +83,8 @@ class IdxSource final : public BuildingSource {
   }
   bool Next(records::ExampleBuilder* b) override {
     if (row_ == rows_) {
-      // Nothing may follow what the headers count: a file longer than its
-      // header says is not the file it claims to be (torchvision's reader
-      // refuses it too).
+      // Nothing may follow what the headers count: it would be left out
+      // unseen (a header that lies, or files that do not belong together).
       images_.ExpectEnd(fmt::format(
           "more data after the {} images its header counts", rows_));
       labels_.ExpectEnd(fmt::format(

@@ -174,7 +174,20 @@ class NpyArray {
   }
 
   uint64_t consumed() const { return stream_->consumed(); }
-  void Finish() { stream_->Finish(); }
+  // After the last row: nothing may follow what the header counts (it
+  // would be left out unseen: a second array saved into the same file, or
+  // a header that lies; numpy.load ignores it), and a member's CRC-32 is
+  // checked.
+  void Finish() {
+    char c;
+    if (stream_->Read(&c, 1) != 0) {
+      InputError(
+          fmt::format("{}: more data after the {} rows its header "
+                      "counts",
+                      where_, rows_));
+    }
+    stream_->Finish();
+  }
 
  private:
   void ParseHeader(const std::string& h) {
@@ -189,9 +202,10 @@ class NpyArray {
       return h.substr(v + 1);
     };
     std::string descr = value_of("descr");
-    const size_t q1 = descr.find('\'');
+    const size_t q1 = descr.find_first_not_of(' ');
     const size_t q2 = descr.find('\'', q1 + 1);
-    if (q1 == std::string::npos || q2 == std::string::npos) {
+    if (q1 == std::string::npos || descr[q1] != '\'' ||
+        q2 == std::string::npos) {
       InputError(where_ +
                  ": header's descr is not a simple dtype (record "
                  "arrays are not supported)");

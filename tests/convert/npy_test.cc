@@ -36,6 +36,69 @@ TEST(NpyTest, ArraysSideBySideOneExamplePerRow) {
             std::string::npos);
 }
 
+// A .npy file as numpy writes one, with `descr` as the header's text.
+std::string NpyWithDescr(const std::string& descr, const std::string& shape,
+                         const std::string& data) {
+  std::string header = "{'descr': " + descr +
+                       ", 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out += std::string{1, 0};
+  out.push_back(static_cast<char>(header.size() & 0xff));
+  out.push_back(static_cast<char>(header.size() >> 8));
+  return out + header + data;
+}
+
+// What an array is not: said with the file, never converted as something
+// else or cut short.
+TEST(NpyTest, ArraysThatAreNotWhatTheirHeaderSaysAreRefused) {
+  testing::TempDir dir;
+  const auto error = [&](const std::string& bytes) {
+    testing::WriteFileBytes(dir.File("a.npy"), bytes);
+    return ConvertErrorOf(
+        [&] { SourceExamples("npy", {.files = {dir.File("a.npy")}}); });
+  };
+  const std::string a = dir.File("a.npy");
+  EXPECT_EQ(error(NpyWithDescr("'<f4'", "(2,)", Raw(std::vector<float>{1, 2}))),
+            "");
+  EXPECT_EQ(error(NpyWithDescr("[('a', '<i4'), ('b', '<f4')]", "(2,)",
+                               std::string(16, '\0'))),
+            a + ": header's descr is not a simple dtype (record arrays are "
+                "not supported)");
+  EXPECT_EQ(error(NpyBytes("<f4", "(2,)", Raw(std::vector<float>{1, 2, 3}))),
+            a + ": more data after the 2 rows its header counts");
+  EXPECT_EQ(error(NpyBytes(">i4", "(1,)", std::string(4, '\0'))),
+            a + ": dtype '>i4': only little-endian arrays are supported (use "
+                "arr.astype(arr.dtype.newbyteorder('<')))");
+  EXPECT_EQ(error(NpyBytes("<c8", "(1,)", std::string(8, '\0'))),
+            a + ": dtype '<c8' is not supported (floats, integers, bool and "
+                "fixed-width byte strings are)");
+  EXPECT_EQ(error(NpyBytes("<i8", "()", std::string(8, '\0'))),
+            a + ": a 0-d array has no rows to convert");
+  EXPECT_EQ(error(std::string("\x93NUMPX\x01\x00\x10\x00", 10) +
+                  std::string(16, ' ')),
+            a + ": not a .npy file (no \\x93NUMPY magic)");
+  std::string fortran =
+      NpyBytes("<f4", "(1, 2)", Raw(std::vector<float>{1, 2}));
+  fortran.replace(fortran.find("False"), 5, "True ");
+  EXPECT_EQ(error(fortran), a + ": Fortran-ordered arrays are not supported "
+                                "(save np.ascontiguousarray(arr))");
+  // uint64 beyond int64: that row is bad (skippable), not wrapped.
+  EXPECT_EQ(error(NpyBytes("<u8", "(2,)",
+                           Raw(std::vector<uint64_t>{1, uint64_t{1} << 63}))),
+            a + ": row 1: uint64 value 9223372036854775808 does not fit in "
+                "int64");
+  // Fixed-width byte strings lose their NUL padding only.
+  testing::WriteFileBytes(
+      a, NpyBytes("|S3", "(3,)", std::string("ab\0c\0\0\0\0\0", 9)));
+  const auto ex = SourceExamples("npy", {.files = {a}});
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(Get(ex[0], "a")->bytes_list().value(0), "ab");
+  EXPECT_EQ(Get(ex[1], "a")->bytes_list().value(0), "c");
+  EXPECT_EQ(Get(ex[2], "a")->bytes_list().value(0), "");
+}
+
 TEST(NpyTest, NpzMembersStoredOrDeflated) {
   testing::TempDir dir;
   for (bool deflate : {false, true}) {
