@@ -2,12 +2,15 @@
 // indexes, progress, skipping bad rows, and all shards or none.
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "convert_test_util.h"
 #include "records/index.h"
+#include "records/io_faults.h"
 
 namespace recflow::convert {
 namespace {
@@ -76,7 +79,9 @@ TEST(ConvertJobTest, ShardsHoldEveryRowInOrderWithTheirIndexes) {
 // writer threads leave).
 TEST(ConvertJobTest, ZstdShardsDoNotDependOnCompressionThreads) {
   testing::TempDir dir;
-  testing::WriteFileBytes(dir.File("in.csv"), Csv(20000));
+  // 200,000 rows: each shard writes more than its 1 MiB of staging, so
+  // that a later write fails after an earlier one went to the disk.
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(200000));
   std::vector<std::string> first;
   for (int threads : {1, 3, 0}) {
     ConvertJob job;
@@ -124,6 +129,42 @@ TEST(ConvertJobTest, ABadRowLeavesNoShardUnlessSkipped) {
   EXPECT_EQ(s.first_skipped,
             dir.File("in.csv") + ":702: 1 fields, the header has 2");
   EXPECT_EQ(ShardExamples(s).size(), 999u);
+}
+
+// A shard whose writes fail (the disk fills) fails the whole job with the
+// system's error and the file's name, and leaves no shard at all, nor a
+// temporary file: the shards are committed together or not at all.
+TEST(ConvertJobTest, AFailedShardWriteLeavesNoShards) {
+  testing::TempDir dir;
+  // 200,000 rows: each shard writes more than its 1 MiB of staging, so
+  // that a later write fails after an earlier one went to the disk.
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(200000));
+  ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = {dir.File("in.csv")};
+  job.output = dir.File("part");
+  job.shards = 4;
+  job.threads = 2;
+  for (const uint64_t every : {1, 2}) {  // its first write, or its second
+    records::NthCallFaults full(records::IoOp::kWrite, every, ENOSPC, 1,
+                                "part-00002-of-00004");
+    std::string error;
+    {
+      records::ScopedIoFaults faults(&full);
+      try {
+        Convert(job);
+      } catch (const recflow::Error& e) {
+        error = e.what();
+      }
+    }
+    EXPECT_GT(full.faults(), 0u);
+    EXPECT_NE(error.find("part-00002-of-00004"), std::string::npos) << error;
+    EXPECT_NE(error.find(std::strerror(ENOSPC)), std::string::npos) << error;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      EXPECT_EQ(e.path().filename().string(), "in.csv");  // nothing else
+    }
+  }
+  EXPECT_EQ(Convert(job).records, 200000u);  // and then it can
 }
 
 TEST(ConvertJobTest, UnknownFormatsAndMissingInputsAreConvertErrors) {
