@@ -167,6 +167,32 @@ TEST(TrainCommandTest, BadArgumentsAreRefusedClearly) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("no FixedLen scalar feature nothing"), std::string::npos)
       << r.err;
+  // Specs the canned models cannot take, each refused before training.
+  const auto refused = [&](const std::string& spec, int steps = 10) {
+    testing::WriteFileBytes(dir.File("bad.json"), spec);
+    std::string args = TrainArgs(dir, "dnn", steps);
+    args.replace(args.find(dir.File("spec.json")), dir.File("spec.json").size(),
+                 dir.File("bad.json"));
+    const Result bad = Recflow(dir, args);
+    EXPECT_EQ(bad.code, 2) << spec;
+    return bad.err;
+  };
+  EXPECT_EQ(refused(R"({"features": {"x": {"kind": "var", "dtype": "float"},
+                        "label": {"dtype": "int64"}}})"),
+            "recflow: feature x is VarLen; the canned models take FixedLen "
+            "features (leave it out with --features)\n");
+  EXPECT_EQ(refused(R"({"features": {"label": {"dtype": "int64"}}})"),
+            "recflow: no features to train on: the spec holds only the label "
+            "label\n");
+  EXPECT_EQ(refused(R"({"features": {"x": {"dtype": "float"},
+                        "b": {"dtype": "bytes", "shape": [2]},
+                        "label": {"dtype": "int64"}}})"),
+            "recflow: feature b: bytes features are taken as one raw image "
+            "each; this one has shape [2]\n");
+  EXPECT_EQ(refused(R"({"features": {"x": {"dtype": "float"},
+                        "label": {"dtype": "int64"}}})",
+                    /*steps=*/0),
+            "recflow: --batch, --steps and --eval-every must be positive\n");
 }
 
 // --model-dir's missing folders are made; one that cannot be made is one
