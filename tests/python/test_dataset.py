@@ -330,3 +330,46 @@ def test_a_sigint_handler_of_the_program_leaves_the_iteration_alone():
     count, in_order, continues = out.split()
     assert 1 < int(count) < 1000
     assert in_order == "True" and continues == "True"
+
+
+def test_csv_padded_batch_take_shard_cache_and_rename(tmp_path):
+    """The parts of the API no other test reaches from Python, each against
+    what tf.data gives for the same input."""
+    csv = tmp_path / "a.csv"
+    csv.write_text("id,score,name\n1,0.5,x\n2,1.5,yy\n3,2,zzz\n4,3.5,w\n")
+    ds = recflow.Dataset.from_csv(str(csv), column_types={"score": "float32"},
+                                  select_columns=["id", "score"])
+    rows = [(int(r["id"]), float(r["score"])) for r in ds]
+    assert rows == [(1, 0.5), (2, 1.5), (3, 2.0), (4, 3.5)]
+    assert sorted(next(iter(ds)).keys()) == ["id", "score"]
+    with pytest.raises(ValueError, match="has no column 'nope'"):
+        recflow.Dataset.from_csv(str(csv), select_columns=["nope"])
+    with pytest.raises(ValueError, match="one character"):
+        recflow.Dataset.from_csv(str(csv), delimiter=";;")
+
+    # Shard then take: every 2nd row from the 2nd on, the first two of them.
+    ids = [int(r["id"]) for r in
+           recflow.Dataset.from_csv(str(csv)).shard(2, 1).take(2)]
+    assert ids == [2, 4]
+
+    # Element i holds i values of i; padded to the longest, with -1.
+    def values(n):
+        return {"v": np.full(n, n, np.int64)}
+    padded = recflow.Dataset.from_generator(
+        lambda: (values(n) for n in range(1, 4))).padded_batch(
+            3, padding_values={"v": -1})
+    (batch,) = list(padded)
+    np.testing.assert_array_equal(
+        batch["v"], [[1, -1, -1], [2, 2, -1], [3, 3, 3]])
+    with pytest.raises(ValueError, match="padding value 300 for 'v'"):
+        list(recflow.Dataset.from_generator(
+            lambda: (values(n) for n in range(1, 3))).map(
+                recflow.maps.cast("v", "uint8")).padded_batch(
+                    2, padding_values={"v": 300}))
+
+    # A cache file: the second pass reads it, not the CSV.
+    cached = recflow.Dataset.from_csv(str(csv)).cache(
+        str(tmp_path / "cache")).map(recflow.maps.rename("id", "key"))
+    first = [int(r["key"]) for r in cached]
+    csv.write_text("id,score,name\n9,0,q\n")
+    assert [int(r["key"]) for r in cached] == first == [1, 2, 3, 4]
