@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstring>
-#include <numeric>
 #include <unordered_map>
 
 namespace recflow::pipeline {
@@ -374,21 +373,36 @@ std::string_view Tensor::bytes(int64_t k) const {
   return {data_ + offsets_[k], offsets_[k + 1] - offsets_[k]};
 }
 
+// The row lengths and their running sum, so that Slice(i) takes O(1), not
+// O(i): a ragged dataset sliced row by row took quadratic time (80,000
+// rows of FromTensorSlices: 0.93 s, 11.6 us a row).
+struct Tensor::RaggedRows {
+  Tensor lengths;
+  records::AlignedVector<int64_t> starts;  // rows + 1
+};
+
+const Tensor& Tensor::row_lengths() const { return row_lengths_->lengths; }
+
 int64_t Tensor::num_rows() const {
-  if (ragged()) return row_lengths_->num_elements();
+  if (ragged()) return row_lengths_->lengths.num_elements();
   return shape_.rank() == 0 ? 0 : shape_[0];
 }
 
 Tensor Tensor::Slice(int64_t i) const {
   if (ragged()) {
-    const int64_t* lengths = row_lengths_->data<int64_t>();
-    int64_t start = 0;
-    for (int64_t r = 0; r < i; ++r) start += lengths[r];
+    const auto& starts = row_lengths_->starts;
+    if (i < 0 || i + 1 >= static_cast<int64_t>(starts.size())) {
+      throw Error(
+          fmt::format("cannot take row {} of a ragged tensor of {} "
+                      "rows",
+                      i, starts.size() - 1));
+    }
+    const int64_t start = starts[i];
     Tensor t = *this;
     t.row_lengths_.reset();
     const Shape inner = shape_.DropFirst();
     const int64_t inner_n = inner.num_elements();
-    t.shape_ = inner.Prepend(lengths[i]);
+    t.shape_ = inner.Prepend(starts[i + 1] - start);
     if (dtype_ == DType::kBytes) {
       t.offsets_ = offsets_ + start * inner_n;
     } else {
@@ -429,15 +443,27 @@ Tensor Tensor::Ragged(Tensor values, Tensor row_lengths) {
     throw Error("row_lengths of a ragged tensor must be int64 of rank 1");
   }
   const auto lengths = row_lengths.values<int64_t>();
-  const int64_t total =
-      std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+  auto rows = std::make_shared<RaggedRows>();
+  rows->starts.resize(lengths.size() + 1);
+  int64_t total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    if (lengths[r] < 0) {
+      throw Error(fmt::format("row {} of a ragged tensor has length {}", r,
+                              lengths[r]));
+    }
+    rows->starts[r] = total;
+    // Saturating: lengths adding past int64 cannot match any values.
+    total = lengths[r] > INT64_MAX - total ? INT64_MAX : total + lengths[r];
+  }
+  rows->starts[lengths.size()] = total;
   if (values.shape().rank() == 0 || values.shape()[0] != total) {
     throw Error(
         fmt::format("row lengths adding up to {} do not match values "
                     "of shape {}",
                     total, values.shape().ToString()));
   }
-  values.row_lengths_ = std::make_shared<const Tensor>(std::move(row_lengths));
+  rows->lengths = std::move(row_lengths);
+  values.row_lengths_ = std::move(rows);
   return values;
 }
 
@@ -475,7 +501,9 @@ bool Tensor::operator==(const Tensor& o) const {
   if (dtype_ != o.dtype_ || !(shape_ == o.shape_) || ragged() != o.ragged()) {
     return false;
   }
-  if (ragged() && !(*row_lengths_ == *o.row_lengths_)) return false;
+  if (ragged() && !(row_lengths_->lengths == o.row_lengths_->lengths)) {
+    return false;
+  }
   CheckHost("operator==");
   o.CheckHost("operator==");
   const int64_t n = num_elements();

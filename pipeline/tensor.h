@@ -206,7 +206,9 @@ class Tensor {
   // Ragged tensors.
   bool ragged() const { return row_lengths_ != nullptr; }
   int64_t num_rows() const;  // ragged: rows; else the first dimension
-  const Tensor& row_lengths() const { return *row_lengths_; }
+  const Tensor& row_lengths() const;
+  // Row lengths must be int64 [rows], non-negative and adding up to the
+  // values' first dimension; throws Error otherwise.
   static Tensor Ragged(Tensor values, Tensor row_lengths);
 
   // A copy in fresh storage sized to the values, so that holding it does
@@ -246,7 +248,9 @@ class Tensor {
   uint64_t scalar_bytes_ = 0;
   size_t storage_bytes_ = 0;
   std::shared_ptr<const void> owner_;
-  std::shared_ptr<const Tensor> row_lengths_;
+  // Ragged tensors: the row lengths, and where each row starts (tensor.cc).
+  struct RaggedRows;
+  std::shared_ptr<const RaggedRows> row_lengths_;
 };
 
 // An element: named tensors in a fixed order, as tf.data's dict elements.

@@ -3,6 +3,7 @@
 // what was wrong.
 #include "pipeline/tensor.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -71,6 +72,51 @@ TEST(TensorTest, BytesValuesRaggedRowsAndDecodeRaw) {
   EXPECT_THROW(Tensor::Ragged(Tensor::FromValues<int64_t>(values, Shape{5}),
                               Tensor::FromValues<int64_t>(wrong, Shape{2})),
                Error);
+}
+
+// A ragged tensor's rows, of numbers or strings with a shape past the
+// first dimension, each where its row starts; a row that is not there, or a
+// negative length, is an error rather than a read outside the values.
+TEST(TensorTest, RaggedRowsSliceWhereTheyStartAndOnlyThere) {
+  std::vector<std::string> s;
+  for (int k = 0; k < 12; ++k) s.push_back(std::string(1, char('a' + k)));
+  const int64_t lengths[] = {1, 0, 3, 2};  // rows of [length, 2] strings
+  const Tensor r =
+      Tensor::Ragged(Tensor::FromStrings(s, Shape{6, 2}),
+                     Tensor::FromValues<int64_t>(lengths, Shape{4}));
+  EXPECT_EQ(r.num_rows(), 4);
+  const Tensor row2 = r.Slice(2);
+  EXPECT_FALSE(row2.ragged());
+  EXPECT_EQ(row2.shape(), (Shape{3, 2}));
+  std::string got;
+  for (int64_t k = 0; k < row2.num_elements(); ++k) got += row2.bytes(k);
+  EXPECT_EQ(got, "cdefgh");
+  EXPECT_EQ(r.Slice(3).bytes(3), "l");
+  EXPECT_EQ(r.Slice(1).shape(), (Shape{0, 2}));
+  EXPECT_EQ(r.row_lengths().values<int64_t>()[2], 3);
+  for (int64_t bad : {-1, 4}) {
+    try {
+      r.Slice(bad);
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_EQ(
+          std::string(e.what()),
+          fmt::format("cannot take row {} of a ragged tensor of 4 rows", bad));
+    }
+  }
+  const int64_t negative[] = {3, -1, 4};
+  const int64_t values[] = {1, 2, 3, 4, 5, 6};
+  try {
+    Tensor::Ragged(Tensor::FromValues<int64_t>(values, Shape{6}),
+                   Tensor::FromValues<int64_t>(negative, Shape{3}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "row 1 of a ragged tensor has length -1");
+  }
+  // Sliced from a copy, the same rows (the starts travel with the lengths).
+  const Tensor copy = r.Compact();
+  EXPECT_EQ(copy.Slice(3).bytes(0), "i");
+  EXPECT_TRUE(copy == r);
 }
 
 TEST(TensorTest, CopyIntoPutsNumbersAndBytesOfOneLengthInTheMemory) {
