@@ -73,10 +73,28 @@ class JsonlSource final : public ExampleSource {
   }
 
   void Build(const Row& r, records::ExampleBuilder* b) const override {
-    const nlohmann::json row = nlohmann::json::parse(r.text, nullptr, false);
-    if (row.is_discarded() || !row.is_object()) {
-      RowError(fmt::format("{}:{}: expected one JSON object per line", r.path,
-                           r.line));
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(r.text);
+    } catch (const nlohmann::json::exception& e) {
+      // "[json.exception.parse_error.101] parse error at line 1, column 9:
+      // ..." (or out_of_range.406: "number overflow parsing '1e400'")
+      // without the library's tag and the line within the line.
+      std::string what = e.what();
+      if (const size_t tag = what.find("] "); tag != std::string::npos) {
+        what.erase(0, tag + 2);
+      }
+      if (const size_t at = what.find("at line 1, column ");
+          at != std::string::npos) {
+        what.replace(at, 18, "at column ");
+      }
+      RowError(fmt::format("{}:{}: not JSON: {}", r.path, r.line, what));
+    }
+    if (!row.is_object()) {
+      RowError(
+          fmt::format("{}:{}: expected one JSON object per line, found "
+                      "{}",
+                      r.path, r.line, row.type_name()));
     }
     std::vector<int64_t> ints;
     std::vector<float> floats;
@@ -97,6 +115,14 @@ class JsonlSource final : public ExampleSource {
             ints.clear();
             for (const auto& e : values) {
               if (!e.is_number_integer() && !e.is_boolean()) throw 0;
+              if (e.is_number_unsigned() &&
+                  e.get<uint64_t>() >
+                      static_cast<uint64_t>(INT64_MAX)) {  // not to wrap
+                RowError(
+                    fmt::format("{}:{}: key '{}': {} does not fit in "
+                                "int64",
+                                r.path, r.line, key, e.dump()));
+              }
               ints.push_back(e.is_boolean() ? e.get<bool>() : e.get<int64_t>());
             }
             b->AddInt64List(key, ints);
@@ -126,13 +152,13 @@ class JsonlSource final : public ExampleSource {
         }
       } catch (int) {
         RowError(fmt::format(
-            "{}:{}: key '{}': expected {} values (numbers, strings, or "
+            "{}:{}: key '{}': expected {} (numbers, strings, booleans, or "
             "lists of one of them), found {}",
             r.path, r.line, key,
-            type == CellType::kBytes   ? "string"
-            : type == CellType::kFloat ? "numeric"
-            : type == CellType::kInt64 ? "integer"
-                                       : "no",
+            type == CellType::kBytes   ? "string values"
+            : type == CellType::kFloat ? "numeric values"
+            : type == CellType::kInt64 ? "integer values"
+                                       : "feature values",
             value.dump().substr(0, 80)));
       }
     }
