@@ -38,7 +38,21 @@ class ZlibInputStream final : public InputStream {
   ~ZlibInputStream() override { inflateEnd(&z_); }
 
   size_t Read(char* dst, size_t n) override {
+    ThrowPending();
     size_t done = 0;
+    try {
+      ReadInto(dst, n, &done);
+    } catch (const Error&) {
+      Defer(done);
+    }
+    return done;
+  }
+
+  uint64_t file_position() const override { return Consumed(); }
+
+ private:
+  void ReadInto(char* dst, size_t n, size_t* done_out) {
+    size_t& done = *done_out;
     while (done < n && !finished_) {
       if (z_.avail_in == 0 && !file_eof_) Refill();
       if (z_.avail_in == 0 && file_eof_) {
@@ -74,12 +88,8 @@ class ZlibInputStream final : public InputStream {
             Consumed());
       }
     }
-    return done;
   }
 
-  uint64_t file_position() const override { return Consumed(); }
-
- private:
   uint64_t Consumed() const { return file_->position() - z_.avail_in; }
 
   void Refill() {
@@ -121,7 +131,24 @@ class ZstdInputStream final : public InputStream {
   ~ZstdInputStream() override { ZSTD_freeDCtx(dctx_); }
 
   size_t Read(char* dst, size_t n) override {
+    ThrowPending();
     size_t done = 0;
+    try {
+      ReadInto(dst, n, &done);
+    } catch (const Error&) {
+      Defer(done);
+    }
+    return done;
+  }
+
+  uint64_t file_position() const override { return Consumed(); }
+  const std::vector<ZstdFrame>* frames() const override {
+    return track_frames_ ? &frames_ : nullptr;
+  }
+
+ private:
+  void ReadInto(char* dst, size_t n, size_t* done_out) {
+    size_t& done = *done_out;
     while (done < n) {
       if (in_pos_ == in_size_) {
         if (file_eof_) break;
@@ -146,19 +173,12 @@ class ZstdInputStream final : public InputStream {
       in_frame_ = rc != 0;
       if (rc == 0) EndFrame();
     }
-    if (done == 0 && file_eof_ && in_frame_) {
+    if (file_eof_ && in_frame_) {
       throw DecompressionError(
           "the zstd stream ends inside a frame (truncated file?)", Consumed());
     }
-    return done;
   }
 
-  uint64_t file_position() const override { return Consumed(); }
-  const std::vector<ZstdFrame>* frames() const override {
-    return track_frames_ ? &frames_ : nullptr;
-  }
-
- private:
   uint64_t Consumed() const { return file_->position() - (in_size_ - in_pos_); }
 
   void EndFrame() {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,12 +42,30 @@ class InputStream {
  public:
   virtual ~InputStream() = default;
   // Reads up to `n` decoded bytes; returns fewer only at the end of the
-  // stream, 0 there.  Throws IoError or DecompressionError.
+  // stream (0 there) or before an error: the bytes decoded before damage
+  // are returned first and the next call throws (so that a reader gets
+  // every record before it, as TensorFlow's does).  Throws IoError or
+  // DecompressionError.
   virtual size_t Read(char* dst, size_t n) = 0;
   // Bytes of the file consumed so far.
   virtual uint64_t file_position() const = 0;
   // For zstd, when frame tracking was asked for: the frames decoded so far.
   virtual const std::vector<ZstdFrame>* frames() const { return nullptr; }
+
+ protected:
+  // For Read: throws the error an earlier call deferred.
+  void ThrowPending() const {
+    if (pending_) std::rethrow_exception(pending_);
+  }
+  // In a catch block of Read, with `done` bytes decoded by this call:
+  // rethrows when there are none, else keeps the error for the next call.
+  void Defer(size_t done) {
+    if (done == 0) throw;
+    pending_ = std::current_exception();
+  }
+
+ private:
+  std::exception_ptr pending_;
 };
 
 // Opens the stream of `file` (which must outlive it), decoding `compression`.
