@@ -587,19 +587,22 @@ Runner AddBenchCommand(CLI::App& app) {
   app.add_option("--map-threads", o->map_threads,
                  "parse calls at once (-1: one per arena thread)")
       ->capture_default_str();
-  app.add_option("--shuffle", o->shuffle, "shuffle buffer (records)");
+  app.add_option("--shuffle", o->shuffle, "shuffle buffer (records)")
+      ->check(Positive());
   app.add_flag("--global-shuffle", o->global_shuffle,
                "read every record once per epoch in a global random order, "
                "through the files' indexes");
   app.add_option("--seed", o->seed, "seed of the shuffles (default: random)")
       ->each([o](const std::string&) { o->seed_given = true; });
-  app.add_option("--batch", o->batch, "records per batch");
+  app.add_option("--batch", o->batch, "records per batch")
+      ->check(Positive());
   app.add_flag("--drop-remainder", o->drop_remainder,
                "drop a last batch smaller than --batch");
   app.add_option("--repeat", o->repeat, "epochs (-1: forever, with --duration)")
       ->capture_default_str();
   app.add_option("--prefetch", o->prefetch,
-                 "elements prefetched on a thread of their own (0: none)");
+                 "elements prefetched on a thread of their own (0: none)")
+      ->check(NonNegative());
   app.add_option("--threads", o->threads,
                  "threads of the task arena (0: one per core); a list such "
                  "as 1,2,4,8,16 runs the pipeline at each count and prints "
@@ -612,7 +615,8 @@ Runner AddBenchCommand(CLI::App& app) {
   app.add_flag("!--no-fusion", o->fusion,
                "run every stage as written, rather than Parse(Batch(shuffle, "
                "repeat, files)) as one fused stage (for comparison)");
-  app.add_option("--duration", o->duration, "stop after this many seconds");
+  app.add_option("--duration", o->duration, "stop after this many seconds")
+      ->check(Positive());
   app.add_flag("--json", o->json,
                "print one JSON object as the last line: records, batches, "
                "seconds, records_per_s, bytes_per_s, peak_rss_bytes, stages, "

@@ -108,6 +108,35 @@ std::string FormatRate(double bytes, double seconds) {
   return fmt::format("{:.1f} MB/s", bytes / seconds / 1e6);
 }
 
+namespace {
+
+// A number that satisfies `ok`, else "expected WHAT, not VALUE".
+CLI::Validator NumberCheck(bool (*ok)(double), const char* what) {
+  return CLI::Validator(
+      [ok, what](std::string& value) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(value, v) || !ok(v)) {
+          return fmt::format("expected {}, not {}", what, value);
+        }
+        return {};
+      },
+      what, what);
+}
+
+}  // namespace
+
+const CLI::Validator& Positive() {
+  static const CLI::Validator check =
+      NumberCheck([](double v) { return v > 0; }, "a positive number");
+  return check;
+}
+
+const CLI::Validator& NonNegative() {
+  static const CLI::Validator check =
+      NumberCheck([](double v) { return v >= 0; }, "zero or more");
+  return check;
+}
+
 int ExitCodeFor(const std::exception& e) {
   const bool damage = dynamic_cast<const records::RecordError*>(&e) ||
                       dynamic_cast<const convert::ConvertError*>(&e) ||

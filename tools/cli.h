@@ -52,6 +52,12 @@ Runner AddBenchCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
 Runner AddSummaryCommand(CLI::App& app);
 
+// CLI11 checks for counts, with a message that says what is wanted
+// ("--batch 0: expected a positive number") rather than CLI11's ranges of
+// doubles.
+const CLI::Validator& Positive();     // > 0
+const CLI::Validator& NonNegative();  // >= 0
+
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  `level` 0 is the codec's default; otherwise gzip and zlib
 // take 1-9 (as gzip's CLI) and zstd 1-19 (as zstd's without --ultra).

@@ -168,7 +168,8 @@ Runner AddConvertCommand(CLI::App& app) {
                "skip rows that cannot be converted, and count them");
   app.add_option("--images", o->images, "idx: the images file (.gz or not)");
   app.add_option("--labels", o->labels, "idx: the labels file (.gz or not)");
-  app.add_option("--threads", o->threads, "writer threads (0: one per core)");
+  app.add_option("--threads", o->threads, "writer threads (0: one per core)")
+      ->check(NonNegative());
   app.add_flag("--json", o->json, "print one JSON object as the last line");
   app.footer(
       "Features: csv: one per column (header row; int64, float or bytes "

@@ -95,7 +95,8 @@ Runner AddCountCommand(CLI::App& app) {
                  "threads verifying segments of one uncompressed file at "
                  "once (0: one per core); the result is exactly that of a "
                  "sequential read")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(NonNegative());
   o->read.Register(app);
   app.footer(
       "Exits 1 when a file is damaged (the error names the file, record "

@@ -504,7 +504,8 @@ Runner AddDemoCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"dnn", "cnn"}));
   app.add_option("--train-steps", o->train_steps,
-                 "training steps (default: 9000 dnn, 2400 cnn)");
+                 "training steps (default: 9000 dnn, 2400 cnn)")
+      ->check(Positive());
   app.add_option("--data", o->data,
                  "folder with Fashion-MNIST's four IDX files (train-images-"
                  "idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "

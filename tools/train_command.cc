@@ -121,20 +121,37 @@ Runner AddTrainCommand(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--batch", j.batch, "examples per step")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(Positive());
   app.add_option("--steps", j.steps,
                  "total training steps (a rerun continues up to it)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(Positive());
   app.add_option("--eval-every", j.eval_every, "steps between evaluations")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(Positive());
   app.add_option("--optimizer", j.optimizer, "sgd, momentum or adam")
       ->capture_default_str()
       ->check(CLI::IsMember({"sgd", "momentum", "adam"}));
-  app.add_option("--learning-rate", j.learning_rate)->capture_default_str();
-  app.add_option("--dropout", j.dropout, "dropout after hidden layers")
-      ->capture_default_str();
+  app.add_option("--learning-rate", j.learning_rate)
+      ->capture_default_str()
+      ->check(Positive());
+  app.add_option("--dropout", j.dropout,
+                 "dropout after hidden layers: the fraction of units dropped, "
+                 "in [0, 1)")
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            double v = -1;
+            if (!CLI::detail::lexical_cast(value, v) || !(v >= 0 && v < 1)) {
+              return "expected a fraction in [0, 1), not " + value;
+            }
+            return {};
+          },
+          "[0, 1)", "fraction"));
   app.add_option("--shuffle", j.shuffle, "shuffle buffer (examples)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(Positive());
   app.add_flag("--global-shuffle", j.global_shuffle,
                "read the training records in a global shuffle (by index, "
                "every record once per epoch) instead of a shuffle buffer; "
@@ -150,9 +167,11 @@ Runner AddTrainCommand(CLI::App& app) {
                "on a GPU, launch each training step as one captured CUDA "
                "graph (fewer launches for small models; same results)");
   app.add_option("--threads", j.threads, "compute threads (0: all cores)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(NonNegative());
   app.add_option("--save-checkpoints-steps", j.save_checkpoints_steps)
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(Positive());
   app.add_flag("--json", o->json,
                "print one JSON object as the last line instead of progress");
   return [o] { return RunTrain(*o); };

@@ -243,6 +243,49 @@ TEST(CliTest, UsageErrorsExitTwo) {
       2);
 }
 
+// Counts, sizes and rates out of range are refused by name before anything
+// runs, instead of being read as "none" (a zero or negative batch or
+// shuffle), as "all cores" (negative threads) or trained with (a negative
+// learning rate, a negative dropout that switched dropout off).
+TEST(CliTest, OutOfRangeNumbersAreRefusedByName) {
+  TempDir dir;
+  testing::WriteRecords(dir.File("a.tfrecord"), {"x"});
+  const std::string a = dir.File("a.tfrecord");
+  const std::string train =
+      "train --train " + a + " --eval " + a + " --spec " + a + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"bench " + a + " --batch 0",
+       "--batch: expected a positive number, not 0"},
+      {"bench " + a + " --shuffle -1",
+       "--shuffle: expected a positive number, not -1"},
+      {"bench " + a + " --prefetch -2",
+       "--prefetch: expected zero or more, not -2"},
+      {"bench " + a + " --duration 0",
+       "--duration: expected a positive number, not 0"},
+      {"count --threads -1 " + a, "--threads: expected zero or more, not -1"},
+      {"convert csv x.csv -o out --threads -3",
+       "--threads: expected zero or more, not -3"},
+      {"demo --train-steps 0",
+       "--train-steps: expected a positive number, not 0"},
+      {train + "--learning-rate -0.1",
+       "--learning-rate: expected a positive number, not -0.1"},
+      {train + "--dropout -0.5",
+       "--dropout: expected a fraction in [0, 1), not -0.5"},
+      {train + "--dropout 1",
+       "--dropout: expected a fraction in [0, 1), not 1"},
+      {train + "--batch 0", "--batch: expected a positive number, not 0"},
+      {train + "--shuffle 0", "--shuffle: expected a positive number, not 0"},
+      {train + "--threads -1", "--threads: expected zero or more, not -1"},
+      {train + "--save-checkpoints-steps 0",
+       "--save-checkpoints-steps: expected a positive number, not 0"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = Recflow(dir, args);
+    EXPECT_EQ(r.code, 2) << args;
+    EXPECT_EQ(r.err.substr(0, r.err.find('\n')), message) << args;
+  }
+}
+
 TEST(CliTest, CountJsonHasTotalsAndPerFile) {
   TempDir dir;
   testing::WriteRecords(dir.File("a.tfrecord"), {"one", "two", "three"});
