@@ -192,7 +192,8 @@ TEST(TrainCommandTest, BadArgumentsAreRefusedClearly) {
   EXPECT_EQ(refused(R"({"features": {"x": {"dtype": "float"},
                         "label": {"dtype": "int64"}}})",
                     /*steps=*/0),
-            "recflow: --batch, --steps and --eval-every must be positive\n");
+            "--steps: expected a positive number, not 0\nRun with --help for "
+            "more information.\n");
 }
 
 // --model-dir's missing folders are made; one that cannot be made is one
