@@ -15,10 +15,13 @@ constexpr size_t kCompressedChunk = 256 << 10;
 class FileInputStream final : public InputStream {
  public:
   explicit FileInputStream(ReadableFile* file) : file_(file) {}
-  size_t Read(char* dst, size_t n) override { return file_->Read(dst, n); }
   uint64_t file_position() const override { return file_->position(); }
 
  private:
+  void ReadInto(char* dst, size_t n, size_t* done) override {
+    *done = file_->Read(dst, n);
+  }
+
   ReadableFile* const file_;
 };
 
@@ -37,21 +40,10 @@ class ZlibInputStream final : public InputStream {
   }
   ~ZlibInputStream() override { inflateEnd(&z_); }
 
-  size_t Read(char* dst, size_t n) override {
-    ThrowPending();
-    size_t done = 0;
-    try {
-      ReadInto(dst, n, &done);
-    } catch (const Error&) {
-      Defer(done);
-    }
-    return done;
-  }
-
   uint64_t file_position() const override { return Consumed(); }
 
  private:
-  void ReadInto(char* dst, size_t n, size_t* done_out) {
+  void ReadInto(char* dst, size_t n, size_t* done_out) override {
     size_t& done = *done_out;
     while (done < n && !finished_) {
       if (z_.avail_in == 0 && !file_eof_) Refill();
@@ -130,24 +122,13 @@ class ZstdInputStream final : public InputStream {
   }
   ~ZstdInputStream() override { ZSTD_freeDCtx(dctx_); }
 
-  size_t Read(char* dst, size_t n) override {
-    ThrowPending();
-    size_t done = 0;
-    try {
-      ReadInto(dst, n, &done);
-    } catch (const Error&) {
-      Defer(done);
-    }
-    return done;
-  }
-
   uint64_t file_position() const override { return Consumed(); }
   const std::vector<ZstdFrame>* frames() const override {
     return track_frames_ ? &frames_ : nullptr;
   }
 
  private:
-  void ReadInto(char* dst, size_t n, size_t* done_out) {
+  void ReadInto(char* dst, size_t n, size_t* done_out) override {
     size_t& done = *done_out;
     while (done < n) {
       if (in_pos_ == in_size_) {
@@ -207,6 +188,18 @@ class ZstdInputStream final : public InputStream {
 };
 
 }  // namespace
+
+size_t InputStream::Read(char* dst, size_t n) {
+  if (pending_) std::rethrow_exception(pending_);
+  size_t done = 0;
+  try {
+    ReadInto(dst, n, &done);
+  } catch (const Error&) {
+    if (done == 0) throw;
+    pending_ = std::current_exception();
+  }
+  return done;
+}
 
 DecompressionError::DecompressionError(std::string detail,
                                        uint64_t compressed_offset)

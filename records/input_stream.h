@@ -46,26 +46,20 @@ class InputStream {
   // are returned first and the next call throws (so that a reader gets
   // every record before it, as TensorFlow's does).  Throws IoError or
   // DecompressionError.
-  virtual size_t Read(char* dst, size_t n) = 0;
+  size_t Read(char* dst, size_t n);
   // Bytes of the file consumed so far.
   virtual uint64_t file_position() const = 0;
   // For zstd, when frame tracking was asked for: the frames decoded so far.
   virtual const std::vector<ZstdFrame>* frames() const { return nullptr; }
 
  protected:
-  // For Read: throws the error an earlier call deferred.
-  void ThrowPending() const {
-    if (pending_) std::rethrow_exception(pending_);
-  }
-  // In a catch block of Read, with `done` bytes decoded by this call:
-  // rethrows when there are none, else keeps the error for the next call.
-  void Defer(size_t done) {
-    if (done == 0) throw;
-    pending_ = std::current_exception();
-  }
+  // Decodes up to `n` bytes into dst, counting them in *done as it goes
+  // (so that what was decoded before a throw is known); stops short only
+  // at the end of the stream.
+  virtual void ReadInto(char* dst, size_t n, size_t* done) = 0;
 
  private:
-  std::exception_ptr pending_;
+  std::exception_ptr pending_;  // an error met after some bytes
 };
 
 // Opens the stream of `file` (which must outlive it), decoding `compression`.

@@ -166,8 +166,14 @@ std::string FixturesDir() {
 
 std::string NpyBytes(const std::string& descr, const std::string& shape,
                      const std::string& data) {
-  std::string header = "{'descr': '" + descr +
-                       "', 'fortran_order': False, 'shape': " + shape + ", }";
+  return NpyBytesWithDescr("'" + descr + "'", shape, data);
+}
+
+std::string NpyBytesWithDescr(const std::string& descr,
+                              const std::string& shape,
+                              const std::string& data) {
+  std::string header = "{'descr': " + descr +
+                       ", 'fortran_order': False, 'shape': " + shape + ", }";
   while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
   header.push_back('\n');
   std::string out = "\x93NUMPY";

@@ -78,6 +78,11 @@ std::vector<std::string> ReadRecords(const std::string& path,
 // then `data`.
 std::string NpyBytes(const std::string& descr, const std::string& shape,
                      const std::string& data);
+// The same with the header's descr as written there: "'<f4'", or a record
+// array's "[('a', '<i4')]".
+std::string NpyBytesWithDescr(const std::string& descr,
+                              const std::string& shape,
+                              const std::string& data);
 // The bytes of a vector's elements.
 template <typename T>
 std::string Raw(const std::vector<T>& v) {

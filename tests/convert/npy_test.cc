@@ -36,20 +36,6 @@ TEST(NpyTest, ArraysSideBySideOneExamplePerRow) {
             std::string::npos);
 }
 
-// A .npy file as numpy writes one, with `descr` as the header's text.
-std::string NpyWithDescr(const std::string& descr, const std::string& shape,
-                         const std::string& data) {
-  std::string header = "{'descr': " + descr +
-                       ", 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string out = "\x93NUMPY";
-  out += std::string{1, 0};
-  out.push_back(static_cast<char>(header.size() & 0xff));
-  out.push_back(static_cast<char>(header.size() >> 8));
-  return out + header + data;
-}
-
 // What an array is not: said with the file, never converted as something
 // else or cut short.
 TEST(NpyTest, ArraysThatAreNotWhatTheirHeaderSaysAreRefused) {
@@ -60,10 +46,11 @@ TEST(NpyTest, ArraysThatAreNotWhatTheirHeaderSaysAreRefused) {
         [&] { SourceExamples("npy", {.files = {dir.File("a.npy")}}); });
   };
   const std::string a = dir.File("a.npy");
-  EXPECT_EQ(error(NpyWithDescr("'<f4'", "(2,)", Raw(std::vector<float>{1, 2}))),
+  EXPECT_EQ(error(testing::NpyBytesWithDescr("'<f4'", "(2,)",
+                                             Raw(std::vector<float>{1, 2}))),
             "");
-  EXPECT_EQ(error(NpyWithDescr("[('a', '<i4'), ('b', '<f4')]", "(2,)",
-                               std::string(16, '\0'))),
+  EXPECT_EQ(error(testing::NpyBytesWithDescr("[('a', '<i4'), ('b', '<f4')]",
+                                             "(2,)", std::string(16, '\0'))),
             a + ": header's descr is not a simple dtype (record arrays are "
                 "not supported)");
   EXPECT_EQ(error(NpyBytes("<f4", "(2,)", Raw(std::vector<float>{1, 2, 3}))),
