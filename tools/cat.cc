@@ -80,7 +80,8 @@ Runner AddCatCommand(CLI::App& app) {
                "(camelCase list names, int64 as strings, bytes as base64)");
   app.add_flag("--sequence", o->sequence,
                "the records are tf.train.SequenceExample");
-  app.add_option("--limit,-n", o->limit, "print at most N records");
+  app.add_option("--limit,-n", o->limit, "print at most N records")
+      ->check(NonNegative());
   o->read.Register(app);
   return [o] { return RunCat(*o); };
 }

@@ -183,7 +183,8 @@ Runner AddInspectCommand(CLI::App& app) {
                "print a FeatureSpec inferred from the data: fixed where a "
                "feature is in every record with the same number of values "
                "(shape [] for one value), var otherwise");
-  app.add_option("--limit,-n", o->limit, "look at the first N records only");
+  app.add_option("--limit,-n", o->limit, "look at the first N records only")
+      ->check(NonNegative());
   o->read.Register(app);
   app.footer(
       "present: records where the feature has values; empty: a list with "

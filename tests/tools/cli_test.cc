@@ -263,6 +263,8 @@ TEST(CliTest, OutOfRangeNumbersAreRefusedByName) {
       {"bench " + a + " --duration 0",
        "--duration: expected a positive number, not 0"},
       {"count --threads -1 " + a, "--threads: expected zero or more, not -1"},
+      {"cat -n -1 " + a, "--limit: expected zero or more, not -1"},
+      {"inspect -n -5 " + a, "--limit: expected zero or more, not -5"},
       {"convert csv x.csv -o out --threads -3",
        "--threads: expected zero or more, not -3"},
       {"demo --train-steps 0",
