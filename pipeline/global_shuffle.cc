@@ -249,6 +249,8 @@ class GlobalShuffleDataset final : public DatasetBase {
       records::ReadableFile probe(f);
       if (FileExists(idx)) {
         index = records::ReadIndex(idx, probe.size());
+        // Every record once an epoch: none the index does not reach.
+        records::CheckIndexCoversFile(index, idx, f, probe.size());
       } else {
         LogLine(
             fmt::format("recflow: {}: no index {}; indexing it in memory "

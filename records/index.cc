@@ -224,6 +224,24 @@ Index ReadIndex(const std::string& index_path, uint64_t file_size) {
   return index;
 }
 
+void CheckIndexCoversFile(const Index& index, const std::string& index_path,
+                          const std::string& record_path, uint64_t file_size) {
+  uint64_t end = 0;
+  if (!index.entries.empty()) {
+    const IndexEntry& last = index.entries.back();
+    end = index.compression == Compression::kZstd
+              ? last.frame_offset + last.frame_bytes
+              : last.offset + last.size;
+  }
+  if (end != file_size) {
+    throw Error(fmt::format(
+        "{}: its {} records end at byte {}, but {} has {} bytes: the file "
+        "changed after it was indexed (`recflow index {}` indexes it again)",
+        index_path, index.entries.size(), end, record_path, file_size,
+        record_path));
+  }
+}
+
 IndexedReader::IndexedReader(const std::string& record_path, Index index)
     : file_(record_path), index_(std::move(index)) {
   if (index_.compression == Compression::kZstd) {

@@ -61,6 +61,13 @@ void WriteIndex(const std::string& index_path, const Index& index);
 // line.
 Index ReadIndex(const std::string& index_path, uint64_t file_size = 0);
 
+// Throws Error (naming both files) unless `index` reaches the end of the
+// `file_size`-byte file it indexes: its last record (zstd: frame) ends
+// there.  A file that grew after it was indexed would otherwise have its
+// newer records left out by whatever reads through the index.
+void CheckIndexCoversFile(const Index& index, const std::string& index_path,
+                          const std::string& record_path, uint64_t file_size);
+
 // The conventional index name: path + ".idx".
 std::string IndexPathFor(std::string_view record_path);
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <functional>
 #include <set>
 
@@ -387,6 +388,30 @@ TEST_F(GlobalShuffleTest, ADamagedRecordFailsOnceAndIsSteppedPast) {
   EXPECT_EQ(errors, 1u);
   EXPECT_EQ(records, all_.size() - 1);
   EXPECT_EQ(Records(Collect(ds.IgnoreErrors())).size(), all_.size() - 1);
+}
+
+// A file that grew after it was indexed: its index would leave the newer
+// records out of every epoch, so the dataset refuses it, saying why and
+// how to mend it; indexed again, every record is read.
+TEST_F(GlobalShuffleTest, AnIndexThatDoesNotReachTheFilesEndIsRefused) {
+  const std::string f = files_[0];  // the one with an index
+  const uint64_t indexed_bytes = std::filesystem::file_size(f);
+  testing::WriteFileBytes(
+      f, testing::ReadFileBytes(f) + testing::ReadFileBytes(files_[1]));
+  try {
+    Dataset::FromTFRecordsGlobalShuffle(files_);
+    FAIL() << "a stale index was used";
+  } catch (const records::Error& e) {
+    EXPECT_EQ(
+        std::string(e.what()),
+        fmt::format("{}.idx: its 50 records end at byte {}, but {} has "
+                    "{} bytes: the file changed after it was indexed "
+                    "(`recflow index {}` indexes it again)",
+                    f, indexed_bytes, f, std::filesystem::file_size(f), f));
+  }
+  records::WriteIndex(records::IndexPathFor(f), records::BuildIndex(f));
+  EXPECT_EQ(Collect(Dataset::FromTFRecordsGlobalShuffle(files_)).size(),
+            all_.size() + 67);
 }
 
 TEST_F(GlobalShuffleTest, RejectsZeroEpochs) {
