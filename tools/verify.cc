@@ -1,11 +1,14 @@
 // recflow verify: checks every record; with --salvage writes the readable
 // ones to a new file and says what was lost.
 #include <fmt/format.h>
+#include <sys/stat.h>
 
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "records/index.h"
+#include "records/tfrecord_format.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
 #include "tools/cli.h"
@@ -30,6 +33,75 @@ class StderrReporter final : public records::Reporter {
     ++problems;
   }
   uint64_t problems = 0;
+};
+
+// FILE.idx beside an input, checked against the records as they are read:
+// the index DALI, `recflow bench` and the global shuffle would trust.
+class IndexCheck {
+ public:
+  explicit IndexCheck(const std::string& record_path)
+      : path_(records::IndexPathFor(record_path)) {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) != 0) return;  // none: nothing to check
+    present_ = true;
+    try {
+      index_ = records::ReadIndex(path_);
+    } catch (const records::Error& e) {
+      problem_ = e.what();
+    }
+  }
+  bool present() const { return present_; }
+  // Record i of an uncompressed file, read at `offset`, `frame` bytes long
+  // with its framing.
+  void Record(uint64_t i, uint64_t offset, uint64_t frame) {
+    if (!index_ || !problem_.empty() ||
+        index_->compression != records::Compression::kNone) {
+      return;
+    }
+    if (i >= index_->entries.size()) return;  // counted at the end
+    const records::IndexEntry& e = index_->entries[i];
+    if (e.offset != offset || e.size != frame) {
+      problem_ = fmt::format(
+          "{}: stale index: record {} is {} bytes at byte {} of the file, "
+          "the index says {} bytes at byte {}",
+          path_, i, frame, offset, e.size, e.offset);
+    }
+  }
+  // After every record was read: the count, and a zstd index against the
+  // file's frames.  Returns the problem, "" when the index is the file's.
+  std::string Finish(const std::string& record_path,
+                     records::Compression compression, uint64_t records) {
+    if (!present_ || !problem_.empty()) return problem_;
+    const bool zstd = compression == records::Compression::kZstd;
+    if (compression != records::Compression::kNone && !zstd) {
+      return fmt::format(
+          "{}: an index beside a {} file, which cannot have "
+          "one",
+          path_, records::CompressionName(compression));
+    }
+    if (index_->compression != compression) {
+      return fmt::format("{}: an index of a {} file beside a {} one", path_,
+                         records::CompressionName(index_->compression),
+                         records::CompressionName(compression));
+    }
+    if (index_->entries.size() != records) {
+      return fmt::format("{}: stale index: {} records, the file has {}", path_,
+                         index_->entries.size(), records);
+    }
+    if (zstd && records::BuildIndex(record_path).entries != index_->entries) {
+      return fmt::format(
+          "{}: stale index: its frames or offsets are not the "
+          "file's",
+          path_);
+    }
+    return "";
+  }
+
+ private:
+  std::string path_;
+  bool present_ = false;
+  std::optional<records::Index> index_;
+  std::string problem_;
 };
 
 int RunVerify(const VerifyOptions& o) {
@@ -59,17 +131,35 @@ int RunVerify(const VerifyOptions& o) {
     options.salvage = true;
     options.reporter = &reporter;
     records::TFRecordReader reader(path, options);
+    IndexCheck index(path);
     std::string_view record;
-    while (reader.ReadRecord(&record)) {
+    for (uint64_t i = 0; reader.ReadRecord(&record); ++i) {
       if (out) out->Write(record);
+      index.Record(i, reader.last_offset(),
+                   record.size() + records::kFrameOverhead);
     }
     const records::ReadStats stats = reader.stats();
+    // A damaged file's index is not checked: its records are not where an
+    // index of the file could put them.
+    const std::string index_problem =
+        reporter.problems == 0
+            ? index.Finish(path, reader.compression(), stats.records)
+            : "";
+    if (!index_problem.empty()) {
+      fmt::print(stderr, "{}\n", index_problem);
+      ++reporter.problems;
+    }
     total_problems += reporter.problems;
     total_records += stats.records;
     total_lost += stats.skipped_bytes;
     if (!o.json) {
       if (reporter.problems == 0) {
         fmt::print("OK       {:>12} records  {}\n", stats.records, path);
+      } else if (!index_problem.empty()) {  // the records are all good
+        fmt::print(
+            "BAD IDX  {:>12} records  {} (its index is not the "
+            "file's: `recflow index` writes it again)\n",
+            stats.records, path);
       } else {
         fmt::print(
             "DAMAGED  {:>12} readable records, {} problem(s), {} bytes "
@@ -81,6 +171,9 @@ int RunVerify(const VerifyOptions& o) {
                         {"records", stats.records},
                         {"problems", reporter.problems},
                         {"skipped_bytes", stats.skipped_bytes},
+                        {"index", !index.present()        ? "none"
+                                  : index_problem.empty() ? "ok"
+                                                          : "stale"},
                         {"ok", reporter.problems == 0}});
   }
   if (out) {
@@ -125,7 +218,9 @@ Runner AddVerifyCommand(CLI::App& app) {
       "Exit status: 0 when every record checks, 1 when damage was found (one "
       "line per problem on stderr: file, record offset in the uncompressed "
       "stream, record index, kind, and bytes skipped), 2 for usage or I/O "
-      "errors. After a bad data CRC the record is skipped; after a bad "
+      "errors. An index beside a file (FILE.idx) is checked too: every "
+      "entry where its record is, and as many as there are records. After a "
+      "bad data CRC the record is skipped; after a bad "
       "length the reader resynchronises at the next valid record header.");
   return [o] { return RunVerify(*o); };
 }

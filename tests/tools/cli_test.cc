@@ -353,6 +353,56 @@ TEST(CliTest, CountAndVerifyFailOnDamage) {
   EXPECT_NE(verify.out.find("DAMAGED"), std::string::npos);
 }
 
+// An index beside a file is checked with it: the one DALI, the range
+// reader and the global shuffle would trust.  A stale one is a problem
+// (exit 1) that names the index and what differs; the records stay OK.
+TEST(CliTest, VerifyChecksTheIndexBesideAFile) {
+  TempDir dir;
+  const std::string f = dir.File("f.tfrecord"), idx = f + ".idx";
+  testing::WriteRecords(f, {"aaaa", "bbbb", "cccc"});  // 20 bytes each
+  ASSERT_EQ(Recflow(dir, "index " + f).code, 0);
+  Result r = Recflow(dir, "verify --json " + f);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["files"][0]["index"], "ok");
+  const auto stale = [&](const std::string& want) {
+    const Result v = Recflow(dir, "verify " + f);
+    EXPECT_EQ(v.code, 1);
+    EXPECT_EQ(v.err, want + "\n");
+    EXPECT_EQ(v.out.rfind("BAD IDX", 0), 0u) << v.out;
+  };
+  // An entry moved by a byte.
+  testing::WriteFileBytes(idx, "0 20\n21 19\n40 20\n");
+  stale(idx +
+        ": stale index: record 1 is 20 bytes at byte 20 of the file, "
+        "the index says 19 bytes at byte 21");
+  // The file grew after it was indexed.
+  testing::WriteFileBytes(idx, "0 20\n20 20\n");
+  stale(idx + ": stale index: 2 records, the file has 3");
+  // Not an index.
+  testing::WriteFileBytes(idx, "zero twenty\n");
+  stale(idx + ":1: expected 'offset size' (two unsigned integers)");
+  // A zstd file's index from another zstd file.
+  const std::string z = dir.File("z.tfrecord.zst");
+  testing::WriteRecords(z, {"a", "b"}, records::Compression::kZstd);
+  testing::WriteRecords(dir.File("other.zst"), {"bb", "a"},
+                        records::Compression::kZstd);
+  ASSERT_EQ(
+      Recflow(dir, "index " + dir.File("other.zst") + " -o " + z + ".idx").code,
+      0);
+  r = Recflow(dir, "verify " + z);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, z + ".idx: stale index: its frames or offsets are not the "
+                       "file's\n");
+  // A gzip file cannot have one.
+  const std::string g = dir.File("g.tfrecord.gz");
+  testing::WriteRecords(g, {"a"}, records::Compression::kGzip);
+  testing::WriteFileBytes(g + ".idx", "0 17\n");
+  r = Recflow(dir, "verify " + g);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, g + ".idx: an index beside a gzip file, which cannot have "
+                       "one\n");
+}
+
 TEST(CliTest, VerifySalvageWritesEveryReadableRecord) {
   TempDir dir;
   testing::WriteRecords(dir.File("f.tfrecord"),
