@@ -594,8 +594,7 @@ Runner AddBenchCommand(CLI::App& app) {
                "through the files' indexes");
   app.add_option("--seed", o->seed, "seed of the shuffles (default: random)")
       ->each([o](const std::string&) { o->seed_given = true; });
-  app.add_option("--batch", o->batch, "records per batch")
-      ->check(Positive());
+  app.add_option("--batch", o->batch, "records per batch")->check(Positive());
   app.add_flag("--drop-remainder", o->drop_remainder,
                "drop a last batch smaller than --batch");
   app.add_option("--repeat", o->repeat, "epochs (-1: forever, with --duration)")
