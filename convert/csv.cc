@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "convert/sources.h"
 #include "records/csv_reader.h"
 #include "records/wire_format.h"
@@ -61,6 +63,18 @@ class CsvSource final : public ExampleSource {
     }
     for (size_t i = 0; i < header_.size(); ++i) {
       types_[i] = FromSpec(spec, header_[i], types_[i]);
+    }
+    // The spec types columns by name: one the header lacks is a misspelt
+    // or wrong column, not a feature to leave out silently.
+    if (spec != nullptr) {
+      for (const auto& [name, config] : spec->features) {
+        if (std::find(header_.begin(), header_.end(), name) == header_.end()) {
+          InputError(
+              fmt::format("{}:1: --spec names column '{}', which the "
+                          "header ({}) does not have",
+                          files_[0], name, fmt::join(header_, ", ")));
+        }
+      }
     }
     Open(0);
   }

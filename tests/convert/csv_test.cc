@@ -28,6 +28,17 @@ TEST(CsvTest, ColumnsAreTypedFromEveryCellOrTheSpec) {
   EXPECT_EQ(Get(ex[1], "name")->bytes_list().value(0), "two\nlines");
   EXPECT_EQ(Get(ex[2], "code")->bytes_list().value(0), "9");  // the spec's
   EXPECT_EQ(Get(ex[2], "score"), nullptr);                    // empty cell
+  // A spec naming a column the header lacks (a typo) is refused.
+  const auto typo = records::FeatureSpec::FromJsonText(
+      R"({"features": {"cdoe": {"dtype": "bytes"}}})");
+  EXPECT_EQ(ConvertErrorOf([&] {
+              SourceExamples("csv",
+                             {.files = {dir.File("in.csv")}, .spec = &typo});
+            }),
+            dir.File("in.csv") +
+                ":1: --spec names column 'cdoe', which the "
+                "header (id, score, name, code) does not "
+                "have");
 }
 
 TEST(CsvTest, ARowWithTooFewFieldsNamesTheFileAndLine) {
