@@ -77,6 +77,23 @@ struct Columns {
 
 Columns ColumnsFor(const TrainJob& job) {
   Columns out;
+  for (const std::string& want : job.features) {
+    if (job.spec.Find(want) == nullptr) {
+      std::vector<std::string> names;
+      for (const auto& [name, config] : job.spec.features) {
+        names.push_back(name);
+      }
+      throw UsageError(fmt::format(
+          "--features names {}, which the spec does not have (it has {})", want,
+          fmt::join(names, ", ")));
+    }
+    if (want == job.label) {
+      throw UsageError(fmt::format(
+          "--features names {}, the label: a model does not take its label "
+          "as a feature",
+          want));
+    }
+  }
   bool has_image = false;
   for (const auto& [name, config] : job.spec.features) {
     has_image |= name != job.label && config.dtype == records::DType::kBytes &&

@@ -167,6 +167,17 @@ TEST(TrainCommandTest, BadArgumentsAreRefusedClearly) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("no FixedLen scalar feature nothing"), std::string::npos)
       << r.err;
+  // --features naming what the spec lacks (a typo), or the label.
+  r = Recflow(dir, TrainArgs(dir, "dnn", 10) + " --features x,yy");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --features names yy, which the spec does not have (it "
+            "has label, x, y)\n");
+  r = Recflow(dir, TrainArgs(dir, "dnn", 10) + " --features x,label");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --features names label, the label: a model does not take "
+            "its label as a feature\n");
   // Specs the canned models cannot take, each refused before training.
   const auto refused = [&](const std::string& spec, int steps = 10) {
     testing::WriteFileBytes(dir.File("bad.json"), spec);
