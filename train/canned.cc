@@ -201,6 +201,23 @@ EstimatorSpec ClassifierHead(ModelContext& ctx, const Var& logits,
     spec.predictions["probabilities"] = p.value().Reshape(Shape{batch});
     spec.predictions["classes"] = classes;
     if (mode == Mode::kPredict) return spec;
+    // A binary head's labels are 0 and 1 (TensorFlow's BinaryClassHead
+    // checks so): a 3 would go into the sigmoid's loss as a target of 3 and
+    // train on nonsense without a word.  Host labels are checked here (the
+    // CPU backend, and evaluation); on a GPU, as TensorFlow's GPU kernels,
+    // training steps do not read their labels back to check them.
+    if (labels->device() == pipeline::Device::kCpu && !labels->ragged() &&
+        labels->dtype() != DType::kBytes) {
+      for (int64_t k = 0; k < labels->num_elements(); ++k) {
+        const double v = labels->NumberAt(k);
+        if (!(v >= 0 && v <= 1)) {
+          throw Error(fmt::format(
+              "label {} of row {} is outside [0, 1] (the classifier has 2 "
+              "classes)",
+              v, k));
+        }
+      }
+    }
     spec.loss = ops::SigmoidCrossEntropy(be, logits, *labels);
     if (mode == Mode::kEval) {
       // Metrics are host values (an evaluation step reads them anyway).

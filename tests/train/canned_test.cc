@@ -159,5 +159,38 @@ TEST(CannedTest, ColumnsRefuseWhatTheyCannotTake) {
   }
 }
 
+// Labels outside a classifier's classes are refused, never trained on: a
+// binary head's must be 0 or 1 (a 2 went into the sigmoid's loss as a
+// target of 2, silently), a multi-class head's in [0, n_classes).
+TEST(CannedTest, LabelsOutsideTheClassesAreRefused) {
+  const auto error = [](int n_classes, std::vector<int64_t> labels) {
+    const auto n = static_cast<int64_t>(labels.size());
+    Element e;
+    e.Set("x", Tensor::FromValues<float>(
+                   std::vector<float>(static_cast<size_t>(n), 0.5f), Shape{n}));
+    e.Set("label", Tensor::FromValues<int64_t>(labels, Shape{n}));
+    testing::TempDir dir;
+    LinearClassifier est(
+        {.columns = {NumericColumn("x")}, .n_classes = n_classes},
+        CannedConfig(dir.path().string()), Quiet());
+    try {
+      est.Train([&] { return Dataset::FromTensorSlices(e).Batch(4); }, {}, 1);
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(2, {0, 1, 1, 0}), "");
+  EXPECT_EQ(error(2, {0, 1, 2, 0}),
+            "label 2 of row 2 is outside [0, 1] (the classifier has 2 "
+            "classes)");
+  EXPECT_EQ(error(2, {-1, 0, 1, 0}),
+            "label -1 of row 0 is outside [0, 1] (the classifier has 2 "
+            "classes)");
+  EXPECT_EQ(error(3, {0, 1, 2, 0}), "");
+  EXPECT_EQ(error(3, {0, 3, 2, 0}),
+            "label 3 of row 1 is outside [0, 3) (the logits' classes)");
+}
+
 }  // namespace
 }  // namespace recflow::train
