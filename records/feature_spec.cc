@@ -160,9 +160,9 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
       const auto dim = [&](const nlohmann::json& d) {
         if (!d.is_number_integer()) return false;
         if (!d.is_number_unsigned() && d.get<int64_t>() < 0) return false;
-        const uint64_t n = d.get<uint64_t>();
-        values = n == 0 || values == 0 ? 0 : std::min(n, kMaxValues) * values;
-        values = std::min(values, kMaxValues);
+        // Both factors at most 2^31: the product cannot overflow.
+        values = std::min(values * std::min(d.get<uint64_t>(), kMaxValues),
+                          kMaxValues);
         return true;
       };
       if (!shape.is_array() || !std::all_of(shape.begin(), shape.end(), dim)) {

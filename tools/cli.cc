@@ -137,6 +137,12 @@ const CLI::Validator& NonNegative() {
   return check;
 }
 
+const CLI::Validator& Fraction() {
+  static const CLI::Validator check = NumberCheck(
+      [](double v) { return v >= 0 && v < 1; }, "a fraction in [0, 1)");
+  return check;
+}
+
 int ExitCodeFor(const std::exception& e) {
   const bool damage = dynamic_cast<const records::RecordError*>(&e) ||
                       dynamic_cast<const convert::ConvertError*>(&e) ||

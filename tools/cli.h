@@ -52,11 +52,12 @@ Runner AddBenchCommand(CLI::App& app);
 Runner AddTrainCommand(CLI::App& app);
 Runner AddSummaryCommand(CLI::App& app);
 
-// CLI11 checks for counts, with a message that says what is wanted
-// ("--batch 0: expected a positive number") rather than CLI11's ranges of
-// doubles.
+// CLI11 checks for counts and fractions, with a message that says what is
+// wanted ("--batch: expected a positive number, not 0") rather than CLI11's
+// ranges of doubles.
 const CLI::Validator& Positive();     // > 0
 const CLI::Validator& NonNegative();  // >= 0
+const CLI::Validator& Fraction();     // in [0, 1)
 
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  `level` 0 is the codec's default; otherwise gzip and zlib

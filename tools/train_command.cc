@@ -140,15 +140,7 @@ Runner AddTrainCommand(CLI::App& app) {
                  "dropout after hidden layers: the fraction of units dropped, "
                  "in [0, 1)")
       ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            double v = -1;
-            if (!CLI::detail::lexical_cast(value, v) || !(v >= 0 && v < 1)) {
-              return "expected a fraction in [0, 1), not " + value;
-            }
-            return {};
-          },
-          "[0, 1)", "fraction"));
+      ->check(Fraction());
   app.add_option("--shuffle", j.shuffle, "shuffle buffer (examples)")
       ->capture_default_str()
       ->check(Positive());
