@@ -26,9 +26,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -421,30 +423,142 @@ struct PyExample {
   std::string serialized;
 };
 
+// What one Python value in a feature's list is.
+enum class ValueKind { kInt, kFloat, kBytes, kOther };
+
+ValueKind KindOf(py::handle v, const py::module_& np) {
+  if (PyBool_Check(v.ptr()) || PyLong_Check(v.ptr())) return ValueKind::kInt;
+  if (PyFloat_Check(v.ptr())) return ValueKind::kFloat;
+  if (PyBytes_Check(v.ptr()) || PyUnicode_Check(v.ptr()) ||
+      PyByteArray_Check(v.ptr())) {
+    return ValueKind::kBytes;
+  }
+  if (py::isinstance(v, np.attr("integer")) ||
+      py::isinstance(v, np.attr("bool_"))) {
+    return ValueKind::kInt;
+  }
+  if (py::isinstance(v, np.attr("floating"))) return ValueKind::kFloat;
+  return ValueKind::kOther;
+}
+
+std::string BytesOf(py::handle v) {
+  if (PyByteArray_Check(v.ptr())) {
+    return std::string(PyByteArray_AsString(v.ptr()),
+                       static_cast<size_t>(PyByteArray_Size(v.ptr())));
+  }
+  return v.cast<std::string>();
+}
+
+// An int64_list value: Python's int has no bound, so one past int64 is an
+// error, as protobuf's Int64List makes it (never a wrapped value).
+int64_t Int64Of(const std::string& name, py::handle v) {
+  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    throw py::value_error(fmt::format(
+        "feature '{}': {} is outside int64's range [-2^63, 2^63 - 1]", name,
+        py::repr(v).cast<std::string>()));
+  }
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return x;
+}
+
+// A float_list value; beyond float's range it is +-inf, as protobuf's
+// FloatList stores it.
+float FloatOf(const std::string& name, py::handle v) {
+  const double x = PyFloat_AsDouble(v.ptr());
+  if (x == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw py::value_error(fmt::format("feature '{}': {} does not fit a float",
+                                      name, py::repr(v).cast<std::string>()));
+  }
+  return static_cast<float>(x);
+}
+
+// Python values (a list, nested lists, a numpy object array) by what they
+// hold rather than by numpy's promotion, which would turn [1, "a"] into
+// strings and [2**63] into a wrapped uint64: all bytes/str, all ints, or
+// numbers with at least one float; anything else is refused.
+void AddObjects(records::ExampleBuilder& b, const std::string& name,
+                const py::array& objects, const py::module_& np) {
+  const py::object flat = objects.attr("ravel")();
+  bool ints = false, floats = false, bytes = false;
+  for (py::handle v : flat) {
+    switch (KindOf(v, np)) {
+      case ValueKind::kInt:
+        ints = true;
+        break;
+      case ValueKind::kFloat:
+        floats = true;
+        break;
+      case ValueKind::kBytes:
+        bytes = true;
+        break;
+      case ValueKind::kOther:
+        throw py::type_error(fmt::format(
+            "feature '{}': a list must hold numbers, or bytes/str, not {}",
+            name, TypeName(v)));
+    }
+  }
+  if (bytes && (ints || floats)) {
+    throw py::type_error(fmt::format(
+        "feature '{}': a list holds both numbers and bytes/str; an Example "
+        "feature is one int64, float or bytes list",
+        name));
+  }
+  if (bytes) {
+    std::vector<std::string> values;
+    for (py::handle v : flat) values.push_back(BytesOf(v));
+    b.AddBytesList(name, std::span<const std::string>(values));
+  } else if (floats) {
+    std::vector<float> values;
+    for (py::handle v : flat) values.push_back(FloatOf(name, v));
+    b.AddFloatList(name, values);
+  } else {
+    // numpy.bool_ is no index (numpy deprecates reading it as one).
+    const py::object np_bool = np.attr("bool_");
+    std::vector<int64_t> values;
+    for (py::handle v : flat) {
+      values.push_back(py::isinstance(v, np_bool)
+                           ? static_cast<int64_t>(v.cast<bool>())
+                           : Int64Of(name, v));
+    }
+    b.AddInt64List(name, values);
+  }
+}
+
 void AddFeature(records::ExampleBuilder& b, const std::string& name,
                 py::handle value) {
-  if (PyBytes_Check(value.ptr()) || PyUnicode_Check(value.ptr())) {
-    b.AddBytes(name, value.cast<std::string>());
+  if (PyBytes_Check(value.ptr()) || PyUnicode_Check(value.ptr()) ||
+      PyByteArray_Check(value.ptr())) {
+    b.AddBytes(name, BytesOf(value));
     return;
   }
   if (PyBool_Check(value.ptr()) || PyLong_Check(value.ptr())) {
-    b.AddInt64(name, value.cast<int64_t>());
+    b.AddInt64(name, Int64Of(name, value));
     return;
   }
   if (PyFloat_Check(value.ptr())) {
-    b.AddFloat(name, value.cast<float>());
+    b.AddFloat(name, FloatOf(name, value));
     return;
   }
   py::module_ np = py::module_::import("numpy");
-  const bool typed = py::isinstance<py::array>(value);
-  py::array array = np.attr("asarray")(value);
-  if (!typed && array.size() == 0) {
-    throw py::type_error(fmt::format(
-        "feature '{}': an empty list has no type; give a typed empty array "
-        "(numpy.zeros(0, numpy.int64) or numpy.float32) or [] of bytes via "
-        "numpy.array([], dtype=object)",
-        name));
+  if (!py::isinstance<py::array>(value)) {
+    // A list, tuple or numpy scalar: its values decide the list's type.
+    py::array objects = np.attr("asarray")(value, "dtype"_a = "object");
+    if (objects.size() == 0) {
+      throw py::type_error(fmt::format(
+          "feature '{}': an empty list has no type; give a typed empty array "
+          "(numpy.zeros(0, numpy.int64) or numpy.float32) or [] of bytes via "
+          "numpy.array([], dtype=object)",
+          name));
+    }
+    AddObjects(b, name, objects, np);
+    return;
   }
+  py::array array = py::reinterpret_borrow<py::array>(value);
   const char kind = array.dtype().kind();
   py::object flat = array.attr("ravel")();
   if (kind == 'f') {
@@ -452,20 +566,24 @@ void AddFeature(records::ExampleBuilder& b, const std::string& name,
                  .cast<py::array_t<float>>();
     b.AddFloatList(name, {v.data(), static_cast<size_t>(v.size())});
   } else if (kind == 'i' || kind == 'u' || kind == 'b') {
+    if (kind == 'u' && array.dtype().itemsize() == 8 && array.size() > 0) {
+      const py::object max = array.attr("max")();
+      if (max.cast<uint64_t>() >
+          static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        throw py::value_error(fmt::format(
+            "feature '{}': {} is outside int64's range [-2^63, 2^63 - 1]", name,
+            py::str(max).cast<std::string>()));
+      }
+    }
     auto v = np.attr("ascontiguousarray")(flat, "dtype"_a = "int64")
                  .cast<py::array_t<int64_t>>();
     b.AddInt64List(name, {v.data(), static_cast<size_t>(v.size())});
-  } else if (kind == 'S' || kind == 'U' || kind == 'O') {
+  } else if (kind == 'S' || kind == 'U') {
     std::vector<std::string> values;
-    for (py::handle v : flat) {
-      if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) {
-        throw py::type_error(fmt::format(
-            "feature '{}': a list must hold numbers, or bytes/str, not {}",
-            name, TypeName(v)));
-      }
-      values.push_back(v.cast<std::string>());
-    }
+    for (py::handle v : flat) values.push_back(v.cast<std::string>());
     b.AddBytesList(name, std::span<const std::string>(values));
+  } else if (kind == 'O') {
+    AddObjects(b, name, array, np);
   } else {
     throw py::type_error(fmt::format(
         "feature '{}': cannot store numpy dtype {} in an Example (int64, "

@@ -81,6 +81,41 @@ def test_example_rejects_what_it_cannot_hold():
         recflow.Example.from_bytes(b"\xff\xff\xff")
 
 
+def test_example_lists_take_their_type_from_their_values():
+    # numpy's promotion would make [1, "a"] strings and [2**63] a wrapped
+    # uint64; an Example list is all ints, all numbers or all bytes/str.
+    d = recflow.Example({"i": [np.True_, 2, np.int8(3)],
+                         "f": [1, np.float32(2.5)],
+                         "o": np.array([1, 2.5], dtype=object),
+                         "b": [b"x", "y", bytearray(b"z")],
+                         "ba": bytearray(b"raw"),
+                         "n": np.int64(7)}).to_dict()
+    assert d["i"].tolist() == [1, 2, 3] and d["i"].dtype == np.int64
+    assert d["f"].tolist() == [1.0, 2.5] and d["f"].dtype == np.float32
+    assert d["o"].tolist() == [1.0, 2.5]
+    assert d["b"] == [b"x", b"y", b"z"]
+    assert d["ba"] == [b"raw"]
+    assert d["n"].tolist() == [7]
+    with pytest.raises(TypeError, match="'m': a list holds both numbers"):
+        recflow.Example({"m": [1, "a"]})
+    with pytest.raises(TypeError, match="'m': a list holds both numbers"):
+        recflow.Example({"m": [1.5, b"a"]})
+    with pytest.raises(TypeError, match="'r': .* not list"):
+        recflow.Example({"r": [[1, 2], [3]]})
+
+
+def test_int64_lists_refuse_values_past_int64():
+    # Int64List raises "Value out of range" in protobuf; never a wrap.
+    for value in (2**63, -2**63 - 1, [1, 2**64],
+                  np.array([2**64 - 1], np.uint64)):
+        with pytest.raises(ValueError, match="'x': .* outside int64"):
+            recflow.Example({"x": value})
+    edge = recflow.Example({"x": [2**63 - 1, -2**63],
+                            "u": np.array([2**63 - 1], np.uint64)}).to_dict()
+    assert edge["x"].tolist() == [2**63 - 1, -2**63]
+    assert edge["u"].tolist() == [2**63 - 1]
+
+
 def test_reads_tensorflow_fixtures():
     assert recflow.count(str(MNIST)) == 1000
     first = next(recflow.tfrecord_iterator(MNIST))
