@@ -214,6 +214,27 @@ class BatchDataset final : public UnaryDataset {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
   }
 
+  // A name the elements lack is a typo that would otherwise pad that
+  // component to the longest, silently (tf.data refuses a padded_shapes
+  // structure that differs from the element's).
+  template <typename Value>
+  static void CheckNamesExist(
+      const Element& e,
+      const std::vector<std::pair<std::string, Value>>& options,
+      std::string_view option) {
+    for (const auto& [key, unused] : options) {
+      bool found = false;
+      for (const auto& c : e.components) found = found || c.name == key;
+      if (found) continue;
+      std::vector<std::string_view> names;
+      for (const auto& c : e.components) names.push_back(c.name);
+      throw Error(fmt::format(
+          "PaddedBatch: {} names '{}', which the elements lack (they have: "
+          "{})",
+          option, key, fmt::join(names, ", ")));
+    }
+  }
+
   Element Pad(std::vector<Element>& elements) const {
     const Element& first = elements[0];
     for (size_t i = 1; i < elements.size(); ++i) {
@@ -232,6 +253,8 @@ class BatchDataset final : public UnaryDataset {
         }
       }
     }
+    CheckNamesExist(first, padded_->padded_shapes, "padded_shapes");
+    CheckNamesExist(first, padded_->padding_values, "padding_values");
     Element out;
     const auto n = static_cast<int64_t>(elements.size());
     for (size_t c = 0; c < first.components.size(); ++c) {

@@ -161,6 +161,37 @@ TEST(BatchTest, PaddedBatchPadsMatricesAndBytesInEveryDimension) {
             "bytes (bytes pad with empty strings)");
 }
 
+// A name in padded_shapes or padding_values that no component has is a
+// typo; ignored, it padded the real component to the longest silently.
+TEST(BatchTest, PaddedBatchRefusesNamesTheElementsLack) {
+  const auto ds = Dataset::Range(0, 3).Batch(1).Map([](Element e) {
+    Element out;
+    out.Set("ids", e["value"]);
+    out.Set("mask", e["value"]);
+    return out;
+  });
+  const auto message = [&](PaddedBatchOptions o) {
+    try {
+      Collect(ds.PaddedBatch(2, o));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  PaddedBatchOptions shapes;
+  shapes.padded_shapes = {{"ids", {4}}, {"idz", {4}}};
+  EXPECT_EQ(message(shapes),
+            "PaddedBatch: padded_shapes names 'idz', which the elements lack "
+            "(they have: ids, mask)");
+  PaddedBatchOptions values;
+  values.padding_values = {{"msk", -1}};
+  EXPECT_EQ(message(values),
+            "PaddedBatch: padding_values names 'msk', which the elements "
+            "lack (they have: ids, mask)");
+  shapes.padded_shapes.pop_back();
+  EXPECT_EQ(message(shapes), "");
+}
+
 TEST(BatchTest, UnbatchUndoesBatch) {
   auto ds = Dataset::Range(0, 11).Batch(4).Unbatch();
   EXPECT_EQ(Ints(Collect(ds)), Iota(0, 11));
