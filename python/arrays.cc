@@ -124,7 +124,8 @@ Tensor StringsTensor(const py::array& array, const std::string& what) {
   for (py::handle v : flat) {
     if (!PyBytes_Check(v.ptr()) && !PyUnicode_Check(v.ptr())) {
       throw py::type_error(
-          fmt::format("{}: an array of objects must hold bytes or str, not {}",
+          fmt::format("{}: a list or object array of strings must hold "
+                      "only bytes or str, not {}",
                       what, TypeName(v)));
     }
     values.emplace_back(py::cast<std::string>(v));
@@ -134,6 +135,21 @@ Tensor StringsTensor(const py::array& array, const std::string& what) {
 }
 
 }  // namespace
+
+int64_t Int64FromPython(py::handle value, const std::string& what) {
+  const py::object index =
+      py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  int overflow = 0;
+  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
+  if (overflow != 0) {
+    throw py::value_error(
+        fmt::format("{}: {} is outside int64's range [-2^63, 2^63 - 1]", what,
+                    py::repr(value).cast<std::string>()));
+  }
+  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return x;
+}
 
 std::string TypeName(py::handle object) {
   return py::str(py::type::of(object).attr("__name__")).cast<std::string>();
@@ -237,7 +253,7 @@ Tensor TensorFromPython(py::handle value, const std::string& what) {
     return Tensor::BytesScalar(py::cast<std::string>(value));
   }
   if (PyBool_Check(value.ptr()) || PyLong_Check(value.ptr())) {
-    return Tensor::Scalar<int64_t>(py::cast<int64_t>(value));
+    return Tensor::Scalar<int64_t>(Int64FromPython(value, what));
   }
   if (PyFloat_Check(value.ptr())) {
     return Tensor::Scalar<float>(py::cast<float>(value));
@@ -246,8 +262,20 @@ Tensor TensorFromPython(py::handle value, const std::string& what) {
   py::module_ np = py::module_::import("numpy");
   py::array array = np.attr("asarray")(value);
   const char kind = array.dtype().kind();
+  if (!from_numpy && (kind == 'S' || kind == 'U')) {
+    // numpy makes [1, "a"] two strings; a list's values must all be
+    // bytes/str for a bytes tensor, as tf.constant wants them.
+    array = np.attr("asarray")(value, py::arg("dtype") = "object");
+    return StringsTensor(array, what);
+  }
   if (kind == 'O' || kind == 'S' || kind == 'U') {
     return StringsTensor(array, what);
+  }
+  if (!from_numpy && kind == 'u') {
+    // numpy's promotion of a list with an int past int64's maximum.
+    throw py::value_error(
+        fmt::format("{}: {} is outside int64's range [-2^63, 2^63 - 1]", what,
+                    py::str(array.attr("max")()).cast<std::string>()));
   }
   if (kind == 'b') {
     array = np.attr("asarray")(array, py::arg("dtype") = "uint8");

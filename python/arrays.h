@@ -27,6 +27,10 @@ namespace py = pybind11;
 // The name of `object`'s type, for error messages ("int", "list").
 std::string TypeName(py::handle object);
 
+// An int (or numpy integer) as int64; one outside int64 is a
+// py::value_error naming `what` and the value (never a wrapped value).
+int64_t Int64FromPython(py::handle value, const std::string& what);
+
 // Holds a reference to `object` that may be dropped on any thread: the
 // deleter takes the GIL (and leaks the reference once the interpreter is
 // exiting, when it may no longer be taken).
@@ -50,7 +54,9 @@ py::dict ElementToDict(const pipeline::Element& element);
 // without a copy when C-contiguous, else copied), bool (as uint8), an
 // array of bytes/str objects, bytes, str, int (int64), float (float32, as
 // tf.data makes Python floats), lists of those, or recflow.Ragged.
-// Throws py::type_error naming `what` for anything else.
+// Throws py::type_error naming `what` for anything else (a list mixing
+// numbers and bytes/str included), py::value_error for an int outside
+// int64.
 pipeline::Tensor TensorFromPython(py::handle value, const std::string& what);
 
 // A dict {name: value} as an element (TensorFromPython per value).

@@ -409,10 +409,21 @@ class PyIterator {
   bool interrupted_ = false;
 };
 
+// A `threads` argument: 0 means every core; a negative count is refused
+// rather than read as 0.
+int ThreadsArg(int threads, const char* function) {
+  if (threads < 0) {
+    throw py::value_error(
+        fmt::format("{}: threads must be 0 (every core) or positive, not {}",
+                    function, threads));
+  }
+  return threads;
+}
+
 std::unique_ptr<PyIterator> MakePyIterator(const PyDataset& d, int threads,
                                            bool optimize) {
   pipeline::IteratorOptions options;
-  options.threads = threads;
+  options.threads = ThreadsArg(threads, "iterator()");
   options.optimize = optimize;
   return std::make_unique<PyIterator>(d.dataset, options);
 }
@@ -449,20 +460,8 @@ std::string BytesOf(py::handle v) {
   return v.cast<std::string>();
 }
 
-// An int64_list value: Python's int has no bound, so one past int64 is an
-// error, as protobuf's Int64List makes it (never a wrapped value).
-int64_t Int64Of(const std::string& name, py::handle v) {
-  py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(v.ptr()));
-  if (!index) throw py::error_already_set();
-  int overflow = 0;
-  const long long x = PyLong_AsLongLongAndOverflow(index.ptr(), &overflow);
-  if (overflow != 0) {
-    throw py::value_error(fmt::format(
-        "feature '{}': {} is outside int64's range [-2^63, 2^63 - 1]", name,
-        py::repr(v).cast<std::string>()));
-  }
-  if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
-  return x;
+std::string FeatureWhat(const std::string& name) {
+  return fmt::format("feature '{}'", name);
 }
 
 // A float_list value; beyond float's range it is +-inf, as protobuf's
@@ -523,7 +522,7 @@ void AddObjects(records::ExampleBuilder& b, const std::string& name,
     for (py::handle v : flat) {
       values.push_back(py::isinstance(v, np_bool)
                            ? static_cast<int64_t>(v.cast<bool>())
-                           : Int64Of(name, v));
+                           : Int64FromPython(v, FeatureWhat(name)));
     }
     b.AddInt64List(name, values);
   }
@@ -537,7 +536,7 @@ void AddFeature(records::ExampleBuilder& b, const std::string& name,
     return;
   }
   if (PyBool_Check(value.ptr()) || PyLong_Check(value.ptr())) {
-    b.AddInt64(name, Int64Of(name, value));
+    b.AddInt64(name, Int64FromPython(value, FeatureWhat(name)));
     return;
   }
   if (PyFloat_Check(value.ptr())) {
@@ -746,6 +745,7 @@ records::ReaderOptions ReaderArgs(const std::optional<std::string>& compression,
 std::vector<std::pair<std::string, uint64_t>> ScanFiles(
     py::handle paths, const char* what,
     const std::optional<std::string>& compression, int threads) {
+  ThreadsArg(threads, what);
   const std::vector<std::string> files =
       records::ExpandRecordPaths(Paths(paths, what));
   const auto options =
@@ -1378,7 +1378,7 @@ exception leaves nothing behind. compression None: from the name's suffix
         job.writer.compression = *CompressionArg(compression);
         job.writer.level = level;
         job.writer.build_index = index;
-        job.threads = threads;
+        job.threads = ThreadsArg(threads, "convert");
         job.skip_bad = skip_bad;
         convert::ConvertSummary s;
         {

@@ -38,7 +38,19 @@ class Ragged:
 
     def __init__(self, values, row_lengths):
         self.values = values
-        self.row_lengths = np.asarray(row_lengths, dtype=np.int64)
+        lengths = np.asarray(row_lengths)
+        if lengths.ndim != 1 or (lengths.size and lengths.dtype.kind
+                                 not in "iu"):
+            # asarray(..., dtype=int64) would cut 1.5 to 1 silently.
+            raise TypeError(
+                f"row_lengths must be a vector of integers, not "
+                f"{lengths.dtype} of shape {lengths.shape}")
+        self.row_lengths = lengths.astype(np.int64)
+        if self.row_lengths.size and int(self.row_lengths.min()) < 0:
+            row = int(np.argmax(self.row_lengths < 0))
+            raise ValueError(
+                f"row {row} has length {int(self.row_lengths[row])}; row "
+                f"lengths are never negative")
         if int(self.row_lengths.sum()) != len(values):
             raise ValueError(
                 f"row lengths adding up to {int(self.row_lengths.sum())} do "

@@ -202,6 +202,46 @@ def test_var_len_features_become_ragged(tmp_path):
     assert b["v"].row_lengths.tolist() == [1, 0, 3]
 
 
+def test_ragged_refuses_lengths_that_are_no_row_lengths():
+    values = np.arange(5)
+    with pytest.raises(ValueError, match="row 1 has length -1"):
+        recflow.Ragged(values, [6, -1])
+    with pytest.raises(TypeError, match="vector of integers"):
+        recflow.Ragged(values, [2.5, 2.5])  # not cut to [2, 2]
+    with pytest.raises(TypeError, match="vector of integers"):
+        recflow.Ragged(values, [[2], [3]])
+    assert recflow.Ragged(values, np.array([2, 3], np.uint8)).to_list() == [
+        [0, 1], [2, 3, 4]]
+
+
+def test_python_values_are_never_coerced_or_wrapped():
+    slices = recflow.Dataset.from_tensor_slices
+    with pytest.raises(TypeError, match=r"\['a'\].*only bytes or str, not int"):
+        slices({"a": [1, "x"]})  # numpy would make it ["1", "x"]
+    with pytest.raises(ValueError, match=r"\['a'\]: 9223372036854775808 is "
+                       "outside int64"):
+        slices({"a": [2**63]})
+    gen = recflow.Dataset.from_generator(lambda: iter([{"a": 2**64}]))
+    with pytest.raises(ValueError, match="outside int64"):
+        list(gen)
+    assert [e["a"].tolist() for e in slices({"a": [2**63 - 1, -2**63]})] == [
+        2**63 - 1, -2**63]
+
+
+def test_padded_batch_and_threads_refuse_what_would_be_ignored():
+    ds = recflow.Dataset.range(3)
+    with pytest.raises(ValueError, match="padded_shapes names 'valu', which "
+                       r"the elements lack \(they have: value\)"):
+        list(ds.padded_batch(2, padded_shapes={"valu": []}))
+    for call in (lambda: ds.iterator(threads=-1),
+                 lambda: ds.restore(ds.iterator().save(), threads=-2),
+                 lambda: recflow.count(MNIST, threads=-1),
+                 lambda: recflow.verify(MNIST, threads=-1)):
+        with pytest.raises(ValueError, match="threads must be 0 .every "
+                           "core. or positive"):
+            call()
+
+
 def test_bad_specs_and_files_raise_value_errors(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         recflow.FeatureSpec({"x": {"kind": "fixed", "dtype": "complex",
