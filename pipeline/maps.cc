@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstring>
+#include <limits>
+#include <type_traits>
 #include <utility>
 
 namespace recflow::pipeline::maps {
@@ -145,6 +148,35 @@ MapFn DecodeRaw(std::string key, DType dtype, std::vector<int64_t> shape) {
   };
 }
 
+namespace {
+
+// Whether `x` converts to `To` without leaving its range: static_cast of a
+// float outside an integer type's range (or NaN) is undefined behaviour,
+// and between integers it wraps.  Float to integer drops the fraction
+// first, so uint8 takes (-1, 256).  To a float every value converts (past
+// float32's range it is +-inf, as tf.cast makes it).
+template <typename To, typename From>
+bool CastFits(From x) {
+  if constexpr (std::is_floating_point_v<To>) {
+    return true;
+  } else if constexpr (std::is_floating_point_v<From>) {
+    // The fraction dropped, x must lie in (min - 1, max + 1).  max + 1 is
+    // 2^digits, exact in a double; so is min - 1 = -2^digits - 1 while
+    // digits < 53, and past that no double lies between it and min.
+    constexpr int kDigits = std::numeric_limits<To>::digits;
+    constexpr double kUpper = static_cast<double>(uint64_t{1} << kDigits);
+    const double v = static_cast<double>(x);
+    if (!(v < kUpper)) return false;  // NaN too
+    if constexpr (!std::is_signed_v<To>) return v > -1.0;
+    if constexpr (kDigits < 53) return v > -kUpper - 1.0;
+    return v >= -kUpper;
+  } else {
+    return std::in_range<To>(x);
+  }
+}
+
+}  // namespace
+
 MapFn Cast(std::string key, DType dtype) {
   if (dtype == DType::kBytes) {
     throw Error("cast: the output dtype must be numeric, not bytes");
@@ -166,7 +198,15 @@ MapFn Cast(std::string key, DType dtype) {
         using To = decltype(to);
         To* o = out.mutable_data<To>();
         const int64_t n = t.num_elements();
-        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<To>(in[i]);
+        for (int64_t i = 0; i < n; ++i) {
+          if (!CastFits<To>(in[i])) [[unlikely]] {
+            throw Error(fmt::format(
+                "cast('{}'): value {} (number {} of the component) is "
+                "outside {}'s range{}",
+                key, in[i], i, DTypeName(dtype), Where(e)));
+          }
+          o[i] = static_cast<To>(in[i]);
+        }
       });
     });
     e.Set(key, ShapedLike(t, std::move(out)));
@@ -211,6 +251,8 @@ MapFn Select(std::vector<std::string> keys) {
 }
 
 MapFn Rename(std::string from, std::string to) {
+  if (to.empty())
+    throw Error(fmt::format("rename('{}'): the new name is empty", from));
   return [from = std::move(from), to = std::move(to)](Element e) {
     Component(e, from, "rename");
     if (from != to && e.Find(to) != nullptr) {

@@ -31,7 +31,10 @@ namespace recflow::pipeline::maps {
 MapFn DecodeRaw(std::string key, DType dtype, std::vector<int64_t> shape = {});
 
 // tf.cast: the numeric component `key` converted to `dtype` (numeric), as
-// static_cast does (float to integer rounds toward zero).
+// static_cast does (float to integer rounds toward zero; past float32's
+// range a float is +-inf).  A value outside an integer dtype's range (or
+// NaN) is an Error naming it, where tf.cast would wrap it or leave it
+// undefined.
 MapFn Cast(std::string key, DType dtype);
 
 // value * scale + offset, as float32 (the usual normalisation of images:
@@ -42,7 +45,8 @@ MapFn Scale(std::string key, double scale, double offset = 0);
 // a missing one.
 MapFn Select(std::vector<std::string> keys);
 
-// Renames component `from` to `to` (keeping its place).
+// Renames component `from` to `to` (keeping its place); `to` may not be
+// empty.
 MapFn Rename(std::string from, std::string to);
 
 }  // namespace recflow::pipeline::maps
