@@ -16,6 +16,8 @@ See docs/PYTHON.md.  recflow.torch adapts a Dataset to PyTorch's
 DataLoader.
 """
 
+import operator as _operator
+
 from recflow import _recflow
 from recflow._array import Array, Ragged
 from recflow._recflow import (
@@ -48,13 +50,30 @@ def FixedLenFeature(shape, dtype, default_value=None):
     """tf.io.FixedLenFeature: `shape` values of `dtype` per Example
     ("float32", "int64" or "bytes"); required unless `default_value`."""
     spec = {"kind": "fixed", "dtype": _dtype_name(dtype),
-            "shape": [int(d) for d in shape]}
+            "shape": [_operator.index(d) for d in shape]}
     if default_value is not None:
-        if isinstance(default_value, (bytes, str, int, float)):
+        if isinstance(default_value, (bytes, str)):
             default_value = [default_value]
-        spec["default"] = [v.decode() if isinstance(v, bytes) else v
-                           for v in default_value]
+        import numpy as np
+        # A scalar, list, nested list or numpy array, flat; numpy values as
+        # Python's (JSON has no numpy types).
+        values = np.asarray(default_value, dtype=object).ravel().tolist()
+        spec["default"] = [
+            _default_text(v.item() if isinstance(v, np.generic) else v)
+            for v in values]
     return spec
+
+
+def _default_text(value):
+    # The spec is JSON: a bytes default must be UTF-8 text there.
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode()
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"default {value!r}: a bytes default must be UTF-8 text (a spec "
+            f"is JSON); byte {e.start} is not") from None
 
 
 def VarLenFeature(dtype):
@@ -64,15 +83,29 @@ def VarLenFeature(dtype):
 
 
 def _dtype_name(dtype):
+    """float32, int64 or bytes: the three an Example holds.  A name is
+    checked by FeatureSpec; a numpy dtype or Python type of any other kind
+    is refused here rather than read as the nearest one (np.uint8 as int64,
+    np.complex64 as bytes)."""
     if isinstance(dtype, str):
         return {"float": "float32", "string": "bytes"}.get(dtype, dtype)
+    if dtype is int:
+        return "int64"
+    if dtype is float:
+        return "float32"
+    if dtype is bytes or dtype is str:
+        return "bytes"
     import numpy as np
     dt = np.dtype(dtype)
-    if dt.kind == "f":
+    if dt == np.float32:
         return "float32"
-    if dt.kind in "iub":
+    if dt == np.int64:
         return "int64"
-    return "bytes"
+    if dt.kind in "SUO":
+        return "bytes"
+    raise TypeError(
+        f"an Example feature is float32, int64 or bytes, not {dt}; parse it "
+        f"as one of those and convert it with recflow.maps.cast")
 
 
 # `import recflow.maps` works as well as `recflow.maps`.

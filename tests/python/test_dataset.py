@@ -242,6 +242,37 @@ def test_padded_batch_and_threads_refuse_what_would_be_ignored():
             call()
 
 
+def test_feature_dtypes_and_defaults_are_taken_exactly():
+    # np.uint8 was read as int64 and np.complex64 as bytes; a shape of 2.5
+    # as 2; numpy defaults could not be written into the JSON spec.
+    for dtype in (np.uint8, np.float64, np.complex64, bool):
+        with pytest.raises(TypeError, match="float32, int64 or bytes"):
+            recflow.FixedLenFeature([], dtype)
+    with pytest.raises(TypeError):
+        recflow.FixedLenFeature([2.5], "int64")
+    with pytest.raises(ValueError, match="UTF-8"):
+        recflow.FixedLenFeature([], "bytes", default_value=b"\xff")
+    spec = recflow.FeatureSpec({
+        "a": recflow.FixedLenFeature([2, 2], np.int64,
+                                     default_value=np.arange(4)),
+        "b": recflow.FixedLenFeature([np.int64(2)], float,
+                                     default_value=np.float32(0.5)),
+        "c": recflow.VarLenFeature(str)}).to_dict()["features"]
+    assert spec["a"]["default"] == [0, 1, 2, 3]
+    assert spec["b"] == {"kind": "fixed", "dtype": "float32", "shape": [2],
+                         "default": 0.5}
+    assert spec["c"]["dtype"] == "bytes"
+
+
+def test_cast_refuses_values_outside_the_target_dtype():
+    ds = recflow.Dataset.from_tensor_slices(
+        {"x": np.array([1.5, 300.0], np.float32)})
+    with pytest.raises(ValueError, match="value 300 .* outside uint8's range"):
+        list(ds.map(recflow.maps.cast("x", "uint8")))
+    assert [e["x"].item() for e in ds.map(recflow.maps.cast("x", "int32"))] \
+        == [1, 300]
+
+
 def test_bad_specs_and_files_raise_value_errors(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         recflow.FeatureSpec({"x": {"kind": "fixed", "dtype": "complex",
