@@ -95,8 +95,8 @@ class ZlibCodec final : public TFRecordWriter::Codec {
     if (deflateInit2(&z_, level == 0 ? Z_DEFAULT_COMPRESSION : level,
                      Z_DEFLATED, gzip ? MAX_WBITS + 16 : MAX_WBITS, 8,
                      Z_DEFAULT_STRATEGY) != Z_OK) {
-      throw IoError(path,
-                    fmt::format("cannot initialise zlib at level {}", level));
+      throw IoError(path, fmt::format("cannot initialise zlib: {}",
+                                      z_.msg ? z_.msg : "out of memory"));
     }
   }
   ~ZlibCodec() override { deflateEnd(&z_); }
@@ -239,12 +239,7 @@ class ZstdCodec final : public TFRecordWriter::Codec {
   };
 
   ZSTD_CCtx* NewContext() const {
-    // ZSTD clamps a level out of range; a writer asked for one says so.
-    if (level_ < ZSTD_minCLevel() || level_ > ZSTD_maxCLevel()) {
-      throw IoError(file_->path(),
-                    fmt::format("zstd level {}: expected {} to {}", level_,
-                                ZSTD_minCLevel(), ZSTD_maxCLevel()));
-    }
+    // The level was checked by CheckCompressionLevel.
     ZSTD_CCtx* cctx = ZSTD_createCCtx();
     if (cctx == nullptr) {
       throw IoError(file_->path(), "cannot create zstd context");
@@ -373,8 +368,41 @@ class ZstdCodec final : public TFRecordWriter::Codec {
 
 }  // namespace
 
+void CheckCompressionLevel(Compression compression, int level) {
+  if (level == 0) return;
+  switch (compression) {
+    case Compression::kNone:
+      throw Error(
+          fmt::format("compression level {}: an uncompressed file has no "
+                      "level (zlib, gzip and zstd do)",
+                      level));
+    case Compression::kZlib:
+    case Compression::kGzip:
+      if (level < 1 || level > 9) {
+        throw Error(fmt::format(
+            "compression level {}: {} takes 1 to 9 (0: its default, 6)", level,
+            CompressionName(compression)));
+      }
+      return;
+    case Compression::kZstd:
+      // ZSTD would clamp a level out of range; a writer asked for one says
+      // so.
+      if (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel()) {
+        throw Error(fmt::format(
+            "compression level {}: zstd takes {} to {} (0: its default, 3)",
+            level, ZSTD_minCLevel(), ZSTD_maxCLevel()));
+      }
+      return;
+  }
+}
+
 TFRecordWriter::TFRecordWriter(std::string path, WriterOptions options)
     : path_(std::move(path)), options_(options) {
+  try {
+    CheckCompressionLevel(options_.compression, options_.level);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", path_, e.what()));
+  }
   index_.compression = options_.compression;
   std::vector<IndexEntry>* entries =
       options_.build_index ? &index_.entries : nullptr;

@@ -25,12 +25,17 @@
 
 namespace recflow::records {
 
+// Throws Error ("compression level L: zlib takes 1 to 9 ...") unless
+// `level` is 0 or a level of `compression` (WriterOptions::level).
+void CheckCompressionLevel(Compression compression, int level);
+
 struct WriterOptions {
   Compression compression = Compression::kNone;
   // Codec level; 0 means the codec's default (zlib 6 as TensorFlow's
   // Z_DEFAULT_COMPRESSION, zstd 3).  ZLIB/GZIP take 1-9, ZSTD 1-22 (and
-  // zstd's negative fast levels); another level is an IoError from the
-  // constructor.
+  // zstd's negative fast levels); another level, or one for an
+  // uncompressed file, is an Error from the constructor
+  // (CheckCompressionLevel), before any file is made.
   int level = 0;
   bool atomic = true;
   // ZSTD: a frame is closed once it holds at least this many bytes of

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -99,7 +100,9 @@ TEST(TFRecordWriterTest, LargeRecordRoundTripsInEveryCompression) {
   for (Compression c : kAllCompressions) {
     const std::string path =
         dir.File("big.tfrecord" + std::string(CompressionSuffix(c)));
-    testing::WriteRecords(path, payloads, {.compression = c, .level = 1});
+    testing::WriteRecords(
+        path, payloads,
+        {.compression = c, .level = c == Compression::kNone ? 0 : 1});
     const auto back = testing::ReadRecords(path);
     ASSERT_EQ(back.size(), 3u) << CompressionName(c);
     EXPECT_EQ(back[0], "before");
@@ -216,18 +219,34 @@ TEST(TFRecordWriterTest, CompressionLevels) {
         << CompressionName(c);
     EXPECT_EQ(testing::ReadRecords(dir.File("high")), payloads);
   }
-  for (auto [c, level] :
-       {std::pair{Compression::kGzip, 10}, std::pair{Compression::kZstd, 23}}) {
+  // A level the codec lacks (or any for an uncompressed file, where it
+  // was ignored) is refused before a file is made.
+  const auto refusal = [&](Compression c, int level) {
     try {
       TFRecordWriter writer(dir.File("bad"),
                             {.compression = c, .level = level});
-      FAIL() << "level " << level << " accepted";
-    } catch (const IoError& e) {
-      EXPECT_NE(std::string(e.what()).find(std::to_string(level)),
-                std::string::npos)
-          << e.what();
+    } catch (const Error& e) {
+      return std::string(e.what());
     }
-  }
+    return std::string();
+  };
+  const std::string bad = dir.File("bad") + ": compression level ";
+  EXPECT_EQ(refusal(Compression::kGzip, 10),
+            bad + "10: gzip takes 1 to 9 (0: its default, 6)");
+  EXPECT_EQ(refusal(Compression::kZlib, -1),
+            bad + "-1: zlib takes 1 to 9 (0: its default, 6)");
+  EXPECT_EQ(refusal(Compression::kZstd, 23),
+            bad + fmt::format("23: zstd takes {} to 22 (0: its default, 3)",
+                              ZSTD_minCLevel()));
+  EXPECT_EQ(refusal(Compression::kNone, 5),
+            bad +
+                "5: an uncompressed file has no level (zlib, gzip and zstd "
+                "do)");
+  EXPECT_EQ(refusal(Compression::kZstd, -5), "");  // zstd's fast levels
+  std::filesystem::remove(dir.File("bad"));
+  EXPECT_THROW(TFRecordWriter(dir.File("bad"),
+                              {.compression = Compression::kZlib, .level = 99}),
+               Error);
   EXPECT_FALSE(std::filesystem::exists(dir.File("bad")));
 }
 
