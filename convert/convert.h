@@ -97,6 +97,8 @@ struct ConvertInputs {
   // Optional dtypes of csv columns and jsonl keys (others are inferred);
   // must outlive the source.
   const records::FeatureSpec* spec = nullptr;
+  // csv: the field delimiter (records::CheckCsvDelimiter; '\t' for TSV).
+  char delimiter = ',';
 };
 
 // The formats: "csv", "jsonl", "npy", "npz", "idx", "images".

@@ -18,12 +18,18 @@ using records::CsvReader;
 
 class CsvSource final : public ExampleSource {
  public:
-  CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec)
-      : files_(std::move(files)) {
+  CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec,
+            char delimiter)
+      : files_(std::move(files)), delimiter_(delimiter) {
+    try {
+      records::CheckCsvDelimiter(delimiter_);
+    } catch (const records::Error& e) {
+      InputError(e.what());
+    }
     for (const auto& f : files_) total_bytes_ += FileSize(f);
     // First pass: header, column types, and the row count.
     for (const auto& path : files_) {
-      CsvReader reader(path);
+      CsvReader reader(path, delimiter_);
       std::vector<std::string> fields;
       uint64_t line;
       if (!reader.ReadRecord(&fields, &line)) {
@@ -149,13 +155,14 @@ class CsvSource final : public ExampleSource {
     file_index_ = index;
     reader_.reset();
     if (index >= files_.size()) return;
-    reader_ = std::make_unique<CsvReader>(files_[index]);
+    reader_ = std::make_unique<CsvReader>(files_[index], delimiter_);
     std::vector<std::string> header;
     uint64_t line;
     reader_->ReadRecord(&header, &line);
   }
 
   std::vector<std::string> files_;
+  char delimiter_;
   std::vector<std::string> header_;
   std::vector<CellType> types_;
   std::unique_ptr<CsvReader> reader_;
@@ -168,8 +175,9 @@ class CsvSource final : public ExampleSource {
 }  // namespace
 
 std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,
-                                       const records::FeatureSpec* spec) {
-  return std::make_unique<CsvSource>(std::move(files), spec);
+                                       const records::FeatureSpec* spec,
+                                       char delimiter) {
+  return std::make_unique<CsvSource>(std::move(files), spec, delimiter);
 }
 
 }  // namespace recflow::convert

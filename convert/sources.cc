@@ -71,7 +71,7 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
   };
   if (format == "csv") {
     need_files();
-    return OpenCsv(in.files, in.spec);
+    return OpenCsv(in.files, in.spec, in.delimiter);
   }
   if (format == "jsonl") {
     need_files();

@@ -102,7 +102,8 @@ CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
 
 // The formats (csv.cc, jsonl.cc, npy.cc, idx.cc, images.cc).
 std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,
-                                       const records::FeatureSpec* spec);
+                                       const records::FeatureSpec* spec,
+                                       char delimiter);
 std::unique_ptr<ExampleSource> OpenJsonl(std::vector<std::string> files,
                                          const records::FeatureSpec* spec);
 std::unique_ptr<ExampleSource> OpenNpy(const std::vector<std::string>& files);

@@ -19,10 +19,12 @@ class CsvDataset final : public DatasetBase {
   CsvDataset(std::vector<std::string> files, CsvOptions options)
       : files_(std::move(files)), options_(std::move(options)) {
     if (files_.empty()) throw Error("FromCsv: no files");
-    if (options_.delimiter != ',') {
-      throw Error("FromCsv: only ',' is supported as the delimiter");
+    try {
+      records::CheckCsvDelimiter(options_.delimiter);
+    } catch (const records::Error& e) {
+      throw Error(fmt::format("FromCsv: {}", e.what()));
     }
-    records::CsvReader reader(files_[0]);
+    records::CsvReader reader(files_[0], options_.delimiter);
     std::vector<std::string> header, row;
     uint64_t line;
     if (!reader.ReadRecord(&header, &line)) {
@@ -54,6 +56,14 @@ class CsvDataset final : public DatasetBase {
                         name, DTypeName(*dtype)));
       }
       columns_.push_back({name, i, *dtype});
+    }
+    for (const auto& [key, unused] : options_.column_types) {
+      if (std::find(header.begin(), header.end(), key) == header.end()) {
+        throw Error(fmt::format(
+            "FromCsv: column_types names '{}', which {} lacks (its columns: "
+            "{})",
+            key, files_[0], fmt::join(header, ", ")));
+      }
     }
     for (const auto& want : options_.select_columns) {
       if (std::none_of(columns_.begin(), columns_.end(),
@@ -143,7 +153,8 @@ class CsvDataset final : public DatasetBase {
    private:
     // Opens file `index` past its header, which must be the first file's.
     void Open(size_t index) {
-      auto reader = std::make_unique<records::CsvReader>(d_->files_[index]);
+      auto reader = std::make_unique<records::CsvReader>(
+          d_->files_[index], d_->options_.delimiter);
       std::vector<std::string> header;
       uint64_t line;
       if (!reader->ReadRecord(&header, &line) || header != d_->header_) {

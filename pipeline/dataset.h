@@ -120,9 +120,11 @@ struct PaddedBatchOptions {
 };
 
 struct CsvOptions {
+  // The field delimiter: any byte but a quote, CR or LF ('\t' for TSV).
   char delimiter = ',';
-  // Column types by name (float32, int64 or bytes).  Columns not listed
-  // are inferred from the first data row: int64, else float32, else bytes.
+  // Column types by name (float32, int64 or bytes); a name the header
+  // lacks is an Error.  Columns not listed are inferred from the first
+  // data row: int64, else float32, else bytes.
   std::vector<std::pair<std::string, DType>> column_types;
   // Only these columns, in the header's order (empty: all).
   std::vector<std::string> select_columns;

@@ -1361,8 +1361,16 @@ exception leaves nothing behind. compression None: from the name's suffix
       [](std::string format, py::handle inputs, std::string output,
          uint64_t shards, bool index, std::string compression, int level,
          bool skip_bad, int threads, std::optional<std::string> images,
-         std::optional<std::string> labels, py::handle spec) {
+         std::optional<std::string> labels, py::handle spec,
+         std::string delimiter) {
         convert::ConvertJob job;
+        if (delimiter.size() != 1) {
+          throw py::value_error("delimiter must be one character");
+        }
+        if (delimiter != "," && format != "csv") {
+          throw py::value_error("delimiter is for csv, not " + format);
+        }
+        job.inputs.delimiter = delimiter[0];
         job.format = std::move(format);
         if (!inputs.is_none()) job.inputs.files = Paths(inputs, "convert");
         job.inputs.images = images.value_or("");
@@ -1399,7 +1407,7 @@ exception leaves nothing behind. compression None: from the name's suffix
       "format"_a, "inputs"_a, "output"_a, "shards"_a = 1, "index"_a = false,
       "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,
       "threads"_a = 0, "images"_a = py::none(), "labels"_a = py::none(),
-      "spec"_a = py::none(),
+      "spec"_a = py::none(), "delimiter"_a = ",",
       "Converts csv, jsonl, npy, npz, idx (images=, labels=) or images (a "
       "folder per class) into sharded TFRecords of Examples, as `recflow "
       "convert`; returns a summary dict. All shards appear together or "

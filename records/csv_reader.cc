@@ -48,7 +48,26 @@ DType CellDType(CellType t) {
   return DType::kBytes;
 }
 
-CsvReader::CsvReader(std::string path) : path_(std::move(path)) {
+void CheckCsvDelimiter(char delimiter) {
+  if (delimiter == '"' || delimiter == '\n' || delimiter == '\r') {
+    throw Error(fmt::format(
+        "CSV delimiter {}: a quote or line end cannot separate fields",
+        CsvDelimiterName(delimiter)));
+  }
+}
+
+std::string CsvDelimiterName(char delimiter) {
+  if (delimiter == ',') return "comma";
+  if (delimiter == '\t') return "tab";
+  const auto byte = static_cast<unsigned char>(delimiter);
+  if (byte >= 0x20 && byte < 0x7f) return fmt::format("'{}'", delimiter);
+  return fmt::format("byte {:#04x}", byte);
+}
+
+CsvReader::CsvReader(std::string path, char delimiter)
+    : path_(std::move(path)),
+      delimiter_(static_cast<unsigned char>(delimiter)) {
+  CheckCsvDelimiter(delimiter);
   f_ = std::fopen(path_.c_str(), "rb");
   if (f_ == nullptr) {
     throw CsvError(
@@ -97,7 +116,7 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
         if (c == '\n') ++line_;
         field.push_back(static_cast<char>(c));
       }
-      if (c != ',' && c != '\n' && c != '\r' && c != EOF) {
+      if (c != delimiter_ && c != '\n' && c != '\r' && c != EOF) {
         const uint64_t at = line_;
         const char unexpected = static_cast<char>(c);
         // Skip the rest of the row so that the next one can be read.
@@ -106,22 +125,23 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
         const auto byte = static_cast<unsigned char>(unexpected);
         throw CsvError(
             fmt::format("{}:{}: unexpected {} after a closing quote (a "
-                        "quoted field ends at a comma or the line's end)",
+                        "quoted field ends at a {} or the line's end)",
                         path_, at,
                         byte >= 0x20 && byte < 0x7f
                             ? fmt::format("'{}'", unexpected)
-                            : fmt::format("byte {:#04x}", byte)),
+                            : fmt::format("byte {:#04x}", byte),
+                        CsvDelimiterName(static_cast<char>(delimiter_))),
             true);
       }
     } else {
-      while (c != ',' && c != '\n' && c != '\r' && c != EOF) {
+      while (c != delimiter_ && c != '\n' && c != '\r' && c != EOF) {
         field.push_back(static_cast<char>(c));
         c = Get();
       }
     }
     fields->push_back(std::move(field));
     field.clear();
-    if (c == ',') {
+    if (c == delimiter_) {
       c = Get();
       continue;
     }

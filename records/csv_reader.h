@@ -1,5 +1,6 @@
 // A CSV reader (RFC 4180: quoted fields, "" for a quote, CRLF or LF line
-// ends, a UTF-8 byte order mark skipped), for `recflow convert` and the
+// ends, a UTF-8 byte order mark skipped; the field delimiter a comma or
+// another single byte, e.g. a tab for TSV), for `recflow convert` and the
 // pipeline's CSV source.  Not thread-safe.
 #ifndef RECFLOW_RECORDS_CSV_READER_H_
 #define RECFLOW_RECORDS_CSV_READER_H_
@@ -27,6 +28,12 @@ class CsvError : public Error {
   bool row_level_;
 };
 
+// Throws Error unless `delimiter` can separate CSV fields: any byte but a
+// quote, CR or LF.
+void CheckCsvDelimiter(char delimiter);
+// How messages name a delimiter: "comma", "tab" or "';'".
+std::string CsvDelimiterName(char delimiter);
+
 // A whole cell as a number (std::from_chars; nothing may follow it).
 bool ParseInt64Cell(std::string_view cell, int64_t* value);
 bool ParseFloatCell(std::string_view cell, float* value);
@@ -46,7 +53,9 @@ DType CellDType(CellType t);
 
 class CsvReader {
  public:
-  explicit CsvReader(std::string path);  // throws CsvError
+  // Throws CsvError when the file cannot be opened, and Error for a
+  // delimiter that cannot separate fields (a quote, CR or LF).
+  explicit CsvReader(std::string path, char delimiter = ',');
   ~CsvReader();
   CsvReader(const CsvReader&) = delete;
   CsvReader& operator=(const CsvReader&) = delete;
@@ -62,6 +71,7 @@ class CsvReader {
   int Get() { return getc_unlocked(f_); }
 
   std::string path_;
+  int delimiter_;  // as Get() returns bytes: 0-255
   FILE* f_ = nullptr;
   uint64_t line_ = 1;
   bool first_ = true;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "records/csv_reader.h"
 #include "tools/cli.h"
 
 namespace recflow::tools {
@@ -29,6 +30,7 @@ struct ConvertOptions {
   int level = 0;  // 0: the codec's default
   bool index = false;
   std::string spec;
+  std::string delimiter;  // csv; empty: a comma
   bool skip_bad = false;
   std::string images, labels;
   int threads = 0;
@@ -69,6 +71,21 @@ class Progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+// One byte, or "tab" / "\t" for a tab (a shell passes "\t" as two).
+char DelimiterArg(const std::string& text) {
+  const char c = text == "tab" || text == "\\t" ? '\t' : text[0];
+  if (text.size() != 1 && c != '\t') {
+    throw UsageError(
+        fmt::format("--delimiter '{}': expected one character (or tab)", text));
+  }
+  try {
+    records::CheckCsvDelimiter(c);
+  } catch (const records::Error& e) {
+    throw UsageError(fmt::format("--delimiter: {}", e.what()));
+  }
+  return c;
+}
+
 int RunConvert(const ConvertOptions& o) {
   if (std::find(std::begin(convert::kFormats), std::end(convert::kFormats),
                 o.format) == std::end(convert::kFormats)) {
@@ -95,6 +112,12 @@ int RunConvert(const ConvertOptions& o) {
   ConvertJob job;
   job.format = o.format;
   job.inputs = {o.inputs, o.images, o.labels, spec ? &*spec : nullptr};
+  if (!o.delimiter.empty()) {
+    if (o.format != "csv") {
+      throw UsageError(fmt::format("--delimiter is for csv, not {}", o.format));
+    }
+    job.inputs.delimiter = DelimiterArg(o.delimiter);
+  }
   job.output = o.output;
   job.shards = o.shards;
   job.writer = writer;
@@ -164,6 +187,9 @@ Runner AddConvertCommand(CLI::App& app) {
   app.add_option("--spec", o->spec,
                  "FeatureSpec JSON giving the dtype of csv columns or jsonl "
                  "keys (others are inferred)");
+  app.add_option("--delimiter", o->delimiter,
+                 "csv: the field delimiter, one character or tab (default: "
+                 "a comma)");
   app.add_flag("--skip-bad", o->skip_bad,
                "skip rows that cannot be converted, and count them");
   app.add_option("--images", o->images, "idx: the images file (.gz or not)");

@@ -147,4 +147,5 @@ def convert(format: str, inputs: Optional[_Paths], output: str,
             shards: int = ..., index: bool = ..., compression: str = ...,
             level: int = ..., skip_bad: bool = ..., threads: int = ...,
             images: Optional[str] = ..., labels: Optional[str] = ...,
-            spec: Optional[_Spec] = ...) -> Dict[str, Any]: ...
+            spec: Optional[_Spec] = ...,
+            delimiter: str = ...) -> Dict[str, Any]: ...

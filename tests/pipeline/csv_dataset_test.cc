@@ -133,14 +133,43 @@ TEST(CsvDatasetTest, ColumnsAreSelectedAndTypedByName) {
   EXPECT_EQ(error(t, {dir.File("a.csv")}),
             "FromCsv: column 'id': uint8 columns are not supported (int64, "
             "float32 or bytes)");
+  // A column type for a column the header lacks is a typo, not ignored.
+  CsvOptions typo;
+  typo.column_types = {{"scroe", DType::kFloat32}};
+  EXPECT_EQ(error(typo, {dir.File("a.csv")}),
+            "FromCsv: column_types names 'scroe', which " + dir.File("a.csv") +
+                " lacks (its columns: id, score, name)");
   CsvOptions d;
-  d.delimiter = ';';
+  d.delimiter = '"';
   EXPECT_EQ(error(d, {dir.File("a.csv")}),
-            "FromCsv: only ',' is supported as the delimiter");
+            "FromCsv: CSV delimiter '\"': a quote or line end cannot "
+            "separate fields");
   testing::WriteFileBytes(dir.File("empty.csv"), "");
   EXPECT_EQ(
       error({}, {dir.File("empty.csv")}),
       dir.File("empty.csv") + ": empty; a CSV file starts with a header row");
+}
+
+// tf.data's CsvDataset(field_delim=...): a tab-separated file, quoted
+// fields holding the delimiter, across files and a restore.
+TEST(CsvDatasetTest, ADelimiterOtherThanACommaSeparatesFields) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.tsv"), "id\tnote\n1\t\"a\tb\"\n2\tx,y\n");
+  testing::WriteFileBytes(dir.File("b.tsv"), "id\tnote\n3\tz\n");
+  CsvOptions o;
+  o.delimiter = '\t';
+  const Dataset ds =
+      Dataset::FromCsv({dir.File("a.tsv"), dir.File("b.tsv")}, o);
+  const auto out = Collect(ds);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0]["id"].scalar<int64_t>(), 1);
+  EXPECT_EQ(out[0]["note"].bytes(0), "a\tb");
+  EXPECT_EQ(out[1]["note"].bytes(0), "x,y");
+  EXPECT_EQ(out[2]["id"].scalar<int64_t>(), 3);
+  // Read as commas, the same file is one column named "id\tnote".
+  const auto commas = Collect(Dataset::FromCsv({dir.File("b.tsv")}));
+  ASSERT_EQ(commas.size(), 1u);
+  EXPECT_NE(commas[0].Find("id\tnote"), nullptr);
 }
 
 }  // namespace

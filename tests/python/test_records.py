@@ -116,6 +116,43 @@ def test_int64_lists_refuse_values_past_int64():
     assert edge["u"].tolist() == [2**63 - 1]
 
 
+def test_compression_levels_are_checked_before_a_file_is_made(tmp_path):
+    for path, compression, level in (("a.tfrecord", None, 5),
+                                     ("b.tfrecord.gz", None, 10),
+                                     ("c.tfrecord", "zstd", 23)):
+        with pytest.raises(ValueError, match=f"compression level {level}"):
+            recflow.TFRecordWriter(str(tmp_path / path),
+                                   compression=compression, level=level)
+    csv = write_csv(tmp_path)
+    with pytest.raises(ValueError, match="zlib takes 1 to 9"):
+        recflow.convert("csv", str(csv), str(tmp_path / "x"),
+                        compression="zlib", level=-5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv"]
+
+
+def write_csv(tmp_path, text="id\tname\n1\t\"a\tb\"\n2\tc,d\n"):
+    path = tmp_path / "in.csv"
+    path.write_text(text)
+    return path
+
+
+def test_csv_with_another_delimiter(tmp_path):
+    path = write_csv(tmp_path)
+    rows = list(recflow.Dataset.from_csv(str(path), delimiter="\t"))
+    assert [r["name"] for r in rows] == [b"a\tb", b"c,d"]
+    summary = recflow.convert("csv", str(path), str(tmp_path / "out"),
+                              delimiter="\t")
+    assert summary["records"] == 2
+    first = next(recflow.tfrecord_iterator(summary["shards"][0]["path"]))
+    assert recflow.Example.from_bytes(first).to_dict()["name"] == [b"a\tb"]
+    with pytest.raises(ValueError, match="column_types names 'nmae'"):
+        recflow.Dataset.from_csv(str(path), delimiter="\t",
+                                 column_types={"nmae": "bytes"})
+    with pytest.raises(ValueError, match="delimiter is for csv"):
+        recflow.convert("jsonl", str(path), str(tmp_path / "j"),
+                        delimiter="\t")
+
+
 def test_reads_tensorflow_fixtures():
     assert recflow.count(str(MNIST)) == 1000
     first = next(recflow.tfrecord_iterator(MNIST))

@@ -58,6 +58,40 @@ TEST(CsvReaderTest, QuotedFieldsLineNumbersAndARowLevelError) {
   EXPECT_THROW(CsvReader(dir.File("missing.csv")), CsvError);
 }
 
+TEST(CsvReaderTest, AnotherDelimiterSeparatesFieldsAndNamesItself) {
+  testing::TempDir dir;
+  const std::string path = dir.File("a.txt");
+  std::ofstream(path, std::ios::binary) << "a;b\n\"x;y\";z,w\n\xe9;\"q\"r\n";
+  CsvReader reader(path, ';');
+  std::vector<std::string> fields;
+  uint64_t line = 0;
+  ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{"a", "b"}));
+  ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{"x;y", "z,w"}));
+  try {
+    reader.ReadRecord(&fields, &line);
+    FAIL() << "a quote followed by text was accepted";
+  } catch (const CsvError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              path +
+                  ":3: unexpected 'r' after a closing quote (a quoted "
+                  "field ends at a ';' or the line's end)");
+  }
+  // A byte past 0x7f delimits too (Get() returns it as 0-255).
+  const std::string high = dir.File("high.txt");
+  std::ofstream(high, std::ios::binary) << "a\xa7"
+                                           "b\n";
+  CsvReader h(high, '\xa7');
+  ASSERT_TRUE(h.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{"a", "b"}));
+  for (char bad : {'"', '\n', '\r'}) {
+    EXPECT_THROW(CsvReader(path, bad), Error) << int{bad};
+  }
+  EXPECT_EQ(CsvDelimiterName('\t'), "tab");
+  EXPECT_EQ(CsvDelimiterName('\x01'), "byte 0x01");
+}
+
 // The file-level errors: the reader cannot go on past them.
 TEST(CsvReaderTest, AnUnclosedQuoteOrABrokenByteOrderMarkEndsTheFile) {
   testing::TempDir dir;

@@ -72,6 +72,38 @@ TEST(ConvertTest, CsvWithQuotingTypesAndAbsentCells) {
   EXPECT_EQ(Get(ex[2], "note"), nullptr);
 }
 
+TEST(ConvertTest, TsvAndOtherDelimiters) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.tsv"),
+                          "id\tname\n1\t\"Smith\tJane\"\n2\tbob, jr\n");
+  for (const char* tab : {"tab", "'\\t'"}) {
+    const Result r =
+        Recflow(dir, fmt::format("convert csv {} -o {} --delimiter {}",
+                                 dir.File("in.tsv"), dir.File("out"), tab));
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto ex = ReadExamples(dir, "out", 1);
+    ASSERT_EQ(ex.size(), 2u) << tab;
+    EXPECT_EQ(Get(ex[0], "id")->int64_list().value(0), 1);
+    EXPECT_EQ(Get(ex[0], "name")->bytes_list().value(0), "Smith\tJane");
+    EXPECT_EQ(Get(ex[1], "name")->bytes_list().value(0), "bob, jr");
+  }
+  Result r = Recflow(dir, "convert csv " + dir.File("in.tsv") + " -o " +
+                              dir.File("x") + " --delimiter ab");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --delimiter 'ab': expected one character (or tab)\n");
+  r = Recflow(dir, "convert csv " + dir.File("in.tsv") + " -o " +
+                       dir.File("x") + " --delimiter '\"'");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --delimiter: CSV delimiter '\"': a quote or line end "
+            "cannot separate fields\n");
+  r = Recflow(dir, "convert jsonl " + dir.File("in.tsv") + " -o " +
+                       dir.File("x") + " --delimiter tab");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "recflow: --delimiter is for csv, not jsonl\n");
+}
+
 TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
   TempDir dir;
   testing::WriteFileBytes(dir.File("in.csv"), "a,b\n1,2\n3,4\n5\n6,7\n");
