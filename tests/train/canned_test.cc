@@ -136,6 +136,107 @@ TEST(CannedTest, RegressorsFitALinearFunction) {
   EXPECT_EQ(seen, n);
 }
 
+// 8x8 images of a bar: class 0 horizontal, 1 vertical, 2 diagonal, at a
+// random place, over noise.  A CNN must tell them apart; the default suite
+// had no CPU test of the demo's CNN model function.
+Element Bars(int64_t n, uint64_t seed, int classes) {
+  pipeline::Rng rng(seed);
+  std::vector<float> pixels;
+  std::vector<int64_t> label;
+  for (int64_t i = 0; i < n; ++i) {
+    const auto c = static_cast<int>(rng.Below(static_cast<uint64_t>(classes)));
+    const auto at = static_cast<int>(rng.Below(6)) + 1;
+    float image[8][8];
+    for (auto& row : image) {
+      for (float& p : row) p = static_cast<float>(rng.Below(300)) / 1000;
+    }
+    for (int k = 0; k < 8; ++k) {
+      if (c == 0) image[at][k] = 1;
+      if (c == 1) image[k][at] = 1;
+      if (c == 2) image[k][k] = 1;
+    }
+    pixels.insert(pixels.end(), &image[0][0], &image[0][0] + 64);
+    label.push_back(c);
+  }
+  Element e;
+  e.Set("image", Tensor::FromValues<float>(pixels, Shape{n, 8, 8, 1}));
+  e.Set("label", Tensor::FromValues<int64_t>(label, Shape{n}));
+  return e;
+}
+
+TEST(CannedTest, CnnClassifierTellsImagesApart) {
+  for (int classes : {3, 2}) {  // 2: one logit and a sigmoid head
+    SCOPED_TRACE(classes);
+    const Element train = Bars(600, 5, classes), eval = Bars(300, 6, classes);
+    testing::TempDir dir;
+    Estimator cnn(
+        CNNClassifierFn({.image = NumericColumn("image", Shape{8, 8, 1}),
+                         .filters = {4},
+                         .dense_units = {16},
+                         .dropout = 0.1f,
+                         .n_classes = classes,
+                         .learning_rate = ConstantLearningRate(0.01f)}),
+        CannedConfig(dir.path().string()), Quiet());
+    cnn.Train(
+        [&] {
+          return Dataset::FromTensorSlices(train)
+              .Shuffle(600, 1)
+              .Repeat()
+              .Batch(32);
+        },
+        {}, 150);
+    const auto m = cnn.Evaluate(
+        [&] { return Dataset::FromTensorSlices(eval).Batch(100); });
+    EXPECT_GT(m.at("accuracy"), 0.95);
+    const TensorMap ckpt = ReadCheckpoint(*cnn.latest_checkpoint());
+    EXPECT_EQ(ckpt.at("cnn/logits/kernel").shape(),
+              (Shape{16, classes == 2 ? 1 : classes}));
+  }
+  EXPECT_THROW(CNNClassifierFn({.image = NumericColumn("image", Shape{64})}),
+               Error);
+}
+
+// A column that is shifted and scaled, x = 10 + u read as (x - 10) * 2,
+// under a linear model (whose bias shows the shift: 0, not -40) and a DNN
+// with batch normalisation (evaluated with its moving statistics).
+TEST(CannedTest, ShiftedColumnsAndBatchNormFit) {
+  const int64_t n = 800;
+  std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(n));
+  pipeline::Rng rng(7);
+  for (int64_t i = 0; i < n; ++i) {
+    const float u = static_cast<float>(rng.Below(2000)) / 2000 - 0.5f;
+    x[i] = 10 + u;
+    y[i] = 4 * u + 0.5f;
+  }
+  Element e;
+  e.Set("x", Tensor::FromValues<float>(x, Shape{n}));
+  e.Set("label", Tensor::FromValues<float>(y, Shape{n}));
+  auto input = [&] {
+    return Dataset::FromTensorSlices(e).Shuffle(200, 3).Repeat().Batch(32);
+  };
+  auto eval = [&] { return Dataset::FromTensorSlices(e).Batch(200); };
+  const FeatureColumn column = NumericColumn("x", Shape{1}, 10.0f, 2.0f);
+  testing::TempDir a, b;
+  LinearRegressor linear(
+      {.columns = {column}, .learning_rate = ConstantLearningRate(0.05f)},
+      CannedConfig(a.path().string()), Quiet());
+  linear.Train(input, {}, 800);
+  EXPECT_LT(linear.Evaluate(eval).at("loss"), 1e-3);
+  const TensorMap weights = ReadCheckpoint(*linear.latest_checkpoint());
+  const Tensor& bias = weights.at("linear/linear_model/bias");
+  ASSERT_EQ(bias.num_elements(), 1);
+  EXPECT_NEAR(bias.values<float>()[0], 0.5, 0.05);
+  DNNRegressor dnn({.hidden_units = {16},
+                    .columns = {column},
+                    .batch_norm = true,
+                    .learning_rate = ConstantLearningRate(0.01f)},
+                   CannedConfig(b.path().string()), Quiet());
+  dnn.Train(input, {}, 800);
+  EXPECT_LT(dnn.Evaluate(eval).at("loss"), 0.05);
+  const TensorMap ckpt = ReadCheckpoint(*dnn.latest_checkpoint());
+  EXPECT_EQ(ckpt.count("dnn/hiddenlayer_0/batchnorm/moving_mean"), 1u);
+}
+
 TEST(CannedTest, ColumnsRefuseWhatTheyCannotTake) {
   EXPECT_THROW(CategoricalColumnWithIdentity("k", 0), Error);
   EXPECT_THROW(EmbeddingColumn(NumericColumn("k"), 3), Error);
