@@ -271,6 +271,140 @@ TEST(EstimatorTest, ACheckpointOfAnotherModelIsRefusedClearly) {
   }
 }
 
+// A checkpoint's input position saved from one input_fn cannot continue
+// another (here: batches of 16 instead of 32); training goes on from that
+// input's start and says so, as TensorFlow's Estimator always starts.
+TEST(EstimatorTest, AnInputPositionForAnotherInputRestartsItWithAWarning) {
+  testing::TempDir dir;
+  Estimator(Classifier(16), Config(dir.path().string()), Quiet())
+      .Train(TrainInput(), {}, std::nullopt, 10);
+  std::vector<std::string> log;
+  EstimatorOptions o;
+  o.log = [&](std::string_view line) { log.emplace_back(line); };
+  Recorder rec, fresh;
+  const InputFn sixteen = [] {
+    return Dataset::FromTensorSlices(Clusters(600, 1))
+        .Shuffle(200, 5)
+        .Batch(16);
+  };
+  Estimator resumed(Classifier(16, &rec), Config(dir.path().string()), o);
+  EXPECT_EQ(resumed.Train(sixteen, {}, std::nullopt, 13), 13);
+  const auto warning = std::find_if(log.begin(), log.end(), [](auto& line) {
+    return line.find(
+               "WARNING: the checkpoint's input position does not fit "
+               "this input_fn (") == 0;
+  });
+  ASSERT_NE(warning, log.end());
+  EXPECT_NE(warning->find("reading the input from its start"),
+            std::string::npos);
+  testing::TempDir other;
+  Estimator(Classifier(16, &fresh), Config(other.path().string()), Quiet())
+      .Train(sixteen, {}, std::nullopt, 3);
+  ASSERT_EQ(rec.ids.size(), 3u);
+  EXPECT_EQ(rec.ids, fresh.ids);  // the new input, from its first batch
+}
+
+// Misuses of the Estimator and its hooks are errors that say what is
+// wrong, never a crash or a silent default.
+TEST(EstimatorTest, MisuseIsRefusedByName) {
+  testing::TempDir dir;
+  const std::string model_dir = dir.path().string();
+  const auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  Estimator est(Classifier(16), Config(model_dir), Quiet());
+  EXPECT_EQ(error([&] { est.Train(TrainInput(), {}, 5, 10); }),
+            "Train: give steps or max_steps, not both");
+  EXPECT_EQ(error([&] { est.Train(TrainInput(), {}, 0); }),
+            "Train: steps and max_steps must be positive");
+  EXPECT_EQ(
+      error([&] { est.TrainAndEvaluate(TrainInput(), EvalInput(), 5, 0); }),
+      "TrainAndEvaluate: eval_every_steps must be positive");
+  EXPECT_EQ(
+      error(
+          [&] { est.Predict(EvalInput(), [](const auto&) { return true; }); }),
+      "predict: no checkpoint in " + model_dir + "; train the model first");
+  const InputFn unlabelled = [] {
+    return Dataset::FromTensorSlices(Clusters(64, 1))
+        .Map([](Element e) {
+          Element out;
+          out.Set("x", e["x"]);
+          out.Set("id", e["id"]);
+          return out;
+        })
+        .Batch(32);
+  };
+  EXPECT_EQ(error([&] { est.Train(unlabelled, {}, 1); }),
+            "train: the input has no label \"label\" (it has: x id)");
+
+  // A hook that fetches what the model does not provide, or reads what it
+  // did not fetch.
+  struct Fetching : SessionRunHook {
+    std::string fetch, read;
+    SessionRunArgs before_run(RunContext&) override { return {{fetch}}; }
+    void after_run(RunContext&, const SessionRunValues& v) override {
+      v.scalar(read);
+    }
+  };
+  auto hook = std::make_shared<Fetching>();
+  hook->fetch = "nope";
+  hook->read = "nope";
+  EXPECT_EQ(error([&] { est.Train(TrainInput(), {hook}, 1); }),
+            "a hook fetches \"nope\", which the model_fn does not provide "
+            "(loss, global_step, its predictions and tensors)");
+  hook->fetch = "loss";
+  hook->read = "global_step";
+  EXPECT_EQ(error([&] { est.Train(TrainInput(), {hook}, 1); }),
+            "hook asked for \"global_step\", which was not fetched");
+
+  // A model_fn without a loss or a train_op in training, or without
+  // predictions in prediction.
+  const auto broken = [](bool loss, bool train_op) {
+    return [=](const Features& f, const Tensor* labels, Mode mode,
+               ModelContext& ctx) {
+      EstimatorSpec spec = Classifier(4)(
+          f, mode == Mode::kPredict ? nullptr : labels, mode, ctx);
+      if (!loss) spec.loss = Var();
+      if (!train_op) spec.train_op = nullptr;
+      spec.predictions.clear();
+      return spec;
+    };
+  };
+  testing::TempDir a, b;
+  Estimator no_loss(broken(false, true), Config(a.path().string()), Quiet());
+  EXPECT_EQ(error([&] { no_loss.Train(TrainInput(), {}, 1); }),
+            "model_fn returned no loss in train mode");
+  EXPECT_EQ(error([&] { no_loss.Evaluate(EvalInput()); }),
+            "model_fn returned no loss in eval mode");
+  Estimator no_op(broken(true, false), Config(b.path().string()), Quiet());
+  EXPECT_EQ(error([&] { no_op.Train(TrainInput(), {}, 1); }),
+            "model_fn returned no train_op in train mode");
+  Estimator(Classifier(4), Config(b.path().string()), Quiet())
+      .Train(TrainInput(), {}, 1);
+  EXPECT_EQ(error([&] {
+              no_op.Predict(EvalInput(), [](const auto&) { return true; });
+            }),
+            "model_fn returned no predictions in infer mode");
+
+  // Evaluating before any checkpoint works on fresh variables, and says so.
+  testing::TempDir c;
+  std::vector<std::string> log;
+  EstimatorOptions o;
+  o.log = [&](std::string_view line) { log.emplace_back(line); };
+  Estimator fresh(Classifier(16), Config(c.path().string()), o);
+  EXPECT_EQ(fresh.Evaluate(EvalInput()).count("accuracy"), 1u);
+  EXPECT_NE(
+      std::find(log.begin(), log.end(),
+                "WARNING: evaluating without a checkpoint in " +
+                    c.path().string() + ": the model is freshly initialised"),
+      log.end());
+}
+
 // Run by SurvivesSigkill in a child process; skipped otherwise.  Trains
 // forever, checkpointing every 7 steps, and appends each step's first id
 // to a log file.
