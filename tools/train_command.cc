@@ -60,6 +60,7 @@ int PrintResult(const TrainOptions& o, const TrainResult& r) {
                           {"eval_seconds", r.eval_seconds},
                           {"examples_per_s", r.examples_per_s},
                           {"device", r.device},
+                          {"columns", r.columns},
                           {"preempted", r.preempted_by != 0},
                           {"ranks", r.ranks},
                           {"cuda_graph_launches", r.graph_launches},
@@ -75,6 +76,7 @@ int PrintResult(const TrainOptions& o, const TrainResult& r) {
   fmt::print(
       "{} at global step {}{}:{}\n"
       "trained {:.1f} s at {:.0f} examples/s on {}{} (evaluation {:.1f} s)\n"
+      "features:{}\n"
       "checkpoints and TensorBoard logs: {}   (tensorboard --logdir {})\n",
       r.preempted_by ? "stopped by a signal (checkpoint saved)" : "evaluated",
       r.global_step,
@@ -82,7 +84,7 @@ int PrintResult(const TrainOptions& o, const TrainResult& r) {
                        : "",
       metrics, r.train_seconds, r.examples_per_s, r.device,
       r.ranks > 1 ? fmt::format(" x {} ranks", r.ranks) : "", r.eval_seconds,
-      r.model_dir, r.model_dir);
+      r.columns, r.model_dir, r.model_dir);
   return kExitOk;
 }
 

@@ -65,7 +65,9 @@ struct TrainResult {
   double examples_per_s = 0;
   std::string model_dir;
   std::string device;    // what trained: the GPU's name or the CPU backend's
-  std::string columns;   // the feature columns used, for the story
+  // The feature columns used, e.g. " x: numeric [1]; image: image 28x28x1
+  // scaled to [0, 1]" (--json's "columns", the text's "features:").
+  std::string columns;
   int preempted_by = 0;  // SIGTERM/SIGINT that stopped it (checkpointed)
   int ranks = 1;         // processes that trained together
   // Training steps launched as one CUDA graph (RunConfig::cuda_graphs).

@@ -156,6 +156,111 @@ TEST(TrainCommandTest, SigtermCheckpointsAndExitsCleanly) {
       dir.File(fmt::format("model-dnn/model.ckpt-{}", step))));
 }
 
+// `--model cnn` takes its image's shape from the records' height and
+// width (6x8, as `convert idx` writes them), from a square byte count, or
+// from --image-shape; the default suite had no CPU run of it.
+TEST(TrainCommandTest, CnnTakesItsImageShapeFromTheRecords) {
+  TempDir dir;
+  uint64_t state = 7;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return state >> 33;
+  };
+  for (const char* name : {"train", "eval"}) {
+    const int n = std::string(name) == "train" ? 400 : 100;
+    std::string images = testing::Be32(0x803) + testing::Be32(n) +
+                         testing::Be32(6) + testing::Be32(8);
+    std::string labels = testing::Be32(0x801) + testing::Be32(n);
+    for (int i = 0; i < n; ++i) {
+      const int label = static_cast<int>(next() % 2);  // a row or a column
+      const int at = static_cast<int>(next() % 6);
+      for (int y = 0; y < 6; ++y) {
+        for (int x = 0; x < 8; ++x) {
+          const bool bar = label == 0 ? y == at : x == at;
+          images.push_back(static_cast<char>(bar ? 250 : next() % 60));
+        }
+      }
+      labels.push_back(static_cast<char>(label));
+    }
+    testing::WriteFileBytes(dir.File(std::string(name) + "-images"), images);
+    testing::WriteFileBytes(dir.File(std::string(name) + "-labels"), labels);
+    const Result r =
+        Recflow(dir, fmt::format("convert idx --images {} --labels {} -o {}",
+                                 dir.File(std::string(name) + "-images"),
+                                 dir.File(std::string(name) + "-labels"),
+                                 dir.File(name)));
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  testing::WriteFileBytes(dir.File("spec.json"), R"({"features": {
+      "image": {"kind": "fixed", "dtype": "bytes", "shape": []},
+      "height": {"kind": "fixed", "dtype": "int64", "shape": []},
+      "width": {"kind": "fixed", "dtype": "int64", "shape": []},
+      "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+  const auto train = [&](int steps, const std::string& more) {
+    return Recflow(
+        dir, fmt::format("train --model cnn --spec {} --train {} --eval {} "
+                         "--classes 2 --batch 32 --steps {} --eval-every {} "
+                         "--learning-rate 0.003 --hidden 16 --json{}",
+                         dir.File("spec.json"), dir.File("train-*.tfrecord"),
+                         dir.File("eval-*.tfrecord"), steps, steps, more));
+  };
+  Result r = train(60, " --model-dir " + dir.File("m1"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = r.Json();
+  // height and width are the image's metadata, not features of their own.
+  EXPECT_EQ(j["columns"], " image: image 6x8x1 scaled to [0, 1]");
+  EXPECT_GT(j["eval"]["accuracy"].get<double>(), 0.9);
+  // Told otherwise, it trains on that shape.
+  r = train(2, " --model-dir " + dir.File("m2") + " --image-shape 8,6,1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["columns"], " image: image 8x6x1 scaled to [0, 1]");
+  r = train(2, " --model-dir " + dir.File("m3") + " --image-shape 8,6");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "recflow: --image-shape takes HEIGHT,WIDTH,CHANNELS\n");
+
+  // Without height and width: a square byte count is a one-channel image,
+  // any other needs --image-shape.
+  testing::WriteFileBytes(
+      dir.File("sq.csv"),
+      "img,label\nabcdefghijklmnop,0\nqrstuvwxyzABCDEF,1\n");
+  testing::WriteFileBytes(dir.File("odd.csv"),
+                          "img,label\n" + std::string(24, 'a') + ",0\n" +
+                              std::string(24, 'b') + ",1\n");
+  for (const char* name : {"sq", "odd"}) {
+    ASSERT_EQ(Recflow(dir, fmt::format("convert csv {} -o {}",
+                                       dir.File(std::string(name) + ".csv"),
+                                       dir.File(name)))
+                  .code,
+              0);
+  }
+  testing::WriteFileBytes(dir.File("img.json"), R"({"features": {
+      "img": {"kind": "fixed", "dtype": "bytes", "shape": []},
+      "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+  const auto small = [&](const char* data, const std::string& more) {
+    return Recflow(
+        dir,
+        fmt::format("train --model cnn --spec {} --train {} --eval {} "
+                    "--classes 2 --batch 2 --steps 2 --eval-every 2 "
+                    "--model-dir {} --json{}",
+                    dir.File("img.json"),
+                    dir.File(std::string(data) + "-*.tfrecord"),
+                    dir.File(std::string(data) + "-*.tfrecord"),
+                    dir.File(fmt::format("m-{}{}", data, more.size())), more));
+  };
+  r = small("sq", "");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["columns"], " img: image 4x4x1 scaled to [0, 1]");
+  r = small("odd", "");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: feature img holds 24 bytes per example, not a square "
+            "image, and the records have no height/width features: give "
+            "--image-shape H,W,C\n");
+  r = small("odd", " --image-shape 4,6,1");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["columns"], " img: image 4x6x1 scaled to [0, 1]");
+}
+
 TEST(TrainCommandTest, BadArgumentsAreRefusedClearly) {
   TempDir dir;
   WriteDataset(dir);
