@@ -11,8 +11,11 @@
 
 #include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
+#include "records/csv_reader.h"
 #include "records/errors.h"
 #include "records/example_parser.h"
+#include "records/file_list.h"
+#include "records/input_stream.h"
 #include "records/tfrecord_format.h"
 #include "test_util.h"
 
@@ -491,6 +494,25 @@ TEST(StateTest, SavedErrorsKeepTheirClassAndFields) {
   EXPECT_THROW(std::rethrow_exception(
                    round_trip(std::make_exception_ptr(records::Error("r")))),
                records::Error);
+  try {
+    std::rethrow_exception(round_trip(std::make_exception_ptr(
+        records::DecompressionError("gzip data is corrupt", 77))));
+  } catch (const records::DecompressionError& e) {
+    EXPECT_EQ(e.detail(), "gzip data is corrupt");
+    EXPECT_EQ(e.compressed_offset(), 77u);
+  }
+  for (bool row_level : {true, false}) {
+    try {
+      std::rethrow_exception(round_trip(std::make_exception_ptr(
+          records::CsvError("a.csv:3: bad quote", row_level))));
+    } catch (const records::CsvError& e) {
+      EXPECT_STREQ(e.what(), "a.csv:3: bad quote");
+      EXPECT_EQ(e.row_level(), row_level);
+    }
+  }
+  EXPECT_THROW(std::rethrow_exception(round_trip(std::make_exception_ptr(
+                   records::FileListError("x*: no file matches")))),
+               records::FileListError);
   try {
     std::rethrow_exception(
         round_trip(std::make_exception_ptr(Error("a pipeline error"))));
