@@ -192,6 +192,84 @@ TEST(BatchTest, PaddedBatchRefusesNamesTheElementsLack) {
   EXPECT_EQ(message(shapes), "");
 }
 
+// Elements that cannot form one batch are refused by component and
+// element, never stacked under the first element's layout.
+TEST(BatchTest, ElementsThatDoNotStackAreRefusedByName) {
+  const auto with = [](std::vector<std::pair<std::string, Tensor>> parts) {
+    Element e;
+    for (auto& [name, t] : parts) e.Set(name, t);
+    return e;
+  };
+  const Tensor one = Tensor::Scalar<int64_t>(1);
+  const Tensor ragged = Tensor::Ragged(
+      Tensor::FromValues<int64_t>(std::vector<int64_t>{1, 2, 3}, Shape{3}),
+      Tensor::FromValues<int64_t>(std::vector<int64_t>{1, 2}, Shape{2}));
+  const auto error = [](std::vector<Element> elements, bool padded) {
+    const auto ds = Dataset::FromGenerator([elements] {
+      return [elements, i = size_t{0}]() mutable -> std::optional<Element> {
+        if (i == elements.size()) return std::nullopt;
+        return elements[i++];
+      };
+    });
+    try {
+      Collect(padded ? ds.PaddedBatch(3) : ds.Batch(3));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (bool padded : {false, true}) {
+    SCOPED_TRACE(padded);
+    EXPECT_EQ(
+        error({with({{"a", one}}), with({{"a", one}, {"b", one}})}, padded),
+        "Cannot batch elements with different components: the first "
+        "element has 1, element 1 has 2");
+  }
+  EXPECT_EQ(error({with({{"a", one}}), with({{"b", one}})}, false),
+            "Cannot batch elements with different components: component 0 "
+            "is 'a' in the first element and 'b' in element 1");
+  EXPECT_EQ(error({with({{"a", one}}), with({{"b", one}})}, true),
+            "PaddedBatch: component 0 ('b') of element 1 differs from the "
+            "first element's in name, dtype or rank");
+  EXPECT_EQ(error({with({{"a", one}}), with({{"a", Tensor::Scalar<float>(1)}})},
+                  false),
+            "Cannot batch tensors of different dtypes in component 'a'. First "
+            "element had dtype int64 and element 1 had dtype float32.");
+  // Ragged first or later: a ragged component has rows of its own.
+  EXPECT_EQ(error({with({{"r", ragged}})}, false),
+            "Cannot batch the ragged component 'r'; use PaddedBatch, or Parse "
+            "after Batch");
+  EXPECT_EQ(error({with({{"r", ragged}})}, true),
+            "PaddedBatch: component 'r' is ragged");
+  const Tensor vector =
+      Tensor::FromValues<int64_t>(std::vector<int64_t>{1, 2}, Shape{2});
+  EXPECT_EQ(error({with({{"a", vector}}), with({{"a", one}})}, true),
+            "PaddedBatch: component 0 ('a') of element 1 differs from the "
+            "first element's in name, dtype or rank");
+  // Unbatch needs a first dimension, the same in every component.
+  const auto unbatch = [](Element e) {
+    try {
+      Collect(Dataset::FromGenerator([e] {
+                return [e, done = false]() mutable -> std::optional<Element> {
+                  if (done) return std::nullopt;
+                  done = true;
+                  return e;
+                };
+              }).Unbatch());
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(unbatch(with({{"a", vector}, {"s", one}})),
+            "Unbatch: component 's' is a scalar; it has no rows");
+  EXPECT_EQ(
+      unbatch(with({{"a", vector},
+                    {"b", Tensor::FromValues<int64_t>(
+                              std::vector<int64_t>{1, 2, 3}, Shape{3})}})),
+      "Unbatch: component 'b' has 3 rows, 'a' has 2");
+}
+
 TEST(BatchTest, UnbatchUndoesBatch) {
   auto ds = Dataset::Range(0, 11).Batch(4).Unbatch();
   EXPECT_EQ(Ints(Collect(ds)), Iota(0, 11));
