@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <vector>
@@ -72,6 +73,83 @@ TEST(VariablesTest, RestoredValuesReplaceInitialisationAndMismatchesSaySo) {
   }
   const auto unused = store.UnusedRestoredNames();
   EXPECT_NE(std::find(unused.begin(), unused.end(), "unused"), unused.end());
+}
+
+// A checkpoint that lacks a variable, or holds it as another dtype, is
+// refused by name, whether the variable was made before the restore or
+// after it.
+TEST(VariablesTest, ACheckpointLackingAVariableIsRefusedByName) {
+  const float saved[] = {4, 5};
+  const auto error = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  VariableStore before(1);
+  before.GetOrCreate("w", Shape{2}, Initializer::Zeros());
+  EXPECT_EQ(error([&] {
+              before.Restore(
+                  {{"v", Tensor::FromValues<float>(saved, Shape{2})}},
+                  "ckpt-1");
+            }),
+            "checkpoint ckpt-1 holds no variable w (shape [2])");
+  VariableStore typed(1);
+  typed.GetOrCreate("w", Shape{2}, Initializer::Zeros());
+  const int64_t ints[] = {4, 5};
+  EXPECT_EQ(error([&] {
+              typed.Restore(
+                  {{"w", Tensor::FromValues<int64_t>(ints, Shape{2})}},
+                  "ckpt-2");
+            }),
+            "checkpoint ckpt-2 holds variable w as int64 [2]; the model has "
+            "float32 [2]");
+  VariableStore after(1);
+  after.Restore({{"v", Tensor::FromValues<float>(saved, Shape{2})}}, "ckpt-3");
+  EXPECT_EQ(
+      error([&] { after.GetOrCreate("w", Shape{2}, Initializer::Zeros()); }),
+      "checkpoint ckpt-3 holds no variable w (shape [2]); it was written "
+      "by another model");
+}
+
+// The random initialisers' distributions: He normal is Keras's truncated
+// normal (cut at two standard deviations, widened by 1 / 0.8796 so that
+// what remains has stddev sqrt(2 / fan_in)); random normal has the stddev
+// it is given and mean 0.
+TEST(VariablesTest, RandomInitialisersHaveTheirDistributions) {
+  const auto stats = [](const Variable& v) {
+    const std::vector<float> x = Values(v);
+    double sum = 0, squares = 0, most = 0;
+    for (float f : x) {
+      sum += f;
+      squares += double{f} * f;
+      most = std::max(most, std::fabs(double{f}));
+    }
+    const double n = static_cast<double>(x.size());
+    const double mean = sum / n;
+    return std::array<double, 3>{mean, std::sqrt(squares / n - mean * mean),
+                                 most};
+  };
+  VariableStore store(5);
+  // A 3x3 conv of 16 -> 64 channels: fan_in 144.
+  const auto he = stats(
+      store.GetOrCreate("he", Shape{3, 3, 16, 64}, Initializer::HeNormal()));
+  const double want = std::sqrt(2.0 / 144);
+  EXPECT_NEAR(he[0], 0, 0.02 * want);
+  EXPECT_NEAR(he[1], want, 0.03 * want);
+  EXPECT_LE(he[2], 2 * want / 0.87962566103423978);
+  EXPECT_GT(he[2], 1.9 * want / 0.87962566103423978);  // it is truncated there
+  const auto normal = stats(
+      store.GetOrCreate("n", Shape{200, 100}, Initializer::RandomNormal(0.5f)));
+  EXPECT_NEAR(normal[0], 0, 0.01);
+  EXPECT_NEAR(normal[1], 0.5, 0.015);
+  EXPECT_GT(normal[2], 3 * 0.5);  // not truncated
+  const auto uniform = stats(store.GetOrCreate(
+      "u", Shape{200, 100}, Initializer::RandomUniform(0.3f)));
+  EXPECT_NEAR(uniform[1], 0.3 / std::sqrt(3.0), 0.01);
+  EXPECT_LE(uniform[2], 0.3);
 }
 
 }  // namespace
