@@ -126,6 +126,56 @@ TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
   EXPECT_EQ(ReadExamples(dir, "out", 2).size(), 3u);
 }
 
+// What a CSV's header or a spec'd column can get wrong, each named with
+// its file and line: files whose headers differ, an empty header name, a
+// quote error counted as a bad row in the first pass, and text in a column
+// the spec types as int64.
+TEST(ConvertTest, CsvHeadersAndSpecTypedColumnsAreChecked) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "id,name\n1,x\n");
+  testing::WriteFileBytes(dir.File("b.csv"), "id,nom\n2,y\n");
+  testing::WriteFileBytes(dir.File("empty.csv"), "id,\n1,x\n");
+  const auto convert = [&](const std::string& args) {
+    return Recflow(dir, "convert csv " + args + " -o " + dir.File("out"));
+  };
+  Result r = convert(dir.File("a.csv") + " " + dir.File("b.csv"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "recflow: " + dir.File("b.csv") +
+                       ":1: header differs from " + dir.File("a.csv") + "'s\n");
+  r = convert(dir.File("empty.csv"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "recflow: " + dir.File("empty.csv") +
+                       ":1: header names must be non-empty UTF-8\n");
+  // A spec making `id` int64: a row with text there is a bad row.
+  testing::WriteFileBytes(dir.File("ids.csv"),
+                          "id,name\n1,x\n\"2\"z,y\nabc,z\n4,w\n");
+  testing::WriteFileBytes(dir.File("spec.json"), R"({"features": {
+      "id": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+  r = convert(dir.File("ids.csv") + " --spec " + dir.File("spec.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("ids.csv") +
+                       ":3: unexpected 'z' after a closing quote"),
+            std::string::npos)
+      << r.err;
+  r = convert(dir.File("ids.csv") + " --spec " + dir.File("spec.json") +
+              " --skip-bad --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["records"], 2);
+  EXPECT_EQ(j["skipped"], 2);
+  EXPECT_NE(
+      r.err.find("the first: " + dir.File("ids.csv") + ":3: unexpected 'z'"),
+      std::string::npos)
+      << r.err;
+  testing::WriteFileBytes(dir.File("text.csv"), "id,name\n1,x\nabc,z\n");
+  r = convert(dir.File("text.csv") + " --spec " + dir.File("spec.json"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("text.csv") +
+                       ":3: column 'id': expected an integer, found \"abc\""),
+            std::string::npos)
+      << r.err;
+}
+
 // Rows are built on several threads but reach the shards in input order,
 // and the bad row reported is the first one in the input.
 TEST(ConvertTest, ManyRowsKeepTheirOrderAndTheFirstBadRowIsReported) {
