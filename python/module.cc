@@ -409,6 +409,30 @@ class PyIterator {
   bool interrupted_ = false;
 };
 
+// A `seed` argument: None, or an int of TensorFlow's int64 seeds or of
+// uint64 (a negative seed is its two's complement, so -1 and 2**64 - 1
+// give one order).  Anything else is a TypeError or ValueError naming it.
+std::optional<uint64_t> SeedArg(const py::object& seed) {
+  if (seed.is_none()) return std::nullopt;
+  if (PyBool_Check(seed.ptr()) || !PyIndex_Check(seed.ptr())) {
+    throw py::type_error("seed must be an int or None, not " + TypeName(seed));
+  }
+  const py::object value =
+      py::reinterpret_steal<py::object>(PyNumber_Index(seed.ptr()));
+  if (!value) throw py::error_already_set();
+  int overflow = 0;
+  const long long signed_value =
+      PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (overflow == 0) return static_cast<uint64_t>(signed_value);
+  if (overflow > 0) {
+    const unsigned long long u = PyLong_AsUnsignedLongLong(value.ptr());
+    if (!PyErr_Occurred()) return u;
+    PyErr_Clear();
+  }
+  throw py::value_error(fmt::format("seed {} is outside [-2^63, 2^64)",
+                                    py::str(seed).cast<std::string>()));
+}
+
 // A `threads` argument: 0 means every core; a negative count is refused
 // rather than read as 0.
 int ThreadsArg(int threads, const char* function) {
@@ -954,17 +978,16 @@ only on the inputs and seeds, never on the thread count.
       .def_static(
           "from_tfrecords",
           [](py::handle files, std::optional<std::string> compression,
-             int num_parallel_reads, bool shuffle_files,
-             std::optional<uint64_t> seed, bool reshuffle_each_iteration,
-             bool verify_checksums, uint64_t max_record_bytes, int block_length,
-             bool deterministic) {
+             int num_parallel_reads, bool shuffle_files, const py::object& seed,
+             bool reshuffle_each_iteration, bool verify_checksums,
+             uint64_t max_record_bytes, int block_length, bool deterministic) {
             pipeline::TFRecordOptions o;
             o.compression = CompressionArg(compression);
             o.num_parallel_reads = num_parallel_reads;
             o.block_length = block_length;
             o.deterministic = deterministic;
             o.shuffle_files = shuffle_files;
-            o.seed = seed;
+            o.seed = SeedArg(seed);
             o.reshuffle_each_iteration = reshuffle_each_iteration;
             o.verify_checksums = verify_checksums;
             o.max_record_bytes = max_record_bytes;
@@ -1048,7 +1071,7 @@ only on the inputs and seeds, never on the thread count.
           "a dict of arrays. Restoring needs the same elements each call.")
       .def(
           "global_shuffle",
-          [](const PyDataset& d, std::optional<uint64_t> seed,
+          [](const PyDataset& d, const py::object& seed,
              bool reshuffle_each_iteration) {
             if (!d.tfrecord_paths) {
               throw py::value_error(
@@ -1057,7 +1080,7 @@ only on the inputs and seeds, never on the thread count.
                   "transformation");
             }
             pipeline::GlobalShuffleOptions o;
-            o.seed = seed;
+            o.seed = SeedArg(seed);
             o.reshuffle_each_iteration = reshuffle_each_iteration;
             o.verify_checksums = d.tfrecord_options.verify_checksums;
             return Wrap(
@@ -1120,10 +1143,10 @@ only on the inputs and seeds, never on the thread count.
           "JSON or a path). After batch(): one vectorised parse per batch.")
       .def(
           "shuffle",
-          [](const PyDataset& d, int64_t buffer_size,
-             std::optional<uint64_t> seed, bool reshuffle_each_iteration) {
-            return Wrap(
-                d.dataset.Shuffle(buffer_size, seed, reshuffle_each_iteration));
+          [](const PyDataset& d, int64_t buffer_size, const py::object& seed,
+             bool reshuffle_each_iteration) {
+            return Wrap(d.dataset.Shuffle(buffer_size, SeedArg(seed),
+                                          reshuffle_each_iteration));
           },
           "buffer_size"_a, "seed"_a = py::none(),
           "reshuffle_each_iteration"_a = true, "tf.data's shuffle.")

@@ -61,7 +61,7 @@ class Dataset:
     @staticmethod
     def from_tfrecords(files: _Paths, compression: Optional[str] = ...,
                        num_parallel_reads: int = ...,
-                       shuffle_files: bool = ..., seed: Optional[int] = ...,
+                       shuffle_files: bool = ..., seed: Optional[Union[int, np.integer]] = ...,
                        reshuffle_each_iteration: bool = ...,
                        verify_checksums: bool = ...,
                        max_record_bytes: int = ...,
@@ -80,7 +80,7 @@ class Dataset:
     def from_generator(
             generator: Callable[[], Iterable[Mapping[str, Any]]]
     ) -> "Dataset": ...
-    def global_shuffle(self, seed: Optional[int] = ...,
+    def global_shuffle(self, seed: Optional[Union[int, np.integer]] = ...,
                        reshuffle_each_iteration: bool = ...) -> "Dataset": ...
     def map(self, fn: Union[BuiltinMap, Callable[[_Element], Mapping[str, Any]]],
             num_parallel_calls: int = ..., deterministic: bool = ...,
@@ -88,7 +88,7 @@ class Dataset:
     def filter(self, predicate: Callable[[_Element], bool]) -> "Dataset": ...
     def parse(self, spec: _Spec, num_parallel_calls: int = ...,
               keep_record: bool = ..., record_key: str = ...) -> "Dataset": ...
-    def shuffle(self, buffer_size: int, seed: Optional[int] = ...,
+    def shuffle(self, buffer_size: int, seed: Optional[Union[int, np.integer]] = ...,
                 reshuffle_each_iteration: bool = ...) -> "Dataset": ...
     def batch(self, batch_size: int,
               drop_remainder: bool = ...) -> "Dataset": ...

@@ -273,6 +273,20 @@ def test_cast_refuses_values_outside_the_target_dtype():
         == [1, 300]
 
 
+def test_seeds_take_tensorflows_int64_range_and_uint64():
+    def order(seed):
+        return [int(e["value"]) for e in
+                recflow.Dataset.range(8).shuffle(8, seed=seed)]
+    # A negative seed (valid in TensorFlow) is its two's complement; it was
+    # an opaque "incompatible function arguments" TypeError.
+    assert order(-1) == order(2**64 - 1)
+    assert order(np.int64(5)) == order(5)
+    for bad, error in ((2**64, ValueError), (-2**63 - 1, ValueError),
+                       (1.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="seed"):
+            order(bad)
+
+
 def test_bad_specs_and_files_raise_value_errors(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         recflow.FeatureSpec({"x": {"kind": "fixed", "dtype": "complex",
