@@ -128,7 +128,14 @@ class CsvSource final : public ExampleSource {
         }
         case CellType::kFloat: {
           float v;
-          if (!records::ParseFloatCell(cell, &v)) {
+          const records::FloatCell read = records::ReadFloatCell(cell, &v);
+          if (read == records::FloatCell::kOutOfRange) {
+            RowError(fmt::format(
+                "{}:{}: column '{}': {} is outside float32's range (a float "
+                "feature would hold inf)",
+                row.path, line, header_[i], cell));
+          }
+          if (read != records::FloatCell::kOk) {
             RowError(
                 fmt::format("{}:{}: column '{}': expected a number, "
                             "found \"{}\"",

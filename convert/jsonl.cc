@@ -132,6 +132,13 @@ class JsonlSource final : public ExampleSource {
             floats.clear();
             for (const auto& e : values) {
               if (!e.is_number() && !e.is_boolean()) throw 0;
+              if (e.is_number_float() &&
+                  !records::FitsFloat32(e.get<double>())) {
+                RowError(fmt::format(
+                    "{}:{}: key '{}': {} is outside float32's range (a float "
+                    "feature would hold inf)",
+                    r.path, r.line, key, e.dump()));
+              }
               floats.push_back(e.is_boolean() ? e.get<bool>() : e.get<float>());
             }
             b->AddFloatList(key, floats);

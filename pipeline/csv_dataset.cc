@@ -198,7 +198,16 @@ class CsvDataset final : public DatasetBase {
           }
           case DType::kFloat32: {
             float v = 0;
-            if (!cell.empty() && !records::ParseFloatCell(cell, &v)) {
+            const records::FloatCell read =
+                cell.empty() ? records::FloatCell::kOk
+                             : records::ReadFloatCell(cell, &v);
+            if (read == records::FloatCell::kOutOfRange) {
+              throw Error(
+                  fmt::format("{}:{}: column '{}': {} is outside float32's "
+                              "range",
+                              *path_, line, c.name, cell));
+            }
+            if (read != records::FloatCell::kOk) {
               throw Error(
                   fmt::format("{}:{}: column '{}': expected a number, "
                               "found \"{}\"",

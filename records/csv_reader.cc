@@ -3,22 +3,63 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 namespace recflow::records {
 
+namespace {
+// The cell without one leading '+' that a digit or '.' follows (from_chars
+// takes '-' only).
+std::string_view WithoutPlus(std::string_view cell) {
+  if (cell.size() >= 2 && cell[0] == '+' &&
+      (std::isdigit(static_cast<unsigned char>(cell[1])) || cell[1] == '.')) {
+    cell.remove_prefix(1);
+  }
+  return cell;
+}
+}  // namespace
+
 bool ParseInt64Cell(std::string_view cell, int64_t* value) {
+  cell = WithoutPlus(cell);
   const char* end = cell.data() + cell.size();
   const auto [stop, ec] = std::from_chars(cell.data(), end, *value);
   return ec == std::errc() && stop == end;
 }
 
-bool ParseFloatCell(std::string_view cell, float* value) {
+bool FitsFloat32(double value) {
+  return !std::isfinite(value) ||
+         std::fabs(value) <= std::numeric_limits<float>::max();
+}
+
+FloatCell ReadFloatCell(std::string_view cell, float* value) {
+  cell = WithoutPlus(cell);
   const char* end = cell.data() + cell.size();
-  const auto [stop, ec] = std::from_chars(cell.data(), end, *value);
-  return ec == std::errc() && stop == end;
+  // As a double first: from_chars into a float reports 1e-50 as out of
+  // range as it reports 1e39.
+  double d = 0;
+  const auto [stop, ec] = std::from_chars(cell.data(), end, d);
+  if (stop != end || cell.empty()) return FloatCell::kNotNumber;
+  if (ec == std::errc::result_out_of_range) {
+    // Past double's range too: tiny rounds to 0, huge is out of range.
+    const bool tiny = cell.find_first_of("eE") != std::string_view::npos &&
+                      cell[cell.find_first_of("eE") + 1] == '-';
+    if (!tiny) return FloatCell::kOutOfRange;
+    d = 0;
+  } else if (ec != std::errc()) {
+    return FloatCell::kNotNumber;
+  }
+  if (!FitsFloat32(d)) return FloatCell::kOutOfRange;
+  *value = static_cast<float>(d);
+  return FloatCell::kOk;
+}
+
+bool ParseFloatCell(std::string_view cell, float* value) {
+  return ReadFloatCell(cell, value) == FloatCell::kOk;
 }
 
 CellType InferCell(std::string_view cell) {
@@ -26,7 +67,9 @@ CellType InferCell(std::string_view cell) {
   int64_t i;
   float f;
   if (ParseInt64Cell(cell, &i)) return CellType::kInt64;
-  if (ParseFloatCell(cell, &f)) return CellType::kFloat;
+  // A number past float32's range is still a number: its column is float,
+  // and the row with it is an error there, not a column of text.
+  if (ReadFloatCell(cell, &f) != FloatCell::kNotNumber) return CellType::kFloat;
   return CellType::kBytes;
 }
 

@@ -34,9 +34,19 @@ void CheckCsvDelimiter(char delimiter);
 // How messages name a delimiter: "comma", "tab" or "';'".
 std::string CsvDelimiterName(char delimiter);
 
-// A whole cell as a number (std::from_chars; nothing may follow it).
+// A whole cell as a number (std::from_chars; nothing may follow it; one
+// leading '+' is taken, as strtod and TensorFlow's decode_csv take it).
 bool ParseInt64Cell(std::string_view cell, int64_t* value);
+// How a cell reads as a float32: kOk (into *value); kNotNumber; or
+// kOutOfRange, a finite number past float32's range (1e39), never stored
+// as inf.  A number too small for float32 rounds to 0 or a subnormal, as
+// any decimal rounds to the nearest float.  "nan" and "inf" are numbers.
+enum class FloatCell { kOk, kNotNumber, kOutOfRange };
+FloatCell ReadFloatCell(std::string_view cell, float* value);
+// ReadFloatCell(...) == FloatCell::kOk.
 bool ParseFloatCell(std::string_view cell, float* value);
+// Whether a double in float32's finite range (or not finite: inf, nan).
+bool FitsFloat32(double value);
 
 // Typed cells, the one inference for the converters (CSV, JSON Lines) and
 // the pipeline's CSV source: what a column holds, widened as cells are

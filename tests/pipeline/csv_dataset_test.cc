@@ -172,5 +172,27 @@ TEST(CsvDatasetTest, ADelimiterOtherThanACommaSeparatesFields) {
   EXPECT_NE(commas[0].Find("id\tnote"), nullptr);
 }
 
+// A float column reads 1e-50 as 0 and refuses 1e39 by line (never inf).
+TEST(CsvDatasetTest, Float32EdgesAreZeroOrAnError) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "x\n1e-50\n+2.5\n1e39\n");
+  std::vector<float> got;
+  try {
+    for (const Element& e : Collect(Dataset::FromCsv({dir.File("a.csv")}))) {
+      got.push_back(e["x"].scalar<float>());
+    }
+    FAIL() << "1e39 was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              dir.File("a.csv") +
+                  ":4: column 'x': 1e39 is outside float32's "
+                  "range");
+  }
+  const auto first = Collect(Dataset::FromCsv({dir.File("a.csv")}).Take(2));
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0]["x"].scalar<float>(), 0.0f);
+  EXPECT_EQ(first[1]["x"].scalar<float>(), 2.5f);
+}
+
 }  // namespace
 }  // namespace recflow::pipeline

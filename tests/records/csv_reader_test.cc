@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 
 #include "test_util.h"
@@ -25,6 +26,40 @@ TEST(CsvCellTest, CellsReadAsTheNarrowestTypeAndColumnsWiden) {
   EXPECT_EQ(CellDType(CellType::kFloat), DType::kFloat32);
   EXPECT_EQ(CellDType(CellType::kBytes), DType::kBytes);
   EXPECT_EQ(CellDType(CellType::kNone), DType::kBytes);
+}
+
+// A leading '+' is a sign (strtod's, decode_csv's); a number too small for
+// float32 is 0, not text; one too large is a number past float32's range,
+// never inf.
+TEST(CsvCellTest, SignsAndTheEdgesOfFloat32) {
+  int64_t i = 0;
+  float f = 1;
+  EXPECT_TRUE(ParseInt64Cell("+5", &i));
+  EXPECT_EQ(i, 5);
+  EXPECT_EQ(InferCell("+5"), CellType::kInt64);
+  EXPECT_EQ(InferCell("+.5"), CellType::kFloat);
+  for (const char* text : {"+", "+-5", "++5", "+ 5", "-+5", "+x"}) {
+    EXPECT_EQ(InferCell(text), CellType::kBytes) << text;
+  }
+  EXPECT_EQ(ReadFloatCell("1e-50", &f), FloatCell::kOk);
+  EXPECT_EQ(f, 0.0f);
+  EXPECT_EQ(ReadFloatCell("-1e-400", &f), FloatCell::kOk);
+  EXPECT_EQ(f, 0.0f);
+  EXPECT_EQ(ReadFloatCell("1e-40", &f), FloatCell::kOk);  // a subnormal
+  EXPECT_GT(f, 0.0f);
+  EXPECT_EQ(ReadFloatCell("3.4e38", &f), FloatCell::kOk);
+  for (const char* text : {"1e39", "-3.5e38", "1e400"}) {
+    EXPECT_EQ(ReadFloatCell(text, &f), FloatCell::kOutOfRange) << text;
+    EXPECT_FALSE(ParseFloatCell(text, &f)) << text;
+    EXPECT_EQ(InferCell(text), CellType::kFloat) << text;
+  }
+  EXPECT_EQ(ReadFloatCell("inf", &f), FloatCell::kOk);
+  EXPECT_TRUE(std::isinf(f));
+  EXPECT_EQ(ReadFloatCell("nan", &f), FloatCell::kOk);
+  EXPECT_EQ(ReadFloatCell("1e", &f), FloatCell::kNotNumber);
+  EXPECT_EQ(ReadFloatCell("", &f), FloatCell::kNotNumber);
+  EXPECT_TRUE(FitsFloat32(-3.4e38));
+  EXPECT_FALSE(FitsFloat32(3.5e38));
 }
 
 TEST(CsvReaderTest, QuotedFieldsLineNumbersAndARowLevelError) {

@@ -176,6 +176,38 @@ TEST(ConvertTest, CsvHeadersAndSpecTypedColumnsAreChecked) {
       << r.err;
 }
 
+// Numbers at float32's edges: 1e-50 is a (zero) float, not text that
+// turns the column into bytes; 1e39 is a bad row in CSV and JSON Lines
+// alike, never a stored inf; "+5" is the integer 5.
+TEST(ConvertTest, NumbersPastFloat32AreRowErrorsNotInfinities) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "x,n\n1e-50,+5\n2.5,6\n");
+  Result r =
+      Recflow(dir, "convert csv " + dir.File("a.csv") + " -o " + dir.File("a"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto ex = ReadExamples(dir, "a", 1);
+  ASSERT_EQ(ex.size(), 2u);
+  ASSERT_TRUE(Get(ex[0], "x")->has_float_list());
+  EXPECT_EQ(Get(ex[0], "x")->float_list().value(0), 0.0f);
+  EXPECT_EQ(Get(ex[0], "n")->int64_list().value(0), 5);
+  testing::WriteFileBytes(dir.File("b.csv"), "x\n1.5\n1e39\n");
+  r = Recflow(dir, "convert csv " + dir.File("b.csv") + " -o " + dir.File("b"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("b.csv") +
+                       ":3: column 'x': 1e39 is outside float32's range"),
+            std::string::npos)
+      << r.err;
+  testing::WriteFileBytes(dir.File("c.jsonl"),
+                          "{\"x\": 1.5}\n{\"x\": [1, 1e39]}\n");
+  r = Recflow(dir,
+              "convert jsonl " + dir.File("c.jsonl") + " -o " + dir.File("c"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("c.jsonl") +
+                       ":2: key 'x': 1e+39 is outside float32's range"),
+            std::string::npos)
+      << r.err;
+}
+
 // Rows are built on several threads but reach the shards in input order,
 // and the bad row reported is the first one in the input.
 TEST(ConvertTest, ManyRowsKeepTheirOrderAndTheFirstBadRowIsReported) {
