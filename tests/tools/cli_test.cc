@@ -470,6 +470,17 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
                              dir.File("x") + " " + dir.File("a.tfrecord"))
                 .code,
             2);
+  // A file named twice (here by a glob and by a path of its own) would be
+  // copied twice.
+  const Result twice = Recflow(dir, "reshard --shards 1 -o " + dir.File("y") +
+                                        " " + dir.File("*.tfrecord") + " " +
+                                        dir.path().string() + "/./a.tfrecord");
+  EXPECT_EQ(twice.code, 2);
+  EXPECT_EQ(twice.err, "recflow: " + dir.path().string() +
+                           "/./a.tfrecord is named twice (also as " +
+                           dir.File("a.tfrecord") +
+                           "): reshard would copy its records twice\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.File("y-00000-of-00001.tfrecord")));
 }
 
 // A damaged input makes reshard fail without leaving any shard behind.
