@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "convert/convert.h"
@@ -37,6 +38,13 @@ int ExitCodeFor(const std::exception& e);
 // ExpandRecordPaths).  Throws UsageError for a missing path or a
 // directory without record files.
 std::vector<std::string> ExpandInputs(const std::vector<std::string>& args);
+
+// Throws UsageError "F is named twice (also as G): <why>" when two of
+// `files` are one file (overlapping globs, "a" and "./a"; by device and
+// inode), for the commands that would copy its data twice.  A file that
+// cannot be stat'ed is left to the reader to report.
+void CheckEachFileOnce(const std::vector<std::string>& files,
+                       std::string_view why);
 
 // A subcommand: registers its options on `app` and returns what runs it.
 using Runner = std::function<int()>;

@@ -103,6 +103,7 @@ int RunConvert(const ConvertOptions& o) {
       throw UsageError(fmt::format("{}: no such file or directory", path));
     }
   }
+  CheckEachFileOnce(o.inputs, "convert would convert its rows twice");
   // ZSTD frames are compressed on the cores the writer threads leave
   // (ConvertJob::compression_threads).
   const records::WriterOptions writer =

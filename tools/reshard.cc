@@ -1,14 +1,11 @@
 // recflow reshard: rewrites records, in order, into N balanced shards.
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <utility>
 
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
@@ -98,26 +95,9 @@ std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
 
 namespace {
 
-// A file named twice (two globs that overlap, "a" and "./a") would have
-// its records copied twice: refused, by device and inode.
-void CheckEachFileOnce(const std::vector<std::string>& files) {
-  std::map<std::pair<dev_t, ino_t>, const std::string*> seen;
-  for (const std::string& f : files) {
-    struct stat st;
-    if (stat(f.c_str(), &st) != 0) continue;  // the reader will say why
-    const auto [it, fresh] = seen.emplace(std::pair{st.st_dev, st.st_ino}, &f);
-    if (!fresh) {
-      throw UsageError(fmt::format(
-          "{} is named twice (also as {}): reshard would copy its records "
-          "twice",
-          f, *it->second));
-    }
-  }
-}
-
 int RunReshard(const ReshardOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
-  CheckEachFileOnce(files);
+  CheckEachFileOnce(files, "reshard would copy its records twice");
   // One shard is written at a time: its ZSTD frames use every core.
   records::WriterOptions wo =
       ShardWriterOptions(o.shards, o.compression, o.index, o.level);

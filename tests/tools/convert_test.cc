@@ -142,6 +142,11 @@ TEST(ConvertTest, CsvHeadersAndSpecTypedColumnsAreChecked) {
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "recflow: " + dir.File("b.csv") +
                        ":1: header differs from " + dir.File("a.csv") + "'s\n");
+  r = convert(dir.File("a.csv") + " " + dir.path().string() + "/./a.csv");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "recflow: " + dir.path().string() +
+                       "/./a.csv is named twice (also as " + dir.File("a.csv") +
+                       "): convert would convert its rows twice\n");
   r = convert(dir.File("empty.csv"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "recflow: " + dir.File("empty.csv") +
