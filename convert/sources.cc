@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "records/csv_reader.h"
+#include "records/file_list.h"
 
 namespace recflow::convert {
 
@@ -68,6 +69,12 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
                                           const ConvertInputs& in) {
   auto need_files = [&] {
     if (in.files.empty()) InputError(format + ": no INPUT files given");
+    if (const auto twice = records::FindFileNamedTwice(in.files)) {
+      InputError(
+          fmt::format("{} is named twice (also as {}): its rows would "
+                      "be converted twice",
+                      twice->first, twice->second));
+    }
   };
   if (format == "csv") {
     need_files();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 namespace recflow::records {
 
@@ -71,6 +72,18 @@ std::vector<std::string> ExpandRecordPaths(
     files.insert(files.end(), found.begin(), found.end());
   }
   return files;
+}
+
+std::optional<std::pair<std::string, std::string>> FindFileNamedTwice(
+    const std::vector<std::string>& files) {
+  std::map<std::pair<dev_t, ino_t>, const std::string*> seen;
+  for (const std::string& f : files) {
+    struct stat st;
+    if (stat(f.c_str(), &st) != 0) continue;
+    const auto [it, fresh] = seen.emplace(std::pair{st.st_dev, st.st_ino}, &f);
+    if (!fresh) return std::pair{f, *it->second};
+  }
+  return std::nullopt;
 }
 
 }  // namespace recflow::records

@@ -4,7 +4,9 @@
 #ifndef RECFLOW_RECORDS_FILE_LIST_H_
 #define RECFLOW_RECORDS_FILE_LIST_H_
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "records/errors.h"
@@ -28,6 +30,14 @@ bool IsRecordFileName(const std::string& name);
 // files, or a pattern without matches.
 std::vector<std::string> ExpandRecordPaths(
     const std::vector<std::string>& args);
+
+// The first of `files` that is the same file as an earlier one (by device
+// and inode: overlapping globs, "a" and "./a"), with that earlier name;
+// none when each file is named once.  Names that cannot be stat'ed are
+// skipped (their reader reports them).  For the commands that would copy a
+// file's data twice (convert, reshard).
+std::optional<std::pair<std::string, std::string>> FindFileNamedTwice(
+    const std::vector<std::string>& files);
 
 }  // namespace recflow::records
 

@@ -1,12 +1,9 @@
 #include "tools/cli.h"
 
 #include <fmt/format.h>
-#include <sys/stat.h>
 
 #include <algorithm>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "convert/convert.h"
@@ -26,15 +23,9 @@ std::vector<std::string> ExpandInputs(const std::vector<std::string>& args) {
 
 void CheckEachFileOnce(const std::vector<std::string>& files,
                        std::string_view why) {
-  std::map<std::pair<dev_t, ino_t>, const std::string*> seen;
-  for (const std::string& f : files) {
-    struct stat st;
-    if (stat(f.c_str(), &st) != 0) continue;
-    const auto [it, fresh] = seen.emplace(std::pair{st.st_dev, st.st_ino}, &f);
-    if (!fresh) {
-      throw UsageError(fmt::format("{} is named twice (also as {}): {}", f,
-                                   *it->second, why));
-    }
+  if (const auto twice = records::FindFileNamedTwice(files)) {
+    throw UsageError(fmt::format("{} is named twice (also as {}): {}",
+                                 twice->first, twice->second, why));
   }
 }
 

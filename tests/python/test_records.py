@@ -148,6 +148,9 @@ def test_csv_with_another_delimiter(tmp_path):
     with pytest.raises(ValueError, match="column_types names 'nmae'"):
         recflow.Dataset.from_csv(str(path), delimiter="\t",
                                  column_types={"nmae": "bytes"})
+    with pytest.raises(ValueError, match="named twice"):
+        recflow.convert("csv", [str(path), str(tmp_path / "." / "in.csv")],
+                        str(tmp_path / "twice"), delimiter="\t")
     with pytest.raises(ValueError, match="delimiter is for csv"):
         recflow.convert("jsonl", str(path), str(tmp_path / "j"),
                         delimiter="\t")
