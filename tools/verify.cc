@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "records/file_list.h"
 #include "records/index.h"
 #include "records/tfrecord_format.h"
 #include "records/tfrecord_reader.h"
@@ -108,6 +109,16 @@ int RunVerify(const VerifyOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
   std::optional<records::TFRecordWriter> out;
   if (!o.salvage.empty()) {
+    // Salvaging into a file being verified would replace it (the damaged
+    // original, which another tool might still recover more from).
+    std::vector<std::string> all = files;
+    all.insert(all.begin(), o.salvage);
+    if (const auto twice = records::FindFileNamedTwice(all)) {
+      throw UsageError(fmt::format(
+          "--salvage {} is {}, one of the files being verified: write the "
+          "salvaged records elsewhere",
+          o.salvage, twice->first));
+    }
     records::WriterOptions wo;
     if (o.output_compression == "auto") {
       wo.compression = records::CompressionFromSuffix(o.salvage);

@@ -419,6 +419,16 @@ TEST(CliTest, VerifySalvageWritesEveryReadableRecord) {
   EXPECT_EQ(probe.compression(), Compression::kZstd);
   EXPECT_EQ(testing::ReadRecords(dir.File("saved.tfrecord.zst")),
             (std::vector<std::string>{"aaaa", "bbbb", "dddd"}));
+  // Salvaging into the damaged file itself would replace it.
+  const Result onto =
+      Recflow(dir, "verify --salvage " + dir.path().string() +
+                       "/./f.tfrecord " + dir.File("f.tfrecord"));
+  EXPECT_EQ(onto.code, 2);
+  EXPECT_EQ(onto.err, "recflow: --salvage " + dir.path().string() +
+                          "/./f.tfrecord is " + dir.File("f.tfrecord") +
+                          ", one of the files being verified: write the "
+                          "salvaged records elsewhere\n");
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("f.tfrecord")), bytes);
 }
 
 TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
