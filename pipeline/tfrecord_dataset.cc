@@ -118,7 +118,10 @@ class BlockFileRecords final : public FileRecords {
     if (fault != records::FrameFault::kNone) {
       Fail(records::FrameFaultKind(fault, verify),
            records::FrameFaultDetail(fault, verify, header,
-                                     options_.max_record_bytes, left));
+                                     options_.max_record_bytes, left) +
+               (offset == 0 ? records::StartOfStreamHint(std::string_view(
+                                  header, records::kHeaderBytes))
+                            : ""));
     }
     const uint64_t frame = length + records::kFrameOverhead;
     const char* data;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace recflow::records {
 
 DamageKind FrameFaultKind(FrameFault fault, bool length_verified) {
@@ -44,6 +46,50 @@ std::string FrameFaultDetail(FrameFault fault, bool length_verified,
       break;
   }
   return "no fault";
+}
+
+std::string StartOfStreamHint(std::string_view first) {
+  const auto byte = [&](size_t i) {
+    return i < first.size() ? static_cast<unsigned char>(first[i]) : 0u;
+  };
+  const auto starts = [&](std::string_view magic) {
+    return first.substr(0, magic.size()) == magic;
+  };
+  const char* what = nullptr;
+  const char* advice = nullptr;
+  if (byte(0) == 0x1f && byte(1) == 0x8b) {
+    what = "gzip data";
+    advice = "give --compression gzip";
+  } else if (starts("\x28\xb5\x2f\xfd")) {
+    what = "zstd data";
+    advice = "give --compression zstd";
+  } else if (first.size() >= 2 && (byte(0) & 0x0f) == 8 &&
+             (byte(0) * 256 + byte(1)) % 31 == 0) {
+    what = "ZLIB data";
+    advice = "give --compression zlib (or name it .zz)";
+  } else if (starts("PK\x03\x04")) {
+    what = "a ZIP archive";
+    advice = "an .npz converts with `recflow convert npz`";
+  } else if (starts("\x93NUMPY")) {
+    what = "a NumPy .npy file";
+    advice = "convert it with `recflow convert npy`";
+  } else if (first.size() >= 4 && byte(0) == 0 && byte(1) == 0 &&
+             byte(2) == 8 && byte(3) >= 1 && byte(3) <= 4) {
+    what = "an IDX file";
+    advice = "convert it with `recflow convert idx`";
+  } else if (!first.empty() &&
+             std::all_of(first.begin(), first.end(), [](char c) {
+               const auto u = static_cast<unsigned char>(c);
+               return u >= 0x20 || c == '\n' || c == '\r' || c == '\t';
+             })) {
+    what = "text";
+    advice =
+        "if it is CSV or JSON Lines, convert it with `recflow convert "
+        "csv|jsonl`";
+  }
+  if (what == nullptr) return "";
+  return fmt::format("; the stream starts like {}, not a TFRecord frame: {}",
+                     what, advice);
 }
 
 std::string DataCrcDetail(const char* data, uint64_t length) {

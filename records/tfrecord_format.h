@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "records/crc32c.h"
 #include "records/errors.h"
@@ -88,6 +89,12 @@ DamageKind FrameFaultKind(FrameFault fault, bool length_verified);
 std::string FrameFaultDetail(FrameFault fault, bool length_verified,
                              const char* header, uint64_t max_record_bytes,
                              uint64_t left);
+// For a fault in the first frame of a stream, whose first bytes (`first`,
+// up to a header's 12) may be another format: "; the stream starts like
+// gzip data, not a TFRecord frame: give --compression gzip" and the like
+// for gzip, zstd, zlib, ZIP (.npz), .npy, IDX and text (CSV, JSON Lines);
+// "" when they look like nothing known.
+std::string StartOfStreamHint(std::string_view first);
 
 // Whether the `length` payload bytes at `data` match the CRC stored in the
 // 4 bytes after them.

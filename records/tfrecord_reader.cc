@@ -194,6 +194,10 @@ bool TFRecordReader::ReadNext(std::string_view* record) {
     if (fault != FrameFault::kNone) {
       std::string detail = FrameFaultDetail(fault, length_verified, pos_,
                                             options_.max_record_bytes, left);
+      if (offset == 0) {
+        detail += StartOfStreamHint(std::string_view(
+            pos_, std::min<size_t>(Available(), kHeaderBytes)));
+      }
       const DamageKind kind = FrameFaultKind(fault, length_verified);
       if (fault != FrameFault::kPastEnd) {
         // A damaged length: look for the next good header.
