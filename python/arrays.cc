@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -165,7 +166,8 @@ namespace {
 // exit in four.  Checking _Py_IsFinalizing() first leaves a window; the
 // gate closes it.  The module's atexit handler (which Python runs before
 // finalization, with the GIL) closes the gate, then releases the GIL until
-// every thread already past the gate has dropped its reference.
+// every thread already past the gate has dropped its reference or finished
+// its Python function (PythonCall), for at most 5 s.
 struct ExitGate {
   std::mutex mu;
   std::condition_variable cv;
@@ -178,23 +180,46 @@ ExitGate& Gate() {
   return *gate;
 }
 
-// Py_DECREF(p) with the GIL from any thread, or nothing once Python exits.
-void DropReference(PyObject* p) {
+// Counts the calling thread inside the gate; false once it is closed (or
+// Python is not running), when the thread must not take the GIL.
+bool EnterGate() {
   ExitGate& gate = Gate();
-  {
-    std::lock_guard lock(gate.mu);
-    if (gate.closed || !Py_IsInitialized() || _Py_IsFinalizing()) return;
-    ++gate.inside;
-  }
-  {
-    py::gil_scoped_acquire gil;
-    Py_DECREF(p);
-  }
+  std::lock_guard lock(gate.mu);
+  if (gate.closed || !Py_IsInitialized() || _Py_IsFinalizing()) return false;
+  ++gate.inside;
+  return true;
+}
+
+void LeaveGate() {
+  ExitGate& gate = Gate();
   std::lock_guard lock(gate.mu);
   if (--gate.inside == 0) gate.cv.notify_all();
 }
 
+// Py_DECREF(p) with the GIL from any thread, or nothing once Python exits.
+void DropReference(PyObject* p) {
+  if (!EnterGate()) return;
+  {
+    py::gil_scoped_acquire gil;
+    Py_DECREF(p);
+  }
+  LeaveGate();
+}
+
 }  // namespace
+
+PythonCall::PythonCall() {
+  if (!EnterGate()) {
+    throw pipeline::Error(
+        "Python is exiting: the pipeline's Python functions no longer run");
+  }
+  gil_.emplace();
+}
+
+PythonCall::~PythonCall() {
+  gil_.reset();
+  LeaveGate();
+}
 
 void CloseExitGate() {
   ExitGate& gate = Gate();
@@ -203,9 +228,13 @@ void CloseExitGate() {
     gate.closed = true;
     if (gate.inside == 0) return;
   }
+  // A Python function that outlasts the wait (a map sleeping for minutes)
+  // is left behind: the program should not hang on it, and a thread that
+  // asks for the GIL after that long is past the window this closes.
   py::gil_scoped_release release;
   std::unique_lock lock(gate.mu);
-  gate.cv.wait(lock, [&] { return gate.inside == 0; });
+  gate.cv.wait_for(lock, std::chrono::seconds(5),
+                   [&] { return gate.inside == 0; });
 }
 
 std::shared_ptr<const void> KeepAlive(py::object object) {

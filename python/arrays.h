@@ -16,6 +16,7 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "pipeline/tensor.h"
@@ -36,9 +37,29 @@ int64_t Int64FromPython(py::handle value, const std::string& what);
 // exiting, when it may no longer be taken).
 std::shared_ptr<const void> KeepAlive(py::object object);
 
+// Held by a thread of the pipeline while it runs Python code (a map,
+// filter, interleave or generator function): takes the GIL, or throws
+// pipeline::Error once Python is exiting (the exit gate below is closed),
+// never asking for the GIL then: Python 3.11 ends such a thread with
+// pthread_exit, whose unwinding through oneTBB's catch (...) aborted the
+// process ("FATAL: exception not rethrown") when a program exited with a
+// Python map still running.  Destroy Python objects before it.
+class PythonCall {
+ public:
+  PythonCall();
+  ~PythonCall();
+  PythonCall(const PythonCall&) = delete;
+  PythonCall& operator=(const PythonCall&) = delete;
+
+ private:
+  std::optional<py::gil_scoped_acquire> gil_;
+};
+
 // Called once from an atexit handler, with the GIL: from then on the
-// deleters above (and DLPack's) leak instead of taking the GIL, and this
-// returns when the ones already taking it are done.
+// deleters above (and DLPack's) leak instead of taking the GIL and
+// PythonCall throws, and this returns when the threads already inside
+// (dropping a reference, running a Python function) are done, or after
+// 5 s (a Python function that runs longer does not hold the exit).
 void CloseExitGate();
 
 // A numeric tensor as a read-only recflow.Array (a numpy.ndarray subclass

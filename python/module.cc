@@ -120,7 +120,7 @@ py::handle Callable(const std::shared_ptr<const void>& holder) {
 pipeline::MapFn PythonMap(py::function fn, std::string name) {
   return
       [holder = KeepAlive(std::move(fn)), name = std::move(name)](Element e) {
-        py::gil_scoped_acquire gil;
+        PythonCall python;
         py::object out = Callable(holder)(ElementToDict(e));
         Element result = DictToElement(out, "the result of " + name);
         result.origin = e.origin;
@@ -1049,11 +1049,11 @@ only on the inputs and seeds, never on the thread count.
           [](py::function make) {
             auto holder = KeepAlive(std::move(make));
             pipeline::GeneratorFn gen = [holder]() {
-              py::gil_scoped_acquire gil;
+              PythonCall python;
               auto it = KeepAlive(py::iter(Callable(holder)()));
               return std::function<std::optional<Element>()>(
                   [it]() -> std::optional<Element> {
-                    py::gil_scoped_acquire gil;
+                    PythonCall python;
                     PyObject* next = PyIter_Next(
                         static_cast<PyObject*>(const_cast<void*>(it.get())));
                     if (next == nullptr) {
@@ -1121,7 +1121,7 @@ only on the inputs and seeds, never on the thread count.
           [](const PyDataset& d, py::function predicate) {
             auto holder = KeepAlive(std::move(predicate));
             return Wrap(d.dataset.Filter([holder](const Element& e) {
-              py::gil_scoped_acquire gil;
+              PythonCall python;
               return py::bool_(Callable(holder)(ElementToDict(e))).cast<bool>();
             }));
           },
@@ -1204,7 +1204,7 @@ only on the inputs and seeds, never on the thread count.
             auto holder = KeepAlive(std::move(fn));
             return Wrap(d.dataset.Interleave(
                 [holder](const Element& e) {
-                  py::gil_scoped_acquire gil;
+                  PythonCall python;
                   py::object out = Callable(holder)(ElementToDict(e));
                   if (!py::isinstance<PyDataset>(out)) {
                     throw py::type_error(

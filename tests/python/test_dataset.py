@@ -380,6 +380,36 @@ def test_exit_right_after_an_interrupted_iteration_never_aborts():
         assert p.returncode == 3, (attempt, p.returncode, err[-500:])
 
 
+@pytest.mark.parametrize("stage", [
+    "map(slow, num_parallel_calls=2)",
+    "filter(lambda e: slow(e) is e)",
+    "interleave(lambda e: recflow.Dataset.range(2).map(slow), cycle_length=2)",
+])
+def test_exit_while_python_functions_run_on_pipeline_threads(stage):
+    # The program ends while the pipeline's threads are inside Python
+    # functions (or about to call one): they must finish or be refused,
+    # never ask Python 3.11 for the GIL during finalization, whose
+    # pthread_exit unwound through oneTBB's catch (...) and aborted the
+    # process ("FATAL: exception not rethrown", -6) in about one exit in
+    # three under load.  Four exits each.
+    program = textwrap.dedent(f"""
+        import time, recflow
+        def slow(e):
+            time.sleep(0.05)
+            return e
+        it = recflow.Dataset.range(1000).{stage}.prefetch(4).iterator(threads=2)
+        next(it)
+        print("ready", flush=True)
+    """)
+    for attempt in range(4):
+        p = subprocess.Popen([sys.executable, "-c", program],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+        out, err = p.communicate(timeout=60)
+        assert out.strip() == "ready" and p.returncode == 0, (
+            attempt, p.returncode, err[-500:])
+
+
 def test_a_sigint_handler_of_the_program_leaves_the_iteration_alone():
     # The graceful stop of a training script: the handler sets a flag, the
     # loop finishes its batch, saves the position and stops; a new iterator
