@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "records/file_list.h"
 #include "records/index.h"
@@ -52,11 +54,17 @@ class IndexCheck {
     }
   }
   bool present() const { return present_; }
-  // Record i of an uncompressed file, read at `offset`, `frame` bytes long
-  // with its framing.
-  void Record(uint64_t i, uint64_t offset, uint64_t frame) {
-    if (!index_ || !problem_.empty() ||
-        index_->compression != records::Compression::kNone) {
+  // Record i, read at `offset` of the (decoded) stream, `frame` bytes long
+  // with its framing.  `zstd_frames`: the ZSTD frames the reader has
+  // decoded whole so far (ReaderOptions::track_zstd_frames), or null.  A
+  // ZSTD record waits until its frame is whole; an uncompressed one is
+  // compared at once.  Either way the file is read once.
+  void Record(uint64_t i, uint64_t offset, uint64_t frame,
+              const std::vector<records::ZstdFrame>* zstd_frames) {
+    if (!index_ || !problem_.empty()) return;
+    if (index_->compression == records::Compression::kZstd) {
+      pending_.push_back({i, offset, frame});
+      if (zstd_frames != nullptr) MatchFrames(*zstd_frames);
       return;
     }
     if (i >= index_->entries.size()) return;  // counted at the end
@@ -70,8 +78,8 @@ class IndexCheck {
   }
   // After every record was read: the count, and a zstd index against the
   // file's frames.  Returns the problem, "" when the index is the file's.
-  std::string Finish(const std::string& record_path,
-                     records::Compression compression, uint64_t records) {
+  std::string Finish(records::Compression compression, uint64_t records,
+                     const std::vector<records::ZstdFrame>* zstd_frames) {
     if (!present_ || !problem_.empty()) return problem_;
     const bool zstd = compression == records::Compression::kZstd;
     if (compression != records::Compression::kNone && !zstd) {
@@ -89,19 +97,56 @@ class IndexCheck {
       return fmt::format("{}: stale index: {} records, the file has {}", path_,
                          index_->entries.size(), records);
     }
-    if (zstd && records::BuildIndex(record_path).entries != index_->entries) {
-      return fmt::format(
-          "{}: stale index: its frames or offsets are not the "
-          "file's",
-          path_);
+    if (zstd && zstd_frames != nullptr) MatchFrames(*zstd_frames);
+    if (problem_.empty() && !pending_.empty()) {
+      problem_ = fmt::format(
+          "{}: stale index: record {} lies in no whole zstd frame of the "
+          "file",
+          path_, pending_.front().record);
     }
-    return "";
+    return problem_;
   }
 
  private:
+  // A ZSTD record read but not yet compared: its number, stream offset and
+  // size with its framing.
+  struct Pending {
+    uint64_t record, offset, size;
+  };
+
+  // Compares the pending ZSTD records whose frames are whole with their
+  // entries.
+  void MatchFrames(const std::vector<records::ZstdFrame>& frames) {
+    while (!pending_.empty() && problem_.empty()) {
+      const Pending& r = pending_.front();
+      while (frame_ < frames.size() &&
+             frames[frame_].stream_offset + frames[frame_].stream_bytes <=
+                 r.offset) {
+        ++frame_;
+      }
+      if (frame_ == frames.size()) return;  // its frame is not whole yet
+      const records::ZstdFrame& f = frames[frame_];
+      const uint64_t i = r.record;
+      const records::IndexEntry want{r.offset - f.stream_offset, r.size,
+                                     f.file_offset, f.file_bytes};
+      if (i < index_->entries.size() && !(index_->entries[i] == want)) {
+        const records::IndexEntry& e = index_->entries[i];
+        problem_ = fmt::format(
+            "{}: stale index: record {} is {} bytes at byte {} of the zstd "
+            "frame at file byte {} ({} bytes); the index says {} bytes at "
+            "byte {} of the frame at {} ({} bytes)",
+            path_, i, want.size, want.offset, want.frame_offset,
+            want.frame_bytes, e.size, e.offset, e.frame_offset, e.frame_bytes);
+      }
+      pending_.pop_front();
+    }
+  }
+
   std::string path_;
   bool present_ = false;
   std::optional<records::Index> index_;
+  std::deque<Pending> pending_;
+  size_t frame_ = 0;  // the frame being matched
   std::string problem_;
 };
 
@@ -141,20 +186,23 @@ int RunVerify(const VerifyOptions& o) {
     records::ReaderOptions options = o.read.ToReaderOptions();
     options.salvage = true;
     options.reporter = &reporter;
-    records::TFRecordReader reader(path, options);
     IndexCheck index(path);
+    options.track_zstd_frames = index.present();
+    records::TFRecordReader reader(path, options);
     std::string_view record;
     for (uint64_t i = 0; reader.ReadRecord(&record); ++i) {
       if (out) out->Write(record);
       index.Record(i, reader.last_offset(),
-                   record.size() + records::kFrameOverhead);
+                   record.size() + records::kFrameOverhead,
+                   reader.zstd_frames());
     }
     const records::ReadStats stats = reader.stats();
     // A damaged file's index is not checked: its records are not where an
     // index of the file could put them.
     const std::string index_problem =
         reporter.problems == 0
-            ? index.Finish(path, reader.compression(), stats.records)
+            ? index.Finish(reader.compression(), stats.records,
+                           reader.zstd_frames())
             : "";
     if (!index_problem.empty()) {
       fmt::print(stderr, "{}\n", index_problem);

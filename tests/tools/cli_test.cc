@@ -391,8 +391,37 @@ TEST(CliTest, VerifyChecksTheIndexBesideAFile) {
       0);
   r = Recflow(dir, "verify " + z);
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, z + ".idx: stale index: its frames or offsets are not the "
-                       "file's\n");
+  EXPECT_EQ(r.err, z + ".idx: stale index: record 0 is 17 bytes at byte 0 of "
+                       "the zstd frame at file byte 0 (41 bytes); the index "
+                       "says 18 bytes at byte 0 of the frame at 0 (44 "
+                       "bytes)\n");
+  // Many frames, checked as they are decoded (the file is read once): the
+  // file's own index, then one whose frames differ from the 3rd on.
+  std::vector<std::string> many, changed;
+  for (int i = 0; i < 60; ++i) many.push_back(std::string(10 + i % 7, 'x'));
+  changed = many;
+  changed[40] += "y";
+  const std::string m = dir.File("m.tfrecord.zst");
+  const records::WriterOptions small_frames{
+      .compression = records::Compression::kZstd, .zstd_frame_bytes = 200};
+  testing::WriteRecords(dir.File("changed.zst"), changed, small_frames);
+  ASSERT_EQ(
+      Recflow(dir, "index " + dir.File("changed.zst") + " -o " + m + ".idx")
+          .code,
+      0);
+  testing::WriteRecords(m, many, small_frames);
+  r = Recflow(dir, "verify " + m);
+  EXPECT_EQ(r.code, 1);
+  // Record 40's frame starts at record 35: its compressed size differs.
+  EXPECT_EQ(r.err.rfind(m + ".idx: stale index: record 35 is 26 bytes at "
+                            "byte 0 of the zstd frame at file byte ",
+                        0),
+            0u)
+      << r.err;
+  ASSERT_EQ(Recflow(dir, "index " + m).code, 0);
+  r = Recflow(dir, "verify --json " + m);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.Json()["files"][0]["index"], "ok");
   // A gzip file cannot have one.
   const std::string g = dir.File("g.tfrecord.gz");
   testing::WriteRecords(g, {"a"}, records::Compression::kGzip);
