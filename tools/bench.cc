@@ -522,6 +522,16 @@ int RunBench(const BenchOptions& o) {
         "--map-threads, --parallel-reads, --block-length and --threads must be "
         "positive (--map-threads -1: one per arena thread)");
   }
+  // 0 epochs measure nothing; -1 without --duration never ends.
+  if (o.repeat == 0 || o.repeat < -1) {
+    throw UsageError(fmt::format(
+        "--repeat {}: expected a number of epochs, or -1 (forever) with "
+        "--duration",
+        o.repeat));
+  }
+  if (o.repeat == -1 && o.duration <= 0) {
+    throw UsageError("--repeat -1 (forever) needs --duration SECONDS");
+  }
   if (counts.size() > 1) return RunSweep(o, files, counts);
   if (!o.svg.empty()) {
     throw UsageError(

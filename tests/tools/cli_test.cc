@@ -262,6 +262,14 @@ TEST(CliTest, OutOfRangeNumbersAreRefusedByName) {
        "--prefetch: expected zero or more, not -2"},
       {"bench " + a + " --duration 0",
        "--duration: expected a positive number, not 0"},
+      {"bench " + a + " --repeat 0",
+       "recflow: --repeat 0: expected a number of epochs, or -1 (forever) "
+       "with --duration"},
+      {"bench " + a + " --repeat -3",
+       "recflow: --repeat -3: expected a number of epochs, or -1 (forever) "
+       "with --duration"},
+      {"bench " + a + " --repeat -1",
+       "recflow: --repeat -1 (forever) needs --duration SECONDS"},
       {"count --threads -1 " + a, "--threads: expected zero or more, not -1"},
       {"cat -n -1 " + a, "--limit: expected zero or more, not -1"},
       {"inspect -n -5 " + a, "--limit: expected zero or more, not -5"},
