@@ -116,8 +116,9 @@ Runner AddTrainCommand(CLI::App& app) {
                  "H,W,C of a raw-bytes image feature (default: from the "
                  "records' height/width, else square)")
       ->delimiter(',');
-  app.add_option("--classes", j.n_classes, "number of classes")
-      ->default_val(10);
+  app.add_option("--classes", j.n_classes,
+                 "number of classes: the label's int64 ids are in [0, N)")
+      ->capture_default_str();
   app.add_option("--hidden", j.hidden,
                  "hidden layer sizes (dnn); cnn: its dense layer")
       ->delimiter(',')

@@ -63,7 +63,9 @@ std::vector<int64_t> ImageShape(const TrainJob& job, const std::string& key,
   if (side * side != bytes) {
     throw UsageError(fmt::format(
         "feature {} holds {} bytes per example, not a square image, and the "
-        "records have no height/width features: give --image-shape H,W,C",
+        "records have no height/width features: give --image-shape H,W,C "
+        "(a bytes feature is read as a raw image; leave text out with "
+        "--features)",
         key, bytes));
   }
   return {side, side, 1};
@@ -214,9 +216,22 @@ TrainResult RunTraining(const TrainJob& job) {
         "the spec has no FixedLen scalar feature {} to use as the label",
         job.label));
   }
+  const int n_classes = job.n_classes;
+  if (n_classes < 2) {
+    throw UsageError(fmt::format(
+        "--classes {}: a classifier has at least 2 classes", n_classes));
+  }
+  // The label's dtype, before anything trains: a bytes label cannot be a
+  // class, and a float one only the 0/1 target of a binary classifier.
+  if (label->dtype == records::DType::kBytes ||
+      (label->dtype != records::DType::kInt64 && n_classes > 2)) {
+    throw UsageError(fmt::format(
+        "--label {} is {} in the spec; a classifier of {} classes takes "
+        "int64 class ids in [0, {}){} (make it int64 in the spec)",
+        job.label, records::DTypeName(label->dtype), n_classes, n_classes,
+        n_classes == 2 ? " or float 0/1" : ""));
+  }
   const Columns cols = ColumnsFor(job);
-  int n_classes = job.n_classes;
-  if (n_classes == 0) n_classes = 10;
 
   train::RunConfig config;
   config.model_dir = job.model_dir;

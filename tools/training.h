@@ -29,7 +29,7 @@ struct TrainJob {
   // The shape of a raw-bytes image feature; empty: height/width features
   // of the first record, else a square single-channel image.
   std::vector<int64_t> image_shape;
-  int n_classes = 0;  // 0: 10 for cnn, else read from --classes
+  int n_classes = 10;  // --classes: at least 2
   std::vector<int64_t> hidden = {256, 128};
   int64_t batch = 128;
   int64_t steps = 5000;       // total (max_steps): a rerun resumes
@@ -64,7 +64,7 @@ struct TrainResult {
   double eval_seconds = 0;
   double examples_per_s = 0;
   std::string model_dir;
-  std::string device;    // what trained: the GPU's name or the CPU backend's
+  std::string device;  // what trained: the GPU's name or the CPU backend's
   // The feature columns used, e.g. " x: numeric [1]; image: image 28x28x1
   // scaled to [0, 1]" (--json's "columns", the text's "features:").
   std::string columns;

@@ -255,7 +255,8 @@ TEST(TrainCommandTest, CnnTakesItsImageShapeFromTheRecords) {
   EXPECT_EQ(r.err,
             "recflow: feature img holds 24 bytes per example, not a square "
             "image, and the records have no height/width features: give "
-            "--image-shape H,W,C\n");
+            "--image-shape H,W,C (a bytes feature is read as a raw image; "
+            "leave text out with --features)\n");
   r = small("odd", " --image-shape 4,6,1");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.Json()["columns"], " img: image 4x6x1 scaled to [0, 1]");
@@ -305,6 +306,29 @@ TEST(TrainCommandTest, BadArgumentsAreRefusedClearly) {
                         "label": {"dtype": "int64"}}})"),
             "recflow: feature b: bytes features are taken as one raw image "
             "each; this one has shape [2]\n");
+  // A label that cannot be a class id; --classes below 2 (TrainArgs
+  // gives --classes 2).
+  EXPECT_EQ(refused(R"({"features": {"x": {"dtype": "float"},
+                        "label": {"dtype": "bytes"}}})"),
+            "recflow: --label label is bytes in the spec; a classifier of 2 "
+            "classes takes int64 class ids in [0, 2) or float 0/1 (make it "
+            "int64 in the spec)\n");
+  testing::WriteFileBytes(dir.File("float.json"), R"({"features": {
+      "x": {"dtype": "float"}, "label": {"dtype": "float"}}})");
+  std::string args = TrainArgs(dir, "dnn", 10);
+  args.replace(args.find(dir.File("spec.json")), dir.File("spec.json").size(),
+               dir.File("float.json"));
+  args.replace(args.find("--classes 2"), 11, "");
+  r = Recflow(dir, args + " --classes 3");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --label label is float32 in the spec; a classifier of 3 "
+            "classes takes int64 class ids in [0, 3) (make it int64 in the "
+            "spec)\n");
+  r = Recflow(dir, args + " --classes 1");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "recflow: --classes 1: a classifier has at least 2 classes\n");
   EXPECT_EQ(refused(R"({"features": {"x": {"dtype": "float"},
                         "label": {"dtype": "int64"}}})",
                     /*steps=*/0),
