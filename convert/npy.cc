@@ -13,6 +13,49 @@ using records::DType;
 
 // --- NumPy (.npy, and .npz archives of them) ----------------------------
 
+// An IEEE 754 half as a float (every half is exactly a float).
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {  // inf, nan
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400u) == 0);
+    bits = sign | ((112 - e) << 23) | ((mantissa & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void AppendUtf8(uint32_t c, std::string* out) {
+  if (c < 0x80) {
+    out->push_back(static_cast<char>(c));
+  } else if (c < 0x800) {
+    out->push_back(static_cast<char>(0xc0 | (c >> 6)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  } else if (c < 0x10000) {
+    out->push_back(static_cast<char>(0xe0 | (c >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  } else {
+    out->push_back(static_cast<char>(0xf0 | (c >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
+    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
+  }
+}
+
 // One member of a .npz archive, read through libzip (stored or deflated;
 // libzip inflates it and checks its CRC-32 at the end).  The archive
 // stays open while any of its members is read.
@@ -135,9 +178,20 @@ class NpyArray {
       for (size_t i = 0; i < elements_; ++i) {
         if (item_ == 4) {
           std::memcpy(&floats_[i], p + 4 * i, 4);
+        } else if (item_ == 2) {
+          uint16_t h;
+          std::memcpy(&h, p + 2 * i, 2);
+          floats_[i] = HalfToFloat(h);  // exact
         } else {
           double d;
           std::memcpy(&d, p + 8 * i, 8);
+          // A float_list holds float32: a float64 past its range would be
+          // inf, silently.
+          if (!records::FitsFloat32(d)) {
+            RowError(fmt::format(
+                "{}: row {}: float64 value {} is outside float32's range",
+                where_, row_index_ - 1, d));
+          }
           floats_[i] = static_cast<float>(d);
         }
       }
@@ -163,6 +217,24 @@ class NpyArray {
         ints_[i] = v;
       }
       b->AddInt64List(feature_, ints_);
+    } else if (kind_ == 'U') {  // fixed-width UTF-32, NUL-padded: UTF-8
+      strings_.resize(elements_);
+      for (size_t i = 0; i < elements_; ++i) {
+        std::string& out = strings_[i];
+        out.clear();
+        for (size_t k = 0; k < item_; ++k) {
+          uint32_t c;
+          std::memcpy(&c, p + 4 * (item_ * i + k), 4);
+          if (c == 0) break;
+          if (c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) {
+            RowError(
+                fmt::format("{}: row {}: {:#x} is not a Unicode code point",
+                            where_, row_index_ - 1, c));
+          }
+          AppendUtf8(c, &out);
+        }
+      }
+      b->AddBytesList(feature_, strings_);
     } else {  // 'S': fixed-width byte strings, NUL-padded
       strings_.resize(elements_);
       for (size_t i = 0; i < elements_; ++i) {
@@ -211,6 +283,13 @@ class NpyArray {
                  "arrays are not supported)");
     }
     descr = descr.substr(q1 + 1, q2 - q1 - 1);
+    if (descr.size() >= 2 && descr[1] == 'O') {
+      InputError(fmt::format(
+          "{}: dtype '{}': an object array (pickled Python objects) cannot "
+          "be read; save numbers or fixed-width strings (arr.astype('S') or "
+          "'U')",
+          where_, descr));
+    }
     if (descr.size() < 3 ||
         (descr[0] != '<' && descr[0] != '|' && descr[0] != '=')) {
       InputError(
@@ -221,18 +300,21 @@ class NpyArray {
     }
     kind_ = descr[1];
     item_ = std::strtoul(descr.c_str() + 2, nullptr, 10);
-    const bool ok = (kind_ == 'f' && (item_ == 4 || item_ == 8)) ||
-                    ((kind_ == 'i' || kind_ == 'u') &&
-                     (item_ == 1 || item_ == 2 || item_ == 4 || item_ == 8)) ||
-                    (kind_ == 'b' && item_ == 1) ||
-                    (kind_ == 'S' && item_ >= 1);
+    const bool ok =
+        (kind_ == 'f' && (item_ == 2 || item_ == 4 || item_ == 8)) ||
+        ((kind_ == 'i' || kind_ == 'u') &&
+         (item_ == 1 || item_ == 2 || item_ == 4 || item_ == 8)) ||
+        (kind_ == 'b' && item_ == 1) ||
+        ((kind_ == 'S' || kind_ == 'U') && item_ >= 1);
     if (!ok) {
       InputError(
           fmt::format("{}: dtype '{}' is not supported (floats, "
-                      "integers, bool and fixed-width byte strings "
-                      "are)",
+                      "integers, bool and fixed-width byte or Unicode "
+                      "strings are)",
                       where_, descr));
     }
+    // 'U' counts characters of 4 bytes each; every other kind, bytes.
+    const size_t item_bytes = kind_ == 'U' ? 4 * item_ : item_;
     if (value_of("fortran_order").find("True") <
         value_of("fortran_order").find(',')) {
       InputError(where_ +
@@ -272,7 +354,7 @@ class NpyArray {
     for (size_t i = 1; i < dims.size(); ++i) {
       overflow |= __builtin_mul_overflow(elements, dims[i], &elements);
     }
-    overflow |= __builtin_mul_overflow(elements, item_, &bytes);
+    overflow |= __builtin_mul_overflow(elements, item_bytes, &bytes);
     if (overflow || bytes > kMaxRowBytes) {
       InputError(
           fmt::format("{}: shape {} makes rows of more than {} bytes, "

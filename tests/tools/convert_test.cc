@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -308,6 +309,62 @@ TEST(ConvertTest, NpyArraysOneExamplePerRow) {
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.err.find("data ends before row 1 of 3"), std::string::npos)
       << bad.err;
+}
+
+// float16 (exact as float32) and Unicode strings (UTF-32 in the file,
+// UTF-8 in the Example) convert; a float64 past float32's range is a bad
+// row, never inf; an object array (pickles) is refused by what it is.
+TEST(ConvertTest, NpyHalfFloatsUnicodeAndWhatCannotBeRead) {
+  TempDir dir;
+  // 1.5 and -2; below, 65504 (the largest half) and 2^-24 (the smallest
+  // subnormal).
+  testing::WriteFileBytes(
+      dir.File("h.npy"),
+      NpyBytes("<f2", "(2,)", Raw(std::vector<uint16_t>{0x3e00, 0xc000})));
+  // ["h\u00e9", "\U0001f600"] as <U2: four bytes a character, NUL-padded.
+  testing::WriteFileBytes(
+      dir.File("u.npy"),
+      NpyBytes("<U2", "(2,)",
+               Raw(std::vector<uint32_t>{'h', 0xe9, 0x1f600, 0})));
+  Result r = Recflow(dir, "convert npy " + dir.File("h.npy") + " " +
+                              dir.File("u.npy") + " -o " + dir.File("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto ex = ReadExamples(dir, "out", 1);
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(Get(ex[0], "h")->float_list().value(0), 1.5f);
+  EXPECT_EQ(Get(ex[1], "h")->float_list().value(0), -2.0f);
+  EXPECT_EQ(Get(ex[0], "u")->bytes_list().value(0), "h\xc3\xa9");
+  EXPECT_EQ(Get(ex[1], "u")->bytes_list().value(0), "\xf0\x9f\x98\x80");
+  testing::WriteFileBytes(
+      dir.File("h2.npy"),
+      NpyBytes("<f2", "(2,)", Raw(std::vector<uint16_t>{0x7bff, 0x0001})));
+  r = Recflow(dir,
+              "convert npy " + dir.File("h2.npy") + " -o " + dir.File("out2"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto edge = ReadExamples(dir, "out2", 1);
+  EXPECT_EQ(Get(edge[0], "h2")->float_list().value(0), 65504.0f);
+  EXPECT_EQ(Get(edge[1], "h2")->float_list().value(0), std::ldexp(1.0f, -24));
+
+  testing::WriteFileBytes(
+      dir.File("big.npy"),
+      NpyBytes("<f8", "(2,)", Raw(std::vector<double>{1.5, 1e300})));
+  r = Recflow(dir,
+              "convert npy " + dir.File("big.npy") + " -o " + dir.File("bad"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("big.npy") +
+                       ": row 1: float64 value 1e+300 is outside float32's "
+                       "range"),
+            std::string::npos)
+      << r.err;
+  testing::WriteFileBytes(dir.File("o.npy"),
+                          NpyBytes("|O", "(1,)", "xxxxxxxx"));
+  r = Recflow(dir,
+              "convert npy " + dir.File("o.npy") + " -o " + dir.File("bad"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("dtype '|O': an object array (pickled Python objects) "
+                       "cannot be read"),
+            std::string::npos)
+      << r.err;
 }
 
 TEST(ConvertTest, NpzStoredAndDeflated) {
