@@ -497,5 +497,20 @@ TEST(StreamingMemoryTest, ADatasetLargerThanTheBuffersStreamsWithFlatMemory) {
       << "RSS grew from " << base << " to " << peak;
 }
 
+// The pipeline's own reader of uncompressed files says what a file of
+// another format starts like, as records::TFRecordReader does.
+TEST_F(TFRecordDatasetTest, AFileOfAnotherFormatIsNamedAsSuch) {
+  testing::WriteFileBytes(dir_.File("data.tfrecord"), "a,b\n1,2\n3,4\n");
+  try {
+    Collect(Dataset::FromTFRecords({dir_.File("data.tfrecord")}));
+    FAIL() << "a CSV file was read as records";
+  } catch (const records::RecordError& e) {
+    EXPECT_NE(std::string(e.what()).find("the stream starts like text, not a "
+                                         "TFRecord frame"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace recflow::pipeline

@@ -92,5 +92,57 @@ TEST(ReadRecordAtTest, ReadsTheFrameAtAnOffsetAndSaysWhatIsWrongElsewhere) {
   }
 }
 
+// A file of another format read as TFRecords fails at its first frame;
+// the message says what it starts like.
+TEST(StartOfStreamHintTest, NamesTheFormatAFileStartsLike) {
+  const auto hint = [](std::string_view first) {
+    return StartOfStreamHint(first);
+  };
+  EXPECT_EQ(hint("\x1f\x8b\x08\x00abcdefgh"),
+            "; the stream starts like gzip data, not a TFRecord frame: give "
+            "--compression gzip");
+  EXPECT_NE(hint("\x28\xb5\x2f\xfd\x00").find("zstd data"), std::string::npos);
+  EXPECT_NE(hint("\x78\x9c\x01\x02").find("ZLIB data"), std::string::npos);
+  EXPECT_NE(hint("\x78\x01").find("ZLIB data"), std::string::npos);
+  EXPECT_NE(hint("PK\x03\x04xxxx").find("a ZIP archive"), std::string::npos);
+  EXPECT_NE(hint("\x93NUMPY\x01\x00v\x00").find("a NumPy .npy file"),
+            std::string::npos);
+  EXPECT_NE(hint(std::string("\0\0\x08\x03\0\0\0\x05", 8)).find("an IDX file"),
+            std::string::npos);
+  EXPECT_EQ(hint("a,b,c\n1,2,3\n"),
+            "; the stream starts like text, not a TFRecord frame: if it is CSV "
+            "or JSON Lines, convert it with `recflow convert csv|jsonl`");
+  // A damaged TFRecord header is none of these.
+  std::string frame = Frame("hello");
+  frame[0] ^= 0x40;
+  EXPECT_EQ(hint(std::string_view(frame.data(), kHeaderBytes)), "");
+  EXPECT_EQ(hint(""), "");
+}
+
+TEST(StartOfStreamHintTest, ReadersAddItAtTheFirstByteOnly) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "x,label\n0.5,1\n0.25,0\n");
+  try {
+    testing::ReadRecords(dir.File("a.csv"));
+    FAIL() << "a CSV file read as records";
+  } catch (const RecordError& e) {
+    EXPECT_EQ(e.offset(), 0u);
+    EXPECT_NE(std::string(e.what()).find("the stream starts like text"),
+              std::string::npos)
+        << e.what();
+  }
+  // Damage after the first record: no guess about the file's format.
+  std::string two = Frame("one") + Frame("two");
+  two[Frame("one").size() + 1] ^= 1;
+  testing::WriteFileBytes(dir.File("b.tfrecord"), two);
+  try {
+    testing::ReadRecords(dir.File("b.tfrecord"));
+    FAIL() << "damage was not seen";
+  } catch (const RecordError& e) {
+    EXPECT_EQ(std::string(e.what()).find("starts like"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace recflow::records
