@@ -60,7 +60,7 @@ TEST(NpyTest, ArraysThatAreNotWhatTheirHeaderSaysAreRefused) {
                 "arr.astype(arr.dtype.newbyteorder('<')))");
   EXPECT_EQ(error(NpyBytes("<c8", "(1,)", std::string(8, '\0'))),
             a + ": dtype '<c8' is not supported (floats, integers, bool and "
-                "fixed-width byte strings are)");
+                "fixed-width byte or Unicode strings are)");
   EXPECT_EQ(error(NpyBytes("<i8", "()", std::string(8, '\0'))),
             a + ": a 0-d array has no rows to convert");
   EXPECT_EQ(error(std::string("\x93NUMPX\x01\x00\x10\x00", 10) +
