@@ -60,8 +60,12 @@ class IndexCheck {
   // ZSTD record waits until its frame is whole; an uncompressed one is
   // compared at once.  Either way the file is read once.
   void Record(uint64_t i, uint64_t offset, uint64_t frame,
+              records::Compression compression,
               const std::vector<records::ZstdFrame>* zstd_frames) {
-    if (!index_ || !problem_.empty()) return;
+    // An index of another kind of file is Finish's to report.
+    if (!index_ || !problem_.empty() || index_->compression != compression) {
+      return;
+    }
     if (index_->compression == records::Compression::kZstd) {
       pending_.push_back({i, offset, frame});
       if (zstd_frames != nullptr) MatchFrames(*zstd_frames);
@@ -127,6 +131,14 @@ class IndexCheck {
       if (frame_ == frames.size()) return;  // its frame is not whole yet
       const records::ZstdFrame& f = frames[frame_];
       const uint64_t i = r.record;
+      if (r.offset + r.size > f.stream_offset + f.stream_bytes) {
+        problem_ = fmt::format(
+            "{}: record {} spans two zstd frames, so no index can reach it "
+            "(`recflow reshard --compression zstd` rewrites the file with "
+            "whole records in each frame)",
+            path_, i);
+        return;
+      }
       const records::IndexEntry want{r.offset - f.stream_offset, r.size,
                                      f.file_offset, f.file_bytes};
       if (i < index_->entries.size() && !(index_->entries[i] == want)) {
@@ -194,7 +206,7 @@ int RunVerify(const VerifyOptions& o) {
       if (out) out->Write(record);
       index.Record(i, reader.last_offset(),
                    record.size() + records::kFrameOverhead,
-                   reader.zstd_frames());
+                   reader.compression(), reader.zstd_frames());
     }
     const records::ReadStats stats = reader.stats();
     // A damaged file's index is not checked: its records are not where an

@@ -1,6 +1,7 @@
 // The recflow command as a user runs it: exit codes, stdout/stderr, files.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -430,6 +431,36 @@ TEST(CliTest, VerifyChecksTheIndexBesideAFile) {
   r = Recflow(dir, "verify --json " + m);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.Json()["files"][0]["index"], "ok");
+  // An uncompressed file's index beside a zstd file: named as that, not
+  // as a record at the wrong offset.
+  testing::WriteFileBytes(m + ".idx", "0 26\n");
+  r = Recflow(dir, "verify " + m);
+  EXPECT_EQ(r.err, m + ".idx: an index of a none file beside a zstd one\n");
+  // A record split across two zstd frames (written by another tool): no
+  // index can reach it, whatever the index says.
+  const std::string plain = dir.File("two.tfrecord");
+  testing::WriteRecords(plain, {"first record", "second record"});
+  const std::string bytes = testing::ReadFileBytes(plain);
+  const auto frame = [](std::string_view part) {
+    std::string out(ZSTD_compressBound(part.size()), '\0');
+    out.resize(
+        ZSTD_compress(out.data(), out.size(), part.data(), part.size(), 3));
+    return out;
+  };
+  const std::string a = frame(std::string_view(bytes).substr(0, 10));
+  const std::string b = frame(std::string_view(bytes).substr(10));
+  const std::string split = dir.File("split.tfrecord.zst");
+  testing::WriteFileBytes(split, a + b);
+  testing::WriteFileBytes(
+      split + ".idx",
+      fmt::format("{}\n0 {} 0 28\n0 {} 28 29\n", records::kZstdIndexHeader,
+                  a.size(), a.size()));
+  r = Recflow(dir, "verify " + split);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, split +
+                       ".idx: record 0 spans two zstd frames, so no index can "
+                       "reach it (`recflow reshard --compression zstd` "
+                       "rewrites the file with whole records in each frame)\n");
   // A gzip file cannot have one.
   const std::string g = dir.File("g.tfrecord.gz");
   testing::WriteRecords(g, {"a"}, records::Compression::kGzip);
