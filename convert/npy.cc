@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "convert/sources.h"
+#include "records/dtype.h"
 
 namespace recflow::convert {
 namespace {
@@ -12,31 +13,6 @@ namespace fs = std::filesystem;
 using records::DType;
 
 // --- NumPy (.npy, and .npz archives of them) ----------------------------
-
-// An IEEE 754 half as a float (every half is exactly a float).
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t{h & 0x8000u} << 16;
-  const uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {  // inf, nan
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do {
-      ++e;
-      mantissa <<= 1;
-    } while ((mantissa & 0x400u) == 0);
-    bits = sign | ((112 - e) << 23) | ((mantissa & 0x3ffu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 void AppendUtf8(uint32_t c, std::string* out) {
   if (c < 0x80) {
@@ -181,7 +157,7 @@ class NpyArray {
         } else if (item_ == 2) {
           uint16_t h;
           std::memcpy(&h, p + 2 * i, 2);
-          floats_[i] = HalfToFloat(h);  // exact
+          floats_[i] = records::HalfToFloat(h);  // exact
         } else {
           double d;
           std::memcpy(&d, p + 8 * i, 8);

@@ -1,5 +1,6 @@
 #include "records/dtype.h"
 
+#include <bit>
 #include <iterator>
 
 namespace recflow::records {
@@ -52,6 +53,28 @@ std::optional<DType> ParseExampleDType(std::string_view name) {
   if (name == "int64") return DType::kInt64;
   if (name == "bytes" || name == "string") return DType::kBytes;
   return std::nullopt;
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h >> 15) << 31;
+  const uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do {
+      ++e;
+      mantissa <<= 1;
+    } while ((mantissa & 0x400) == 0);
+    bits = sign | (uint32_t(112 - e) << 23) | ((mantissa & 0x3ff) << 13);
+  }
+  return std::bit_cast<float>(bits);
 }
 
 }  // namespace recflow::records

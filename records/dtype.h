@@ -52,6 +52,11 @@ bool IsExampleDType(DType d);
 // "string" (TensorFlow's names are accepted too); nullopt otherwise.
 std::optional<DType> ParseExampleDType(std::string_view name);
 
+// IEEE 754 half-precision bits as a float: exact for every half
+// (subnormals, infinities and NaN too).  For .npy float16 arrays and
+// TensorBoard's DT_HALF tensors.
+float HalfToFloat(uint16_t h);
+
 }  // namespace recflow::records
 
 #endif  // RECFLOW_RECORDS_DTYPE_H_

@@ -9,6 +9,7 @@
 #include <optional>
 #include <system_error>
 
+#include "records/dtype.h"
 #include "records/errors.h"
 #include "records/tfrecord_reader.h"
 #include "train/error.h"
@@ -21,29 +22,6 @@ namespace fs = std::filesystem;
 
 bool IsEventFile(const fs::path& p) {
   return p.filename().string().find("tfevents") != std::string::npos;
-}
-
-// IEEE half-precision bits to float (subnormals, infinities and NaN too).
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = uint32_t(h >> 15) << 31;
-  const uint32_t exponent = (h >> 10) & 0x1f;
-  uint32_t mantissa = h & 0x3ff;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else if (mantissa == 0) {
-    bits = sign;
-  } else {  // subnormal: normalise
-    int e = -1;
-    do {
-      ++e;
-      mantissa <<= 1;
-    } while ((mantissa & 0x400) == 0);
-    bits = sign | (uint32_t(112 - e) << 23) | ((mantissa & 0x3ff) << 13);
-  }
-  return std::bit_cast<float>(bits);
 }
 
 // The value of a numeric tensor of one element; nullopt otherwise.
@@ -84,7 +62,7 @@ std::optional<double> ScalarOf(const tensorflow::TensorProto& t) {
       } else {
         break;
       }
-      return t.dtype() == 19 ? HalfToFloat(bits)
+      return t.dtype() == 19 ? records::HalfToFloat(bits)
                              : std::bit_cast<float>(uint32_t(bits) << 16);
     }
     default:

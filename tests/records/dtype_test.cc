@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+
 #include "records/errors.h"
 #include "records/example_parser.h"
 #include "records/feature_spec.h"
@@ -54,6 +57,26 @@ TEST(DTypeTest, ASpecRefusesADTypeNoExampleHolds) {
                    R"({"features": {"x": {"kind": "fixed", "dtype": "uint8",
                                           "shape": []}}})"),
                Error);
+}
+
+// Every half against its definition: (-1)^s * 2^(e-15) * (1 + m/1024),
+// subnormals 2^-14 * m/1024, e = 31 infinities and NaN.
+TEST(DTypeTest, EveryHalfConvertsExactly) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const int e = static_cast<int>((h >> 10) & 0x1f);
+    const int m = static_cast<int>(h & 0x3ff);
+    const double sign = (h & 0x8000) != 0 ? -1 : 1;
+    const float got = HalfToFloat(static_cast<uint16_t>(h));
+    if (e == 31) {
+      EXPECT_TRUE(m == 0 ? std::isinf(got) : std::isnan(got)) << h;
+      EXPECT_EQ(std::signbit(got), sign < 0) << h;
+      continue;
+    }
+    const double want = e == 0 ? sign * std::ldexp(m, -24)
+                               : sign * std::ldexp(1024 + m, e - 25);
+    EXPECT_EQ(got, static_cast<float>(want)) << h;
+    EXPECT_EQ(std::signbit(got), sign < 0) << h;
+  }
 }
 
 }  // namespace
