@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "records/compression.h"
+
 namespace recflow::records {
 
 DamageKind FrameFaultKind(FrameFault fault, bool length_verified) {
@@ -55,14 +57,12 @@ std::string StartOfStreamHint(std::string_view first) {
   const auto starts = [&](std::string_view magic) {
     return first.substr(0, magic.size()) == magic;
   };
-  const char* what = nullptr;
-  const char* advice = nullptr;
-  if (byte(0) == 0x1f && byte(1) == 0x8b) {
-    what = "gzip data";
-    advice = "give --compression gzip";
-  } else if (starts("\x28\xb5\x2f\xfd")) {
-    what = "zstd data";
-    advice = "give --compression zstd";
+  std::string what, advice;
+  // gzip and zstd by their magic, as a reader told "auto" finds them.
+  if (const Compression c = DetectCompression(first, "");
+      c == Compression::kGzip || c == Compression::kZstd) {
+    what = fmt::format("{} data", CompressionName(c));
+    advice = fmt::format("give --compression {}", CompressionName(c));
   } else if (first.size() >= 2 && (byte(0) & 0x0f) == 8 &&
              (byte(0) * 256 + byte(1)) % 31 == 0) {
     what = "ZLIB data";
@@ -87,7 +87,7 @@ std::string StartOfStreamHint(std::string_view first) {
         "if it is CSV or JSON Lines, convert it with `recflow convert "
         "csv|jsonl`";
   }
-  if (what == nullptr) return "";
+  if (what.empty()) return "";
   return fmt::format("; the stream starts like {}, not a TFRecord frame: {}",
                      what, advice);
 }
