@@ -45,10 +45,13 @@ FloatCell ReadFloatCell(std::string_view cell, float* value) {
   const auto [stop, ec] = std::from_chars(cell.data(), end, d);
   if (stop != end || cell.empty()) return FloatCell::kNotNumber;
   if (ec == std::errc::result_out_of_range) {
-    // Past double's range too: tiny rounds to 0, huge is out of range.
-    const bool tiny = cell.find_first_of("eE") != std::string_view::npos &&
-                      cell[cell.find_first_of("eE") + 1] == '-';
-    if (!tiny) return FloatCell::kOutOfRange;
+    // Past double's range too: tiny (a negative exponent; from_chars took
+    // the whole cell, so a digit or sign follows the 'e') rounds to 0,
+    // huge is out of range.
+    const size_t e = cell.find_first_of("eE");
+    if (e == std::string_view::npos || cell[e + 1] != '-') {
+      return FloatCell::kOutOfRange;
+    }
     d = 0;
   } else if (ec != std::errc()) {
     return FloatCell::kNotNumber;
@@ -56,10 +59,6 @@ FloatCell ReadFloatCell(std::string_view cell, float* value) {
   if (!FitsFloat32(d)) return FloatCell::kOutOfRange;
   *value = static_cast<float>(d);
   return FloatCell::kOk;
-}
-
-bool ParseFloatCell(std::string_view cell, float* value) {
-  return ReadFloatCell(cell, value) == FloatCell::kOk;
 }
 
 CellType InferCell(std::string_view cell) {

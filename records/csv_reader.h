@@ -43,8 +43,6 @@ bool ParseInt64Cell(std::string_view cell, int64_t* value);
 // any decimal rounds to the nearest float.  "nan" and "inf" are numbers.
 enum class FloatCell { kOk, kNotNumber, kOutOfRange };
 FloatCell ReadFloatCell(std::string_view cell, float* value);
-// ReadFloatCell(...) == FloatCell::kOk.
-bool ParseFloatCell(std::string_view cell, float* value);
 // Whether a double in float32's finite range (or not finite: inf, nan).
 bool FitsFloat32(double value);
 
