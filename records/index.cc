@@ -78,23 +78,32 @@ Index BuildIndex(const std::string& record_path) {
   size_t f = 0;
   for (size_t i = 0; i < index.entries.size(); ++i) {
     IndexEntry& e = index.entries[i];
-    while (f < frames.size() &&
-           frames[f].stream_offset + frames[f].stream_bytes <= e.offset) {
-      ++f;
-    }
-    if (f == frames.size() ||
-        e.offset + e.size > frames[f].stream_offset + frames[f].stream_bytes) {
+    if (LocateInFrame(frames, &f, e.offset, e.size, &e) != FrameFit::kInFrame) {
       throw Error(fmt::format(
           "{}: record {} at byte offset {} spans zstd frames, so it cannot be "
           "reached through an index; rewrite the file with `recflow reshard "
           "--compression zstd`, which keeps records within frames",
           record_path, i, e.offset));
     }
-    e.frame_offset = frames[f].file_offset;
-    e.frame_bytes = frames[f].file_bytes;
-    e.offset -= frames[f].stream_offset;
   }
   return index;
+}
+
+FrameFit LocateInFrame(const std::vector<ZstdFrame>& frames, size_t* next,
+                       uint64_t offset, uint64_t size, IndexEntry* entry) {
+  size_t& f = *next;
+  while (f < frames.size() &&
+         frames[f].stream_offset + frames[f].stream_bytes <= offset) {
+    ++f;
+  }
+  if (f == frames.size()) return FrameFit::kNoFrame;
+  const ZstdFrame& frame = frames[f];
+  if (offset + size > frame.stream_offset + frame.stream_bytes) {
+    return FrameFit::kSpans;
+  }
+  *entry = {offset - frame.stream_offset, size, frame.file_offset,
+            frame.file_bytes};
+  return FrameFit::kInFrame;
 }
 
 void WriteIndex(const std::string& index_path, const Index& index) {

@@ -52,6 +52,17 @@ inline constexpr std::string_view kZstdIndexHeader = "#recflow-zstd-index v1";
 // for ZLIB/GZIP files and for ZSTD files whose records span frames.
 Index BuildIndex(const std::string& record_path);
 
+// A ZSTD record's entry: the record at `offset` of the decoded stream,
+// `size` bytes with its framing, located in the frame of `frames` (in
+// stream order) that holds it.  `*next` is where the search starts and is
+// left at that frame, so records located in order walk the frames once.
+// kNoFrame: no frame of `frames` reaches the record (yet, while a reader
+// is still decoding); kSpans: the record runs past its frame's end, where
+// no index can reach it.  *entry is set for kInFrame only.
+enum class FrameFit { kInFrame, kNoFrame, kSpans };
+FrameFit LocateInFrame(const std::vector<ZstdFrame>& frames, size_t* next,
+                       uint64_t offset, uint64_t size, IndexEntry* entry);
+
 // Writes `index` to `index_path` atomically.
 void WriteIndex(const std::string& index_path, const Index& index);
 

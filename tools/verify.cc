@@ -123,15 +123,12 @@ class IndexCheck {
   void MatchFrames(const std::vector<records::ZstdFrame>& frames) {
     while (!pending_.empty() && problem_.empty()) {
       const Pending& r = pending_.front();
-      while (frame_ < frames.size() &&
-             frames[frame_].stream_offset + frames[frame_].stream_bytes <=
-                 r.offset) {
-        ++frame_;
-      }
-      if (frame_ == frames.size()) return;  // its frame is not whole yet
-      const records::ZstdFrame& f = frames[frame_];
       const uint64_t i = r.record;
-      if (r.offset + r.size > f.stream_offset + f.stream_bytes) {
+      records::IndexEntry want;
+      const records::FrameFit fit =
+          records::LocateInFrame(frames, &frame_, r.offset, r.size, &want);
+      if (fit == records::FrameFit::kNoFrame) return;  // not whole yet
+      if (fit == records::FrameFit::kSpans) {
         problem_ = fmt::format(
             "{}: record {} spans two zstd frames, so no index can reach it "
             "(`recflow reshard --compression zstd` rewrites the file with "
@@ -139,8 +136,6 @@ class IndexCheck {
             path_, i);
         return;
       }
-      const records::IndexEntry want{r.offset - f.stream_offset, r.size,
-                                     f.file_offset, f.file_bytes};
       if (i < index_->entries.size() && !(index_->entries[i] == want)) {
         const records::IndexEntry& e = index_->entries[i];
         problem_ = fmt::format(
