@@ -163,13 +163,15 @@ int RunVerify(const VerifyOptions& o) {
   if (!o.salvage.empty()) {
     // Salvaging into a file being verified would replace it (the damaged
     // original, which another tool might still recover more from).
-    std::vector<std::string> all = files;
-    all.insert(all.begin(), o.salvage);
-    if (const auto twice = records::FindFileNamedTwice(all)) {
-      throw UsageError(fmt::format(
-          "--salvage {} is {}, one of the files being verified: write the "
-          "salvaged records elsewhere",
-          o.salvage, twice->first));
+    // (The salvage file against each input on its own: inputs that name
+    // one file twice are no salvage problem.)
+    for (const std::string& f : files) {
+      if (records::FindFileNamedTwice({o.salvage, f})) {
+        throw UsageError(fmt::format(
+            "--salvage {} is {}, one of the files being verified: write the "
+            "salvaged records elsewhere",
+            o.salvage, f));
+      }
     }
     records::WriterOptions wo;
     if (o.output_compression == "auto") {

@@ -497,6 +497,15 @@ TEST(CliTest, VerifySalvageWritesEveryReadableRecord) {
                           ", one of the files being verified: write the "
                           "salvaged records elsewhere\n");
   EXPECT_EQ(testing::ReadFileBytes(dir.File("f.tfrecord")), bytes);
+  // A file verified twice, salvaged elsewhere, is no such case (it was
+  // refused as "--salvage OUT is f.tfrecord").
+  const Result twice =
+      Recflow(dir, "verify --salvage " + dir.File("s2") + " " +
+                       dir.File("f.tfrecord") + " " + dir.File("f.tfrecord"));
+  EXPECT_EQ(twice.code, 1) << twice.err;
+  EXPECT_EQ(testing::ReadRecords(dir.File("s2")),
+            (std::vector<std::string>{"aaaa", "bbbb", "dddd", "aaaa", "bbbb",
+                                      "dddd"}));
 }
 
 TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
