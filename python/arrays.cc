@@ -146,7 +146,7 @@ int64_t Int64FromPython(py::handle value, const std::string& what) {
   if (overflow != 0) {
     throw py::value_error(
         fmt::format("{}: {} is outside int64's range [-2^63, 2^63 - 1]", what,
-                    py::repr(value).cast<std::string>()));
+                    py::str(value).cast<std::string>()));
   }
   if (x == -1 && PyErr_Occurred()) throw py::error_already_set();
   return x;
@@ -301,10 +301,9 @@ Tensor TensorFromPython(py::handle value, const std::string& what) {
     return StringsTensor(array, what);
   }
   if (!from_numpy && kind == 'u') {
-    // numpy's promotion of a list with an int past int64's maximum.
-    throw py::value_error(
-        fmt::format("{}: {} is outside int64's range [-2^63, 2^63 - 1]", what,
-                    py::str(array.attr("max")()).cast<std::string>()));
+    // numpy's promotion of a list with an int past int64's maximum: that
+    // maximum is refused by name (the uint64 array then by FromNumpy).
+    Int64FromPython(array.attr("max")(), what);
   }
   if (kind == 'b') {
     array = np.attr("asarray")(array, py::arg("dtype") = "uint8");

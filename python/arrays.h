@@ -28,8 +28,9 @@ namespace py = pybind11;
 // The name of `object`'s type, for error messages ("int", "list").
 std::string TypeName(py::handle object);
 
-// An int (or numpy integer) as int64; one outside int64 is a
-// py::value_error naming `what` and the value (never a wrapped value).
+// An int (or numpy integer, such as a uint64 array's max()) as int64; one
+// outside int64 is a py::value_error naming `what` and the value (never a
+// wrapped value).
 int64_t Int64FromPython(py::handle value, const std::string& what);
 
 // Holds a reference to `object` that may be dropped on any thread: the

@@ -26,7 +26,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -590,13 +589,7 @@ void AddFeature(records::ExampleBuilder& b, const std::string& name,
     b.AddFloatList(name, {v.data(), static_cast<size_t>(v.size())});
   } else if (kind == 'i' || kind == 'u' || kind == 'b') {
     if (kind == 'u' && array.dtype().itemsize() == 8 && array.size() > 0) {
-      const py::object max = array.attr("max")();
-      if (max.cast<uint64_t>() >
-          static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        throw py::value_error(fmt::format(
-            "feature '{}': {} is outside int64's range [-2^63, 2^63 - 1]", name,
-            py::str(max).cast<std::string>()));
-      }
+      Int64FromPython(array.attr("max")(), FeatureWhat(name));  // in range?
     }
     auto v = np.attr("ascontiguousarray")(flat, "dtype"_a = "int64")
                  .cast<py::array_t<int64_t>>();
