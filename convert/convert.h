@@ -106,7 +106,8 @@ inline constexpr std::string_view kFormats[] = {"csv", "jsonl", "npy",
                                                 "npz", "idx",   "images"};
 
 // Opens the source of `format` over `inputs`.  Throws ConvertError for an
-// unknown format or unusable inputs.
+// unknown format or unusable inputs, records::IoError for an input that is
+// not a regular file (records::RequireRegularFiles).
 std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
                                           const ConvertInputs& inputs);
 

@@ -67,6 +67,17 @@ void ExampleSource::Build(const Row& row, records::ExampleBuilder*) const {
 
 std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
                                           const ConvertInputs& in) {
+  // CSV and JSON Lines are read twice (types are inferred from every cell
+  // first), the others at offsets: a pipe would give its rows once, then
+  // nothing.
+  std::vector<std::string> named = in.files;
+  for (const std::string* f : {&in.images, &in.labels}) {
+    if (!f->empty()) named.push_back(*f);
+  }
+  if (std::ranges::find(kFormats, format) != std::end(kFormats)) {
+    records::RequireRegularFiles(
+        named, "convert reads its inputs more than once or at offsets");
+  }
   auto need_files = [&] {
     if (in.files.empty()) InputError(format + ": no INPUT files given");
     if (const auto twice = records::FindFileNamedTwice(in.files)) {

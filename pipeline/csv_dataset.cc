@@ -2,8 +2,10 @@
 // CsvOptions says or as the first data row suggests.
 #include <fmt/format.h>
 
+#include "pipeline/io.h"
 #include "pipeline/stages.h"
 #include "records/csv_reader.h"
+#include "records/file_list.h"
 
 namespace recflow::pipeline::stages {
 namespace {
@@ -24,6 +26,7 @@ class CsvDataset final : public DatasetBase {
     } catch (const records::Error& e) {
       throw Error(fmt::format("FromCsv: {}", e.what()));
     }
+    records::RequireRegularFiles(files_, kSourcesNeedRegularFiles);
     records::CsvReader reader(files_[0], options_.delimiter);
     std::vector<std::string> header, row;
     uint64_t line;

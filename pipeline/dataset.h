@@ -144,6 +144,9 @@ class Iterator;
 class Dataset {
  public:
   // --- Sources ---
+  // The file sources refuse, when made, a name that is not a regular file
+  // (a pipe or device): records::IoError (kSourcesNeedRegularFiles says
+  // why).
   // TFRecord files: paths, glob patterns and directories (records whose
   // name holds "tfrecord" or "tfrec", sorted).  Elements: {"record": bytes
   // scalar}.  Under a fused Parse(Batch(...)) with fewer files read at once

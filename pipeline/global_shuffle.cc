@@ -25,6 +25,7 @@
 #include "pipeline/io.h"
 #include "pipeline/process.h"
 #include "pipeline/stages.h"
+#include "records/file_list.h"
 #include "records/index.h"
 #include "records/tfrecord_format.h"
 
@@ -242,6 +243,7 @@ class GlobalShuffleDataset final : public DatasetBase {
           "for as many as are read)",
           options.num_epochs));
     }
+    records::RequireRegularFiles(files_, kSourcesNeedRegularFiles);
     uint64_t total = 0;
     for (const auto& f : files_) {
       const std::string idx = records::IndexPathFor(f);

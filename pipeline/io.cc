@@ -20,6 +20,7 @@
 #include "pipeline/block_arena.h"
 #include "pipeline/process.h"
 #include "records/errors.h"
+#include "records/file_list.h"
 #include "records/io_faults.h"
 
 namespace recflow::pipeline {
@@ -591,6 +592,8 @@ std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options,
                                              uint64_t end_offset) {
+  // A pipe's size (0) would read as an empty file.
+  records::RequireRegularFiles({path}, kSourcesNeedRegularFiles);
   IoBackend backend = options.backend;
   if (backend == IoBackend::kAuto) {
     backend = IoUringAvailable() ? IoBackend::kIoUring : IoBackend::kPread;

@@ -34,6 +34,12 @@ namespace recflow::pipeline {
 enum class IoBackend { kAuto, kIoUring, kPread };
 std::string_view IoBackendName(IoBackend b);  // "auto", "io_uring", "pread"
 
+// Why the pipeline's sources refuse a pipe or device (with
+// records::RequireRegularFiles, when they are made).
+inline constexpr std::string_view kSourcesNeedRegularFiles =
+    "the pipeline reads each file at offsets, on several threads and again "
+    "on every repetition";
+
 struct IoOptions {
   IoBackend backend = IoBackend::kAuto;
   // Size of each read (a multiple of 4096 with `direct`).  128 KiB blocks
@@ -77,7 +83,7 @@ class BlockReader {
 // whole but its last: blocks split at the file's block_bytes boundaries
 // would leave a range two part-filled blocks, and records viewing them
 // keep whole blocks alive.  Throws records::IoError when the file cannot
-// be opened.
+// be opened or is not a regular file.
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options,

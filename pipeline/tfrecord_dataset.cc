@@ -229,6 +229,7 @@ class TFRecordDataset final : public DatasetBase {
           fmt::format("FromTFRecords: block_length must be at least 1, not {}",
                       options_.block_length));
     }
+    records::RequireRegularFiles(files_, kSourcesNeedRegularFiles);
     for (const auto& f : files_) {
       paths_.push_back(std::make_shared<const std::string>(f));
     }

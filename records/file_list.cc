@@ -86,4 +86,16 @@ std::optional<std::pair<std::string, std::string>> FindFileNamedTwice(
   return std::nullopt;
 }
 
+void RequireRegularFiles(const std::vector<std::string>& files,
+                         std::string_view why) {
+  for (const std::string& f : files) {
+    struct stat st;
+    if (stat(f.c_str(), &st) != 0 || S_ISREG(st.st_mode)) continue;
+    if (S_ISDIR(st.st_mode)) continue;  // the expansion or reader says so
+    throw IoError(f, fmt::format("not a regular file (a pipe, socket or "
+                                 "device): {}; write it to a file first",
+                                 why));
+  }
+}
+
 }  // namespace recflow::records

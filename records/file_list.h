@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,17 @@ std::vector<std::string> ExpandRecordPaths(
 // file's data twice (convert, reshard).
 std::optional<std::pair<std::string, std::string>> FindFileNamedTwice(
     const std::vector<std::string>& files);
+
+// Throws IoError naming the first of `files` that is not a regular file (a
+// pipe, socket, terminal or other device; links are followed), with `why`
+// one is needed, e.g. "reshard reads its inputs twice".  For the readers
+// that read a file more than once or at offsets, which a pipe cannot give:
+// without this a second pass over a pipe reads nothing (silently fewer
+// records) and reopening a named pipe waits for a writer forever.  Names
+// that cannot be stat'ed are skipped (their reader reports them).  Only
+// stats the names: opening a named pipe would block.
+void RequireRegularFiles(const std::vector<std::string>& files,
+                         std::string_view why);
 
 }  // namespace recflow::records
 

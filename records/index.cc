@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "records/errors.h"
+#include "records/file_list.h"
 #include "records/tfrecord_format.h"
 
 namespace recflow::records {
@@ -53,6 +54,8 @@ std::string IndexPathFor(std::string_view record_path) {
 }
 
 Index BuildIndex(const std::string& record_path) {
+  RequireRegularFiles({record_path},
+                      "an index lists offsets to read a file at");
   ReaderOptions options;
   options.track_zstd_frames = true;
   TFRecordReader reader(record_path, options);

@@ -48,8 +48,9 @@ struct Index {
 inline constexpr std::string_view kZstdIndexHeader = "#recflow-zstd-index v1";
 
 // Reads every record of `record_path` (verifying both CRCs) and returns its
-// index.  Throws RecordError on damage, IoError for I/O errors, and Error
-// for ZLIB/GZIP files and for ZSTD files whose records span frames.
+// index.  Throws RecordError on damage, IoError for I/O errors and for a
+// path that is not a regular file (a pipe cannot be read at offsets), and
+// Error for ZLIB/GZIP files and for ZSTD files whose records span frames.
 Index BuildIndex(const std::string& record_path);
 
 // A ZSTD record's entry: the record at `offset` of the decoded stream,

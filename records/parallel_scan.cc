@@ -89,7 +89,8 @@ ScanResult ScanSequentially(const std::string& path,
   while (reader.ReadRecord(&record)) {
   }
   const ReadStats stats = reader.stats();
-  return {stats.records, stats.payload_bytes, stats.stream_bytes,
+  return {stats.records,        stats.payload_bytes,
+          stats.stream_bytes,   reader.file_bytes_read(),
           reader.compression(), 1};
 }
 
@@ -151,6 +152,7 @@ ScanResult ScanFile(const std::string& path, const ReaderOptions& options,
     result.payload_bytes += s.payload_bytes;
     result.stream_bytes += s.stream_bytes;
   }
+  result.file_bytes = result.stream_bytes;  // uncompressed: the same bytes
   return result;
 }
 

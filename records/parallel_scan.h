@@ -25,6 +25,7 @@ struct ScanResult {
   uint64_t records = 0;
   uint64_t payload_bytes = 0;
   uint64_t stream_bytes = 0;
+  uint64_t file_bytes = 0;  // bytes read from the file (a pipe has no size)
   Compression compression = Compression::kNone;
   int threads = 1;  // threads that took part
 };

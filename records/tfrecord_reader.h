@@ -110,6 +110,9 @@ class TFRecordReader {
     return s;
   }
   uint64_t file_size() const { return file_.size(); }
+  // Bytes read from the file so far (compressed bytes for a compressed
+  // stream); at the end, the file's size, also for a pipe.
+  uint64_t file_bytes_read() const { return stream_->file_position(); }
   // The zstd frames decoded so far, when tracking was asked for; else null.
   const std::vector<ZstdFrame>* zstd_frames() const {
     return stream_->frames();

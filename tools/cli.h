@@ -82,7 +82,8 @@ using convert::ShardResult;
 // Reads `files` (twice: to count, then to copy) and writes their records,
 // in order, into `shards` balanced shards named ShardName(prefix, ...),
 // with FILE.idx beside each when `write_index`.  All shards appear together
-// or none does.  Throws what the readers and writers throw.
+// or none does.  Throws IoError for an input that is not a regular file (a
+// pipe cannot be read twice) and what the readers and writers throw.
 std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
                                  const std::string& prefix, uint64_t shards,
                                  records::WriterOptions writer_options,

@@ -42,7 +42,10 @@ int RunCount(const CountOptions& o) {
       scan.records = e.record_index();
       rc = kExitDamage;
     }
-    const uint64_t file_bytes = std::filesystem::file_size(path);
+    // A pipe has no size: what was read from it.
+    const uint64_t file_bytes = std::filesystem::is_regular_file(path)
+                                    ? std::filesystem::file_size(path)
+                                    : scan.file_bytes;
     entry["records"] = scan.records;
     entry["bytes"] = file_bytes;
     if (!entry.contains("error")) {

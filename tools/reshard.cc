@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "records/file_list.h"
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
@@ -35,6 +36,8 @@ std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
                                  const records::ReaderOptions& reader_options,
                                  bool write_index) {
   // Pass 1: count (and verify) so that the shards can be balanced.
+  records::RequireRegularFiles(
+      files, "reshard reads its inputs twice (to count, then to copy)");
   uint64_t total = 0;
   for (const std::string& path : files) {
     records::TFRecordReader reader(path, reader_options);

@@ -1,6 +1,7 @@
 // convert/convert.cc: the sharded job: order and balance across shards,
 // indexes, progress, skipping bad rows, and all shards or none.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -176,6 +177,38 @@ TEST(ConvertJobTest, UnknownFormatsAndMissingInputsAreConvertErrors) {
   EXPECT_EQ(testing::ConvertErrorOf([&] { Convert(job); }),
             "csv: no INPUT files given");
   EXPECT_EQ(ShardName("p", 3, 8, ".zst"), "p-00003-of-00008.tfrecord.zst");
+}
+
+TEST(ConvertJobTest, APipeIsRefusedBeforeAnyShardIsWritten) {
+  // CSV and JSON Lines are read twice (inference, then conversion): from a
+  // pipe the second read got nothing, and "converted 0 records" was a
+  // success.  Every format refuses a pipe up front, naming it.
+  testing::TempDir dir;
+  const std::string fifo = dir.File("rows");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const char* format : {"csv", "jsonl", "npy", "npz", "idx"}) {
+    ConvertJob job;
+    job.format = format;
+    if (job.format == "idx") {
+      job.inputs.images = fifo;
+      job.inputs.labels = fifo;
+    } else {
+      job.inputs.files = {fifo};
+    }
+    job.output = dir.File("out/x");
+    try {
+      Convert(job);
+      ADD_FAILURE() << format << ": a pipe was accepted";
+    } catch (const records::IoError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                fifo +
+                    ": not a regular file (a pipe, socket or device): "
+                    "convert reads its inputs more than once or at offsets; "
+                    "write it to a file first")
+          << format;
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir.File("out"))) << format;
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // pread, damage, parsing, and memory.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <set>
@@ -58,6 +59,35 @@ TEST_F(TFRecordDatasetTest, ReadsFilesInOrder) {
   EXPECT_EQ(Records(Collect(Dataset::FromTFRecords({dir_.File("part-*")}))),
             Sequential());
   EXPECT_THROW(Dataset::FromTFRecords({dir_.File("nothing-*")}), Error);
+}
+
+TEST_F(TFRecordDatasetTest, FileSourcesRefuseAPipeWhenMade) {
+  // A pipe gives its records once: a second epoch, a second reader or a
+  // restored state would silently get none, and reopening a named pipe
+  // waits for a writer.  (The sources only stat the name: opening it here,
+  // with no writer, would hang this test.)
+  const std::string fifo = dir_.File("pipe.tfrecord");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string expected =
+      fifo + ": not a regular file (a pipe, socket or device): " +
+      std::string(kSourcesNeedRegularFiles) + "; write it to a file first";
+  auto message = [](auto make) {
+    try {
+      make();
+    } catch (const records::IoError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message([&] {
+              Dataset::FromTFRecords({files_[0], fifo});
+            }),
+            expected);
+  EXPECT_EQ(message([&] { Dataset::FromTFRecordsGlobalShuffle({fifo}); }),
+            expected);
+  EXPECT_EQ(message([&] { Dataset::FromCsv({fifo}); }), expected);
+  // A character device too (what /dev/stdin is with nothing redirected).
+  EXPECT_THROW(Dataset::FromTFRecords({"/dev/null"}), records::IoError);
 }
 
 TEST_F(TFRecordDatasetTest, ParallelReadsInterleaveRecordByRecord) {

@@ -2,6 +2,7 @@
 index, and the exceptions bad files raise."""
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -222,3 +223,39 @@ def test_convert_bad_row_names_file_and_line(tmp_path):
     s = recflow.convert("csv", [str(csv)], str(tmp_path / "bad"),
                         skip_bad=True)
     assert s["records"] == 1 and s["skipped"] == 1
+
+
+def test_a_pipe_is_read_where_one_pass_does_and_refused_elsewhere(tmp_path):
+    data = open(MNIST, "rb").read()
+
+    def through_a_pipe(read):
+        r, w = os.pipe()
+
+        def write():
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            return read(f"/dev/fd/{r}")
+        finally:
+            os.close(r)
+            writer.join()
+
+    assert through_a_pipe(recflow.count) == 1000
+    assert sum(1 for _ in through_a_pipe(
+        lambda p: list(recflow.tfrecord_iterator(p)))) == 1000
+    # Sources and converters read their files again or at offsets: from a
+    # pipe they got nothing the second time.  A fifo is refused by its name
+    # alone (opening one would wait for a writer).
+    fifo = tmp_path / "rows.tfrecord"
+    os.mkfifo(fifo)
+    for make in (lambda: recflow.Dataset.from_tfrecords(str(fifo)),
+                 lambda: recflow.Dataset.from_csv(str(fifo)),
+                 lambda: recflow.index(str(fifo)),
+                 lambda: recflow.convert("jsonl", str(fifo),
+                                         str(tmp_path / "out"))):
+        with pytest.raises(OSError, match="not a regular file"):
+            make()
+    assert not (tmp_path / "out-00000-of-00001.tfrecord").exists()

@@ -1,6 +1,10 @@
 #include "records/parallel_scan.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
 
 #include "records/tfrecord_writer.h"
 #include "test_util.h"
@@ -118,6 +122,59 @@ TEST(ParallelScanTest, CompressedFilesAreScannedSequentially) {
   EXPECT_EQ(r.records, 100u);
   EXPECT_EQ(r.threads, 1);
   EXPECT_EQ(r.compression, Compression::kGzip);
+}
+
+// Bytes read from a pipe, which has no size: `recflow count` reports
+// them as the file's bytes.
+ScanResult ScanThroughAPipe(const std::string& bytes,
+                            const ReaderOptions& options) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  std::thread writer([&] {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n =
+          ::write(fds[1], bytes.data() + done, bytes.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::close(fds[1]);
+  });
+  ScanResult r;
+  try {
+    r = ScanFile("/dev/fd/" + std::to_string(fds[0]), options, 4, 1);
+  } catch (...) {
+    ::close(fds[0]);
+    writer.join();
+    throw;
+  }
+  ::close(fds[0]);
+  writer.join();
+  return r;
+}
+
+TEST(ParallelScanTest, APipeIsReadOnceAndItsBytesCounted) {
+  TempDir dir;
+  const auto payloads = testing::RandomPayloads(3000, 500, 7);
+  testing::WriteRecords(dir.File("f"), payloads);
+  const std::string plain = testing::ReadFileBytes(dir.File("f"));
+  ScanResult r = ScanThroughAPipe(plain, {});
+  EXPECT_EQ(r.records, payloads.size());
+  EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(r.file_bytes, plain.size());
+  EXPECT_EQ(r.stream_bytes, plain.size());
+  // Compressed: the compressed bytes (a pipe's codec is named, not
+  // detected: its first bytes cannot be read twice).
+  TFRecordWriter writer(dir.File("f.zst"), {.compression = Compression::kZstd});
+  for (const auto& p : payloads) writer.Write(p);
+  writer.Close();
+  const std::string zstd = testing::ReadFileBytes(dir.File("f.zst"));
+  r = ScanThroughAPipe(zstd, {.compression = Compression::kZstd});
+  EXPECT_EQ(r.records, payloads.size());
+  EXPECT_EQ(r.file_bytes, zstd.size());
+  EXPECT_EQ(r.stream_bytes, plain.size());
+  // A regular file read on several threads reports its size too.
+  EXPECT_EQ(Parallel(dir.File("f"), 4).file_bytes, plain.size());
 }
 
 }  // namespace

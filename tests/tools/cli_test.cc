@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "recflow_runner.h"
+#include "records/example_builder.h"
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
@@ -584,6 +585,54 @@ TEST(CliTest, FailedReshardLeavesNoShards) {
                                     dir.File("bad.tfrecord"));
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(std::filesystem::is_empty(dir.File("out")));
+}
+
+TEST(CliTest, PipesAreReadWhereOneReadDoesAndRefusedElsewhere) {
+  TempDir dir;
+  std::vector<std::string> examples;
+  for (const char* word : {"abc", "de", "fgh"}) {
+    records::ExampleBuilder b;
+    b.AddBytes("word", word);
+    examples.emplace_back(b.Serialize());
+  }
+  testing::WriteRecords(dir.File("f.tfrecord"), examples);
+  const std::string file = dir.File("f.tfrecord");
+  // Reading once, in order: count, verify and cat take a pipe, and count
+  // gives the bytes it read (a pipe has no size to look up).
+  for (const std::string command : {"count --json", "verify", "cat"}) {
+    const std::string out = dir.File(".piped");
+    const std::string cmd = "cat " + file + " | " + RECFLOW_BINARY + " " +
+                            command + " /dev/stdin > " + out + " 2>&1";
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << command << ": " << testing::ReadFileBytes(out);
+    const std::string printed = testing::ReadFileBytes(out);
+    if (command == "count --json") {
+      const auto j = nlohmann::json::parse(printed);
+      EXPECT_EQ(j["records"], 3);
+      EXPECT_EQ(j["bytes"], std::filesystem::file_size(file));
+    } else {
+      EXPECT_NE(printed.find(command == "verify" ? "3 records" : "\"fgh\""),
+                std::string::npos)
+          << command << ": " << printed;
+    }
+  }
+  // Reading twice, at offsets or on every epoch: refused up front, exit 2,
+  // nothing written.  (Recflow() gives the command /dev/null as stdin: a
+  // device, as a pipe is not a regular file.)
+  std::filesystem::create_directory(dir.File("out"));
+  for (const std::string& command : std::vector<std::string>{
+           "index -o " + dir.File("out/x.idx"),
+           "reshard --shards 2 -o " + dir.File("out/s"),
+           "convert jsonl -o " + dir.File("out/c"), "bench --repeat 2"}) {
+    const Result r = Recflow(dir, command + " /dev/stdin");
+    EXPECT_EQ(r.code, 2) << command << ": " << r.err;
+    EXPECT_NE(r.err.find("/dev/stdin: not a regular file (a pipe, socket or "
+                         "device): "),
+              std::string::npos)
+        << command << ": " << r.err;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.File("out"))) << command;
+  }
 }
 
 TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
