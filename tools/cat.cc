@@ -5,8 +5,10 @@
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <cerrno>
 #include <memory>
 
+#include "records/errors.h"
 #include "records/example.pb.h"
 #include "records/example_parser.h"
 #include "records/tfrecord_reader.h"
@@ -61,7 +63,11 @@ int RunCat(const CatOptions& o) {
         out.insert(0,
                    fmt::format("# {} record {}\n", path, reader.last_index()));
       }
-      fwrite(out.data(), 1, out.size(), stdout);
+      // A full disk or closed reader stops the copy at once (not after
+      // reading every file for nothing).
+      if (fwrite(out.data(), 1, out.size(), stdout) != out.size()) {
+        throw records::IoError("standard output", "cannot write", errno);
+      }
       ++printed;
     }
   }

@@ -5,7 +5,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <optional>
 #include <string>
@@ -37,9 +39,8 @@ std::optional<std::string> UnknownOption(const CLI::App& sub, int argc,
   }
   return std::nullopt;
 }
-}  // namespace
 
-int main(int argc, char** argv) {
+int Run(int argc, char** argv) {
   using namespace recflow::tools;
   recflow::pipeline::TuneAllocatorForBatches();
   CLI::App app{
@@ -140,4 +141,22 @@ int main(int argc, char** argv) {
     return ExitCodeFor(e);
   }
   return kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rc = Run(argc, argv);
+  // What is still buffered: output lost to a full disk or a closed file
+  // is an I/O error, not a success (as coreutils' close_stdout).  A
+  // command that failed has said why already.
+  errno = 0;
+  if ((fflush(stdout) != 0 || ferror(stdout)) &&
+      rc == recflow::tools::kExitOk) {
+    const int e = errno;
+    fmt::print(stderr, "recflow: standard output: cannot write: {}\n",
+               e != 0 ? std::strerror(e) : "an earlier write failed");
+    return recflow::tools::kExitUsage;
+  }
+  return rc;
 }

@@ -635,6 +635,34 @@ TEST(CliTest, PipesAreReadWhereOneReadDoesAndRefusedElsewhere) {
   }
 }
 
+TEST(CliTest, OutputLostToAFullDiskIsAnError) {
+  // stdout on /dev/full: what cat printed (and what any command left in
+  // stdout's buffer at exit) was lost while the exit code said success.
+  TempDir dir;
+  std::vector<std::string> examples;
+  for (int i = 0; i < 2000; ++i) {
+    records::ExampleBuilder b;
+    b.AddInt64("i", i);
+    examples.emplace_back(b.Serialize());
+  }
+  testing::WriteRecords(dir.File("f.tfrecord"), examples);
+  for (const std::string& args : std::vector<std::string>{
+           "cat " + dir.File("f.tfrecord"),
+           "count --json " + dir.File("f.tfrecord"),
+           "inspect " + dir.File("f.tfrecord"), "--help"}) {
+    const std::string err = dir.File(".err");
+    const int status = std::system(
+        (std::string(RECFLOW_BINARY) + " " + args + " > /dev/full 2> " + err)
+            .c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << args;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << args;
+    EXPECT_EQ(testing::ReadFileBytes(err),
+              "recflow: standard output: cannot write: No space left on "
+              "device\n")
+        << args;
+  }
+}
+
 TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
   TempDir dir;
   testing::WriteRecords(dir.File("f.tfrecord"), {"abc", "de"});
