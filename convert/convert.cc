@@ -88,6 +88,9 @@ class ChunkQueue {
 
 ConvertSummary Convert(const ConvertJob& job) {
   const auto start = std::chrono::steady_clock::now();
+  if (const auto problem = ShardPrefixProblem(job.output, job.shards)) {
+    throw ConvertError("output " + *problem, /*row_level=*/false);
+  }
   std::unique_ptr<ExampleSource> source = OpenSource(job.format, job.inputs);
 
   // Writers: all shards open at once, each finished under its temporary

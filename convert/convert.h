@@ -115,6 +115,12 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
 // PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
 std::string ShardName(const std::string& prefix, uint64_t shard,
                       uint64_t shards, std::string_view suffix);
+// What is wrong with `prefix` as the shards' prefix, or none: an empty one,
+// or one ending in '/' (a folder), would name the shards "-00000-of-...",
+// which a shell takes for an option.  Worded to follow the option's name
+// ("--output is empty: ...").
+std::optional<std::string> ShardPrefixProblem(const std::string& prefix,
+                                              uint64_t shards);
 
 struct ShardResult {
   std::string path;

@@ -129,4 +129,18 @@ std::string ShardName(const std::string& prefix, uint64_t shard,
                      suffix);
 }
 
+std::optional<std::string> ShardPrefixProblem(const std::string& prefix,
+                                              uint64_t shards) {
+  if (prefix.empty()) {
+    return fmt::format("is empty: give a prefix (NAME writes {})",
+                       ShardName("NAME", 0, shards, ""));
+  }
+  if (prefix.back() == '/') {
+    return fmt::format(
+        "'{}' ends in a folder: name the shards too ({}NAME writes {})", prefix,
+        prefix, ShardName(prefix + "NAME", 0, shards, ""));
+  }
+  return std::nullopt;
+}
+
 }  // namespace recflow::convert

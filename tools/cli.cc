@@ -29,10 +29,14 @@ void CheckEachFileOnce(const std::vector<std::string>& files,
   }
 }
 
-records::WriterOptions ShardWriterOptions(uint64_t shards,
+records::WriterOptions ShardWriterOptions(const std::string& prefix,
+                                          uint64_t shards,
                                           const std::string& compression,
                                           bool index, int level) {
   if (shards == 0) throw UsageError("--shards must be at least 1");
+  if (const auto problem = convert::ShardPrefixProblem(prefix, shards)) {
+    throw UsageError("--output " + *problem);
+  }
   const auto c = records::ParseCompression(compression);
   if (!c) {
     throw UsageError(fmt::format(

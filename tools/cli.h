@@ -70,10 +70,12 @@ const CLI::Validator& Fraction();     // in [0, 1)
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  `level` 0 is the codec's default; otherwise gzip and zlib
 // take 1-9 (as gzip's CLI) and zstd 1-19 (as zstd's without --ultra).
-// Throws UsageError for zero shards, an unknown compression, a level out of
-// range or with none, or --index with a compression that cannot be indexed
-// (zlib, gzip).
-records::WriterOptions ShardWriterOptions(uint64_t shards,
+// Throws UsageError for an --output prefix that names no shard
+// (convert::ShardPrefixProblem), zero shards, an unknown compression, a
+// level out of range or with none, or --index with a compression that
+// cannot be indexed (zlib, gzip).
+records::WriterOptions ShardWriterOptions(const std::string& prefix,
+                                          uint64_t shards,
                                           const std::string& compression,
                                           bool index, int level);
 

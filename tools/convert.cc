@@ -107,7 +107,7 @@ int RunConvert(const ConvertOptions& o) {
   // ZSTD frames are compressed on the cores the writer threads leave
   // (ConvertJob::compression_threads).
   const records::WriterOptions writer =
-      ShardWriterOptions(o.shards, o.compression, o.index, o.level);
+      ShardWriterOptions(o.output, o.shards, o.compression, o.index, o.level);
   std::optional<records::FeatureSpec> spec;
   if (!o.spec.empty()) spec = records::FeatureSpec::FromFile(o.spec);
   ConvertJob job;

@@ -103,7 +103,7 @@ int RunReshard(const ReshardOptions& o) {
   CheckEachFileOnce(files, "reshard would copy its records twice");
   // One shard is written at a time: its ZSTD frames use every core.
   records::WriterOptions wo =
-      ShardWriterOptions(o.shards, o.compression, o.index, o.level);
+      ShardWriterOptions(o.output, o.shards, o.compression, o.index, o.level);
   wo.compression_threads =
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto start = std::chrono::steady_clock::now();

@@ -179,6 +179,29 @@ TEST(ConvertJobTest, UnknownFormatsAndMissingInputsAreConvertErrors) {
   EXPECT_EQ(ShardName("p", 3, 8, ".zst"), "p-00003-of-00008.tfrecord.zst");
 }
 
+TEST(ConvertJobTest, APrefixThatNamesNoShardIsRefused) {
+  // "out/" or "" named the shards "out/-00000-of-00002.tfrecord": a name a
+  // shell takes for an option.
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(4));
+  ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = {dir.File("in.csv")};
+  job.shards = 2;
+  job.output = dir.File("out") + "/";
+  EXPECT_EQ(testing::ConvertErrorOf([&] { Convert(job); }),
+            "output '" + job.output +
+                "' ends in a folder: name the shards too (" + job.output +
+                "NAME writes " + job.output + "NAME-00000-of-00002.tfrecord)");
+  job.output = "";
+  EXPECT_EQ(testing::ConvertErrorOf([&] { Convert(job); }),
+            "output is empty: give a prefix (NAME writes "
+            "NAME-00000-of-00002.tfrecord)");
+  EXPECT_EQ(dir.List(), std::vector<std::string>{"in.csv"});
+  job.output = dir.File("out/part");
+  EXPECT_EQ(Convert(job).records, 4u);
+}
+
 TEST(ConvertJobTest, APipeIsRefusedBeforeAnyShardIsWritten) {
   // CSV and JSON Lines are read twice (inference, then conversion): from a
   // pipe the second read got nothing, and "converted 0 records" was a

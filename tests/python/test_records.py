@@ -225,6 +225,16 @@ def test_convert_bad_row_names_file_and_line(tmp_path):
     assert s["records"] == 1 and s["skipped"] == 1
 
 
+def test_convert_refuses_a_prefix_that_names_no_shard(tmp_path):
+    csv = tmp_path / "in.csv"
+    csv.write_text("a\n1\n")
+    with pytest.raises(ValueError, match="ends in a folder: name the shards"):
+        recflow.convert("csv", str(csv), str(tmp_path) + "/")
+    with pytest.raises(ValueError, match="output is empty"):
+        recflow.convert("csv", str(csv), "")
+    assert os.listdir(tmp_path) == ["in.csv"]
+
+
 def test_a_pipe_is_read_where_one_pass_does_and_refused_elsewhere(tmp_path):
     data = open(MNIST, "rb").read()
 

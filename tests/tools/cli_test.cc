@@ -663,6 +663,28 @@ TEST(CliTest, OutputLostToAFullDiskIsAnError) {
   }
 }
 
+TEST(CliTest, AnOutputPrefixThatNamesNoShardIsAUsageError) {
+  TempDir dir;
+  testing::WriteRecords(dir.File("f.tfrecord"), {"a", "b"});
+  testing::WriteFileBytes(dir.File("in.csv"), "x\n1\n");
+  std::filesystem::create_directory(dir.File("out"));
+  for (const std::string& command :
+       std::vector<std::string>{"reshard --shards 2 " + dir.File("f.tfrecord"),
+                                "convert csv " + dir.File("in.csv")}) {
+    Result r = Recflow(dir, command + " -o " + dir.File("out/"));
+    EXPECT_EQ(r.code, 2) << command;
+    EXPECT_NE(r.err.find("--output '" + dir.File("out/") +
+                         "' ends in a folder: name the shards too"),
+              std::string::npos)
+        << r.err;
+    r = Recflow(dir, command + " -o ''");
+    EXPECT_EQ(r.code, 2) << command;
+    EXPECT_NE(r.err.find("--output is empty: give a prefix"), std::string::npos)
+        << r.err;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.File("out"))) << command;
+  }
+}
+
 TEST(CliTest, IndexWritesDaliIndexBesideTheFile) {
   TempDir dir;
   testing::WriteRecords(dir.File("f.tfrecord"), {"abc", "de"});
