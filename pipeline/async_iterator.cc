@@ -1,5 +1,6 @@
 #include "pipeline/async_iterator.h"
 
+#include <algorithm>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -12,7 +13,8 @@ AsyncIterator::AsyncIterator(IteratorContext* ctx,
     : ctx_(ctx),
       input_(std::move(input)),
       counter_(counter),
-      config_(std::move(config)) {
+      config_(std::move(config)),
+      limit_(config_.autotune ? 1 : config_.max_elements) {
   wake_up_id_ = ctx_->AddWakeUp([this] {
     std::lock_guard<std::mutex> lock(mu_);
     consumer_cv_.notify_all();
@@ -57,7 +59,7 @@ void AsyncIterator::Start() {
 }
 
 bool AsyncIterator::HasRoom() const {
-  if (slots_.size() >= config_.max_elements) return false;
+  if (slots_.size() >= limit_) return false;
   return config_.max_bytes == 0 || slots_.empty() || bytes_ < config_.max_bytes;
 }
 
@@ -104,6 +106,7 @@ void AsyncIterator::DriverLoop() {
     Slot* raw = slot.get();
     bytes_ += raw->bytes;
     slots_.push_back(std::move(slot));
+    if (slots_.size() >= limit_) filled_ = true;
     counter_->buffered.store(static_cast<int64_t>(slots_.size()),
                              std::memory_order_relaxed);
     if (!raw->ready) {
@@ -157,6 +160,11 @@ bool AsyncIterator::GetNext(Element* out) {
   if (!started_) Start();
   auto it = Takeable();
   if (it == slots_.end()) {
+    if (config_.autotune && filled_ && limit_ < config_.max_elements) {
+      limit_ = std::min(limit_ * 2, config_.max_elements);
+      filled_ = false;
+      driver_cv_.notify_all();
+    }
     WaitScope wait(counter_);
     consumer_cv_.wait(lock, [&] {
       it = Takeable();
@@ -229,6 +237,8 @@ void AsyncIterator::Restore(StateReader* r) {
   }
   slots_.clear();
   bytes_ = 0;
+  // An autotuned buffer resumes as deep as it was (at least).
+  limit_ = std::max<size_t>(limit_, static_cast<size_t>(n));
   for (uint64_t i = 0; i < n; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->ready = true;

@@ -42,6 +42,13 @@ class AsyncIterator final : public IteratorBase {
     std::string stage;  // the name in states
     size_t max_elements = 1;
     uint64_t max_bytes = 0;
+    // Autotuned buffer (Prefetch(kAutotune)): the limit starts at one
+    // element and doubles, up to max_elements, each time the consumer
+    // finds the buffer empty after the driver had filled it to the limit:
+    // the producer is bursty and a deeper buffer would have hidden the
+    // burst (tf.data's PrefetchAutotuner).  A steady producer slower than
+    // the consumer never fills it, so it stays small.
+    bool autotune = false;
     MapFn fn;  // null: prefetch only
     int parallel_calls = 1;
     bool deterministic = true;
@@ -86,6 +93,11 @@ class AsyncIterator final : public IteratorBase {
   std::unique_ptr<IteratorBase> input_;
   StageCounter* counter_;
   const Config config_;
+  // Guarded by mu_: the buffer's current limit (config_.max_elements
+  // unless autotuned), and whether the buffer reached it since it last
+  // grew.
+  size_t limit_;
+  bool filled_ = false;
   uint64_t wake_up_id_;
   // Set before the driver starts (DeliverIn); read-only after.
   std::shared_ptr<Allocator> output_memory_;

@@ -340,7 +340,11 @@ Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
                                     block_length, std::move(name)));
 }
 Dataset Dataset::Prefetch(int64_t buffer_size, uint64_t max_bytes) const {
-  CheckPositive(buffer_size, "Prefetch: buffer_size");
+  if (buffer_size <= 0 && buffer_size != kAutotune) {
+    throw Error(fmt::format(
+        "Prefetch: buffer_size must be positive, or -1 to autotune it, not {}",
+        buffer_size));
+  }
   return Dataset(stages::Prefetch(base_, buffer_size, max_bytes));
 }
 Dataset Dataset::Cache(std::string filename) const {

@@ -42,7 +42,13 @@
 namespace recflow::pipeline {
 
 // num_parallel_calls: use as many threads as the iterator's arena has.
+// Prefetch's buffer_size: a buffer that starts at one element and deepens
+// while the consumer runs it dry after bursts (AsyncIterator::Config::
+// autotune), up to kAutotunePrefetchElements elements and max_bytes
+// (kAutotunePrefetchBytes when 0).
 inline constexpr int kAutotune = -1;
+inline constexpr int64_t kAutotunePrefetchElements = 64;
+inline constexpr uint64_t kAutotunePrefetchBytes = uint64_t{256} << 20;
 
 struct TFRecordOptions {
   // std::nullopt: detected per file (records::DetectCompression).
@@ -205,7 +211,7 @@ class Dataset {
                      std::string name = "interleave") const;
   // Runs the pipeline up to here on its own thread, at most `buffer_size`
   // elements (and `max_bytes` bytes, 0: no byte limit beyond one element)
-  // ahead.
+  // ahead; kAutotune: a buffer that tunes its depth (see kAutotune).
   Dataset Prefetch(int64_t buffer_size, uint64_t max_bytes = 0) const;
   // Keeps the first complete pass in memory (filename empty) or in a file
   // (TFRecord framing; written atomically when the pass completes, then

@@ -140,8 +140,14 @@ class PrefetchDataset final : public UnaryDataset {
       IteratorContext* ctx, uint64_t salt) const override {
     AsyncIterator::Config config;
     config.stage = "prefetch";
-    config.max_elements = static_cast<size_t>(buffer_size_);
-    config.max_bytes = max_bytes_;
+    if (buffer_size_ == kAutotune) {
+      config.autotune = true;
+      config.max_elements = static_cast<size_t>(kAutotunePrefetchElements);
+      config.max_bytes = max_bytes_ != 0 ? max_bytes_ : kAutotunePrefetchBytes;
+    } else {
+      config.max_elements = static_cast<size_t>(buffer_size_);
+      config.max_bytes = max_bytes_;
+    }
     return std::make_unique<AsyncIterator>(ctx, input_->MakeIterator(ctx, salt),
                                            ctx->Counter(this, StageName()),
                                            std::move(config));

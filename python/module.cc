@@ -1217,7 +1217,12 @@ only on the inputs and seeds, never on the thread count.
             return Wrap(d.dataset.Prefetch(buffer_size, max_bytes));
           },
           "buffer_size"_a, "max_bytes"_a = 0,
-          "Runs the pipeline ahead on a thread of its own.")
+          "Runs the pipeline ahead on a thread of its own, at most "
+          "buffer_size elements (and max_bytes, 0: no byte bound) ahead. "
+          "buffer_size=recflow.AUTOTUNE (-1), as tf.data.AUTOTUNE: the "
+          "depth starts at one element and doubles while the consumer "
+          "runs the buffer dry after bursts, up to 64 elements and "
+          "max_bytes (256 MiB when 0).")
       .def(
           "cache",
           [](const PyDataset& d, std::string filename) {

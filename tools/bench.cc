@@ -231,7 +231,7 @@ pipeline::Dataset BuildPipeline(const BenchOptions& o,
     p.num_parallel_calls = o.map_threads;
     ds = ds->Parse(records::FeatureSpec::FromFile(o.spec), p);
   }
-  if (o.prefetch > 0) ds = ds->Prefetch(o.prefetch);
+  if (o.prefetch != 0) ds = ds->Prefetch(o.prefetch);
   return *ds;
 }
 
@@ -610,8 +610,9 @@ Runner AddBenchCommand(CLI::App& app) {
   app.add_option("--repeat", o->repeat, "epochs (-1: forever, with --duration)")
       ->capture_default_str();
   app.add_option("--prefetch", o->prefetch,
-                 "elements prefetched on a thread of their own (0: none)")
-      ->check(NonNegative());
+                 "elements prefetched on a thread of their own (0: none; "
+                 "-1: a depth tuned as it runs, as tf.data.AUTOTUNE)")
+      ->check(AutotuneOrNonNegative());
   app.add_option("--threads", o->threads,
                  "threads of the task arena (0: one per core); a list such "
                  "as 1,2,4,8,16 runs the pipeline at each count and prints "

@@ -149,6 +149,13 @@ const CLI::Validator& NonNegative() {
   return check;
 }
 
+const CLI::Validator& AutotuneOrNonNegative() {
+  static const CLI::Validator check = NumberCheck(
+      [](double v) { return v >= -1 && v == static_cast<int64_t>(v); },
+      "-1 (autotune), 0 or more");
+  return check;
+}
+
 const CLI::Validator& Fraction() {
   static const CLI::Validator check = NumberCheck(
       [](double v) { return v >= 0 && v < 1; }, "a fraction in [0, 1)");

@@ -63,9 +63,10 @@ Runner AddSummaryCommand(CLI::App& app);
 // CLI11 checks for counts and fractions, with a message that says what is
 // wanted ("--batch: expected a positive number, not 0") rather than CLI11's
 // ranges of doubles.
-const CLI::Validator& Positive();     // > 0
-const CLI::Validator& NonNegative();  // >= 0
-const CLI::Validator& Fraction();     // in [0, 1)
+const CLI::Validator& Positive();               // > 0
+const CLI::Validator& NonNegative();            // >= 0
+const CLI::Validator& AutotuneOrNonNegative();  // -1 (autotune) or >= 0
+const CLI::Validator& Fraction();               // in [0, 1)
 
 // Writer options for commands that write shards (reshard, convert), from
 // their flags.  `level` 0 is the codec's default; otherwise gzip and zlib

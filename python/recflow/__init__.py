@@ -38,8 +38,12 @@ from recflow._recflow import (
 
 __version__ = "0.1.0"
 
+# tf.data.AUTOTUNE: for map's num_parallel_calls (every thread of the
+# iterator) and prefetch's buffer_size (a depth tuned while it runs).
+AUTOTUNE = -1
+
 __all__ = [
-    "Array", "Dataset", "Example", "FeatureSpec", "FixedLenFeature",
+    "AUTOTUNE", "Array", "Dataset", "Example", "FeatureSpec", "FixedLenFeature",
     "Iterator", "Ragged", "RecordError", "TFRecordIterator",
     "TFRecordWriter", "VarLenFeature", "convert", "count", "index", "maps",
     "tfrecord_iterator", "verify",

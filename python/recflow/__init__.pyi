@@ -16,6 +16,7 @@ _Element = Dict[str, _Value]
 _Spec = Union["FeatureSpec", Mapping[str, Any], str, os.PathLike]
 
 __version__: str
+AUTOTUNE: int
 
 class Array(np.ndarray):
     def __dlpack__(self, stream: None = ...) -> Any: ...

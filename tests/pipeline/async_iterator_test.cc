@@ -51,6 +51,60 @@ TEST(AsyncIteratorTest, ReadsAheadNoFurtherThanItsBound) {
   EXPECT_EQ(n, 1000);
 }
 
+// How deep an autotuned prefetch buffer has grown after `n` elements of a
+// producer that takes `slow` to make every `period`th element (the others
+// at once), taken by a consumer as fast as it can: the consumer then
+// stops, and what the driver pulls ahead is the buffer's limit.
+int64_t AutotunedDepth(int64_t n, int64_t period,
+                       std::chrono::milliseconds slow) {
+  std::atomic<int64_t> pulled{0};
+  DatasetPtr bursty = stages::Generator(
+      [&]() -> std::function<std::optional<Element>()> {
+        return [&, i = int64_t{0}]() mutable -> std::optional<Element> {
+          if (i % period == 0) std::this_thread::sleep_for(slow);
+          pulled.fetch_add(1);
+          return testing::Int(i++);
+        };
+      },
+      "bursty");
+  IteratorContext ctx(IteratorOptions{.threads = 2});
+  AsyncIterator::Config config;
+  config.stage = "prefetch";
+  config.max_elements = 64;
+  config.autotune = true;
+  AsyncIterator it(&ctx, bursty->MakeIterator(&ctx, 0),
+                   ctx.Counter(&config, "prefetch"), config);
+  Element e;
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(it.GetNext(&e));
+    EXPECT_EQ(e["value"].scalar<int64_t>(), i);
+  }
+  // The driver fills the buffer to its limit, and stops there.
+  int64_t before = -1;
+  for (int i = 0; i < 200 && pulled.load() != before; ++i) {
+    before = pulled.load();
+    std::this_thread::sleep_for(slow * 3);
+  }
+  return pulled.load() - n;
+}
+
+TEST(AsyncIteratorTest, AnAutotunedBufferDeepensForABurstyProducerOnly) {
+  // Bursts of 16 elements every 20 ms: each time the consumer runs dry
+  // after a burst filled the buffer, it doubles; it stops once a burst no
+  // longer fills it (32 here, as a burst outruns the consumer's wake-up),
+  // short of the cap.
+  const int64_t bursty =
+      AutotunedDepth(16 * 12, 16, std::chrono::milliseconds(20));
+  EXPECT_GE(bursty, 8);
+  EXPECT_LE(bursty, 64);
+  // A steady producer slower than the consumer never gets ahead: one
+  // element buffered, two after the first wait (slack for a loaded
+  // machine's scheduling).
+  const int64_t steady = AutotunedDepth(40, 1, std::chrono::milliseconds(5));
+  EXPECT_LE(steady, 8);
+  EXPECT_LT(steady, bursty);
+}
+
 // An input of Int(0..n) that says whether it delivers in the memory it
 // is asked for (DeliverIn) without ever copying: whatever copies into the
 // memory is the prefetch's own driver.

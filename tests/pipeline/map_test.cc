@@ -43,6 +43,12 @@ TEST(MapTest, NondeterministicMapDeliversEveryResultOnce) {
 TEST(MapTest, PrefetchDeliversTheSameStream) {
   auto ds = Dataset::Range(0, 1000).Shuffle(64, 3).Batch(7);
   EXPECT_EQ(Ints(Collect(ds.Prefetch(3))), Ints(Collect(ds)));
+  EXPECT_EQ(Ints(Collect(ds.Prefetch(kAutotune))), Ints(Collect(ds)));
+  EXPECT_EQ(Ints(Collect(ds.Prefetch(kAutotune, /*max_bytes=*/1))),
+            Ints(Collect(ds)));
+  // Other negative sizes are mistakes, as tf.data's.
+  EXPECT_THROW(ds.Prefetch(-2), Error);
+  EXPECT_THROW(ds.Prefetch(0), Error);
 }
 
 }  // namespace

@@ -91,6 +91,9 @@ TEST(StateTest, ParallelMapAndPrefetchAcrossThreadCounts) {
   ExpectResumable(ds, {0, 1, 3, 24, 25, 26, 49}, /*threads=*/4,
                   /*restore_threads=*/1);
   ExpectResumable(ds, {2, 30}, /*threads=*/1, /*restore_threads=*/8);
+  // An autotuned prefetch resumes with what it had buffered.
+  ExpectResumable(Dataset::Range(0, 300).Batch(4).Prefetch(kAutotune),
+                  {0, 1, 5, 40, 74}, /*threads=*/2, /*restore_threads=*/1);
 }
 
 // An autotuned map runs its calls in the arena at 4 threads and on the

@@ -488,3 +488,22 @@ def test_csv_padded_batch_take_shard_cache_and_rename(tmp_path):
     first = [int(r["key"]) for r in cached]
     csv.write_text("id,score,name\n9,0,q\n")
     assert [int(r["key"]) for r in cached] == first == [1, 2, 3, 4]
+
+
+def test_autotune_as_tf_data():
+    # tf.data.AUTOTUNE's spelling and value, for map and prefetch.
+    assert recflow.AUTOTUNE == -1
+    ds = recflow.Dataset.range(500).batch(7)
+    want = [b["value"].tolist() for b in ds]
+    tuned = (ds.map(lambda b: b, num_parallel_calls=recflow.AUTOTUNE)
+             .prefetch(recflow.AUTOTUNE))
+    assert [b["value"].tolist() for b in tuned] == want
+    it = tuned.iterator(threads=2)
+    for _ in range(20):
+        next(it)
+    rest = recflow.Dataset.range(500).batch(7).map(
+        lambda b: b, num_parallel_calls=recflow.AUTOTUNE).prefetch(
+            recflow.AUTOTUNE).restore(it.save())
+    assert [b["value"].tolist() for b in rest] == want[20:]
+    with pytest.raises(ValueError, match="positive, or -1 to autotune"):
+        ds.prefetch(0)

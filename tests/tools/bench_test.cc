@@ -86,6 +86,15 @@ TEST_F(BenchTest, OrderDigestIsTheSameWhateverTheThreadCount) {
     if (digest.empty()) digest = j["order_digest"];
     EXPECT_EQ(j["order_digest"], digest) << threads << " threads";
   }
+  // An autotuned prefetch delivers the same order.
+  const Result autotuned =
+      Recflow(dir_, "bench " + dir_.path().string() + " --spec " +
+                        dir_.File("spec.json") +
+                        " --parallel-reads 2 --shuffle 100 --seed 3 --repeat 2"
+                        " --batch 32 --map-threads -1 --prefetch -1 --json");
+  ASSERT_EQ(autotuned.code, 0) << autotuned.err;
+  EXPECT_EQ(autotuned.Json()["order_digest"], digest);
+  EXPECT_NE(autotuned.out.find(".Prefetch()"), std::string::npos);
   // Another seed, another order.
   const Result other =
       Recflow(dir_, "bench " + dir_.path().string() + " --spec " +

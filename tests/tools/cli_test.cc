@@ -261,7 +261,7 @@ TEST(CliTest, OutOfRangeNumbersAreRefusedByName) {
       {"bench " + a + " --shuffle -1",
        "--shuffle: expected a positive number, not -1"},
       {"bench " + a + " --prefetch -2",
-       "--prefetch: expected zero or more, not -2"},
+       "--prefetch: expected -1 (autotune), 0 or more, not -2"},
       {"bench " + a + " --duration 0",
        "--duration: expected a positive number, not 0"},
       {"bench " + a + " --repeat 0",
