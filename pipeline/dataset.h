@@ -56,7 +56,12 @@ struct TFRecordOptions {
   // Files read at once; their records are interleaved in a fixed
   // round-robin order (tf.data's num_parallel_reads: an interleave with
   // cycle_length = num_parallel_reads), block_length records from each file
-  // in turn (tf.data's interleave block_length).
+  // in turn (tf.data's interleave block_length).  kAutotune: one file per
+  // core of this machine, at most one per file (tf.data's AUTOTUNE cycle
+  // length), fixed when the dataset is made; the order then depends on
+  // the machine's core count (not on the iterator's threads), as
+  // tf.data's does: give a number for an order that is the same
+  // everywhere.
   int num_parallel_reads = 1;
   int block_length = 1;
   // false (tf.data's deterministic=false): when the file whose turn it is

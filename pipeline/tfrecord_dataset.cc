@@ -10,7 +10,9 @@
 // same things and name damage with the same words.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "pipeline/io.h"
 #include "pipeline/stages.h"
@@ -218,10 +220,14 @@ class TFRecordDataset final : public DatasetBase {
   TFRecordDataset(std::vector<std::string> files, TFRecordOptions options)
       : files_(std::move(files)), options_(std::move(options)) {
     if (files_.empty()) throw Error("FromTFRecords: no files given");
+    if (options_.num_parallel_reads == kAutotune) {
+      options_.num_parallel_reads = static_cast<int>(std::min<size_t>(
+          files_.size(), std::max(1u, std::thread::hardware_concurrency())));
+    }
     if (options_.num_parallel_reads < 1) {
       throw Error(
           fmt::format("FromTFRecords: num_parallel_reads must be at "
-                      "least 1, not {}",
+                      "least 1, or -1 for one file per core, not {}",
                       options_.num_parallel_reads));
     }
     if (options_.block_length < 1) {

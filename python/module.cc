@@ -999,7 +999,9 @@ only on the inputs and seeds, never on the thread count.
           "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
           "block_length"_a = 1, "deterministic"_a = true,
           "TFRecord files (paths, globs, directories): elements "
-          "{'record': bytes}. compression: None detects it per file.")
+          "{'record': bytes}. compression: None detects it per file. "
+          "num_parallel_reads: files read at once, interleaved; "
+          "recflow.AUTOTUNE (-1): one per core, at most one per file.")
       .def_static(
           "from_tensor_slices",
           [](py::dict arrays) {

@@ -517,10 +517,12 @@ int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
 int RunBench(const BenchOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
   const std::vector<int> counts = ThreadCounts(o.threads);
-  if (o.map_threads == 0 || o.parallel_reads < 1 || o.block_length < 1) {
+  if (o.map_threads == 0 || o.parallel_reads == 0 || o.parallel_reads < -1 ||
+      o.block_length < 1) {
     throw UsageError(
         "--map-threads, --parallel-reads, --block-length and --threads must be "
-        "positive (--map-threads -1: one per arena thread)");
+        "positive (--map-threads -1: one per arena thread; --parallel-reads "
+        "-1: one file per core)");
   }
   // 0 epochs measure nothing; -1 without --duration never ends.
   if (o.repeat == 0 || o.repeat < -1) {
@@ -584,7 +586,8 @@ Runner AddBenchCommand(CLI::App& app) {
                  "FeatureSpec JSON: parse the records (after --batch, one "
                  "vectorised call per batch); without it, records only");
   app.add_option("--parallel-reads", o->parallel_reads,
-                 "files read at once, interleaved record by record")
+                 "files read at once, interleaved record by record (-1: one "
+                 "per core, at most one per file, as tf.data.AUTOTUNE)")
       ->capture_default_str();
   app.add_option("--block-length", o->block_length,
                  "records taken from each of those files in turn")

@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "pipeline/dataset.h"
 #include "pipeline/io.h"
@@ -88,6 +89,27 @@ TEST_F(TFRecordDatasetTest, FileSourcesRefuseAPipeWhenMade) {
   EXPECT_EQ(message([&] { Dataset::FromCsv({fifo}); }), expected);
   // A character device too (what /dev/stdin is with nothing redirected).
   EXPECT_THROW(Dataset::FromTFRecords({"/dev/null"}), records::IoError);
+}
+
+TEST_F(TFRecordDatasetTest, AutotunedParallelReadsAreOneFilePerCore) {
+  // tf.data.AUTOTUNE's cycle length: the machine's cores, here at most the
+  // three files; fixed when the dataset is made, so the iterator's threads
+  // do not change the order.
+  TFRecordOptions o;
+  o.num_parallel_reads = kAutotune;
+  const Dataset tuned = Dataset::FromTFRecords(files_, o);
+  const int n = static_cast<int>(
+      std::min(3u, std::max(1u, std::thread::hardware_concurrency())));
+  EXPECT_NE(tuned.Describe().find(fmt::format("parallel_reads={},", n)),
+            std::string::npos)
+      << tuned.Describe();
+  o.num_parallel_reads = n;
+  const auto want = Records(Collect(Dataset::FromTFRecords(files_, o)));
+  for (int threads : {1, 4}) {
+    EXPECT_EQ(Records(Collect(tuned, {.threads = threads})), want) << threads;
+  }
+  o.num_parallel_reads = -2;
+  EXPECT_THROW(Dataset::FromTFRecords(files_, o), Error);
 }
 
 TEST_F(TFRecordDatasetTest, ParallelReadsInterleaveRecordByRecord) {

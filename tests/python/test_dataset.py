@@ -507,3 +507,7 @@ def test_autotune_as_tf_data():
     assert [b["value"].tolist() for b in rest] == want[20:]
     with pytest.raises(ValueError, match="positive, or -1 to autotune"):
         ds.prefetch(0)
+    # TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)
+    tuned = recflow.Dataset.from_tfrecords(
+        [str(MNIST), str(MNIST)], num_parallel_reads=recflow.AUTOTUNE)
+    assert sum(1 for _ in tuned) == 2000
