@@ -3,12 +3,13 @@
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 
+#include <algorithm>
 #include <random>
+#include <thread>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
 #endif
-#include <thread>
 
 #include "pipeline/block_arena.h"
 #include "pipeline/stages.h"
@@ -334,7 +335,15 @@ Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
 }
 Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
                             int64_t block_length, std::string name) const {
-  CheckPositive(cycle_length, "Interleave: cycle_length");
+  if (cycle_length == kAutotune) {
+    cycle_length = std::max(1u, std::thread::hardware_concurrency());
+  }
+  if (cycle_length <= 0) {
+    throw Error(fmt::format(
+        "Interleave: cycle_length must be positive, or -1 for one input per "
+        "core, not {}",
+        cycle_length));
+  }
   CheckPositive(block_length, "Interleave: block_length");
   return Dataset(stages::Interleave(base_, std::move(fn), cycle_length,
                                     block_length, std::move(name)));

@@ -211,6 +211,8 @@ class Dataset {
   // Element i where i % num_shards == index; on a TFRecord source with at
   // least num_shards files, whole files instead (tf.data's AUTO policy).
   Dataset Shard(int64_t num_shards, int64_t index) const;
+  // cycle_length kAutotune: one input per core of this machine (tf.data's
+  // default), fixed when the dataset is made.
   Dataset Interleave(InterleaveFn fn, int64_t cycle_length,
                      int64_t block_length = 1,
                      std::string name = "interleave") const;

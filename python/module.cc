@@ -1211,8 +1211,10 @@ only on the inputs and seeds, never on the thread count.
                 },
                 cycle_length, block_length));
           },
-          "fn"_a, "cycle_length"_a, "block_length"_a = 1,
-          "fn(element dict) -> Dataset; their elements interleaved.")
+          "fn"_a, "cycle_length"_a = pipeline::kAutotune, "block_length"_a = 1,
+          "fn(element dict) -> Dataset; cycle_length of them at once "
+          "(default recflow.AUTOTUNE: one per core, as tf.data's), their "
+          "elements interleaved block_length at a time.")
       .def(
           "prefetch",
           [](const PyDataset& d, int64_t buffer_size, uint64_t max_bytes) {

@@ -1,5 +1,9 @@
 // Interleave (interleave.cc) against tf.data's documented behaviour.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
 
 #include "pipeline/dataset.h"
 #include "pipeline_test_util.h"
@@ -28,6 +32,27 @@ TEST(InterleaveTest, InterleaveFollowsTensorFlowsExample) {
       Ints(Collect(ds)),
       (std::vector<int64_t>{1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 2, 2, 3, 3, 3,
                             3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5}));
+}
+
+TEST(InterleaveTest, AnAutotunedCycleIsOneInputPerCore) {
+  // tf.data's default cycle_length: the machine's cores.
+  auto fn = [](const Element& e) {
+    return Dataset::Range(0, 3).Map(
+        [v = e["value"].scalar<int64_t>()](Element x) {
+          x.Set("value",
+                Tensor::Scalar<int64_t>(v * 10 + x["value"].scalar<int64_t>()));
+          return x;
+        });
+  };
+  const int64_t cores = std::max(1u, std::thread::hardware_concurrency());
+  const auto tuned = Dataset::Range(0, 5).Interleave(fn, kAutotune);
+  EXPECT_EQ(Ints(Collect(tuned)),
+            Ints(Collect(Dataset::Range(0, 5).Interleave(fn, cores))));
+  EXPECT_NE(tuned.Describe().find(fmt::format("cycle_length={}", cores)),
+            std::string::npos)
+      << tuned.Describe();
+  EXPECT_THROW(Dataset::Range(0, 5).Interleave(fn, -2), Error);
+  EXPECT_THROW(Dataset::Range(0, 5).Interleave(fn, 0), Error);
 }
 
 }  // namespace

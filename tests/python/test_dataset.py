@@ -511,3 +511,7 @@ def test_autotune_as_tf_data():
     tuned = recflow.Dataset.from_tfrecords(
         [str(MNIST), str(MNIST)], num_parallel_reads=recflow.AUTOTUNE)
     assert sum(1 for _ in tuned) == 2000
+    # interleave's cycle_length defaults to AUTOTUNE, as tf.data's.
+    flat = recflow.Dataset.range(4).interleave(
+        lambda e: recflow.Dataset.range(int(e["value"])))
+    assert sorted(int(e["value"]) for e in flat) == [0, 0, 0, 1, 1, 2]
