@@ -280,6 +280,20 @@ Dataset Dataset::FromCsv(std::vector<std::string> paths, CsvOptions options) {
   return Dataset(stages::Csv(std::move(paths), std::move(options)));
 }
 
+Dataset Dataset::Zip(const std::vector<Dataset>& datasets) {
+  if (datasets.empty()) throw Error("Zip: no datasets given");
+  std::vector<DatasetPtr> inputs;
+  for (const Dataset& d : datasets) inputs.push_back(d.base_);
+  return Dataset(stages::Zip(std::move(inputs)));
+}
+Dataset Dataset::Concatenate(const Dataset& other) const {
+  return Dataset(stages::Concatenate(base_, other.base_));
+}
+Dataset Dataset::Enumerate(int64_t start, std::string name) const {
+  if (name.empty()) throw Error("Enumerate: the index needs a name");
+  return Dataset(stages::Enumerate(base_, start, std::move(name)));
+}
+
 Dataset Dataset::Map(MapFn fn, MapOptions options) const {
   if (options.num_parallel_calls == 0 ||
       options.num_parallel_calls < kAutotune) {

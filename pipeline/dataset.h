@@ -187,6 +187,14 @@ class Dataset {
   // CSV files with a header row (RFC 4180 quoting); one scalar per column.
   static Dataset FromCsv(std::vector<std::string> paths,
                          CsvOptions options = {});
+  // Elements whose components are those of an element of each dataset,
+  // in order (tf.data's zip, with the tuple flattened: a name in two
+  // inputs is an Error when met); ends when the shortest input ends.
+  // Every input iterates with the same epoch salt, so shuffles given the
+  // same seed (features and labels shuffled apart) stay aligned in every
+  // epoch, as tf.data's; unseeded shuffles described alike draw the same
+  // seed too, where tf.data's would differ: give seeds to tell them apart.
+  static Dataset Zip(const std::vector<Dataset>& datasets);
 
   // --- Transformations (tf.data semantics) ---
   Dataset Map(MapFn fn, MapOptions options = {}) const;
@@ -226,6 +234,12 @@ class Dataset {
   Dataset Cache(std::string filename = "") const;
   // Skips elements whose production throws, counting them.
   Dataset IgnoreErrors() const;
+  // This dataset's elements, then `other`'s, whose components must have
+  // the same names (an Error on its first element otherwise).
+  Dataset Concatenate(const Dataset& other) const;
+  // Adds an int64 scalar `name`: start, start + 1, ... (tf.data's
+  // enumerate; an element that already has `name` is an Error).
+  Dataset Enumerate(int64_t start = 0, std::string name = "index") const;
 
   Iterator MakeIterator(IteratorOptions options = {}) const;
   std::string Describe() const { return base_->Describe(); }

@@ -448,6 +448,11 @@ DatasetPtr Skip(DatasetPtr input, int64_t count);
 DatasetPtr Shard(DatasetPtr input, int64_t num_shards, int64_t index);
 DatasetPtr IgnoreErrors(DatasetPtr input);
 
+// combine.cc
+DatasetPtr Zip(std::vector<DatasetPtr> inputs);
+DatasetPtr Concatenate(DatasetPtr first, DatasetPtr second);
+DatasetPtr Enumerate(DatasetPtr input, int64_t start, std::string name);
+
 // batch.cc
 DatasetPtr Batch(DatasetPtr input, int64_t batch_size, bool drop_remainder);
 DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,

@@ -1040,6 +1040,29 @@ only on the inputs and seeds, never on the thread count.
           "select_columns"_a = std::vector<std::string>{},
           "CSV files with a header row: one scalar per column.")
       .def_static(
+          "zip",
+          [](const py::args& args) {
+            // zip((a, b)) as tf.data's, or zip(a, b) as TF 2.13's.
+            py::sequence seq = args;
+            if (args.size() == 1 && (py::isinstance<py::tuple>(args[0]) ||
+                                     py::isinstance<py::list>(args[0]))) {
+              seq = args[0].cast<py::sequence>();
+            }
+            std::vector<Dataset> datasets;
+            for (py::handle h : seq) {
+              if (!py::isinstance<PyDataset>(h)) {
+                throw py::type_error("zip takes recflow.Datasets, not " +
+                                     TypeName(h));
+              }
+              datasets.push_back(h.cast<const PyDataset&>().dataset);
+            }
+            return Wrap(Dataset::Zip(datasets));
+          },
+          "zip(a, b, ...) or zip((a, b, ...)): elements whose entries are "
+          "those of one element of each dataset (each name must be one "
+          "dataset's); ends with the shortest. Shuffles given the same "
+          "seed stay aligned, as in tf.data.")
+      .def_static(
           "from_generator",
           [](py::function make) {
             auto holder = KeepAlive(std::move(make));
@@ -1238,6 +1261,21 @@ only on the inputs and seeds, never on the thread count.
           "ignore_errors",
           [](const PyDataset& d) { return Wrap(d.dataset.IgnoreErrors()); },
           "Skips elements whose production fails, counting them.")
+      .def(
+          "concatenate",
+          [](const PyDataset& d, const PyDataset& other) {
+            return Wrap(d.dataset.Concatenate(other.dataset));
+          },
+          "other"_a,
+          "This dataset's elements, then other's (with the same names).")
+      .def(
+          "enumerate",
+          [](const PyDataset& d, int64_t start, std::string name) {
+            return Wrap(d.dataset.Enumerate(start, std::move(name)));
+          },
+          "start"_a = 0, "name"_a = "index",
+          "Adds an int64 entry `name`: start, start + 1, ... (tf.data's "
+          "enumerate, as a named entry).")
       .def("iterator", &MakePyIterator, "threads"_a = 0, "optimize"_a = true,
            "An iterator on `threads` threads (0: every core).")
       .def("__iter__",

@@ -63,6 +63,28 @@ void ExpectResumable(const Dataset& ds, const std::vector<size_t>& points,
   }
 }
 
+TEST(StateTest, ZipConcatenateAndEnumerateResume) {
+  auto renamed = [](const std::string& name) {
+    return [name](Element e) {
+      Element out;
+      out.Set(name, e["value"]);
+      return out;
+    };
+  };
+  const Dataset zip =
+      Dataset::Zip({Dataset::Range(0, 40).Shuffle(8, 3),
+                    Dataset::Range(100, 130).Shuffle(8).Map(renamed("b"))})
+          .Enumerate(10)
+          .Batch(3);
+  ExpectResumable(zip, {0, 1, 4, 9, 10});
+  // Saved in the first input, at the switch, and in the second.
+  const Dataset concat = Dataset::Range(0, 7)
+                             .Shuffle(4)
+                             .Concatenate(Dataset::Range(50, 60).Shuffle(3))
+                             .Repeat(2);
+  ExpectResumable(concat, {0, 3, 7, 8, 12, 17, 20, 33});
+}
+
 TEST(StateTest, RangeMapBatchRepeat) {
   auto ds =
       Dataset::Range(0, 23).Map([](Element e) { return e; }).Batch(5).Repeat(3);

@@ -515,3 +515,28 @@ def test_autotune_as_tf_data():
     flat = recflow.Dataset.range(4).interleave(
         lambda e: recflow.Dataset.range(int(e["value"])))
     assert sorted(int(e["value"]) for e in flat) == [0, 0, 0, 1, 1, 2]
+
+
+def test_zip_concatenate_enumerate_as_tf_data(tmp_path):
+    D = recflow.Dataset
+    a = D.range(3)
+    b = D.range(10, 15).map(lambda e: {"b": e["value"]})
+    for zipped in (D.zip(a, b), D.zip((a, b)), D.zip([a, b])):
+        assert [(int(e["value"]), int(e["b"])) for e in zipped] == [
+            (0, 10), (1, 11), (2, 12)]
+    with pytest.raises(TypeError, match="not int"):
+        D.zip(a, 3)
+    with pytest.raises(ValueError, match="component 'value'"):
+        list(D.zip(a, a))
+    assert [int(e["value"]) for e in a.concatenate(D.range(7, 9))] == [
+        0, 1, 2, 7, 8]
+    e = list(D.range(5, 8).enumerate(start=5, name="i"))
+    assert [(int(x["i"]), int(x["value"])) for x in e] == [
+        (5, 5), (6, 6), (7, 7)]
+    # Resumable, from a state saved halfway through the second input.
+    ds = (D.range(0, 4).concatenate(D.range(100, 104))
+          .enumerate().batch(3))
+    it = ds.iterator()
+    next(it), next(it)
+    rest = [b["value"].tolist() for b in ds.restore(it.save())]
+    assert rest == [[102, 103]]
