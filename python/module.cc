@@ -146,6 +146,22 @@ struct PyDataset {
 
 PyDataset Wrap(Dataset d) { return PyDataset{std::move(d), {}, {}}; }
 
+// A Python function from an element to a recflow.Dataset, for `stage`
+// (interleave, flat_map), run under the module's exit gate.
+pipeline::InterleaveFn PythonInterleaveFn(py::function fn, std::string stage) {
+  return [holder = KeepAlive(std::move(fn)),
+          stage = std::move(stage)](const Element& e) {
+    PythonCall python;
+    py::object out = Callable(holder)(ElementToDict(e));
+    if (!py::isinstance<PyDataset>(out)) {
+      throw py::type_error(stage +
+                           "'s function must return a recflow.Dataset, not " +
+                           TypeName(out));
+    }
+    return out.cast<const PyDataset&>().dataset;
+  };
+}
+
 // Ctrl-C during a next() that waits in C++.  Python's SIGINT handler only
 // notes the signal for the main thread to act on between bytecodes, which
 // a thread inside the pipeline never reaches.  So next() runs the C++
@@ -1219,25 +1235,24 @@ only on the inputs and seeds, never on the thread count.
           "interleave",
           [](const PyDataset& d, py::function fn, int64_t cycle_length,
              int64_t block_length) {
-            auto holder = KeepAlive(std::move(fn));
             return Wrap(d.dataset.Interleave(
-                [holder](const Element& e) {
-                  PythonCall python;
-                  py::object out = Callable(holder)(ElementToDict(e));
-                  if (!py::isinstance<PyDataset>(out)) {
-                    throw py::type_error(
-                        "interleave's function must return a "
-                        "recflow.Dataset, not " +
-                        TypeName(out));
-                  }
-                  return out.cast<const PyDataset&>().dataset;
-                },
-                cycle_length, block_length));
+                PythonInterleaveFn(std::move(fn), "interleave"), cycle_length,
+                block_length, "interleave"));
           },
           "fn"_a, "cycle_length"_a = pipeline::kAutotune, "block_length"_a = 1,
           "fn(element dict) -> Dataset; cycle_length of them at once "
           "(default recflow.AUTOTUNE: one per core, as tf.data's), their "
           "elements interleaved block_length at a time.")
+      .def(
+          "flat_map",
+          [](const PyDataset& d, py::function fn) {
+            return Wrap(d.dataset.Interleave(
+                PythonInterleaveFn(std::move(fn), "flat_map"),
+                /*cycle_length=*/1, /*block_length=*/1, "flat_map"));
+          },
+          "fn"_a,
+          "fn(element dict) -> Dataset; their elements one dataset after "
+          "another (tf.data's flat_map: interleave with cycle_length 1).")
       .def(
           "prefetch",
           [](const PyDataset& d, int64_t buffer_size, uint64_t max_bytes) {

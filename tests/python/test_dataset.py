@@ -530,6 +530,11 @@ def test_zip_concatenate_enumerate_as_tf_data(tmp_path):
         list(D.zip(a, a))
     assert [int(e["value"]) for e in a.concatenate(D.range(7, 9))] == [
         0, 1, 2, 7, 8]
+    # flat_map: tf.data's example (each dataset in turn).
+    flat = D.range(1, 4).flat_map(lambda x: D.range(int(x["value"])))
+    assert [int(x["value"]) for x in flat] == [0, 0, 1, 0, 1, 2]
+    with pytest.raises(TypeError, match="flat_map's function must return"):
+        list(D.range(2).flat_map(lambda x: 3))
     e = list(D.range(5, 8).enumerate(start=5, name="i"))
     assert [(int(x["i"]), int(x["value"])) for x in e] == [
         (5, 5), (6, 6), (7, 7)]
