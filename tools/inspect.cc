@@ -1,5 +1,5 @@
-// recflow inspect: what the features of Example records look like, and a
-// FeatureSpec inferred from them.
+// recflow inspect: what the features of Example (or SequenceExample)
+// records look like, and a FeatureSpec inferred from them.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -21,6 +21,7 @@ struct InspectOptions {
   std::vector<std::string> inputs;
   bool json = false;
   bool spec = false;
+  bool sequence = false;
   int64_t limit = -1;
   ReadFlags read;
 };
@@ -34,6 +35,14 @@ struct FeatureStats {
   uint64_t no_kind = 0;  // a Feature with none of the lists: missing
   uint64_t min_count = UINT64_MAX, max_count = 0, total_values = 0;
   std::vector<std::string> samples;
+};
+
+// A SequenceExample's feature_list: its steps per record, and the values of
+// each step in `values` (present / empty there count steps).
+struct ListStats {
+  uint64_t present = 0;  // records with the list
+  uint64_t min_steps = UINT64_MAX, max_steps = 0, total_steps = 0;
+  FeatureStats values;
 };
 
 std::string Sample(const tensorflow::Feature& f) {
@@ -54,120 +63,232 @@ std::string Sample(const tensorflow::Feature& f) {
   }
 }
 
+// Counts one Feature (of a record, or of a step of a feature_list).
+void Count(const tensorflow::Feature& f, FeatureStats* s) {
+  uint64_t n = 0;
+  const char* kind = nullptr;
+  switch (f.kind_case()) {
+    case tensorflow::Feature::kFloatList:
+      kind = "float";
+      n = static_cast<uint64_t>(f.float_list().value_size());
+      break;
+    case tensorflow::Feature::kInt64List:
+      kind = "int64";
+      n = static_cast<uint64_t>(f.int64_list().value_size());
+      break;
+    case tensorflow::Feature::kBytesList:
+      kind = "bytes";
+      n = static_cast<uint64_t>(f.bytes_list().value_size());
+      break;
+    default:
+      ++s->no_kind;
+      return;
+  }
+  ++s->kinds[kind];
+  if (n == 0) {
+    ++s->empty;
+  } else {
+    ++s->present;
+    if (s->samples.size() < kSamples) s->samples.push_back(Sample(f));
+  }
+  s->min_count = std::min(s->min_count, n);
+  s->max_count = std::max(s->max_count, n);
+  s->total_values += n;
+}
+
+// Whether an Example carried field 2, which Example lacks and a
+// SequenceExample's feature_lists use: parsed as an Example, those lists
+// would be left out of the summary without a word.
+bool HasFeatureLists(const tensorflow::Example& ex) {
+  const auto& unknown = ex.GetReflection()->GetUnknownFields(ex);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    if (unknown.field(i).number() == 2) return true;
+  }
+  return false;
+}
+
+// The spec of `stats` over `count` records (or steps): fixed where every
+// one has the same number of values, var otherwise.
+records::FeatureSpec InferSpec(const std::map<std::string, FeatureStats>& stats,
+                               uint64_t count, std::string_view what) {
+  records::FeatureSpec spec;
+  for (const auto& [name, s] : stats) {
+    if (s.kinds.size() != 1) {
+      fmt::print(stderr,
+                 "recflow: {} '{}' holds {} kinds of list; left out "
+                 "of the spec\n",
+                 what, name, s.kinds.size());
+      continue;
+    }
+    records::FeatureConfig c;
+    c.dtype = *records::ParseExampleDType(s.kinds.begin()->first);
+    const uint64_t with_list = s.present + s.empty;
+    if (with_list == count && s.min_count == s.max_count) {
+      c.kind = records::FeatureConfig::Kind::kFixed;
+      if (s.min_count != 1) c.shape = {static_cast<int64_t>(s.min_count)};
+    } else {
+      c.kind = records::FeatureConfig::Kind::kVar;
+    }
+    spec.Add(name, c);
+  }
+  return spec;
+}
+
+std::string Counts(uint64_t with, uint64_t min, uint64_t max, uint64_t total) {
+  return with ? fmt::format("{}/{}/{:.1f}", min, max,
+                            static_cast<double>(total) / with)
+              : "-";
+}
+
+std::string Samples(const std::vector<std::string>& samples) {
+  std::string out;
+  for (const auto& x : samples) out += (out.empty() ? "" : " ") + x;
+  return out;
+}
+
+std::string Kinds(const std::map<std::string, uint64_t>& kinds) {
+  std::string out;
+  for (const auto& [k, n] : kinds) out += (out.empty() ? "" : ",") + k;
+  return out;
+}
+
 int RunInspect(const InspectOptions& o) {
   const std::vector<std::string> files = ExpandInputs(o.inputs);
-  std::map<std::string, FeatureStats> stats;
-  uint64_t records = 0;
+  std::map<std::string, FeatureStats> stats;  // features, or the context
+  std::map<std::string, ListStats> lists;     // --sequence
+  uint64_t records = 0, with_feature_lists = 0;
   tensorflow::Example ex;
+  tensorflow::SequenceExample seq;
   for (const std::string& path : files) {
     records::TFRecordReader reader(path, o.read.ToReaderOptions());
     std::string_view record;
     while ((o.limit < 0 || records < static_cast<uint64_t>(o.limit)) &&
            reader.ReadRecord(&record)) {
-      if (!ex.ParseFromArray(record.data(), static_cast<int>(record.size()))) {
+      google::protobuf::Message& message =
+          o.sequence ? static_cast<google::protobuf::Message&>(seq) : ex;
+      if (!message.ParseFromArray(record.data(),
+                                  static_cast<int>(record.size()))) {
         throw records::ParseError(fmt::format(
-            "{}: record {} at byte offset {}: Can't parse serialized "
-            "Example.",
-            path, reader.last_index(), reader.last_offset()));
+            "{}: record {} at byte offset {}: Can't parse serialized {}.", path,
+            reader.last_index(), reader.last_offset(),
+            o.sequence ? "SequenceExample" : "Example"));
       }
       ++records;
-      for (const auto& [name, f] : ex.features().feature()) {
-        FeatureStats& s = stats[name];
-        uint64_t n = 0;
-        const char* kind = nullptr;
-        switch (f.kind_case()) {
-          case tensorflow::Feature::kFloatList:
-            kind = "float";
-            n = static_cast<uint64_t>(f.float_list().value_size());
-            break;
-          case tensorflow::Feature::kInt64List:
-            kind = "int64";
-            n = static_cast<uint64_t>(f.int64_list().value_size());
-            break;
-          case tensorflow::Feature::kBytesList:
-            kind = "bytes";
-            n = static_cast<uint64_t>(f.bytes_list().value_size());
-            break;
-          default:
-            ++s.no_kind;
-            continue;
-        }
-        ++s.kinds[kind];
-        if (n == 0) {
-          ++s.empty;
-        } else {
-          ++s.present;
-          if (s.samples.size() < kSamples) s.samples.push_back(Sample(f));
-        }
-        s.min_count = std::min(s.min_count, n);
-        s.max_count = std::max(s.max_count, n);
-        s.total_values += n;
+      const tensorflow::Features& features =
+          o.sequence ? seq.context() : ex.features();
+      for (const auto& [name, f] : features.feature()) Count(f, &stats[name]);
+      if (!o.sequence) {
+        with_feature_lists += HasFeatureLists(ex);
+        continue;
+      }
+      for (const auto& [name, list] : seq.feature_lists().feature_list()) {
+        ListStats& l = lists[name];
+        const auto steps = static_cast<uint64_t>(list.feature_size());
+        ++l.present;
+        l.min_steps = std::min(l.min_steps, steps);
+        l.max_steps = std::max(l.max_steps, steps);
+        l.total_steps += steps;
+        for (const auto& f : list.feature()) Count(f, &l.values);
       }
     }
   }
+  if (with_feature_lists > 0) {
+    fmt::print(stderr,
+               "recflow: {} of {} records also hold feature_lists, as a "
+               "tf.train.SequenceExample does: read as Examples, only their "
+               "context features are shown; give --sequence\n",
+               with_feature_lists, records);
+  }
 
   if (o.spec) {
-    records::FeatureSpec spec;
-    for (const auto& [name, s] : stats) {
-      if (s.kinds.size() != 1) {
-        fmt::print(stderr,
-                   "recflow: feature '{}' holds {} kinds of list; left out "
-                   "of the spec\n",
-                   name, s.kinds.size());
-        continue;
-      }
-      records::FeatureConfig c;
-      c.dtype = *records::ParseExampleDType(s.kinds.begin()->first);
-      const uint64_t with_list = s.present + s.empty;
-      if (with_list == records && s.min_count == s.max_count) {
-        c.kind = records::FeatureConfig::Kind::kFixed;
-        if (s.min_count != 1) c.shape = {static_cast<int64_t>(s.min_count)};
-      } else {
-        c.kind = records::FeatureConfig::Kind::kVar;
-      }
-      spec.Add(name, c);
+    const records::FeatureSpec spec =
+        InferSpec(stats, records, o.sequence ? "context feature" : "feature");
+    if (!o.sequence) {
+      fmt::print("{}\n", spec.ToJson().dump(2));
+      return kExitOk;
     }
-    fmt::print("{}\n", spec.ToJson().dump(2));
+    // Sequence features: fixed where every step has the same number of
+    // values (records::SequenceExampleParser's FixedLen); a record without
+    // the list has no steps of it, which either kind allows.
+    records::FeatureSpec sequence;
+    for (const auto& [name, l] : lists) {
+      for (auto& [n, c] :
+           InferSpec({{name, l.values}}, l.total_steps, "sequence feature")
+               .features) {
+        sequence.Add(n, c);
+      }
+    }
+    fmt::print("{}\n", nlohmann::json{{"context", spec.ToJson()},
+                                      {"sequence", sequence.ToJson()}}
+                           .dump(2));
     return kExitOk;
   }
 
   if (o.json) {
-    nlohmann::json features = nlohmann::json::object();
-    for (const auto& [name, s] : stats) {
+    auto feature_json = [](const FeatureStats& s, uint64_t count) {
       const uint64_t with_list = s.present + s.empty;
-      features[name] = {
+      return nlohmann::json{
           {"kinds", s.kinds},
           {"present", s.present},
           {"empty", s.empty},
-          {"absent", records - with_list},
+          {"absent", count - with_list},
           {"values_min", with_list ? s.min_count : 0},
           {"values_max", s.max_count},
-          {"values_mean",
-           with_list ? static_cast<double>(s.total_values) / with_list : 0.0},
+          {"values_mean", with_list ? static_cast<double>(s.total_values) /
+                                          static_cast<double>(with_list)
+                                    : 0.0},
           {"samples", s.samples}};
+    };
+    nlohmann::json features = nlohmann::json::object();
+    for (const auto& [name, s] : stats) {
+      features[name] = feature_json(s, records);
     }
-    fmt::print(
-        "{}\n",
-        nlohmann::json{{"records", records}, {"features", features}}.dump());
+    nlohmann::json out = {{"records", records}, {"features", features}};
+    if (o.sequence) {
+      // Per list: the records holding it and its steps; per step (under
+      // "steps"), what "features" says per record.
+      nlohmann::json feature_lists = nlohmann::json::object();
+      for (const auto& [name, l] : lists) {
+        feature_lists[name] = {
+            {"present", l.present},
+            {"absent", records - l.present},
+            {"steps_min", l.present ? l.min_steps : 0},
+            {"steps_max", l.max_steps},
+            {"steps_mean", l.present ? static_cast<double>(l.total_steps) /
+                                           static_cast<double>(l.present)
+                                     : 0.0},
+            {"steps", feature_json(l.values, l.total_steps)}};
+      }
+      out["feature_lists"] = feature_lists;
+    }
+    fmt::print("{}\n", out.dump());
     return kExitOk;
   }
-  fmt::print("{} records, {} features\n", records, stats.size());
+  fmt::print("{} records, {} {}features{}\n", records, stats.size(),
+             o.sequence ? "context " : "",
+             o.sequence ? fmt::format(", {} feature lists", lists.size()) : "");
   fmt::print("{:<24} {:<12} {:>9} {:>9} {:>9} {:>21}  {}\n", "feature", "kind",
              "present", "empty", "absent", "values min/max/mean", "samples");
   for (const auto& [name, s] : stats) {
-    std::string kinds;
-    for (const auto& [k, n] : s.kinds) {
-      kinds += (kinds.empty() ? "" : ",") + k;
-    }
     const uint64_t with_list = s.present + s.empty;
-    const std::string counts =
-        with_list ? fmt::format("{}/{}/{:.1f}", s.min_count, s.max_count,
-                                static_cast<double>(s.total_values) / with_list)
-                  : "-";
-    std::string samples;
-    for (const auto& x : s.samples) samples += (samples.empty() ? "" : " ") + x;
-    fmt::print("{:<24} {:<12} {:>9} {:>9} {:>9} {:>21}  {}\n", name, kinds,
-               s.present, s.empty, records - with_list, counts, samples);
+    fmt::print("{:<24} {:<12} {:>9} {:>9} {:>9} {:>21}  {}\n", name,
+               Kinds(s.kinds), s.present, s.empty, records - with_list,
+               Counts(with_list, s.min_count, s.max_count, s.total_values),
+               Samples(s.samples));
+  }
+  if (o.sequence && !lists.empty()) {
+    fmt::print("\n{:<24} {:<12} {:>9} {:>9} {:>21} {:>24}  {}\n",
+               "feature list", "kind", "present", "absent",
+               "steps min/max/mean", "values/step min/max/mean", "samples");
+    for (const auto& [name, l] : lists) {
+      const FeatureStats& v = l.values;
+      const uint64_t with_list = v.present + v.empty;
+      fmt::print("{:<24} {:<12} {:>9} {:>9} {:>21} {:>24}  {}\n", name,
+                 Kinds(v.kinds), l.present, records - l.present,
+                 Counts(l.present, l.min_steps, l.max_steps, l.total_steps),
+                 Counts(with_list, v.min_count, v.max_count, v.total_values),
+                 Samples(v.samples));
+    }
   }
   return kExitOk;
 }
@@ -183,6 +304,12 @@ Runner AddInspectCommand(CLI::App& app) {
                "print a FeatureSpec inferred from the data: fixed where a "
                "feature is in every record with the same number of values "
                "(shape [] for one value), var otherwise");
+  app.add_flag("--sequence", o->sequence,
+               "the records are tf.train.SequenceExample: summarise the "
+               "context features and the feature lists (steps per record, "
+               "values per step); with --spec, {\"context\": SPEC, "
+               "\"sequence\": SPEC}, a sequence feature fixed where every "
+               "step has the same number of values");
   app.add_option("--limit,-n", o->limit, "look at the first N records only")
       ->check(NonNegative());
   o->read.Register(app);

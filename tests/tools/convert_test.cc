@@ -545,6 +545,85 @@ TEST(ConvertTest, InspectSpecParsesTheData) {
   EXPECT_EQ(stats["features"]["t"]["values_max"], 2);
 }
 
+// SequenceExamples: read as Examples their feature_lists would be left out
+// without a word (Example has no field 2), so inspect says so; --sequence
+// summarises them, and its spec parses the records.
+TEST(ConvertTest, InspectSequenceSummarisesFeatureListsAndInfersTheirSpec) {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 3; ++i) {
+    tensorflow::SequenceExample ex;
+    (*ex.mutable_context()->mutable_feature())["label"]
+        .mutable_int64_list()
+        ->add_value(i);
+    auto& lists = *ex.mutable_feature_lists()->mutable_feature_list();
+    for (int step = 0; step < i + 1; ++step) {  // 1, 2 and 3 steps
+      auto* frame = lists["frame"].add_feature()->mutable_float_list();
+      frame->add_value(static_cast<float>(step));
+      frame->add_value(0.5f);
+      // 1, 2, 3... tokens a step: var
+      auto* tokens = lists["tokens"].add_feature()->mutable_bytes_list();
+      for (int t = 0; t <= step; ++t) tokens->add_value("w");
+    }
+    if (i == 2) lists["rare"].add_feature()->mutable_int64_list()->add_value(7);
+    records.push_back(ex.SerializeAsString());
+  }
+  const std::string file = dir.File("seq.tfrecord");
+  testing::WriteRecords(file, records);
+
+  const Result plain = Recflow(dir, "inspect " + file);
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  EXPECT_EQ(plain.err,
+            "recflow: 3 of 3 records also hold feature_lists, as a "
+            "tf.train.SequenceExample does: read as Examples, only their "
+            "context features are shown; give --sequence\n");
+
+  const Result table = Recflow(dir, "inspect --sequence " + file);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_EQ(table.err, "");
+  EXPECT_EQ(
+      table.out.rfind("3 records, 1 context features, 3 feature lists\n", 0),
+      0u)
+      << table.out;
+  // feature list, kind, present, absent, steps, values per step, samples
+  EXPECT_NE(table.out.find("\nframe                    float                3 "
+                           "        0               1/3/2.0                  "
+                           "2/2/2.0  0 0 1"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("\nrare                     int64                1 "
+                           "        2               1/1/1.0"),
+            std::string::npos)
+      << table.out;
+
+  const Result json = Recflow(dir, "inspect --sequence --json " + file);
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  EXPECT_EQ(j["features"]["label"]["present"], 3);
+  EXPECT_EQ(j["feature_lists"]["tokens"]["steps_max"], 3);
+  EXPECT_EQ(j["feature_lists"]["tokens"]["steps"]["values_max"], 3);
+  EXPECT_EQ(j["feature_lists"]["rare"]["absent"], 2);
+
+  const Result spec = Recflow(dir, "inspect --sequence --spec " + file);
+  ASSERT_EQ(spec.code, 0) << spec.err;
+  const auto both = nlohmann::json::parse(spec.out);
+  const auto context = records::FeatureSpec::FromJson(both["context"]);
+  const auto sequence = records::FeatureSpec::FromJson(both["sequence"]);
+  ASSERT_NE(sequence.Find("frame"), nullptr);
+  EXPECT_EQ(sequence.Find("frame")->kind, records::FeatureConfig::Kind::kFixed);
+  EXPECT_EQ(sequence.Find("frame")->shape, std::vector<int64_t>{2});
+  EXPECT_EQ(sequence.Find("tokens")->kind, records::FeatureConfig::Kind::kVar);
+  // Present in one record only, one value a step: fixed still (a record
+  // without the list has no steps of it).
+  EXPECT_EQ(sequence.Find("rare")->kind, records::FeatureConfig::Kind::kFixed);
+  std::vector<std::string_view> views(records.begin(), records.end());
+  records::ParsedSequenceBatch batch;
+  records::SequenceExampleParser(context, sequence).ParseBatch(views, &batch);
+  EXPECT_EQ(batch.sequence.feature("frame").floats.size(), 12u);
+  EXPECT_EQ(batch.sequence.feature("tokens").step_lengths.size(), 6u);
+  EXPECT_EQ(batch.sequence.feature("rare").row_lengths[2], 1);
+}
+
 // The table counts each feature's records with values, with an empty list
 // and without it; a feature with two kinds of list is left out of the
 // inferred spec, saying so; a record that is not an Example stops it.
