@@ -330,4 +330,13 @@ void WritableFile::Commit() {
   SyncDirectory(path_);
 }
 
+void MakeDirectories(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    throw IoError(dir,
+                  fmt::format("cannot create this folder: {}", ec.message()));
+  }
+}
+
 }  // namespace recflow::records

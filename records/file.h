@@ -97,6 +97,11 @@ class WritableFile {
 // The directory part of `path` ("." when there is none).
 std::string DirectoryOf(std::string_view path);
 
+// Creates the folder `dir` and those above it (mkdir -p); an existing
+// folder is fine.  Throws IoError naming `dir` and the reason (a file in
+// the way, no permission).
+void MakeDirectories(const std::string& dir);
+
 }  // namespace recflow::records
 
 #endif  // RECFLOW_RECORDS_FILE_H_

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "pipeline/dataset.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
+#include "records/file.h"
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
@@ -47,6 +49,53 @@ constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
 
 // The four Fashion-MNIST IDX files in a folder, each as NAME or NAME.gz
 // (the IDX converter reads both), and the names of those not there.
+// Written into the work folder, so that a rerun knows it may empty it.
+constexpr char kWorkdirMarker[] = ".recflow-demo";
+
+// Whether `name`, at the top of a work folder, is one the demo writes
+// (for folders of demos from before the marker).
+bool IsDemoName(const std::string& name) {
+  return name == kWorkdirMarker || name == "shards" ||
+         name == "fashion-mnist" || name == "damaged.tfrecord" ||
+         name == "salvaged.tfrecord" || name.starts_with("sample.tfrecord") ||
+         name.starts_with("model-");
+}
+
+// Empties `dir` for a fresh run, or makes it.  Only a folder the demo made
+// (its marker, or nothing but the demo's names) or an empty one is
+// emptied: `--workdir .` or a typo must never delete a user's files.
+void PrepareWorkdir(const fs::path& dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  if (fs::exists(st)) {
+    if (!fs::is_directory(st)) {
+      throw UsageError(fmt::format(
+          "--workdir {}: a file, not a folder; give a new or empty folder",
+          dir.string()));
+    }
+    std::vector<std::string> foreign;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      const std::string name = entry.path().filename().string();
+      if (!IsDemoName(name)) foreign.push_back(name);
+    }
+    if (!foreign.empty() && !fs::exists(dir / kWorkdirMarker)) {
+      std::sort(foreign.begin(), foreign.end());
+      throw UsageError(fmt::format(
+          "--workdir {}: holds files the demo did not write ({}{}); the demo "
+          "empties its folder first, so give a new or empty one",
+          dir.string(), foreign[0],
+          foreign.size() > 1 ? fmt::format(" and {} more", foreign.size() - 1)
+                             : ""));
+    }
+    fs::remove_all(dir);
+  }
+  records::MakeDirectories((dir / "shards").string());
+  records::WritableFile marker((dir / kWorkdirMarker).string(),
+                               /*atomic=*/true);
+  marker.Append("recflow demo's work folder: the next demo run empties it.\n");
+  marker.Close();
+}
+
 struct FashionMnistFiles {
   fs::path dir;
   std::string train_images, train_labels, test_images, test_labels;
@@ -137,8 +186,7 @@ int RunDemo(const DemoOptions& o) {
   const fs::path dir = o.workdir.empty()
                            ? fs::temp_directory_path() / "recflow-demo"
                            : fs::path(o.workdir);
-  fs::remove_all(dir);
-  fs::create_directories(dir / "shards");
+  PrepareWorkdir(dir);
   nlohmann::json report = {{"workdir", dir.string()}};
   auto say = [&](const std::string& line) {
     if (!o.json) fmt::print("{}\n", line);
@@ -308,7 +356,7 @@ int RunDemo(const DemoOptions& o) {
     job.format = "idx";
     job.inputs.images = fashion.train_images;
     job.inputs.labels = fashion.train_labels;
-    fs::create_directories(dir / "fashion-mnist");
+    records::MakeDirectories((dir / "fashion-mnist").string());
     job.output = (dir / "fashion-mnist" / "train").string();
     job.shards = 8;
     job.writer.build_index = true;
@@ -490,7 +538,8 @@ Runner AddDemoCommand(CLI::App& app) {
   auto o = std::make_shared<DemoOptions>();
   app.add_option("--workdir", o->workdir,
                  "where to write the sample files (default: $TMPDIR/"
-                 "recflow-demo, emptied first)");
+                 "recflow-demo); emptied first, so it must be new, empty, "
+                 "or a folder of an earlier demo");
   app.add_option("--records", o->records, "records in the sample dataset")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{100}, uint64_t{100000000}));

@@ -189,7 +189,7 @@ int64_t CheckpointStep(std::string_view path) {
 
 CheckpointManager::CheckpointManager(std::string model_dir, int keep_max)
     : dir_(std::move(model_dir)), keep_max_(keep_max) {
-  fs::create_directories(dir_);
+  records::MakeDirectories(dir_);
 }
 
 std::vector<std::string> ParseCheckpointState(std::string_view text,

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "records/file.h"
 #include "records/tfrecord_writer.h"
 #include "train/event.pb.h"
 
@@ -27,7 +28,7 @@ std::string HostName() {
 
 EventWriter::EventWriter(const std::string& dir, double flush_secs)
     : flush_secs_(flush_secs), last_flush_(std::chrono::steady_clock::now()) {
-  std::filesystem::create_directories(dir);
+  records::MakeDirectories(dir);
   const auto secs = static_cast<int64_t>(WallTime());
   // Two writers in one second in one directory (evaluations) get distinct
   // names, as TensorFlow's writer adds a suffix.

@@ -762,6 +762,41 @@ TEST(CliTest, DemoRunsEndToEnd) {
 
 // A --data folder without the four files is refused before any work,
 // naming what is missing and how to get it.
+TEST(CliTest, DemoEmptiesOnlyAFolderOfItsOwn) {
+  // The demo empties its work folder first: `--workdir .` deleted
+  // everything in the current folder.  A folder holding other files, or a
+  // file, is refused; an earlier demo's folder (its marker, or only the
+  // demo's names) is emptied.
+  TempDir dir;
+  std::filesystem::create_directory(dir.File("mine"));
+  testing::WriteFileBytes(dir.File("mine/thesis.tex"), "precious");
+  testing::WriteFileBytes(dir.File("mine/shards"), "a demo name");
+  Result r = Recflow(
+      dir, "demo --records 100 --train-steps 1 --workdir " + dir.File("mine"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--workdir " + dir.File("mine") +
+                       ": holds files the demo did not write (thesis.tex); "),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("mine/thesis.tex")), "precious");
+  testing::WriteFileBytes(dir.File("a-file"), "precious");
+  r = Recflow(dir, "demo --workdir " + dir.File("a-file"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("a file, not a folder"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::ReadFileBytes(dir.File("a-file")), "precious");
+  // A folder from a demo before the marker: only the demo's names.
+  std::filesystem::create_directories(dir.File("old/model-cnn"));
+  testing::WriteFileBytes(dir.File("old/model-cnn/checkpoint"), "old");
+  testing::WriteFileBytes(dir.File("old/sample.tfrecord.zst"), "old");
+  for (int run = 0; run < 2; ++run) {  // then its own, marked folder
+    r = Recflow(dir, "demo --json --records 100 --train-steps 1 --workdir " +
+                         dir.File("old"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(std::filesystem::exists(dir.File("old/.recflow-demo")));
+    EXPECT_FALSE(std::filesystem::exists(dir.File("old/model-cnn")));
+  }
+}
+
 TEST(CliTest, DemoDataFolderMustHoldFashionMnist) {
   TempDir dir;
   std::filesystem::create_directory(dir.File("fm"));

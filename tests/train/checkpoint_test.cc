@@ -10,6 +10,7 @@
 #include "records/errors.h"
 #include "records/io_faults.h"
 #include "test_util.h"
+#include "train/event_writer.h"
 
 namespace recflow::train {
 namespace {
@@ -113,6 +114,24 @@ TEST(CheckpointManagerTest, KeepsTheNewestAndWritesTensorFlowsStateFile) {
 
 // Through the fault seam: a save that fails at any write, fsync or rename
 // leaves the previous checkpoint and state file as they were.
+TEST(CheckpointManagerTest, AModelDirThatCannotBeAFolderIsNamed) {
+  // A file in the way was a bare "filesystem error: cannot create
+  // directories"; the model directory and the event writer name it.
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("file"), "x");
+  for (const std::string& model_dir :
+       {dir.File("file"), dir.File("file") + "/sub"}) {
+    try {
+      CheckpointManager m(model_dir, 2);
+      ADD_FAILURE() << model_dir;
+    } catch (const records::IoError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                model_dir + ": cannot create this folder: Not a directory");
+    }
+    EXPECT_THROW(EventWriter(model_dir, 1.0), records::IoError);
+  }
+}
+
 TEST(CheckpointManagerTest, FailedSavesKeepThePreviousCheckpoint) {
   struct Kind {
     records::IoOp op;
