@@ -1,6 +1,7 @@
 #include "records/index.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <zstd.h>
 
 #include <algorithm>
@@ -465,6 +466,116 @@ std::string_view ReadRecordAt(const ReadableFile& file, uint64_t offset,
                       DataCrcDetail(buffer->data(), length));
   }
   return {buffer->data(), length};
+}
+
+IndexCheck::IndexCheck(const std::string& record_path)
+    : path_(IndexPathFor(record_path)) {
+  struct stat st;
+  if (::stat(path_.c_str(), &st) != 0) return;  // none: nothing to check
+  present_ = true;
+  try {
+    index_ = ReadIndex(path_);
+  } catch (const Error& e) {
+    problem_ = e.what();
+  }
+}
+
+void IndexCheck::Record(uint64_t i, uint64_t offset, uint64_t frame,
+                        Compression compression,
+                        const std::vector<ZstdFrame>* zstd_frames) {
+  // An index of another kind of file is Finish's to report.
+  if (!index_ || !problem_.empty() || index_->compression != compression) {
+    return;
+  }
+  if (index_->compression == Compression::kZstd) {
+    pending_.push_back({i, offset, frame});
+    if (zstd_frames != nullptr) MatchFrames(*zstd_frames);
+    return;
+  }
+  if (i >= index_->entries.size()) return;  // counted at the end
+  const IndexEntry& e = index_->entries[i];
+  if (e.offset != offset || e.size != frame) {
+    problem_ = fmt::format(
+        "{}: stale index: record {} is {} bytes at byte {} of the file, "
+        "the index says {} bytes at byte {}",
+        path_, i, frame, offset, e.size, e.offset);
+  }
+}
+
+std::string IndexCheck::Finish(Compression compression, uint64_t records,
+                               const std::vector<ZstdFrame>* zstd_frames) {
+  if (!present_ || !problem_.empty()) return problem_;
+  const bool zstd = compression == Compression::kZstd;
+  if (compression != Compression::kNone && !zstd) {
+    return fmt::format(
+        "{}: an index beside a {} file, which cannot have "
+        "one",
+        path_, CompressionName(compression));
+  }
+  if (index_->compression != compression) {
+    return fmt::format("{}: an index of a {} file beside a {} one", path_,
+                       CompressionName(index_->compression),
+                       CompressionName(compression));
+  }
+  if (index_->entries.size() != records) {
+    return fmt::format("{}: stale index: {} records, the file has {}", path_,
+                       index_->entries.size(), records);
+  }
+  if (zstd && zstd_frames != nullptr) MatchFrames(*zstd_frames);
+  if (problem_.empty() && !pending_.empty()) {
+    problem_ = fmt::format(
+        "{}: stale index: record {} lies in no whole zstd frame of the "
+        "file",
+        path_, pending_.front().record);
+  }
+  return problem_;
+}
+
+void IndexCheck::MatchFrames(const std::vector<ZstdFrame>& frames) {
+  while (!pending_.empty() && problem_.empty()) {
+    const Pending& r = pending_.front();
+    const uint64_t i = r.record;
+    IndexEntry want;
+    const FrameFit fit =
+        LocateInFrame(frames, &frame_, r.offset, r.size, &want);
+    if (fit == FrameFit::kNoFrame) return;  // not whole yet
+    if (fit == FrameFit::kSpans) {
+      problem_ = fmt::format(
+          "{}: record {} spans two zstd frames, so no index can reach it "
+          "(`recflow reshard --compression zstd` rewrites the file with "
+          "whole records in each frame)",
+          path_, i);
+      return;
+    }
+    if (i < index_->entries.size() && !(index_->entries[i] == want)) {
+      const IndexEntry& e = index_->entries[i];
+      problem_ = fmt::format(
+          "{}: stale index: record {} is {} bytes at byte {} of the zstd "
+          "frame at file byte {} ({} bytes); the index says {} bytes at "
+          "byte {} of the frame at {} ({} bytes)",
+          path_, i, want.size, want.offset, want.frame_offset, want.frame_bytes,
+          e.size, e.offset, e.frame_offset, e.frame_bytes);
+    }
+    pending_.pop_front();
+  }
+}
+
+VerifiedFile VerifyFile(const std::string& path, ReaderOptions options) {
+  IndexCheck index(path);
+  options.track_zstd_frames = index.present();
+  TFRecordReader reader(path, options);
+  std::string_view record;
+  uint64_t i = 0;
+  for (; reader.ReadRecord(&record); ++i) {
+    index.Record(i, reader.last_offset(), record.size() + kFrameOverhead,
+                 reader.compression(), reader.zstd_frames());
+  }
+  VerifiedFile out;
+  out.records = i;
+  out.index_present = index.present();
+  out.index_problem =
+      index.Finish(reader.compression(), i, reader.zstd_frames());
+  return out;
 }
 
 }  // namespace recflow::records

@@ -16,7 +16,9 @@
 #define RECFLOW_RECORDS_INDEX_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -79,6 +81,60 @@ Index ReadIndex(const std::string& index_path, uint64_t file_size = 0);
 // newer records left out by whatever reads through the index.
 void CheckIndexCoversFile(const Index& index, const std::string& index_path,
                           const std::string& record_path, uint64_t file_size);
+
+// FILE.idx beside a record file, checked against the records as a reader
+// reads them (once): the index DALI, the range reader and the global
+// shuffle would trust.  Used by `recflow verify` and Python's verify.
+// Not thread-safe.
+class IndexCheck {
+ public:
+  // Reads the index beside `record_path`, if there is one; an unreadable
+  // one is the problem Finish() returns.
+  explicit IndexCheck(const std::string& record_path);
+  bool present() const { return present_; }
+  // Record i, read at `offset` of the (decoded) stream, `frame` bytes long
+  // with its framing.  `zstd_frames`: the ZSTD frames the reader has
+  // decoded whole so far (ReaderOptions::track_zstd_frames), or null.  A
+  // ZSTD record waits until its frame is whole; an uncompressed one is
+  // compared at once.  Either way the file is read once.
+  void Record(uint64_t i, uint64_t offset, uint64_t frame,
+              Compression compression,
+              const std::vector<ZstdFrame>* zstd_frames);
+  // After every record was read: the count, and a zstd index against the
+  // file's frames.  Returns the problem, "" when the index is the file's
+  // (or there is none).
+  std::string Finish(Compression compression, uint64_t records,
+                     const std::vector<ZstdFrame>* zstd_frames);
+
+ private:
+  // A ZSTD record read but not yet compared: its number, stream offset and
+  // size with its framing.
+  struct Pending {
+    uint64_t record, offset, size;
+  };
+  // Compares the pending ZSTD records whose frames are whole with their
+  // entries.
+  void MatchFrames(const std::vector<ZstdFrame>& frames);
+
+  std::string path_;
+  bool present_ = false;
+  std::optional<Index> index_;
+  std::deque<Pending> pending_;
+  size_t frame_ = 0;  // the frame being matched
+  std::string problem_;
+};
+
+struct VerifiedFile {
+  uint64_t records = 0;
+  bool index_present = false;
+  std::string index_problem;  // "" when the index is the file's, or none
+};
+
+// Reads every record of `path` checking both CRCs and, in the same read,
+// the index beside it (IndexCheck).  Throws RecordError for the first
+// damage (the index is then not checked: the records are not where an
+// index of the file could put them) and IoError.
+VerifiedFile VerifyFile(const std::string& path, ReaderOptions options);
 
 // The conventional index name: path + ".idx".
 std::string IndexPathFor(std::string_view record_path);

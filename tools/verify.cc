@@ -1,9 +1,7 @@
 // recflow verify: checks every record; with --salvage writes the readable
 // ones to a new file and says what was lost.
 #include <fmt/format.h>
-#include <sys/stat.h>
 
-#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -36,125 +34,6 @@ class StderrReporter final : public records::Reporter {
     ++problems;
   }
   uint64_t problems = 0;
-};
-
-// FILE.idx beside an input, checked against the records as they are read:
-// the index DALI, `recflow bench` and the global shuffle would trust.
-class IndexCheck {
- public:
-  explicit IndexCheck(const std::string& record_path)
-      : path_(records::IndexPathFor(record_path)) {
-    struct stat st;
-    if (::stat(path_.c_str(), &st) != 0) return;  // none: nothing to check
-    present_ = true;
-    try {
-      index_ = records::ReadIndex(path_);
-    } catch (const records::Error& e) {
-      problem_ = e.what();
-    }
-  }
-  bool present() const { return present_; }
-  // Record i, read at `offset` of the (decoded) stream, `frame` bytes long
-  // with its framing.  `zstd_frames`: the ZSTD frames the reader has
-  // decoded whole so far (ReaderOptions::track_zstd_frames), or null.  A
-  // ZSTD record waits until its frame is whole; an uncompressed one is
-  // compared at once.  Either way the file is read once.
-  void Record(uint64_t i, uint64_t offset, uint64_t frame,
-              records::Compression compression,
-              const std::vector<records::ZstdFrame>* zstd_frames) {
-    // An index of another kind of file is Finish's to report.
-    if (!index_ || !problem_.empty() || index_->compression != compression) {
-      return;
-    }
-    if (index_->compression == records::Compression::kZstd) {
-      pending_.push_back({i, offset, frame});
-      if (zstd_frames != nullptr) MatchFrames(*zstd_frames);
-      return;
-    }
-    if (i >= index_->entries.size()) return;  // counted at the end
-    const records::IndexEntry& e = index_->entries[i];
-    if (e.offset != offset || e.size != frame) {
-      problem_ = fmt::format(
-          "{}: stale index: record {} is {} bytes at byte {} of the file, "
-          "the index says {} bytes at byte {}",
-          path_, i, frame, offset, e.size, e.offset);
-    }
-  }
-  // After every record was read: the count, and a zstd index against the
-  // file's frames.  Returns the problem, "" when the index is the file's.
-  std::string Finish(records::Compression compression, uint64_t records,
-                     const std::vector<records::ZstdFrame>* zstd_frames) {
-    if (!present_ || !problem_.empty()) return problem_;
-    const bool zstd = compression == records::Compression::kZstd;
-    if (compression != records::Compression::kNone && !zstd) {
-      return fmt::format(
-          "{}: an index beside a {} file, which cannot have "
-          "one",
-          path_, records::CompressionName(compression));
-    }
-    if (index_->compression != compression) {
-      return fmt::format("{}: an index of a {} file beside a {} one", path_,
-                         records::CompressionName(index_->compression),
-                         records::CompressionName(compression));
-    }
-    if (index_->entries.size() != records) {
-      return fmt::format("{}: stale index: {} records, the file has {}", path_,
-                         index_->entries.size(), records);
-    }
-    if (zstd && zstd_frames != nullptr) MatchFrames(*zstd_frames);
-    if (problem_.empty() && !pending_.empty()) {
-      problem_ = fmt::format(
-          "{}: stale index: record {} lies in no whole zstd frame of the "
-          "file",
-          path_, pending_.front().record);
-    }
-    return problem_;
-  }
-
- private:
-  // A ZSTD record read but not yet compared: its number, stream offset and
-  // size with its framing.
-  struct Pending {
-    uint64_t record, offset, size;
-  };
-
-  // Compares the pending ZSTD records whose frames are whole with their
-  // entries.
-  void MatchFrames(const std::vector<records::ZstdFrame>& frames) {
-    while (!pending_.empty() && problem_.empty()) {
-      const Pending& r = pending_.front();
-      const uint64_t i = r.record;
-      records::IndexEntry want;
-      const records::FrameFit fit =
-          records::LocateInFrame(frames, &frame_, r.offset, r.size, &want);
-      if (fit == records::FrameFit::kNoFrame) return;  // not whole yet
-      if (fit == records::FrameFit::kSpans) {
-        problem_ = fmt::format(
-            "{}: record {} spans two zstd frames, so no index can reach it "
-            "(`recflow reshard --compression zstd` rewrites the file with "
-            "whole records in each frame)",
-            path_, i);
-        return;
-      }
-      if (i < index_->entries.size() && !(index_->entries[i] == want)) {
-        const records::IndexEntry& e = index_->entries[i];
-        problem_ = fmt::format(
-            "{}: stale index: record {} is {} bytes at byte {} of the zstd "
-            "frame at file byte {} ({} bytes); the index says {} bytes at "
-            "byte {} of the frame at {} ({} bytes)",
-            path_, i, want.size, want.offset, want.frame_offset,
-            want.frame_bytes, e.size, e.offset, e.frame_offset, e.frame_bytes);
-      }
-      pending_.pop_front();
-    }
-  }
-
-  std::string path_;
-  bool present_ = false;
-  std::optional<records::Index> index_;
-  std::deque<Pending> pending_;
-  size_t frame_ = 0;  // the frame being matched
-  std::string problem_;
 };
 
 int RunVerify(const VerifyOptions& o) {
@@ -195,7 +74,7 @@ int RunVerify(const VerifyOptions& o) {
     records::ReaderOptions options = o.read.ToReaderOptions();
     options.salvage = true;
     options.reporter = &reporter;
-    IndexCheck index(path);
+    records::IndexCheck index(path);
     options.track_zstd_frames = index.present();
     records::TFRecordReader reader(path, options);
     std::string_view record;

@@ -269,3 +269,32 @@ def test_a_pipe_is_read_where_one_pass_does_and_refused_elsewhere(tmp_path):
         with pytest.raises(OSError, match="not a regular file"):
             make()
     assert not (tmp_path / "out-00000-of-00001.tfrecord").exists()
+
+
+def test_verify_checks_the_index_beside_a_file(tmp_path):
+    # As `recflow verify`: an index that is not the file's (which DALI, the
+    # range reader and the global shuffle would trust) is found, in the
+    # same read as the records.
+    path = tmp_path / "a.tfrecord"
+    with recflow.TFRecordWriter(str(path), index=True) as w:
+        for i in range(50):
+            w.write(b"x" * (i + 1))
+    assert recflow.verify(str(path)) == {str(path): 50}
+    idx = tmp_path / "a.tfrecord.idx"
+    lines = idx.read_text().splitlines()
+    idx.write_text("\n".join(lines[:-1]) + "\n")  # one record short
+    with pytest.raises(ValueError,
+                       match=r"stale index: 49 records, the file has 50"):
+        recflow.verify(str(path))
+    recflow.index(str(path))
+    assert recflow.verify(str(path)) == {str(path): 50}
+    # zstd: its own index kind, checked against the frames.
+    zpath = tmp_path / "z.tfrecord.zst"
+    with recflow.TFRecordWriter(str(zpath), index=True) as w:
+        for i in range(50):
+            w.write(b"y" * (i + 1))
+    assert recflow.verify(str(zpath)) == {str(zpath): 50}
+    zidx = tmp_path / "z.tfrecord.zst.idx"
+    zidx.write_text(idx.read_text())  # an uncompressed file's index
+    with pytest.raises(ValueError, match="an index of a none file beside"):
+        recflow.verify(str(zpath))
