@@ -139,6 +139,18 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
     c = Get();
   }
   first_ = false;
+  // Blank lines (nothing on them, not even a delimiter) are no rows, as
+  // for Python's csv.DictReader and pandas: an editor's trailing empty
+  // line is not a row of empty cells.
+  while (c == '\n' || c == '\r') {
+    if (c == '\r') {
+      c = Get();
+      if (c != '\n' && c != EOF) std::ungetc(c, f_);
+    }
+    ++line_;
+    c = Get();
+    if (c == EOF) return false;
+  }
   *line = line_;
   std::string field;
   while (true) {

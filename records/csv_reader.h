@@ -1,5 +1,6 @@
 // A CSV reader (RFC 4180: quoted fields, "" for a quote, CRLF or LF line
-// ends, a UTF-8 byte order mark skipped; the field delimiter a comma or
+// ends, a UTF-8 byte order mark skipped, blank lines skipped as Python's
+// csv.DictReader and pandas skip them; the field delimiter a comma or
 // another single byte, e.g. a tab for TSV), for `recflow convert` and the
 // pipeline's CSV source.  Not thread-safe.
 #ifndef RECFLOW_RECORDS_CSV_READER_H_

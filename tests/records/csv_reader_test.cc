@@ -92,6 +92,29 @@ TEST(CsvReaderTest, QuotedFieldsLineNumbersAndARowLevelError) {
   EXPECT_THROW(CsvReader(dir.File("missing.csv")), CsvError);
 }
 
+TEST(CsvReaderTest, BlankLinesAreNoRows) {
+  // An editor's trailing empty line made "1 fields, the header has 2", and
+  // in a one-column file an empty Example: blank lines (LF, CRLF or CR)
+  // are skipped, as csv.DictReader and pandas skip them, and lines keep
+  // their numbers.  A quoted empty field is a row; so is a lone delimiter.
+  testing::TempDir dir;
+  const std::string path = dir.File("a.csv");
+  std::ofstream(path, std::ios::binary)
+      << "\xEF\xBB\xBF\n\nid\n1\r\n\r\n\"\"\n\r,\n2\n\n\n";
+  CsvReader reader(path);
+  std::vector<std::vector<std::string>> rows;
+  std::vector<uint64_t> lines;
+  std::vector<std::string> fields;
+  uint64_t line = 0;
+  while (reader.ReadRecord(&fields, &line)) {
+    rows.push_back(fields);
+    lines.push_back(line);
+  }
+  EXPECT_EQ(rows, (std::vector<std::vector<std::string>>{
+                      {"id"}, {"1"}, {""}, {"", ""}, {"2"}}));
+  EXPECT_EQ(lines, (std::vector<uint64_t>{3, 4, 6, 8, 9}));
+}
+
 TEST(CsvReaderTest, AnotherDelimiterSeparatesFieldsAndNamesItself) {
   testing::TempDir dir;
   const std::string path = dir.File("a.txt");
