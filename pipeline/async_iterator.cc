@@ -1,8 +1,8 @@
 #include "pipeline/async_iterator.h"
 
-#include <algorithm>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace recflow::pipeline {
