@@ -308,6 +308,17 @@ Dataset Dataset::Parse(records::FeatureSpec spec, ParseOptions options) const {
   }
   return Dataset(stages::Parse(base_, std::move(spec), std::move(options)));
 }
+Dataset Dataset::ParseSequence(records::FeatureSpec context,
+                               records::FeatureSpec sequence,
+                               ParseOptions options) const {
+  if (options.num_parallel_calls == 0 ||
+      options.num_parallel_calls < kAutotune) {
+    throw Error(
+        "ParseSequence: num_parallel_calls must be positive or kAutotune");
+  }
+  return Dataset(stages::ParseSequence(
+      base_, std::move(context), std::move(sequence), std::move(options)));
+}
 Dataset Dataset::Filter(PredicateFn predicate, std::string name) const {
   return Dataset(stages::Filter(base_, std::move(predicate), std::move(name)));
 }

@@ -202,6 +202,19 @@ class Dataset {
   // FixedLen features become [shape] tensors ([batch, shape] after Batch),
   // VarLen ones [n] tensors, or ragged tensors after Batch.
   Dataset Parse(records::FeatureSpec spec, ParseOptions options = {}) const;
+  // Parses serialized tf.train.SequenceExamples
+  // (records::SequenceExampleParser): `context` features as Parse does;
+  // each feature_list of `sequence`, one record: FixedLen of shape S ->
+  // [steps, S...], VarLen -> ragged [steps, (values)].  A batch: FixedLen
+  // -> ragged [batch, (steps), S...]; VarLen, ragged in two dimensions,
+  // -> NAME, ragged [batch, (values)] (each record's steps one after
+  // another), and NAME + "/step_lengths", ragged [batch, (steps)] int64 (a
+  // tf.RaggedTensor's nested row lengths: from_nested_row_lengths(
+  // NAME.values, [steps per record, NAME/step_lengths.values])).  A name
+  // in both specs, or one ending in "/step_lengths", is an Error.
+  Dataset ParseSequence(records::FeatureSpec context,
+                        records::FeatureSpec sequence,
+                        ParseOptions options = {}) const;
   Dataset Filter(PredicateFn predicate, std::string name = "filter") const;
   // TensorFlow's algorithm: fill a buffer of `buffer_size`, then deliver
   // a uniformly chosen buffered element and put the next input in its

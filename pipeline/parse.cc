@@ -216,6 +216,168 @@ void ParseRecords(const ParseInfo& info,
   if (batched) buffers->Return(std::move(parsed));
 }
 
+namespace {
+
+// The values of `f` as a tensor of `shape` (their buffers adopted).
+Tensor ValuesOf(records::ParsedFeature& f, const Shape& shape) {
+  switch (f.config.dtype) {
+    case DType::kFloat32:
+      return Tensor::Adopt(std::move(f.floats), shape);
+    case DType::kInt64:
+      return Tensor::Adopt(std::move(f.ints), shape);
+    default:  // bytes: the only other dtype an Example holds
+      return Tensor::AdoptBytes(std::move(f.bytes_data),
+                                std::move(f.bytes_offsets), shape);
+  }
+}
+
+Tensor Int64Vector(records::AlignedVector<int64_t>&& v) {
+  const auto n = static_cast<int64_t>(v.size());
+  return Tensor::Adopt(std::move(v), Shape{n});
+}
+
+// Per record, the sum of each run of `runs[i]` lengths of `lengths`: the
+// values of each record's steps.
+records::AlignedVector<int64_t> SumRuns(
+    const records::AlignedVector<int64_t>& runs,
+    const records::AlignedVector<int64_t>& lengths) {
+  records::AlignedVector<int64_t> sums(runs.size());
+  size_t at = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    int64_t sum = 0;
+    for (int64_t k = 0; k < runs[i]; ++k) sum += lengths[at++];
+    sums[i] = sum;
+  }
+  return sums;
+}
+
+constexpr std::string_view kStepLengths = "/step_lengths";
+
+class ParseSequenceFn {
+ public:
+  ParseSequenceFn(std::shared_ptr<const records::SequenceExampleParser> parser,
+                  ParseOptions options)
+      : parser_(std::move(parser)), options_(std::move(options)) {}
+
+  Element operator()(Element in) const {
+    const std::string& key = options_.record_key;
+    const Tensor* records_tensor = in.Find(key);
+    if (records_tensor == nullptr || records_tensor->dtype() != DType::kBytes ||
+        records_tensor->shape().rank() > 1 || records_tensor->ragged()) {
+      throw Error(fmt::format(
+          "ParseSequence: the element needs a bytes scalar or vector '{}' "
+          "of serialized tf.SequenceExamples; it has {}",
+          key, in.DebugString()));
+    }
+    const bool batched = records_tensor->shape().rank() == 1;
+    const int64_t n = batched ? records_tensor->shape()[0] : 1;
+    std::vector<std::string_view> serialized(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) serialized[i] = records_tensor->bytes(i);
+
+    records::ParsedSequenceBatch parsed;
+    try {
+      parser_->ParseBatch(serialized, &parsed,
+                          batched ? records::ParseContext{} : Context(in, 0));
+    } catch (const records::ParseError&) {
+      if (!batched) throw;
+      records::ParsedSequenceBatch one;  // name the bad record
+      for (int64_t i = 0; i < n; ++i) {
+        parser_->ParseBatch(std::span(serialized).subspan(i, 1), &one,
+                            Context(in, i));
+      }
+      throw;
+    }
+    Element out;
+    out.origin = std::move(in.origin);
+    out.batch_origins = std::move(in.batch_origins);
+    for (records::ParsedFeature& f : parsed.context.features) {
+      const bool fixed = f.config.kind == records::FeatureConfig::Kind::kFixed;
+      Tensor values = ValuesOf(f, FeatureShape(f, batched, n));
+      out.components.push_back(
+          {f.name,
+           fixed || !batched
+               ? std::move(values)
+               : Tensor::Ragged(std::move(values),
+                                Int64Vector(std::move(f.row_lengths)))});
+    }
+    for (records::ParsedFeature& f : parsed.sequence.features) {
+      AddSequenceFeature(f, batched, &out);
+    }
+    if (options_.keep_record) out.components.push_back({key, *records_tensor});
+    return out;
+  }
+
+ private:
+  static void AddSequenceFeature(records::ParsedFeature& f, bool batched,
+                                 Element* out) {
+    int64_t steps = 0;
+    for (int64_t s : f.row_lengths) steps += s;
+    if (f.config.kind == records::FeatureConfig::Kind::kFixed) {
+      // [steps, S...]: over a batch, ragged in the steps.
+      Shape shape =
+          Shape(std::span<const int64_t>(f.config.shape)).Prepend(steps);
+      Tensor values = ValuesOf(f, shape);
+      out->components.push_back(
+          {f.name, batched
+                       ? Tensor::Ragged(std::move(values),
+                                        Int64Vector(std::move(f.row_lengths)))
+                       : std::move(values)});
+      return;
+    }
+    const auto total = static_cast<int64_t>(f.num_values());
+    if (!batched) {  // [steps, (values)]
+      out->components.push_back(
+          {f.name, Tensor::Ragged(ValuesOf(f, Shape{total}),
+                                  Int64Vector(std::move(f.step_lengths)))});
+      return;
+    }
+    records::AlignedVector<int64_t> per_record =
+        SumRuns(f.row_lengths, f.step_lengths);
+    out->components.push_back(
+        {f.name, Tensor::Ragged(ValuesOf(f, Shape{total}),
+                                Int64Vector(std::move(per_record)))});
+    out->components.push_back(
+        {f.name + std::string(kStepLengths),
+         Tensor::Ragged(Int64Vector(std::move(f.step_lengths)),
+                        Int64Vector(std::move(f.row_lengths)))});
+  }
+
+  std::shared_ptr<const records::SequenceExampleParser> parser_;
+  ParseOptions options_;
+};
+
+}  // namespace
+
+DatasetPtr ParseSequence(DatasetPtr input, records::FeatureSpec context,
+                         records::FeatureSpec sequence, ParseOptions options) {
+  for (const auto& [name, c] : sequence.features) {
+    if (context.Find(name) != nullptr) {
+      throw Error(fmt::format(
+          "ParseSequence: '{}' is in both the context and the sequence spec; "
+          "an element has one component of a name",
+          name));
+    }
+    if (name.ends_with(kStepLengths)) {
+      throw Error(fmt::format(
+          "ParseSequence: sequence feature '{}' ends in '{}', the suffix of "
+          "a batch's step lengths",
+          name, kStepLengths));
+    }
+  }
+  MapOptions map;
+  map.num_parallel_calls = options.num_parallel_calls;
+  map.deterministic = options.deterministic;
+  map.name =
+      fmt::format("parse_sequence[{:016x}]",
+                  Fingerprint(nlohmann::json{{"context", context.ToJson()},
+                                             {"sequence", sequence.ToJson()}}
+                                  .dump()));
+  auto parser = std::make_shared<records::SequenceExampleParser>(
+      std::move(context), std::move(sequence));
+  return Map(std::move(input), ParseSequenceFn(std::move(parser), options),
+             std::move(map));
+}
+
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
                  ParseOptions options) {
   MapOptions map;

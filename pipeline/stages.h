@@ -420,6 +420,8 @@ DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options,
 // parse.cc
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
                  ParseOptions options);
+DatasetPtr ParseSequence(DatasetPtr input, records::FeatureSpec context,
+                         records::FeatureSpec sequence, ParseOptions options);
 // Parses `serialized` (a batch when `batched`, else one record) into the
 // components of `out`, which keeps its origins, with `info`'s parser and
 // into its recycled buffers.  On a bad record of a batch, throws the

@@ -1177,6 +1177,26 @@ only on the inputs and seeds, never on the thread count.
           "Parses tf.train.Examples with a feature spec (FeatureSpec, dict, "
           "JSON or a path). After batch(): one vectorised parse per batch.")
       .def(
+          "parse_sequence",
+          [](const PyDataset& d, py::handle context, py::handle sequence,
+             int num_parallel_calls, bool keep_record, std::string record_key) {
+            pipeline::ParseOptions o;
+            o.num_parallel_calls = num_parallel_calls;
+            o.keep_record = keep_record;
+            o.record_key = std::move(record_key);
+            return Wrap(d.dataset.ParseSequence(SpecArg(context),
+                                                SpecArg(sequence), o));
+          },
+          "context"_a, "sequence"_a, "num_parallel_calls"_a = 1,
+          "keep_record"_a = false, "record_key"_a = "record",
+          "Parses tf.train.SequenceExamples (tf.io.parse_sequence_example): "
+          "context features as parse() does; a feature_list of the "
+          "sequence spec gives [steps, shape...] (FixedLen) or Ragged "
+          "[steps, (values)] (VarLen) per record. After batch(): FixedLen "
+          "-> Ragged [batch, (steps), shape...]; VarLen -> NAME, Ragged "
+          "[batch, (values)], and NAME/step_lengths, Ragged [batch, "
+          "(steps)]. `recflow inspect --sequence --spec` writes both specs.")
+      .def(
           "shuffle",
           [](const PyDataset& d, int64_t buffer_size, const py::object& seed,
              bool reshuffle_each_iteration) {

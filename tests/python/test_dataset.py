@@ -545,3 +545,51 @@ def test_zip_concatenate_enumerate_as_tf_data(tmp_path):
     next(it), next(it)
     rest = [b["value"].tolist() for b in ds.restore(it.save())]
     assert rest == [[102, 103]]
+
+
+def _field(number, payload):
+    """A length-delimited protobuf field."""
+    def varint(n):
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def _int64_feature(values):
+    packed = b"".join(
+        bytes([v]) for v in values)  # small non-negative ints: one byte
+    return _field(3, _field(1, packed))  # Feature.int64_list.value
+
+
+def _sequence_example(label, steps):
+    """tf.train.SequenceExample: context {label}, feature_lists {tokens:
+    one Feature per step}."""
+    context = recflow.Example({"label": label}).serialize()  # field 1
+    feature_list = b"".join(_field(1, _int64_feature(s)) for s in steps)
+    entry = _field(1, b"tokens") + _field(2, feature_list)
+    return context + _field(2, _field(1, entry))
+
+
+def test_parse_sequence_as_tf_io_parse_sequence_example(tmp_path):
+    path = tmp_path / "seq.tfrecord"
+    with recflow.TFRecordWriter(str(path)) as w:
+        w.write(_sequence_example(7, [[1], [2, 3]]))
+        w.write(_sequence_example(8, [[4, 5, 6]]))
+    context = {"label": recflow.FixedLenFeature([], "int64")}
+    sequence = {"tokens": recflow.VarLenFeature("int64")}
+    one = list(recflow.Dataset.from_tfrecords(str(path))
+               .parse_sequence(context, sequence))
+    assert int(one[0]["label"]) == 7
+    tokens = one[0]["tokens"]  # Ragged [steps, (values)]
+    assert tokens.values.tolist() == [1, 2, 3]
+    assert tokens.row_lengths.tolist() == [1, 2]
+    batch = next(iter(recflow.Dataset.from_tfrecords(str(path)).batch(2)
+                      .parse_sequence(context, sequence)))
+    assert batch["label"].tolist() == [7, 8]
+    assert batch["tokens"].row_lengths.tolist() == [3, 3]
+    assert batch["tokens/step_lengths"].values.tolist() == [1, 2, 3]
+    assert batch["tokens/step_lengths"].row_lengths.tolist() == [2, 1]
