@@ -358,6 +358,10 @@ Dataset Dataset::Shard(int64_t num_shards, int64_t index) const {
   }
   return Dataset(stages::Shard(base_, num_shards, index));
 }
+Dataset Dataset::FlatMap(InterleaveFn fn) const {
+  return Interleave(std::move(fn), /*cycle_length=*/1, /*block_length=*/1,
+                    "flat_map");
+}
 Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
                             int64_t block_length, std::string name) const {
   if (cycle_length == kAutotune) {

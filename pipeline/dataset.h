@@ -234,6 +234,9 @@ class Dataset {
   Dataset Shard(int64_t num_shards, int64_t index) const;
   // cycle_length kAutotune: one input per core of this machine (tf.data's
   // default), fixed when the dataset is made.
+  // tf.data's flat_map: each element's dataset in turn (Interleave with
+  // cycle_length 1).
+  Dataset FlatMap(InterleaveFn fn) const;
   Dataset Interleave(InterleaveFn fn, int64_t cycle_length,
                      int64_t block_length = 1,
                      std::string name = "interleave") const;

@@ -1267,9 +1267,8 @@ only on the inputs and seeds, never on the thread count.
       .def(
           "flat_map",
           [](const PyDataset& d, py::function fn) {
-            return Wrap(d.dataset.Interleave(
-                PythonInterleaveFn(std::move(fn), "flat_map"),
-                /*cycle_length=*/1, /*block_length=*/1, "flat_map"));
+            return Wrap(d.dataset.FlatMap(
+                PythonInterleaveFn(std::move(fn), "flat_map")));
           },
           "fn"_a,
           "fn(element dict) -> Dataset; their elements one dataset after "

@@ -34,6 +34,17 @@ TEST(InterleaveTest, InterleaveFollowsTensorFlowsExample) {
                             3, 4, 4, 4, 4, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5}));
 }
 
+TEST(InterleaveTest, FlatMapFollowsTensorFlowsExample) {
+  // tf.data's flat_map: each element's dataset in turn.
+  const auto ds = Dataset::Range(1, 4).FlatMap([](const Element& e) {
+    return Dataset::Range(0, e["value"].scalar<int64_t>());
+  });
+  EXPECT_EQ(Ints(Collect(ds)), (std::vector<int64_t>{0, 0, 1, 0, 1, 2}));
+  EXPECT_NE(ds.Describe().find("Interleave(flat_map, cycle_length=1"),
+            std::string::npos)
+      << ds.Describe();
+}
+
 TEST(InterleaveTest, AnAutotunedCycleIsOneInputPerCore) {
   // tf.data's default cycle_length: the machine's cores.
   auto fn = [](const Element& e) {
