@@ -26,7 +26,7 @@ class CsvDataset final : public DatasetBase {
     } catch (const records::Error& e) {
       throw Error(fmt::format("FromCsv: {}", e.what()));
     }
-    records::RequireRegularFiles(files_, kSourcesNeedRegularFiles);
+    records::RequireRegularFiles({files_[0]}, kSourcesNeedRegularFiles);
     records::CsvReader reader(files_[0], options_.delimiter);
     std::vector<std::string> header, row;
     uint64_t line;
@@ -156,6 +156,8 @@ class CsvDataset final : public DatasetBase {
    private:
     // Opens file `index` past its header, which must be the first file's.
     void Open(size_t index) {
+      records::RequireRegularFiles({d_->files_[index]},
+                                   kSourcesNeedRegularFiles);
       auto reader = std::make_unique<records::CsvReader>(
           d_->files_[index], d_->options_.delimiter);
       std::vector<std::string> header;

@@ -155,9 +155,11 @@ class Iterator;
 class Dataset {
  public:
   // --- Sources ---
-  // The file sources refuse, when made, a name that is not a regular file
-  // (a pipe or device): records::IoError (kSourcesNeedRegularFiles says
-  // why).
+  // The file sources refuse a name that is not a regular file (a pipe or
+  // device) with records::IoError (kSourcesNeedRegularFiles says why): as
+  // they open it (FromTFRecords, FromCsv after its first file, which it
+  // reads when made) or when made (FromTFRecordsGlobalShuffle, which
+  // indexes every file then).
   // TFRecord files: paths, glob patterns and directories (records whose
   // name holds "tfrecord" or "tfrec", sorted).  Elements: {"record": bytes
   // scalar}.  Under a fused Parse(Batch(...)) with fewer files read at once

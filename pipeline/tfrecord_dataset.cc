@@ -235,7 +235,6 @@ class TFRecordDataset final : public DatasetBase {
           fmt::format("FromTFRecords: block_length must be at least 1, not {}",
                       options_.block_length));
     }
-    records::RequireRegularFiles(files_, kSourcesNeedRegularFiles);
     for (const auto& f : files_) {
       paths_.push_back(std::make_shared<const std::string>(f));
     }
@@ -458,6 +457,10 @@ bool FileRecords::Next(Element* out) {
 std::unique_ptr<FileRecords> OpenFileRecords(
     const std::shared_ptr<const std::string>& path, uint64_t offset,
     uint64_t index, const TFRecordOptions& options) {
+  // Checked as each file is opened (as tf.data touches no file before):
+  // a stat per open, not one per file of a long list when the dataset is
+  // made.  Before the detection below opens it: a named pipe would block.
+  records::RequireRegularFiles({*path}, kSourcesNeedRegularFiles);
   const records::Compression c =
       options.compression
           ? *options.compression
