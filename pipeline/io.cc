@@ -123,6 +123,11 @@ class FileBlocks {
       ::close(fd_);
       throw records::IoError(path, "cannot stat", e);
     }
+    if (!S_ISREG(st.st_mode)) {  // its size (0) would read as an empty file
+      ::close(fd_);
+      throw records::IoError(
+          path, records::NotRegularFileDetail(kSourcesNeedRegularFiles));
+    }
     end_ = static_cast<uint64_t>(st.st_size);
     limit_ = std::min(end, end_);
     start_ = std::min(start, limit_);
@@ -592,8 +597,6 @@ std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options,
                                              uint64_t end_offset) {
-  // A pipe's size (0) would read as an empty file.
-  records::RequireRegularFiles({path}, kSourcesNeedRegularFiles);
   IoBackend backend = options.backend;
   if (backend == IoBackend::kAuto) {
     backend = IoUringAvailable() ? IoBackend::kIoUring : IoBackend::kPread;

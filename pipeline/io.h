@@ -83,7 +83,9 @@ class BlockReader {
 // whole but its last: blocks split at the file's block_bytes boundaries
 // would leave a range two part-filled blocks, and records viewing them
 // keep whole blocks alive.  Throws records::IoError when the file cannot
-// be opened or is not a regular file.
+// be opened or is not a regular file (found by the fstat after the open:
+// a named pipe's open waits for a writer, so the sources refuse one by
+// name before, records::RequireRegularFiles).
 std::unique_ptr<BlockReader> OpenBlockReader(const std::string& path,
                                              uint64_t start_offset,
                                              const IoOptions& options,

@@ -92,10 +92,15 @@ void RequireRegularFiles(const std::vector<std::string>& files,
     struct stat st;
     if (stat(f.c_str(), &st) != 0 || S_ISREG(st.st_mode)) continue;
     if (S_ISDIR(st.st_mode)) continue;  // the expansion or reader says so
-    throw IoError(f, fmt::format("not a regular file (a pipe, socket or "
-                                 "device): {}; write it to a file first",
-                                 why));
+    throw IoError(f, NotRegularFileDetail(why));
   }
+}
+
+std::string NotRegularFileDetail(std::string_view why) {
+  return fmt::format(
+      "not a regular file (a pipe, socket or device): {}; write it to a "
+      "file first",
+      why);
 }
 
 }  // namespace recflow::records

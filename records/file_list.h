@@ -50,6 +50,9 @@ std::optional<std::pair<std::string, std::string>> FindFileNamedTwice(
 // stats the names: opening a named pipe would block.
 void RequireRegularFiles(const std::vector<std::string>& files,
                          std::string_view why);
+// Its error's detail (after the path), for a reader that found the file
+// not regular through a stat of its own.
+std::string NotRegularFileDetail(std::string_view why);
 
 }  // namespace recflow::records
 
