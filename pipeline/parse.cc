@@ -153,6 +153,52 @@ records::ParseContext Context(const Element& e, int64_t i) {
   return {*o->file, o->record};
 }
 
+// The serialized records of `in`'s `key`: a bytes scalar (one record) or
+// vector (a batch, *batched).  Throws Error naming `stage` and `what` the
+// records hold.  A ragged vector is refused: its rows are not records.
+std::vector<std::string_view> SerializedRecords(const Element& in,
+                                                const std::string& key,
+                                                std::string_view stage,
+                                                std::string_view what,
+                                                bool* batched) {
+  const Tensor* t = in.Find(key);
+  if (t == nullptr || t->dtype() != DType::kBytes || t->shape().rank() > 1 ||
+      t->ragged()) {
+    throw Error(
+        fmt::format("{}: the element needs a bytes scalar or vector '{}' of "
+                    "serialized {}; it has {}",
+                    stage, key, what, in.DebugString()));
+  }
+  *batched = t->shape().rank() == 1;
+  const int64_t n = *batched ? t->shape()[0] : 1;
+  std::vector<std::string_view> serialized(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) serialized[i] = t->bytes(i);
+  return serialized;
+}
+
+// parser.ParseBatch(serialized, out, ...) (an ExampleParser or a
+// SequenceExampleParser), the records named by `origins`' origins.  A bad
+// record of a batch is found by parsing the records one by one, so that
+// the error names its own file and record.
+template <typename Parser, typename Parsed>
+void ParseNamingTheBadRecord(const Parser& parser,
+                             std::span<const std::string_view> serialized,
+                             bool batched, const Element& origins,
+                             Parsed* out) {
+  try {
+    parser.ParseBatch(serialized, out,
+                      batched ? records::ParseContext{} : Context(origins, 0));
+  } catch (const records::ParseError&) {
+    if (!batched) throw;
+    Parsed one;
+    for (size_t i = 0; i < serialized.size(); ++i) {
+      parser.ParseBatch(serialized.subspan(i, 1), &one,
+                        Context(origins, static_cast<int64_t>(i)));
+    }
+    throw;
+  }
+}
+
 class ParseFn {
  public:
   explicit ParseFn(std::shared_ptr<const ParseInfo> info)
@@ -160,26 +206,14 @@ class ParseFn {
 
   Element operator()(Element in) const {
     const std::string& key = info_->options.record_key;
-    const Tensor* records_tensor = in.Find(key);
-    if (records_tensor == nullptr || records_tensor->dtype() != DType::kBytes ||
-        records_tensor->shape().rank() > 1) {
-      throw Error(fmt::format(
-          "Parse: the element needs a bytes scalar or vector '{}' of "
-          "serialized tf.Examples; it has {}",
-          key, in.DebugString()));
-    }
-    const bool batched = records_tensor->shape().rank() == 1;
-    const int64_t n = batched ? records_tensor->shape()[0] : 1;
-    std::vector<std::string_view> serialized(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) serialized[i] = records_tensor->bytes(i);
-
+    bool batched = false;
+    const std::vector<std::string_view> serialized =
+        SerializedRecords(in, key, "Parse", "tf.Examples", &batched);
     Element out;
     out.origin = std::move(in.origin);
     out.batch_origins = std::move(in.batch_origins);
     ParseRecords(*info_, serialized, batched, &out);
-    if (info_->options.keep_record) {
-      out.components.push_back({key, *records_tensor});
-    }
+    if (info_->options.keep_record) out.components.push_back({key, in[key]});
     return out;
   }
 
@@ -197,18 +231,7 @@ void ParseRecords(const ParseInfo& info,
   const auto n = static_cast<int64_t>(serialized.size());
   records::ParsedBatch parsed =
       batched ? buffers->Take() : records::ParsedBatch{};
-  try {
-    parser.ParseBatch(serialized, &parsed,
-                      batched ? records::ParseContext{} : Context(*out, 0));
-  } catch (const records::ParseError&) {
-    if (!batched) throw;
-    // Find the bad record and name it with its own origin.
-    records::ParsedBatch one;
-    for (int64_t i = 0; i < n; ++i) {
-      parser.ParseBatch(serialized.subspan(i, 1), &one, Context(*out, i));
-    }
-    throw;
-  }
+  ParseNamingTheBadRecord(parser, serialized, batched, *out, &parsed);
   for (size_t d = 0; d < parsed.features.size(); ++d) {
     records::ParsedFeature& f = parsed.features[d];
     out->components.push_back({f.name, buffers->TensorOf(d, f, batched, n)});
@@ -261,35 +284,18 @@ class ParseSequenceFn {
 
   Element operator()(Element in) const {
     const std::string& key = options_.record_key;
-    const Tensor* records_tensor = in.Find(key);
-    if (records_tensor == nullptr || records_tensor->dtype() != DType::kBytes ||
-        records_tensor->shape().rank() > 1 || records_tensor->ragged()) {
-      throw Error(fmt::format(
-          "ParseSequence: the element needs a bytes scalar or vector '{}' "
-          "of serialized tf.SequenceExamples; it has {}",
-          key, in.DebugString()));
-    }
-    const bool batched = records_tensor->shape().rank() == 1;
-    const int64_t n = batched ? records_tensor->shape()[0] : 1;
-    std::vector<std::string_view> serialized(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) serialized[i] = records_tensor->bytes(i);
-
-    records::ParsedSequenceBatch parsed;
-    try {
-      parser_->ParseBatch(serialized, &parsed,
-                          batched ? records::ParseContext{} : Context(in, 0));
-    } catch (const records::ParseError&) {
-      if (!batched) throw;
-      records::ParsedSequenceBatch one;  // name the bad record
-      for (int64_t i = 0; i < n; ++i) {
-        parser_->ParseBatch(std::span(serialized).subspan(i, 1), &one,
-                            Context(in, i));
-      }
-      throw;
-    }
+    bool batched = false;
+    const std::vector<std::string_view> serialized = SerializedRecords(
+        in, key, "ParseSequence", "tf.SequenceExamples", &batched);
+    const auto n = static_cast<int64_t>(serialized.size());
     Element out;
     out.origin = std::move(in.origin);
     out.batch_origins = std::move(in.batch_origins);
+    records::ParsedSequenceBatch parsed;
+    ParseNamingTheBadRecord(*parser_, serialized, batched, out, &parsed);
+    // The context's tensors as Parse's, without ParsedBuffers' recycling:
+    // SequenceExampleParser clears its outputs, so there is no batch shell
+    // to lend buffers to.
     for (records::ParsedFeature& f : parsed.context.features) {
       const bool fixed = f.config.kind == records::FeatureConfig::Kind::kFixed;
       Tensor values = ValuesOf(f, FeatureShape(f, batched, n));
@@ -303,7 +309,7 @@ class ParseSequenceFn {
     for (records::ParsedFeature& f : parsed.sequence.features) {
       AddSequenceFeature(f, batched, &out);
     }
-    if (options_.keep_record) out.components.push_back({key, *records_tensor});
+    if (options_.keep_record) out.components.push_back({key, in[key]});
     return out;
   }
 

@@ -150,5 +150,34 @@ TEST_F(ParseSequenceTest, ErrorsNameTheRecordAndTheSpecs) {
                Error);
 }
 
+// Parse and ParseSequence take their records the same way: a bytes scalar
+// or vector; a ragged vector's rows are not records (read as a flat batch
+// of its values, a batch's origins would name the wrong records).
+TEST_F(ParseSequenceTest, BothParsersNeedAScalarOrVectorOfRecords) {
+  const Dataset ragged = Dataset::Range(0, 1).Map([](Element) {
+    Element e;
+    const std::vector<std::string> values = SequenceRecords();
+    const std::vector<int64_t> rows = {2, 1};
+    e.Set("record",
+          Tensor::Ragged(Tensor::FromStrings(values, Shape{3}),
+                         Tensor::FromValues<int64_t>(rows, Shape{2})));
+    return e;
+  });
+  for (const auto& [ds, stage] :
+       {std::pair{ragged.ParseSequence(kContext, kSequence),
+                  "ParseSequence: the element needs a bytes scalar or vector "
+                  "'record' of serialized tf.SequenceExamples"},
+        std::pair{ragged.Parse(kContext),
+                  "Parse: the element needs a bytes scalar or vector "
+                  "'record' of serialized tf.Examples"}}) {
+    try {
+      Collect(ds);
+      ADD_FAILURE() << "a ragged record component was parsed";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(stage, 0), 0u) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace recflow::pipeline
