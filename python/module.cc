@@ -775,10 +775,14 @@ records::ReaderOptions ReaderArgs(const std::optional<std::string>& compression,
 
 // Every record of the files `paths` names, both CRCs checked (ScanFile,
 // as `recflow count` and `verify` read them), without the GIL: {file,
-// records} in order.  Throws the first damage.
+// records} in order.  Throws the first damage.  `check_indexes` (verify):
+// a file with an index beside it is read once checking both (VerifyFile,
+// as `recflow verify`), and an index that is not the file's is a
+// ValueError.
 std::vector<std::pair<std::string, uint64_t>> ScanFiles(
     py::handle paths, const char* what,
-    const std::optional<std::string>& compression, int threads) {
+    const std::optional<std::string>& compression, int threads,
+    bool check_indexes = false) {
   ThreadsArg(threads, what);
   const std::vector<std::string> files =
       records::ExpandRecordPaths(Paths(paths, what));
@@ -787,7 +791,16 @@ std::vector<std::pair<std::string, uint64_t>> ScanFiles(
   std::vector<std::pair<std::string, uint64_t>> counts;
   py::gil_scoped_release release;
   for (const std::string& f : files) {
-    counts.emplace_back(f, records::ScanFile(f, options, threads).records);
+    if (check_indexes && std::filesystem::exists(records::IndexPathFor(f))) {
+      const records::VerifiedFile v = records::VerifyFile(f, options);
+      if (!v.index_problem.empty()) {
+        throw py::value_error(v.index_problem +
+                              " (recflow.index() writes it again)");
+      }
+      counts.emplace_back(f, v.records);
+    } else {
+      counts.emplace_back(f, records::ScanFile(f, options, threads).records);
+    }
   }
   return counts;
 }
@@ -1425,32 +1438,12 @@ exception leaves nothing behind. compression None: from the name's suffix
       "verify",
       [](py::handle paths, std::optional<std::string> compression,
          int threads) {
-        ThreadsArg(threads, "verify");
-        const std::vector<std::string> files =
-            records::ExpandRecordPaths(Paths(paths, "verify"));
-        const auto options =
-            ReaderArgs(compression, true, records::kDefaultMaxRecordBytes);
-        std::vector<std::pair<std::string, uint64_t>> counts;
-        {
-          py::gil_scoped_release release;
-          for (const std::string& f : files) {
-            // With an index beside it, one read checks both (as `recflow
-            // verify`); without, the file is read on several threads.
-            if (std::filesystem::exists(records::IndexPathFor(f))) {
-              const records::VerifiedFile v = records::VerifyFile(f, options);
-              if (!v.index_problem.empty()) {
-                throw py::value_error(v.index_problem +
-                                      " (recflow.index() writes it again)");
-              }
-              counts.emplace_back(f, v.records);
-            } else {
-              counts.emplace_back(
-                  f, records::ScanFile(f, options, threads).records);
-            }
-          }
-        }
         py::dict out;
-        for (const auto& [file, records] : counts) out[py::str(file)] = records;
+        for (const auto& [file, records] :
+             ScanFiles(paths, "verify", compression, threads,
+                       /*check_indexes=*/true)) {
+          out[py::str(file)] = records;
+        }
         return out;
       },
       "paths"_a, "compression"_a = py::none(), "threads"_a = 0,
