@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "records/example.pb.h"
 #include "records/example_parser.h"
@@ -107,31 +108,30 @@ bool HasFeatureLists(const tensorflow::Example& ex) {
   return false;
 }
 
-// The spec of `stats` over `count` records (or steps): fixed where every
-// one has the same number of values, var otherwise.
-records::FeatureSpec InferSpec(const std::map<std::string, FeatureStats>& stats,
-                               uint64_t count, std::string_view what) {
-  records::FeatureSpec spec;
-  for (const auto& [name, s] : stats) {
-    if (s.kinds.size() != 1) {
-      fmt::print(stderr,
-                 "recflow: {} '{}' holds {} kinds of list; left out "
-                 "of the spec\n",
-                 what, name, s.kinds.size());
-      continue;
-    }
-    records::FeatureConfig c;
-    c.dtype = *records::ParseExampleDType(s.kinds.begin()->first);
-    const uint64_t with_list = s.present + s.empty;
-    if (with_list == count && s.min_count == s.max_count) {
-      c.kind = records::FeatureConfig::Kind::kFixed;
-      if (s.min_count != 1) c.shape = {static_cast<int64_t>(s.min_count)};
-    } else {
-      c.kind = records::FeatureConfig::Kind::kVar;
-    }
-    spec.Add(name, c);
+// The config of a feature of stats `s` over `count` records (or steps):
+// fixed where every one has the same number of values, var otherwise;
+// none, saying so, for a feature with two kinds of list.
+std::optional<records::FeatureConfig> InferConfig(const std::string& name,
+                                                  const FeatureStats& s,
+                                                  uint64_t count,
+                                                  std::string_view what) {
+  if (s.kinds.size() != 1) {
+    fmt::print(stderr,
+               "recflow: {} '{}' holds {} kinds of list; left out "
+               "of the spec\n",
+               what, name, s.kinds.size());
+    return std::nullopt;
   }
-  return spec;
+  records::FeatureConfig c;
+  c.dtype = *records::ParseExampleDType(s.kinds.begin()->first);
+  const uint64_t with_list = s.present + s.empty;
+  if (with_list == count && s.min_count == s.max_count) {
+    c.kind = records::FeatureConfig::Kind::kFixed;
+    if (s.min_count != 1) c.shape = {static_cast<int64_t>(s.min_count)};
+  } else {
+    c.kind = records::FeatureConfig::Kind::kVar;
+  }
+  return c;
 }
 
 std::string Counts(uint64_t with, uint64_t min, uint64_t max, uint64_t total) {
@@ -201,8 +201,12 @@ int RunInspect(const InspectOptions& o) {
   }
 
   if (o.spec) {
-    const records::FeatureSpec spec =
-        InferSpec(stats, records, o.sequence ? "context feature" : "feature");
+    records::FeatureSpec spec;
+    for (const auto& [name, s] : stats) {
+      const auto c = InferConfig(name, s, records,
+                                 o.sequence ? "context feature" : "feature");
+      if (c) spec.Add(name, *c);
+    }
     if (!o.sequence) {
       fmt::print("{}\n", spec.ToJson().dump(2));
       return kExitOk;
@@ -212,11 +216,9 @@ int RunInspect(const InspectOptions& o) {
     // the list has no steps of it, which either kind allows.
     records::FeatureSpec sequence;
     for (const auto& [name, l] : lists) {
-      for (auto& [n, c] :
-           InferSpec({{name, l.values}}, l.total_steps, "sequence feature")
-               .features) {
-        sequence.Add(n, c);
-      }
+      const auto c =
+          InferConfig(name, l.values, l.total_steps, "sequence feature");
+      if (c) sequence.Add(name, *c);
     }
     fmt::print("{}\n", nlohmann::json{{"context", spec.ToJson()},
                                       {"sequence", sequence.ToJson()}}
