@@ -47,8 +47,6 @@ struct DemoOptions {
 // Where Debian's dataset-fashion-mnist package puts the four IDX files.
 constexpr const char* kDebianFashionMnist = "/usr/share/datasets/fashion-mnist";
 
-// The four Fashion-MNIST IDX files in a folder, each as NAME or NAME.gz
-// (the IDX converter reads both), and the names of those not there.
 // Written into the work folder, so that a rerun knows it may empty it.
 constexpr char kWorkdirMarker[] = ".recflow-demo";
 
@@ -96,6 +94,8 @@ void PrepareWorkdir(const fs::path& dir) {
   marker.Close();
 }
 
+// The four Fashion-MNIST IDX files in a folder, each as NAME or NAME.gz
+// (the IDX converter reads both), and the names of those not there.
 struct FashionMnistFiles {
   fs::path dir;
   std::string train_images, train_labels, test_images, test_labels;
