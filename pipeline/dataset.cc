@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 
-#include <algorithm>
 #include <random>
-#include <thread>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -159,10 +157,7 @@ void EnsureWorkers(int n) {
 
 IteratorContext::IteratorContext(const IteratorOptions& options)
     : keep_slabs_(std::make_unique<BlockSlabKeeper>()),
-      threads_(options.threads > 0
-                   ? options.threads
-                   : static_cast<int>(
-                         std::max(1u, std::thread::hardware_concurrency()))),
+      threads_(options.threads > 0 ? options.threads : MachineCores()),
       optimize_(options.optimize),
       seed_(stages::SeedOrRandom(std::nullopt)),
       // No slot is reserved for an external thread: the consumer and the
@@ -365,7 +360,7 @@ Dataset Dataset::FlatMap(InterleaveFn fn) const {
 Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
                             int64_t block_length, std::string name) const {
   if (cycle_length == kAutotune) {
-    cycle_length = std::max(1u, std::thread::hardware_concurrency());
+    cycle_length = MachineCores();
   }
   if (cycle_length <= 0) {
     throw Error(fmt::format(

@@ -20,6 +20,7 @@
 
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <typeindex>
 #include <typeinfo>
 #include <utility>
@@ -262,6 +264,12 @@ class WaitScope {
   StageCounter* counter_;
   uint64_t start_;  // the stage clock's reading (dataset.cc)
 };
+
+// The machine's cores (at least 1): an iterator's threads by default, and
+// what kAutotune reads and interleaves at once.
+inline int MachineCores() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 // Mixes two 64-bit values into one (SplitMix64 finaliser); for seeds.
 // Inline: the shuffles draw with it once or twice per record.

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 #include "pipeline/io.h"
 #include "pipeline/stages.h"
@@ -222,7 +221,7 @@ class TFRecordDataset final : public DatasetBase {
     if (files_.empty()) throw Error("FromTFRecords: no files given");
     if (options_.num_parallel_reads == kAutotune) {
       options_.num_parallel_reads = static_cast<int>(std::min<size_t>(
-          files_.size(), std::max(1u, std::thread::hardware_concurrency())));
+          files_.size(), static_cast<size_t>(MachineCores())));
     }
     if (options_.num_parallel_reads < 1) {
       throw Error(
