@@ -70,14 +70,10 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
   // CSV and JSON Lines are read twice (types are inferred from every cell
   // first), the others at offsets: a pipe would give its rows once, then
   // nothing.
-  std::vector<std::string> named = in.files;
-  for (const std::string* f : {&in.images, &in.labels}) {
-    if (!f->empty()) named.push_back(*f);
-  }
-  if (std::ranges::find(kFormats, format) != std::end(kFormats)) {
+  auto regular = [](const std::vector<std::string>& files) {
     records::RequireRegularFiles(
-        named, "convert reads its inputs more than once or at offsets");
-  }
+        files, "convert reads its inputs more than once or at offsets");
+  };
   auto need_files = [&] {
     if (in.files.empty()) InputError(format + ": no INPUT files given");
     if (const auto twice = records::FindFileNamedTwice(in.files)) {
@@ -86,6 +82,7 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
                       "be converted twice",
                       twice->first, twice->second));
     }
+    regular(in.files);
   };
   if (format == "csv") {
     need_files();
@@ -101,12 +98,14 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
   }
   if (format == "npz") {
     if (in.files.size() != 1) InputError("npz: give exactly one .npz file");
+    regular(in.files);
     return OpenNpz(in.files[0]);
   }
   if (format == "idx") {
     if (in.images.empty() || in.labels.empty()) {
       InputError("idx: give --images FILE and --labels FILE");
     }
+    regular({in.images, in.labels});
     return OpenIdx(in.images, in.labels);
   }
   if (format == "images") {
