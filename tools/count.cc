@@ -43,9 +43,9 @@ int RunCount(const CountOptions& o) {
       rc = kExitDamage;
     }
     // A pipe has no size: what was read from it.
-    const uint64_t file_bytes = std::filesystem::is_regular_file(path)
-                                    ? std::filesystem::file_size(path)
-                                    : scan.file_bytes;
+    std::error_code no_size;
+    uint64_t file_bytes = std::filesystem::file_size(path, no_size);
+    if (no_size) file_bytes = scan.file_bytes;
     entry["records"] = scan.records;
     entry["bytes"] = file_bytes;
     if (!entry.contains("error")) {
