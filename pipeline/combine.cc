@@ -113,7 +113,8 @@ class ConcatenateDataset final : public DatasetBase {
     bool GetNext(Element* out) override {
       if (!second_) {
         if (in_->GetNext(out)) {
-          first_names_ = Names(*out);
+          // Once, not a vector of names per element on the way.
+          if (!first_names_) first_names_ = Names(*out);
           return true;
         }
         Switch();
@@ -156,7 +157,7 @@ class ConcatenateDataset final : public DatasetBase {
     uint64_t salt_;
     std::unique_ptr<IteratorBase> in_;
     bool second_ = false;
-    // The last element of the first input's names, until the second
+    // The names of the first input's first element, until the second
     // input's first element is checked against them.
     std::optional<std::vector<std::string>> first_names_;
   };
