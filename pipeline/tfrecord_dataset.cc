@@ -220,8 +220,8 @@ class TFRecordDataset final : public DatasetBase {
       : files_(std::move(files)), options_(std::move(options)) {
     if (files_.empty()) throw Error("FromTFRecords: no files given");
     if (options_.num_parallel_reads == kAutotune) {
-      options_.num_parallel_reads = static_cast<int>(std::min<size_t>(
-          files_.size(), static_cast<size_t>(MachineCores())));
+      options_.num_parallel_reads = static_cast<int>(
+          std::min<size_t>(files_.size(), static_cast<size_t>(MachineCores())));
     }
     if (options_.num_parallel_reads < 1) {
       throw Error(

@@ -98,7 +98,8 @@ TEST(StartOfStreamHintTest, NamesTheFormatAFileStartsLike) {
   const auto hint = [](std::string_view first) {
     return StartOfStreamHint(first);
   };
-  EXPECT_EQ(hint("\x1f\x8b\x08\x00" "abcdefgh"),
+  EXPECT_EQ(hint("\x1f\x8b\x08\x00"
+                 "abcdefgh"),
             "; the stream starts like gzip data, not a TFRecord frame: give "
             "--compression gzip");
   EXPECT_NE(hint("\x28\xb5\x2f\xfd\x00").find("zstd data"), std::string::npos);
