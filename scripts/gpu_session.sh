@@ -20,6 +20,8 @@
 # $OUT/logs.tar.gz (rewritten after each part, so a cut call still brings
 # back what finished) and what is printed also into $OUT/summary.txt.
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
+#   BENCH_SETS='dnn|cnn': train_bench's model sets (default also linear).
+#   PIPELINE_RUNS=2: rounds of the pipeline's scaling runs (default 3).
 set -uo pipefail
 out=${OUT:-gpu-out}
 logs=${GPU_LOGS:-gpu-logs}
@@ -60,7 +62,7 @@ main() {
         ;;
       test)
         source .gpu/build.sh --env-only
-        limited ctest --test-dir build-gpu -L gpu --output-on-failure >"$logs/gpu-tests.log" 2>&1
+        limited ctest --test-dir build-gpu -L gpu -j 4 --output-on-failure >"$logs/gpu-tests.log" 2>&1
         echo "gpu tests rc=$?"; grep -E "tests passed|FAILED|Failed|Skipped" "$logs/gpu-tests.log" | head -20
         ;;
       suite)
@@ -77,7 +79,7 @@ main() {
         limited python3 bench/pytorch_baseline.py 2000 >"$logs/pytorch.jsonl" 2>&1
         cat "$logs/pytorch.jsonl"
         for tf32 in ${TF32_MODES:-1}; do
-          for models in "dnn|cnn" linear; do
+          for models in ${BENCH_SETS:-"dnn|cnn" linear}; do
             log="$logs/train_bench_tf32_${tf32}_${models/|/_}.txt"
             RECFLOW_CUDA_TF32=$tf32 limited build-gpu/bench/train_bench --device cuda \
               --benchmark_filter="^Cuda[A-Za-z]*/($models)(/|$)" \
@@ -91,9 +93,11 @@ main() {
         source .gpu/build.sh --env-only
         # 16 files read at once (the figures of 2026-11-22 read one at a
         # time, which bounds every thread count by one reader).
-        limited bash bench/pipeline_scaling.sh build-gpu 3 1,2,4,8,16 16 \
+        limited bash bench/pipeline_scaling.sh build-gpu "${PIPELINE_RUNS:-3}" 1,2,4,8,16 16 \
           >"$logs/pipeline_scaling.txt" 2>&1
         echo "pipeline_scaling rc=$?"; tail -64 "$logs/pipeline_scaling.txt"
+        # Each run's figures, also when the part was cut before its table.
+        cp "${TMPDIR:-/tmp}"/recflow-bench/scaling/*.jsonl "$logs/" 2>/dev/null
         # What a consumer busy 200 us a batch (a GPU step) waits in Next().
         limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
           --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1
