@@ -162,7 +162,7 @@ TEST_F(BenchTest, ThreadSweepRunsEachCountWithTheSameOrder) {
   }
   ASSERT_EQ(data_digests.size(), 6u);  // 1, 2, 4 threads; fused and not
   for (const std::string& d : data_digests) EXPECT_EQ(d, data_digests[0]);
-  EXPECT_NE(data_digests[0], runs[0]["order_digest"]);
+  EXPECT_NE(data_digests[0], runs[0]["order_digest"].get<std::string>());
   EXPECT_NE(Recflow(dir_, pipeline + " --digest values").code, 0);
   // The table: a row per count and the order check; --svg draws the
   // curves, a point per count on each of its two panels.
