@@ -122,11 +122,11 @@ main() {
         ;;
       demo)
         source .gpu/build.sh --env-only
-        # The CNN first (its target is the one not yet measured with step
-        # graphs), each model call by call and with each step one CUDA graph.
+        # Each model with each step one CUDA graph (the default) and call
+        # by call.
         for model in cnn dnn; do
-          for graphs in --cuda-graphs ""; do
-            name="demo_$model${graphs:+_graphs}"
+          for graphs in "" --no-cuda-graphs; do
+            name="demo_$model${graphs:+_calls}"
             limited build-gpu/tools/recflow demo --device cuda --model "$model" --json \
               $graphs >"$logs/$name.json" 2>"$logs/$name.err"
             echo "$name rc=$?"

@@ -38,7 +38,7 @@ struct DemoOptions {
   uint64_t records = 100000;
   std::string model = "dnn";
   std::string device = "cpu";
-  bool cuda_graphs = false;
+  bool cuda_graphs = true;
   int64_t train_steps = 0;  // 0: the model's default
   std::string data;         // empty: Debian's package's folder
   bool json = false;
@@ -546,8 +546,9 @@ Runner AddDemoCommand(CLI::App& app) {
   app.add_option("--device", o->device,
                  "where the model trains: cpu, cuda (GPU 0) or cuda:N")
       ->capture_default_str();
-  app.add_flag("--cuda-graphs", o->cuda_graphs,
-               "on a GPU, launch each training step as one CUDA graph");
+  app.add_flag("--cuda-graphs,!--no-cuda-graphs", o->cuda_graphs,
+               "on a GPU, launch each training step as one CUDA graph (the "
+               "default), or each call by itself");
   app.add_option("--model", o->model,
                  "the model trained on Fashion-MNIST: dnn or cnn")
       ->capture_default_str()

@@ -158,9 +158,10 @@ Runner AddTrainCommand(CLI::App& app) {
                  "the rank's local index, gradients all-reduced by NCCL) or "
                  "cuda:N; checkpoints move between them")
       ->capture_default_str();
-  app.add_flag("--cuda-graphs", j.cuda_graphs,
+  app.add_flag("--cuda-graphs,!--no-cuda-graphs", j.cuda_graphs,
                "on a GPU, launch each training step as one captured CUDA "
-               "graph (fewer launches for small models; same results)");
+               "graph (fewer launches for small models; same results; the "
+               "default), or each call by itself");
   app.add_option("--threads", j.threads, "compute threads (0: all cores)")
       ->capture_default_str()
       ->check(NonNegative());

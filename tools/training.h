@@ -46,7 +46,7 @@ struct TrainJob {
   uint64_t seed = 1;
   int threads = 0;
   std::string device = "cpu";  // cpu, cuda, cuda:N
-  bool cuda_graphs = false;    // RunConfig::cuda_graphs
+  bool cuda_graphs = true;     // RunConfig::cuda_graphs
   int64_t save_checkpoints_steps = 500;
   bool live = false;                          // a progress line on stderr
   std::function<void(std::string_view)> log;  // null: stderr

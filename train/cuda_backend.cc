@@ -238,18 +238,30 @@ class CudaBackend final : public Backend {
     if (auto hit = FromSlots(h)) return *hit;
     Tensor out = Allocate(h.dtype(), h.shape());
     if (h.byte_size() == 0) return out;
-    // A captured copy would read the host memory again at each launch.
-    StopCapture();
-    Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), h.raw_data(),
-                          h.byte_size(), cudaMemcpyHostToDevice, compute_),
+    // A captured copy reads its source when the step's graph is launched
+    // (at the step's end), and only pinned memory can be captured: a
+    // pageable source (host values a model_fn made, as the feature
+    // columns' ids) is first copied into pinned memory of its own.
+    Tensor src = h;
+    bool pinned = IsPinned(h.raw_data());
+    if (capturing_ && !pinned) {
+      src = Tensor::Allocate(h.dtype(), h.shape(), pinned_alloc_);
+      std::memcpy(const_cast<char*>(src.raw_data()), h.raw_data(),
+                  h.byte_size());
+      pinned = true;
+    }
+    Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), src.raw_data(),
+                          src.byte_size(), cudaMemcpyHostToDevice, compute_),
           index_, "copying input to the GPU");
     // From pageable memory the copy returns once the source is staged, so
-    // `h` may go when this returns.  From pinned memory (InputMemory's) it
-    // runs later: `h` is held until the compute stream has been waited
-    // for, so that its block is not reused and rewritten before.
-    if (IsPinned(h.raw_data())) {
-      held_.push_back(h);
-      if (held_.size() > kMaxHeld) {
+    // `h` may go when this returns.  From pinned memory (InputMemory's, or
+    // the copy above) it runs later: the source is held until the compute
+    // stream has been waited for, so that its block is not reused and
+    // rewritten before.  Not waited for within a capture (that would end
+    // it): BeginStep waits when too many are held.
+    if (pinned) {
+      held_.push_back(std::move(src));
+      if (held_.size() > kMaxHeld && !capturing_) {
         Check(cudaStreamSynchronize(compute_), index_, "copying input");
         held_.clear();
       }
@@ -652,6 +664,12 @@ class CudaBackend final : public Backend {
     // a value every step) would make a new graph each time: call by call.
     if (ended_early_in_row_ >= kMaxEndedEarlyInRow) return;
     step_captured_ = true;
+    // The sources of the copies captured in the steps before (ToDevice):
+    // let go once those steps have run.
+    if (held_.size() > kMaxHeld) {
+      Check(cudaStreamSynchronize(compute_), index_, "copying input");
+      held_.clear();
+    }
     // The input this step reads was copied by Prefetch on the copy stream:
     // waited for here, outside the capture.
     for (Slot& s : slots_) {

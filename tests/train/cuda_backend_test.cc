@@ -730,6 +730,7 @@ TEST(CudaBackendTest, StepGraphsTrainAsCallByCall) {
     const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
     auto [config, options] = Quiet(be);
     config.model_dir = (dir.path() / "calls").string();
+    config.cuda_graphs = false;
     Estimator calls(fn, config, options);
     EXPECT_EQ(calls.Train(input, {}, std::nullopt, 100), 10);
     EXPECT_EQ(be->step_graph_stats().launches, 0u);
@@ -824,8 +825,11 @@ TEST(CudaBackendTest, OneRankTrainingThroughNcclMatchesTrainingAlone) {
   launched.Train(Input(16), {}, std::nullopt, 4);
   EXPECT_EQ(world->broadcasts, 1);          // the NCCL unique id
   EXPECT_TRUE(world->float_calls.empty());  // no gradient via the host
+  // Not bit for bit: the embedding's gradient is summed with atomic adds,
+  // in an order that changes from run to run (as TensorFlow's GPU segment
+  // sums); seen 2.7e-7 apart relative after 4 steps on an H200.
   ExpectSameCheckpoints(*alone.latest_checkpoint(),
-                        *launched.latest_checkpoint(), 0);
+                        *launched.latest_checkpoint(), 1e-6);
 }
 
 }  // namespace

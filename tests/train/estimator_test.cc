@@ -652,9 +652,8 @@ TEST(EstimatorTest, BracketsEachTrainingStepAndTakesInputInTheBackendsMemory) {
   EstimatorOptions options = Quiet();
   options.backend = spy;
   RunConfig config = Config(dir.path().string());
-  config.cuda_graphs = true;
   Estimator est(Classifier(16), config, options);
-  EXPECT_TRUE(spy->graphs);
+  EXPECT_TRUE(spy->graphs);  // on by default
   EXPECT_EQ(est.Train(TrainInput(), {}, std::nullopt, 6), 6);
   EXPECT_EQ(spy->log, "BEBEBEBEBEBE");
   EXPECT_EQ(spy->prefetched, 6);
