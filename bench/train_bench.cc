@@ -935,6 +935,11 @@ int main(int argc, char** argv) {
     }
     if (!has_filter) args.push_back(filter.data());
   }
+  // The products' library and the kernels it chose for this CPU, in the
+  // report's header: a per-core rate far from another machine's is read
+  // against it first.
+  benchmark::AddCustomContext("cpu_backend",
+                              recflow::train::MakeCpuBackend(1)->name());
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
   benchmark::RunSpecifiedBenchmarks();

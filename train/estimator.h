@@ -98,8 +98,9 @@ struct RunConfig {
   // On a GPU, each training step after the first two is captured into a
   // CUDA graph and launched as one (Backend::BeginStep): for small models,
   // whose steps cost more in kernel launches than in kernels.  The same
-  // results; on by default since measured faster for every canned model
-  // (docs/PERFORMANCE.md: 1.4-1.9x a step on an H200).  The CPU ignores it.
+  // results; on by default: measured 1.8-1.9x a DNN step on an H200, and
+  // no loss beyond the noise for the CNN (docs/PERFORMANCE.md).  The CPU
+  // ignores it.
   bool cuda_graphs = true;
 };
 
