@@ -54,6 +54,11 @@
 //     training thread; 2); /pageable: the batches in ordinary memory,
 //     which Prefetch packs into pinned memory on the training thread;
 //     /graphs: each step launched as one CUDA graph.
+//   CudaPaired/<model>/<nccl|graphs|pipeline>: one of the variants above
+//     against CudaStep in alternating blocks of 50 steps (two backends on
+//     one GPU); counter variant_over_plain, the median of the blocks'
+//     time ratios, which a shared machine's drift between runs does not
+//     move (plain_step_ms and variant_step_ms beside it).
 //
 // Each Step benchmark runs model_fn + backward + Adam update on an
 // in-memory batch of 128 Fashion-MNIST-shaped examples (random pixels), so
@@ -70,6 +75,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <thread>
@@ -690,43 +697,68 @@ class OneRankWorld final : public Collective {
   void Abort(int code) override { std::exit(code); }
 };
 
+// One model's training steps on one backend, as the Estimator runs them:
+// `world` null, or the world whose all-reduce every step runs; `graphs`:
+// each step bracketed by BeginStep/EndStep with step graphs on
+// (RunConfig::cuda_graphs).
+class CudaStepper {
+ public:
+  CudaStepper(Backend& be, const std::string& name, Collective* world,
+              bool graphs)
+      : be_(be), vars_(1, &be), fn_(Model(name)), world_(world) {
+    be_.SetStepGraphs(graphs);
+  }
+  ~CudaStepper() { be_.SetStepGraphs(false); }
+  CudaStepper(const CudaStepper&) = delete;
+  CudaStepper& operator=(const CudaStepper&) = delete;
+
+  // One step on `next_batch()`'s batch, queued (no synchronisation).
+  template <typename NextBatch>
+  void Step(NextBatch& next_batch) {
+    Features f = next_batch();
+    const Tensor labels = f["label"];
+    f.components.erase(f.components.begin() + 1);
+    be_.BeginStep();
+    ModelContext ctx(be_, vars_, metrics_, Mode::kTrain, &step_, 1, world_);
+    ctx.set_fetches(&kNoFetches);
+    EstimatorSpec spec = fn_(f, &labels, Mode::kTrain, ctx);
+    spec.train_op();
+    be_.EndStep();
+  }
+  // `steps` steps and one synchronisation: their seconds.
+  template <typename NextBatch>
+  double Run(int steps, NextBatch& next_batch) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) Step(next_batch);
+    be_.Synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  }
+
+ private:
+  Backend& be_;
+  VariableStore vars_;
+  MetricSet metrics_;
+  int64_t step_ = 0;
+  ModelFn fn_;
+  Collective* world_;
+};
+
 // Runs kStepsPerIteration steps per iteration on `next_batch`'s batches
-// and synchronises once; reports manual time.  `world`: null, or the world
-// whose all-reduce every step runs.  `graphs`: each step bracketed by
-// BeginStep/EndStep with step graphs on, as the Estimator runs it with
-// RunConfig::cuda_graphs.
+// and synchronises once; reports manual time.  `world` and `graphs` as
+// CudaStepper's.
 template <typename NextBatch>
 void RunCudaSteps(benchmark::State& state, const std::string& name,
                   NextBatch next_batch, Collective* world = nullptr,
                   bool graphs = false) {
   Backend& be = *CudaBackend();
-  VariableStore vars(1, &be);
-  MetricSet metrics;
-  int64_t step = 0;
-  const ModelFn fn = Model(name);
-  be.SetStepGraphs(graphs);
   const Backend::StepGraphStats graphs_before = be.step_graph_stats();
-  auto one_step = [&] {
-    Features f = next_batch();
-    const Tensor labels = f["label"];
-    f.components.erase(f.components.begin() + 1);
-    be.BeginStep();
-    ModelContext ctx(be, vars, metrics, Mode::kTrain, &step, 1, world);
-    ctx.set_fetches(&kNoFetches);
-    EstimatorSpec spec = fn(f, &labels, Mode::kTrain, ctx);
-    spec.train_op();
-    be.EndStep();
-  };
-  for (int i = 0; i < 20; ++i) one_step();  // plans, allocator, warm-up
-  be.Synchronize();
   double seconds = 0;
+  CudaStepper stepper(be, name, world, graphs);
+  stepper.Run(20, next_batch);  // plans, allocator, warm-up
   for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < kStepsPerIteration; ++i) one_step();
-    be.Synchronize();
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
+    const double s = stepper.Run(kStepsPerIteration, next_batch);
     state.SetIterationTime(s);
     seconds += s;
   }
@@ -742,9 +774,10 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
     state.counters["captures_ended_early"] =
         static_cast<double>(g.ended_early - graphs_before.ended_early);
   }
+  // One more step, call by call, its library calls logged.
   be.SetStepGraphs(false);
   be.StartCallLog();
-  one_step();
+  stepper.Step(next_batch);
   be.StopCallLog();
   if (auto library = be.TimeCallLog(200)) {
     state.counters["library_ms"] = *library * 1e3;
@@ -755,12 +788,8 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
   state.SetLabel(be.device_name());
 }
 
-// A batch already on the device: the image as uint8 rows, the label.
-// `nccl`: every step's gradients through NCCL (CudaStepNccl); `graphs`:
-// each step launched as one CUDA graph (CudaStepGraph).
-void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
-              bool graphs) {
-  Backend& be = *CudaBackend();
+// A batch already on `be`'s device: the image as uint8 rows, the label.
+Features DeviceBatch(Backend& be) {
   const Features host = Batch();
   std::vector<uint8_t> pixels;
   for (int64_t i = 0; i < kBatch; ++i) {
@@ -771,6 +800,16 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
   f.Set("image",
         be.ToDevice(Tensor::FromValues<uint8_t>(pixels, Shape{kBatch, 784})));
   f.Set("label", be.ToDevice(host["label"]));
+  return f;
+}
+
+// The step on a batch already on the device.  `nccl`: every step's
+// gradients through NCCL (CudaStepNccl); `graphs`: each step launched as
+// one CUDA graph (CudaStepGraph).
+void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
+              bool graphs) {
+  Backend& be = *CudaBackend();
+  const Features f = DeviceBatch(be);
   if (!nccl) {
     RunCudaSteps(
         state, name, [&] { return f; }, nullptr, graphs);
@@ -784,6 +823,74 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
   static OneRankWorld world;
   RunCudaSteps(
       state, name, [&] { return f; }, &world);
+}
+
+// A variant of the step against the plain step (call by call, batch on
+// the device), in alternating blocks of kStepsPerIteration steps on two
+// backends of the same GPU: `nccl` (gradients through a one-rank NCCL
+// communicator), `graphs` (step graphs) or `pipeline` (batches from
+// TFRecord files through the fused pipeline into pinned memory, copied
+// by Prefetch).  A shared machine's drift (25% between two calls of
+// CudaStep, docs/PERFORMANCE.md) hits both blocks of a pair alike, so the
+// ratio is the median of the pairs' (`variant_over_plain`: the variant's
+// time over the plain step's; 1.05 is 5% slower), not of two runs apart.
+void CudaPaired(benchmark::State& state, const std::string& name,
+                const std::string& variant) {
+  Backend& plain_be = *CudaBackend();
+  if (variant == "nccl" && !NcclBuilt()) {
+    state.SkipWithError("this build has no NCCL (nccl.h, libnccl)");
+    return;
+  }
+  const std::unique_ptr<Backend> other =
+      MakeBackend(ParseDevice(g_device == "cpu" ? "cuda" : g_device));
+  const Features on_plain = DeviceBatch(plain_be);
+  const Features on_other = DeviceBatch(*other);
+  std::function<Features()> plain_batch = [&] { return on_plain; };
+  std::function<Features()> variant_batch = [&] { return on_other; };
+  std::string path;
+  std::optional<pipeline::Iterator> it;
+  if (variant == "pipeline") {
+    path = WriteBenchRecords();
+    it.emplace(
+        BenchInput(path).MakeIterator({.output_memory = other->InputMemory()}));
+    variant_batch = [&] {
+      pipeline::Element e;
+      it->Next(&e);
+      other->Prefetch(e);  // as the Estimator does
+      Features f;
+      f.Set("image", e["image"]);
+      f.Set("label", e["label"]);
+      return f;
+    };
+  }
+  OneRankWorld world;
+  {
+    CudaStepper plain(plain_be, name, nullptr, false);
+    CudaStepper varied(*other, name, variant == "nccl" ? &world : nullptr,
+                       variant == "graphs");
+    plain.Run(20, plain_batch);
+    varied.Run(20, variant_batch);
+    std::vector<double> ratios;
+    double plain_seconds = 0, variant_seconds = 0;
+    for (auto _ : state) {
+      const double a = plain.Run(kStepsPerIteration, plain_batch);
+      const double b = varied.Run(kStepsPerIteration, variant_batch);
+      state.SetIterationTime(a + b);
+      ratios.push_back(b / a);
+      plain_seconds += a;
+      variant_seconds += b;
+    }
+    std::sort(ratios.begin(), ratios.end());
+    const double steps =
+        static_cast<double>(state.iterations()) * kStepsPerIteration;
+    state.counters["variant_over_plain"] = ratios[ratios.size() / 2];
+    state.counters["plain_step_ms"] = plain_seconds / steps * 1e3;
+    state.counters["variant_step_ms"] = variant_seconds / steps * 1e3;
+  }
+  it.reset();
+  if (!path.empty()) std::filesystem::remove(path);
+  state.SetItemsProcessed(state.iterations() * 2 * kStepsPerIteration * kBatch);
+  state.SetLabel(plain_be.device_name());
 }
 
 // The same steps from a TFRecord file through the pipeline.
@@ -869,6 +976,10 @@ void RegisterCuda() {
         false);
     add("CudaPipeline/" + m + "/graphs", CudaPipeline, m, true, 0, true, true);
     add("CudaPipelineUnfused/" + m, CudaPipeline, m, false, 0, true, false);
+    for (const char* variant : {"nccl", "graphs", "pipeline"}) {
+      add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
+          std::string(variant));
+    }
     // One input thread per core and the training thread make one thread
     // more than cores: while the input refills its prefetch buffer it can
     // take the core of the thread that launches the GPU's work.  The same
