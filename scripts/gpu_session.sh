@@ -57,6 +57,11 @@ main() {
     case "$part" in
       build)
         nvidia-smi --query-gpu=name,driver_version --format=csv 2>&1 | tee "$logs/gpu.txt"
+        # The CPU's model, cores and threads per core: the 16-core figures
+        # are read against them (a per-core rate a fifth of the 2-vCPU VM's
+        # was seen there on 2026-11-26).
+        lscpu >"$logs/lscpu.txt" 2>&1
+        grep -E "^(Model name|Thread\(s\) per core|Core\(s\) per socket|Flags)" "$logs/lscpu.txt" | cut -c1-200
         if ! limited bash .gpu/build.sh . build-gpu -DRECFLOW_CUDA=ON >"$logs/build.log" 2>&1; then
           # What failed, then every other target (a test that one compiler
           # refuses need not cost the session its measurements).
@@ -104,6 +109,18 @@ main() {
         echo "pipeline_scaling rc=$?"; tail -64 "$logs/pipeline_scaling.txt"
         # Each run's figures, also when the part was cut before its table.
         cp "${TMPDIR:-/tmp}"/recflow-bench/scaling/*.jsonl "$logs/" 2>/dev/null
+        # Where the shuffled pipeline stops scaling (2026-11-26: 4.6-4.8 M
+        # records/s from 2 threads to 16): each stage's busy share at each
+        # count, and 15 threads next to 16 (16 workers and the consumer's
+        # thread are one more than the cores).
+        scaling=${TMPDIR:-/tmp}/recflow-bench/scaling
+        for format in "" --json; do
+          limited build-gpu/tools/recflow bench "$scaling/fm/train-*.tfrecord" \
+            --spec "$scaling/fm.json" --batch 256 --map-threads -1 --seed 1 \
+            --threads 1,2,4,8,15,16 --repeat 10 --shuffle 10000 \
+            --parallel-reads 16 $format >"$logs/shuffled_stages${format:+.jsonl}.txt" 2>&1
+        done
+        tail -8 "$logs/shuffled_stages.txt"
         # What a consumer busy 200 us a batch (a GPU step) waits in Next().
         limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
           --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1
