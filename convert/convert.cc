@@ -251,6 +251,7 @@ ConvertSummary Convert(const ConvertJob& job) {
     summary.shards.push_back(
         {w->path(), w->records_written(), w->file_bytes()});
   }
+  summary.warnings = source->warnings();
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

@@ -89,6 +89,11 @@ class ExampleSource {
   // Bytes of input consumed so far, and in all (for progress).
   virtual uint64_t bytes_read() const = 0;
   virtual uint64_t total_bytes() const = 0;
+  // What the user should hear about the input that is no error (a key
+  // with no value to type it by; integers a float feature rounds), each
+  // naming where.  Final once the source is open (CSV and JSON Lines read
+  // the whole input first, to type it).
+  virtual std::vector<std::string> warnings() const { return {}; }
 };
 
 struct ConvertInputs {
@@ -151,8 +156,9 @@ struct ConvertSummary {
   uint64_t bytes = 0;
   double seconds = 0;
   std::vector<ShardResult> shards;
-  std::string first_skipped;  // the first skipped row's error
-  std::string labels_file;    // images only
+  std::string first_skipped;          // the first skipped row's error
+  std::string labels_file;            // images only
+  std::vector<std::string> warnings;  // ExampleSource::warnings()
 };
 
 // Runs a whole conversion (the contract above).

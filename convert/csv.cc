@@ -28,6 +28,7 @@ class CsvSource final : public ExampleSource {
     }
     for (const auto& f : files_) total_bytes_ += FileSize(f);
     // First pass: header, column types, and the row count.
+    InexactIntegers inexact;
     for (const auto& path : files_) {
       CsvReader reader(path, delimiter_);
       std::vector<std::string> fields;
@@ -63,12 +64,30 @@ class CsvSource final : public ExampleSource {
         }
         ++rows_;
         for (size_t i = 0; i < fields.size() && i < types_.size(); ++i) {
-          types_[i] = Widen(types_[i], InferCell(fields[i]));
+          const CellType t = InferCell(fields[i]);
+          types_[i] = Widen(types_[i], t);
+          // Past 2^24 an integer has at least 8 digits.
+          int64_t v;
+          if (t == CellType::kInt64 && fields[i].size() >= 8 &&
+              records::ParseInt64Cell(fields[i], &v)) {
+            if (auto rounded = InexactIntegers::Rounded(v)) {
+              inexact.Add(
+                  i, *rounded, [&] { return fields[i]; },
+                  [&] { return fmt::format("{}:{}", path, line); });
+            }
+          }
         }
       }
     }
     for (size_t i = 0; i < header_.size(); ++i) {
       types_[i] = FromSpec(spec, header_[i], types_[i]);
+      if (types_[i] == CellType::kNone && rows_ > 0) {
+        warnings_.push_back(
+            UntypedWarning("column", header_[i], "empty in every row"));
+      }
+      if (auto w = inexact.Warning(i, header_[i], "column", types_[i])) {
+        warnings_.push_back(std::move(*w));
+      }
     }
     // The spec types columns by name: one the header lacks is a misspelt
     // or wrong column, not a feature to leave out silently.
@@ -156,6 +175,7 @@ class CsvSource final : public ExampleSource {
     return bytes_done_ + (reader_ ? reader_->position() : 0);
   }
   uint64_t total_bytes() const override { return total_bytes_; }
+  std::vector<std::string> warnings() const override { return warnings_; }
 
  private:
   void Open(size_t index) {
@@ -172,6 +192,7 @@ class CsvSource final : public ExampleSource {
   char delimiter_;
   std::vector<std::string> header_;
   std::vector<CellType> types_;
+  std::vector<std::string> warnings_;
   std::unique_ptr<CsvReader> reader_;
   size_t file_index_ = 0;
   uint64_t rows_ = 0;

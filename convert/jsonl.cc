@@ -27,20 +27,40 @@ class JsonlSource final : public ExampleSource {
     // First pass: the type of every key (numbers widen int64 -> float;
     // strings and numbers under one key are an error in the rows that
     // disagree with the first seen) and the row count.
+    InexactIntegers inexact;
+    std::map<std::string, size_t> slots;  // of keys with such integers
     for (const auto& path : files_) {
       File file(path);
       std::string line;
+      uint64_t line_number = 0;
       while (ReadLine(file.f, &line)) {
+        ++line_number;
         if (IsBlank(line)) continue;
         ++rows_;
         nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
         if (!row.is_object()) continue;  // reported in the second pass
         for (const auto& [key, value] : row.items()) {
+          const auto type_of = [&](const nlohmann::json& e) {
+            std::optional<float> rounded;
+            if (e.is_number_unsigned()) {
+              rounded = InexactIntegers::Rounded(e.get<uint64_t>());
+            } else if (e.is_number_integer()) {
+              rounded = InexactIntegers::Rounded(e.get<int64_t>());
+            }
+            if (rounded) {
+              const size_t slot =
+                  slots.emplace(key, slots.size()).first->second;
+              inexact.Add(
+                  slot, *rounded, [&] { return e.dump(); },
+                  [&] { return fmt::format("{}:{}", path, line_number); });
+            }
+            return JsonType(e);
+          };
           CellType t = CellType::kNone;
           if (value.is_array()) {
-            for (const auto& e : value) t = Widen(t, JsonType(e));
+            for (const auto& e : value) t = Widen(t, type_of(e));
           } else {
-            t = JsonType(value);
+            t = type_of(value);
           }
           CellType& known = types_[key];
           if (known == CellType::kNone ||
@@ -50,7 +70,41 @@ class JsonlSource final : public ExampleSource {
         }
       }
     }
-    for (auto& [key, type] : types_) type = FromSpec(spec, key, type);
+    // The spec types keys by name: one no row has is a misspelt or wrong
+    // key, not a feature to leave out silently (as for CSV's header).
+    if (spec != nullptr) {
+      for (const auto& [name, config] : spec->features) {
+        if (types_.count(name) == 0) {
+          std::vector<std::string> keys;
+          for (const auto& [key, type] : types_) {
+            if (keys.size() == kKeysNamed) {
+              keys.push_back("...");
+              break;
+            }
+            keys.push_back(key);
+          }
+          InputError(fmt::format(
+              "{}: --spec names key '{}', which no row of the input has "
+              "(its keys: {})",
+              files_.size() == 1
+                  ? files_[0]
+                  : fmt::format("{} and {} more", files_[0], files_.size() - 1),
+              name, fmt::join(keys, ", ")));
+        }
+      }
+    }
+    for (auto& [key, type] : types_) {
+      type = FromSpec(spec, key, type);
+      if (type == CellType::kNone) {
+        warnings_.push_back(
+            UntypedWarning("key", key, "null or [] in every row that has it"));
+      }
+      const auto slot = slots.find(key);
+      if (slot == slots.end()) continue;
+      if (auto w = inexact.Warning(slot->second, key, "key", type)) {
+        warnings_.push_back(std::move(*w));
+      }
+    }
     Open(0);
   }
 
@@ -177,6 +231,7 @@ class JsonlSource final : public ExampleSource {
            (file_ ? static_cast<uint64_t>(std::ftell(file_->f)) : 0);
   }
   uint64_t total_bytes() const override { return total_bytes_; }
+  std::vector<std::string> warnings() const override { return warnings_; }
 
  private:
   static bool ReadLine(FILE* f, std::string* line) {
@@ -197,8 +252,11 @@ class JsonlSource final : public ExampleSource {
     if (index < files_.size()) file_ = std::make_unique<File>(files_[index]);
   }
 
+  static constexpr size_t kKeysNamed = 20;  // in an error, at most
+
   std::vector<std::string> files_;
   std::map<std::string, CellType> types_;
+  std::vector<std::string> warnings_;
   std::unique_ptr<File> file_;
   size_t file_index_ = 0;
   uint64_t line_number_ = 0;

@@ -57,6 +57,47 @@ CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
   return inferred;
 }
 
+std::optional<float> InexactIntegers::Rounded(int64_t value) {
+  const float f = static_cast<float>(value);
+  // 2^63 (a value rounded up past int64) converts to no int64.
+  if (f >= -0x1p63f && f < 0x1p63f && static_cast<int64_t>(f) == value) {
+    return std::nullopt;
+  }
+  return f;
+}
+
+std::optional<float> InexactIntegers::Rounded(uint64_t value) {
+  const float f = static_cast<float>(value);
+  if (f < 0x1p64f && static_cast<uint64_t>(f) == value) return std::nullopt;
+  return f;
+}
+
+std::optional<std::string> InexactIntegers::Warning(size_t slot,
+                                                    const std::string& name,
+                                                    std::string_view what,
+                                                    CellType type) const {
+  if (type != CellType::kFloat || slot >= seen_.size() ||
+      seen_[slot].count == 0) {
+    return std::nullopt;
+  }
+  const Seen& s = seen_[slot];
+  return fmt::format(
+      "{}: {} '{}': the integer {} becomes {:.0f} in the {}'s float feature "
+      "(float32 holds integers exactly only up to 2^24; {} such value{} in "
+      "all); if every value is an integer, a --spec entry of dtype int64 "
+      "keeps them exact",
+      s.where, what, name, s.literal, static_cast<double>(s.became), what,
+      s.count, s.count == 1 ? "" : "s");
+}
+
+std::string UntypedWarning(std::string_view what, const std::string& name,
+                           std::string_view how_empty) {
+  return fmt::format(
+      "{} '{}' is {}: no feature is written for it (no value to infer its "
+      "type from; a --spec entry gives it one)",
+      what, name, how_empty);
+}
+
 void ExampleSource::Build(const Row& row, records::ExampleBuilder*) const {
   throw ConvertError(
       fmt::format("{}:{}: internal error: this source builds its rows "

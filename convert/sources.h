@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +101,49 @@ using records::Widen;
 // The spec's dtype for `name`, if it names it; else `inferred`.
 CellType FromSpec(const records::FeatureSpec* spec, const std::string& name,
                   CellType inferred);
+
+// Integers that a float feature could not hold exactly (float32 keeps 24
+// bits of one), noted by column or key during a source's typing pass, and
+// the warnings they give once the types are known: a float column's
+// integers are rounded, which would otherwise change data unsaid.
+class InexactIntegers {
+ public:
+  // The float32 that `value` becomes when it is not `value` (none when
+  // it is).
+  static std::optional<float> Rounded(int64_t value);
+  static std::optional<float> Rounded(uint64_t value);
+  // A value Rounded() to `became` under the column or key numbered
+  // `slot`; its text `literal()` and place `where()` ("file:line") are
+  // asked for the first of a slot only, the one told.
+  template <typename Literal, typename Where>
+  void Add(size_t slot, float became, Literal literal, Where where) {
+    if (slot >= seen_.size()) seen_.resize(slot + 1);
+    Seen& s = seen_[slot];
+    if (s.count++ == 0) {
+      s.where = where();
+      s.literal = literal();
+      s.became = became;
+    }
+  }
+  // The warning for slot `slot`, the column or key `name` (`what`:
+  // "column" or "key"), once it is typed `type`: none unless it is kFloat
+  // and held such an integer.
+  std::optional<std::string> Warning(size_t slot, const std::string& name,
+                                     std::string_view what,
+                                     CellType type) const;
+
+ private:
+  struct Seen {
+    uint64_t count = 0;
+    std::string where, literal;  // the first
+    float became = 0;
+  };
+  std::vector<Seen> seen_;
+};
+
+// The warning for a column or key that no value typed (and no spec did).
+std::string UntypedWarning(std::string_view what, const std::string& name,
+                           std::string_view how_empty);
 
 // The formats (csv.cc, jsonl.cc, npy.cc, idx.cc, images.cc).
 std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,

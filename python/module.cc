@@ -1512,11 +1512,18 @@ exception leaves nothing behind. compression None: from the name's suffix
           shard_list.append(py::dict("path"_a = r.path, "records"_a = r.records,
                                      "bytes"_a = r.bytes));
         }
-        return py::dict("records"_a = s.records, "skipped"_a = s.skipped,
-                        "bytes"_a = s.bytes, "seconds"_a = s.seconds,
-                        "shards"_a = shard_list,
-                        "first_skipped"_a = s.first_skipped,
-                        "labels_file"_a = s.labels_file);
+        // As `recflow convert` prints them: a UserWarning each (the
+        // shards are written; an error set by a warnings filter raises).
+        for (const std::string& w : s.warnings) {
+          if (PyErr_WarnEx(PyExc_UserWarning, w.c_str(), 1) != 0) {
+            throw py::error_already_set();
+          }
+        }
+        return py::dict(
+            "records"_a = s.records, "skipped"_a = s.skipped,
+            "bytes"_a = s.bytes, "seconds"_a = s.seconds,
+            "shards"_a = shard_list, "first_skipped"_a = s.first_skipped,
+            "labels_file"_a = s.labels_file, "warnings"_a = s.warnings);
       },
       "format"_a, "inputs"_a, "output"_a, "shards"_a = 1, "index"_a = false,
       "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,

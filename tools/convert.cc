@@ -143,7 +143,8 @@ int RunConvert(const ConvertOptions& o) {
                                       {"bytes", s.bytes},
                                       {"seconds", s.seconds},
                                       {"records_per_s", rate},
-                                      {"shards", shards}}
+                                      {"shards", shards},
+                                      {"warnings", s.warnings}}
                            .dump());
   } else {
     fmt::print(
@@ -154,6 +155,9 @@ int RunConvert(const ConvertOptions& o) {
     fmt::print("  {}\n", s.shards.front().path);
     if (o.shards > 1) fmt::print("  ...\n  {}\n", s.shards.back().path);
     if (!s.labels_file.empty()) fmt::print("  {}\n", s.labels_file);
+  }
+  for (const std::string& w : s.warnings) {
+    fmt::print(stderr, "recflow: warning: {}\n", w);
   }
   if (s.skipped > 0) {
     fmt::print(stderr, "recflow: skipped {} bad rows; the first: {}\n",

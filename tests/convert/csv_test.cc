@@ -41,6 +41,33 @@ TEST(CsvTest, ColumnsAreTypedFromEveryCellOrTheSpec) {
                 "have");
 }
 
+// A column every row leaves empty, and integers that a float column's
+// float32 rounds, are said (as JSON Lines' keys): they write no feature,
+// or change a value, with nothing else to show it.
+TEST(CsvTest, EmptyColumnsAndIntegersAFloatRoundsAreWarnedOf) {
+  testing::TempDir dir;
+  const std::string f = dir.File("in.csv");
+  testing::WriteFileBytes(f,
+                          "id,empty,score\n"
+                          "123456789,,16777217\n"
+                          "2,,0.5\n"
+                          "3,,-16777219\n");
+  const auto warnings = convert::OpenSource("csv", {.files = {f}})->warnings();
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_EQ(warnings[0],
+            "column 'empty' is empty in every row: no feature is written for "
+            "it (no value to infer its type from; a --spec entry gives it "
+            "one)");
+  EXPECT_EQ(warnings[1],
+            f + ":2: column 'score': the integer 16777217 becomes 16777216 in "
+                "the column's float feature (float32 holds integers exactly "
+                "only up to 2^24; 2 such values in all); if every value is an "
+                "integer, a --spec entry of dtype int64 keeps them exact");
+  // A header and no row: nothing is empty "in every row".
+  testing::WriteFileBytes(f, "id,empty\n");
+  EXPECT_TRUE(convert::OpenSource("csv", {.files = {f}})->warnings().empty());
+}
+
 TEST(CsvTest, ARowWithTooFewFieldsNamesTheFileAndLine) {
   testing::TempDir dir;
   testing::WriteFileBytes(dir.File("in.csv"), "a,b\n1,2\n5\n");

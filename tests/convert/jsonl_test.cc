@@ -65,5 +65,70 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
                 "booleans, or lists of one of them), found [1,\"x\"]");
 }
 
+// What is not an error but changes or leaves out data is said: a key no
+// value types (only null or [] wherever it appears) and integers that the
+// float32 of a key holding floats rounds, with the first one's place.
+TEST(JsonlTest, UntypedKeysAndIntegersAFloatRoundsAreWarnedOf) {
+  testing::TempDir dir;
+  const std::string f = dir.File("in.jsonl");
+  testing::WriteFileBytes(
+      f,
+      "{\"x\": 1, \"n\": null, \"e\": [], \"id\": 16777217}\n"
+      "{\"x\": 2.5, \"id\": 3}\n"
+      "\n"
+      "{\"x\": 16777217, \"n\": null}\n"
+      "{\"x\": [33554433, 16777216, -9007199254740993]}\n");
+  const auto warnings = OpenSource("jsonl", {.files = {f}})->warnings();
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings[0],
+            "key 'e' is null or [] in every row that has it: no feature is "
+            "written for it (no value to infer its type from; a --spec entry "
+            "gives it one)");
+  EXPECT_EQ(warnings[1].substr(0, 11), "key 'n' is ");
+  // Line 4 (the blank line 3 counts), and 2 more: 33554433 and -2^53-1;
+  // 16777216 (2^24) and the int64 key 'id' lose nothing.
+  EXPECT_EQ(warnings[2],
+            f + ":4: key 'x': the integer 16777217 becomes 16777216 in the "
+                "key's float feature (float32 holds integers exactly only up "
+                "to 2^24; 3 such values in all); if every value is an "
+                "integer, a --spec entry of dtype int64 keeps them exact");
+  const auto ex = SourceExamples("jsonl", {.files = {f}});
+  EXPECT_FLOAT_EQ(Get(ex[2], "x")->float_list().value(0), 16777216.0f);
+  EXPECT_EQ(Get(ex[0], "id")->int64_list().value(0), 16777217);
+  // Typed by a spec, a key says nothing; a float spec rounds as inferred.
+  const auto spec = records::FeatureSpec::FromJsonText(
+      R"({"features": {"n": {"dtype": "bytes"}, "id": {"dtype": "float32"}}})");
+  const auto typed =
+      OpenSource("jsonl", {.files = {f}, .spec = &spec})->warnings();
+  ASSERT_EQ(typed.size(), 3u);
+  EXPECT_EQ(typed[0].substr(0, 8), "key 'e' ");
+  EXPECT_EQ(typed[1].substr(0, f.size() + 12), f + ":1: key 'id'");
+  EXPECT_EQ(typed[2].substr(0, f.size() + 11), f + ":4: key 'x'");
+  // Every key typed and every integer exact: nothing to say.
+  testing::WriteFileBytes(f, "{\"a\": 1, \"b\": [2.5, 16777216]}\n");
+  EXPECT_TRUE(OpenSource("jsonl", {.files = {f}})->warnings().empty());
+}
+
+// A spec naming a key that no row has (a typo) is refused, as a CSV
+// spec naming a column the header lacks.
+TEST(JsonlTest, ASpecKeyNoRowHasIsRefused) {
+  testing::TempDir dir;
+  const std::string f = dir.File("in.jsonl");
+  testing::WriteFileBytes(f, "{\"label\": 1, \"x\": null}\n");
+  const auto typo = records::FeatureSpec::FromJsonText(
+      R"({"features": {"lable": {"dtype": "int64"}}})");
+  EXPECT_EQ(ConvertErrorOf([&] {
+              SourceExamples("jsonl", {.files = {f}, .spec = &typo});
+            }),
+            f + ": --spec names key 'lable', which no row of the input has "
+                "(its keys: label, x)");
+  // A key that is only ever null is there: the spec types it.
+  const auto x = records::FeatureSpec::FromJsonText(
+      R"({"features": {"x": {"dtype": "float32"}}})");
+  EXPECT_EQ(ConvertErrorOf(
+                [&] { SourceExamples("jsonl", {.files = {f}, .spec = &x}); }),
+            "");
+}
+
 }  // namespace
 }  // namespace recflow::convert

@@ -2,6 +2,7 @@
 index, and the exceptions bad files raise."""
 
 import os
+import warnings
 import threading
 
 import numpy as np
@@ -223,6 +224,24 @@ def test_convert_bad_row_names_file_and_line(tmp_path):
     s = recflow.convert("csv", [str(csv)], str(tmp_path / "bad"),
                         skip_bad=True)
     assert s["records"] == 1 and s["skipped"] == 1
+
+
+def test_convert_warns_of_untyped_columns_and_rounded_integers(tmp_path):
+    csv = tmp_path / "in.csv"
+    csv.write_text("id,empty,score\n1,,16777217\n2,,0.5\n")
+    with pytest.warns(UserWarning) as caught:
+        s = recflow.convert("csv", str(csv), str(tmp_path / "out"))
+    assert s["records"] == 2
+    said = [str(w.message) for w in caught]
+    assert said == s["warnings"] and len(said) == 2
+    assert said[0].startswith("column 'empty' is empty in every row")
+    assert said[1].startswith(f"{csv}:2: column 'score': the integer 16777217 "
+                              "becomes 16777216")
+    # A filter that makes warnings errors raises, after the shards are done.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="column 'empty'"):
+            recflow.convert("csv", str(csv), str(tmp_path / "again"))
 
 
 def test_convert_refuses_a_prefix_that_names_no_shard(tmp_path):

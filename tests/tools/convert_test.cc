@@ -127,6 +127,28 @@ TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
   EXPECT_EQ(ReadExamples(dir, "out", 2).size(), 3u);
 }
 
+// The source's warnings reach the user: on stderr, one line each, and in
+// --json's "warnings"; the shards are written.
+TEST(ConvertTest, WarningsArePrintedAndInTheJson) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.jsonl"),
+                          "{\"a\": 1, \"n\": null}\n{\"a\": 0.5}\n");
+  Result r = Recflow(
+      dir, "convert jsonl " + dir.File("in.jsonl") + " -o " + dir.File("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err,
+            "recflow: warning: key 'n' is null or [] in every row that has "
+            "it: no feature is written for it (no value to infer its type "
+            "from; a --spec entry gives it one)\n");
+  r = Recflow(dir, "convert jsonl --json " + dir.File("in.jsonl") + " -o " +
+                       dir.File("out"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = r.Json();
+  ASSERT_EQ(j["warnings"].size(), 1u);
+  EXPECT_EQ(j["warnings"][0].get<std::string>().substr(0, 8), "key 'n' ");
+  EXPECT_EQ(ReadExamples(dir, "out", 1).size(), 2u);
+}
+
 // What a CSV's header or a spec'd column can get wrong, each named with
 // its file and line: files whose headers differ, an empty header name, a
 // quote error counted as a bad row in the first pass, and text in a column
