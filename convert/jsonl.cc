@@ -1,4 +1,8 @@
+#include <cmath>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <string_view>
 
 #include "convert/sources.h"
 #include "records/csv_reader.h"
@@ -10,6 +14,90 @@ namespace {
 using records::DType;
 
 // --- JSON Lines ---------------------------------------------------------
+
+// An integer literal past int64 and uint64 (below -2^63 or above
+// 2^64 - 1): the JSON parser keeps it as a double, and it would pass for a
+// float written as one.  Its text, and the double the parser made of it.
+struct BigInteger {
+  std::string text;
+  double value;
+};
+
+// Whether `v` may be one: a double with no fraction, at or past the ends
+// of int64 (-2^63 itself is also where -2^63 - 1 rounds to).
+bool MayBeBigInteger(const nlohmann::json& v) {
+  if (!v.is_number_float()) return false;
+  const double d = v.get<double>();
+  return (d >= 0x1p63 || d <= -0x1p63) && std::trunc(d) == d;
+}
+
+// The big integer literals of one line of JSON, in order (a lexical scan:
+// numbers outside strings, without a fraction or an exponent).
+std::vector<BigInteger> BigIntegerLiterals(std::string_view line) {
+  std::vector<BigInteger> out;
+  bool in_string = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    size_t end = i + (c == '-' ? 1 : 0);
+    const size_t digits_at = end;
+    while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
+    const bool integer =
+        end == line.size() ||
+        (line[end] != '.' && line[end] != 'e' && line[end] != 'E');
+    const std::string_view digits = line.substr(digits_at, end - digits_at);
+    // Past the largest magnitude in range: 2^63 below zero, 2^64 - 1 above.
+    const std::string_view limit =
+        c == '-' ? "9223372036854775808" : "18446744073709551615";
+    if (integer && (digits.size() > limit.size() ||
+                    (digits.size() == limit.size() && digits > limit))) {
+      std::string text(line.substr(i, end - i));
+      out.push_back({text, std::strtod(text.c_str(), nullptr)});
+    }
+    // Past the rest of the number: a fraction, an exponent.
+    while (end < line.size() &&
+           std::string_view("0123456789+-.eE").find(line[end]) !=
+               std::string_view::npos) {
+      ++end;
+    }
+    i = end - 1;
+  }
+  return out;
+}
+
+// The big integer literal of `line` that `v` was parsed from, if any.
+// `literals` is scanned from `line` when first needed.
+const BigInteger* BigIntegerOf(
+    const nlohmann::json& v, std::string_view line,
+    std::optional<std::vector<BigInteger>>* literals) {
+  if (!MayBeBigInteger(v)) return nullptr;
+  if (!*literals) *literals = BigIntegerLiterals(line);
+  for (const BigInteger& b : **literals) {
+    if (b.value == v.get<double>()) return &b;
+  }
+  return nullptr;
+}
+
+// The float32 a big integer becomes when it is not that integer.
+std::optional<float> BigIntegerRounded(const BigInteger& big) {
+  const auto f = static_cast<float>(big.value);
+  // Printed in full, a float32 past 2^63 is an integer's exact digits.
+  const std::string exact = fmt::format("{:.0f}", static_cast<double>(f));
+  if (exact == big.text) return std::nullopt;
+  return f;
+}
 
 CellType JsonType(const nlohmann::json& v) {
   if (v.is_number_integer()) return CellType::kInt64;
@@ -39,22 +127,32 @@ class JsonlSource final : public ExampleSource {
         ++rows_;
         nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
         if (!row.is_object()) continue;  // reported in the second pass
+        std::optional<std::vector<BigInteger>> literals;
         for (const auto& [key, value] : row.items()) {
           const auto type_of = [&](const nlohmann::json& e) {
             std::optional<float> rounded;
+            const BigInteger* big = nullptr;
+            CellType type = JsonType(e);
             if (e.is_number_unsigned()) {
               rounded = InexactIntegers::Rounded(e.get<uint64_t>());
             } else if (e.is_number_integer()) {
               rounded = InexactIntegers::Rounded(e.get<int64_t>());
+            } else if ((big = BigIntegerOf(e, line, &literals))) {
+              // An integer, for its key's type (an int64 key refuses it
+              // as past int64); a float key rounds it unless float32 holds
+              // it exactly (as 2^64).
+              type = CellType::kInt64;
+              rounded = BigIntegerRounded(*big);
             }
             if (rounded) {
               const size_t slot =
                   slots.emplace(key, slots.size()).first->second;
               inexact.Add(
-                  slot, *rounded, [&] { return e.dump(); },
+                  slot, *rounded,
+                  [&] { return big != nullptr ? big->text : e.dump(); },
                   [&] { return fmt::format("{}:{}", path, line_number); });
             }
-            return JsonType(e);
+            return type;
           };
           CellType t = CellType::kNone;
           if (value.is_array()) {
@@ -153,6 +251,7 @@ class JsonlSource final : public ExampleSource {
     std::vector<int64_t> ints;
     std::vector<float> floats;
     std::vector<std::string> strings;
+    std::optional<std::vector<BigInteger>> literals;
     for (const auto& [key, value] : row.items()) {
       if (value.is_null()) continue;  // absent
       const auto known = types_.find(key);
@@ -168,6 +267,12 @@ class JsonlSource final : public ExampleSource {
           case CellType::kInt64: {
             ints.clear();
             for (const auto& e : values) {
+              if (const BigInteger* big = BigIntegerOf(e, r.text, &literals)) {
+                RowError(
+                    fmt::format("{}:{}: key '{}': {} does not fit in "
+                                "int64",
+                                r.path, r.line, key, big->text));
+              }
               if (!e.is_number_integer() && !e.is_boolean()) throw 0;
               if (e.is_number_unsigned() &&
                   e.get<uint64_t>() >

@@ -50,6 +50,13 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
             f + ":2: key 'a': 18446744073709551615 does not fit in int64");
   EXPECT_EQ(error("{\"a\": [1, 9223372036854775808]}\n"),
             f + ":1: key 'a': 9223372036854775808 does not fit in int64");
+  // Past uint64 (the parser makes a double of it): an integer all the
+  // same, so an int64 key refuses it as well, rather than turning float.
+  EXPECT_EQ(error("{\"a\": 1}\n{\"a\": 18446744073709551616}\n"),
+            f + ":2: key 'a': 18446744073709551616 does not fit in int64");
+  EXPECT_EQ(error("{\"s\": \"-1 [2]\", \"a\": [-9223372036854775809]}\n"),
+            f + ":1: key 'a': -9223372036854775809 does not fit in int64");
+  EXPECT_EQ(error("{\"a\": 1}\n{\"a\": 1.8446744073709552e19}\n"), "");
   EXPECT_EQ(error("{\"a\": 1}\n[1, 2]\n"),
             f + ":2: expected one JSON object per line, found array");
   EXPECT_EQ(error("{\"a\": tru}\n"),
@@ -104,6 +111,22 @@ TEST(JsonlTest, UntypedKeysAndIntegersAFloatRoundsAreWarnedOf) {
   EXPECT_EQ(typed[0].substr(0, 8), "key 'e' ");
   EXPECT_EQ(typed[1].substr(0, f.size() + 12), f + ":1: key 'id'");
   EXPECT_EQ(typed[2].substr(0, f.size() + 11), f + ":4: key 'x'");
+  // Integers past uint64 in a float key: 2^64 + 1 rounds, 2^64 does not,
+  // and a float written as 1e19 is no integer.
+  testing::WriteFileBytes(f,
+                          "{\"b\": 0.5, \"c\": 1e19}\n"
+                          "{\"b\": 18446744073709551617, \"c\": 1.5}\n"
+                          "{\"b\": [18446744073709551616, -1]}\n");
+  const auto big = OpenSource("jsonl", {.files = {f}})->warnings();
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].substr(0, big[0].find(" (")),
+            f + ":2: key 'b': the integer 18446744073709551617 becomes "
+                "18446744073709551616 in the key's float feature");
+  EXPECT_NE(big[0].find("; 1 such value in all"), std::string::npos);
+  EXPECT_FLOAT_EQ(Get(SourceExamples("jsonl", {.files = {f}})[2], "b")
+                      ->float_list()
+                      .value(0),
+                  18446744073709551616.0f);
   // Every key typed and every integer exact: nothing to say.
   testing::WriteFileBytes(f, "{\"a\": 1, \"b\": [2.5, 16777216]}\n");
   EXPECT_TRUE(OpenSource("jsonl", {.files = {f}})->warnings().empty());
