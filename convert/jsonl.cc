@@ -128,7 +128,10 @@ class JsonlSource final : public ExampleSource {
         nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
         if (!row.is_object()) continue;  // reported in the second pass
         std::optional<std::vector<BigInteger>> literals;
-        for (const auto& [key, value] : row.items()) {
+        for (const auto& item : row.items()) {
+          // Named, not a structured binding: lambdas capture it (clang).
+          const std::string& key = item.key();
+          const nlohmann::json& value = item.value();
           const auto type_of = [&](const nlohmann::json& e) {
             std::optional<float> rounded;
             const BigInteger* big = nullptr;
