@@ -7,15 +7,22 @@
 # on its 16 cores, the pipeline's scaling (issue 15) and CPU training next
 # to PyTorch CPU (issue 17).
 #   carry: .gpu (pack-deps.sh with the README's RECFLOW_EXTRA_DEBS: libzip,
-#   OpenBLAS) and .data (Fashion-MNIST's four .gz files)
+#   OpenBLAS) and .data (Fashion-MNIST's four .gz files, and the MNIST
+#   fixture ../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord, which
+#   the call copies back to ../shared/fixtures/tf/ before it runs: shared/
+#   does not travel)
 #   bash scripts/gpu_session.sh [build|test|bench|demo|suite|pipeline|cpu ...]
-# A session has 15 device-minutes in all, machine starts included, and a
-# call may run 600 s: run the default (build test bench demo suite, most
-# needed first) as one call with timeout_s 600, then `pipeline cpu` in a
-# second if time is left (build-gpu stays on the warm machine between
-# calls).  Each part runs under what is left of SESSION_SECONDS (default
-# 570 s from the script's start) and is cut, saying so, rather than the
-# whole call.
+# A session has 15 device-minutes in all, machine starts (30-60 s) and
+# idle time included, and a call may run 600 s.  What 2026-11-26's
+# session ran in one call of 400 s on a machine that had built once:
+#   SESSION_SECONDS=575 BENCH_SETS='dnn|cnn' PIPELINE_RUNS=2 \
+#     bash scripts/gpu_session.sh build test bench demo cpu pipeline
+# (a fresh build takes ~65 s; test ~10, bench ~80, demo ~55, cpu ~55,
+# pipeline ~130).  Give the machine back (device `give_back`) as soon as
+# a call returns unless another follows at once: it idles on the budget.
+# Each part runs under what is left of SESSION_SECONDS (default 570 s
+# from the script's start) and is cut, saying so, rather than the whole
+# call.
 # A call brings back at most 8 files: every log goes into
 # $OUT/logs.tar.gz (rewritten after each part, so a cut call still brings
 # back what finished) and what is printed also into $OUT/summary.txt.
@@ -44,7 +51,7 @@ limited() {
   return "$rc"
 }
 pack() { tar czf "$out/logs.tar.gz" -C "$logs" . 2>/dev/null; }
-parts=("${@:-build test bench demo suite}")
+parts=("${@:-build test bench demo cpu pipeline}")
 read -r -a parts <<<"${parts[*]}"
 if [ -d .data ] && [ ! -e /usr/share/datasets/fashion-mnist ]; then
   mkdir -p /usr/share/datasets/fashion-mnist
