@@ -54,7 +54,8 @@
 //     training thread; 2); /pageable: the batches in ordinary memory,
 //     which Prefetch packs into pinned memory on the training thread;
 //     /graphs: each step launched as one CUDA graph.
-//   CudaPaired/<model>/<nccl|graphs|pipeline>: one of the variants above
+//   CudaPaired/<model>/<nccl|graphs|pipeline|pipeline2>: one of the
+//     variants above (pipeline2: the pipeline on 2 threads)
 //     against CudaStep in alternating blocks of 50 steps (two backends on
 //     one GPU); counter variant_over_plain, the median of the blocks'
 //     time ratios, which a shared machine's drift between runs does not
@@ -830,10 +831,13 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
 // backends of the same GPU: `nccl` (gradients through a one-rank NCCL
 // communicator), `graphs` (step graphs) or `pipeline` (batches from
 // TFRecord files through the fused pipeline into pinned memory, copied
-// by Prefetch).  A shared machine's drift (25% between two calls of
-// CudaStep, docs/PERFORMANCE.md) hits both blocks of a pair alike, so the
-// ratio is the median of the pairs' (`variant_over_plain`: the variant's
-// time over the plain step's; 1.05 is 5% slower), not of two runs apart.
+// by Prefetch; `pipeline2`: the same on 2 input threads instead of one
+// per core, which leaves the cores to the thread that launches the
+// kernels: whether the input's threads slow that thread).  A shared machine's
+// drift (25% between two calls of CudaStep, docs/PERFORMANCE.md) hits both
+// blocks of a pair alike, so the ratio is the median of the pairs'
+// (`variant_over_plain`: the variant's time over the plain step's; 1.05 is 5%
+// slower), not of two runs apart.
 void CudaPaired(benchmark::State& state, const std::string& name,
                 const std::string& variant) {
   Backend& plain_be = *CudaBackend();
@@ -849,10 +853,11 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   std::function<Features()> variant_batch = [&] { return on_other; };
   std::string path;
   std::optional<pipeline::Iterator> it;
-  if (variant == "pipeline") {
+  if (variant == "pipeline" || variant == "pipeline2") {
     path = WriteBenchRecords();
-    it.emplace(
-        BenchInput(path).MakeIterator({.output_memory = other->InputMemory()}));
+    it.emplace(BenchInput(path).MakeIterator(
+        {.threads = variant == "pipeline2" ? 2 : 0,
+         .output_memory = other->InputMemory()}));
     variant_batch = [&] {
       pipeline::Element e;
       it->Next(&e);
@@ -976,7 +981,7 @@ void RegisterCuda() {
         false);
     add("CudaPipeline/" + m + "/graphs", CudaPipeline, m, true, 0, true, true);
     add("CudaPipelineUnfused/" + m, CudaPipeline, m, false, 0, true, false);
-    for (const char* variant : {"nccl", "graphs", "pipeline"}) {
+    for (const char* variant : {"nccl", "graphs", "pipeline", "pipeline2"}) {
       add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
           std::string(variant));
     }
