@@ -137,10 +137,8 @@ class CsvSource final : public ExampleSource {
         case CellType::kInt64: {
           int64_t v;
           if (!records::ParseInt64Cell(cell, &v)) {
-            RowError(
-                fmt::format("{}:{}: column '{}': expected an integer, "
-                            "found \"{}\"",
-                            row.path, line, header_[i], cell));
+            RowError(records::CsvCellError(row.path, line, header_[i], cell,
+                                           CellType::kInt64));
           }
           b->AddInt64(header_[i], v);
           break;
@@ -148,17 +146,9 @@ class CsvSource final : public ExampleSource {
         case CellType::kFloat: {
           float v;
           const records::FloatCell read = records::ReadFloatCell(cell, &v);
-          if (read == records::FloatCell::kOutOfRange) {
-            RowError(fmt::format(
-                "{}:{}: column '{}': {} is outside float32's range (a float "
-                "feature would hold inf)",
-                row.path, line, header_[i], cell));
-          }
           if (read != records::FloatCell::kOk) {
-            RowError(
-                fmt::format("{}:{}: column '{}': expected a number, "
-                            "found \"{}\"",
-                            row.path, line, header_[i], cell));
+            RowError(records::CsvCellError(row.path, line, header_[i], cell,
+                                           CellType::kFloat, read));
           }
           b->AddFloat(header_[i], v);
           break;

@@ -193,10 +193,8 @@ class CsvDataset final : public DatasetBase {
           case DType::kInt64: {
             int64_t v = 0;
             if (!cell.empty() && !records::ParseInt64Cell(cell, &v)) {
-              throw Error(
-                  fmt::format("{}:{}: column '{}': expected an "
-                              "integer, found \"{}\"",
-                              *path_, line, c.name, cell));
+              throw Error(records::CsvCellError(*path_, line, c.name, cell,
+                                                records::CellType::kInt64));
             }
             out->components.push_back({c.name, Tensor::Scalar<int64_t>(v)});
             break;
@@ -206,17 +204,9 @@ class CsvDataset final : public DatasetBase {
             const records::FloatCell read =
                 cell.empty() ? records::FloatCell::kOk
                              : records::ReadFloatCell(cell, &v);
-            if (read == records::FloatCell::kOutOfRange) {
-              throw Error(
-                  fmt::format("{}:{}: column '{}': {} is outside float32's "
-                              "range",
-                              *path_, line, c.name, cell));
-            }
             if (read != records::FloatCell::kOk) {
-              throw Error(
-                  fmt::format("{}:{}: column '{}': expected a number, "
-                              "found \"{}\"",
-                              *path_, line, c.name, cell));
+              throw Error(records::CsvCellError(
+                  *path_, line, c.name, cell, records::CellType::kFloat, read));
             }
             out->components.push_back({c.name, Tensor::Scalar<float>(v)});
             break;

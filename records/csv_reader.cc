@@ -36,6 +36,20 @@ bool FitsFloat32(double value) {
          std::fabs(value) <= std::numeric_limits<float>::max();
 }
 
+std::string CsvCellError(std::string_view path, uint64_t line,
+                         std::string_view column, std::string_view cell,
+                         CellType as, FloatCell read) {
+  if (as == CellType::kFloat && read == FloatCell::kOutOfRange) {
+    return fmt::format(
+        "{}:{}: column '{}': {} is outside float32's range (a float would "
+        "be inf)",
+        path, line, column, cell);
+  }
+  return fmt::format("{}:{}: column '{}': expected {}, found \"{}\"", path,
+                     line, column,
+                     as == CellType::kInt64 ? "an integer" : "a number", cell);
+}
+
 FloatCell ReadFloatCell(std::string_view cell, float* value) {
   cell = WithoutPlus(cell);
   const char* end = cell.data() + cell.size();

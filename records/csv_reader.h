@@ -56,6 +56,14 @@ enum class CellType { kNone, kInt64, kFloat, kBytes };
 // when empty, kBytes otherwise.
 CellType InferCell(std::string_view cell);
 CellType Widen(CellType a, CellType b);
+// The error for a cell its column cannot hold, in the words the converter
+// and the pipeline's CSV source share: `as` the column's type (kInt64 or
+// kFloat) and, for kFloat, how the cell read.  "PATH:LINE: column 'c':
+// expected an integer, found \"abc\"", "...: expected a number, found
+// \"x\"", "...: 1e39 is outside float32's range (a float would be inf)".
+std::string CsvCellError(std::string_view path, uint64_t line,
+                         std::string_view column, std::string_view cell,
+                         CellType as, FloatCell read = FloatCell::kNotNumber);
 // The dtype of a column of `t`: int64, float32, or bytes (for text and for
 // a column with no typed cell).
 DType CellDType(CellType t);

@@ -68,6 +68,28 @@ TEST(CsvTest, EmptyColumnsAndIntegersAFloatRoundsAreWarnedOf) {
   EXPECT_TRUE(convert::OpenSource("csv", {.files = {f}})->warnings().empty());
 }
 
+// A cell its spec'd column cannot hold: the same words as the pipeline's
+// CSV source (records::CsvCellError).
+TEST(CsvTest, ACellItsColumnCannotHoldNamesTheFileLineAndColumn) {
+  testing::TempDir dir;
+  const std::string f = dir.File("in.csv");
+  testing::WriteFileBytes(f, "a,b\n1,2\nx,y\n");
+  const auto spec = records::FeatureSpec::FromJsonText(
+      R"({"features": {"a": {"dtype": "float32"}, "b": {"dtype": "int64"}}})");
+  EXPECT_EQ(ConvertErrorOf(
+                [&] { SourceExamples("csv", {.files = {f}, .spec = &spec}); }),
+            f + ":3: column 'a': expected a number, found \"x\"");
+  testing::WriteFileBytes(f, "a,b\n1e39,2\n");
+  EXPECT_EQ(ConvertErrorOf(
+                [&] { SourceExamples("csv", {.files = {f}, .spec = &spec}); }),
+            f + ":2: column 'a': 1e39 is outside float32's range (a float "
+                "would be inf)");
+  testing::WriteFileBytes(f, "a,b\n1,2.5\n");
+  EXPECT_EQ(ConvertErrorOf(
+                [&] { SourceExamples("csv", {.files = {f}, .spec = &spec}); }),
+            f + ":2: column 'b': expected an integer, found \"2.5\"");
+}
+
 TEST(CsvTest, ARowWithTooFewFieldsNamesTheFileAndLine) {
   testing::TempDir dir;
   testing::WriteFileBytes(dir.File("in.csv"), "a,b\n1,2\n5\n");

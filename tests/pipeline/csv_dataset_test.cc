@@ -186,7 +186,7 @@ TEST(CsvDatasetTest, Float32EdgesAreZeroOrAnError) {
     EXPECT_EQ(std::string(e.what()),
               dir.File("a.csv") +
                   ":4: column 'x': 1e39 is outside float32's "
-                  "range");
+                  "range (a float would be inf)");
   }
   const auto first = Collect(Dataset::FromCsv({dir.File("a.csv")}).Take(2));
   ASSERT_EQ(first.size(), 2u);
