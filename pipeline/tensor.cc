@@ -85,6 +85,7 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
   t.data_ = storage->data();
   t.storage_bytes_ = bytes;
   t.owner_ = std::move(storage);
+  t.own_storage_ = true;
   return t;
 }
 
@@ -104,6 +105,7 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape,
         std::shared_ptr<const void>(p, [allocator, bytes](const void* q) {
           allocator->Deallocate(const_cast<void*>(q), bytes);
         });
+    t.own_storage_ = true;
   }
   return t;
 }
@@ -214,6 +216,7 @@ Tensor Tensor::CopyInto(const std::shared_ptr<Allocator>& memory) const {
   }
   t.storage_bytes_ = total + storage->offsets.capacity() * 8;
   t.owner_ = std::move(storage);
+  t.own_storage_ = true;
   return t;
 }
 
@@ -247,6 +250,7 @@ Tensor Tensor::Adopt(std::shared_ptr<const records::AlignedVector<T>> storage,
   t.data_ = reinterpret_cast<const char*>(storage->data());
   t.storage_bytes_ = storage->capacity() * sizeof(T);
   t.owner_ = std::move(storage);
+  t.own_storage_ = true;
   return t;
 }
 
@@ -309,6 +313,7 @@ Tensor Tensor::BytesScalar(std::string_view value) {
   t.scalar_bytes_ = storage->size();
   t.storage_bytes_ = storage->size();
   t.owner_ = std::move(storage);
+  t.own_storage_ = true;
   return t;
 }
 
@@ -342,6 +347,7 @@ Tensor Tensor::AdoptBytes(std::shared_ptr<const BytesBuffers> storage,
   t.offsets_ = offsets.data();
   t.storage_bytes_ = data.capacity() + offsets.capacity() * 8;
   t.owner_ = std::move(storage);
+  t.own_storage_ = true;
   return t;
 }
 
@@ -382,6 +388,12 @@ struct Tensor::RaggedRows {
 };
 
 const Tensor& Tensor::row_lengths() const { return row_lengths_->lengths; }
+
+Tensor Tensor::FlatValues() const {
+  Tensor t = *this;
+  t.row_lengths_.reset();
+  return t;
+}
 
 int64_t Tensor::num_rows() const {
   if (ragged()) return row_lengths_->lengths.num_elements();
@@ -465,6 +477,10 @@ Tensor Tensor::Ragged(Tensor values, Tensor row_lengths) {
   rows->lengths = std::move(row_lengths);
   values.row_lengths_ = std::move(rows);
   return values;
+}
+
+bool Tensor::Exclusive() const {
+  return own_storage_ && owner_ != nullptr && owner_.use_count() == 1;
 }
 
 bool Tensor::IsCompact() const {

@@ -207,6 +207,9 @@ class Tensor {
   bool ragged() const { return row_lengths_ != nullptr; }
   int64_t num_rows() const;  // ragged: rows; else the first dimension
   const Tensor& row_lengths() const;
+  // A ragged tensor's values as a dense tensor (its first dimension the
+  // sum of the row lengths), sharing this storage; *this when not ragged.
+  Tensor FlatValues() const;
   // Row lengths must be int64 [rows], non-negative and adding up to the
   // values' first dimension; throws Error otherwise.
   static Tensor Ragged(Tensor values, Tensor row_lengths);
@@ -218,6 +221,15 @@ class Tensor {
   // Whether Compact() would return this tensor as it is: its storage is
   // small or not much larger than its values.
   bool IsCompact() const;
+  // Whether writing into this tensor's memory could change nothing but
+  // this tensor: its storage was made for it by recflow (Allocate, Adopt,
+  // FromValues, Compact, the bytes factories; not a View of memory owned
+  // elsewhere, such as a caller's array), and no other tensor or holder
+  // (a cache, a batch it was sliced from) shares that storage now.  Copies
+  // of a tensor share it.  A snapshot, but one that no other thread can
+  // make stale: none holds what a tensor holds alone.  Python's DLPack
+  // export copies a tensor that is not exclusive (python/arrays.cc).
+  bool Exclusive() const;
   // Bytes of storage kept alive by this tensor, when known (0 otherwise).
   size_t storage_bytes() const { return storage_bytes_; }
 
@@ -248,6 +260,9 @@ class Tensor {
   uint64_t scalar_bytes_ = 0;
   size_t storage_bytes_ = 0;
   std::shared_ptr<const void> owner_;
+  // owner_ is storage made for this tensor (and its copies), not memory
+  // owned elsewhere that a View points into (Exclusive()).
+  bool own_storage_ = false;
   // Ragged tensors: the row lengths, and where each row starts (tensor.cc).
   struct RaggedRows;
   std::shared_ptr<const RaggedRows> row_lengths_;

@@ -63,6 +63,26 @@ std::optional<DType> FromNumpy(const py::dtype& dt) {
   return std::nullopt;
 }
 
+// The name of the capsule that keeps an array's tensor (NumericArray).
+constexpr const char* kTensorCapsule = "recflow.Tensor";
+
+// The recflow tensor behind `array`: the capsule at the end of its chain
+// of bases (a view's base is the array it views), or null when the memory
+// was not handed out by NumericArray.
+const Tensor* TensorBehind(py::handle array) {
+  py::object o = py::reinterpret_borrow<py::object>(array);
+  for (int depth = 0; depth < 64 && !o.is_none(); ++depth) {
+    if (PyCapsule_CheckExact(o.ptr())) {
+      if (!PyCapsule_IsValid(o.ptr(), kTensorCapsule)) return nullptr;
+      return static_cast<const Tensor*>(
+          PyCapsule_GetPointer(o.ptr(), kTensorCapsule));
+    }
+    if (!py::hasattr(o, "base")) return nullptr;
+    o = o.attr("base");
+  }
+  return nullptr;
+}
+
 py::object NumericArray(const Tensor& t) {
   auto& api = npy::get();
   const int rank = t.shape().rank();
@@ -86,9 +106,14 @@ py::object NumericArray(const Tensor& t) {
       strides.data(), data, 0, nullptr);
   if (array == nullptr) throw py::error_already_set();
   py::object result = py::reinterpret_steal<py::object>(array);
-  py::capsule keep(new Tensor(t),
-                   [](void* p) { delete static_cast<Tensor*>(p); });
-  if (api.PyArray_SetBaseObject_(array, keep.release().ptr()) != 0) {
+  // Named, so that ExportDlpack knows the tensor behind an array.
+  PyObject* keep =
+      PyCapsule_New(new Tensor(t), kTensorCapsule, [](PyObject* c) {
+        delete static_cast<Tensor*>(PyCapsule_GetPointer(c, kTensorCapsule));
+      });
+  if (keep == nullptr) throw py::error_already_set();
+  if (api.PyArray_SetBaseObject_(array, keep) != 0) {
+    Py_DECREF(keep);
     throw py::error_already_set();
   }
   return result;
@@ -250,9 +275,8 @@ py::object ToPython(const Tensor& t) {
     if (t.dtype() == DType::kBytes) {
       values = BytesObjects(t, {t.num_elements()});
     } else {
-      // The flat values, viewed; the ragged tensor owns their storage.
-      values = NumericArray(Tensor::View(t.dtype(), t.shape(), t.raw_data(),
-                                         std::make_shared<Tensor>(t)));
+      // The flat values, sharing the ragged tensor's storage.
+      values = NumericArray(t.FlatValues());
     }
     return py::reinterpret_borrow<py::object>(RaggedClass())(
         values, NumericArray(t.row_lengths()));
@@ -344,6 +368,14 @@ pipeline::Element DictToElement(py::handle dict, const std::string& what) {
 }
 
 py::capsule ExportDlpack(py::array array) {
+  // A framework may write into what it takes (torch has no read-only
+  // tensors).  So a recflow tensor is exported as it is only where that
+  // can change nothing else (Tensor::Exclusive: a batch made for this
+  // element); one that a cache, the arrays a dataset was made from, or
+  // another tensor shares is exported as a copy.
+  if (const Tensor* t = TensorBehind(array); t != nullptr && !t->Exclusive()) {
+    array = py::array(array.attr("copy")());
+  }
   const std::optional<DType> dtype = FromNumpy(array.dtype());
   if (!dtype) {
     throw py::buffer_error(

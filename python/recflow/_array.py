@@ -12,8 +12,10 @@ class Array(np.ndarray):
     exports it even though it is read-only (numpy refuses to), so that
     ``torch.from_dlpack(a)`` and ``jax.dlpack.from_dlpack(a)`` take it
     without a copy.  The memory stays alive as long as any array or
-    framework tensor viewing it does.  Writing through a framework tensor
-    made this way changes recflow's batch: copy first if you must write.
+    framework tensor viewing it does.  Where something else holds that
+    memory (a cache, the arrays a dataset was sliced from), ``__dlpack__``
+    exports a copy instead, so that writing through the framework's tensor
+    changes nothing recflow or the caller will read again.
     """
 
     def __dlpack__(self, stream=None):

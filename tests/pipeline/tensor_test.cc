@@ -32,6 +32,42 @@ TEST(TensorTest, SlicesAndReshapesShareStorage) {
   EXPECT_EQ(Tensor::Scalar<int64_t>(9).scalar<int64_t>(), 9);
 }
 
+// Exclusive: storage recflow made for a tensor and that nothing else
+// shares; what Python's DLPack export hands out without a copy.
+TEST(TensorTest, ExclusiveIsStorageMadeForTheTensorAndSharedWithNothing) {
+  Tensor t =
+      Tensor::FromValues<float>(std::vector<float>{1, 2, 3, 4}, Shape{2, 2});
+  EXPECT_TRUE(t.Exclusive());
+  {
+    const Tensor copy = t;  // a cache's, a batch's slice: shared
+    EXPECT_FALSE(t.Exclusive());
+    EXPECT_FALSE(copy.Exclusive());
+    const Tensor row = t.Slice(1);
+    EXPECT_FALSE(row.Exclusive());
+  }
+  EXPECT_TRUE(t.Exclusive());
+  Tensor row = t.Slice(0);
+  t = Tensor();
+  EXPECT_TRUE(row.Exclusive());  // the slice alone holds the storage
+  EXPECT_TRUE(Tensor::Allocate(DType::kInt64, Shape{3}).Exclusive());
+  // Memory owned elsewhere (a caller's array) never is, held alone or not.
+  auto array = std::make_shared<std::vector<float>>(4, 1.0f);
+  const float* data = array->data();
+  const Tensor view =
+      Tensor::View(DType::kFloat32, Shape{4}, data, std::move(array));
+  EXPECT_FALSE(view.Exclusive());
+  EXPECT_FALSE(view.Compact().Exclusive());  // 16 bytes: Compact keeps it
+  // A ragged tensor's values share its storage.
+  Tensor ragged = Tensor::Ragged(
+      Tensor::FromValues<float>(std::vector<float>{1, 2, 3}, Shape{3}),
+      Tensor::FromValues<int64_t>(std::vector<int64_t>{1, 2}, Shape{2}));
+  const Tensor values = ragged.FlatValues();
+  EXPECT_FALSE(values.ragged());
+  EXPECT_FALSE(values.Exclusive());
+  ragged = Tensor();
+  EXPECT_TRUE(values.Exclusive());
+}
+
 TEST(TensorTest, AViewKeepsItsOwnerAliveAndCompactLetsGo) {
   auto block = std::make_shared<std::vector<char>>(1 << 20, 'x');
   std::weak_ptr<std::vector<char>> alive = block;

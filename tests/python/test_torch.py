@@ -61,6 +61,33 @@ def test_a_short_training_loop_learns():
     assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:10])
 
 
+def test_writing_into_a_torch_tensor_changes_no_cache_and_no_source():
+    a = np.arange(8, dtype=np.float32)
+    # Epoch 2 of a cached dataset sees epoch 1's values, not what a
+    # training loop wrote into its tensors.
+    cached = recflow.Dataset.from_tensor_slices({"x": a}).batch(4).cache()
+    seen = []
+    for b in recflow.torch.IterableDataset(cached.repeat(2)):
+        seen.append(b["x"].tolist())
+        b["x"].mul_(10)
+    assert seen == [[0, 1, 2, 3], [4, 5, 6, 7]] * 2
+    # Elements that are slices of the caller's arrays leave them alone.
+    for e in recflow.torch.IterableDataset(
+            recflow.Dataset.from_tensor_slices({"x": a})):
+        e["x"].add_(100)
+    assert a.tolist() == list(range(8))
+    # What only the element holds is still shared, not copied: a fresh
+    # batch, and a view of it.
+    b = next(iter(recflow.Dataset.from_tensor_slices({"x": a}).batch(4)))
+    assert torch.from_dlpack(b["x"]).data_ptr() == b["x"].ctypes.data
+    assert torch.from_dlpack(b["x"][1:]).data_ptr() == b["x"][1:].ctypes.data
+    # A batch its iterator's cache holds is copied, with the same values.
+    it = iter(recflow.Dataset.from_tensor_slices({"x": a}).batch(4).cache())
+    c = next(it)
+    t = torch.from_dlpack(c["x"])
+    assert t.data_ptr() != c["x"].ctypes.data and t.tolist() == [0, 1, 2, 3]
+
+
 def test_to_torch_keeps_bytes_and_shares_memory():
     b = next(iter(recflow.Dataset.from_tfrecords(MNIST).batch(2).parse(
         MNIST_SPEC, keep_record=True)))
