@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string_view>
@@ -270,21 +271,19 @@ class JsonlSource final : public ExampleSource {
           case CellType::kInt64: {
             ints.clear();
             for (const auto& e : values) {
-              if (const BigInteger* big = BigIntegerOf(e, r.text, &literals)) {
+              // An integer past int64, not to wrap: one past uint64 (a
+              // double to the parser), or between 2^63 and 2^64 - 1.
+              const BigInteger* big = BigIntegerOf(e, r.text, &literals);
+              if (big != nullptr ||
+                  (e.is_number_unsigned() &&
+                   e.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))) {
                 RowError(
                     fmt::format("{}:{}: key '{}': {} does not fit in "
                                 "int64",
-                                r.path, r.line, key, big->text));
+                                r.path, r.line, key,
+                                big != nullptr ? big->text : e.dump()));
               }
               if (!e.is_number_integer() && !e.is_boolean()) throw 0;
-              if (e.is_number_unsigned() &&
-                  e.get<uint64_t>() >
-                      static_cast<uint64_t>(INT64_MAX)) {  // not to wrap
-                RowError(
-                    fmt::format("{}:{}: key '{}': {} does not fit in "
-                                "int64",
-                                r.path, r.line, key, e.dump()));
-              }
               ints.push_back(e.is_boolean() ? e.get<bool>() : e.get<int64_t>());
             }
             b->AddInt64List(key, ints);

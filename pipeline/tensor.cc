@@ -84,8 +84,7 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape) {
   t.shape_ = shape;
   t.data_ = storage->data();
   t.storage_bytes_ = bytes;
-  t.owner_ = std::move(storage);
-  t.own_storage_ = true;
+  t.Own(std::move(storage));
   return t;
 }
 
@@ -101,11 +100,9 @@ Tensor Tensor::Allocate(DType dtype, const Shape& shape,
   t.data_ = static_cast<const char*>(p);
   t.storage_bytes_ = bytes;
   if (p != nullptr) {
-    t.owner_ =
-        std::shared_ptr<const void>(p, [allocator, bytes](const void* q) {
-          allocator->Deallocate(const_cast<void*>(q), bytes);
-        });
-    t.own_storage_ = true;
+    t.Own(std::shared_ptr<const void>(p, [allocator, bytes](const void* q) {
+      allocator->Deallocate(const_cast<void*>(q), bytes);
+    }));
   }
   return t;
 }
@@ -215,8 +212,7 @@ Tensor Tensor::CopyInto(const std::shared_ptr<Allocator>& memory) const {
     t.offsets_ = storage->offsets.data();
   }
   t.storage_bytes_ = total + storage->offsets.capacity() * 8;
-  t.owner_ = std::move(storage);
-  t.own_storage_ = true;
+  t.Own(std::move(storage));
   return t;
 }
 
@@ -249,8 +245,7 @@ Tensor Tensor::Adopt(std::shared_ptr<const records::AlignedVector<T>> storage,
   t.shape_ = shape;
   t.data_ = reinterpret_cast<const char*>(storage->data());
   t.storage_bytes_ = storage->capacity() * sizeof(T);
-  t.owner_ = std::move(storage);
-  t.own_storage_ = true;
+  t.Own(std::move(storage));
   return t;
 }
 
@@ -312,8 +307,7 @@ Tensor Tensor::BytesScalar(std::string_view value) {
   t.data_ = storage->data();
   t.scalar_bytes_ = storage->size();
   t.storage_bytes_ = storage->size();
-  t.owner_ = std::move(storage);
-  t.own_storage_ = true;
+  t.Own(std::move(storage));
   return t;
 }
 
@@ -346,8 +340,7 @@ Tensor Tensor::AdoptBytes(std::shared_ptr<const BytesBuffers> storage,
   t.data_ = data.data();
   t.offsets_ = offsets.data();
   t.storage_bytes_ = data.capacity() + offsets.capacity() * 8;
-  t.owner_ = std::move(storage);
-  t.own_storage_ = true;
+  t.Own(std::move(storage));
   return t;
 }
 

@@ -249,6 +249,11 @@ class Tensor {
 
  private:
   void CheckType(DType want) const;
+  // Keeps `storage`, made for this tensor (Exclusive()).
+  void Own(std::shared_ptr<const void> storage) {
+    owner_ = std::move(storage);
+    own_storage_ = true;
+  }
 
   DType dtype_ = DType::kFloat32;
   Device device_ = Device::kCpu;
@@ -260,8 +265,8 @@ class Tensor {
   uint64_t scalar_bytes_ = 0;
   size_t storage_bytes_ = 0;
   std::shared_ptr<const void> owner_;
-  // owner_ is storage made for this tensor (and its copies), not memory
-  // owned elsewhere that a View points into (Exclusive()).
+  // owner_ is storage made for this tensor (and its copies) by Own(), not
+  // memory owned elsewhere that a View points into (Exclusive()).
   bool own_storage_ = false;
   // Ragged tensors: the row lengths, and where each row starts (tensor.cc).
   struct RaggedRows;

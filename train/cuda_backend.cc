@@ -245,9 +245,7 @@ class CudaBackend final : public Backend {
     Tensor src = h;
     bool pinned = IsPinned(h.raw_data());
     if (capturing_ && !pinned) {
-      src = Tensor::Allocate(h.dtype(), h.shape(), pinned_alloc_);
-      std::memcpy(const_cast<char*>(src.raw_data()), h.raw_data(),
-                  h.byte_size());
+      src = h.CopyInto(pinned_alloc_);
       pinned = true;
     }
     Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), src.raw_data(),
@@ -261,10 +259,7 @@ class CudaBackend final : public Backend {
     // it): BeginStep waits when too many are held.
     if (pinned) {
       held_.push_back(std::move(src));
-      if (held_.size() > kMaxHeld && !capturing_) {
-        Check(cudaStreamSynchronize(compute_), index_, "copying input");
-        held_.clear();
-      }
+      if (!capturing_) LetGoOfHeldIfMany();
     }
     return out;
   }
@@ -664,12 +659,8 @@ class CudaBackend final : public Backend {
     // a value every step) would make a new graph each time: call by call.
     if (ended_early_in_row_ >= kMaxEndedEarlyInRow) return;
     step_captured_ = true;
-    // The sources of the copies captured in the steps before (ToDevice):
-    // let go once those steps have run.
-    if (held_.size() > kMaxHeld) {
-      Check(cudaStreamSynchronize(compute_), index_, "copying input");
-      held_.clear();
-    }
+    // The sources of the copies captured in the steps before (ToDevice).
+    LetGoOfHeldIfMany();
     // The input this step reads was copied by Prefetch on the copy stream:
     // waited for here, outside the capture.
     for (Slot& s : slots_) {
@@ -976,6 +967,15 @@ class CudaBackend final : public Backend {
     if (!capturing_) return;
     ++graph_stats_.ended_early;
     EndCapture();
+  }
+
+  // More than kMaxHeld copy sources held: waits for the compute stream,
+  // whose copies have then all run, and lets them go.  Never within a
+  // capture (a wait would end it).
+  void LetGoOfHeldIfMany() {
+    if (held_.size() <= kMaxHeld) return;
+    Check(cudaStreamSynchronize(compute_), index_, "copying input");
+    held_.clear();
   }
 
   // Whether `p` is page-locked host memory, which the GPU copies from
