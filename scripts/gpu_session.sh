@@ -99,6 +99,10 @@ main() {
         # CNN benchmarks, then linear.
         limited python3 bench/pytorch_baseline.py 2000 >"$logs/pytorch.jsonl" 2>&1
         cat "$logs/pytorch.jsonl"
+        # What the input path's CUDA calls cost the launching thread.
+        limited build-gpu/bench/cuda_api_bench --benchmark_repetitions=3 \
+          --benchmark_report_aggregates_only=true >"$logs/cuda_api.txt" 2>&1
+        grep -E "median" "$logs/cuda_api.txt"
         for tf32 in ${TF32_MODES:-1}; do
           for models in ${BENCH_SETS:-"dnn|cnn" linear}; do
             log="$logs/train_bench_tf32_${tf32}_${models/|/_}.txt"

@@ -51,10 +51,17 @@ void* CachingAllocator::Raw(size_t bytes) {
     cudaGetLastError();  // clear the sticky-free error state
     return nullptr;
   }
+  try {
+    blocks_.emplace(static_cast<const char*>(p), bytes);
+  } catch (...) {
+    FreeRaw(p);
+    return nullptr;
+  }
   return p;
 }
 
 void CachingAllocator::FreeRaw(void* p) {
+  blocks_.erase(static_cast<const char*>(p));
   cudaSetDevice(device_);
   if (kind_ == pipeline::MemoryKind::kDevice) {
     cudaFree(p);
@@ -119,6 +126,15 @@ void CachingAllocator::ReleaseCached() {
   }
   free_.clear();
   stats_.cached_bytes = 0;
+}
+
+bool CachingAllocator::Owns(const void* p) const {
+  const auto* c = static_cast<const char*>(p);
+  std::lock_guard lock(mu_);
+  auto it = blocks_.upper_bound(c);
+  if (it == blocks_.begin()) return false;
+  --it;
+  return c < it->first + it->second;
 }
 
 AllocatorStats CachingAllocator::stats() const {

@@ -54,6 +54,11 @@ class CachingAllocator final : public pipeline::Allocator {
   std::string name() const override;
 
   AllocatorStats stats() const;
+  // Whether `p` points into a block this allocator got from CUDA (handed
+  // out or cached): a lookup under the mutex, so that the input path can
+  // tell its own pinned memory without asking the driver
+  // (cudaPointerGetAttributes) for every tensor of every batch.
+  bool Owns(const void* p) const;
   // Gives every cached block back to CUDA (waits for the device first).
   void ReleaseCached();
   // The size class of a request.
@@ -67,6 +72,7 @@ class CachingAllocator final : public pipeline::Allocator {
   const int device_;
   mutable std::mutex mu_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> blocks
+  std::map<const char*, size_t> blocks_;  // every block from CUDA: its size
   AllocatorStats stats_;
 };
 

@@ -378,6 +378,7 @@ class CudaBackend final : public Backend {
       at += Align(bytes);
     }
     Check(cudaEventRecord(slot.copied, copy_), index_, "cudaEventRecord");
+    slot.compute_waited = false;
   }
 
   void Synchronize() override {
@@ -663,10 +664,7 @@ class CudaBackend final : public Backend {
     LetGoOfHeldIfMany();
     // The input this step reads was copied by Prefetch on the copy stream:
     // waited for here, outside the capture.
-    for (Slot& s : slots_) {
-      Check(cudaStreamWaitEvent(compute_, s.copied, 0), index_,
-            "waiting for the input copy");
-    }
+    for (Slot& s : slots_) WaitForCopy(s);
     Check(cudaStreamBeginCapture(compute_, cudaStreamCaptureModeRelaxed),
           index_, "capturing the step (cudaStreamBeginCapture)");
     capturing_ = true;
@@ -792,8 +790,18 @@ class CudaBackend final : public Backend {
     size_t capacity = 0;                // of device
     size_t pinned_capacity = 0;         // of pinned
     cudaEvent_t copied = nullptr, consumed = nullptr;
+    // Whether the compute stream has waited for `copied` as last recorded:
+    // a step reading several of the slot's tensors waits once.
+    bool compute_waited = true;
     std::vector<Entry> entries;
   };
+  // Orders the compute stream after the slot's last input copy, once.
+  void WaitForCopy(Slot& slot) {
+    if (slot.compute_waited) return;
+    Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
+          "waiting for the input copy");
+    slot.compute_waited = true;
+  }
   // Recorded on the compute stream when a slot takes a new device buffer,
   // for the copy stream to wait for (Prefetch).
   cudaEvent_t reused_ = nullptr;
@@ -979,8 +987,13 @@ class CudaBackend final : public Backend {
   }
 
   // Whether `p` is page-locked host memory, which the GPU copies from
-  // asynchronously (InputMemory()'s, or pinned by anyone else).
-  static bool IsPinned(const void* p) {
+  // asynchronously (InputMemory()'s, or pinned by anyone else).  Our own
+  // pinned blocks (every batch the pipeline delivers) are told by the
+  // allocator's lookup; only other memory costs a driver call.
+  bool IsPinned(const void* p) const {
+    return pinned_alloc_->Owns(p) || PinnedElsewhere(p);
+  }
+  static bool PinnedElsewhere(const void* p) {
     cudaPointerAttributes a{};
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
       cudaGetLastError();  // clears the error it leaves
@@ -1002,10 +1015,7 @@ class CudaBackend final : public Backend {
         }
         // Captured steps waited for every slot's copy in BeginStep: a
         // captured wait for an event recorded outside is not allowed.
-        if (!capturing_) {
-          Check(cudaStreamWaitEvent(compute_, slot.copied, 0), index_,
-                "waiting for the input copy");
-        }
+        if (!capturing_) WaitForCopy(slot);
         return Tensor::View(e.host.dtype(), e.host.shape(),
                             slot.device.raw_data() + e.offset, slot.lease,
                             Device::kCuda);

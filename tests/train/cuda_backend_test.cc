@@ -18,6 +18,9 @@
 #include "test_util.h"
 #include "train/backend.h"
 #include "train/canned.h"
+#if RECFLOW_CUDA_BUILT
+#include "train/cuda_allocator.h"
+#endif
 #include "train/checkpoint.h"
 #include "train/estimator.h"
 #include "train/ops.h"
@@ -507,6 +510,39 @@ TEST(CudaBackendTest, InputInPinnedMemoryIsCopiedFromWhereItIs) {
   EXPECT_NE(next.raw_data(), block) << "a pinned source was reused";
   std::memset(next.mutable_data<float>(), 0xff, next.byte_size());
   EXPECT_TRUE(gpu.ToHost(d) == want);
+}
+
+// The pinned allocator tells its own blocks (handed out or cached) from
+// other memory without asking the driver: Prefetch copies such tensors
+// from where they are, and packs anything else first.
+TEST(CudaBackendTest, PinnedAllocatorKnowsItsOwnBlocks) {
+#if RECFLOW_CUDA_BUILT
+  REQUIRE_GPU();
+  cuda::CachingAllocator pinned(pipeline::MemoryKind::kPinnedHost, 0);
+  char* small = static_cast<char*>(pinned.Allocate(100));
+  char* large = static_cast<char*>(pinned.Allocate(3 << 20));
+  const size_t small_size = cuda::CachingAllocator::RoundUp(100);
+  for (const char* p : {small, small + 99, small + small_size - 1, large,
+                        large + (3 << 20) - 1}) {
+    EXPECT_TRUE(pinned.Owns(p)) << static_cast<const void*>(p);
+  }
+  const std::vector<char> pageable(4096);
+  const int on_stack = 0;
+  EXPECT_FALSE(pinned.Owns(pageable.data()));
+  EXPECT_FALSE(pinned.Owns(&on_stack));
+  EXPECT_FALSE(pinned.Owns(nullptr));
+  // Cached after Deallocate (it may be handed out again), gone once
+  // given back to CUDA.
+  pinned.Deallocate(small, 100);
+  EXPECT_TRUE(pinned.Owns(small));
+  pinned.ReleaseCached();
+  EXPECT_FALSE(pinned.Owns(small));
+  EXPECT_TRUE(pinned.Owns(large + 5));
+  pinned.Deallocate(large, 3 << 20);
+#else
+  GTEST_SKIP() << "this build has no CUDA backend (RECFLOW_CUDA=OFF or no "
+                  "CUDA toolkit with cuDNN)";
+#endif
 }
 
 // A slot that takes a new device buffer may get a block the host freed

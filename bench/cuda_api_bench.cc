@@ -1,0 +1,209 @@
+// What the CUDA calls on the input path cost the thread that launches a
+// step (built with the CUDA backend; run on a GPU):
+//
+//   PointerAttributes/<pinned|pageable>: cudaPointerGetAttributes, which
+//     the backend used to ask for every tensor of every batch, next to
+//   AllocatorOwns: the pinned allocator's own lookup that replaced it.
+//   EventRecord, StreamWaitEvent, EventSynchronizeDone (an event already
+//     reached), MemcpyPinned/<bytes> (issuing an asynchronous copy from
+//     pinned memory: a Fashion-MNIST batch's labels and its uint8 images).
+//   Prefetch: Backend::Prefetch of a batch already in InputMemory() (128
+//     uint8 images of 784 bytes and their int64 labels) and the step's two
+//     ToDevice calls that take them: what the training thread pays per
+//     step for input that arrives as the Estimator asks.
+//
+// Each reports the CPU time of the call alone (manual time); the stream
+// is drained outside the timed part, so the copies never queue up.  The
+// DNN's step is ~150 us on an H200 (docs/PERFORMANCE.md): every 1.5 us
+// on this path is 1% of its input-fed throughput.
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "pipeline/tensor.h"
+#include "train/backend.h"
+#include "train/cuda_allocator.h"
+
+namespace recflow::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool HaveGpu(benchmark::State& state) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    state.SkipWithError("no CUDA device on this machine");
+    return false;
+  }
+  return true;
+}
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Times `call` alone, `per_sync` calls between drains of `stream`.
+template <typename F>
+void TimeCalls(benchmark::State& state, cudaStream_t stream, F call,
+               int per_sync = 32) {
+  int since_sync = 0;
+  for (auto _ : state) {
+    const auto t0 = Clock::now();
+    call();
+    const auto t1 = Clock::now();
+    state.SetIterationTime(Seconds(t0, t1));
+    if (++since_sync == per_sync) {
+      cudaStreamSynchronize(stream);
+      since_sync = 0;
+    }
+  }
+  cudaStreamSynchronize(stream);
+}
+
+void PointerAttributes(benchmark::State& state, bool pinned) {
+  if (!HaveGpu(state)) return;
+  void* p = nullptr;
+  std::vector<char> pageable(1 << 20);
+  if (pinned) {
+    cudaHostAlloc(&p, 1 << 20, cudaHostAllocPortable);
+  } else {
+    p = pageable.data();
+  }
+  int host = 0;
+  TimeCalls(state, nullptr, [&] {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, static_cast<char*>(p) + 4096) !=
+        cudaSuccess) {
+      cudaGetLastError();
+    }
+    host += a.type == cudaMemoryTypeHost;
+  });
+  benchmark::DoNotOptimize(host);
+  if (pinned) cudaFreeHost(p);
+}
+
+void AllocatorOwns(benchmark::State& state) {
+  if (!HaveGpu(state)) return;
+  cuda::CachingAllocator pinned(pipeline::MemoryKind::kPinnedHost, 0);
+  // As many blocks as a pipeline's batches in flight hold, and more.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) blocks.push_back(pinned.Allocate(100352));
+  int owned = 0;
+  size_t i = 0;
+  TimeCalls(state, nullptr, [&] {
+    owned += pinned.Owns(static_cast<char*>(blocks[i++ % blocks.size()]) + 7);
+  });
+  benchmark::DoNotOptimize(owned);
+  for (void* p : blocks) pinned.Deallocate(p, 100352);
+}
+
+void EventCalls(benchmark::State& state, int which) {
+  if (!HaveGpu(state)) return;
+  cudaStream_t a = nullptr, b = nullptr;
+  cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking);
+  cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking);
+  cudaEvent_t e = nullptr;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  cudaEventRecord(e, a);
+  cudaStreamSynchronize(a);
+  TimeCalls(state, a, [&] {
+    switch (which) {
+      case 0:
+        cudaEventRecord(e, a);
+        break;
+      case 1:
+        cudaStreamWaitEvent(b, e, 0);
+        break;
+      default:
+        cudaEventSynchronize(e);
+    }
+  });
+  cudaStreamSynchronize(b);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
+void MemcpyPinned(benchmark::State& state) {
+  if (!HaveGpu(state)) return;
+  const auto bytes = static_cast<size_t>(state.range(0));
+  void* host = nullptr;
+  void* device = nullptr;
+  cudaHostAlloc(&host, bytes, cudaHostAllocPortable);
+  cudaMalloc(&device, bytes);
+  cudaStream_t s = nullptr;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  TimeCalls(
+      state, s,
+      [&] { cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s); },
+      8);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+  cudaStreamDestroy(s);
+  cudaFree(device);
+  cudaFreeHost(host);
+}
+
+void Prefetch(benchmark::State& state) {
+  if (!HaveGpu(state)) return;
+  const std::unique_ptr<Backend> be = MakeCudaBackend(0);
+  const std::shared_ptr<pipeline::Allocator> pinned = be->InputMemory();
+  // Batches cycled as the pipeline delivers them: each its own blocks.
+  std::vector<pipeline::Element> batches(8);
+  for (auto& e : batches) {
+    pipeline::Tensor image = pipeline::Tensor::Allocate(
+        pipeline::DType::kUInt8, pipeline::Shape{128, 784}, pinned);
+    pipeline::Tensor label = pipeline::Tensor::Allocate(
+        pipeline::DType::kInt64, pipeline::Shape{128}, pinned);
+    std::fill_n(image.mutable_data<uint8_t>(), 128 * 784, uint8_t{7});
+    std::fill_n(label.mutable_data<int64_t>(), 128, int64_t{3});
+    e.Set("image", image);
+    e.Set("label", label);
+  }
+  size_t i = 0;
+  for (auto _ : state) {
+    const pipeline::Element& e = batches[i++ % batches.size()];
+    const auto t0 = Clock::now();
+    be->Prefetch(e);
+    pipeline::Tensor image = be->ToDevice(e["image"]);
+    pipeline::Tensor label = be->ToDevice(e["label"]);
+    const auto t1 = Clock::now();
+    state.SetIterationTime(Seconds(t0, t1));
+    benchmark::DoNotOptimize(image.raw_data());
+    benchmark::DoNotOptimize(label.raw_data());
+    if (i % 32 == 0) be->Synchronize();
+  }
+  be->Synchronize();
+}
+
+void Register() {
+  const auto add = [](const char* name, auto fn, auto... args) {
+    return benchmark::RegisterBenchmark(name, fn, args...)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  };
+  add("PointerAttributes/pinned", PointerAttributes, true);
+  add("PointerAttributes/pageable", PointerAttributes, false);
+  add("AllocatorOwns", AllocatorOwns);
+  add("EventRecord", EventCalls, 0);
+  add("StreamWaitEvent", EventCalls, 1);
+  add("EventSynchronizeDone", EventCalls, 2);
+  add("MemcpyPinned", MemcpyPinned)->Arg(1024)->Arg(128 * 784);
+  add("Prefetch", Prefetch);
+}
+
+}  // namespace
+}  // namespace recflow::train
+
+int main(int argc, char** argv) {
+  recflow::train::Register();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
