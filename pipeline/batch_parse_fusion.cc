@@ -8,10 +8,12 @@
 //     smaller chunks when many files are open at once):
 //     read blocks, check frames and CRCs ──▶ chunks of record views
 //   planner (the consumer's thread, in GetNext): interleave files ──▶
-//     shuffle ──▶ repeat ──▶ batch, over views (pointers and origins,
-//     never record bytes), kBatchesAhead batches per parse call ahead
+//     shuffle ──▶ repeat ──▶ batch, over refs to the views (RecordRef: a
+//     view stays in the chunk its reader wrote; never record bytes),
+//     kBatchesAhead batches per parse call ahead
 //   parse tasks (parse's num_parallel_calls at once, in the arena):
-//     parse a batch's views straight into its tensors; the consumer
+//     take a batch's views out of their chunks and parse them straight
+//     into its tensors; the consumer
 //     parses queued batches too while the one it needs is not ready, and
 //     while the planner waits for a reader task that is mid-chunk
 //   consumer: takes the batches in planned order
@@ -36,8 +38,10 @@
 // fails its batch.
 //
 // Memory: reader tasks hold at most kChunksAhead chunks per open file (and
-// one file opened ahead); the planner holds the shuffle buffers' views,
-// which keep their read blocks alive.  A view still buffered after
+// one file opened ahead); the shuffle buffers hold refs to views, which
+// keep their read blocks alive until a parse task takes them, and their
+// chunks (72 bytes a record) until each of its records' batches is taken
+// (ViewLedger).  A view still buffered after
 // kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of records
 // under TensorFlow's shuffle) is copied into a buffer of its own so that
 // it stops holding a block; so the blocks held span at most about three
@@ -57,7 +61,10 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <span>
+#include <type_traits>
 #include <unordered_map>
+#include <vector>
 
 #include "pipeline/stages.h"
 #include "records/compression.h"
@@ -101,6 +108,83 @@ constexpr uint64_t kCompactAfter = 3;
 
 class RangeIndexes;
 
+// Records handed on by reference.  The planner moves 16-byte refs through
+// the shuffle buffer and into batches, never the 72-byte views themselves:
+// a view stays where its reader task wrote it (a chunk) until the parse
+// task that parses it reads it there.  On 16 cores the planner, moving
+// views out of chunks other cores wrote, was the one thread every shuffled
+// pipeline waited for (the "batch" stage 76% busy from 4 threads on,
+// docs/PERFORMANCE.md); refs leave those cache misses to the parse tasks,
+// which run on every core.
+struct ViewChunk {
+  std::vector<RecordView> views;
+  uint64_t refs = 0;          // refs to views handed out and not retired
+  bool open = true;           // its producer may still hand out refs to it
+  ViewChunk* prev = nullptr;  // in ViewLedger's list
+  ViewChunk* next = nullptr;
+};
+struct RecordRef {
+  RecordView* view = nullptr;
+  ViewChunk* chunk = nullptr;
+};
+
+// Owns every ViewChunk of one fused iterator; a chunk goes once its
+// producer closed it and every ref to it was retired (the batch that holds
+// the ref was taken by the consumer, who takes batches in order, so every
+// parse task that read the chunk is done).  Planner's thread only, which
+// is also the consumer's; parse tasks read and clear views through refs
+// but never touch the ledger.
+class ViewLedger {
+ public:
+  ViewLedger() = default;
+  ViewLedger(const ViewLedger&) = delete;
+  ViewLedger& operator=(const ViewLedger&) = delete;
+  ~ViewLedger() {
+    while (head_ != nullptr) Unlink(head_);
+  }
+  ViewChunk* Adopt(std::vector<RecordView>&& views) {
+    auto* c = new ViewChunk;
+    c->views = std::move(views);
+    c->next = head_;
+    if (head_ != nullptr) head_->prev = c;
+    head_ = c;
+    return c;
+  }
+  // A ref to c->views[i].
+  static RecordRef Ref(ViewChunk* c, size_t i) {
+    ++c->refs;
+    return {&c->views[i], c};
+  }
+  // The producer hands out no more refs to `c`.
+  void Close(ViewChunk* c) {
+    c->open = false;
+    if (c->refs == 0) Unlink(c);
+  }
+  void Retire(const RecordRef& r) {
+    if (--r.chunk->refs == 0 && !r.chunk->open) Unlink(r.chunk);
+  }
+  void Retire(std::span<const RecordRef> refs) {
+    for (const RecordRef& r : refs) Retire(r);
+  }
+  // Views of the producer's own (restored from a state, or handed out one
+  // by one by a stream without chunks): refs to them, in order.
+  void AdoptLoose(std::vector<RecordView>&& views,
+                  std::vector<RecordRef>* out) {
+    ViewChunk* c = Adopt(std::move(views));
+    for (size_t i = 0; i < c->views.size(); ++i) out->push_back(Ref(c, i));
+    Close(c);
+  }
+
+ private:
+  void Unlink(ViewChunk* c) {
+    if (c->prev != nullptr) c->prev->next = c->next;
+    if (c->next != nullptr) c->next->prev = c->prev;
+    if (head_ == c) head_ = c->next;
+    delete c;
+  }
+  ViewChunk* head_ = nullptr;
+};
+
 // What the parts of one fused iterator share.
 struct Env {
   IteratorContext* ctx;
@@ -118,6 +202,7 @@ struct Env {
   uint64_t chunk_bytes = kChunkBytes;
   // Set while a state is saved: reader tasks stop after their chunk.
   std::atomic<bool> paused{false};
+  ViewLedger ledger;  // the planner's
 
   // Work for the planner while a reader task it needs is mid-chunk: parses
   // one queued batch and returns true, or false when none is queued.  Set
@@ -379,9 +464,12 @@ class FileReader {
   }
 
   ~FileReader() {
-    std::unique_lock<std::mutex> lock(mu_);
-    stop_ = true;
-    Wait(lock, [this] { return Idle(); });
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      stop_ = true;
+      Wait(lock, [this] { return Idle(); });
+    }
+    if (here_ != nullptr) env_->ledger.Close(here_);
   }
   FileReader(const FileReader&) = delete;
   FileReader& operator=(const FileReader&) = delete;
@@ -397,36 +485,38 @@ class FileReader {
   // place; failed_at_open() then says whether the file could not be
   // opened at all.
   bool Next(RecordView* out) {
-    while (pos_ >= current_.views.size()) {
-      if (current_.error) {
-        std::exception_ptr e = std::move(current_.error);
-        current_.error = nullptr;
-        current_.end = true;
-        failed_at_open_ = current_.open_failed;
-        std::rethrow_exception(e);
-      }
-      if (current_.end) return false;
-      TakeChunk();
-    }
-    *out = std::move(current_.views[pos_++]);
+    if (!Due()) return false;
+    *out = std::move(here_->views[pos_++]);
+    return true;
+  }
+  bool Next(RecordRef* out) {
+    if (!Due()) return false;
+    *out = ViewLedger::Ref(here_, pos_++);
     return true;
   }
   // Up to `n` next records appended to *out, as `n` calls of Next() would
   // (false: the file ended first; a throw leaves those taken before the
   // error in *out).
-  bool Take(size_t n, std::vector<RecordView>* out) {
+  template <typename Out>
+  bool Take(size_t n, std::vector<Out>* out) {
     while (n > 0) {
-      if (pos_ >= current_.views.size()) {
-        RecordView v;
+      if (Left() == 0) {
+        Out v;
         if (!Next(&v)) return false;
         out->push_back(std::move(v));
         --n;
         continue;
       }
-      const size_t k = std::min(n, current_.views.size() - pos_);
-      const auto from = current_.views.begin() + static_cast<ptrdiff_t>(pos_);
-      out->insert(out->end(), std::make_move_iterator(from),
-                  std::make_move_iterator(from + static_cast<ptrdiff_t>(k)));
+      const size_t k = std::min(n, Left());
+      if constexpr (std::is_same_v<Out, RecordRef>) {
+        for (size_t i = 0; i < k; ++i) {
+          out->push_back(ViewLedger::Ref(here_, pos_ + i));
+        }
+      } else {
+        const auto from = here_->views.begin() + static_cast<ptrdiff_t>(pos_);
+        out->insert(out->end(), std::make_move_iterator(from),
+                    std::make_move_iterator(from + static_cast<ptrdiff_t>(k)));
+      }
       pos_ += k;
       n -= k;
     }
@@ -436,13 +526,12 @@ class FileReader {
   // Whether Next() would return without waiting for a reader task or
   // reading a chunk itself.
   bool Ready() {
-    if (pos_ < current_.views.size() || current_.error || current_.end) {
+    if (Left() > 0 || current_.error || current_.end) {
       return true;
     }
     std::lock_guard<std::mutex> lock(mu_);
     return !ready_.empty() && ready_.front().filled;
   }
-
   // Starts reading ahead if there is room.
   void Kick() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -455,8 +544,8 @@ class FileReader {
   }
   // The offset and index of the next record Next() returns (quiesced).
   std::pair<uint64_t, uint64_t> Position() const {
-    if (pos_ < current_.views.size()) {
-      return {current_.views[pos_].offset, current_.views[pos_].index};
+    if (Left() > 0) {
+      return {here_->views[pos_].offset, here_->views[pos_].index};
     }
     if (!ready_.empty()) return ready_.front().start;
     if (RangesLeft()) return (*ranges_)[next_range_];
@@ -707,6 +796,34 @@ class FileReader {
     ready_.pop_front();
     pos_ = 0;
     KickLocked();
+    lock.unlock();
+    // The views go to the ledger, which keeps them while refs to them are
+    // out; the chunk before is closed.
+    if (here_ != nullptr) env_->ledger.Close(here_);
+    here_ = nullptr;
+    here_ = env_->ledger.Adopt(std::move(current_.views));
+    current_.views.clear();
+  }
+
+  // Records of the current chunk not yet handed out.
+  size_t Left() const {
+    return here_ != nullptr ? here_->views.size() - pos_ : 0;
+  }
+  // Whether a record is due (taking the next chunk when this one is
+  // spent); false at the file's end.  Throws the file's error at its place.
+  bool Due() {
+    while (Left() == 0) {
+      if (current_.error) {
+        std::exception_ptr e = std::move(current_.error);
+        current_.error = nullptr;
+        current_.end = true;
+        failed_at_open_ = current_.open_failed;
+        std::rethrow_exception(e);
+      }
+      if (current_.end) return false;
+      TakeChunk();
+    }
+    return true;
   }
 
   Env* env_;
@@ -733,8 +850,9 @@ class FileReader {
   // Opened inside a range: read in one piece up to next_range_'s start.
   bool lead_in_ = false;
 
-  // The planner's.
+  // The planner's: the current chunk (its views in here_, the ledger's).
   Chunk current_;
+  ViewChunk* here_ = nullptr;
   size_t pos_ = 0;
   bool failed_at_open_ = false;
 };
@@ -742,8 +860,56 @@ class FileReader {
 // A stream of record views: a fused stage on the planner's thread.
 class RecordStream {
  public:
-  virtual ~RecordStream() = default;
+  explicit RecordStream(Env* env) : env_(env) {}
+  virtual ~RecordStream() {
+    if (loose_ != nullptr) env_->ledger.Close(loose_);
+  }
+  RecordStream(const RecordStream&) = delete;
+  RecordStream& operator=(const RecordStream&) = delete;
   virtual bool Next(RecordView* out) = 0;
+  // The same records as refs (the planner's way; see RecordRef), each
+  // retired by whoever takes it (ViewLedger::Retire).  Streams that keep
+  // their views in chunks hand out refs to them; by default each view
+  // Next() gives is moved into a chunk of the stream's own.
+  virtual bool NextRef(RecordRef* out) {
+    constexpr size_t kLooseViews = 256;
+    if (loose_ == nullptr || loose_->views.size() == kLooseViews) {
+      if (loose_ != nullptr) env_->ledger.Close(loose_);
+      loose_ = nullptr;
+      std::vector<RecordView> views;
+      views.reserve(kLooseViews);  // never grows: refs point into it
+      loose_ = env_->ledger.Adopt(std::move(views));
+    }
+    RecordView& v = loose_->views.emplace_back();
+    bool got;
+    try {
+      got = Next(&v);
+    } catch (...) {
+      loose_->views.pop_back();
+      throw;
+    }
+    if (!got) {
+      loose_->views.pop_back();
+      return false;
+    }
+    *out = ViewLedger::Ref(loose_, loose_->views.size() - 1);
+    return true;
+  }
+  virtual bool TakeRefs(size_t n, std::vector<RecordRef>* out) {
+    for (; n > 0; --n) {
+      RecordRef r;
+      if (!NextRef(&r)) return false;
+      out->push_back(r);
+    }
+    return true;
+  }
+  // Next or NextRef, Take or TakeRefs, by what *out holds.
+  bool NextAny(RecordView* out) { return Next(out); }
+  bool NextAny(RecordRef* out) { return NextRef(out); }
+  bool TakeAny(size_t n, std::vector<RecordView>* out) { return Take(n, out); }
+  bool TakeAny(size_t n, std::vector<RecordRef>* out) {
+    return TakeRefs(n, out);
+  }
   // Up to `n` next records appended to *out, the same as `n` calls of
   // Next() would give (false: the stream ended first).  After a throw, the
   // records taken before the error are in *out.  Stages that can hand on
@@ -787,6 +953,12 @@ class RecordStream {
   virtual void FillAhead(size_t /*n*/) {}
   virtual void Save(StateWriter* w) = 0;
   virtual void Restore(StateReader* r) = 0;
+
+ protected:
+  Env* const env_;
+
+ private:
+  ViewChunk* loose_ = nullptr;  // NextRef's own chunk (the ledger's)
 };
 
 using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
@@ -798,70 +970,17 @@ using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
 class SourceStream final : public RecordStream {
  public:
   SourceStream(Env* env, const FusableStage& stage, uint64_t salt)
-      : env_(env),
+      : RecordStream(env),
         order_(stage.file_order(env->ctx, salt)),
         slots_(static_cast<size_t>(stage.tfrecord->num_parallel_reads)) {}
 
-  bool Next(RecordView* out) override {
-    while (true) {
-      if (open_ == 0 && next_file_ >= order_.size()) return false;
-      Slot& slot = slots_[cycle_];
-      if (!env_->options->deterministic && slot.reader &&
-          TakeReadyElsewhere(out)) {
-        return true;
-      }
-      if (slot.reader) {
-        bool got;
-        try {
-          got = slot.reader->Next(out);
-        } catch (...) {
-          CloseAfterError(slot);
-          throw;
-        }
-        if (got) {
-          if (++block_index_ ==
-              static_cast<uint64_t>(env_->options->block_length)) {
-            Advance();
-          }
-          return true;
-        }
-        Close(slot);
-      } else if (next_file_ < order_.size()) {
-        Open(slot, next_file_++);
-      } else {
-        Advance();
-      }
-    }
-  }
-
-  // One file at a time (num_parallel_reads 1): runs of the open file's
-  // records; the cycle and block counter end as Next() would leave them.
+  bool Next(RecordView* out) override { return NextOf(out); }
+  bool NextRef(RecordRef* out) override { return NextOf(out); }
   bool Take(size_t n, std::vector<RecordView>* out) override {
-    if (slots_.size() != 1) return RecordStream::Take(n, out);
-    const auto block_length =
-        static_cast<uint64_t>(env_->options->block_length);
-    Slot& slot = slots_[0];
-    while (n > 0) {
-      if (!slot.reader) {
-        if (next_file_ >= order_.size()) return false;
-        Open(slot, next_file_++);
-        continue;
-      }
-      const size_t before = out->size();
-      bool more;
-      try {
-        more = slot.reader->Take(n, out);
-      } catch (...) {
-        block_index_ = (block_index_ + (out->size() - before)) % block_length;
-        CloseAfterError(slot);
-        throw;
-      }
-      const size_t got = out->size() - before;
-      block_index_ = (block_index_ + got) % block_length;
-      n -= got;
-      if (!more) Close(slot);
-    }
-    return true;
+    return TakeOf(n, out);
+  }
+  bool TakeRefs(size_t n, std::vector<RecordRef>* out) override {
+    return TakeOf(n, out);
   }
 
   // Opens the first file ahead, as Open() opens the next one.
@@ -936,6 +1055,77 @@ class SourceStream final : public RecordStream {
     size_t order_index = 0;
   };
 
+  // Next() and NextRef(): the turn's file's next record.
+  template <typename Out>
+  bool NextOf(Out* out) {
+    while (true) {
+      if (open_ == 0 && next_file_ >= order_.size()) return false;
+      Slot& slot = slots_[cycle_];
+      if (!env_->options->deterministic && slot.reader &&
+          TakeReadyElsewhere(out)) {
+        return true;
+      }
+      if (slot.reader) {
+        bool got;
+        try {
+          got = slot.reader->Next(out);
+        } catch (...) {
+          CloseAfterError(slot);
+          throw;
+        }
+        if (got) {
+          if (++block_index_ ==
+              static_cast<uint64_t>(env_->options->block_length)) {
+            Advance();
+          }
+          return true;
+        }
+        Close(slot);
+      } else if (next_file_ < order_.size()) {
+        Open(slot, next_file_++);
+      } else {
+        Advance();
+      }
+    }
+  }
+
+  // One file at a time (num_parallel_reads 1): runs of the open file's
+  // records; the cycle and block counter end as Next() would leave them.
+  template <typename Out>
+  bool TakeOf(size_t n, std::vector<Out>* out) {
+    if (slots_.size() != 1) {
+      if constexpr (std::is_same_v<Out, RecordRef>) {
+        return RecordStream::TakeRefs(n, out);
+      } else {
+        return RecordStream::Take(n, out);
+      }
+    }
+    const auto block_length =
+        static_cast<uint64_t>(env_->options->block_length);
+    Slot& slot = slots_[0];
+    while (n > 0) {
+      if (!slot.reader) {
+        if (next_file_ >= order_.size()) return false;
+        Open(slot, next_file_++);
+        continue;
+      }
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = slot.reader->Take(n, out);
+      } catch (...) {
+        block_index_ = (block_index_ + (out->size() - before)) % block_length;
+        CloseAfterError(slot);
+        throw;
+      }
+      const size_t got = out->size() - before;
+      block_index_ = (block_index_ + got) % block_length;
+      n -= got;
+      if (!more) Close(slot);
+    }
+    return true;
+  }
+
   const std::shared_ptr<const std::string>& Path(size_t order_index) const {
     return (*env_->paths)[order_[order_index]];
   }
@@ -979,7 +1169,8 @@ class SourceStream final : public RecordStream {
   // ready, the next record of another open file that has one (its
   // records keep their order; the cycle stays where it is).  False when
   // the turn's file is ready or no other is.
-  bool TakeReadyElsewhere(RecordView* out) {
+  template <typename Out>
+  bool TakeReadyElsewhere(Out* out) {
     if (slots_[cycle_].reader->Ready()) return false;
     for (size_t k = 1; k < slots_.size(); ++k) {
       Slot& other = slots_[(cycle_ + k) % slots_.size()];
@@ -998,7 +1189,6 @@ class SourceStream final : public RecordStream {
     return false;
   }
 
-  Env* env_;
   std::vector<size_t> order_;
   std::vector<Slot> slots_;
   size_t cycle_ = 0;
@@ -1015,7 +1205,8 @@ class SourceStream final : public RecordStream {
 class GlobalShuffleStream final : public RecordStream {
  public:
   GlobalShuffleStream(Env* env, const FusableStage& stage, uint64_t salt)
-      : env_(env), cursor_(stage.global, stage.shuffle_seed(env->ctx, salt)) {}
+      : RecordStream(env),
+        cursor_(stage.global, stage.shuffle_seed(env->ctx, salt)) {}
 
   bool Next(RecordView* out) override {
     size_t file = 0;
@@ -1030,7 +1221,6 @@ class GlobalShuffleStream final : public RecordStream {
   void Restore(StateReader* r) override { cursor_.Restore(r); }
 
  private:
-  Env* env_;
   GlobalShuffleCursor cursor_;
 };
 
@@ -1039,7 +1229,7 @@ class ShuffleStream final : public RecordStream {
  public:
   ShuffleStream(Env* env, const FusableStage& stage, uint64_t salt,
                 std::unique_ptr<RecordStream> in)
-      : env_(env),
+      : RecordStream(env),
         buffer_size_(stage.buffer_size),
         in_(std::move(in)),
         rng_(stage.shuffle_seed(env->ctx, salt)),
@@ -1048,21 +1238,26 @@ class ShuffleStream final : public RecordStream {
     buffer_.reserve(
         static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
   }
+  ~ShuffleStream() override { RetireBuffer(); }
 
   bool Next(RecordView* out) override {
+    RecordRef r;
+    if (!NextRef(&r)) return false;
+    *out = std::move(*r.view);
+    env_->ledger.Retire(r);
+    return true;
+  }
+  bool NextRef(RecordRef* out) override {
     ahead_.ThrowKept();  // met by FillAhead where this call meets it
     while (Filling()) ReadOne();
     if (buffer_.empty()) return false;
     // The entry a draw kPeek draws ahead will take, if the buffer stays
     // this full (it does until the input ends): asked for now, so that
     // the draws' cache misses overlap instead of coming one by one.
-    const char* ahead = reinterpret_cast<const char*>(
-        &buffer_[rng_.PeekBelow(buffer_.size(), kPeek)]);
-    __builtin_prefetch(ahead, 1, 3);
-    __builtin_prefetch(ahead + sizeof(Entry) - 1, 1, 3);
+    __builtin_prefetch(&buffer_[rng_.PeekBelow(buffer_.size(), kPeek)], 1, 3);
     const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
-    *out = std::move(buffer_[i].view);
-    if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
+    *out = buffer_[i].ref;
+    if (i + 1 != buffer_.size()) buffer_[i] = buffer_.back();
     buffer_.pop_back();
     return true;
   }
@@ -1081,7 +1276,7 @@ class ShuffleStream final : public RecordStream {
     w->U64(rng_.state());
     w->Bool(input_end_);
     w->U64(buffer_.size());
-    for (const Entry& e : buffer_) WriteView(w, *env_, e.view);
+    for (const Entry& e : buffer_) WriteView(w, *env_, *e.ref.view);
     in_->Save(w);
   }
   void Restore(StateReader* r) override {
@@ -1092,17 +1287,21 @@ class ShuffleStream final : public RecordStream {
     if (n > static_cast<uint64_t>(buffer_size_)) {
       r->Fail(fmt::format("{} elements in a buffer of {}", n, buffer_size_));
     }
-    buffer_.clear();
+    RetireBuffer();
+    std::vector<RecordView> views;
+    views.reserve(n);
     ReferenceReader refs;
-    for (uint64_t i = 0; i < n; ++i) {
-      buffer_.push_back({ReadView(r, *env_, &refs), inserted_});
-    }
+    for (uint64_t i = 0; i < n; ++i) views.push_back(ReadView(r, *env_, &refs));
+    std::vector<RecordRef> restored;
+    restored.reserve(n);
+    env_->ledger.AdoptLoose(std::move(views), &restored);
+    for (const RecordRef& ref : restored) buffer_.push_back({ref, inserted_});
     in_->Restore(r);
   }
 
  private:
   struct Entry {
-    RecordView view;
+    RecordRef ref;
     uint64_t inserted = 0;
   };
   static constexpr uint64_t kPeek = 16;
@@ -1112,45 +1311,38 @@ class ShuffleStream final : public RecordStream {
   }
   // One record of the input into the buffer (or the input's end noted).
   void ReadOne() {
-    // Read straight into the buffer's end, with no temporary moved in
-    // (this runs once per record); the entry is popped again when no
-    // record comes.
-    Entry& e = buffer_.emplace_back();
-    bool got;
-    try {
-      got = in_->Next(&e.view);
-    } catch (...) {
-      buffer_.pop_back();
-      throw;
-    }
-    if (!got) {
-      buffer_.pop_back();
+    RecordRef r;
+    if (!in_->NextRef(&r)) {
       input_end_ = true;
       return;
     }
-    e.inserted = inserted_++;
+    buffer_.push_back({r, inserted_++});
     if (--until_sweep_ == 0) {
       until_sweep_ = sweep_every_;
       CompactOld();
     }
   }
+  void RetireBuffer() {
+    for (const Entry& e : buffer_) env_->ledger.Retire(e.ref);
+    buffer_.clear();
+  }
 
   // Copies out the views that have been buffered for kCompactAfter buffer
-  // lengths and still hold a larger block.
+  // lengths and still hold a larger block.  (The only views the planner
+  // touches: a fraction e^-3 of them under TensorFlow's shuffle.)
   void CompactOld() {
     const uint64_t limit = kCompactAfter * static_cast<uint64_t>(buffer_size_);
     if (inserted_ <= limit) return;
     for (Entry& e : buffer_) {
-      RecordView& v = e.view;
-      if (v.unread || inserted_ - e.inserted <= limit ||
-          (v.storage_bytes != 0 && v.storage_bytes <= 2 * v.size)) {
+      if (inserted_ - e.inserted <= limit) continue;
+      RecordView& v = *e.ref.view;
+      if (v.unread || (v.storage_bytes != 0 && v.storage_bytes <= 2 * v.size)) {
         continue;
       }
       OwnBytes(&v, v.bytes());
     }
   }
 
-  Env* env_;
   const int64_t buffer_size_;
   std::unique_ptr<RecordStream> in_;
   Rng rng_;
@@ -1172,39 +1364,18 @@ class RepeatStream final : public RecordStream {
   // are then not read while the planner waits at the epoch's start.
   RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
                StreamMaker make_input)
-      : epochs_(stage.count, salt, std::move(make_input),
+      : RecordStream(env),
+        epochs_(stage.count, salt, std::move(make_input),
                 env->read_ahead ? [](RecordStream& next) { next.Prepare(); }
                                 : std::function<void(RecordStream&)>()) {}
 
-  bool Next(RecordView* out) override {
-    while (RecordStream* in = epochs_.Begin()) {
-      if (in->Next(out)) {
-        epochs_.Handed(1);
-        return true;
-      }
-      if (!epochs_.EndEpoch()) return false;
-    }
-    return false;
-  }
-
+  bool Next(RecordView* out) override { return NextOf(out); }
+  bool NextRef(RecordRef* out) override { return NextOf(out); }
   bool Take(size_t n, std::vector<RecordView>* out) override {
-    while (n > 0) {
-      RecordStream* in = epochs_.Begin();
-      if (in == nullptr) return false;
-      const size_t before = out->size();
-      bool more;
-      try {
-        more = in->Take(n, out);
-      } catch (...) {
-        epochs_.HandedBeforeAnError(out->size() - before);
-        throw;
-      }
-      const size_t got = out->size() - before;
-      n -= got;
-      epochs_.Handed(got);
-      if (!more && !epochs_.EndEpoch()) return false;
-    }
-    return true;
+    return TakeOf(n, out);
+  }
+  bool TakeRefs(size_t n, std::vector<RecordRef>* out) override {
+    return TakeOf(n, out);
   }
 
   void Quiesce() override {
@@ -1221,6 +1392,38 @@ class RepeatStream final : public RecordStream {
   void Restore(StateReader* r) override { epochs_.Restore(r); }
 
  private:
+  template <typename Out>
+  bool NextOf(Out* out) {
+    while (RecordStream* in = epochs_.Begin()) {
+      if (in->NextAny(out)) {
+        epochs_.Handed(1);
+        return true;
+      }
+      if (!epochs_.EndEpoch()) return false;
+    }
+    return false;
+  }
+  template <typename Out>
+  bool TakeOf(size_t n, std::vector<Out>* out) {
+    while (n > 0) {
+      RecordStream* in = epochs_.Begin();
+      if (in == nullptr) return false;
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = in->TakeAny(n, out);
+      } catch (...) {
+        epochs_.HandedBeforeAnError(out->size() - before);
+        throw;
+      }
+      const size_t got = out->size() - before;
+      n -= got;
+      epochs_.Handed(got);
+      if (!more && !epochs_.EndEpoch()) return false;
+    }
+    return true;
+  }
+
   RepeatEpochs<RecordStream> epochs_;
 };
 
@@ -1341,6 +1544,9 @@ class FusedBatchParse final : public IteratorBase {
     std::unique_ptr<Slot> taken = std::move(slots_.front());
     slots_.pop_front();
     lock.unlock();
+    // Every batch before it was taken, so every parse task that read its
+    // records' chunks is done.
+    env_.ledger.Retire(taken->refs);
     if (taken->error) std::rethrow_exception(taken->error);
     *out = std::move(taken->element);
     return true;
@@ -1363,7 +1569,7 @@ class FusedBatchParse final : public IteratorBase {
     }
     w->Bool(batch_end_);
     w->U64(pending_.size());
-    for (const RecordView& v : pending_) WriteView(w, env_, v);
+    for (const RecordRef& r : pending_) WriteView(w, env_, *r.view);
     stream_->Save(w);
     env_.paused.store(false, std::memory_order_release);
     if (started_) stream_->Resume();
@@ -1413,17 +1619,22 @@ class FusedBatchParse final : public IteratorBase {
       r->Fail(fmt::format("{} pending records for batches of {}", pending,
                           batch_.batch_size));
     }
+    env_.ledger.Retire(pending_);
     pending_.clear();
+    std::vector<RecordView> views;
     ReferenceReader refs;
     for (uint64_t i = 0; i < pending; ++i) {
-      pending_.push_back(ReadView(r, env_, &refs));
+      views.push_back(ReadView(r, env_, &refs));
     }
+    env_.ledger.AdoptLoose(std::move(views), &pending_);
     stream_->Restore(r);
   }
 
  private:
   struct Slot {
-    std::vector<RecordView> records;  // until parsed
+    // The batch's records, by reference until its parse task takes their
+    // views; retired (ViewLedger) when the consumer takes the batch.
+    std::vector<RecordRef> refs;
     Element element;
     std::exception_ptr error;
     bool end = false;
@@ -1432,15 +1643,17 @@ class FusedBatchParse final : public IteratorBase {
 
   // Batch's iterator over views: the next batch into *out, false at the
   // end.  Records of a batch that an error interrupted stay pending.
-  bool Plan(std::vector<RecordView>* out) {
+  bool Plan(std::vector<RecordRef>* out) {
     if (batch_end_) return false;
     const auto n = static_cast<size_t>(batch_.batch_size);
     pending_.reserve(n);
-    if (pending_.size() < n && !stream_->Take(n - pending_.size(), &pending_)) {
+    if (pending_.size() < n &&
+        !stream_->TakeRefs(n - pending_.size(), &pending_)) {
       batch_end_ = true;
     }
     if (pending_.empty() ||
         (batch_end_ && batch_.drop_remainder && pending_.size() < n)) {
+      env_.ledger.Retire(pending_);
       pending_.clear();
       return false;
     }
@@ -1456,15 +1669,13 @@ class FusedBatchParse final : public IteratorBase {
     auto slot = std::make_unique<Slot>();
     bool got = false;
     try {
-      got = Plan(&slot->records);
+      got = Plan(&slot->refs);
     } catch (...) {
       slot->error = std::current_exception();
     }
     if (got) {
-      uint64_t bytes = 0;
-      for (const auto& v : slot->records) bytes += v.size;
+      // (Its bytes are counted by the parse task, which reads the views.)
       plan_counter_->elements.fetch_add(1, std::memory_order_relaxed);
-      plan_counter_->bytes.fetch_add(bytes, std::memory_order_relaxed);
     } else {
       slot->end = !slot->error;
       slot->ready = true;
@@ -1489,6 +1700,7 @@ class FusedBatchParse final : public IteratorBase {
     if (slots_.front()->end) return false;
     std::unique_ptr<Slot> taken = std::move(slots_.front());
     slots_.pop_front();
+    env_.ledger.Retire(taken->refs);
     if (taken->error) std::rethrow_exception(taken->error);
     *out = std::move(taken->element);
     return true;
@@ -1541,25 +1753,43 @@ class FusedBatchParse final : public IteratorBase {
   // The batch's records straight into its tensors (read first, if the
   // global shuffle planned them).
   void Parse(Slot* slot) {
+    // The views, out of the chunks the planner's refs point into (the
+    // chunk's place is left empty; the ledger frees the chunk later).
+    std::vector<RecordView> records;
+    records.reserve(slot->refs.size());
+    uint64_t planned_bytes = 0;
+    const std::vector<RecordRef>& refs = slot->refs;
+    // Shuffled, the views are all over the chunks: each asked for a few
+    // records ahead, so that their cache misses overlap.
+    constexpr size_t kAhead = 8;
+    for (size_t i = 0; i < refs.size(); ++i) {
+      if (i + kAhead < refs.size()) {
+        const char* ahead =
+            reinterpret_cast<const char*>(refs[i + kAhead].view);
+        __builtin_prefetch(ahead, 1, 3);
+        __builtin_prefetch(ahead + sizeof(RecordView) - 1, 1, 3);
+      }
+      records.push_back(std::move(*refs[i].view));
+      planned_bytes += records.back().size;
+    }
+    plan_counter_->bytes.fetch_add(planned_bytes, std::memory_order_relaxed);
     try {
       if (unread_files_) {
         BusyScope busy(env_.read_counter);
-        unread_files_->Read(&slot->records);
+        unread_files_->Read(&records);
         uint64_t bytes = 0;
-        for (const RecordView& r : slot->records) bytes += r.size;
-        env_.read_counter->elements.fetch_add(slot->records.size(),
+        for (const RecordView& r : records) bytes += r.size;
+        env_.read_counter->elements.fetch_add(records.size(),
                                               std::memory_order_relaxed);
         env_.read_counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
       }
     } catch (...) {
       slot->element = Element{};
       slot->error = std::current_exception();
-      slot->records = {};
       return;
     }
     BusyScope busy(parse_counter_);
     try {
-      const std::vector<RecordView>& records = slot->records;
       // Shuffled records come from all over the buffered blocks: the
       // parser asks for each record's lines a few records ahead
       // (records/example_parser.cc, PrefetchExample).
@@ -1585,7 +1815,7 @@ class FusedBatchParse final : public IteratorBase {
       slot->element = Element{};
       slot->error = std::current_exception();
     }
-    slot->records = {};  // lets the read blocks go
+    // `records` goes here: the read blocks they held go with it.
   }
 
   // The records as Batch stacks them: one bytes vector.
@@ -1623,7 +1853,7 @@ class FusedBatchParse final : public IteratorBase {
 
   // The consumer's: the planner.
   std::unique_ptr<RecordStream> stream_;
-  std::vector<RecordView> pending_;
+  std::vector<RecordRef> pending_;
   bool batch_end_ = false;
   bool started_ = false;
 
