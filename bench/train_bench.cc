@@ -60,6 +60,10 @@
 //     one GPU); counter variant_over_plain, the median of the blocks'
 //     time ratios, which a shared machine's drift between runs does not
 //     move (plain_step_ms and variant_step_ms beside it).
+//     graphs_pipeline and graphs_rotate: both sides with step graphs, the
+//     variant fed by the pipeline, or from three batches on the device in
+//     turn (what changes from step to step when the input comes through
+//     Prefetch's three slots, without the pipeline or the copies).
 //
 // Each Step benchmark runs model_fn + backward + Adam update on an
 // in-memory batch of 128 Fashion-MNIST-shaped examples (random pixels), so
@@ -840,6 +844,9 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
 // slower), not of two runs apart.
 void CudaPaired(benchmark::State& state, const std::string& name,
                 const std::string& variant) {
+  // graphs_<input>: step graphs on both sides, <input> on the variant's.
+  const bool both_graphs = variant.starts_with("graphs_");
+  const std::string input = both_graphs ? variant.substr(7) : variant;
   Backend& plain_be = *CudaBackend();
   if (variant == "nccl" && !NcclBuilt()) {
     state.SkipWithError("this build has no NCCL (nccl.h, libnccl)");
@@ -848,16 +855,20 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   const std::unique_ptr<Backend> other =
       MakeBackend(ParseDevice(g_device == "cpu" ? "cuda" : g_device));
   const Features on_plain = DeviceBatch(plain_be);
-  const Features on_other = DeviceBatch(*other);
+  const std::vector<Features> on_other = {
+      DeviceBatch(*other), DeviceBatch(*other), DeviceBatch(*other)};
+  size_t turn = 0;
   std::function<Features()> plain_batch = [&] { return on_plain; };
-  std::function<Features()> variant_batch = [&] { return on_other; };
+  std::function<Features()> variant_batch = [&] {
+    return on_other[input == "rotate" ? turn++ % on_other.size() : 0];
+  };
   std::string path;
   std::optional<pipeline::Iterator> it;
-  if (variant == "pipeline" || variant == "pipeline2") {
+  if (input == "pipeline" || input == "pipeline2") {
     path = WriteBenchRecords();
-    it.emplace(BenchInput(path).MakeIterator(
-        {.threads = variant == "pipeline2" ? 2 : 0,
-         .output_memory = other->InputMemory()}));
+    it.emplace(
+        BenchInput(path).MakeIterator({.threads = input == "pipeline2" ? 2 : 0,
+                                       .output_memory = other->InputMemory()}));
     variant_batch = [&] {
       pipeline::Element e;
       it->Next(&e);
@@ -870,9 +881,9 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   }
   OneRankWorld world;
   {
-    CudaStepper plain(plain_be, name, nullptr, false);
+    CudaStepper plain(plain_be, name, nullptr, both_graphs);
     CudaStepper varied(*other, name, variant == "nccl" ? &world : nullptr,
-                       variant == "graphs");
+                       both_graphs || variant == "graphs");
     plain.Run(20, plain_batch);
     varied.Run(20, variant_batch);
     std::vector<double> ratios;
@@ -981,7 +992,8 @@ void RegisterCuda() {
         false);
     add("CudaPipeline/" + m + "/graphs", CudaPipeline, m, true, 0, true, true);
     add("CudaPipelineUnfused/" + m, CudaPipeline, m, false, 0, true, false);
-    for (const char* variant : {"nccl", "graphs", "pipeline", "pipeline2"}) {
+    for (const char* variant : {"nccl", "graphs", "pipeline", "pipeline2",
+                                "graphs_pipeline", "graphs_rotate"}) {
       add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
           std::string(variant));
     }
