@@ -21,6 +21,12 @@
 // openblas_set_num_threads, which recflow's code then no longer calls
 // (it asks only when the count is not already one).
 
+// The same constructor then checks the kernels OpenBLAS chose for this
+// CPU, and chooses better ones where it fell back to its generic x86-64
+// kernels on a CPU with AVX (train/openblas_core.h says why).
+
+#include "train/openblas_core.h"
+
 // OpenBLAS's own functions, declared here: the executable that compiles
 // this file does not see the library's include directory (cblas.h, private
 // to recflow_train), only links it.
@@ -34,10 +40,13 @@ namespace {
 
 // Priority 200: before the program's own static initialisers (default
 // priority), which may time or count threads (openblas_pool_test.cc).
-__attribute__((constructor(200))) void ShutDownOpenBlasPool() {
-  if (blas_thread_shutdown_ == nullptr) return;
-  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
-  blas_thread_shutdown_();
+__attribute__((constructor(200))) void PrepareOpenBlas() {
+  if (blas_thread_shutdown_ != nullptr) {
+    if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
+    blas_thread_shutdown_();
+  }
+  // No thread makes a BLAS call yet.
+  recflow::train::openblas::UpgradeGenericCore();
 }
 
 }  // namespace
