@@ -963,25 +963,35 @@ class RecordStream {
 
 using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
 
+// A stream whose Next and Take are templates over what they hand out,
+// views or refs (Derived::NextOf, Derived::TakeOf): the four overrides.
+template <typename Derived>
+class EitherStream : public RecordStream {
+ public:
+  using RecordStream::RecordStream;
+  bool Next(RecordView* out) final { return self().NextOf(out); }
+  bool NextRef(RecordRef* out) final { return self().NextOf(out); }
+  bool Take(size_t n, std::vector<RecordView>* out) final {
+    return self().TakeOf(n, out);
+  }
+  bool TakeRefs(size_t n, std::vector<RecordRef>* out) final {
+    return self().TakeOf(n, out);
+  }
+
+ private:
+  Derived& self() { return static_cast<Derived&>(*this); }
+};
+
 // The TFRecord source (TFRecordDataset's iterator over views): the files
 // in their order, num_parallel_reads at once, one record from each in
 // turn; a finished file's slot takes the next file when the cycle comes
 // back to it.  The next file is opened (and read ahead) early.
-class SourceStream final : public RecordStream {
+class SourceStream final : public EitherStream<SourceStream> {
  public:
   SourceStream(Env* env, const FusableStage& stage, uint64_t salt)
-      : RecordStream(env),
+      : EitherStream(env),
         order_(stage.file_order(env->ctx, salt)),
         slots_(static_cast<size_t>(stage.tfrecord->num_parallel_reads)) {}
-
-  bool Next(RecordView* out) override { return NextOf(out); }
-  bool NextRef(RecordRef* out) override { return NextOf(out); }
-  bool Take(size_t n, std::vector<RecordView>* out) override {
-    return TakeOf(n, out);
-  }
-  bool TakeRefs(size_t n, std::vector<RecordRef>* out) override {
-    return TakeOf(n, out);
-  }
 
   // Opens the first file ahead, as Open() opens the next one.
   void Prepare() override {
@@ -1050,6 +1060,7 @@ class SourceStream final : public RecordStream {
   }
 
  private:
+  friend class EitherStream<SourceStream>;
   struct Slot {
     std::unique_ptr<FileReader> reader;
     size_t order_index = 0;
@@ -1356,7 +1367,7 @@ class ShuffleStream final : public RecordStream {
 
 // Repeat (RepeatDataset's iterator): a fresh input per epoch, salted by
 // the epoch.
-class RepeatStream final : public RecordStream {
+class RepeatStream final : public EitherStream<RepeatStream> {
  public:
   // Where readers read ahead, the next epoch's input is made as an epoch
   // opens, and its readers start: an epoch's first records (all of them,
@@ -1364,19 +1375,10 @@ class RepeatStream final : public RecordStream {
   // are then not read while the planner waits at the epoch's start.
   RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
                StreamMaker make_input)
-      : RecordStream(env),
+      : EitherStream(env),
         epochs_(stage.count, salt, std::move(make_input),
                 env->read_ahead ? [](RecordStream& next) { next.Prepare(); }
                                 : std::function<void(RecordStream&)>()) {}
-
-  bool Next(RecordView* out) override { return NextOf(out); }
-  bool NextRef(RecordRef* out) override { return NextOf(out); }
-  bool Take(size_t n, std::vector<RecordView>* out) override {
-    return TakeOf(n, out);
-  }
-  bool TakeRefs(size_t n, std::vector<RecordRef>* out) override {
-    return TakeOf(n, out);
-  }
 
   void Quiesce() override {
     if (epochs_.input()) epochs_.input()->Quiesce();
@@ -1392,6 +1394,7 @@ class RepeatStream final : public RecordStream {
   void Restore(StateReader* r) override { epochs_.Restore(r); }
 
  private:
+  friend class EitherStream<RepeatStream>;
   template <typename Out>
   bool NextOf(Out* out) {
     while (RecordStream* in = epochs_.Begin()) {
