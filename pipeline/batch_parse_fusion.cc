@@ -62,7 +62,6 @@
 #include <exception>
 #include <mutex>
 #include <span>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -166,8 +165,8 @@ class ViewLedger {
   void Retire(std::span<const RecordRef> refs) {
     for (const RecordRef& r : refs) Retire(r);
   }
-  // Views of the producer's own (restored from a state, or handed out one
-  // by one by a stream without chunks): refs to them, in order.
+  // Views of the caller's own (restored from a state): refs to them, in
+  // order.
   void AdoptLoose(std::vector<RecordView>&& views,
                   std::vector<RecordRef>* out) {
     ViewChunk* c = Adopt(std::move(views));
@@ -484,11 +483,6 @@ class FileReader {
   // The next record; false at the end.  Throws the file's error at its
   // place; failed_at_open() then says whether the file could not be
   // opened at all.
-  bool Next(RecordView* out) {
-    if (!Due()) return false;
-    *out = std::move(here_->views[pos_++]);
-    return true;
-  }
   bool Next(RecordRef* out) {
     if (!Due()) return false;
     *out = ViewLedger::Ref(here_, pos_++);
@@ -497,25 +491,18 @@ class FileReader {
   // Up to `n` next records appended to *out, as `n` calls of Next() would
   // (false: the file ended first; a throw leaves those taken before the
   // error in *out).
-  template <typename Out>
-  bool Take(size_t n, std::vector<Out>* out) {
+  bool Take(size_t n, std::vector<RecordRef>* out) {
     while (n > 0) {
       if (Left() == 0) {
-        Out v;
-        if (!Next(&v)) return false;
-        out->push_back(std::move(v));
+        RecordRef r;
+        if (!Next(&r)) return false;
+        out->push_back(r);
         --n;
         continue;
       }
       const size_t k = std::min(n, Left());
-      if constexpr (std::is_same_v<Out, RecordRef>) {
-        for (size_t i = 0; i < k; ++i) {
-          out->push_back(ViewLedger::Ref(here_, pos_ + i));
-        }
-      } else {
-        const auto from = here_->views.begin() + static_cast<ptrdiff_t>(pos_);
-        out->insert(out->end(), std::make_move_iterator(from),
-                    std::make_move_iterator(from + static_cast<ptrdiff_t>(k)));
+      for (size_t i = 0; i < k; ++i) {
+        out->push_back(ViewLedger::Ref(here_, pos_ + i));
       }
       pos_ += k;
       n -= k;
@@ -857,7 +844,9 @@ class FileReader {
   bool failed_at_open_ = false;
 };
 
-// A stream of record views: a fused stage on the planner's thread.
+// A stream of records, handed on by reference (RecordRef): a fused stage
+// on the planner's thread.  Whoever takes a ref retires it
+// (ViewLedger::Retire).
 class RecordStream {
  public:
   explicit RecordStream(Env* env) : env_(env) {}
@@ -866,69 +855,17 @@ class RecordStream {
   }
   RecordStream(const RecordStream&) = delete;
   RecordStream& operator=(const RecordStream&) = delete;
-  virtual bool Next(RecordView* out) = 0;
-  // The same records as refs (the planner's way; see RecordRef), each
-  // retired by whoever takes it (ViewLedger::Retire).  Streams that keep
-  // their views in chunks hand out refs to them; by default each view
-  // Next() gives is moved into a chunk of the stream's own.
-  virtual bool NextRef(RecordRef* out) {
-    constexpr size_t kLooseViews = 256;
-    if (loose_ == nullptr || loose_->views.size() == kLooseViews) {
-      if (loose_ != nullptr) env_->ledger.Close(loose_);
-      loose_ = nullptr;
-      std::vector<RecordView> views;
-      views.reserve(kLooseViews);  // never grows: refs point into it
-      loose_ = env_->ledger.Adopt(std::move(views));
-    }
-    RecordView& v = loose_->views.emplace_back();
-    bool got;
-    try {
-      got = Next(&v);
-    } catch (...) {
-      loose_->views.pop_back();
-      throw;
-    }
-    if (!got) {
-      loose_->views.pop_back();
-      return false;
-    }
-    *out = ViewLedger::Ref(loose_, loose_->views.size() - 1);
-    return true;
-  }
-  virtual bool TakeRefs(size_t n, std::vector<RecordRef>* out) {
-    for (; n > 0; --n) {
-      RecordRef r;
-      if (!NextRef(&r)) return false;
-      out->push_back(r);
-    }
-    return true;
-  }
-  // Next or NextRef, Take or TakeRefs, by what *out holds.
-  bool NextAny(RecordView* out) { return Next(out); }
-  bool NextAny(RecordRef* out) { return NextRef(out); }
-  bool TakeAny(size_t n, std::vector<RecordView>* out) { return Take(n, out); }
-  bool TakeAny(size_t n, std::vector<RecordRef>* out) {
-    return TakeRefs(n, out);
-  }
+  virtual bool Next(RecordRef* out) = 0;
   // Up to `n` next records appended to *out, the same as `n` calls of
   // Next() would give (false: the stream ended first).  After a throw, the
   // records taken before the error are in *out.  Stages that can hand on
   // runs of records override it: the planner takes a batch at once instead
   // of a chain of calls a record.
-  virtual bool Take(size_t n, std::vector<RecordView>* out) {
+  virtual bool Take(size_t n, std::vector<RecordRef>* out) {
     for (; n > 0; --n) {
-      RecordView& v = out->emplace_back();
-      bool got;
-      try {
-        got = Next(&v);
-      } catch (...) {
-        out->pop_back();
-        throw;
-      }
-      if (!got) {
-        out->pop_back();
-        return false;
-      }
+      RecordRef r;
+      if (!Next(&r)) return false;
+      out->push_back(r);
     }
     return true;
   }
@@ -955,43 +892,103 @@ class RecordStream {
   virtual void Restore(StateReader* r) = 0;
 
  protected:
+  // A ref to `view`, kept in a chunk of the stream's own: for streams
+  // whose views are in no reader's chunk (the global shuffle's, planned
+  // unread).
+  RecordRef Keep(RecordView&& view) {
+    constexpr size_t kLooseViews = 256;
+    if (loose_ == nullptr || loose_->views.size() == kLooseViews) {
+      if (loose_ != nullptr) env_->ledger.Close(loose_);
+      loose_ = nullptr;
+      std::vector<RecordView> views;
+      views.reserve(kLooseViews);  // never grows: refs point into it
+      loose_ = env_->ledger.Adopt(std::move(views));
+    }
+    loose_->views.push_back(std::move(view));
+    return ViewLedger::Ref(loose_, loose_->views.size() - 1);
+  }
+
   Env* const env_;
 
  private:
-  ViewChunk* loose_ = nullptr;  // NextRef's own chunk (the ledger's)
+  ViewChunk* loose_ = nullptr;  // Keep's chunk (the ledger's)
 };
 
 using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
-
-// A stream whose Next and Take are templates over what they hand out,
-// views or refs (Derived::NextOf, Derived::TakeOf): the four overrides.
-template <typename Derived>
-class EitherStream : public RecordStream {
- public:
-  using RecordStream::RecordStream;
-  bool Next(RecordView* out) final { return self().NextOf(out); }
-  bool NextRef(RecordRef* out) final { return self().NextOf(out); }
-  bool Take(size_t n, std::vector<RecordView>* out) final {
-    return self().TakeOf(n, out);
-  }
-  bool TakeRefs(size_t n, std::vector<RecordRef>* out) final {
-    return self().TakeOf(n, out);
-  }
-
- private:
-  Derived& self() { return static_cast<Derived&>(*this); }
-};
 
 // The TFRecord source (TFRecordDataset's iterator over views): the files
 // in their order, num_parallel_reads at once, one record from each in
 // turn; a finished file's slot takes the next file when the cycle comes
 // back to it.  The next file is opened (and read ahead) early.
-class SourceStream final : public EitherStream<SourceStream> {
+class SourceStream final : public RecordStream {
  public:
   SourceStream(Env* env, const FusableStage& stage, uint64_t salt)
-      : EitherStream(env),
+      : RecordStream(env),
         order_(stage.file_order(env->ctx, salt)),
         slots_(static_cast<size_t>(stage.tfrecord->num_parallel_reads)) {}
+
+  // The turn's file's next record.
+  bool Next(RecordRef* out) override {
+    while (true) {
+      if (open_ == 0 && next_file_ >= order_.size()) return false;
+      Slot& slot = slots_[cycle_];
+      if (!env_->options->deterministic && slot.reader &&
+          TakeReadyElsewhere(out)) {
+        return true;
+      }
+      if (slot.reader) {
+        bool got;
+        try {
+          got = slot.reader->Next(out);
+        } catch (...) {
+          CloseAfterError(slot);
+          throw;
+        }
+        if (got) {
+          if (++block_index_ ==
+              static_cast<uint64_t>(env_->options->block_length)) {
+            Advance();
+          }
+          return true;
+        }
+        Close(slot);
+      } else if (next_file_ < order_.size()) {
+        Open(slot, next_file_++);
+      } else {
+        Advance();
+      }
+    }
+  }
+
+  // One file at a time (num_parallel_reads 1): runs of the open file's
+  // records; the cycle and block counter end as Next() would leave them.
+  bool Take(size_t n, std::vector<RecordRef>* out) override {
+    if (slots_.size() != 1) return RecordStream::Take(n, out);
+    const auto block_length =
+        static_cast<uint64_t>(env_->options->block_length);
+    Slot& slot = slots_[0];
+    while (n > 0) {
+      if (!slot.reader) {
+        if (next_file_ >= order_.size()) return false;
+        Open(slot, next_file_++);
+        continue;
+      }
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = slot.reader->Take(n, out);
+      } catch (...) {
+        block_index_ = (block_index_ + (out->size() - before)) % block_length;
+        CloseAfterError(slot);
+        throw;
+      }
+      const size_t got = out->size() - before;
+      block_index_ = (block_index_ + got) % block_length;
+      n -= got;
+      if (!more) Close(slot);
+    }
+    return true;
+  }
 
   // Opens the first file ahead, as Open() opens the next one.
   void Prepare() override {
@@ -1060,82 +1057,10 @@ class SourceStream final : public EitherStream<SourceStream> {
   }
 
  private:
-  friend class EitherStream<SourceStream>;
   struct Slot {
     std::unique_ptr<FileReader> reader;
     size_t order_index = 0;
   };
-
-  // Next() and NextRef(): the turn's file's next record.
-  template <typename Out>
-  bool NextOf(Out* out) {
-    while (true) {
-      if (open_ == 0 && next_file_ >= order_.size()) return false;
-      Slot& slot = slots_[cycle_];
-      if (!env_->options->deterministic && slot.reader &&
-          TakeReadyElsewhere(out)) {
-        return true;
-      }
-      if (slot.reader) {
-        bool got;
-        try {
-          got = slot.reader->Next(out);
-        } catch (...) {
-          CloseAfterError(slot);
-          throw;
-        }
-        if (got) {
-          if (++block_index_ ==
-              static_cast<uint64_t>(env_->options->block_length)) {
-            Advance();
-          }
-          return true;
-        }
-        Close(slot);
-      } else if (next_file_ < order_.size()) {
-        Open(slot, next_file_++);
-      } else {
-        Advance();
-      }
-    }
-  }
-
-  // One file at a time (num_parallel_reads 1): runs of the open file's
-  // records; the cycle and block counter end as Next() would leave them.
-  template <typename Out>
-  bool TakeOf(size_t n, std::vector<Out>* out) {
-    if (slots_.size() != 1) {
-      if constexpr (std::is_same_v<Out, RecordRef>) {
-        return RecordStream::TakeRefs(n, out);
-      } else {
-        return RecordStream::Take(n, out);
-      }
-    }
-    const auto block_length =
-        static_cast<uint64_t>(env_->options->block_length);
-    Slot& slot = slots_[0];
-    while (n > 0) {
-      if (!slot.reader) {
-        if (next_file_ >= order_.size()) return false;
-        Open(slot, next_file_++);
-        continue;
-      }
-      const size_t before = out->size();
-      bool more;
-      try {
-        more = slot.reader->Take(n, out);
-      } catch (...) {
-        block_index_ = (block_index_ + (out->size() - before)) % block_length;
-        CloseAfterError(slot);
-        throw;
-      }
-      const size_t got = out->size() - before;
-      block_index_ = (block_index_ + got) % block_length;
-      n -= got;
-      if (!more) Close(slot);
-    }
-    return true;
-  }
 
   const std::shared_ptr<const std::string>& Path(size_t order_index) const {
     return (*env_->paths)[order_[order_index]];
@@ -1180,8 +1105,7 @@ class SourceStream final : public EitherStream<SourceStream> {
   // ready, the next record of another open file that has one (its
   // records keep their order; the cycle stays where it is).  False when
   // the turn's file is ready or no other is.
-  template <typename Out>
-  bool TakeReadyElsewhere(Out* out) {
+  bool TakeReadyElsewhere(RecordRef* out) {
     if (slots_[cycle_].reader->Ready()) return false;
     for (size_t k = 1; k < slots_.size(); ++k) {
       Slot& other = slots_[(cycle_ + k) % slots_.size()];
@@ -1219,11 +1143,11 @@ class GlobalShuffleStream final : public RecordStream {
       : RecordStream(env),
         cursor_(stage.global, stage.shuffle_seed(env->ctx, salt)) {}
 
-  bool Next(RecordView* out) override {
+  bool Next(RecordRef* out) override {
     size_t file = 0;
     uint64_t index = 0;
     if (!cursor_.Next(&file, &index)) return false;
-    *out = UnreadView(*env_, file, index);
+    *out = Keep(UnreadView(*env_, file, index));
     return true;
   }
   void Quiesce() override {}
@@ -1251,14 +1175,7 @@ class ShuffleStream final : public RecordStream {
   }
   ~ShuffleStream() override { RetireBuffer(); }
 
-  bool Next(RecordView* out) override {
-    RecordRef r;
-    if (!NextRef(&r)) return false;
-    *out = std::move(*r.view);
-    env_->ledger.Retire(r);
-    return true;
-  }
-  bool NextRef(RecordRef* out) override {
+  bool Next(RecordRef* out) override {
     ahead_.ThrowKept();  // met by FillAhead where this call meets it
     while (Filling()) ReadOne();
     if (buffer_.empty()) return false;
@@ -1299,14 +1216,10 @@ class ShuffleStream final : public RecordStream {
       r->Fail(fmt::format("{} elements in a buffer of {}", n, buffer_size_));
     }
     RetireBuffer();
-    std::vector<RecordView> views;
-    views.reserve(n);
     ReferenceReader refs;
-    for (uint64_t i = 0; i < n; ++i) views.push_back(ReadView(r, *env_, &refs));
-    std::vector<RecordRef> restored;
-    restored.reserve(n);
-    env_->ledger.AdoptLoose(std::move(views), &restored);
-    for (const RecordRef& ref : restored) buffer_.push_back({ref, inserted_});
+    for (uint64_t i = 0; i < n; ++i) {
+      buffer_.push_back({Keep(ReadView(r, *env_, &refs)), inserted_});
+    }
     in_->Restore(r);
   }
 
@@ -1323,7 +1236,7 @@ class ShuffleStream final : public RecordStream {
   // One record of the input into the buffer (or the input's end noted).
   void ReadOne() {
     RecordRef r;
-    if (!in_->NextRef(&r)) {
+    if (!in_->Next(&r)) {
       input_end_ = true;
       return;
     }
@@ -1367,7 +1280,7 @@ class ShuffleStream final : public RecordStream {
 
 // Repeat (RepeatDataset's iterator): a fresh input per epoch, salted by
 // the epoch.
-class RepeatStream final : public EitherStream<RepeatStream> {
+class RepeatStream final : public RecordStream {
  public:
   // Where readers read ahead, the next epoch's input is made as an epoch
   // opens, and its readers start: an epoch's first records (all of them,
@@ -1375,10 +1288,40 @@ class RepeatStream final : public EitherStream<RepeatStream> {
   // are then not read while the planner waits at the epoch's start.
   RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
                StreamMaker make_input)
-      : EitherStream(env),
+      : RecordStream(env),
         epochs_(stage.count, salt, std::move(make_input),
                 env->read_ahead ? [](RecordStream& next) { next.Prepare(); }
                                 : std::function<void(RecordStream&)>()) {}
+
+  bool Next(RecordRef* out) override {
+    while (RecordStream* in = epochs_.Begin()) {
+      if (in->Next(out)) {
+        epochs_.Handed(1);
+        return true;
+      }
+      if (!epochs_.EndEpoch()) return false;
+    }
+    return false;
+  }
+  bool Take(size_t n, std::vector<RecordRef>* out) override {
+    while (n > 0) {
+      RecordStream* in = epochs_.Begin();
+      if (in == nullptr) return false;
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = in->Take(n, out);
+      } catch (...) {
+        epochs_.HandedBeforeAnError(out->size() - before);
+        throw;
+      }
+      const size_t got = out->size() - before;
+      n -= got;
+      epochs_.Handed(got);
+      if (!more && !epochs_.EndEpoch()) return false;
+    }
+    return true;
+  }
 
   void Quiesce() override {
     if (epochs_.input()) epochs_.input()->Quiesce();
@@ -1394,39 +1337,6 @@ class RepeatStream final : public EitherStream<RepeatStream> {
   void Restore(StateReader* r) override { epochs_.Restore(r); }
 
  private:
-  friend class EitherStream<RepeatStream>;
-  template <typename Out>
-  bool NextOf(Out* out) {
-    while (RecordStream* in = epochs_.Begin()) {
-      if (in->NextAny(out)) {
-        epochs_.Handed(1);
-        return true;
-      }
-      if (!epochs_.EndEpoch()) return false;
-    }
-    return false;
-  }
-  template <typename Out>
-  bool TakeOf(size_t n, std::vector<Out>* out) {
-    while (n > 0) {
-      RecordStream* in = epochs_.Begin();
-      if (in == nullptr) return false;
-      const size_t before = out->size();
-      bool more;
-      try {
-        more = in->TakeAny(n, out);
-      } catch (...) {
-        epochs_.HandedBeforeAnError(out->size() - before);
-        throw;
-      }
-      const size_t got = out->size() - before;
-      n -= got;
-      epochs_.Handed(got);
-      if (!more && !epochs_.EndEpoch()) return false;
-    }
-    return true;
-  }
-
   RepeatEpochs<RecordStream> epochs_;
 };
 
@@ -1650,8 +1560,7 @@ class FusedBatchParse final : public IteratorBase {
     if (batch_end_) return false;
     const auto n = static_cast<size_t>(batch_.batch_size);
     pending_.reserve(n);
-    if (pending_.size() < n &&
-        !stream_->TakeRefs(n - pending_.size(), &pending_)) {
+    if (pending_.size() < n && !stream_->Take(n - pending_.size(), &pending_)) {
       batch_end_ = true;
     }
     if (pending_.empty() ||
