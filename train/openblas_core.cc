@@ -2,6 +2,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <optional>
@@ -38,10 +39,7 @@ std::string BetterCore(std::string_view detected, const CpuFeatures& cpu) {
       "Banias",       "Atom",       "Core2",     "Penryn",
       "Dunnington",   "Nehalem",    "Athlon",    "Opteron",
       "Opteron_SSE3", "Barcelona",  "Nano",      "Bobcat"};
-  bool before_avx = false;
-  for (std::string_view c : kBeforeAvx)
-    before_avx = before_avx || c == detected;
-  if (!before_avx) return "";
+  if (std::ranges::find(kBeforeAvx, detected) == kBeforeAvx.end()) return "";
   if (cpu.avx512 && cpu.avx2 && cpu.fma) return "SkylakeX";
   if (cpu.avx2 && cpu.fma) return "Haswell";
   if (cpu.avx) return "Sandybridge";
