@@ -20,6 +20,11 @@
 # one file is read at a time, and its reading alone (one thread, ~5 M
 # records/s) bounds every thread count; on many cores use 16.  The order
 # depends on READS (an interleave's cycle length), not on THREADS.
+# Environment: WARMUP=N leaves each timed run's first N batches out of its
+# figures (recflow bench --warmup; default 0, as every figure before
+# 2026-11-26's seventh session); REPEAT_SCALE=K runs K times the epochs
+# (default 1): at 16 threads a run of the default epochs lasts 80-150 ms,
+# of which start-up is a visible share.
 set -euo pipefail
 build=${1:-build}
 runs=${2:-5}
@@ -71,10 +76,12 @@ bench() {  # files spec extra...: the pipeline's JSON lines in run.jsonl
   "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
     --seed 1 --threads "$threads" --json "$@" >"$work/run.jsonl"
 }
+warmup=${WARMUP:-0}
+scale=${REPEAT_SCALE:-1}
 run() {  # name files spec repeat extra...
   local name=$1 files=$2 spec=$3 repeat=$4
   shift 4
-  bench "$files" "$spec" --repeat "$repeat" "$@"
+  bench "$files" "$spec" --repeat $((repeat * scale)) --warmup "$warmup" "$@"
   python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -98,7 +105,8 @@ ceiling() {  # name files spec repeat extra...
   for ((c = 0; c < copies; c++)); do
     # shellcheck disable=SC2086
     "$recflow" bench $files --spec "$spec" --batch 256 --map-threads -1 \
-      --seed 1 --threads 1 --json --repeat "$repeat" "$@" \
+      --seed 1 --threads 1 --json --repeat $((repeat * scale)) \
+      --warmup "$warmup" "$@" \
       >"$work/copy$c.jsonl" &
   done
   wait

@@ -135,6 +135,19 @@ main() {
             --parallel-reads 16 $format >"$logs/shuffled_stages${format:+.jsonl}.txt" 2>&1
         done
         tail -8 "$logs/shuffled_stages.txt"
+        # The same sweeps in steady state: 4x the epochs and the first 40
+        # batches untimed (recflow bench --warmup), shuffled and parse-only,
+        # so that 16 threads are measured over ~0.3 s instead of ~0.1 s
+        # of which start-up was a share.
+        for kind in shuffled parse_only; do
+          spec=; [[ $kind == shuffled ]] && spec="--shuffle 10000"
+          name=steady_$kind
+          limited build-gpu/tools/recflow bench "$scaling/fm/train-*.tfrecord" \
+            --spec "$scaling/fm.json" --batch 256 --map-threads -1 --seed 1 \
+            --threads 1,2,4,8,16 --repeat 40 --warmup 40 $spec \
+            --parallel-reads 16 >"$logs/$name.txt" 2>&1
+          tail -8 "$logs/$name.txt"
+        done
         # What a consumer busy 200 us a batch (a GPU step) waits in Next().
         limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
           --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1

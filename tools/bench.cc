@@ -48,6 +48,7 @@ struct BenchOptions {
   std::string threads = "0";  // one count, or a comma-separated sweep
   bool fusion = true;
   double duration = 0;
+  int64_t warmup = 0;  // elements taken before the clock starts
   bool json = false;
   std::string io = "auto";
   size_t block_bytes = pipeline::IoOptions{}.block_bytes;
@@ -329,6 +330,22 @@ std::vector<int> ThreadCounts(const std::string& text) {
   return out;
 }
 
+// Each stage's figures less what it had done by the end of the warm-up
+// (`warm`, from the same iterator: the same stages in the same order).
+void SinceWarmUp(const std::vector<pipeline::StageStats>& warm,
+                 std::vector<pipeline::StageStats>* stats) {
+  for (size_t i = 0; i < stats->size() && i < warm.size(); ++i) {
+    pipeline::StageStats& s = (*stats)[i];
+    const pipeline::StageStats& w = warm[i];
+    if (s.name != w.name) continue;
+    s.elements -= std::min(s.elements, w.elements);
+    s.bytes -= std::min(s.bytes, w.bytes);
+    s.busy_seconds = std::max(0.0, s.busy_seconds - w.busy_seconds);
+    s.wait_seconds = std::max(0.0, s.wait_seconds - w.wait_seconds);
+    s.errors_ignored -= std::min(s.errors_ignored, w.errors_ignored);
+  }
+}
+
 // One run of the pipeline on an arena of `threads`: the --json object of
 // that run (without the protobuf baseline), and the busiest stage's busy
 // fraction in *worst.
@@ -347,6 +364,21 @@ nlohmann::json RunOnce(const BenchOptions& o,
   const bool order_only = o.digest == "order";
   OriginDigest origins;
   pipeline::Element e;
+  // The warm-up's elements go into the digest (the stream is the same
+  // whatever is timed), not into the counts, the clock or the stages'
+  // figures: what they did by then is taken off at the end.
+  auto nothing_timed = [&](int64_t delivered) {
+    return UsageError(fmt::format(
+        "--warmup {}: the pipeline delivered only {} elements, nothing was "
+        "left to time (more --repeat, or a shorter warm-up)",
+        o.warmup, delivered));
+  };
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    if (!it.Next(&e)) throw nothing_timed(i);
+    if (!order_only || !origins.Fold(&digest, e)) digest = Digest(digest, e);
+  }
+  const std::vector<pipeline::StageStats> warm =
+      o.warmup > 0 ? it.Stats() : std::vector<pipeline::StageStats>{};
   const auto start = Clock::now();
   auto last_report = start;
   while (true) {
@@ -368,7 +400,9 @@ nlohmann::json RunOnce(const BenchOptions& o,
   }
   const double seconds = Seconds(Clock::now() - start);
   if (live) fmt::print(stderr, "\n");
-  const std::vector<pipeline::StageStats> stats = it.Stats();
+  if (o.warmup > 0 && batches == 0) throw nothing_timed(o.warmup);
+  std::vector<pipeline::StageStats> stats = it.Stats();
+  if (!warm.empty()) SinceWarmUp(warm, &stats);
   const uint64_t bytes = SourceBytes(stats);
 
   nlohmann::json stages = nlohmann::json::array();
@@ -405,6 +439,7 @@ nlohmann::json RunOnce(const BenchOptions& o,
           {"bottleneck", bottleneck},
           {"order_digest", fmt::format("{:016x}", digest)},
           {"digest", o.digest},
+          {"warmup_elements", o.warmup},
           {"pipeline", ds.Describe()},
           {"fusion", o.fusion},
           {"threads", it.context().threads()}};
@@ -509,6 +544,10 @@ int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
       "speed-up over {} thread(s); peak RSS is the process's so far; "
       "order {} at every count\n",
       runs[0]["threads"].get<int>(), same_order ? "the same" : "NOT the same");
+  if (o.warmup > 0) {
+    fmt::print("each count after {} elements of warm-up, not timed\n",
+               o.warmup);
+  }
   if (o.compare_protobuf) PrintProtobufBaseline(runs[0]);
   if (!o.svg.empty()) fmt::print("scaling curve: {}\n", o.svg);
   return kExitOk;
@@ -559,6 +598,9 @@ int RunBench(const BenchOptions& o) {
       out["bytes_per_s"].get<double>() / 1e6,
       out["peak_rss_bytes"].get<uint64_t>() / 1048576.0,
       out["threads"].get<int>(), o.fusion ? "" : "; stages not fused");
+  if (o.warmup > 0) {
+    fmt::print("(after {} elements of warm-up, not timed)\n", o.warmup);
+  }
   fmt::print("{:<22} {:>12} {:>14} {:>7} {:>8}\n", "stage", "elements",
              "elements/s", "busy %", "wait %");
   for (const auto& s : out["stages"]) {
@@ -630,6 +672,14 @@ Runner AddBenchCommand(CLI::App& app) {
                "repeat, files)) as one fused stage (for comparison)");
   app.add_option("--duration", o->duration, "stop after this many seconds")
       ->check(Positive());
+  app.add_option("--warmup", o->warmup,
+                 "elements (batches, with --batch) taken before the clock "
+                 "starts: start-up (threads, first reads, filling the "
+                 "shuffle buffer, memory first touched) is then left out of "
+                 "records/s and of the stages' figures; the order digest "
+                 "still covers them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--json", o->json,
                "print one JSON object as the last line: records, batches, "
                "seconds, records_per_s, bytes_per_s, peak_rss_bytes, stages, "

@@ -104,6 +104,44 @@ TEST_F(BenchTest, OrderDigestIsTheSameWhateverTheThreadCount) {
   EXPECT_NE(other.Json()["order_digest"], digest);
 }
 
+// --warmup: its elements are taken before the clock starts and left out
+// of the counts and the stages' figures, but not out of the order digest.
+TEST_F(BenchTest, WarmUpIsLeftOutOfTheFiguresNotOutOfTheDigest) {
+  const std::string base = "bench " + dir_.path().string() + " --spec " +
+                           dir_.File("spec.json") +
+                           " --shuffle 100 --seed 3 --repeat 2 --batch 32"
+                           " --map-threads -1 --threads 2 --json";
+  const Result cold = Recflow(dir_, base);
+  const Result warm = Recflow(dir_, base + " --warmup 10");
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  ASSERT_EQ(warm.code, 0) << warm.err;
+  const auto c = cold.Json(), w = warm.Json();
+  EXPECT_EQ(c["batches"], 57);  // 1,800 records: 56 of 32 and one of 8
+  EXPECT_EQ(w["batches"], 47);
+  EXPECT_EQ(w["records"], 1800 - 10 * 32);
+  EXPECT_EQ(w["warmup_elements"], 10);
+  EXPECT_EQ(c["warmup_elements"], 0);
+  EXPECT_EQ(w["order_digest"], c["order_digest"]);
+  std::map<std::string, uint64_t> elements;
+  for (const auto& s : w["stages"]) elements[s["name"]] = s["elements"];
+  // The parse stage delivered the 47 timed batches; the reader, ahead of
+  // them, at most every record but the warm-up's.
+  EXPECT_EQ(elements["parse"], 47u);
+  EXPECT_LE(elements["tfrecord"], 1800u - 10 * 32);
+  // The table says what it left out.
+  const Result table =
+      Recflow(dir_, "bench " + dir_.path().string() + " --batch 50 --warmup 3");
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("after 3 elements of warm-up"), std::string::npos)
+      << table.out;
+  // A warm-up as long as the stream leaves nothing to time: an error.
+  const Result all = Recflow(dir_, base + " --warmup 57");
+  EXPECT_EQ(all.code, 2);
+  EXPECT_NE(all.err.find("--warmup 57: the pipeline delivered only 57"),
+            std::string::npos)
+      << all.err;
+}
+
 TEST_F(BenchTest, TableNamesTheBottleneckAndGlobalShuffleRuns) {
   Result r = Recflow(dir_, "bench " + dir_.path().string() + " --batch 50");
   ASSERT_EQ(r.code, 0) << r.err;
