@@ -145,8 +145,22 @@ main() {
           limited build-gpu/tools/recflow bench "$scaling/fm/train-*.tfrecord" \
             --spec "$scaling/fm.json" --batch 256 --map-threads -1 --seed 1 \
             --threads 1,2,4,8,16 --repeat 40 --warmup 40 $spec \
-            --parallel-reads 16 >"$logs/$name.txt" 2>&1
-          tail -8 "$logs/$name.txt"
+            --parallel-reads 16 --json >"$logs/$name.jsonl" 2>&1
+          # Per count: records/s, speed-up, each stage's busy (and wait)
+          # share, and the consumer's time in Next() (the planner's thread).
+          python3 - "$logs/$name.jsonl" "$name" <<'EOF'
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    d = json.loads(line)
+    stages = " ".join("%s %.0f/%.0f%%" % (s["name"], 100 * s["busy_fraction"],
+                                         100 * s["wait_fraction"])
+                      for s in d["stages"])
+    print("%s T=%d: %.2f M/s (%.2fx, %.2f s) busy/wait: %s; consumer in Next %.0f%%"
+          % (sys.argv[2], d["threads"], d["records_per_s"] / 1e6, d["speedup"],
+             d["seconds"], stages, 100 * d["consumer_in_next_fraction"]))
+EOF
         done
         # What a consumer busy 200 us a batch (a GPU step) waits in Next().
         limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \

@@ -54,6 +54,11 @@ TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  // The consumer's share of the run inside Next(): a fraction, and more
+  // than nothing (the fused stage plans every batch there).
+  const double in_next = j["consumer_in_next_fraction"];
+  EXPECT_GT(in_next, 0);
+  EXPECT_LE(in_next, 1);
   // The baseline's reading alone bounds any pipeline's speed-up over it.
   const double pb = j["protobuf_records_per_s"];
   const double read = j["protobuf_read_records_per_s"];
