@@ -132,7 +132,14 @@ struct RecordRef {
 // the ref was taken by the consumer, who takes batches in order, so every
 // parse task that read the chunk is done).  Planner's thread only, which
 // is also the consumer's; parse tasks read and clear views through refs
-// but never touch the ledger.
+// but never touch the ledger, except FreeDiscarded.
+//
+// Freeing a chunk reads each of its views (their owners), which parse
+// tasks on other cores wrote when they moved the views out: a cache line
+// from another core per record, on the one thread every batch waits for.
+// With Discard(true) the ledger leaves freeing to whoever calls
+// FreeDiscarded (the parse tasks, which have cores to spare), and the
+// planner only queues the chunk.
 class ViewLedger {
  public:
   ViewLedger() = default;
@@ -140,6 +147,20 @@ class ViewLedger {
   ViewLedger& operator=(const ViewLedger&) = delete;
   ~ViewLedger() {
     while (head_ != nullptr) Unlink(head_);
+    FreeDiscarded();
+  }
+  // Whether chunks done with are queued for FreeDiscarded (true) or freed
+  // at once (false, the default).  Before the first chunk.
+  void Discard(bool queue) { queue_discarded_ = queue; }
+  // Frees the chunks queued so far.  Any thread.
+  void FreeDiscarded() {
+    std::vector<ViewChunk*> chunks;
+    {
+      std::lock_guard<std::mutex> lock(discarded_mu_);
+      if (discarded_.empty()) return;
+      chunks.swap(discarded_);
+    }
+    for (ViewChunk* c : chunks) delete c;
   }
   ViewChunk* Adopt(std::vector<RecordView>&& views) {
     auto* c = new ViewChunk;
@@ -179,9 +200,17 @@ class ViewLedger {
     if (c->prev != nullptr) c->prev->next = c->next;
     if (c->next != nullptr) c->next->prev = c->prev;
     if (head_ == c) head_ = c->next;
-    delete c;
+    if (!queue_discarded_) {
+      delete c;
+      return;
+    }
+    std::lock_guard<std::mutex> lock(discarded_mu_);
+    discarded_.push_back(c);
   }
   ViewChunk* head_ = nullptr;
+  bool queue_discarded_ = false;
+  std::mutex discarded_mu_;
+  std::vector<ViewChunk*> discarded_;  // unlinked, not yet freed
 };
 
 // What the parts of one fused iterator share.
@@ -1226,8 +1255,10 @@ class ShuffleStream final : public RecordStream {
  private:
   struct Entry {
     RecordRef ref;
-    uint64_t inserted = 0;
+    uint64_t inserted = 0;  // inserted_ then, or kSettled
   };
+  // An entry CompactOld has looked at (see there).
+  static constexpr uint64_t kSettled = ~uint64_t{0};
   static constexpr uint64_t kPeek = 16;
 
   bool Filling() const {
@@ -1235,12 +1266,22 @@ class ShuffleStream final : public RecordStream {
   }
   // One record of the input into the buffer (or the input's end noted).
   void ReadOne() {
-    RecordRef r;
-    if (!in_->Next(&r)) {
+    // The input writes the ref in its place (a ref copied out of a local
+    // the call just wrote stalled on the store's forwarding).
+    Entry& e = buffer_.emplace_back();
+    bool got = false;
+    try {
+      got = in_->Next(&e.ref);
+    } catch (...) {  // an error at its place: the buffer stays as it was
+      buffer_.pop_back();
+      throw;
+    }
+    if (!got) {
+      buffer_.pop_back();
       input_end_ = true;
       return;
     }
-    buffer_.push_back({r, inserted_++});
+    e.inserted = inserted_++;
     if (--until_sweep_ == 0) {
       until_sweep_ = sweep_every_;
       CompactOld();
@@ -1253,12 +1294,16 @@ class ShuffleStream final : public RecordStream {
 
   // Copies out the views that have been buffered for kCompactAfter buffer
   // lengths and still hold a larger block.  (The only views the planner
-  // touches: a fraction e^-3 of them under TensorFlow's shuffle.)
+  // touches: a fraction e^-3 of them under TensorFlow's shuffle.)  A view
+  // looked at is settled: it holds no block (or its own bytes) from then
+  // on, and later sweeps pass it without reading it again (each would
+  // be a cache miss: ~5 ns a record on the planner's thread).
   void CompactOld() {
     const uint64_t limit = kCompactAfter * static_cast<uint64_t>(buffer_size_);
     if (inserted_ <= limit) return;
     for (Entry& e : buffer_) {
-      if (inserted_ - e.inserted <= limit) continue;
+      if (e.inserted == kSettled || inserted_ - e.inserted <= limit) continue;
+      e.inserted = kSettled;
       RecordView& v = *e.ref.view;
       if (v.unread || (v.storage_bytes != 0 && v.storage_bytes <= 2 * v.size)) {
         continue;
@@ -1405,6 +1450,7 @@ class FusedBatchParse final : public IteratorBase {
                                        env_.read_ahead ? ctx->threads() : 1);
     }
     if (calls > 1) {
+      env_.ledger.Discard(true);  // the parse tasks free the chunks
       env_.help = [this] {
         std::unique_lock<std::mutex> lock(mu_);
         if (to_parse_.empty() || stop_) return false;
@@ -1645,18 +1691,20 @@ class FusedBatchParse final : public IteratorBase {
   // A parse task: parses queued batches until none is left.
   void ParseTask() {
     std::unique_lock<std::mutex> lock(mu_);
-    while (!to_parse_.empty() && !stop_) ParseQueued(lock);
+    while (!to_parse_.empty() && !stop_) ParseQueued(lock, true);
     --parse_tasks_;
     if (waiting_ > 0) cv_.notify_all();
   }
 
   // Parses the oldest queued batch with mu_ (held by `lock`) released
-  // meanwhile, and marks it ready.
-  void ParseQueued(std::unique_lock<std::mutex>& lock) {
+  // meanwhile, and marks it ready.  A parse task (`task`) also frees the
+  // chunks the planner is done with (ViewLedger::Discard).
+  void ParseQueued(std::unique_lock<std::mutex>& lock, bool task = false) {
     Slot* slot = to_parse_.front();
     to_parse_.pop_front();
     lock.unlock();
     Parse(slot);
+    if (task) env_.ledger.FreeDiscarded();
     lock.lock();
     slot->ready = true;
     if (waiting_ > 0) cv_.notify_all();
