@@ -204,9 +204,16 @@ class ViewLedger {
       delete c;
       return;
     }
-    std::lock_guard<std::mutex> lock(discarded_mu_);
-    discarded_.push_back(c);
+    {
+      std::lock_guard<std::mutex> lock(discarded_mu_);
+      discarded_.push_back(c);
+      if (discarded_.size() < kMaxDiscarded) return;
+    }
+    // No parse task came by for that long (the consumer parsed every
+    // batch itself): the planner frees them, so that they stay bounded.
+    FreeDiscarded();
   }
+  static constexpr size_t kMaxDiscarded = 64;
   ViewChunk* head_ = nullptr;
   bool queue_discarded_ = false;
   std::mutex discarded_mu_;
@@ -1690,6 +1697,9 @@ class FusedBatchParse final : public IteratorBase {
 
   // A parse task: parses queued batches until none is left.
   void ParseTask() {
+    // Also when the consumer parsed every queued batch before this task
+    // ran (then the queue frees itself only at kMaxDiscarded chunks).
+    env_.ledger.FreeDiscarded();
     std::unique_lock<std::mutex> lock(mu_);
     while (!to_parse_.empty() && !stop_) ParseQueued(lock, true);
     --parse_tasks_;
