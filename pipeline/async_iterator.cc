@@ -179,8 +179,9 @@ bool AsyncIterator::GetNext(Element* out) {
   bytes_ -= taken->bytes;
   counter_->buffered.store(static_cast<int64_t>(slots_.size()),
                            std::memory_order_relaxed);
-  driver_cv_.notify_all();
   lock.unlock();
+  // After unlocking: a driver woken under the lock would only block on it.
+  driver_cv_.notify_all();
   if (taken->error) std::rethrow_exception(taken->error);
   *out = std::move(taken->element);
   return true;
