@@ -162,10 +162,13 @@ for line in open(sys.argv[1]):
              d["seconds"], stages, 100 * d["consumer_in_next_fraction"]))
 EOF
         done
-        # What a consumer busy 200 us a batch (a GPU step) waits in Next().
-        limited build-gpu/bench/pipeline_bench --benchmark_filter=ConsumerNext \
+        # What a consumer busy 200 us a batch (a GPU step) waits in Next(),
+        # and what the hand-off alone costs it (PrefetchPop: an input that
+        # is never behind; the wake of the sleeping driver).
+        limited build-gpu/bench/pipeline_bench \
+          --benchmark_filter='ConsumerNext|PrefetchPop' \
           --benchmark_min_time=1 >"$logs/consumer_next.txt" 2>&1
-        grep ConsumerNext "$logs/consumer_next.txt"
+        grep -E "ConsumerNext|PrefetchPop" "$logs/consumer_next.txt"
         ;;
       cpu)
         source .gpu/build.sh --env-only
