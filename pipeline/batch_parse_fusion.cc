@@ -1688,7 +1688,11 @@ class FusedBatchParse final : public IteratorBase {
       slots_.push_back(std::move(slot));
       if (raw->ready) continue;
       to_parse_.push_back(raw);
-      if (parse_tasks_ < calls_) {
+      // A task more only for batches the running ones will not reach
+      // next: each enqueue may wake a sleeping worker, a system call on
+      // this thread (the one every batch waits for).
+      if (parse_tasks_ < calls_ &&
+          to_parse_.size() > static_cast<size_t>(parse_tasks_)) {
         ++parse_tasks_;
         ctx_->arena().enqueue([this] { ParseTask(); });
       }
