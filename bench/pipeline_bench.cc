@@ -331,6 +331,29 @@ BENCHMARK(BM_RecordsFromMemory)
     ->ArgNames({"MiB", "random"})
     ->UseRealTime();
 
+// Takes 100 elements of `it` (buffers filled), then one per iteration,
+// the consumer busy `work` after each (the host's share of a step); the
+// mean time inside Next() alone goes to counter next_us.  Returns the
+// elements taken in the timed loop.
+int64_t TimeNext(benchmark::State& state, Iterator& it,
+                 std::chrono::microseconds work) {
+  Element e;
+  for (int i = 0; i < 100; ++i) it.Next(&e);
+  double in_next = 0;
+  int64_t taken = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    it.Next(&e);
+    const auto t1 = std::chrono::steady_clock::now();
+    in_next += std::chrono::duration<double>(t1 - t0).count();
+    ++taken;
+    while (std::chrono::steady_clock::now() - t1 < work) {
+    }
+  }
+  state.counters["next_us"] = in_next / static_cast<double>(taken) * 1e6;
+  return taken;
+}
+
 // What the consumer's thread pays per batch for its input when the
 // pipeline keeps up, as a GPU's training thread takes a batch between
 // launching steps: Prefetch(2) over the fused shuffle -> batch(128) ->
@@ -339,7 +362,6 @@ BENCHMARK(BM_RecordsFromMemory)
 // work 0 the consumer waits for each batch: the pipeline's own rate.
 void BM_ConsumerNext(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  const auto work = std::chrono::microseconds(state.range(1));
   Iterator it = Dataset::FromTFRecords(Files())
                     .Shuffle(kShuffle, 1)
                     .Repeat()
@@ -347,20 +369,8 @@ void BM_ConsumerNext(benchmark::State& state) {
                     .Parse(Spec(), Calls(threads))
                     .Prefetch(2)
                     .MakeIterator({.threads = threads});
-  Element e;
-  for (int i = 0; i < 100; ++i) it.Next(&e);  // the buffers filled
-  double in_next = 0;
-  int64_t batches = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    it.Next(&e);
-    const auto t1 = std::chrono::steady_clock::now();
-    in_next += std::chrono::duration<double>(t1 - t0).count();
-    ++batches;
-    while (std::chrono::steady_clock::now() - t1 < work) {
-    }
-  }
-  state.counters["next_us"] = in_next / static_cast<double>(batches) * 1e6;
+  const int64_t batches =
+      TimeNext(state, it, std::chrono::microseconds(state.range(1)));
   state.SetItemsProcessed(batches * 128);
 }
 // 1 and 2 threads, and every core where there are more.
@@ -377,31 +387,16 @@ BENCHMARK(BM_ConsumerNext)->Apply(ConsumerArgs);
 
 // What taking an element from a full Prefetch(2) costs the consumer when
 // the input is not the bottleneck (Range -> Batch(128), ~40 us a batch
-// on this project's VM, under the consumer's range(0) us): no waiting for
-// data,
-// only the hand-off, which wakes the driver sleeping on a full buffer
-// (a system call; where its core went idle, an interrupt to it).  The
-// training thread of a GPU step pays this in Next() every step.
+// on this project's VM, under the consumer's range(0) us): no waiting
+// for data, only the hand-off, which wakes the driver sleeping on a full
+// buffer (a system call; where its core went idle, an interrupt to it).
+// The training thread of a GPU step pays this in Next() every step.
 void BM_PrefetchPop(benchmark::State& state) {
-  const auto work = std::chrono::microseconds(state.range(0));
   Iterator it = Dataset::Range(0, int64_t{1} << 40)
                     .Batch(128)
                     .Prefetch(2)
                     .MakeIterator({.threads = 1});
-  Element e;
-  for (int i = 0; i < 100; ++i) it.Next(&e);
-  double in_next = 0;
-  int64_t taken = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    it.Next(&e);
-    const auto t1 = std::chrono::steady_clock::now();
-    in_next += std::chrono::duration<double>(t1 - t0).count();
-    ++taken;
-    while (std::chrono::steady_clock::now() - t1 < work) {
-    }
-  }
-  state.counters["next_us"] = in_next / static_cast<double>(taken) * 1e6;
+  TimeNext(state, it, std::chrono::microseconds(state.range(0)));
 }
 BENCHMARK(BM_PrefetchPop)
     ->Arg(100)
