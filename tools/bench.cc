@@ -693,7 +693,7 @@ Runner AddBenchCommand(CLI::App& app) {
                  "shuffle buffer, memory first touched) is then left out of "
                  "records/s and of the stages' figures; the order digest "
                  "still covers them")
-      ->check(CLI::NonNegativeNumber)
+      ->check(NonNegative())
       ->capture_default_str();
   app.add_flag("--json", o->json,
                "print one JSON object as the last line: records, batches, "

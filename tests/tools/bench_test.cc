@@ -139,6 +139,11 @@ TEST_F(BenchTest, WarmUpIsLeftOutOfTheFiguresNotOutOfTheDigest) {
   ASSERT_EQ(table.code, 0) << table.err;
   EXPECT_NE(table.out.find("after 3 elements of warm-up"), std::string::npos)
       << table.out;
+  const Result negative = Recflow(dir_, base + " --warmup -1");
+  EXPECT_EQ(negative.code, 2);
+  EXPECT_NE(negative.err.find("--warmup: expected zero or more, not -1"),
+            std::string::npos)
+      << negative.err;
   // A warm-up as long as the stream leaves nothing to time: an error.
   const Result all = Recflow(dir_, base + " --warmup 57");
   EXPECT_EQ(all.code, 2);
