@@ -135,16 +135,18 @@ main() {
             --parallel-reads 16 $format >"$logs/shuffled_stages${format:+.jsonl}.txt" 2>&1
         done
         tail -8 "$logs/shuffled_stages.txt"
-        # The same sweeps in steady state: 4x the epochs and the first 40
-        # batches untimed (recflow bench --warmup), shuffled and parse-only,
-        # so that 16 threads are measured over ~0.3 s instead of ~0.1 s
-        # of which start-up was a share.
+        # The same sweeps in steady state: 4x the epochs and the first 200
+        # batches untimed (recflow bench --warmup: 51,200 records, past the
+        # shuffle's growth to ~3 buffers of blocks, each 2 MiB slab zeroed
+        # as it is first touched), shuffled and parse-only, so that 16
+        # threads are measured over ~0.3 s instead of ~0.1 s of which
+        # start-up was a share.
         for kind in shuffled parse_only; do
           spec=; [[ $kind == shuffled ]] && spec="--shuffle 10000"
           name=steady_$kind
           limited build-gpu/tools/recflow bench "$scaling/fm/train-*.tfrecord" \
             --spec "$scaling/fm.json" --batch 256 --map-threads -1 --seed 1 \
-            --threads 1,2,4,8,16 --repeat 40 --warmup 40 $spec \
+            --threads 1,2,4,8,16 --repeat 40 --warmup 200 $spec \
             --parallel-reads 16 --json >"$logs/$name.jsonl" 2>&1
           # Per count: records/s, speed-up, each stage's busy (and wait)
           # share, and the consumer's time in Next() (the planner's thread).
