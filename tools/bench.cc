@@ -699,7 +699,8 @@ Runner AddBenchCommand(CLI::App& app) {
                "print one JSON object as the last line: records, batches, "
                "seconds, records_per_s, bytes_per_s, peak_rss_bytes, stages, "
                "bottleneck, order_digest (see --digest; equal digests, "
-               "equal streams)");
+               "equal streams), warmup_elements, consumer_in_next_fraction "
+               "(the consumer's share of the timed run inside Next())");
   app.add_option("--digest", o->digest,
                  "what order_digest hashes: order (where each delivered "
                  "record came from, file, offset and record, in order: nearly "
