@@ -1521,12 +1521,7 @@ class FusedBatchParse final : public IteratorBase {
     std::unique_ptr<Slot> taken = std::move(slots_.front());
     slots_.pop_front();
     lock.unlock();
-    // Every batch before it was taken, so every parse task that read its
-    // records' chunks is done.
-    env_.ledger.Retire(taken->refs);
-    if (taken->error) std::rethrow_exception(taken->error);
-    *out = std::move(taken->element);
-    return true;
+    return Deliver(std::move(taken), out);
   }
 
   void Save(StateWriter* w) override {
@@ -1676,6 +1671,14 @@ class FusedBatchParse final : public IteratorBase {
     if (slots_.front()->end) return false;
     std::unique_ptr<Slot> taken = std::move(slots_.front());
     slots_.pop_front();
+    return Deliver(std::move(taken), out);
+  }
+
+  // The batch the consumer takes (the front slot, ready): its refs
+  // retired (every batch before it was taken, so every parse task that
+  // read its records' chunks is done), then its error thrown or its
+  // element handed out.
+  bool Deliver(std::unique_ptr<Slot> taken, Element* out) {
     env_.ledger.Retire(taken->refs);
     if (taken->error) std::rethrow_exception(taken->error);
     *out = std::move(taken->element);
