@@ -149,7 +149,8 @@ main() {
             --threads 1,2,4,8,16 --repeat 40 --warmup 200 $spec \
             --parallel-reads 16 --json >"$logs/$name.jsonl" 2>&1
           # Per count: records/s, speed-up, each stage's busy (and wait)
-          # share, and the consumer's time in Next() (the planner's thread).
+          # share, the consumer's time in Next() (the planner's thread), and
+          # the planner's ns a record.
           python3 - "$logs/$name.jsonl" "$name" <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
@@ -159,9 +160,13 @@ for line in open(sys.argv[1]):
     stages = " ".join("%s %.0f/%.0f%%" % (s["name"], 100 * s["busy_fraction"],
                                          100 * s["wait_fraction"])
                       for s in d["stages"])
-    print("%s T=%d: %.2f M/s (%.2fx, %.2f s) busy/wait: %s; consumer in Next %.0f%%"
+    # The planner (the fused stage's "batch"): its ns a record.
+    planner = sum(s["busy_seconds"] for s in d["stages"] if s["name"] == "batch")
+    print("%s T=%d: %.2f M/s (%.2fx, %.2f s) busy/wait: %s; consumer in Next %.0f%%;"
+          " planner %.0f ns a record"
           % (sys.argv[2], d["threads"], d["records_per_s"] / 1e6, d["speedup"],
-             d["seconds"], stages, 100 * d["consumer_in_next_fraction"]))
+             d["seconds"], stages, 100 * d["consumer_in_next_fraction"],
+             planner / max(d["records"], 1) * 1e9))
 EOF
         done
         # What a consumer busy 200 us a batch (a GPU step) waits in Next(),
