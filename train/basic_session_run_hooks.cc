@@ -294,7 +294,8 @@ PreemptionHook::PreemptionHook() = default;
 PreemptionHook::~PreemptionHook() { Uninstall(); }
 
 void PreemptionHook::begin() {
-  pending_signal.store(0);
+  // A signal still pending was caught by this process after the last step
+  // of a run (between its last after_run and its end): it stops this run.
   struct sigaction sa {};
   sa.sa_handler = OnPreemptionSignal;
   sigemptyset(&sa.sa_mask);
@@ -311,7 +312,7 @@ void PreemptionHook::Uninstall() {
 }
 
 void PreemptionHook::after_run(RunContext& ctx, const SessionRunValues&) {
-  const int sig = pending_signal.load();
+  const int sig = pending_signal.exchange(0);
   if (sig == 0) return;
   preempted_by_ = sig;
   TrainingSession& s = ctx.session();

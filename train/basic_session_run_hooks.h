@@ -178,8 +178,10 @@ class EarlyStoppingHook : public SessionRunHook {
 
 // On SIGTERM or SIGINT: at the next step boundary, saves a checkpoint and
 // stops training cleanly (the Estimator returns normally).  Restores the
-// previous signal handlers at the end.  One preemption hook per process at
-// a time.
+// previous signal handlers at the end.  A signal caught after a run's last
+// step is kept for the next run in the process (as TrainAndEvaluate's
+// next training segment), which then stops at its first step.  One
+// preemption hook per process at a time.
 class PreemptionHook : public SessionRunHook {
  public:
   PreemptionHook();
