@@ -90,6 +90,11 @@ void AsyncIterator::DriverLoop() {
         slot->element.CopyInto(output_memory_);
         counter_->busy_ticks += StageTicks() - start;
       }
+      if (got && prepare_) {
+        const uint64_t start = StageTicks();
+        prepare_(slot->element);
+        counter_->busy_ticks += StageTicks() - start;
+      }
     } catch (...) {
       slot->error = std::current_exception();
     }
@@ -212,6 +217,15 @@ void AsyncIterator::Save(StateWriter* w) {
   driver_cv_.notify_all();
 }
 
+// Before the driver starts (as Restore and DeliverIn).
+bool AsyncIterator::PrepareWith(std::function<void(const Element&)> fn) {
+  if (started_) throw Error("PrepareWith: the stage is already running");
+  if (config_.fn) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  prepare_ = std::move(fn);
+  return true;
+}
+
 // Before the driver starts (as Restore), on the consumer's thread; the
 // input is asked without holding mu_, so that no lock of this stage is
 // held while the stages below take theirs.
@@ -252,6 +266,7 @@ void AsyncIterator::Restore(StateReader* r) {
     }
     if (!slot->end && !slot->error) {
       if (output_memory_) slot->element.CopyInto(output_memory_);
+      if (prepare_) prepare_(slot->element);
       slot->bytes = slot->element.byte_size();
     }
     bytes_ += slot->bytes;

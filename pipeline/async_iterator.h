@@ -65,6 +65,11 @@ class AsyncIterator final : public IteratorBase {
   // parse task, while the values are in cache), else copies on the driver
   // thread.
   bool DeliverIn(std::shared_ptr<Allocator> memory) override;
+  // A prefetch calls `fn` on its driver thread on each element as it is
+  // pulled, before buffering it (and on the elements Restore() puts back,
+  // there); a map does not (its results are made on many threads, out of
+  // order).
+  bool PrepareWith(std::function<void(const Element&)> fn) override;
 
  private:
   struct Slot {
@@ -102,6 +107,7 @@ class AsyncIterator final : public IteratorBase {
   // Set before the driver starts (DeliverIn); read-only after.
   std::shared_ptr<Allocator> output_memory_;
   bool input_delivers_ = false;  // input_ copies into output_memory_
+  std::function<void(const Element&)> prepare_;  // PrepareWith's
 
   std::mutex mu_;
   std::condition_variable consumer_cv_;

@@ -82,6 +82,9 @@ class CountedIterator final : public IteratorBase {
   bool DeliverIn(std::shared_ptr<Allocator> memory) override {
     return inner_->DeliverIn(std::move(memory));
   }
+  bool PrepareWith(std::function<void(const Element&)> fn) override {
+    return inner_->PrepareWith(std::move(fn));
+  }
   bool Draining() const override { return inner_->Draining(); }
   void FillAhead(size_t n) override {
     BusyScope scope(counter_);
@@ -396,7 +399,8 @@ Iterator Dataset::MakeIterator(IteratorOptions options) const {
 Iterator::Iterator(DatasetPtr dataset, IteratorOptions options)
     : dataset_(std::move(dataset)),
       ctx_(std::make_unique<IteratorContext>(options)),
-      output_memory_(std::move(options.output_memory)) {
+      output_memory_(std::move(options.output_memory)),
+      prepare_(std::move(options.prepare)) {
   if (output_memory_ && output_memory_->kind() == MemoryKind::kDevice) {
     throw Error(fmt::format(
         "IteratorOptions.output_memory must be host memory: the pipeline "
@@ -409,6 +413,7 @@ Iterator::Iterator(DatasetPtr dataset, IteratorOptions options)
 
 void Iterator::AskRootToDeliver() {
   root_delivers_ = output_memory_ && root_->DeliverIn(output_memory_);
+  root_prepares_ = prepare_ && root_->PrepareWith(prepare_);
 }
 
 Iterator::~Iterator() {
@@ -427,6 +432,8 @@ Iterator& Iterator::operator=(Iterator&& o) noexcept {
     started_ = o.started_;
     output_memory_ = std::move(o.output_memory_);
     root_delivers_ = o.root_delivers_;
+    prepare_ = std::move(o.prepare_);
+    root_prepares_ = o.root_prepares_;
   }
   return *this;
 }
@@ -435,6 +442,7 @@ bool Iterator::Next(Element* out) {
   started_ = true;
   if (!root_->GetNext(out)) return false;
   if (output_memory_ && !root_delivers_) out->CopyInto(output_memory_);
+  if (prepare_ && !root_prepares_) prepare_(*out);
   return true;
 }
 

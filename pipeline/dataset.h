@@ -302,6 +302,9 @@ class Iterator {
   // IteratorOptions::output_memory, and whether root_ copies into it.
   std::shared_ptr<Allocator> output_memory_;
   bool root_delivers_ = false;
+  std::function<void(const Element&)> prepare_;  // IteratorOptions::prepare
+  bool root_prepares_ = false;
+  // Asks a new root to deliver in output_memory_ and to call prepare_.
   void AskRootToDeliver();
 };
 

@@ -88,6 +88,18 @@ struct IteratorOptions {
   // Null: elements stay where the stages made them.  Device memory is
   // refused (Error) when the Iterator is made.
   std::shared_ptr<Allocator> output_memory = nullptr;
+  // Called once on every element the Iterator delivers, in delivery order,
+  // before Next() returns it (after the copy into output_memory): on the
+  // last stage's own thread where it has one that makes elements in order
+  // (Prefetch's driver, as soon as each element is made, so that work
+  // started there overlaps the consumer's), otherwise in Iterator::Next.
+  // Elements made ahead and never delivered (buffered when the Iterator is
+  // destroyed) may have been passed too.  An exception it throws is thrown
+  // by the Next() of that element.  It must be safe to call on another
+  // thread than the consumer's, while the consumer runs.  The GPU backend's
+  // use: start each batch's copy to the device there (TF's
+  // prefetch_to_device; train::Backend::InputStager).  Null: nothing.
+  std::function<void(const Element&)> prepare = nullptr;
 };
 
 // Shared by all stages of one Iterator: the task arena, statistics,
@@ -173,6 +185,15 @@ class IteratorBase {
   // not, and the caller copies.  Called once, before the first GetNext.
   virtual bool DeliverIn(std::shared_ptr<Allocator> memory) {
     (void)memory;
+    return false;
+  }
+  // Asks the iterator to call `fn` (IteratorOptions::prepare) on every
+  // element it will deliver, including those a later Restore() puts back,
+  // in delivery order, on a thread of its own as soon as each is made.
+  // false (the default): it does not, and the caller calls it.  Called
+  // once, before the first GetNext.
+  virtual bool PrepareWith(std::function<void(const Element&)> fn) {
+    (void)fn;
     return false;
   }
   // Whether the iterator has read all of its input and only hands out

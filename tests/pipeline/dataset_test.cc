@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <map>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +110,97 @@ TEST(DatasetTest, OutputMemoryHoldsEveryElementDelivered) {
   }
   auto device = std::make_shared<testing::RecordingMemory>(MemoryKind::kDevice);
   EXPECT_THROW(base.MakeIterator({.output_memory = device}), Error);
+}
+
+// IteratorOptions::prepare: called once on every element delivered, in
+// delivery order and before Next() returns it; on Prefetch's driver thread
+// where the last stage is a prefetch (also for the elements a restore puts
+// back in its buffer: there, on the thread that restores), in Next
+// otherwise (a parallel map makes its results
+// out of order); what it throws, the Next() of that element throws.
+TEST(DatasetTest, PrepareSeesEveryElementDeliveredInOrderBeforeNext) {
+  MapOptions parallel;
+  parallel.num_parallel_calls = 3;
+  const Dataset base = Dataset::Range(0, 30);
+  struct Case {
+    std::string what;
+    Dataset ds;
+    bool off_the_consumer;
+  };
+  const Case cases[] = {
+      {"range", base, false},
+      {"prefetch", base.Prefetch(3), true},
+      {"parallel map", base.Map([](Element e) { return e; }, parallel), false},
+  };
+  const std::thread::id consumer = std::this_thread::get_id();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    std::mutex mu;
+    std::vector<int64_t> seen;
+    std::set<std::thread::id> threads;
+    const auto record = [&](const Element& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.push_back(e["value"].scalar<int64_t>());
+      threads.insert(std::this_thread::get_id());
+    };
+    std::string state;
+    {
+      Iterator it = c.ds.MakeIterator({.threads = 3, .prepare = record});
+      Element e;
+      for (int64_t i = 0; i < 10; ++i) {
+        ASSERT_TRUE(it.Next(&e));
+        ASSERT_EQ(e["value"].scalar<int64_t>(), i);
+        std::lock_guard<std::mutex> lock(mu);
+        ASSERT_GT(seen.size(), static_cast<size_t>(i));
+        EXPECT_EQ(seen[i], i);
+      }
+      state = it.Save();
+    }  // its driver joined: nothing more is prepared by it
+    // Restored: the prefetch's buffered elements come from the state and
+    // are prepared again (by the new iterator), then the rest.
+    std::vector<int64_t> seen_before;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      seen_before.swap(seen);
+      EXPECT_EQ(threads.count(consumer) == 0, c.off_the_consumer);
+    }
+    Iterator restored = c.ds.MakeIterator({.threads = 3, .prepare = record});
+    restored.Restore(state);
+    Element e;
+    for (int64_t i = 10; i < 30; ++i) {
+      ASSERT_TRUE(restored.Next(&e));
+      ASSERT_EQ(e["value"].scalar<int64_t>(), i);
+      std::lock_guard<std::mutex> lock(mu);
+      ASSERT_GT(seen.size(), static_cast<size_t>(i - 10));
+      EXPECT_EQ(seen[i - 10], i);
+    }
+    EXPECT_FALSE(restored.Next(&e));
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(seen.size(), 20u);
+    // Made ahead and never delivered: at most the prefetch's buffer and
+    // the one in its driver's hands.
+    EXPECT_GE(seen_before.size(), 10u);
+    EXPECT_LE(seen_before.size(), c.off_the_consumer ? 14u : 10u);
+  }
+  // An error of prepare's reaches that element's Next, in its place.
+  for (bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch ? "prefetch" : "range");
+    const Dataset ds = prefetch ? base.Prefetch(2) : base;
+    Iterator it = ds.MakeIterator({.prepare = [](const Element& e) {
+      if (e["value"].scalar<int64_t>() == 4) throw Error("cannot stage 4");
+    }});
+    Element e;
+    for (int64_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(it.Next(&e));
+      EXPECT_EQ(e["value"].scalar<int64_t>(), i);
+    }
+    try {
+      it.Next(&e);
+      FAIL() << "no error";
+    } catch (const Error& err) {
+      EXPECT_STREQ(err.what(), "cannot stage 4");
+    }
+  }
 }
 
 TEST(DatasetTest, DestroyingAnIteratorStopsItsWork) {
