@@ -53,15 +53,21 @@
 //     threads instead of one per core (cores - 1: a core left to the
 //     training thread; 2); /pageable: the batches in ordinary memory,
 //     which Prefetch packs into pinned memory on the training thread;
-//     /graphs: each step launched as one CUDA graph.
-//   CudaPaired/<model>/<nccl|graphs|pipeline|pipeline2>: one of the
-//     variants above (pipeline2: the pipeline on 2 threads)
+//     /graphs: each step launched as one CUDA graph; /staged: each batch's
+//     copy started on the pipeline's prefetch thread as it is made
+//     (Backend::InputStager, the Estimator's default), leaving Prefetch an
+//     event wait (counters taken_staged, not_staged: batches Prefetch took
+//     staged, and copied itself).
+//   CudaPaired/<model>/<nccl|graphs|pipeline|pipeline2|staged>: one of the
+//     variants above (pipeline2: the pipeline on 2 threads; pipeline copies
+//     in Prefetch on the training thread, staged on the pipeline's thread)
 //     against CudaStep in alternating blocks of 50 steps (two backends on
 //     one GPU); counter variant_over_plain, the median of the blocks'
 //     time ratios, which a shared machine's drift between runs does not
 //     move (plain_step_ms and variant_step_ms beside it).
-//     graphs_pipeline and graphs_rotate: both sides with step graphs, the
-//     variant fed by the pipeline, or from three batches on the device in
+//     graphs_pipeline, graphs_staged and graphs_rotate: both sides with
+//     step graphs, the variant fed by the pipeline (copied in Prefetch, or
+//     staged), or from three batches on the device in
 //     turn (what changes from step to step when the input comes through
 //     Prefetch's three slots, without the pipeline or the copies).
 //
@@ -830,6 +836,18 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
       state, name, [&] { return f; }, &world);
 }
 
+// Batches the backend's InputStager staged, and of those Prefetch took
+// staged, as shares of the batches Prefetch was given: what shows that
+// the copies ran on the pipeline's thread.
+void StagedCounters(benchmark::State& state, const Backend& be) {
+  const Backend::InputStats s = be.input_stats();
+  const double seen = static_cast<double>(s.taken + s.unstaged);
+  state.counters["staged"] = static_cast<double>(s.staged);
+  state.counters["taken_staged"] = static_cast<double>(s.taken);
+  state.counters["not_staged"] = static_cast<double>(s.unstaged);
+  if (seen > 0) state.counters["staged_share"] = s.taken / seen;
+}
+
 // A variant of the step against the plain step (call by call, batch on
 // the device), in alternating blocks of kStepsPerIteration steps on two
 // backends of the same GPU: `nccl` (gradients through a one-rank NCCL
@@ -864,11 +882,13 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   };
   std::string path;
   std::optional<pipeline::Iterator> it;
-  if (input == "pipeline" || input == "pipeline2") {
+  const bool staged = input == "staged";
+  if (input == "pipeline" || input == "pipeline2" || staged) {
     path = WriteBenchRecords();
-    it.emplace(
-        BenchInput(path).MakeIterator({.threads = input == "pipeline2" ? 2 : 0,
-                                       .output_memory = other->InputMemory()}));
+    it.emplace(BenchInput(path).MakeIterator(
+        {.threads = input == "pipeline2" ? 2 : 0,
+         .output_memory = other->InputMemory(),
+         .prepare = staged ? other->InputStager() : nullptr}));
     variant_batch = [&] {
       pipeline::Element e;
       it->Next(&e);
@@ -903,6 +923,7 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     state.counters["plain_step_ms"] = plain_seconds / steps * 1e3;
     state.counters["variant_step_ms"] = variant_seconds / steps * 1e3;
   }
+  if (staged) StagedCounters(state, *other);
   it.reset();
   if (!path.empty()) std::filesystem::remove(path);
   state.SetItemsProcessed(state.iterations() * 2 * kStepsPerIteration * kBatch);
@@ -913,13 +934,16 @@ void CudaPaired(benchmark::State& state, const std::string& name,
 // `input_threads`: the pipeline's threads (0: one per core, as the
 // Estimator's default).
 void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
-                  int input_threads, bool pinned_input, bool graphs) {
+                  int input_threads, bool pinned_input, bool graphs,
+                  bool staged) {
   Backend& be = *CudaBackend();
   const std::string path = WriteBenchRecords();
+  const Backend::InputStats before = be.input_stats();
   pipeline::Iterator it = BenchInput(path).MakeIterator(
       {.threads = input_threads,
        .optimize = fused,
-       .output_memory = pinned_input ? be.InputMemory() : nullptr});
+       .output_memory = pinned_input ? be.InputMemory() : nullptr,
+       .prepare = staged ? be.InputStager() : nullptr});
   state.counters["input_threads"] = it.context().threads();
   // The input alone on the training thread (next batch + its copy), per
   // batch, in the same run: what the steps below pay for their input.
@@ -973,6 +997,13 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
     state.counters["next_in_step_us"] = next_seconds / batches * 1e6;
     state.counters["prefetch_in_step_us"] = prefetch_seconds / batches * 1e6;
   }
+  if (staged) {
+    const Backend::InputStats after = be.input_stats();
+    state.counters["taken_staged"] =
+        static_cast<double>(after.taken - before.taken);
+    state.counters["not_staged"] =
+        static_cast<double>(after.unstaged - before.unstaged);
+  }
   std::filesystem::remove(path);
 }
 
@@ -987,13 +1018,20 @@ void RegisterCuda() {
     add("CudaStep/" + m, CudaStep, m, false, false);
     add("CudaStepGraph/" + m, CudaStep, m, false, true);
     add("CudaStepNccl/" + m, CudaStep, m, true, false);
-    add("CudaPipeline/" + m, CudaPipeline, m, true, 0, true, false);
+    add("CudaPipeline/" + m, CudaPipeline, m, true, 0, true, false, false);
+    add("CudaPipeline/" + m + "/staged", CudaPipeline, m, true, 0, true, false,
+        true);
     add("CudaPipeline/" + m + "/pageable", CudaPipeline, m, true, 0, false,
+        false, false);
+    add("CudaPipeline/" + m + "/graphs", CudaPipeline, m, true, 0, true, true,
         false);
-    add("CudaPipeline/" + m + "/graphs", CudaPipeline, m, true, 0, true, true);
-    add("CudaPipelineUnfused/" + m, CudaPipeline, m, false, 0, true, false);
-    for (const char* variant : {"nccl", "graphs", "pipeline", "pipeline2",
-                                "graphs_pipeline", "graphs_rotate"}) {
+    add("CudaPipeline/" + m + "/graphs_staged", CudaPipeline, m, true, 0, true,
+        true, true);
+    add("CudaPipelineUnfused/" + m, CudaPipeline, m, false, 0, true, false,
+        false);
+    for (const char* variant :
+         {"nccl", "graphs", "pipeline", "pipeline2", "staged",
+          "graphs_pipeline", "graphs_staged", "graphs_rotate"}) {
       add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
           std::string(variant));
     }
@@ -1005,7 +1043,7 @@ void RegisterCuda() {
     for (int threads : {cores - 1, 2}) {
       if (threads < 1 || threads >= cores) continue;
       add(fmt::format("CudaPipeline/{}/input_threads:{}", m, threads),
-          CudaPipeline, m, true, threads, true, false);
+          CudaPipeline, m, true, threads, true, false, false);
     }
   }
 }

@@ -29,6 +29,8 @@
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
 #   BENCH_SETS='dnn|cnn': train_bench's model sets (default also linear).
 #   PIPELINE_RUNS=2: rounds of the pipeline's scaling runs (default 3).
+#   BENCH_VARIANTS='staged|graphs': train_bench's plain benchmarks and
+#     those variants only; CUDA_API_BENCH=0: no cuda_api_bench.
 set -uo pipefail
 out=${OUT:-gpu-out}
 logs=${GPU_LOGS:-gpu-logs}
@@ -99,15 +101,23 @@ main() {
         # CNN benchmarks, then linear.
         limited python3 bench/pytorch_baseline.py 2000 >"$logs/pytorch.jsonl" 2>&1
         cat "$logs/pytorch.jsonl"
-        # What the input path's CUDA calls cost the launching thread.
-        limited build-gpu/bench/cuda_api_bench --benchmark_repetitions=3 \
-          --benchmark_report_aggregates_only=true >"$logs/cuda_api.txt" 2>&1
-        grep -E "median" "$logs/cuda_api.txt"
+        # What the input path's CUDA calls cost the launching thread
+        # (CUDA_API_BENCH=0: not this time).
+        if [[ ${CUDA_API_BENCH:-1} != 0 ]]; then
+          limited build-gpu/bench/cuda_api_bench --benchmark_repetitions=3 \
+            --benchmark_report_aggregates_only=true >"$logs/cuda_api.txt" 2>&1
+          grep -E "median" "$logs/cuda_api.txt"
+        fi
         for tf32 in ${TF32_MODES:-1}; do
           for models in ${BENCH_SETS:-"dnn|cnn" linear}; do
             log="$logs/train_bench_tf32_${tf32}_${models/|/_}.txt"
+            # BENCH_VARIANTS='staged|pipeline': of each model's benchmarks
+            # only the plain ones and those variants (default: all).
+            filter="^Cuda[A-Za-z]*/($models)(/|$)"
+            [[ -n ${BENCH_VARIANTS:-} ]] &&
+              filter="^Cuda[A-Za-z]*/($models)(/(${BENCH_VARIANTS}))?$"
             RECFLOW_CUDA_TF32=$tf32 PART_LIMIT=240 limited build-gpu/bench/train_bench --device cuda \
-              --benchmark_filter="^Cuda[A-Za-z]*/($models)(/|$)" \
+              --benchmark_filter="$filter" \
               --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
               >"$log" 2>&1
             echo "train_bench TF32=$tf32 ($models):"; grep -E "median" "$log"

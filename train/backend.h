@@ -104,6 +104,29 @@ class Backend {
   // not the thread that launches the step).  Null (the default): any host
   // memory serves.
   virtual std::shared_ptr<pipeline::Allocator> InputMemory() { return nullptr; }
+  // A function for the pipeline's IteratorOptions::prepare: called with
+  // each batch on the thread that made it (the Iterator's last Prefetch's
+  // driver; TF's prefetch_to_device), it starts the batch's copy to the
+  // device there, so that Prefetch() of that batch on the training thread
+  // finds it staged and only orders the step after the copy (one event
+  // wait) instead of issuing the copies itself.  Each call of InputStager
+  // makes a function for one Iterator: batches staged by an Iterator made
+  // before it and never delivered are let go once it stages.  Thread-safe
+  // against every other call of the backend; the backend must outlive the
+  // Iterators made with it.  A batch it cannot stage (its staging buffers
+  // all taken or still held) is copied by Prefetch as without it.  Null
+  // (the default): host backends, nothing to stage.
+  virtual std::function<void(const pipeline::Element&)> InputStager() {
+    return nullptr;
+  }
+  // Batches staged by InputStager functions, taken staged by Prefetch, and
+  // not staged (no free staging buffer): 0 on host backends.
+  struct InputStats {
+    uint64_t staged = 0;
+    uint64_t taken = 0;
+    uint64_t unstaged = 0;
+  };
+  virtual InputStats input_stats() const { return {}; }
   // Waits for every call made so far; throws a pending device error.
   virtual void Synchronize() {}
 

@@ -19,12 +19,16 @@
 #include <nccl.h>
 #endif
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -181,6 +185,15 @@ class CudaBackend final : public Backend {
       Check(cudaEventCreateWithFlags(&s.consumed, cudaEventDisableTiming),
             index, "cudaEventCreate");
     }
+    stage_alloc_ = std::make_shared<CachingAllocator>(
+        pipeline::MemoryKind::kDevice, index);
+    for (Slot& s : stage_slots_) {
+      Check(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), index,
+            "cudaEventCreate");
+      Check(cudaEventCreateWithFlags(&s.consumed, cudaEventDisableTiming),
+            index, "cudaEventCreate");
+      stage_free_.push_back(&s);
+    }
   }
 
   ~CudaBackend() override {
@@ -207,6 +220,10 @@ class CudaBackend final : public Backend {
 #endif
     for (auto& [key, plan] : plans_) Destroy(plan);
     for (Slot& s : slots_) {
+      cudaEventDestroy(s.copied);
+      cudaEventDestroy(s.consumed);
+    }
+    for (Slot& s : stage_slots_) {
       cudaEventDestroy(s.copied);
       cudaEventDestroy(s.consumed);
     }
@@ -286,6 +303,10 @@ class CudaBackend final : public Backend {
 
   void Prefetch(const pipeline::Element& element) override {
     StopCapture();  // its events and waits join the copy stream's work
+    // The staged batch of the step before is free once the work queued so
+    // far has run.
+    ReleaseStaged();
+    if (TakeStaged(element)) return;
     // Everything the steps before this one read from their slots is
     // queued by now: the slot handed out last is free once that has run.
     if (next_slot_ > 0) {
@@ -298,29 +319,9 @@ class CudaBackend final : public Backend {
     // pinned buffer is refilled and the host tensors it copied from go.
     Check(cudaEventSynchronize(slot.copied), index_, "waiting for a copy");
     slot.entries.clear();
-    // Tensors in pinned memory (the pipeline delivers in InputMemory()) are
-    // copied from where they are; the others are packed into the slot's
-    // pinned buffer first, and copied in one piece.
-    struct Part {
-      Tensor host;
-      bool pinned;
-    };
+    size_t packed = 0;
     std::vector<Part> parts;
-    size_t total = 0, packed = 0;
-    for (const auto& c : element.components) {
-      if (c.tensor.device() != Device::kCpu) continue;
-      Tensor h;
-      try {
-        h = HostNumeric(c.tensor);
-      } catch (const Error&) {  // HostNumeric's: a ragged tensor
-        continue;  // not copyable as one array: ToDevice will say why
-      }
-      if (h.byte_size() == 0) continue;
-      const bool pinned = IsPinned(h.raw_data());
-      total += Align(h.byte_size());
-      if (!pinned) packed += Align(h.byte_size());
-      parts.push_back({std::move(h), pinned});
-    }
+    const size_t total = CollectParts(element, &parts, &packed);
     if (total == 0) return;
     // A tensor handed out from this slot that someone still holds keeps
     // the old device buffer; the slot takes a new one.
@@ -340,45 +341,28 @@ class CudaBackend final : public Backend {
       Check(cudaStreamWaitEvent(copy_, reused_, 0), index_,
             "ordering the input copy after the work before it");
     }
-    if (slot.pinned_capacity < packed) {
-      slot.pinned = Tensor();
-      const auto bytes = static_cast<int64_t>(Align(packed * 5 / 4));
-      slot.pinned =
-          Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
-      slot.pinned_capacity = static_cast<size_t>(bytes);
-    }
     slot.lease = std::make_shared<Tensor>(slot.device);
-    char* device = const_cast<char*>(slot.device.raw_data());
-    // The packed parts first, [0, packed) of the device buffer.
-    size_t at = 0;
-    for (Part& p : parts) {
-      if (p.pinned) continue;
-      const size_t bytes = p.host.byte_size();
-      std::memcpy(const_cast<char*>(slot.pinned.raw_data()) + at,
-                  p.host.raw_data(), bytes);
-      slot.entries.push_back({std::move(p.host), at});
-      at += Align(bytes);
-    }
     // The device buffer may still be read by the step that used this slot
     // last; the copies wait for that, not for anything later.
     Check(cudaStreamWaitEvent(copy_, slot.consumed, 0), index_,
           "ordering the input copy");
-    if (packed > 0) {
-      Check(cudaMemcpyAsync(device, slot.pinned.raw_data(), packed,
-                            cudaMemcpyHostToDevice, copy_),
-            index_, "copying input to the GPU");
-    }
-    for (Part& p : parts) {
-      if (!p.pinned) continue;
-      const size_t bytes = p.host.byte_size();
-      Check(cudaMemcpyAsync(device + at, p.host.raw_data(), bytes,
-                            cudaMemcpyHostToDevice, copy_),
-            index_, "copying input to the GPU");
-      slot.entries.push_back({std::move(p.host), at});
-      at += Align(bytes);
-    }
-    Check(cudaEventRecord(slot.copied, copy_), index_, "cudaEventRecord");
+    CopyParts(slot, parts, packed);
     slot.compute_waited = false;
+  }
+
+  // --- Input staged on the pipeline's thread (InputStager) ------------------
+
+  std::function<void(const pipeline::Element&)> InputStager() override {
+    const uint64_t generation =
+        stage_generations_.fetch_add(1, std::memory_order_relaxed) + 1;
+    return [this, generation](const pipeline::Element& element) {
+      StageInput(element, generation);
+    };
+  }
+
+  InputStats input_stats() const override {
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    return input_stats_;
   }
 
   void Synchronize() override {
@@ -767,14 +751,17 @@ class CudaBackend final : public Backend {
 
   std::string MemoryReport() const override {
     const cuda::AllocatorStats s = device_alloc_->stats();
+    const cuda::AllocatorStats staging = stage_alloc_->stats();
     return fmt::format(
         "{} allocations, {} cudaMalloc, {:.1f} MiB in use, {:.1f} MiB cached, "
-        "peak {:.1f} MiB",
+        "peak {:.1f} MiB; input staging {:.1f} MiB in {} cudaMalloc",
         s.allocations, s.cuda_mallocs, s.in_use_bytes / 1048576.0,
-        s.cached_bytes / 1048576.0, s.peak_in_use_bytes / 1048576.0);
+        s.cached_bytes / 1048576.0, s.peak_in_use_bytes / 1048576.0,
+        staging.in_use_bytes / 1048576.0, staging.cuda_mallocs);
   }
   uint64_t DeviceMallocs() const override {
-    return device_alloc_->stats().cuda_mallocs;
+    return device_alloc_->stats().cuda_mallocs +
+           stage_alloc_->stats().cuda_mallocs;
   }
 
  private:
@@ -794,6 +781,9 @@ class CudaBackend final : public Backend {
     // a step reading several of the slot's tensors waits once.
     bool compute_waited = true;
     std::vector<Entry> entries;
+    // Staging slots (InputStager): the batch's KeyOf and its stager's.
+    const void* key = nullptr;
+    uint64_t generation = 0;
   };
   // Orders the compute stream after the slot's last input copy, once.
   void WaitForCopy(Slot& slot) {
@@ -805,6 +795,194 @@ class CudaBackend final : public Backend {
   // Recorded on the compute stream when a slot takes a new device buffer,
   // for the copy stream to wait for (Prefetch).
   cudaEvent_t reused_ = nullptr;
+
+  // An element's tensors to copy: HostNumeric's form of each host
+  // component that is one array, and whether it is in pinned memory.
+  struct Part {
+    Tensor host;
+    bool pinned;
+  };
+  // The parts of `element`, and the aligned bytes of all of them (the
+  // return value) and of those to pack into pinned memory first (`packed`).
+  size_t CollectParts(const pipeline::Element& element,
+                      std::vector<Part>* parts, size_t* packed) const {
+    size_t total = 0;
+    for (const auto& c : element.components) {
+      if (c.tensor.device() != Device::kCpu) continue;
+      Tensor h;
+      try {
+        h = HostNumeric(c.tensor);
+      } catch (const Error&) {  // HostNumeric's: a ragged tensor
+        continue;  // not copyable as one array: ToDevice will say why
+      }
+      if (h.byte_size() == 0) continue;
+      const bool pinned = IsPinned(h.raw_data());
+      total += Align(h.byte_size());
+      if (!pinned) *packed += Align(h.byte_size());
+      parts->push_back({std::move(h), pinned});
+    }
+    return total;
+  }
+  // What tells a staged batch: the address of its first part (the slot's
+  // entries keep that storage, so no other live tensor has it).
+  static const void* KeyOf(const pipeline::Element& element) {
+    for (const auto& c : element.components) {
+      if (c.tensor.device() != Device::kCpu) continue;
+      try {
+        const Tensor h = HostNumeric(c.tensor);
+        if (h.byte_size() > 0) return h.raw_data();
+      } catch (const Error&) {  // as CollectParts
+        continue;
+      }
+    }
+    return nullptr;
+  }
+  // Copies `parts` into the slot's device buffer on the copy stream (its
+  // capacity and lease set, and the copy stream ordered after the step that
+  // read it last): the pageable ones packed into the slot's pinned buffer
+  // first and copied in one piece, [0, packed) of the device buffer, the
+  // pinned ones from where they are; then records `copied`.
+  void CopyParts(Slot& slot, std::vector<Part>& parts, size_t packed) {
+    if (slot.pinned_capacity < packed) {
+      slot.pinned = Tensor();
+      const auto bytes = static_cast<int64_t>(Align(packed * 5 / 4));
+      slot.pinned =
+          Tensor::Allocate(DType::kUInt8, Shape{bytes}, pinned_alloc_);
+      slot.pinned_capacity = static_cast<size_t>(bytes);
+    }
+    char* device = const_cast<char*>(slot.device.raw_data());
+    size_t at = 0;
+    for (Part& p : parts) {
+      if (p.pinned) continue;
+      const size_t bytes = p.host.byte_size();
+      std::memcpy(const_cast<char*>(slot.pinned.raw_data()) + at,
+                  p.host.raw_data(), bytes);
+      slot.entries.push_back({std::move(p.host), at});
+      at += Align(bytes);
+    }
+    if (packed > 0) {
+      Check(cudaMemcpyAsync(device, slot.pinned.raw_data(), packed,
+                            cudaMemcpyHostToDevice, copy_),
+            index_, "copying input to the GPU");
+    }
+    for (Part& p : parts) {
+      if (!p.pinned) continue;
+      const size_t bytes = p.host.byte_size();
+      Check(cudaMemcpyAsync(device + at, p.host.raw_data(), bytes,
+                            cudaMemcpyHostToDevice, copy_),
+            index_, "copying input to the GPU");
+      slot.entries.push_back({std::move(p.host), at});
+      at += Align(bytes);
+    }
+    Check(cudaEventRecord(slot.copied, copy_), index_, "cudaEventRecord");
+  }
+
+  // InputStager's function, on the pipeline's thread.  A staging slot goes
+  // free -> (this thread) staged, ready -> (Prefetch) current -> (the next
+  // Prefetch, its `consumed` recorded) free; the lists are under
+  // stage_mu_, and a slot out of them belongs to the thread that took it.
+  // Staging buffers come from an allocator of their own whose blocks only
+  // staging slots use, each reused or freed only after the copy stream
+  // waited for its slot's `consumed`: so, unlike Prefetch's slots, this
+  // thread never needs the compute stream (which may be capturing a step).
+  void StageInput(const pipeline::Element& element, uint64_t generation) {
+    std::vector<Part> parts;
+    size_t packed = 0;
+    Check(cudaSetDevice(index_), index_, "choosing the GPU to stage input on");
+    const size_t total = CollectParts(element, &parts, &packed);
+    if (total == 0) return;
+    const void* key = parts.front().host.raw_data();  // KeyOf(element)
+    Slot* slot = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      if (generation > newest_generation_) {
+        // A newer iterator stages: what older ones staged and nobody
+        // took was read ahead by an iterator that is gone.
+        newest_generation_ = generation;
+        for (auto it = stage_ready_.begin(); it != stage_ready_.end();) {
+          if ((*it)->generation < generation) {
+            stage_free_.push_back(*it);
+            it = stage_ready_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+      }
+      // A free slot whose device buffer no tensor handed out still views,
+      // the one freed last first: steady state then cycles through as few
+      // buffers as it needs (two where the batches are staged in Next).
+      for (auto it = stage_free_.rbegin(); it != stage_free_.rend(); ++it) {
+        if ((*it)->lease.use_count() <= 1) {
+          slot = *it;
+          stage_free_.erase(std::next(it).base());
+          break;
+        }
+      }
+      if (slot == nullptr) {
+        ++input_stats_.unstaged;
+        return;
+      }
+    }
+    try {
+      // Its last copy has run (the host tensors it copied from may go),
+      // and the copy stream waits for the last step that read it.
+      Check(cudaEventSynchronize(slot->copied), index_, "waiting for a copy");
+      slot->entries.clear();
+      Check(cudaStreamWaitEvent(copy_, slot->consumed, 0), index_,
+            "ordering the input copy");
+      if (slot->capacity < total) {
+        slot->lease.reset();
+        slot->device = Tensor();  // its block: after the wait above
+        const auto bytes = static_cast<int64_t>(Align(total * 5 / 4));
+        slot->device =
+            Tensor::Allocate(DType::kUInt8, Shape{bytes}, stage_alloc_);
+        slot->capacity = static_cast<size_t>(bytes);
+      }
+      slot->lease = std::make_shared<Tensor>(slot->device);
+      CopyParts(*slot, parts, packed);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      slot->entries.clear();
+      stage_free_.push_back(slot);
+      throw;
+    }
+    slot->key = key;
+    slot->generation = generation;
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    stage_ready_.push_back(slot);
+    ++input_stats_.staged;
+  }
+  // Prefetch's: takes the staged slot of `element`, if one, ordering the
+  // compute stream after its copy; slots staged before it and not taken
+  // (made ahead by an iterator that is gone) are let go.
+  bool TakeStaged(const pipeline::Element& element) {
+    const void* key = KeyOf(element);
+    if (key == nullptr) return false;
+    {
+      std::lock_guard<std::mutex> lock(stage_mu_);
+      auto it = std::find_if(stage_ready_.begin(), stage_ready_.end(),
+                             [key](const Slot* s) { return s->key == key; });
+      if (it == stage_ready_.end()) return false;
+      stage_current_ = *it;
+      stage_free_.insert(stage_free_.end(), stage_ready_.begin(), it);
+      stage_ready_.erase(stage_ready_.begin(), it + 1);
+      ++input_stats_.taken;
+    }
+    Check(cudaStreamWaitEvent(compute_, stage_current_->copied, 0), index_,
+          "waiting for the input copy");
+    stage_current_->compute_waited = true;
+    return true;
+  }
+  // Prefetch's: the staged slot of the step before goes back to the free
+  // list once its `consumed` is recorded after all the work queued so far.
+  void ReleaseStaged() {
+    if (stage_current_ == nullptr) return;
+    Check(cudaEventRecord(stage_current_->consumed, compute_), index_,
+          "cudaEventRecord");
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    stage_free_.push_back(stage_current_);
+    stage_current_ = nullptr;
+  }
 
 #if RECFLOW_NCCL_BUILT
   // The communicator of `world`'s ranks, made at the first call: rank 0
@@ -1007,6 +1185,17 @@ class CudaBackend final : public Backend {
   // view holds the slot's lease, so a slot whose tensors are still held gets a
   // new buffer instead of being overwritten.
   std::optional<Tensor> FromSlots(const Tensor& t) {
+    if (stage_current_ != nullptr) {
+      for (const Slot::Entry& e : stage_current_->entries) {
+        if (e.host.raw_data() == t.raw_data() && e.host.dtype() == t.dtype() &&
+            e.host.shape() == t.shape()) {
+          // Waited for when Prefetch took it.
+          return Tensor::View(e.host.dtype(), e.host.shape(),
+                              stage_current_->device.raw_data() + e.offset,
+                              stage_current_->lease, Device::kCuda);
+        }
+      }
+    }
     for (Slot& slot : slots_) {
       for (const Slot::Entry& e : slot.entries) {
         if (e.host.raw_data() != t.raw_data() || e.host.dtype() != t.dtype() ||
@@ -1178,6 +1367,19 @@ class CudaBackend final : public Backend {
   cuda::DeviceError* err_dev_ = nullptr;
   std::array<Slot, 3> slots_;
   uint64_t next_slot_ = 0;
+  // Staging (InputStager): two batches in a Prefetch(2)'s buffer, one in
+  // its driver's hands, the step's and the step before's (its `consumed`
+  // recorded when the next is taken), and one to spare.
+  static constexpr size_t kStageSlots = 6;
+  std::array<Slot, kStageSlots> stage_slots_;
+  std::shared_ptr<CachingAllocator> stage_alloc_;  // their device buffers
+  std::atomic<uint64_t> stage_generations_{0};     // stagers made
+  mutable std::mutex stage_mu_;
+  std::deque<Slot*> stage_free_;    // guarded by stage_mu_
+  std::deque<Slot*> stage_ready_;   // guarded: staged, in order, not taken
+  uint64_t newest_generation_ = 0;  // guarded
+  InputStats input_stats_;          // guarded
+  Slot* stage_current_ = nullptr;   // the training thread's: Prefetch took
   std::map<std::array<int64_t, 12>, ConvPlan> plans_;
   bool log_calls_ = false;
   std::vector<LoggedCall> call_log_;

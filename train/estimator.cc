@@ -216,6 +216,9 @@ pipeline::IteratorOptions Estimator::InputOptions() const {
   // Batches arrive in the memory the backend copies from (a GPU's pinned
   // memory), made there by the pipeline's threads.
   o.output_memory = backend_->InputMemory();
+  // And are copied to the device by the pipeline's thread that made them
+  // (a new stager for each iterator).
+  if (config_.stage_input) o.prepare = backend_->InputStager();
   if (o.threads == 0 && world_->local_size() > 1) {
     // Ranks on one host share its cores rather than each taking all (the
     // cores this process may run on: mpirun may have bound it to some).

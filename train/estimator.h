@@ -102,6 +102,12 @@ struct RunConfig {
   // no loss beyond the noise for the CNN (docs/PERFORMANCE.md).  The CPU
   // ignores it.
   bool cuda_graphs = true;
+  // On a GPU, each batch's copy to the device is started on the input
+  // pipeline's thread as the batch is made (Backend::InputStager; with a
+  // Prefetch last in the input_fn, as tf.data advises, that is the
+  // prefetch's driver thread), instead of on the training thread at the
+  // start of its step.  The same results.  The CPU ignores it.
+  bool stage_input = true;
 };
 
 using Features = pipeline::Element;

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <thread>
 
 #include "pipeline/dataset.h"
 #include "test_util.h"
@@ -798,6 +799,154 @@ TEST(CudaBackendTest, StepGraphsTrainAsCallByCall) {
     EXPECT_EQ(after.Train(input, {}, std::nullopt, 100), 10);
     ExpectSameCheckpoints(*calls.latest_checkpoint(),
                           *after.latest_checkpoint(), 1e-5);
+  }
+}
+
+// Backend::InputStager: batches staged on another thread (the pipeline's
+// prefetch thread) arrive as Prefetch would have copied them, and Prefetch
+// takes them staged, also while the device still computes the steps
+// before; a tensor handed out from a staging buffer keeps its values while
+// it is held (the buffer is not restaged); batches staged by an iterator
+// that is gone are let go when the next one stages; with every staging
+// buffer taken, Prefetch copies the batch itself.
+TEST(CudaBackendTest, InputStagedOnThePipelinesThreadArrivesAsPrefetched) {
+  REQUIRE_GPU();
+  EXPECT_EQ(Cpu().InputStager(), nullptr);
+  const std::unique_ptr<Backend> gpu = MakeCudaBackend(0, false);
+  const std::shared_ptr<pipeline::Allocator> pinned = gpu->InputMemory();
+  uint64_t seed = 500;
+  const auto make = [&] {
+    pipeline::Element e;
+    e.Set("x", Random({64, 5}, seed++).CopyInto(pinned));
+    e.Set("y", Random({33}, seed++));  // pageable: the stager packs it
+    return e;
+  };
+  const auto stage_on_a_thread =
+      [](const std::function<void(const pipeline::Element&)>& stager,
+         const std::vector<pipeline::Element>& batches) {
+        std::thread t([&] {
+          for (const auto& e : batches) stager(e);
+        });
+        t.join();
+      };
+  const auto expect_arrives = [&](const pipeline::Element& e) {
+    gpu->Prefetch(e);
+    EXPECT_TRUE(gpu->ToHost(gpu->ToDevice(e["x"])) == e["x"]);
+    EXPECT_TRUE(gpu->ToHost(gpu->ToDevice(e["y"])) == e["y"]);
+  };
+  const std::function<void(const pipeline::Element&)> stager =
+      gpu->InputStager();
+  ASSERT_NE(stager, nullptr);
+  const std::vector<pipeline::Element> first = {make(), make(), make()};
+  stage_on_a_thread(stager, first);
+  EXPECT_EQ(gpu->input_stats().staged, 3u);
+  gpu->Prefetch(first[0]);
+  const Tensor held = gpu->ToDevice(first[0]["x"]);
+  EXPECT_TRUE(gpu->ToHost(held) == first[0]["x"]);
+  expect_arrives(first[1]);
+  expect_arrives(first[2]);
+  EXPECT_EQ(gpu->input_stats().taken, 3u);
+  EXPECT_EQ(gpu->input_stats().unstaged, 0u);
+
+  // Every buffer taken (one held above, the rest staged and not taken):
+  // the batches after are copied by Prefetch itself, all in order.
+  std::vector<pipeline::Element> many;
+  for (int i = 0; i < 9; ++i) many.push_back(make());
+  stage_on_a_thread(stager, many);
+  // Six buffers: one held, one the last batch's (free at the next
+  // Prefetch), four to stage into.
+  const Backend::InputStats s = gpu->input_stats();
+  EXPECT_EQ(s.staged, 3u + 4u);
+  EXPECT_EQ(s.unstaged, 5u);
+  for (const auto& e : many) expect_arrives(e);
+  EXPECT_EQ(gpu->input_stats().taken, 3u + 4u);
+
+  // As the Estimator stages: an Iterator's Prefetch driver stages each
+  // batch as it is made while this thread takes them and queues work that
+  // reads them (a product with the identity: exact), synchronising only at
+  // the end, so that copies into reused buffers race the steps if they are
+  // not ordered after them.
+  constexpr int64_t kCols = 256;
+  Tensor eye = Tensor::Allocate(DType::kFloat32, Shape{kCols, kCols});
+  std::memset(eye.mutable_data<float>(), 0, eye.byte_size());
+  for (int64_t i = 0; i < kCols; ++i)
+    eye.mutable_data<float>()[i * kCols + i] = 1;
+  const Tensor d_eye = gpu->ToDevice(eye);
+  const pipeline::Dataset ds =
+      pipeline::Dataset::Range(0, 120)
+          .Map([](pipeline::Element e) {
+            const int64_t v = e["value"].scalar<int64_t>();
+            e.Set("x", Random({kCols}, 1000 + static_cast<uint64_t>(v)));
+            return e;
+          })
+          .Batch(4)
+          .Prefetch(2);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round == 0 ? "an iterator left early" : "the next one");
+    const uint64_t taken_before = gpu->input_stats().taken;
+    pipeline::Iterator it = ds.MakeIterator(
+        {.threads = 2, .output_memory = pinned, .prepare = gpu->InputStager()});
+    std::vector<pipeline::Element> batches;
+    std::vector<Tensor> outs;
+    pipeline::Element e;
+    while (it.Next(&e)) {
+      gpu->Prefetch(e);
+      const Tensor x = gpu->ToDevice(e["x"]);
+      Tensor out = gpu->Allocate(DType::kFloat32, Shape{4, kCols});
+      for (int k = 0; k < 4; ++k) {  // device time for the copies to race
+        gpu->Gemm(false, false, 4, kCols, kCols, 1.0f, x.data<float>(),
+                  d_eye.data<float>(), 0.0f, out.mutable_data<float>());
+      }
+      batches.push_back(e);
+      outs.push_back(out);
+      // The first iterator goes with batches staged ahead and not taken.
+      if (round == 0 && batches.size() == 10) break;
+    }
+    EXPECT_EQ(batches.size(), round == 0 ? 10u : 30u);
+    for (size_t i = 0; i < batches.size(); ++i) {
+      EXPECT_TRUE(gpu->ToHost(outs[i]) == batches[i]["x"]) << "batch " << i;
+    }
+    // Every batch staged, unless all buffers were taken at the time.
+    EXPECT_GE(gpu->input_stats().taken - taken_before, batches.size() * 2 / 3);
+  }
+  EXPECT_TRUE(gpu->ToHost(held) == first[0]["x"]);
+}
+
+// RunConfig::stage_input: batches copied by the input pipeline's thread as
+// they are made train exactly as batches copied by Prefetch on the
+// training thread, call by call and with step graphs, also across a
+// second Train that restores the iterator (its buffered batches staged
+// anew) after the first left batches staged ahead.
+TEST(CudaBackendTest, InputStagedOnThePipelinesThreadTrainsAsCopiedInPrefetch) {
+  REQUIRE_GPU();
+  const InputFn input = [] {
+    return pipeline::Dataset::FromTensorSlices(SyntheticImages(96, 5))
+        .Repeat()
+        .Batch(16, true)
+        .Prefetch(2);
+  };
+  for (const auto& [name, fn] : CannedModels()) {
+    for (bool graphs : {false, true}) {
+      SCOPED_TRACE(name + (graphs ? ", step graphs" : ", call by call"));
+      recflow::testing::TempDir dir;
+      const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
+      auto [config, options] = Quiet(be);
+      config.cuda_graphs = graphs;
+      config.stage_input = false;
+      config.model_dir = (dir.path() / "in_prefetch").string();
+      Estimator copied(fn, config, options);
+      EXPECT_EQ(copied.Train(input, {}, std::nullopt, 6), 6);
+      EXPECT_EQ(copied.Train(input, {}, std::nullopt, 12), 12);
+      EXPECT_EQ(be->input_stats().staged, 0u);
+      config.stage_input = true;
+      config.model_dir = (dir.path() / "staged").string();
+      Estimator staged(fn, config, options);
+      EXPECT_EQ(staged.Train(input, {}, std::nullopt, 6), 6);
+      EXPECT_EQ(staged.Train(input, {}, std::nullopt, 12), 12);
+      EXPECT_GE(be->input_stats().taken, 10u);
+      ExpectSameCheckpoints(*copied.latest_checkpoint(),
+                            *staged.latest_checkpoint(), 1e-5);
+    }
   }
 }
 
