@@ -115,7 +115,7 @@ main() {
             # only the plain ones and those variants (default: all).
             filter="^Cuda[A-Za-z]*/($models)(/|$)"
             [[ -n ${BENCH_VARIANTS:-} ]] &&
-              filter="^Cuda[A-Za-z]*/($models)(/(${BENCH_VARIANTS}))?$"
+              filter="^Cuda[A-Za-z]*/($models)(/(${BENCH_VARIANTS}))?/manual_time"
             RECFLOW_CUDA_TF32=$tf32 PART_LIMIT=240 limited build-gpu/bench/train_bench --device cuda \
               --benchmark_filter="$filter" \
               --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \

@@ -114,7 +114,9 @@ class Backend {
   // before it and never delivered are let go once it stages.  Thread-safe
   // against every other call of the backend; the backend must outlive the
   // Iterators made with it.  A batch it cannot stage (its staging buffers
-  // all taken or still held) is copied by Prefetch as without it.  Null
+  // all taken or still held) is copied by Prefetch as without it; a staged
+  // batch not given to Prefetch within 64 calls (taken from the iterator
+  // and not trained on) is let go.  Null
   // (the default): host backends, nothing to stage.
   virtual std::function<void(const pipeline::Element&)> InputStager() {
     return nullptr;

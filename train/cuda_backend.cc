@@ -784,6 +784,7 @@ class CudaBackend final : public Backend {
     // Staging slots (InputStager): the batch's KeyOf and its stager's.
     const void* key = nullptr;
     uint64_t generation = 0;
+    uint64_t staged_at = 0;  // prefetches_ when it was staged
   };
   // Orders the compute stream after the slot's last input copy, once.
   void WaitForCopy(Slot& slot) {
@@ -949,6 +950,7 @@ class CudaBackend final : public Backend {
     slot->key = key;
     slot->generation = generation;
     std::lock_guard<std::mutex> lock(stage_mu_);
+    slot->staged_at = prefetches_;
     stage_ready_.push_back(slot);
     ++input_stats_.staged;
   }
@@ -960,9 +962,23 @@ class CudaBackend final : public Backend {
     if (key == nullptr) return false;
     {
       std::lock_guard<std::mutex> lock(stage_mu_);
+      ++prefetches_;
       auto it = std::find_if(stage_ready_.begin(), stage_ready_.end(),
                              [key](const Slot* s) { return s->key == key; });
-      if (it == stage_ready_.end()) return false;
+      if (it == stage_ready_.end()) {
+        // Staged and not taken within kStaleAfter batches: taken from the
+        // iterator without a Prefetch (a consumer that skips some), so
+        // never to be taken; let go, or they would hold every buffer.
+        for (auto s = stage_ready_.begin(); s != stage_ready_.end();) {
+          if ((*s)->staged_at + kStaleAfter < prefetches_) {
+            stage_free_.push_back(*s);
+            s = stage_ready_.erase(s);
+          } else {
+            ++s;
+          }
+        }
+        return false;
+      }
       stage_current_ = *it;
       stage_free_.insert(stage_free_.end(), stage_ready_.begin(), it);
       stage_ready_.erase(stage_ready_.begin(), it + 1);
@@ -1378,8 +1394,13 @@ class CudaBackend final : public Backend {
   std::deque<Slot*> stage_free_;    // guarded by stage_mu_
   std::deque<Slot*> stage_ready_;   // guarded: staged, in order, not taken
   uint64_t newest_generation_ = 0;  // guarded
-  InputStats input_stats_;          // guarded
-  Slot* stage_current_ = nullptr;   // the training thread's: Prefetch took
+  // Prefetch calls that looked for a staged batch (guarded); a batch
+  // still not taken kStaleAfter of them after it was staged never will be
+  // (a Prefetch buffer deeper than that only loses staging).
+  uint64_t prefetches_ = 0;
+  static constexpr uint64_t kStaleAfter = 64;
+  InputStats input_stats_;         // guarded
+  Slot* stage_current_ = nullptr;  // the training thread's: Prefetch took
   std::map<std::array<int64_t, 12>, ConvPlan> plans_;
   bool log_calls_ = false;
   std::vector<LoggedCall> call_log_;

@@ -909,6 +909,31 @@ TEST(CudaBackendTest, InputStagedOnThePipelinesThreadArrivesAsPrefetched) {
     // Every batch staged, unless all buffers were taken at the time.
     EXPECT_GE(gpu->input_stats().taken - taken_before, batches.size() * 2 / 3);
   }
+  // A consumer that takes some batches without a Prefetch (a backend of
+  // its own: all six staging buffers end up holding batches never taken):
+  // once those are 64 Prefetch calls old they are let go, and the batches
+  // after are staged again.
+  {
+    const std::unique_ptr<Backend> fresh = MakeCudaBackend(0, false);
+    const pipeline::Dataset more =
+        pipeline::Dataset::Range(0, 4 * 120).Batch(4).Prefetch(2);
+    pipeline::Iterator it =
+        more.MakeIterator({.threads = 2,
+                           .output_memory = fresh->InputMemory(),
+                           .prepare = fresh->InputStager()});
+    pipeline::Element e;
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(it.Next(&e));
+    int n = 0;
+    while (it.Next(&e)) {
+      fresh->Prefetch(e);
+      EXPECT_TRUE(fresh->ToHost(fresh->ToDevice(e["value"])) == e["value"])
+          << n;
+      ++n;
+    }
+    EXPECT_EQ(n, 100);
+    EXPECT_EQ(fresh->input_stats().staged, fresh->input_stats().taken + 6);
+    EXPECT_GE(fresh->input_stats().taken, 25u);
+  }
   EXPECT_TRUE(gpu->ToHost(held) == first[0]["x"]);
 }
 
