@@ -295,7 +295,9 @@ PreemptionHook::~PreemptionHook() { Uninstall(); }
 
 void PreemptionHook::begin() {
   // A signal still pending was caught by this process after the last step
-  // of a run (between its last after_run and its end): it stops this run.
+  // of a run (after its last after_run, or between runs): it stops this
+  // run.  Installed once, kept until the hook goes.
+  if (installed_) return;
   struct sigaction sa {};
   sa.sa_handler = OnPreemptionSignal;
   sigemptyset(&sa.sa_mask);
@@ -324,7 +326,14 @@ void PreemptionHook::after_run(RunContext& ctx, const SessionRunValues&) {
   ctx.request_stop();
 }
 
-void PreemptionHook::end(TrainingSession&) { Uninstall(); }
+int PreemptionHook::preempted_by() const {
+  return preempted_by_ != 0 ? preempted_by_ : pending_signal.load();
+}
+
+// Not uninstalled at a run's end: between TrainAndEvaluate's training
+// segments (its evaluations) a signal must be caught too, not meet the
+// previous disposition (SIG_DFL ends the process mid-evaluation).
+void PreemptionHook::end(TrainingSession&) {}
 
 void PreemptionHook::on_exception(const std::exception&) { Uninstall(); }
 

@@ -177,11 +177,13 @@ class EarlyStoppingHook : public SessionRunHook {
 };
 
 // On SIGTERM or SIGINT: at the next step boundary, saves a checkpoint and
-// stops training cleanly (the Estimator returns normally).  Restores the
-// previous signal handlers at the end.  A signal caught after a run's last
-// step is kept for the next run in the process (as TrainAndEvaluate's
-// next training segment), which then stops at its first step.  One
-// preemption hook per process at a time.
+// stops training cleanly (the Estimator returns normally).  Its handler is
+// installed at the first run's begin() and kept until the hook is
+// destroyed (or a run throws), so that a signal between runs (during
+// TrainAndEvaluate's evaluations) is caught too: preempted_by() reports it
+// at once, for the caller to stop (`recflow train` does), and the next
+// run in the process stops at its first step.  The previous handlers come
+// back when the hook goes.  One preemption hook per process at a time.
 class PreemptionHook : public SessionRunHook {
  public:
   PreemptionHook();
@@ -190,8 +192,9 @@ class PreemptionHook : public SessionRunHook {
   void after_run(RunContext& ctx, const SessionRunValues& values) override;
   void end(TrainingSession& session) override;
   void on_exception(const std::exception& e) override;
-  // The signal that stopped training (0: none).
-  int preempted_by() const { return preempted_by_; }
+  // The signal that stopped training, or one caught since that will stop
+  // the next run (0: none).
+  int preempted_by() const;
 
  private:
   void Uninstall();

@@ -62,7 +62,8 @@ TEST(BasicSessionRunHooksTest, PreemptionSavesAndStopsAtTheNextStep) {
             4);
   EXPECT_EQ(preemption->preempted_by(), SIGTERM);
   EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
-  // The handler is gone: SIGTERM is back to its previous disposition.
+  // With the hook gone, SIGTERM is back to its previous disposition.
+  preemption.reset();
   struct sigaction now {};
   sigaction(SIGTERM, nullptr, &now);
   EXPECT_EQ(now.sa_handler, SIG_DFL);
@@ -85,7 +86,7 @@ TEST(BasicSessionRunHooksTest, ASignalAfterTheLastStepStopsTheNextRun) {
   EXPECT_EQ(
       est.Train(TrainInput(), {std::make_shared<RaiseAtEnd>(), preemption}, 3),
       3);
-  EXPECT_EQ(preemption->preempted_by(), 0);
+  EXPECT_EQ(preemption->preempted_by(), SIGTERM);  // caught, not yet acted on
   EXPECT_EQ(est.Train(TrainInput(), {preemption}, 3), 4);
   EXPECT_EQ(preemption->preempted_by(), SIGTERM);
   EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
@@ -93,6 +94,30 @@ TEST(BasicSessionRunHooksTest, ASignalAfterTheLastStepStopsTheNextRun) {
   auto again = std::make_shared<PreemptionHook>();
   EXPECT_EQ(est.Train(TrainInput(), {again}, 2), 6);
   EXPECT_EQ(again->preempted_by(), 0);
+}
+
+// Between two runs (TrainAndEvaluate's evaluation between its training
+// segments) the handler stays: a SIGTERM there is caught, reported at once
+// for the caller to stop, and stops the next run at its first step.  (The
+// handler was uninstalled at each run's end, and such a signal ended the
+// process mid-evaluation.)
+TEST(BasicSessionRunHooksTest, ASignalBetweenRunsIsCaughtAndReported) {
+  testing::TempDir dir;
+  RunConfig config = Config(dir.path().string());
+  config.save_checkpoints_steps = 1000;
+  auto preemption = std::make_shared<PreemptionHook>();
+  Estimator est(Classifier(), config, Quiet());
+  EXPECT_EQ(est.Train(TrainInput(), {preemption}, 3), 3);
+  EXPECT_EQ(preemption->preempted_by(), 0);
+  raise(SIGTERM);  // the process goes on
+  EXPECT_EQ(preemption->preempted_by(), SIGTERM);
+  EXPECT_EQ(est.Train(TrainInput(), {preemption}, 3), 4);
+  EXPECT_EQ(preemption->preempted_by(), SIGTERM);
+  EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
+  preemption.reset();
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 }  // namespace
