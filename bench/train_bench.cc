@@ -56,8 +56,9 @@
 //     /graphs: each step launched as one CUDA graph; /staged: each batch's
 //     copy started on the pipeline's prefetch thread as it is made
 //     (Backend::InputStager, the Estimator's default), leaving Prefetch an
-//     event wait (counters taken_staged, not_staged: batches Prefetch took
-//     staged, and copied itself).
+//     event wait (counters staged, taken_staged, not_staged and
+//     staged_share: batches staged, taken staged by Prefetch, and copied
+//     by Prefetch itself; also on CudaPaired's staged variants).
 //   CudaPaired/<model>/<nccl|graphs|pipeline|pipeline2|staged>: one of the
 //     variants above (pipeline2: the pipeline on 2 threads; pipeline copies
 //     in Prefetch on the training thread, staged on the pipeline's thread)
@@ -839,13 +840,19 @@ void CudaStep(benchmark::State& state, const std::string& name, bool nccl,
 // Batches the backend's InputStager staged, and of those Prefetch took
 // staged, as shares of the batches Prefetch was given: what shows that
 // the copies ran on the pipeline's thread.
-void StagedCounters(benchmark::State& state, const Backend& be) {
-  const Backend::InputStats s = be.input_stats();
-  const double seen = static_cast<double>(s.taken + s.unstaged);
-  state.counters["staged"] = static_cast<double>(s.staged);
-  state.counters["taken_staged"] = static_cast<double>(s.taken);
-  state.counters["not_staged"] = static_cast<double>(s.unstaged);
-  if (seen > 0) state.counters["staged_share"] = s.taken / seen;
+// Since `before` (the backend's stats when the benchmark began).
+void StagedCounters(benchmark::State& state, const Backend& be,
+                    const Backend::InputStats& before = {}) {
+  const Backend::InputStats now = be.input_stats();
+  const double staged = static_cast<double>(now.staged - before.staged);
+  const double taken = static_cast<double>(now.taken - before.taken);
+  const double unstaged = static_cast<double>(now.unstaged - before.unstaged);
+  state.counters["staged"] = staged;
+  state.counters["taken_staged"] = taken;
+  state.counters["not_staged"] = unstaged;
+  if (taken + unstaged > 0) {
+    state.counters["staged_share"] = taken / (taken + unstaged);
+  }
 }
 
 // A variant of the step against the plain step (call by call, batch on
@@ -997,13 +1004,7 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
     state.counters["next_in_step_us"] = next_seconds / batches * 1e6;
     state.counters["prefetch_in_step_us"] = prefetch_seconds / batches * 1e6;
   }
-  if (staged) {
-    const Backend::InputStats after = be.input_stats();
-    state.counters["taken_staged"] =
-        static_cast<double>(after.taken - before.taken);
-    state.counters["not_staged"] =
-        static_cast<double>(after.unstaged - before.unstaged);
-  }
+  if (staged) StagedCounters(state, be, before);
   std::filesystem::remove(path);
 }
 
