@@ -116,8 +116,8 @@ class Backend {
   // Iterators made with it.  A batch it cannot stage (its staging buffers
   // all taken or still held) is copied by Prefetch as without it; a staged
   // batch not given to Prefetch within 64 calls (taken from the iterator
-  // and not trained on) is let go.  Null
-  // (the default): host backends, nothing to stage.
+  // and not trained on) is let go.  Null (the default): host backends,
+  // nothing to stage.
   virtual std::function<void(const pipeline::Element&)> InputStager() {
     return nullptr;
   }
