@@ -159,22 +159,31 @@ void MemcpyPinned(benchmark::State& state) {
   cudaFreeHost(host);
 }
 
-void Prefetch(benchmark::State& state, bool with_label, bool to_device) {
-  if (!HaveGpu(state)) return;
-  const std::unique_ptr<Backend> be = MakeCudaBackend(0);
-  const std::shared_ptr<pipeline::Allocator> pinned = be->InputMemory();
-  // Batches cycled as the pipeline delivers them: each its own blocks.
+// Eight Fashion-MNIST-shaped batches (128 uint8 images of 784 bytes and,
+// with_label, their int64 labels) in the backend's InputMemory(), each in
+// blocks of its own, as the pipeline delivers them; cycled by the callers.
+std::vector<pipeline::Element> PinnedBatches(Backend& be, bool with_label) {
+  const std::shared_ptr<pipeline::Allocator> pinned = be.InputMemory();
   std::vector<pipeline::Element> batches(8);
   for (auto& e : batches) {
     pipeline::Tensor image = pipeline::Tensor::Allocate(
         pipeline::DType::kUInt8, pipeline::Shape{128, 784}, pinned);
-    pipeline::Tensor label = pipeline::Tensor::Allocate(
-        pipeline::DType::kInt64, pipeline::Shape{128}, pinned);
     std::fill_n(image.mutable_data<uint8_t>(), 128 * 784, uint8_t{7});
-    std::fill_n(label.mutable_data<int64_t>(), 128, int64_t{3});
     e.Set("image", image);
-    if (with_label) e.Set("label", label);
+    if (with_label) {
+      pipeline::Tensor label = pipeline::Tensor::Allocate(
+          pipeline::DType::kInt64, pipeline::Shape{128}, pinned);
+      std::fill_n(label.mutable_data<int64_t>(), 128, int64_t{3});
+      e.Set("label", label);
+    }
   }
+  return batches;
+}
+
+void Prefetch(benchmark::State& state, bool with_label, bool to_device) {
+  if (!HaveGpu(state)) return;
+  const std::unique_ptr<Backend> be = MakeCudaBackend(0);
+  const std::vector<pipeline::Element> batches = PinnedBatches(*be, with_label);
   size_t i = 0;
   for (auto _ : state) {
     const pipeline::Element& e = batches[i++ % batches.size()];
@@ -206,18 +215,7 @@ void Prefetch(benchmark::State& state, bool with_label, bool to_device) {
 void PrefetchStaged(benchmark::State& state, bool beside) {
   if (!HaveGpu(state)) return;
   const std::unique_ptr<Backend> be = MakeCudaBackend(0);
-  const std::shared_ptr<pipeline::Allocator> pinned = be->InputMemory();
-  std::vector<pipeline::Element> batches(8);
-  for (auto& e : batches) {
-    pipeline::Tensor image = pipeline::Tensor::Allocate(
-        pipeline::DType::kUInt8, pipeline::Shape{128, 784}, pinned);
-    pipeline::Tensor label = pipeline::Tensor::Allocate(
-        pipeline::DType::kInt64, pipeline::Shape{128}, pinned);
-    std::fill_n(image.mutable_data<uint8_t>(), 128 * 784, uint8_t{7});
-    std::fill_n(label.mutable_data<int64_t>(), 128, int64_t{3});
-    e.Set("image", image);
-    e.Set("label", label);
-  }
+  const std::vector<pipeline::Element> batches = PinnedBatches(*be, true);
   const std::function<void(const pipeline::Element&)> stage = be->InputStager();
   // Beside: batch indexes staged and not yet taken, at most two.
   std::mutex mu;

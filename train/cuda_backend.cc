@@ -809,32 +809,33 @@ class CudaBackend final : public Backend {
                       std::vector<Part>* parts, size_t* packed) const {
     size_t total = 0;
     for (const auto& c : element.components) {
-      if (c.tensor.device() != Device::kCpu) continue;
-      Tensor h;
-      try {
-        h = HostNumeric(c.tensor);
-      } catch (const Error&) {  // HostNumeric's: a ragged tensor
-        continue;  // not copyable as one array: ToDevice will say why
-      }
-      if (h.byte_size() == 0) continue;
-      const bool pinned = IsPinned(h.raw_data());
-      total += Align(h.byte_size());
-      if (!pinned) *packed += Align(h.byte_size());
-      parts->push_back({std::move(h), pinned});
+      std::optional<Tensor> h = PartOf(c.tensor);
+      if (!h) continue;
+      const bool pinned = IsPinned(h->raw_data());
+      total += Align(h->byte_size());
+      if (!pinned) *packed += Align(h->byte_size());
+      parts->push_back({std::move(*h), pinned});
     }
     return total;
+  }
+  // `t` as a part to copy: HostNumeric's form of a host tensor that is one
+  // non-empty array; nullopt for a device tensor, an empty one, or one not
+  // copyable as one array (ragged: ToDevice will say why).
+  static std::optional<Tensor> PartOf(const Tensor& t) {
+    if (t.device() != Device::kCpu) return std::nullopt;
+    try {
+      Tensor h = HostNumeric(t);
+      if (h.byte_size() == 0) return std::nullopt;
+      return h;
+    } catch (const Error&) {  // HostNumeric's: a ragged tensor
+      return std::nullopt;
+    }
   }
   // What tells a staged batch: the address of its first part (the slot's
   // entries keep that storage, so no other live tensor has it).
   static const void* KeyOf(const pipeline::Element& element) {
     for (const auto& c : element.components) {
-      if (c.tensor.device() != Device::kCpu) continue;
-      try {
-        const Tensor h = HostNumeric(c.tensor);
-        if (h.byte_size() > 0) return h.raw_data();
-      } catch (const Error&) {  // as CollectParts
-        continue;
-      }
+      if (std::optional<Tensor> h = PartOf(c.tensor)) return h->raw_data();
     }
     return nullptr;
   }
@@ -1201,26 +1202,25 @@ class CudaBackend final : public Backend {
   // view holds the slot's lease, so a slot whose tensors are still held gets a
   // new buffer instead of being overwritten.
   std::optional<Tensor> FromSlots(const Tensor& t) {
+    // The staged batch's copy was waited for when Prefetch took it.
     if (stage_current_ != nullptr) {
-      for (const Slot::Entry& e : stage_current_->entries) {
-        if (e.host.raw_data() == t.raw_data() && e.host.dtype() == t.dtype() &&
-            e.host.shape() == t.shape()) {
-          // Waited for when Prefetch took it.
-          return Tensor::View(e.host.dtype(), e.host.shape(),
-                              stage_current_->device.raw_data() + e.offset,
-                              stage_current_->lease, Device::kCuda);
-        }
-      }
+      if (auto view = ViewIn(*stage_current_, t)) return view;
     }
     for (Slot& slot : slots_) {
-      for (const Slot::Entry& e : slot.entries) {
-        if (e.host.raw_data() != t.raw_data() || e.host.dtype() != t.dtype() ||
-            !(e.host.shape() == t.shape())) {
-          continue;
-        }
+      if (auto view = ViewIn(slot, t)) {
         // Captured steps waited for every slot's copy in BeginStep: a
         // captured wait for an event recorded outside is not allowed.
         if (!capturing_) WaitForCopy(slot);
+        return view;
+      }
+    }
+    return std::nullopt;
+  }
+  // The view of the slot's device buffer that holds `t`, if it copied `t`.
+  static std::optional<Tensor> ViewIn(const Slot& slot, const Tensor& t) {
+    for (const Slot::Entry& e : slot.entries) {
+      if (e.host.raw_data() == t.raw_data() && e.host.dtype() == t.dtype() &&
+          e.host.shape() == t.shape()) {
         return Tensor::View(e.host.dtype(), e.host.shape(),
                             slot.device.raw_data() + e.offset, slot.lease,
                             Device::kCuda);
