@@ -1,6 +1,7 @@
 #include "pipeline/async_iterator.h"
 
 #include <fmt/format.h>
+#include <sys/prctl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,7 +56,12 @@ AsyncIterator::~AsyncIterator() {
 
 void AsyncIterator::Start() {
   started_ = true;
-  driver_ = std::thread([this] { DriverLoop(); });
+  driver_ = std::thread([this] {
+    // Its timed waits for room (WaitForRoom) end when they say, not up to
+    // the default 50 us later: half a take's interval may be 50 us.
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    DriverLoop();
+  });
 }
 
 bool AsyncIterator::HasRoom() const {
@@ -63,11 +69,39 @@ bool AsyncIterator::HasRoom() const {
   return config_.max_bytes == 0 || slots_.empty() || bytes_ < config_.max_bytes;
 }
 
+template <typename Ready>
+void AsyncIterator::WaitForRoom(std::unique_lock<std::mutex>& lock,
+                                Ready ready) {
+  using std::chrono::microseconds;
+  using std::chrono::nanoseconds;
+  int idle_looks = 0;
+  while (!ready()) {
+    const nanoseconds half = pop_interval_ns_ > 0
+                                 ? nanoseconds(pop_interval_ns_ / 2)
+                                 : nanoseconds(microseconds(100));
+    const nanoseconds wait = std::min<nanoseconds>(
+        std::clamp<nanoseconds>(half, microseconds(10), microseconds(1000)) *
+            (int64_t{1} << std::min(idle_looks, 4)),
+        microseconds(10000));
+    const uint64_t pops = pops_;
+    driver_polls_ = true;
+    poll_until_ = std::chrono::steady_clock::now() + wait;
+    driver_cv_.wait_for(lock, wait, ready);
+    driver_polls_ = false;
+    idle_looks = pops_ == pops ? idle_looks + 1 : 0;
+  }
+}
+
 void AsyncIterator::DriverLoop() {
   std::unique_lock<std::mutex> lock(mu_);
+  const auto ready = [this] {
+    return stop_ || pause_ || (!input_end_ && HasRoom());
+  };
   while (true) {
-    driver_cv_.wait(
-        lock, [this] { return stop_ || pause_ || (!input_end_ && HasRoom()); });
+    // A full prefetch buffer (no map: a map's tasks keep being handed out
+    // as results are taken) is looked at on a timer; else woken.
+    if (!config_.fn && !input_end_ && !ready()) WaitForRoom(lock, ready);
+    driver_cv_.wait(lock, ready);
     if (stop_) return;
     if (pause_) {
       paused_ = true;
@@ -184,9 +218,26 @@ bool AsyncIterator::GetNext(Element* out) {
   bytes_ -= taken->bytes;
   counter_->buffered.store(static_cast<int64_t>(slots_.size()),
                            std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  if (pops_++ > 0) {
+    const int64_t interval =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_pop_)
+            .count();
+    pop_interval_ns_ =
+        pop_interval_ns_ == 0
+            ? interval
+            : pop_interval_ns_ + (interval - pop_interval_ns_) / 8;
+  }
+  last_pop_ = now;
+  // A driver on its timer that looks again within half a take's interval
+  // refills the buffer before the next take needs it: not woken, unless
+  // this take emptied the buffer.
+  const bool wake =
+      !driver_polls_ || slots_.empty() ||
+      poll_until_ - now > std::chrono::nanoseconds(pop_interval_ns_ / 2);
   lock.unlock();
   // After unlocking: a driver woken under the lock would only block on it.
-  driver_cv_.notify_all();
+  if (wake) driver_cv_.notify_all();
   if (taken->error) std::rethrow_exception(taken->error);
   *out = std::move(taken->element);
   return true;

@@ -25,6 +25,7 @@
 #include <tbb/flow_graph.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -91,6 +92,11 @@ class AsyncIterator final : public IteratorBase {
   void DriverLoop();
   void RunTask(Slot* slot);
   bool HasRoom() const;
+  // Under mu_, the driver of a full prefetch buffer: waits until `ready`
+  // or about half a take's interval has passed (longer, doubling, after
+  // each look that found no take since: an idle consumer).
+  template <typename Ready>
+  void WaitForRoom(std::unique_lock<std::mutex>& lock, Ready ready);
   // The slot GetNext should take, or end() when none is ready.
   std::deque<std::unique_ptr<Slot>>::iterator Takeable();
 
@@ -121,6 +127,16 @@ class AsyncIterator final : public IteratorBase {
   bool pause_ = false;
   bool paused_ = false;
   bool started_ = false;
+  // A prefetch's driver waits for room on a timer (driver_polls_, until
+  // poll_until_), every half of the interval between the consumer's takes
+  // (pop_interval_ns_, averaged): a take that leaves an element buffered
+  // then need not wake it, a system call (on a VM, an interrupt to the
+  // driver's idle core) on the thread that trains.  All guarded by mu_.
+  bool driver_polls_ = false;
+  std::chrono::steady_clock::time_point poll_until_{};
+  std::chrono::steady_clock::time_point last_pop_{};
+  uint64_t pops_ = 0;
+  int64_t pop_interval_ns_ = 0;
   std::thread driver_;
 
   std::unique_ptr<tbb::flow::graph> graph_;
