@@ -93,6 +93,7 @@
 #include <string_view>
 #include <thread>
 #include <unsupported/Eigen/CXX11/Tensor>
+#include <utility>
 
 #include "pipeline/dataset.h"
 #include "pipeline/process.h"
@@ -724,19 +725,44 @@ class CudaStepper {
   CudaStepper(const CudaStepper&) = delete;
   CudaStepper& operator=(const CudaStepper&) = delete;
 
+  // The launching thread's seconds in each part of the steps: taking the
+  // batch (next_batch: the pipeline's Next and Prefetch, where it has
+  // them), BeginStep, building the step (model_fn and train_op: its calls
+  // launched or captured), EndStep (a graph's end of capture, update and
+  // launch), and letting the step's tensors go.
+  struct StepTimes {
+    double input = 0, begin = 0, build = 0, end = 0, drop = 0;
+    double launch() const { return begin + build + end; }
+  };
   // One step on `next_batch()`'s batch, queued (no synchronisation).
   template <typename NextBatch>
   void Step(NextBatch& next_batch) {
-    Features f = next_batch();
-    const Tensor labels = f["label"];
-    f.components.erase(f.components.begin() + 1);
-    be_.BeginStep();
-    ModelContext ctx(be_, vars_, metrics_, Mode::kTrain, &step_, 1, world_);
-    ctx.set_fetches(&kNoFetches);
-    EstimatorSpec spec = fn_(f, &labels, Mode::kTrain, ctx);
-    spec.train_op();
-    be_.EndStep();
+    using Clock = std::chrono::steady_clock;
+    const auto add = [](double& to, Clock::time_point from) {
+      const Clock::time_point now = Clock::now();
+      to += std::chrono::duration<double>(now - from).count();
+      return now;
+    };
+    Clock::time_point t = Clock::now();
+    {
+      Features f = next_batch();
+      const Tensor labels = f["label"];
+      f.components.erase(f.components.begin() + 1);
+      t = add(times_.input, t);
+      be_.BeginStep();
+      t = add(times_.begin, t);
+      ModelContext ctx(be_, vars_, metrics_, Mode::kTrain, &step_, 1, world_);
+      ctx.set_fetches(&kNoFetches);
+      EstimatorSpec spec = fn_(f, &labels, Mode::kTrain, ctx);
+      spec.train_op();
+      t = add(times_.build, t);
+      be_.EndStep();
+      t = add(times_.end, t);
+    }
+    add(times_.drop, t);
   }
+  // The times since the last call.
+  StepTimes TakeTimes() { return std::exchange(times_, StepTimes{}); }
   // `steps` steps and one synchronisation: their seconds.
   template <typename NextBatch>
   double Run(int steps, NextBatch& next_batch) {
@@ -755,7 +781,37 @@ class CudaStepper {
   int64_t step_ = 0;
   ModelFn fn_;
   Collective* world_;
+  StepTimes times_;
 };
+
+// A CudaStepper's times as counters `<prefix><part>_us` a step, and
+// `<prefix>launch_share`: BeginStep to EndStep's share of the `seconds`
+// the steps took (near 1: the device waits on the launching thread).
+void TimesCounters(benchmark::State& state, const std::string& prefix,
+                   const CudaStepper::StepTimes& t, double seconds,
+                   int64_t steps) {
+  const double n = static_cast<double>(std::max<int64_t>(steps, 1));
+  state.counters[prefix + "input_us"] = t.input / n * 1e6;
+  state.counters[prefix + "begin_us"] = t.begin / n * 1e6;
+  state.counters[prefix + "build_us"] = t.build / n * 1e6;
+  state.counters[prefix + "end_us"] = t.end / n * 1e6;
+  state.counters[prefix + "drop_us"] = t.drop / n * 1e6;
+  state.counters[prefix + "launch_share"] =
+      t.launch() / std::max(seconds, 1e-12);
+}
+// EndStep's graph calls between two of a backend's stats, us a launch.
+void GraphCallCounters(benchmark::State& state, const std::string& prefix,
+                       const Backend::StepGraphStats& before,
+                       const Backend::StepGraphStats& after) {
+  const double n = static_cast<double>(
+      std::max<uint64_t>(after.launches - before.launches, 1));
+  state.counters[prefix + "end_capture_us"] =
+      (after.end_capture_seconds - before.end_capture_seconds) / n * 1e6;
+  state.counters[prefix + "update_us"] =
+      (after.update_seconds - before.update_seconds) / n * 1e6;
+  state.counters[prefix + "graph_launch_us"] =
+      (after.launch_seconds - before.launch_seconds) / n * 1e6;
+}
 
 // Runs kStepsPerIteration steps per iteration on `next_batch`'s batches
 // and synchronises once; reports manual time.  `world` and `graphs` as
@@ -769,12 +825,15 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
   double seconds = 0;
   CudaStepper stepper(be, name, world, graphs);
   stepper.Run(20, next_batch);  // plans, allocator, warm-up
+  stepper.TakeTimes();
   for (auto _ : state) {
     const double s = stepper.Run(kStepsPerIteration, next_batch);
     state.SetIterationTime(s);
     seconds += s;
   }
   const double per_step = seconds / (state.iterations() * kStepsPerIteration);
+  TimesCounters(state, "", stepper.TakeTimes(), seconds,
+                state.iterations() * kStepsPerIteration);
   if (graphs) {
     const Backend::StepGraphStats g = be.step_graph_stats();
     // Of all the steps run (warm-up included): launched as one graph, and
@@ -785,6 +844,7 @@ void RunCudaSteps(benchmark::State& state, const std::string& name,
         static_cast<double>(g.instantiations - graphs_before.instantiations);
     state.counters["captures_ended_early"] =
         static_cast<double>(g.ended_early - graphs_before.ended_early);
+    GraphCallCounters(state, "", graphs_before, g);
   }
   // One more step, call by call, its library calls logged.
   be.SetStepGraphs(false);
@@ -868,7 +928,7 @@ void StagedCounters(benchmark::State& state, const Backend& be,
 // (`variant_over_plain`: the variant's time over the plain step's; 1.05 is 5%
 // slower), not of two runs apart.
 void CudaPaired(benchmark::State& state, const std::string& name,
-                const std::string& variant) {
+                const std::string& variant, int input_threads) {
   // graphs_<input>: step graphs on both sides, <input> on the variant's.
   const bool both_graphs = variant.starts_with("graphs_");
   const std::string input = both_graphs ? variant.substr(7) : variant;
@@ -893,7 +953,7 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   if (input == "pipeline" || input == "pipeline2" || staged) {
     path = WriteBenchRecords();
     it.emplace(BenchInput(path).MakeIterator(
-        {.threads = input == "pipeline2" ? 2 : 0,
+        {.threads = input == "pipeline2" ? 2 : input_threads,
          .output_memory = other->InputMemory(),
          .prepare = staged ? other->InputStager() : nullptr}));
     variant_batch = [&] {
@@ -913,6 +973,10 @@ void CudaPaired(benchmark::State& state, const std::string& name,
                        both_graphs || variant == "graphs");
     plain.Run(20, plain_batch);
     varied.Run(20, variant_batch);
+    plain.TakeTimes();
+    varied.TakeTimes();
+    const Backend::StepGraphStats plain_graphs = plain_be.step_graph_stats();
+    const Backend::StepGraphStats variant_graphs = other->step_graph_stats();
     std::vector<double> ratios;
     double plain_seconds = 0, variant_seconds = 0;
     for (auto _ : state) {
@@ -929,6 +993,16 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     state.counters["variant_over_plain"] = ratios[ratios.size() / 2];
     state.counters["plain_step_ms"] = plain_seconds / steps * 1e3;
     state.counters["variant_step_ms"] = variant_seconds / steps * 1e3;
+    // Where each side's launching thread spent its steps (RunCudaSteps').
+    const auto n = static_cast<int64_t>(steps);
+    TimesCounters(state, "plain_", plain.TakeTimes(), plain_seconds, n);
+    TimesCounters(state, "variant_", varied.TakeTimes(), variant_seconds, n);
+    if (both_graphs || variant == "graphs") {
+      GraphCallCounters(state, "plain_", plain_graphs,
+                        plain_be.step_graph_stats());
+      GraphCallCounters(state, "variant_", variant_graphs,
+                        other->step_graph_stats());
+    }
   }
   if (staged) StagedCounters(state, *other);
   it.reset();
@@ -1034,13 +1108,22 @@ void RegisterCuda() {
          {"nccl", "graphs", "pipeline", "pipeline2", "staged",
           "graphs_pipeline", "graphs_staged", "graphs_rotate"}) {
       add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
-          std::string(variant));
+          std::string(variant), 0);
+    }
+    // Staged with fewer input threads than cores: whether the input's
+    // threads take time from the thread that launches the steps.
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    for (int threads : {cores - 1, 4}) {
+      if (threads < 1 || threads >= cores) continue;
+      for (const char* variant : {"staged", "graphs_staged"}) {
+        add(fmt::format("CudaPaired/{}/{}/threads:{}", m, variant, threads),
+            CudaPaired, m, std::string(variant), threads);
+      }
     }
     // One input thread per core and the training thread make one thread
     // more than cores: while the input refills its prefetch buffer it can
     // take the core of the thread that launches the GPU's work.  The same
     // with a core left to that thread, and with 2 input threads.
-    const int cores = static_cast<int>(std::thread::hardware_concurrency());
     for (int threads : {cores - 1, 2}) {
       if (threads < 1 || threads >= cores) continue;
       add(fmt::format("CudaPipeline/{}/input_threads:{}", m, threads),

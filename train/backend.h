@@ -106,10 +106,10 @@ class Backend {
   virtual std::shared_ptr<pipeline::Allocator> InputMemory() { return nullptr; }
   // A function for the pipeline's IteratorOptions::prepare: called with
   // each batch on the thread that made it (the Iterator's last Prefetch's
-  // driver; TF's prefetch_to_device), it starts the batch's copy to the
-  // device there, so that Prefetch() of that batch on the training thread
-  // finds it staged and only orders the step after the copy (one event
-  // wait) instead of issuing the copies itself.  Each call of InputStager
+  // driver; TF's prefetch_to_device), it copies the batch to the device
+  // there and waits for the copy, so that Prefetch() of that batch on the
+  // training thread finds it on the device and only takes it, instead of
+  // issuing the copies itself.  Each call of InputStager
   // makes a function for one Iterator: batches staged by an Iterator made
   // before it and never delivered are let go once it stages.  Thread-safe
   // against every other call of the backend; the backend must outlive the
@@ -354,6 +354,11 @@ class Backend {
     uint64_t launches = 0;
     uint64_t instantiations = 0;
     uint64_t ended_early = 0;  // captures a waiting call ended mid-step
+    // The launching thread's seconds in EndStep's graph calls: ending the
+    // capture, updating (or instantiating) the executable graph, launching.
+    double end_capture_seconds = 0;
+    double update_seconds = 0;
+    double launch_seconds = 0;
   };
   virtual StepGraphStats step_graph_stats() const { return {}; }
 
