@@ -811,6 +811,7 @@ void GraphCallCounters(benchmark::State& state, const std::string& prefix,
       (after.update_seconds - before.update_seconds) / n * 1e6;
   state.counters[prefix + "graph_launch_us"] =
       (after.launch_seconds - before.launch_seconds) / n * 1e6;
+  state.counters[prefix + "graph_nodes"] = static_cast<double>(after.nodes);
 }
 
 // Runs kStepsPerIteration steps per iteration on `next_batch`'s batches
@@ -949,8 +950,13 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   };
   std::string path;
   std::optional<pipeline::Iterator> it;
-  const bool staged = input == "staged";
-  if (input == "pipeline" || input == "pipeline2" || staged) {
+  // busy, busy_staged: the pipeline's batches taken (and, staged, given
+  // to Prefetch) as for `pipeline` and `staged`, but the steps train on a
+  // batch already on the device: what the input's work beside and before
+  // the step costs it, apart from the step reading the batch it staged.
+  const bool busy = input == "busy" || input == "busy_staged";
+  const bool staged = input == "staged" || input == "busy_staged";
+  if (input == "pipeline" || input == "pipeline2" || staged || busy) {
     path = WriteBenchRecords();
     it.emplace(BenchInput(path).MakeIterator(
         {.threads = input == "pipeline2" ? 2 : input_threads,
@@ -959,7 +965,8 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     variant_batch = [&] {
       pipeline::Element e;
       it->Next(&e);
-      other->Prefetch(e);  // as the Estimator does
+      if (!busy || staged) other->Prefetch(e);  // as the Estimator does
+      if (busy) return on_other[0];
       Features f;
       f.Set("image", e["image"]);
       f.Set("label", e["label"]);
@@ -1106,7 +1113,8 @@ void RegisterCuda() {
         false);
     for (const char* variant :
          {"nccl", "graphs", "pipeline", "pipeline2", "staged",
-          "graphs_pipeline", "graphs_staged", "graphs_rotate"}) {
+          "graphs_pipeline", "graphs_staged", "graphs_rotate", "graphs_busy",
+          "graphs_busy_staged"}) {
       add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
           std::string(variant), 0);
     }

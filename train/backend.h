@@ -359,6 +359,7 @@ class Backend {
     double end_capture_seconds = 0;
     double update_seconds = 0;
     double launch_seconds = 0;
+    uint64_t nodes = 0;  // of the graph captured last
   };
   virtual StepGraphStats step_graph_stats() const { return {}; }
 

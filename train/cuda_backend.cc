@@ -1154,6 +1154,7 @@ class CudaBackend final : public Backend {
     Check(cudaGraphGetNodes(graph, nullptr, &nodes), index_,
           "cudaGraphGetNodes");
     if (nodes == 0) return;
+    graph_stats_.nodes = nodes;
     const Clock::time_point updating = Clock::now();
     graph_stats_.end_capture_seconds +=
         std::chrono::duration<double>(updating - ending).count();
