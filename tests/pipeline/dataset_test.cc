@@ -118,6 +118,40 @@ TEST(DatasetTest, OutputMemoryHoldsEveryElementDelivered) {
 // back in its buffer: there, on the thread that restores), in Next
 // otherwise (a parallel map makes its results
 // out of order); what it throws, the Next() of that element throws.
+// A take from a full Prefetch buffer does not wake its driver (a system
+// call on the consumer's thread); the driver looks for room on its own
+// timer, at about half the consumer's interval between takes.  So after
+// each take of a slow consumer the buffer is full again before the next,
+// and every element still comes once, in order.
+TEST(DatasetTest, PrefetchRefillsItsBufferBetweenTheTakesOfASlowConsumer) {
+  constexpr int64_t kBuffer = 4;
+  Iterator it = Dataset::Range(0, 40).Prefetch(kBuffer).MakeIterator();
+  const auto buffered = [&] {
+    for (const StageStats& s : it.Stats()) {
+      if (s.buffered >= 0) return s.buffered;
+    }
+    return int64_t{-1};
+  };
+  Element e;
+  int64_t expected = 0;
+  for (int take = 0; take < 12; ++take) {
+    ASSERT_TRUE(it.Next(&e));
+    EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
+    // Full again well within a few of the consumer's 5 ms intervals
+    // (a driver that waited to be woken would stay one short).
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (buffered() < kBuffer &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(buffered(), kBuffer) << "after take " << take;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  while (it.Next(&e)) EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
+  EXPECT_EQ(expected, 40);
+}
+
 TEST(DatasetTest, PrepareSeesEveryElementDeliveredInOrderBeforeNext) {
   MapOptions parallel;
   parallel.num_parallel_calls = 3;
