@@ -923,7 +923,10 @@ void StagedCounters(benchmark::State& state, const Backend& be,
 // TFRecord files through the fused pipeline into pinned memory, copied
 // by Prefetch; `pipeline2`: the same on 2 input threads instead of one
 // per core, which leaves the cores to the thread that launches the
-// kernels: whether the input's threads slow that thread).  A shared machine's
+// kernels: whether the input's threads slow that thread; `staged`: copied
+// on the pipeline's thread, InputStager; `in_place`: read where the
+// pipeline made them, SetInputInPlace; `rotate`, `busy`, `busy_staged`:
+// below).  A shared machine's
 // drift (25% between two calls of CudaStep, docs/PERFORMANCE.md) hits both
 // blocks of a pair alike, so the ratio is the median of the pairs'
 // (`variant_over_plain`: the variant's time over the plain step's; 1.05 is 5%
@@ -943,6 +946,8 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   const Features on_plain = DeviceBatch(plain_be);
   const std::vector<Features> on_other = {
       DeviceBatch(*other), DeviceBatch(*other), DeviceBatch(*other)};
+  // rotate: three batches on the device in turn (the step's input
+  // addresses change, as the pipeline's do, and nothing else).
   size_t turn = 0;
   std::function<Features()> plain_batch = [&] { return on_plain; };
   std::function<Features()> variant_batch = [&] {
@@ -956,7 +961,12 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   // the step costs it, apart from the step reading the batch it staged.
   const bool busy = input == "busy" || input == "busy_staged";
   const bool staged = input == "staged" || input == "busy_staged";
-  if (input == "pipeline" || input == "pipeline2" || staged || busy) {
+  // in_place: the pipeline's batches read by the step where they are
+  // (Backend::SetInputInPlace), nothing staged.
+  const bool in_place = input == "in_place";
+  other->SetInputInPlace(in_place);
+  if (input == "pipeline" || input == "pipeline2" || staged || busy ||
+      in_place) {
     path = WriteBenchRecords();
     it.emplace(BenchInput(path).MakeIterator(
         {.threads = input == "pipeline2" ? 2 : input_threads,
@@ -1012,6 +1022,11 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     }
   }
   if (staged) StagedCounters(state, *other);
+  if (in_place) {
+    // Of the batches Prefetch was given, those read in place.
+    state.counters["in_place"] =
+        static_cast<double>(other->input_stats().in_place);
+  }
   it.reset();
   if (!path.empty()) std::filesystem::remove(path);
   state.SetItemsProcessed(state.iterations() * 2 * kStepsPerIteration * kBatch);
@@ -1114,7 +1129,7 @@ void RegisterCuda() {
     for (const char* variant :
          {"nccl", "graphs", "pipeline", "pipeline2", "staged",
           "graphs_pipeline", "graphs_staged", "graphs_rotate", "graphs_busy",
-          "graphs_busy_staged"}) {
+          "graphs_busy_staged", "in_place", "graphs_in_place"}) {
       add("CudaPaired/" + m + "/" + variant, CudaPaired, m,
           std::string(variant), 0);
     }

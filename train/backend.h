@@ -121,12 +121,27 @@ class Backend {
   virtual std::function<void(const pipeline::Element&)> InputStager() {
     return nullptr;
   }
-  // Batches staged by InputStager functions, taken staged by Prefetch, and
-  // not staged (no free staging buffer): 0 on host backends.
+  // Batches Prefetch is given from then on, when all their tensors are in
+  // pinned host memory (InputMemory's) and small (at most 1 MiB together),
+  // are read by the step's kernels where they are instead of being copied
+  // to the device first (zero-copy: the GPU reads them over the bus, once,
+  // in the first kernel that takes them): no copy, event or stream wait on
+  // any thread but one event recorded after the step, which tells when the
+  // batch's host memory may go back to the pipeline.  For small batches of
+  // launch-bound steps, where every call on the host counts; larger ones
+  // are copied (InputStager, or in Prefetch) as before.  ToDevice of such
+  // a tensor returns a device tensor that views its host memory and holds
+  // it.  The CUDA backend only, on devices with unified addressing (every
+  // 64-bit one); others ignore it.
+  virtual void SetInputInPlace(bool /*on*/) {}
+  // Batches staged by InputStager functions, taken staged by Prefetch, not
+  // staged (no free staging buffer), and read in place (SetInputInPlace):
+  // 0 on host backends.
   struct InputStats {
     uint64_t staged = 0;
     uint64_t taken = 0;
     uint64_t unstaged = 0;
+    uint64_t in_place = 0;
   };
   virtual InputStats input_stats() const { return {}; }
   // Waits for every call made so far; throws a pending device error.

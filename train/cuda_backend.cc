@@ -154,6 +154,7 @@ class CudaBackend final : public Backend {
     Check(cudaGetDeviceProperties(&props, index), index,
           "cudaGetDeviceProperties");
     device_name_ = props.name;
+    unified_addressing_ = props.unifiedAddressing != 0;
     Check(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking), index,
           "creating the compute stream");
     Check(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), index,
@@ -228,6 +229,8 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(s.copied);
       cudaEventDestroy(s.consumed);
     }
+    for (InPlaceBatch& b : in_place_read_) cudaEventDestroy(b.read);
+    for (cudaEvent_t e : in_place_events_) cudaEventDestroy(e);
     cudaEventDestroy(reused_);
     cudnnDestroy(cudnn_);
     cublasDestroy(cublas_);
@@ -295,7 +298,7 @@ class CudaBackend final : public Backend {
     Tensor out = Tensor::Allocate(t.dtype(), t.shape(), pinned_alloc_);
     if (t.byte_size() > 0) {
       Check(cudaMemcpyAsync(const_cast<char*>(out.raw_data()), t.raw_data(),
-                            t.byte_size(), cudaMemcpyDeviceToHost, compute_),
+                            t.byte_size(), cudaMemcpyDefault, compute_),
             index_, "copying a result to the host");
     }
     Synchronize();
@@ -307,6 +310,8 @@ class CudaBackend final : public Backend {
     // The staged batch of the step before is free once the work queued so
     // far has run.
     ReleaseStaged();
+    ReleaseInPlace();
+    if (TakeInPlace(element)) return;
     if (TakeStaged(element)) return;
     // Everything the steps before this one read from their slots is
     // queued by now: the slot handed out last is free once that has run.
@@ -351,6 +356,71 @@ class CudaBackend final : public Backend {
     slot.compute_waited = false;
   }
 
+  // --- Input read in place (SetInputInPlace) ------------------------------
+
+  void SetInputInPlace(bool on) override {
+    in_place_ = on && unified_addressing_;
+  }
+
+  // Prefetch's: `element` read in place by the step, when every tensor of
+  // it is in pinned memory and together they are small.
+  bool TakeInPlace(const pipeline::Element& element) {
+    if (!in_place_) return false;
+    std::vector<Part> parts;
+    size_t packed = 0;
+    const size_t total = CollectParts(element, &parts, &packed);
+    if (total == 0 || packed > 0 || total > kInPlaceMaxBytes) return false;
+    for (Part& p : parts) in_place_current_.push_back(std::move(p.host));
+    std::lock_guard<std::mutex> lock(stage_mu_);
+    ++input_stats_.in_place;
+    return true;
+  }
+  // Prefetch's: the batch the step before read in place is held until an
+  // event recorded after everything queued so far has completed; batches
+  // whose steps have run go back to the pipeline (at most kMaxInPlaceRead
+  // wait: beyond, the oldest is waited for).
+  void ReleaseInPlace() {
+    if (!in_place_current_.empty()) {
+      cudaEvent_t read = nullptr;
+      if (in_place_events_.empty()) {
+        Check(cudaEventCreateWithFlags(&read, cudaEventDisableTiming), index_,
+              "cudaEventCreate");
+      } else {
+        read = in_place_events_.back();
+        in_place_events_.pop_back();
+      }
+      in_place_read_.push_back({std::move(in_place_current_), read});
+      in_place_current_.clear();
+      Check(cudaEventRecord(read, compute_), index_, "cudaEventRecord");
+    }
+    while (!in_place_read_.empty()) {
+      InPlaceBatch& oldest = in_place_read_.front();
+      if (in_place_read_.size() > kMaxInPlaceRead) {
+        Check(cudaEventSynchronize(oldest.read), index_,
+              "waiting for a step that read its batch in place");
+      } else {
+        const cudaError_t e = cudaEventQuery(oldest.read);
+        if (e == cudaErrorNotReady) break;
+        Check(e, index_, "a step that read its batch in place");
+      }
+      in_place_events_.push_back(oldest.read);
+      in_place_read_.pop_front();
+    }
+  }
+  // `t` (HostNumeric's form) as a device tensor viewing the host memory of
+  // the batch read in place that holds it, if one does.
+  std::optional<Tensor> InPlaceView(const Tensor& t) const {
+    for (const Tensor& h : in_place_current_) {
+      if (h.raw_data() == t.raw_data() && h.dtype() == t.dtype() &&
+          h.shape() == t.shape()) {
+        // Unified addressing: the kernels read it at its host address.
+        return Tensor::View(h.dtype(), h.shape(), h.raw_data(),
+                            std::make_shared<Tensor>(h), Device::kCuda);
+      }
+    }
+    return std::nullopt;
+  }
+
   // --- Input staged on the pipeline's thread (InputStager) ------------------
 
   std::function<void(const pipeline::Element&)> InputStager() override {
@@ -370,6 +440,9 @@ class CudaBackend final : public Backend {
     StopCapture();
     Check(cudaStreamSynchronize(compute_), index_, "running the step");
     held_.clear();  // their copies have run
+    // And the steps that read batches in place.
+    for (InPlaceBatch& b : in_place_read_) in_place_events_.push_back(b.read);
+    in_place_read_.clear();
     if (err_host_->code != 0) {
       const cuda::DeviceError e = *err_host_;
       std::memset(err_host_, 0, sizeof(cuda::DeviceError));
@@ -508,8 +581,9 @@ class CudaBackend final : public Backend {
   }
   void Copy(int64_t n, const float* x, float* y) override {
     if (n <= 0 || x == y) return;
+    // Default: `x` may view host memory read in place (SetInputInPlace).
     Check(cudaMemcpyAsync(y, x, static_cast<size_t>(n) * sizeof(float),
-                          cudaMemcpyDeviceToDevice, compute_),
+                          cudaMemcpyDefault, compute_),
           index_, "cudaMemcpyAsync");
   }
   void Axpby(int64_t n, float alpha, const float* x, float beta,
@@ -1220,6 +1294,7 @@ class CudaBackend final : public Backend {
   // view holds the slot's lease, so a slot whose tensors are still held gets a
   // new buffer instead of being overwritten.
   std::optional<Tensor> FromSlots(const Tensor& t) {
+    if (auto view = InPlaceView(t)) return view;
     // The staged batch's copy was waited for when Prefetch took it.
     if (stage_current_ != nullptr) {
       if (auto view = ViewIn(*stage_current_, t)) return view;
@@ -1419,6 +1494,20 @@ class CudaBackend final : public Backend {
   static constexpr uint64_t kStaleAfter = 64;
   InputStats input_stats_;         // guarded
   Slot* stage_current_ = nullptr;  // the training thread's: Prefetch took
+  // Input read in place (the training thread's): the batch of the step
+  // being built, and those of steps queued before, each with the event
+  // recorded after it; events to reuse.
+  struct InPlaceBatch {
+    std::vector<Tensor> hosts;
+    cudaEvent_t read = nullptr;
+  };
+  static constexpr size_t kInPlaceMaxBytes = size_t{1} << 20;
+  static constexpr size_t kMaxInPlaceRead = 8;
+  bool unified_addressing_ = false;
+  bool in_place_ = false;
+  std::vector<Tensor> in_place_current_;
+  std::deque<InPlaceBatch> in_place_read_;
+  std::vector<cudaEvent_t> in_place_events_;
   std::map<std::array<int64_t, 12>, ConvPlan> plans_;
   bool log_calls_ = false;
   std::vector<LoggedCall> call_log_;

@@ -191,6 +191,7 @@ Estimator::Estimator(ModelFn model_fn, RunConfig config,
                        : config_.model_dir,
                    config_.keep_checkpoint_max) {
   backend_->SetStepGraphs(config_.cuda_graphs);
+  backend_->SetInputInPlace(config_.read_input_in_place);
   if (world_->size() > 1) {
     // Every rank initialises as the chief does: initial values are a
     // function of the seed and the variable's name only.
@@ -218,7 +219,10 @@ pipeline::IteratorOptions Estimator::InputOptions() const {
   o.output_memory = backend_->InputMemory();
   // And are copied to the device by the pipeline's thread that made them
   // (a new stager for each iterator).
-  if (config_.stage_input) o.prepare = backend_->InputStager();
+  // (Batches read in place need no copy.)
+  if (config_.stage_input && !config_.read_input_in_place) {
+    o.prepare = backend_->InputStager();
+  }
   if (o.threads == 0 && world_->local_size() > 1) {
     // Ranks on one host share its cores rather than each taking all (the
     // cores this process may run on: mpirun may have bound it to some).

@@ -108,6 +108,11 @@ struct RunConfig {
   // prefetch's driver thread), instead of on the training thread at the
   // start of its step.  The same results.  The CPU ignores it.
   bool stage_input = true;
+  // On a GPU, small batches in pinned memory are read by the step where
+  // the pipeline made them, not copied (Backend::SetInputInPlace; then no
+  // batch is staged).  The same results.  Off by default: not yet measured
+  // on a GPU.  The CPU ignores it.
+  bool read_input_in_place = false;
 };
 
 using Features = pipeline::Element;

@@ -975,6 +975,124 @@ TEST(CudaBackendTest, InputStagedOnThePipelinesThreadTrainsAsCopiedInPrefetch) {
   }
 }
 
+// SetInputInPlace: a batch whose tensors are all pinned and small is read
+// where it is: ToDevice gives device tensors at the host addresses, whose
+// values the device reads (products, copies, ToHost); a batch with a
+// pageable tensor, or over 1 MiB, is copied as before.  Batches the queued
+// steps read are held while the pipeline runs ahead, so none is rewritten
+// under a step that has not run.
+TEST(CudaBackendTest, InputReadInPlaceIsReadWhereThePipelineMadeIt) {
+  REQUIRE_GPU();
+  const std::unique_ptr<Backend> gpu = MakeCudaBackend(0, false);
+  const std::shared_ptr<pipeline::Allocator> pinned = gpu->InputMemory();
+  gpu->SetInputInPlace(true);
+  pipeline::Element e;
+  e.Set("x", Random({64, 5}, 900).CopyInto(pinned));
+  const std::vector<int64_t> n = {3, 1, 4};
+  e.Set("n", Tensor::FromValues<int64_t>(n, Shape{3}).CopyInto(pinned));
+  gpu->Prefetch(e);
+  EXPECT_EQ(gpu->input_stats().in_place, 1u);
+  const Tensor x = gpu->ToDevice(e["x"]);
+  EXPECT_EQ(x.device(), Device::kCuda);
+  EXPECT_EQ(x.raw_data(), e["x"].raw_data());
+  EXPECT_TRUE(gpu->ToHost(x) == e["x"]);
+  EXPECT_TRUE(gpu->ToHost(gpu->ToDevice(e["n"])) == e["n"]);
+  Tensor copy = gpu->Allocate(DType::kFloat32, Shape{64, 5});
+  gpu->Copy(320, x.data<float>(), copy.mutable_data<float>());
+  EXPECT_TRUE(gpu->ToHost(copy) == e["x"]);
+
+  // Pageable, or too large: copied.
+  pipeline::Element pageable;
+  pageable.Set("x", Random({64, 5}, 901));
+  gpu->Prefetch(pageable);
+  EXPECT_NE(gpu->ToDevice(pageable["x"]).raw_data(), pageable["x"].raw_data());
+  EXPECT_TRUE(gpu->ToHost(gpu->ToDevice(pageable["x"])) == pageable["x"]);
+  pipeline::Element large;
+  large.Set("x", Random({300, 1000}, 902).CopyInto(pinned));
+  gpu->Prefetch(large);
+  EXPECT_NE(gpu->ToDevice(large["x"]).raw_data(), large["x"].raw_data());
+  EXPECT_TRUE(gpu->ToHost(gpu->ToDevice(large["x"])) == large["x"]);
+  EXPECT_EQ(gpu->input_stats().in_place, 1u);
+
+  // As the Estimator reads: an Iterator's batches in pinned memory, each
+  // read by queued products (with the identity: exact) and dropped at
+  // once, synchronising only at the end, so that a batch given back to the
+  // pipeline before its step ran would be rewritten under it.
+  constexpr int64_t kCols = 256;
+  Tensor eye = Tensor::Allocate(DType::kFloat32, Shape{kCols, kCols});
+  std::memset(eye.mutable_data<float>(), 0, eye.byte_size());
+  for (int64_t i = 0; i < kCols; ++i)
+    eye.mutable_data<float>()[i * kCols + i] = 1;
+  const Tensor d_eye = gpu->ToDevice(eye);
+  const pipeline::Dataset ds =
+      pipeline::Dataset::Range(0, 120)
+          .Map([](pipeline::Element r) {
+            const int64_t v = r["value"].scalar<int64_t>();
+            r.Set("x", Random({kCols}, 2000 + static_cast<uint64_t>(v)));
+            return r;
+          })
+          .Batch(4)
+          .Prefetch(2);
+  pipeline::Iterator it =
+      ds.MakeIterator({.threads = 2, .output_memory = pinned});
+  std::vector<Tensor> expected, outs;
+  const uint64_t before = gpu->input_stats().in_place;
+  pipeline::Element b;
+  while (it.Next(&b)) {
+    gpu->Prefetch(b);
+    const Tensor bx = gpu->ToDevice(b["x"]);
+    Tensor out = gpu->Allocate(DType::kFloat32, Shape{4, kCols});
+    for (int k = 0; k < 4; ++k) {  // device time for the pipeline to race
+      gpu->Gemm(false, false, 4, kCols, kCols, 1.0f, bx.data<float>(),
+                d_eye.data<float>(), 0.0f, out.mutable_data<float>());
+    }
+    expected.push_back(HostCopy(b["x"]));  // a copy of its own
+    outs.push_back(out);
+  }
+  ASSERT_EQ(outs.size(), 30u);
+  EXPECT_EQ(gpu->input_stats().in_place - before, 30u);
+  for (size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_TRUE(gpu->ToHost(outs[i]) == expected[i]) << "batch " << i;
+  }
+}
+
+// RunConfig::read_input_in_place: batches read where the pipeline made
+// them train exactly as batches copied by Prefetch, call by call and with
+// step graphs, also across a second Train that restores the iterator.
+TEST(CudaBackendTest, InputReadInPlaceTrainsAsCopiedInPrefetch) {
+  REQUIRE_GPU();
+  const InputFn input = [] {
+    return pipeline::Dataset::FromTensorSlices(SyntheticImages(96, 5))
+        .Repeat()
+        .Batch(16, true)
+        .Prefetch(2);
+  };
+  for (const auto& [name, fn] : CannedModels()) {
+    for (bool graphs : {false, true}) {
+      SCOPED_TRACE(name + (graphs ? ", step graphs" : ", call by call"));
+      recflow::testing::TempDir dir;
+      const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
+      auto [config, options] = Quiet(be);
+      config.cuda_graphs = graphs;
+      config.stage_input = false;
+      config.model_dir = (dir.path() / "in_prefetch").string();
+      Estimator copied(fn, config, options);
+      EXPECT_EQ(copied.Train(input, {}, std::nullopt, 6), 6);
+      EXPECT_EQ(copied.Train(input, {}, std::nullopt, 12), 12);
+      EXPECT_EQ(be->input_stats().in_place, 0u);
+      config.read_input_in_place = true;
+      config.model_dir = (dir.path() / "in_place").string();
+      Estimator in_place(fn, config, options);
+      EXPECT_EQ(in_place.Train(input, {}, std::nullopt, 6), 6);
+      EXPECT_EQ(in_place.Train(input, {}, std::nullopt, 12), 12);
+      EXPECT_GE(be->input_stats().in_place, 12u);
+      EXPECT_EQ(be->input_stats().staged, 0u);
+      ExpectSameCheckpoints(*copied.latest_checkpoint(),
+                            *in_place.latest_checkpoint(), 1e-5);
+    }
+  }
+}
+
 TEST(CudaBackendTest, SteadyStateStepsAllocateNoDeviceMemory) {
   REQUIRE_GPU();
   recflow::testing::TempDir dir;
