@@ -10,6 +10,7 @@
 #ifndef RECFLOW_TRAIN_FORWARDING_BACKEND_H_
 #define RECFLOW_TRAIN_FORWARDING_BACKEND_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -65,6 +66,11 @@ class ForwardingBackend : public Backend {
   std::shared_ptr<pipeline::Allocator> InputMemory() override {
     return inner_->InputMemory();
   }
+  std::function<void(const pipeline::Element&)> InputStager() override {
+    return inner_->InputStager();
+  }
+  void SetInputInPlace(bool on) override { inner_->SetInputInPlace(on); }
+  InputStats input_stats() const override { return inner_->input_stats(); }
   void Synchronize() override { inner_->Synchronize(); }
 
 #define RECFLOW_FORWARD(kind, method, params, args)             \

@@ -10,10 +10,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "estimator_test_util.h"
@@ -634,6 +636,11 @@ class StepSpy final : public ForwardingBackend {
     in_step = false;
   }
   void SetStepGraphs(bool on) override { graphs = on; }
+  void SetInputInPlace(bool on) override { in_place = on; }
+  std::function<void(const pipeline::Element&)> InputStager() override {
+    ++stagers;
+    return [this](const pipeline::Element&) { ++staged; };
+  }
   void Around(CallKind, const Call& call) override {
     ++(in_step ? calls_in_steps : calls_outside);
     call();
@@ -643,7 +650,9 @@ class StepSpy final : public ForwardingBackend {
   std::string log;  // B, E, A per call
   std::string outside;
   int prefetched = 0, calls_in_steps = 0, calls_outside = 0;
-  bool in_step = false, graphs = false;
+  bool in_step = false, graphs = false, in_place = true;
+  int stagers = 0;              // InputStager() calls
+  std::atomic<int> staged = 0;  // its functions' calls (pipeline threads)
 };
 
 TEST(EstimatorTest, BracketsEachTrainingStepAndTakesInputInTheBackendsMemory) {
@@ -653,10 +662,14 @@ TEST(EstimatorTest, BracketsEachTrainingStepAndTakesInputInTheBackendsMemory) {
   options.backend = spy;
   RunConfig config = Config(dir.path().string());
   Estimator est(Classifier(16), config, options);
-  EXPECT_TRUE(spy->graphs);  // on by default
+  EXPECT_TRUE(spy->graphs);     // on by default
+  EXPECT_FALSE(spy->in_place);  // off by default
   EXPECT_EQ(est.Train(TrainInput(), {}, std::nullopt, 6), 6);
   EXPECT_EQ(spy->log, "BEBEBEBEBEBE");
   EXPECT_EQ(spy->prefetched, 6);
+  // Each batch staged by the input's thread before Prefetch took it.
+  EXPECT_EQ(spy->stagers, 1);
+  EXPECT_GE(spy->staged.load(), 6);
   EXPECT_EQ(spy->outside, "");  // "x", "id" and "label" all there
   EXPECT_GE(spy->calls_in_steps, 6 * 8);
   EXPECT_EQ(spy->calls_outside, 0);
@@ -681,6 +694,17 @@ TEST(EstimatorTest, BracketsEachTrainingStepAndTakesInputInTheBackendsMemory) {
   config.cuda_graphs = false;
   Estimator plain(Classifier(16), config, options);
   EXPECT_FALSE(spy->graphs);
+
+  // Input read in place: asked of the backend, and nothing staged.
+  config.read_input_in_place = true;
+  config.model_dir = (dir.path() / "in_place").string();
+  Estimator in_place(Classifier(16), config, options);
+  EXPECT_TRUE(spy->in_place);
+  const int stagers = spy->stagers;
+  const int staged = spy->staged.load();
+  EXPECT_EQ(in_place.Train(TrainInput(), {}, std::nullopt, 4), 4);
+  EXPECT_EQ(spy->stagers, stagers);
+  EXPECT_EQ(spy->staged.load(), staged);
 }
 
 }  // namespace
