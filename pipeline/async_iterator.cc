@@ -81,8 +81,8 @@ void AsyncIterator::WaitForRoom(std::unique_lock<std::mutex>& lock,
                                  : nanoseconds(microseconds(100));
     const nanoseconds wait = std::min<nanoseconds>(
         std::clamp<nanoseconds>(half, microseconds(10), microseconds(1000)) *
-            (int64_t{1} << std::min(idle_looks, 4)),
-        microseconds(10000));
+            (int64_t{1} << std::min(idle_looks, 7)),
+        microseconds(100000));
     const uint64_t pops = pops_;
     driver_polls_ = true;
     poll_until_ = std::chrono::steady_clock::now() + wait;

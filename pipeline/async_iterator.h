@@ -94,7 +94,8 @@ class AsyncIterator final : public IteratorBase {
   bool HasRoom() const;
   // Under mu_, the driver of a full prefetch buffer: waits until `ready`
   // or about half a take's interval has passed (longer, doubling, after
-  // each look that found no take since: an idle consumer).
+  // each look that found no take since: an idle consumer; at most
+  // 100 ms, and a take wakes a driver that would look later than it needs).
   template <typename Ready>
   void WaitForRoom(std::unique_lock<std::mutex>& lock, Ready ready);
   // The slot GetNext should take, or end() when none is ready.
