@@ -400,7 +400,10 @@ class CudaBackend final : public Backend {
               "waiting for a step that read its batch in place");
       } else {
         const cudaError_t e = cudaEventQuery(oldest.read);
-        if (e == cudaErrorNotReady) break;
+        if (e == cudaErrorNotReady) {
+          cudaGetLastError();  // not an error: not left for later calls
+          break;
+        }
         Check(e, index_, "a step that read its batch in place");
       }
       in_place_events_.push_back(oldest.read);

@@ -802,6 +802,26 @@ TEST(CudaBackendTest, StepGraphsTrainAsCallByCall) {
   }
 }
 
+// The n x n identity (products with it are exact).
+Tensor Identity(int64_t n) {
+  Tensor eye = Tensor::Allocate(DType::kFloat32, Shape{n, n});
+  std::memset(eye.mutable_data<float>(), 0, eye.byte_size());
+  for (int64_t i = 0; i < n; ++i) eye.mutable_data<float>()[i * n + i] = 1;
+  return eye;
+}
+// 30 batches of 4 random rows of `cols` floats ("x"), the rows' seeds
+// from `seed`, behind a Prefetch(2).
+pipeline::Dataset RowBatches(int64_t cols, uint64_t seed) {
+  return pipeline::Dataset::Range(0, 120)
+      .Map([cols, seed](pipeline::Element e) {
+        const int64_t v = e["value"].scalar<int64_t>();
+        e.Set("x", Random({cols}, seed + static_cast<uint64_t>(v)));
+        return e;
+      })
+      .Batch(4)
+      .Prefetch(2);
+}
+
 // Backend::InputStager: batches staged on another thread (the pipeline's
 // prefetch thread) arrive as Prefetch would have copied them, and Prefetch
 // takes them staged, also while the device still computes the steps
@@ -867,20 +887,8 @@ TEST(CudaBackendTest, InputStagedOnThePipelinesThreadArrivesAsPrefetched) {
   // the end, so that copies into reused buffers race the steps if they are
   // not ordered after them.
   constexpr int64_t kCols = 256;
-  Tensor eye = Tensor::Allocate(DType::kFloat32, Shape{kCols, kCols});
-  std::memset(eye.mutable_data<float>(), 0, eye.byte_size());
-  for (int64_t i = 0; i < kCols; ++i)
-    eye.mutable_data<float>()[i * kCols + i] = 1;
-  const Tensor d_eye = gpu->ToDevice(eye);
-  const pipeline::Dataset ds =
-      pipeline::Dataset::Range(0, 120)
-          .Map([](pipeline::Element e) {
-            const int64_t v = e["value"].scalar<int64_t>();
-            e.Set("x", Random({kCols}, 1000 + static_cast<uint64_t>(v)));
-            return e;
-          })
-          .Batch(4)
-          .Prefetch(2);
+  const Tensor d_eye = gpu->ToDevice(Identity(kCols));
+  const pipeline::Dataset ds = RowBatches(kCols, 1000);
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round == 0 ? "an iterator left early" : "the next one");
     const uint64_t taken_before = gpu->input_stats().taken;
@@ -937,13 +945,13 @@ TEST(CudaBackendTest, InputStagedOnThePipelinesThreadArrivesAsPrefetched) {
   EXPECT_TRUE(gpu->ToHost(held) == first[0]["x"]);
 }
 
-// RunConfig::stage_input: batches copied by the input pipeline's thread as
-// they are made train exactly as batches copied by Prefetch on the
-// training thread, call by call and with step graphs, also across a
-// second Train that restores the iterator (its buffered batches staged
-// anew) after the first left batches staged ahead.
-TEST(CudaBackendTest, InputStagedOnThePipelinesThreadTrainsAsCopiedInPrefetch) {
-  REQUIRE_GPU();
+// Each canned model trained twice on one backend, call by call and with
+// step graphs, over two Train calls (the second restores the iterator):
+// copying each batch in Prefetch, then as `variant` sets the input up;
+// the same variables within 1e-5, and `check` on the backend after.
+void ExpectTrainsAsCopiedInPrefetch(
+    const std::function<void(RunConfig&)>& variant,
+    const std::function<void(const Backend&)>& check) {
   const InputFn input = [] {
     return pipeline::Dataset::FromTensorSlices(SyntheticImages(96, 5))
         .Repeat()
@@ -963,16 +971,29 @@ TEST(CudaBackendTest, InputStagedOnThePipelinesThreadTrainsAsCopiedInPrefetch) {
       EXPECT_EQ(copied.Train(input, {}, std::nullopt, 6), 6);
       EXPECT_EQ(copied.Train(input, {}, std::nullopt, 12), 12);
       EXPECT_EQ(be->input_stats().staged, 0u);
-      config.stage_input = true;
-      config.model_dir = (dir.path() / "staged").string();
-      Estimator staged(fn, config, options);
-      EXPECT_EQ(staged.Train(input, {}, std::nullopt, 6), 6);
-      EXPECT_EQ(staged.Train(input, {}, std::nullopt, 12), 12);
-      EXPECT_GE(be->input_stats().taken, 10u);
+      EXPECT_EQ(be->input_stats().in_place, 0u);
+      variant(config);
+      config.model_dir = (dir.path() / "variant").string();
+      Estimator varied(fn, config, options);
+      EXPECT_EQ(varied.Train(input, {}, std::nullopt, 6), 6);
+      EXPECT_EQ(varied.Train(input, {}, std::nullopt, 12), 12);
+      check(*be);
       ExpectSameCheckpoints(*copied.latest_checkpoint(),
-                            *staged.latest_checkpoint(), 1e-5);
+                            *varied.latest_checkpoint(), 1e-5);
     }
   }
+}
+
+// RunConfig::stage_input: batches copied by the input pipeline's thread as
+// they are made train exactly as batches copied by Prefetch on the
+// training thread, call by call and with step graphs, also across a
+// second Train that restores the iterator (its buffered batches staged
+// anew) after the first left batches staged ahead.
+TEST(CudaBackendTest, InputStagedOnThePipelinesThreadTrainsAsCopiedInPrefetch) {
+  REQUIRE_GPU();
+  ExpectTrainsAsCopiedInPrefetch(
+      [](RunConfig& c) { c.stage_input = true; },
+      [](const Backend& be) { EXPECT_GE(be.input_stats().taken, 10u); });
 }
 
 // SetInputInPlace: a batch whose tensors are all pinned and small is read
@@ -1019,20 +1040,8 @@ TEST(CudaBackendTest, InputReadInPlaceIsReadWhereThePipelineMadeIt) {
   // once, synchronising only at the end, so that a batch given back to the
   // pipeline before its step ran would be rewritten under it.
   constexpr int64_t kCols = 256;
-  Tensor eye = Tensor::Allocate(DType::kFloat32, Shape{kCols, kCols});
-  std::memset(eye.mutable_data<float>(), 0, eye.byte_size());
-  for (int64_t i = 0; i < kCols; ++i)
-    eye.mutable_data<float>()[i * kCols + i] = 1;
-  const Tensor d_eye = gpu->ToDevice(eye);
-  const pipeline::Dataset ds =
-      pipeline::Dataset::Range(0, 120)
-          .Map([](pipeline::Element r) {
-            const int64_t v = r["value"].scalar<int64_t>();
-            r.Set("x", Random({kCols}, 2000 + static_cast<uint64_t>(v)));
-            return r;
-          })
-          .Batch(4)
-          .Prefetch(2);
+  const Tensor d_eye = gpu->ToDevice(Identity(kCols));
+  const pipeline::Dataset ds = RowBatches(kCols, 2000);
   pipeline::Iterator it =
       ds.MakeIterator({.threads = 2, .output_memory = pinned});
   std::vector<Tensor> expected, outs;
@@ -1061,36 +1070,12 @@ TEST(CudaBackendTest, InputReadInPlaceIsReadWhereThePipelineMadeIt) {
 // step graphs, also across a second Train that restores the iterator.
 TEST(CudaBackendTest, InputReadInPlaceTrainsAsCopiedInPrefetch) {
   REQUIRE_GPU();
-  const InputFn input = [] {
-    return pipeline::Dataset::FromTensorSlices(SyntheticImages(96, 5))
-        .Repeat()
-        .Batch(16, true)
-        .Prefetch(2);
-  };
-  for (const auto& [name, fn] : CannedModels()) {
-    for (bool graphs : {false, true}) {
-      SCOPED_TRACE(name + (graphs ? ", step graphs" : ", call by call"));
-      recflow::testing::TempDir dir;
-      const std::shared_ptr<Backend> be = MakeCudaBackend(0, false);
-      auto [config, options] = Quiet(be);
-      config.cuda_graphs = graphs;
-      config.stage_input = false;
-      config.model_dir = (dir.path() / "in_prefetch").string();
-      Estimator copied(fn, config, options);
-      EXPECT_EQ(copied.Train(input, {}, std::nullopt, 6), 6);
-      EXPECT_EQ(copied.Train(input, {}, std::nullopt, 12), 12);
-      EXPECT_EQ(be->input_stats().in_place, 0u);
-      config.read_input_in_place = true;
-      config.model_dir = (dir.path() / "in_place").string();
-      Estimator in_place(fn, config, options);
-      EXPECT_EQ(in_place.Train(input, {}, std::nullopt, 6), 6);
-      EXPECT_EQ(in_place.Train(input, {}, std::nullopt, 12), 12);
-      EXPECT_GE(be->input_stats().in_place, 12u);
-      EXPECT_EQ(be->input_stats().staged, 0u);
-      ExpectSameCheckpoints(*copied.latest_checkpoint(),
-                            *in_place.latest_checkpoint(), 1e-5);
-    }
-  }
+  ExpectTrainsAsCopiedInPrefetch(
+      [](RunConfig& c) { c.read_input_in_place = true; },
+      [](const Backend& be) {
+        EXPECT_GE(be.input_stats().in_place, 12u);
+        EXPECT_EQ(be.input_stats().staged, 0u);
+      });
 }
 
 TEST(CudaBackendTest, SteadyStateStepsAllocateNoDeviceMemory) {
