@@ -971,7 +971,8 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     it.emplace(BenchInput(path).MakeIterator(
         {.threads = input == "pipeline2" ? 2 : input_threads,
          .output_memory = other->InputMemory(),
-         .prepare = staged ? other->InputStager() : nullptr}));
+         .prepare = staged ? other->InputStager() : nullptr,
+         .prefetch_polls = true}));  // as the Estimator's on a GPU
     variant_batch = [&] {
       pipeline::Element e;
       it->Next(&e);
@@ -1046,7 +1047,8 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
       {.threads = input_threads,
        .optimize = fused,
        .output_memory = pinned_input ? be.InputMemory() : nullptr,
-       .prepare = staged ? be.InputStager() : nullptr});
+       .prepare = staged ? be.InputStager() : nullptr,
+       .prefetch_polls = true});  // as the Estimator's on a GPU
   state.counters["input_threads"] = it.context().threads();
   // The input alone on the training thread (next batch + its copy), per
   // batch, in the same run: what the steps below pay for their input.

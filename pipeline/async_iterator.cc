@@ -15,7 +15,8 @@ AsyncIterator::AsyncIterator(IteratorContext* ctx,
       input_(std::move(input)),
       counter_(counter),
       config_(std::move(config)),
-      limit_(config_.autotune ? 1 : config_.max_elements) {
+      limit_(config_.autotune ? 1 : config_.max_elements),
+      polls_(!config_.fn && ctx_->prefetch_polls()) {
   wake_up_id_ = ctx_->AddWakeUp([this] {
     std::lock_guard<std::mutex> lock(mu_);
     consumer_cv_.notify_all();
@@ -99,8 +100,9 @@ void AsyncIterator::DriverLoop() {
   };
   while (true) {
     // A full prefetch buffer (no map: a map's tasks keep being handed out
-    // as results are taken) is looked at on a timer; else woken.
-    if (!config_.fn && !input_end_ && !ready()) WaitForRoom(lock, ready);
+    // as results are taken) is looked at on a timer where the Iterator
+    // asks for it (IteratorOptions::prefetch_polls); else woken.
+    if (polls_ && !input_end_ && !ready()) WaitForRoom(lock, ready);
     driver_cv_.wait(lock, ready);
     if (stop_) return;
     if (pause_) {
@@ -218,23 +220,25 @@ bool AsyncIterator::GetNext(Element* out) {
   bytes_ -= taken->bytes;
   counter_->buffered.store(static_cast<int64_t>(slots_.size()),
                            std::memory_order_relaxed);
-  const auto now = std::chrono::steady_clock::now();
-  if (pops_++ > 0) {
-    const int64_t interval =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_pop_)
-            .count();
-    pop_interval_ns_ =
-        pop_interval_ns_ == 0
-            ? interval
-            : pop_interval_ns_ + (interval - pop_interval_ns_) / 8;
+  bool wake = true;
+  if (polls_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (pops_++ > 0) {
+      const int64_t interval =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_pop_)
+              .count();
+      pop_interval_ns_ =
+          pop_interval_ns_ == 0
+              ? interval
+              : pop_interval_ns_ + (interval - pop_interval_ns_) / 8;
+    }
+    last_pop_ = now;
+    // A driver on its timer that looks again within half a take's
+    // interval refills the buffer before the next take needs it: not
+    // woken, unless this take emptied the buffer.
+    wake = !driver_polls_ || slots_.empty() ||
+           poll_until_ - now > std::chrono::nanoseconds(pop_interval_ns_ / 2);
   }
-  last_pop_ = now;
-  // A driver on its timer that looks again within half a take's interval
-  // refills the buffer before the next take needs it: not woken, unless
-  // this take emptied the buffer.
-  const bool wake =
-      !driver_polls_ || slots_.empty() ||
-      poll_until_ - now > std::chrono::nanoseconds(pop_interval_ns_ / 2);
   lock.unlock();
   // After unlocking: a driver woken under the lock would only block on it.
   if (wake) driver_cv_.notify_all();

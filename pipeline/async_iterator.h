@@ -110,6 +110,7 @@ class AsyncIterator final : public IteratorBase {
   // grew.
   size_t limit_;
   bool filled_ = false;
+  const bool polls_;  // a prefetch, IteratorOptions::prefetch_polls
   uint64_t wake_up_id_;
   // Set before the driver starts (DeliverIn); read-only after.
   std::shared_ptr<Allocator> output_memory_;

@@ -162,6 +162,7 @@ IteratorContext::IteratorContext(const IteratorOptions& options)
     : keep_slabs_(std::make_unique<BlockSlabKeeper>()),
       threads_(options.threads > 0 ? options.threads : MachineCores()),
       optimize_(options.optimize),
+      prefetch_polls_(options.prefetch_polls),
       seed_(stages::SeedOrRandom(std::nullopt)),
       // No slot is reserved for an external thread: the consumer and the
       // drivers never run arena work, so every slot is a worker's.

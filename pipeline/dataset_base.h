@@ -100,6 +100,16 @@ struct IteratorOptions {
   // use: start each batch's copy to the device there (TF's
   // prefetch_to_device; train::Backend::InputStager).  Null: nothing.
   std::function<void(const Element&)> prepare = nullptr;
+  // A Prefetch whose buffer is full looks for room on a timer (half the
+  // consumer's interval between takes) instead of being woken by the
+  // consumer's take, which then makes no system call unless it empties
+  // the buffer: for a consumer whose own thread is the bottleneck on a
+  // machine with cores to spare (a GPU's training thread, which the
+  // Estimator sets it for).  false: woken by each take, so that the
+  // driver's work comes while the consumer takes, not in the middle of
+  // its work (on a machine whose cores the consumer's work fills, a timer
+  // firing mid-step preempts it; pipeline/README.md).
+  bool prefetch_polls = false;
 };
 
 // Shared by all stages of one Iterator: the task arena, statistics,
@@ -113,6 +123,7 @@ class IteratorContext {
 
   int threads() const { return threads_; }
   bool optimize() const { return optimize_; }
+  bool prefetch_polls() const { return prefetch_polls_; }
   // The seed of stages given none: random per Iterator, kept in its state.
   uint64_t seed() const { return seed_; }
   void set_seed(uint64_t seed) { seed_ = seed; }
@@ -153,6 +164,7 @@ class IteratorContext {
   std::unique_ptr<BlockSlabKeeper> keep_slabs_;
   int threads_;
   bool optimize_;
+  bool prefetch_polls_;
   uint64_t seed_;
   std::unique_ptr<tbb::task_arena> arena_;
   mutable std::mutex mu_;

@@ -118,14 +118,16 @@ TEST(DatasetTest, OutputMemoryHoldsEveryElementDelivered) {
 // back in its buffer: there, on the thread that restores), in Next
 // otherwise (a parallel map makes its results
 // out of order); what it throws, the Next() of that element throws.
-// A take from a full Prefetch buffer does not wake its driver (a system
-// call on the consumer's thread); the driver looks for room on its own
-// timer, at about half the consumer's interval between takes.  So after
+// IteratorOptions::prefetch_polls: a take from a full Prefetch buffer does
+// not wake its driver (a system call on the consumer's thread); the driver
+// looks for room on its own timer, at about half the consumer's interval
+// between takes.  So after
 // each take of a slow consumer the buffer is full again before the next,
 // and every element still comes once, in order.
 TEST(DatasetTest, PrefetchRefillsItsBufferBetweenTheTakesOfASlowConsumer) {
   constexpr int64_t kBuffer = 4;
-  Iterator it = Dataset::Range(0, 40).Prefetch(kBuffer).MakeIterator();
+  Iterator it = Dataset::Range(0, 40).Prefetch(kBuffer).MakeIterator(
+      {.prefetch_polls = true});
   const auto buffered = [&] {
     for (const StageStats& s : it.Stats()) {
       if (s.buffered >= 0) return s.buffered;
