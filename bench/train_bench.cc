@@ -54,9 +54,9 @@
 //     training thread; 2); /pageable: the batches in ordinary memory,
 //     which Prefetch packs into pinned memory on the training thread;
 //     /graphs: each step launched as one CUDA graph; /staged: each batch's
-//     copy started on the pipeline's prefetch thread as it is made
-//     (Backend::InputStager, the Estimator's default), leaving Prefetch an
-//     event wait (counters staged, taken_staged, not_staged and
+//     copy made on the pipeline's prefetch thread as it is made
+//     (Backend::InputStager, the Estimator's default), leaving Prefetch
+//     only to take it (counters staged, taken_staged, not_staged and
 //     staged_share: batches staged, taken staged by Prefetch, and copied
 //     by Prefetch itself; also on CudaPaired's staged variants).
 //   CudaPaired/<model>/<nccl|graphs|pipeline|pipeline2|staged>: one of the

@@ -60,7 +60,7 @@ void AsyncIterator::Start() {
   driver_ = std::thread([this] {
     // Its timed waits for room (WaitForRoom) end when they say, not up to
     // the default 50 us later: half a take's interval may be 50 us.
-    prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    if (polls_) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
     DriverLoop();
   });
 }

@@ -1004,9 +1004,9 @@ class CudaBackend final : public Backend {
       }
     }
     try {
-      // Its last copy has run (the host tensors it copied from may go),
-      // and the copy stream waits for the last step that read it.
-      Check(cudaEventSynchronize(slot->copied), index_, "waiting for a copy");
+      // Its last copy has run (waited for below when it was staged), so
+      // the host tensors it copied from may go; the copy stream waits for
+      // the last step that read it.
       slot->entries.clear();
       Check(cudaStreamWaitEvent(copy_, slot->consumed, 0), index_,
             "ordering the input copy");
@@ -1028,6 +1028,9 @@ class CudaBackend final : public Backend {
       Check(cudaEventSynchronize(slot->copied), index_,
             "waiting for the input copy");
     } catch (...) {
+      // Copies it issued before the failure have run (or failed) before its
+      // host tensors go: every free slot's copies are done.
+      cudaStreamSynchronize(copy_);
       std::lock_guard<std::mutex> lock(stage_mu_);
       slot->entries.clear();
       stage_free_.push_back(slot);
@@ -1070,8 +1073,8 @@ class CudaBackend final : public Backend {
       stage_ready_.erase(stage_ready_.begin(), it + 1);
       ++input_stats_.taken;
     }
-    // Its copy has run: StageInput waited for it.
-    stage_current_->compute_waited = true;
+    // Its copy has run: StageInput waited for it, so the compute stream
+    // needs no wait (staged slots never meet WaitForCopy).
     return true;
   }
   // Prefetch's: the staged slot of the step before goes back to the free

@@ -217,14 +217,13 @@ pipeline::IteratorOptions Estimator::InputOptions() const {
   // Batches arrive in the memory the backend copies from (a GPU's pinned
   // memory), made there by the pipeline's threads.
   o.output_memory = backend_->InputMemory();
-  // And are copied to the device by the pipeline's thread that made them
-  // (a new stager for each iterator).
   // A GPU's training thread is what its steps wait for: the prefetch
   // driver looks for room on a timer rather than being woken by each take
   // (a system call there); a CPU's steps fill the cores, where a timer
   // firing mid-step would preempt them.
   o.prefetch_polls = backend_->device() != Device::kCpu;
-  // (Batches read in place need no copy.)
+  // And are copied to the device by the pipeline's thread that made them
+  // (a new stager for each iterator), unless read in place (no copy).
   if (config_.stage_input && !config_.read_input_in_place) {
     o.prepare = backend_->InputStager();
   }

@@ -15,6 +15,13 @@ namespace {
 
 using namespace estimator_testing;
 
+// SIGTERM's handler now in this process.
+sighandler_t SigtermHandler() {
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  return now.sa_handler;
+}
+
 TEST(BasicSessionRunHooksTest, StopAtStepCountsFromNowOrToALastStep) {
   testing::TempDir dir;
   Estimator est(Classifier(), Config(dir.path().string()), Quiet());
@@ -64,9 +71,7 @@ TEST(BasicSessionRunHooksTest, PreemptionSavesAndStopsAtTheNextStep) {
   EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
   // With the hook gone, SIGTERM is back to its previous disposition.
   preemption.reset();
-  struct sigaction now {};
-  sigaction(SIGTERM, nullptr, &now);
-  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  EXPECT_EQ(SigtermHandler(), SIG_DFL);
 }
 
 // A signal caught after a run's last step (here in a hook's end(), while
@@ -115,9 +120,7 @@ TEST(BasicSessionRunHooksTest, ASignalBetweenRunsIsCaughtAndReported) {
   EXPECT_EQ(preemption->preempted_by(), SIGTERM);
   EXPECT_EQ(est.latest_checkpoint(), dir.File("model.ckpt-4"));
   preemption.reset();
-  struct sigaction now {};
-  sigaction(SIGTERM, nullptr, &now);
-  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  EXPECT_EQ(SigtermHandler(), SIG_DFL);
 }
 
 }  // namespace
