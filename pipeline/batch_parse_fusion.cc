@@ -61,6 +61,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -246,6 +247,25 @@ struct Env {
 
   // The fused global shuffle's files (null for the TFRecord source).
   const GlobalShuffleSource* global = nullptr;
+
+  // Reader tasks enqueued and not yet ended, of readers alive or gone (a
+  // reader does not wait for its queued tasks; see FileReader's
+  // destructor): the fused stage waits for none left before the Env goes.
+  void ReaderTaskQueued() {
+    std::lock_guard<std::mutex> lock(reader_tasks_mu);
+    ++reader_tasks;
+  }
+  void ReaderTaskEnded() {
+    std::lock_guard<std::mutex> lock(reader_tasks_mu);
+    if (--reader_tasks == 0) reader_tasks_cv.notify_all();
+  }
+  void WaitForNoReaderTasks() {
+    std::unique_lock<std::mutex> lock(reader_tasks_mu);
+    reader_tasks_cv.wait(lock, [this] { return reader_tasks == 0; });
+  }
+  std::mutex reader_tasks_mu;
+  std::condition_variable reader_tasks_cv;
+  int64_t reader_tasks = 0;
 
   // *paths, shared by the batches' origins (whose rows name files by
   // FileId), so that a batch holds its file names with one count.
@@ -498,12 +518,22 @@ class FileReader {
     next_range_ = static_cast<size_t>(at - ranges_->begin());
   }
 
+  // Waits for the reader tasks running now, which stop after their chunk,
+  // not for those still queued: they find the reader gone and do nothing.
+  // (A task queued behind parse tasks can start long after the planner,
+  // on whose thread a reader goes, has read the file to its end itself:
+  // the MNIST fixture's two-thread pipeline, a file an epoch, spent ~15%
+  // of its run here; docs/PERFORMANCE.md.)
   ~FileReader() {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
-      Wait(lock, [this] { return Idle(); });
     }
+    {
+      std::unique_lock<std::shared_mutex> running(gate_->mu);
+      gate_->reader = nullptr;
+    }
+    // No task reads now, and the planner (this thread) is not mid-chunk.
     if (here_ != nullptr) env_->ledger.Close(here_);
   }
   FileReader(const FileReader&) = delete;
@@ -686,8 +716,7 @@ class FileReader {
     if (RangesLeft()) {
       // A task per range still to be read ahead.
       while (WantsMore() && ready_.size() + tasks_ < Ahead()) {
-        ++tasks_;
-        env_->ctx->arena().enqueue([this] { RunTask(); });
+        EnqueueTaskLocked();
       }
       return;
     }
@@ -703,8 +732,21 @@ class FileReader {
     if (env_->chunk_records < kChunkRecords && ready_.size() * 2 > Ahead()) {
       return;
     }
+    EnqueueTaskLocked();
+  }
+  // A reader task, through the gate: it runs RunTask while the reader
+  // lives, and holds the gate shared meanwhile (the destructor takes it
+  // exclusively).
+  void EnqueueTaskLocked() {
     ++tasks_;
-    env_->ctx->arena().enqueue([this] { RunTask(); });
+    env_->ReaderTaskQueued();
+    env_->ctx->arena().enqueue([gate = gate_, env = env_] {
+      {
+        std::shared_lock<std::shared_mutex> running(gate->mu);
+        if (gate->reader != nullptr) gate->reader->RunTask();
+      }
+      env->ReaderTaskEnded();
+    });
   }
   void RunTask() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -883,6 +925,18 @@ class FileReader {
   size_t next_range_ = 0;
   // Opened inside a range: read in one piece up to next_range_'s start.
   bool lead_in_ = false;
+
+  // What the reader's tasks hold of it: the reader until it goes.
+  struct Gate {
+    std::shared_mutex mu;  // shared: a task running; exclusive: going
+    FileReader* reader = nullptr;
+  };
+  const std::shared_ptr<Gate> gate_ = MakeGate(this);
+  static std::shared_ptr<Gate> MakeGate(FileReader* reader) {
+    auto gate = std::make_shared<Gate>();
+    gate->reader = reader;
+    return gate;
+  }
 
   // The planner's: the current chunk (its views in here_, the ledger's).
   Chunk current_;
@@ -1494,8 +1548,10 @@ class FusedBatchParse final : public IteratorBase {
       cv_.wait(lock, [this] { return parse_tasks_ == 0; });
       --waiting_;
     }
-    // The readers (in stream_) wait for their own tasks.
+    // The readers (in stream_) wait for their running tasks; the queued
+    // ones end without them.
     stream_.reset();
+    env_.WaitForNoReaderTasks();
   }
 
   bool GetNext(Element* out) override {
@@ -1741,6 +1797,10 @@ class FusedBatchParse final : public IteratorBase {
   // The batch's records straight into its tensors (read first, if the
   // global shuffle planned them).
   void Parse(Slot* slot) {
+    // All of it parse's work but the global shuffle's reads (their own
+    // scope): also where the consumer parses while the planner waits for
+    // a reader (Env::help), which would else count as the planner's.
+    BusyScope busy(parse_counter_);
     // The views, out of the chunks the planner's refs point into (the
     // chunk's place is left empty; the ledger frees the chunk later).
     std::vector<RecordView> records;
@@ -1776,7 +1836,6 @@ class FusedBatchParse final : public IteratorBase {
       slot->error = std::current_exception();
       return;
     }
-    BusyScope busy(parse_counter_);
     try {
       // Shuffled records come from all over the buffered blocks: the
       // parser asks for each record's lines a few records ahead
