@@ -1017,6 +1017,29 @@ class RecordStream {
 
 using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
 
+// RecordStream::Take by `n` calls of stream->Next(), which for a final
+// Stream is no virtual call.  Each record is written in its place in *out
+// (a ref copied out of a local the call just wrote stalls on the store's
+// forwarding).
+template <typename Stream>
+bool TakeByNext(Stream* stream, size_t n, std::vector<RecordRef>* out) {
+  for (; n > 0; --n) {
+    RecordRef& r = out->emplace_back();
+    bool got;
+    try {
+      got = stream->Next(&r);
+    } catch (...) {
+      out->pop_back();
+      throw;
+    }
+    if (!got) {
+      out->pop_back();
+      return false;
+    }
+  }
+  return true;
+}
+
 // The TFRecord source (TFRecordDataset's iterator over views): the files
 // in their order, num_parallel_reads at once, one record from each in
 // turn; a finished file's slot takes the next file when the cycle comes
@@ -1063,8 +1086,9 @@ class SourceStream final : public RecordStream {
 
   // One file at a time (num_parallel_reads 1): runs of the open file's
   // records; the cycle and block counter end as Next() would leave them.
+  // Several: Next() called here, where it is no virtual call.
   bool Take(size_t n, std::vector<RecordRef>* out) override {
-    if (slots_.size() != 1) return RecordStream::Take(n, out);
+    if (slots_.size() != 1) return TakeByNext(this, n, out);
     const auto block_length =
         static_cast<uint64_t>(env_->options->block_length);
     Slot& slot = slots_[0];
@@ -1291,6 +1315,30 @@ class ShuffleStream final : public RecordStream {
     return true;
   }
 
+  // Next() `n` times, with the draws of a full buffer taken in runs: while
+  // the input lasts, each record drawn is the one at a draw below the
+  // buffer size B, with the input's next record at B - 1 (Next() appends
+  // it, draws, and moves the last entry into the drawn one's place); here
+  // the run's input records are taken at once, the draws (a counter-based
+  // generator: independent of each other) computed ahead, and the drawn
+  // entry replaced by the input record directly.  The same records in the
+  // same order, the same generator state and buffer as Next() leaves.
+  bool Take(size_t n, std::vector<RecordRef>* out) override {
+    ahead_.ThrowKept();
+    while (n > 0) {
+      if (!Filling() ||
+          buffer_.size() + 1 != static_cast<size_t>(buffer_size_)) {
+        if (!TakeByNext(this, 1, out)) return false;
+        --n;
+        continue;
+      }
+      const size_t before = out->size();
+      TakeRun(std::min(n, kRun), out);
+      n -= out->size() - before;  // an input that ended: the rest drained
+    }
+    return true;
+  }
+
   void Quiesce() override { in_->Quiesce(); }
   void Resume() override { in_->Resume(); }
   void Prepare() override { in_->Prepare(); }
@@ -1332,6 +1380,58 @@ class ShuffleStream final : public RecordStream {
   // An entry CompactOld has looked at (see there).
   static constexpr uint64_t kSettled = ~uint64_t{0};
   static constexpr uint64_t kPeek = 16;
+  // Records a run of Take draws at once.
+  static constexpr size_t kRun = 64;
+
+  // `run` records of a full buffer (B - 1 entries and the input not
+  // ended) into *out: the input's next `run` records, each into the place
+  // of the entry its draw takes.  An input that ends or fails within the
+  // run: the records before are drawn as Next() would have drawn them,
+  // then input_end_ is set or the error thrown, the buffer at B - 1.
+  void TakeRun(size_t run, std::vector<RecordRef>* out) {
+    run_in_.clear();
+    bool more = true;
+    std::exception_ptr error;
+    try {
+      more = in_->Take(run, &run_in_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    const size_t got = run_in_.size();
+    const uint64_t b = static_cast<uint64_t>(buffer_size_);
+    const uint64_t last = b - 1;
+    uint64_t draws[kRun];
+    for (size_t k = 0; k < got; ++k) draws[k] = rng_.PeekBelow(b, k);
+    for (size_t k = 0; k < got && k < kPeek; ++k) {
+      if (draws[k] != last) __builtin_prefetch(&buffer_[draws[k]], 1, 3);
+    }
+    const size_t first = out->size();
+    out->resize(first + got);
+    RecordRef* to = out->data() + first;
+    for (size_t k = 0; k < got; ++k) {
+      if (k + kPeek < got && draws[k + kPeek] != last) {
+        __builtin_prefetch(&buffer_[draws[k + kPeek]], 1, 3);
+      }
+      const uint64_t stamp = inserted_++;
+      if (--until_sweep_ == 0) {
+        until_sweep_ = sweep_every_;
+        // Next() sweeps with the new record at the back; being new, it is
+        // not one a sweep copies, so the sweep without it is the same.
+        CompactOld();
+      }
+      if (draws[k] == last) {
+        to[k] = run_in_[k];
+        continue;
+      }
+      Entry& e = buffer_[draws[k]];
+      to[k] = e.ref;
+      e.ref = run_in_[k];
+      e.inserted = stamp;
+    }
+    rng_.set_state(rng_.state() + got);
+    if (error) std::rethrow_exception(error);
+    if (!more) input_end_ = true;
+  }
 
   bool Filling() const {
     return !input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_;
@@ -1392,7 +1492,8 @@ class ShuffleStream final : public RecordStream {
   std::vector<Entry> buffer_;
   uint64_t inserted_ = 0;
   bool input_end_ = false;
-  AheadFiller ahead_;  // FillAhead's kept error, for Next to throw
+  AheadFiller ahead_;              // FillAhead's kept error, for Next to throw
+  std::vector<RecordRef> run_in_;  // TakeRun's input records
 };
 
 // Repeat (RepeatDataset's iterator): a fresh input per epoch, salted by
