@@ -275,15 +275,18 @@ void SetMinRangedFileBytes(uint64_t bytes);
 // stops keeping a larger one (a read block) alive.
 void OwnBytes(RecordView* v, std::string_view bytes);
 
-// Copies records into shared 1 MiB chunks: one allocation per chunk, not
-// per record.  Records over a quarter chunk get their own buffer.
+// Copies records into shared chunks (1 MiB unless asked otherwise): one
+// allocation per chunk, not per record.  Records over a quarter chunk get
+// their own buffer.  A chunk lives while any record copied into it does.
 class RecordArena {
  public:
+  explicit RecordArena(size_t chunk_bytes = size_t{1} << 20)
+      : chunk_bytes_(chunk_bytes) {}
   Tensor Copy(std::string_view r);
   void Copy(std::string_view r, RecordView* out);
 
  private:
-  static constexpr size_t kChunkBytes = size_t{1} << 20;
+  size_t chunk_bytes_;
   std::shared_ptr<records::AlignedVector<char>> chunk_;
   size_t used_ = 0;
 };

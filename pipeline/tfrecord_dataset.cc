@@ -423,12 +423,12 @@ void OwnBytes(RecordView* v, std::string_view bytes) {
 }
 
 void RecordArena::Copy(std::string_view r, RecordView* out) {
-  if (r.size() > kChunkBytes / 4) {
+  if (r.size() > chunk_bytes_ / 4) {
     OwnBytes(out, r);
     return;
   }
   if (!chunk_ || used_ + r.size() > chunk_->size()) {
-    chunk_ = std::make_shared<records::AlignedVector<char>>(kChunkBytes);
+    chunk_ = std::make_shared<records::AlignedVector<char>>(chunk_bytes_);
     used_ = 0;
   }
   char* dst = chunk_->data() + used_;
