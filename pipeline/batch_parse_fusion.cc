@@ -582,6 +582,17 @@ class FileReader {
     }
     return true;
   }
+  // Records of the current chunk that Next() hands out without reading
+  // or waiting.
+  size_t Buffered() const { return Left(); }
+  // The next `k` (<= Buffered()) records, as `k` calls of Next() give
+  // them, written to out[0], out[stride], ... out[(k - 1) * stride].
+  void TakeBuffered(size_t k, RecordRef* out, size_t stride) {
+    RecordView* views = here_->views.data() + pos_;
+    for (size_t i = 0; i < k; ++i) out[i * stride] = {views + i, here_};
+    here_->refs += k;
+    pos_ += k;
+  }
   bool failed_at_open() const { return failed_at_open_; }
   // Whether Next() would return without waiting for a reader task or
   // reading a chunk itself.
@@ -1093,9 +1104,31 @@ class SourceStream final : public RecordStream {
 
   // One file at a time (num_parallel_reads 1): runs of the open file's
   // records; the cycle and block counter end as Next() would leave them.
-  // Several: Next() called here, where it is no virtual call.
+  // Several: whole turns of the cycle at once where every file has them
+  // read (FullTurns), else Next().
   bool Take(size_t n, std::vector<RecordRef>* out) override {
-    if (slots_.size() != 1) return TakeByNext(this, n, out);
+    if (slots_.size() != 1) {
+      const size_t files = slots_.size();
+      while (n > 0) {
+        const size_t turns = FullTurns(n);
+        if (turns == 0) {
+          if (!TakeByNext(this, 1, out)) return false;
+          --n;
+          continue;
+        }
+        // Turn t's record from the j-th file after the cycle's place goes
+        // to t * files + j: as Next() hands them out, one a file in turn.
+        const size_t first = out->size();
+        out->resize(first + turns * files);
+        RecordRef* to = out->data() + first;
+        for (size_t j = 0; j < files; ++j) {
+          slots_[(cycle_ + j) % files].reader->TakeBuffered(turns, to + j,
+                                                            files);
+        }
+        n -= turns * files;
+      }
+      return true;
+    }
     const auto block_length =
         static_cast<uint64_t>(env_->options->block_length);
     Slot& slot = slots_[0];
@@ -1231,6 +1264,24 @@ class SourceStream final : public RecordStream {
   void Advance() {
     cycle_ = (cycle_ + 1) % slots_.size();
     block_index_ = 0;
+  }
+
+  // Whole turns of the cycle (a record from every slot's file, in order)
+  // that Take can hand out at once, at most n / slots: where every slot
+  // has a file, each takes one record a turn (block_length 1), and the
+  // order is fixed (deterministic), as many as every file has read and
+  // not handed out.  A turn leaves the cycle where it was.
+  size_t FullTurns(size_t n) const {
+    const TFRecordOptions& options = *env_->options;
+    if (n < slots_.size() || open_ != slots_.size() || !options.deterministic ||
+        options.block_length != 1) {
+      return 0;
+    }
+    size_t turns = n / slots_.size();
+    for (const Slot& slot : slots_) {
+      turns = std::min(turns, slot.reader->Buffered());
+    }
+    return turns;
   }
 
   // deterministic = false: when the file whose turn it is has no record
