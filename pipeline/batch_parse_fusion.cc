@@ -1881,7 +1881,13 @@ class FusedBatchParse final : public IteratorBase {
   // the end.
   std::unique_ptr<Slot> PlanSlot() {
     BusyScope busy(plan_counter_);
-    auto slot = std::make_unique<Slot>();
+    std::unique_ptr<Slot> slot;
+    if (spare_slots_.empty()) {
+      slot = std::make_unique<Slot>();
+    } else {
+      slot = std::move(spare_slots_.back());
+      spare_slots_.pop_back();
+    }
     bool got = false;
     try {
       got = Plan(&slot->refs);
@@ -1922,10 +1928,21 @@ class FusedBatchParse final : public IteratorBase {
   // retired (every batch before it was taken, so every parse task that
   // read its records' chunks is done), then its error thrown or its
   // element handed out.
+  // The slot is kept for a batch planned later (its refs' capacity with
+  // it: no allocation a batch on the planner's thread).
   bool Deliver(std::unique_ptr<Slot> taken, Element* out) {
     env_.ledger.Retire(taken->refs);
-    if (taken->error) std::rethrow_exception(taken->error);
-    *out = std::move(taken->element);
+    std::exception_ptr error = std::move(taken->error);
+    if (!error) *out = std::move(taken->element);
+    taken->refs.clear();
+    taken->element = Element{};
+    taken->error = nullptr;
+    taken->end = false;
+    taken->ready = false;
+    if (spare_slots_.size() < max_slots_) {
+      spare_slots_.push_back(std::move(taken));
+    }
+    if (error) std::rethrow_exception(error);
     return true;
   }
 
@@ -2091,6 +2108,8 @@ class FusedBatchParse final : public IteratorBase {
   std::vector<RecordRef> pending_;
   bool batch_end_ = false;
   bool started_ = false;
+  // Slots delivered, for PlanSlot to use again.
+  std::vector<std::unique_ptr<Slot>> spare_slots_;
 
   // Shared with the parse tasks.  A slot's records and element belong to
   // the task that took it from to_parse_ until it is ready.
