@@ -43,9 +43,11 @@
 // chunks (72 bytes a record) until each of its records' batches is taken
 // (ViewLedger).  A view still buffered after
 // kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of records
-// under TensorFlow's shuffle) is copied into a buffer of its own so that
-// it stops holding a block; so the blocks held span at most about three
-// buffers' worth of records.  Batches in flight: kBatchesAhead x calls.
+// under TensorFlow's shuffle) is copied into a small shared chunk
+// (kCompactedChunkBytes) so that it stops holding a block; so the blocks
+// held span at most about three buffers' worth of records, and those
+// chunks about a quarter of a buffer's bytes.  Batches in flight:
+// kBatchesAhead x calls.
 //
 // The saved state (stage "batch_parse") holds the finished batches not yet
 // taken, the planner's pending records, and each fused stage's position:
@@ -529,8 +531,8 @@ class FileReader {
   // not for those still queued: they find the reader gone and do nothing.
   // (A task queued behind parse tasks can start long after the planner,
   // on whose thread a reader goes, has read the file to its end itself:
-  // the MNIST fixture's two-thread pipeline, a file an epoch, spent ~15%
-  // of its run here; docs/PERFORMANCE.md.)
+  // the MNIST fixture's two-thread pipeline, a file an epoch, spent up to
+  // a quarter of its run here; docs/PERFORMANCE.md.)
   ~FileReader() {
     {
       std::lock_guard<std::mutex> lock(mu_);
