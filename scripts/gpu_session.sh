@@ -172,10 +172,13 @@ for line in open(sys.argv[1]):
                       for s in d["stages"])
     # The planner (the fused stage's "batch"): its ns a record.
     planner = sum(s["busy_seconds"] for s in d["stages"] if s["name"] == "batch")
-    print("%s T=%d: %.2f M/s (%.2fx, %.2f s) busy/wait: %s; consumer in Next %.0f%%;"
-          " planner %.0f ns a record"
+    # cores: the process's CPU time over the run's; the consumer's thread
+    # on a core nearly all the run is a serial bound.
+    print("%s T=%d: %.2f M/s (%.2fx, %.2f s) busy/wait: %s; consumer in Next %.0f%%,"
+          " on a core %.0f%%; cores %.1f; planner %.0f ns a record"
           % (sys.argv[2], d["threads"], d["records_per_s"] / 1e6, d["speedup"],
              d["seconds"], stages, 100 * d["consumer_in_next_fraction"],
+             100 * d["consumer_cpu_fraction"], d["cores_busy"],
              planner / max(d["records"], 1) * 1e9))
 EOF
         done

@@ -8,6 +8,7 @@
 // --global-shuffle the source itself reads in a global random order.
 #include <fmt/format.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <charconv>
@@ -66,6 +67,20 @@ uint64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+// CPU time (user and system) of the whole process, and of the calling
+// thread, in seconds.
+double ProcessCpuSeconds() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  const auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+double ThreadCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
 // Folds an element into the order digest: names, dtypes, shapes, values.
@@ -380,6 +395,11 @@ nlohmann::json RunOnce(const BenchOptions& o,
   const std::vector<pipeline::StageStats> warm =
       o.warmup > 0 ? it.Stats() : std::vector<pipeline::StageStats>{};
   const auto start = Clock::now();
+  // What the run took of the machine's cores (workers spinning for work
+  // included), and whether the consumer's thread, which plans the fused
+  // stage's batches, was on a core all along (a serial bound) or waited.
+  const double start_cpu = ProcessCpuSeconds();
+  const double start_thread_cpu = ThreadCpuSeconds();
   // The consumer's time inside Next() (the fused stage plans there, on
   // this thread), on the stage clock: a few ns a call.
   const uint64_t start_ticks = pipeline::StageTicks();
@@ -406,6 +426,8 @@ nlohmann::json RunOnce(const BenchOptions& o,
     }
   }
   const double seconds = Seconds(Clock::now() - start);
+  const double cpu_seconds = ProcessCpuSeconds() - start_cpu;
+  const double consumer_cpu_seconds = ThreadCpuSeconds() - start_thread_cpu;
   const uint64_t run_ticks = pipeline::StageTicks() - start_ticks;
   const double in_next =
       run_ticks > 0 ? static_cast<double>(next_ticks) / run_ticks : 0;
@@ -451,6 +473,10 @@ nlohmann::json RunOnce(const BenchOptions& o,
           {"digest", o.digest},
           {"warmup_elements", o.warmup},
           {"consumer_in_next_fraction", in_next},
+          {"cpu_seconds", cpu_seconds},
+          {"cores_busy", seconds > 0 ? cpu_seconds / seconds : 0},
+          {"consumer_cpu_fraction",
+           seconds > 0 ? consumer_cpu_seconds / seconds : 0},
           {"pipeline", ds.Describe()},
           {"fusion", o.fusion},
           {"threads", it.context().threads()}};
@@ -538,21 +564,27 @@ int RunSweep(const BenchOptions& o, const std::vector<std::string>& files,
     return kExitOk;
   }
   fmt::print("{}\n", runs[0]["pipeline"].get<std::string>());
-  fmt::print("{:>7} {:>14} {:>9} {:>22} {:>10} {:>16}\n", "threads",
-             "records/s", "speed-up", "bottleneck (busy %)", "peak RSS",
-             "order digest");
+  fmt::print("{:>7} {:>14} {:>9} {:>22} {:>6} {:>9} {:>10} {:>16}\n", "threads",
+             "records/s", "speed-up", "bottleneck (busy %)", "cores",
+             "consumer", "peak RSS", "order digest");
   for (size_t i = 0; i < runs.size(); ++i) {
     const auto& r = runs[i];
-    fmt::print("{:>7} {:>14.0f} {:>8.2f}x {:>22} {:>6.1f} MiB {:>16}\n",
-               r["threads"].get<int>(), r["records_per_s"].get<double>(),
-               r["speedup"].get<double>(),
-               fmt::format("{} ({:.0f}%)", r["bottleneck"].get<std::string>(),
-                           100 * worst[i]),
-               r["peak_rss_bytes"].get<uint64_t>() / 1048576.0,
-               r["order_digest"].get<std::string>());
+    fmt::print(
+        "{:>7} {:>14.0f} {:>8.2f}x {:>22} {:>6.2f} {:>8.0f}% {:>6.1f} MiB "
+        "{:>16}\n",
+        r["threads"].get<int>(), r["records_per_s"].get<double>(),
+        r["speedup"].get<double>(),
+        fmt::format("{} ({:.0f}%)", r["bottleneck"].get<std::string>(),
+                    100 * worst[i]),
+        r["cores_busy"].get<double>(),
+        100 * r["consumer_cpu_fraction"].get<double>(),
+        r["peak_rss_bytes"].get<uint64_t>() / 1048576.0,
+        r["order_digest"].get<std::string>());
   }
   fmt::print(
-      "speed-up over {} thread(s); peak RSS is the process's so far; "
+      "speed-up over {} thread(s); cores: CPU time over the run's time "
+      "(idle workers looking for work included); consumer: the share of the "
+      "run its thread was on a core; peak RSS is the process's so far; "
       "order {} at every count\n",
       runs[0]["threads"].get<int>(), same_order ? "the same" : "NOT the same");
   if (o.warmup > 0) {
@@ -625,8 +657,12 @@ int RunBench(const BenchOptions& o) {
              out["bottleneck"].get<std::string>(), 100 * worst);
   fmt::print(
       "the consumer's thread: {:.1f}% of the time in Next() (waits and the "
-      "work stages do on it included), the rest its own (the digest)\n",
-      100 * out["consumer_in_next_fraction"].get<double>());
+      "work stages do on it included), the rest its own (the digest); on a "
+      "core {:.1f}% of the time\n",
+      100 * out["consumer_in_next_fraction"].get<double>(),
+      100 * out["consumer_cpu_fraction"].get<double>());
+  fmt::print("CPU: {:.3f} core-seconds, {:.2f} cores busy on average\n",
+             out["cpu_seconds"].get<double>(), out["cores_busy"].get<double>());
   if (o.compare_protobuf) PrintProtobufBaseline(out);
   fmt::print("order digest {}\n", out["order_digest"].get<std::string>());
   return kExitOk;
@@ -700,7 +736,10 @@ Runner AddBenchCommand(CLI::App& app) {
                "seconds, records_per_s, bytes_per_s, peak_rss_bytes, stages, "
                "bottleneck, order_digest (see --digest; equal digests, "
                "equal streams), warmup_elements, consumer_in_next_fraction "
-               "(the consumer's share of the timed run inside Next())");
+               "(the consumer's share of the timed run inside Next()), "
+               "cpu_seconds (the process's CPU time over the timed run), "
+               "cores_busy (that over the run's time), consumer_cpu_fraction "
+               "(the share of the run the consumer's thread was on a core)");
   app.add_option("--digest", o->digest,
                  "what order_digest hashes: order (where each delivered "
                  "record came from, file, offset and record, in order: nearly "

@@ -59,6 +59,16 @@ TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
   const double in_next = j["consumer_in_next_fraction"];
   EXPECT_GT(in_next, 0);
   EXPECT_LE(in_next, 1);
+  // The run's CPU time, and the consumer's thread's share of the run on a
+  // core (it planned and took every batch: more than nothing, and no more
+  // than the whole run, give or take the two clocks' reads).
+  EXPECT_GT(j["cpu_seconds"].get<double>(), 0);
+  EXPECT_NEAR(j["cores_busy"].get<double>(),
+              j["cpu_seconds"].get<double>() / j["seconds"].get<double>(),
+              1e-9 * j["cores_busy"].get<double>());
+  const double on_core = j["consumer_cpu_fraction"];
+  EXPECT_GT(on_core, 0);
+  EXPECT_LE(on_core, 1.05);
   // The baseline's reading alone bounds any pipeline's speed-up over it.
   const double pb = j["protobuf_records_per_s"];
   const double read = j["protobuf_read_records_per_s"];
