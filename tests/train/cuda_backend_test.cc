@@ -821,6 +821,22 @@ pipeline::Dataset RowBatches(int64_t cols, uint64_t seed) {
       .Batch(4)
       .Prefetch(2);
 }
+// Prefetch(batch), then the product of its "x" (RowBatches' 4 x `eye`'s
+// size) with the identity `eye` on the device, computed four times over
+// (device time for the pipeline to race the queued work): the product,
+// queued, not waited for.
+Tensor QueueIdentityProduct(Backend& gpu, const pipeline::Element& batch,
+                            const Tensor& eye) {
+  const int64_t cols = eye.shape()[0];
+  gpu.Prefetch(batch);
+  const Tensor x = gpu.ToDevice(batch["x"]);
+  Tensor out = gpu.Allocate(DType::kFloat32, Shape{4, cols});
+  for (int k = 0; k < 4; ++k) {
+    gpu.Gemm(false, false, 4, cols, cols, 1.0f, x.data<float>(),
+             eye.data<float>(), 0.0f, out.mutable_data<float>());
+  }
+  return out;
+}
 
 // Backend::InputStager: batches staged on another thread (the pipeline's
 // prefetch thread) arrive as Prefetch would have copied them, and Prefetch
@@ -898,15 +914,8 @@ TEST(CudaBackendTest, InputStagedOnThePipelinesThreadArrivesAsPrefetched) {
     std::vector<Tensor> outs;
     pipeline::Element e;
     while (it.Next(&e)) {
-      gpu->Prefetch(e);
-      const Tensor x = gpu->ToDevice(e["x"]);
-      Tensor out = gpu->Allocate(DType::kFloat32, Shape{4, kCols});
-      for (int k = 0; k < 4; ++k) {  // device time for the copies to race
-        gpu->Gemm(false, false, 4, kCols, kCols, 1.0f, x.data<float>(),
-                  d_eye.data<float>(), 0.0f, out.mutable_data<float>());
-      }
+      outs.push_back(QueueIdentityProduct(*gpu, e, d_eye));
       batches.push_back(e);
-      outs.push_back(out);
       // The first iterator goes with batches staged ahead and not taken.
       if (round == 0 && batches.size() == 10) break;
     }
@@ -1048,15 +1057,8 @@ TEST(CudaBackendTest, InputReadInPlaceIsReadWhereThePipelineMadeIt) {
   const uint64_t before = gpu->input_stats().in_place;
   pipeline::Element b;
   while (it.Next(&b)) {
-    gpu->Prefetch(b);
-    const Tensor bx = gpu->ToDevice(b["x"]);
-    Tensor out = gpu->Allocate(DType::kFloat32, Shape{4, kCols});
-    for (int k = 0; k < 4; ++k) {  // device time for the pipeline to race
-      gpu->Gemm(false, false, 4, kCols, kCols, 1.0f, bx.data<float>(),
-                d_eye.data<float>(), 0.0f, out.mutable_data<float>());
-    }
+    outs.push_back(QueueIdentityProduct(*gpu, b, d_eye));
     expected.push_back(HostCopy(b["x"]));  // a copy of its own
-    outs.push_back(out);
   }
   ASSERT_EQ(outs.size(), 30u);
   EXPECT_EQ(gpu->input_stats().in_place - before, 30u);
