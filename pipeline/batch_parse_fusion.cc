@@ -965,6 +965,29 @@ class FileReader {
   bool failed_at_open_ = false;
 };
 
+// RecordStream::Take by `n` calls of stream->Next(), which for a final
+// Stream is no virtual call (RecordStream's own Take calls it virtually).  Each
+// record is written in its place in *out (a ref copied out of a local the call
+// just wrote stalls on the store's forwarding).
+template <typename Stream>
+bool TakeByNext(Stream* stream, size_t n, std::vector<RecordRef>* out) {
+  for (; n > 0; --n) {
+    RecordRef& r = out->emplace_back();
+    bool got;
+    try {
+      got = stream->Next(&r);
+    } catch (...) {
+      out->pop_back();
+      throw;
+    }
+    if (!got) {
+      out->pop_back();
+      return false;
+    }
+  }
+  return true;
+}
+
 // A stream of records, handed on by reference (RecordRef): a fused stage
 // on the planner's thread.  Whoever takes a ref retires it
 // (ViewLedger::Retire).
@@ -983,12 +1006,7 @@ class RecordStream {
   // runs of records override it: the planner takes a batch at once instead
   // of a chain of calls a record.
   virtual bool Take(size_t n, std::vector<RecordRef>* out) {
-    for (; n > 0; --n) {
-      RecordRef r;
-      if (!Next(&r)) return false;
-      out->push_back(r);
-    }
-    return true;
+    return TakeByNext(this, n, out);
   }
   // Waits until no reader task below is running (Env::paused set).
   virtual void Quiesce() = 0;
@@ -1036,29 +1054,6 @@ class RecordStream {
 };
 
 using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
-
-// RecordStream::Take by `n` calls of stream->Next(), which for a final
-// Stream is no virtual call.  Each record is written in its place in *out
-// (a ref copied out of a local the call just wrote stalls on the store's
-// forwarding).
-template <typename Stream>
-bool TakeByNext(Stream* stream, size_t n, std::vector<RecordRef>* out) {
-  for (; n > 0; --n) {
-    RecordRef& r = out->emplace_back();
-    bool got;
-    try {
-      got = stream->Next(&r);
-    } catch (...) {
-      out->pop_back();
-      throw;
-    }
-    if (!got) {
-      out->pop_back();
-      return false;
-    }
-  }
-  return true;
-}
 
 // The TFRecord source (TFRecordDataset's iterator over views): the files
 // in their order, num_parallel_reads at once, one record from each in
