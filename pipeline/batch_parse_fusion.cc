@@ -1710,7 +1710,7 @@ class FusedBatchParse final : public IteratorBase {
       env_.ledger.Discard(true);  // the parse tasks free the chunks
       env_.help = [this] {
         std::unique_lock<std::mutex> lock(mu_);
-        if (to_parse_.empty() || stop_) return false;
+        if (to_parse_.empty() || stop_ || !HelpWanted()) return false;
         ParseQueued(lock);
         return true;
       };
@@ -1748,8 +1748,12 @@ class FusedBatchParse final : public IteratorBase {
     TopUp();
     std::unique_lock<std::mutex> lock(mu_);
     // While the batch due is not parsed, parse queued ones here rather
-    // than sleep (as a thread waiting in TBB runs tasks).
-    while (!slots_.front()->ready && !to_parse_.empty()) ParseQueued(lock);
+    // than sleep (as a thread waiting in TBB runs tasks), where that adds
+    // parsing (HelpWanted).
+    while (!slots_.front()->ready && !to_parse_.empty() &&
+           (to_parse_.front() == slots_.front().get() || HelpWanted())) {
+      ParseQueued(lock);
+    }
     if (!slots_.front()->ready) {
       WaitScope wait(parse_counter_);
       ++waiting_;
@@ -1960,11 +1964,13 @@ class FusedBatchParse final : public IteratorBase {
       slots_.push_back(std::move(slot));
       if (raw->ready) continue;
       to_parse_.push_back(raw);
-      // A task more only for batches the running ones will not reach
-      // next: each enqueue may wake a sleeping worker, a system call on
-      // this thread (the one every batch waits for).
+      // A task more only for batches the tasks free to take one (queued,
+      // or between batches) will not reach next: each enqueue may wake a
+      // sleeping worker, a system call on this thread (the one every
+      // batch waits for); a task mid-batch reaches the next one only a
+      // batch's parse later.
       if (parse_tasks_ < calls_ &&
-          to_parse_.size() > static_cast<size_t>(parse_tasks_)) {
+          to_parse_.size() > static_cast<size_t>(parse_tasks_ - parsing_)) {
         ++parse_tasks_;
         ctx_->arena().enqueue([this] { ParseTask(); });
       }
@@ -1982,16 +1988,31 @@ class FusedBatchParse final : public IteratorBase {
     if (waiting_ > 0) cv_.notify_all();
   }
 
+  // Whether the planner's thread (the consumer's) should parse a queued
+  // batch that is not the one due, while it waits for that one or for a
+  // reader: only when more batches are queued than parse tasks are free
+  // to take them (queued, or between batches; TopUp adds tasks up to the
+  // parse calls), so that its parsing adds to theirs.  Else a task takes
+  // the batch as soon, and this thread, the one every batch waits for,
+  // stays free to take the batch due and plan the next (on 16 cores,
+  // parsing a later batch here, ~70 us, kept the batch due and the
+  // planning waiting while workers idled).  mu_ held.
+  bool HelpWanted() const {
+    return to_parse_.size() > static_cast<size_t>(parse_tasks_ - parsing_);
+  }
+
   // Parses the oldest queued batch with mu_ (held by `lock`) released
   // meanwhile, and marks it ready.  A parse task (`task`) also frees the
   // chunks the planner is done with (ViewLedger::Discard).
   void ParseQueued(std::unique_lock<std::mutex>& lock, bool task = false) {
     Slot* slot = to_parse_.front();
     to_parse_.pop_front();
+    if (task) ++parsing_;
     lock.unlock();
     Parse(slot);
     if (task) env_.ledger.FreeDiscarded();
     lock.lock();
+    if (task) --parsing_;
     slot->ready = true;
     if (waiting_ > 0) cv_.notify_all();
   }
@@ -2116,6 +2137,7 @@ class FusedBatchParse final : public IteratorBase {
   std::deque<std::unique_ptr<Slot>> slots_;
   std::deque<Slot*> to_parse_;
   int parse_tasks_ = 0;
+  int parsing_ = 0;  // parse tasks at a batch (the rest queued or between)
   bool input_end_ = false;
   bool stop_ = false;
 };
