@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -117,6 +118,31 @@ TEST_F(BenchTest, OrderDigestIsTheSameWhateverTheThreadCount) {
                         " --parallel-reads 2 --shuffle 100 --seed 4 --repeat 2"
                         " --batch 32 --json");
   EXPECT_NE(other.Json()["order_digest"], digest);
+}
+
+// The order digest folds in each record's file: the files hold the same
+// records, so a run over files 0 and 1 and one over file 0 and a copy of
+// file 1 under another name deliver the same values at the same offsets,
+// and only the second file's name tells them apart.  Batches of 1 row name
+// more files than they have rows (the digest looks each file up by name);
+// batches of 64, fewer (a table by file index).
+TEST_F(BenchTest, OrderDigestTellsTheFilesApart) {
+  std::filesystem::copy_file(dir_.File("train-1.tfrecord"),
+                             dir_.File("copy-1.tfrecord"));
+  for (const char* batch : {"1", "64"}) {
+    std::vector<std::string> digests;
+    for (const char* second : {"train-1", "copy-1"}) {
+      const Result r =
+          Recflow(dir_, "bench " + dir_.File("train-0.tfrecord") + " " +
+                            dir_.File(std::string(second) + ".tfrecord") +
+                            " --spec " + dir_.File("spec.json") +
+                            " --parallel-reads 2 --json --batch " + batch);
+      ASSERT_EQ(r.code, 0) << r.err;
+      EXPECT_EQ(r.Json()["records"], 600);
+      digests.push_back(r.Json()["order_digest"]);
+    }
+    EXPECT_NE(digests[0], digests[1]) << "batch " << batch;
+  }
 }
 
 // --warmup: its elements are taken before the clock starts and left out
