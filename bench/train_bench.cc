@@ -1022,6 +1022,17 @@ void CudaPaired(benchmark::State& state, const std::string& name,
                         other->step_graph_stats());
     }
   }
+  // Both sides' convolution algorithms: each backend measured its own
+  // (cudnnFind), and where they chose differently the CNN's ratio
+  // compares the algorithms too (RECFLOW_CUDNN_AUTOTUNE=0: cuDNN's
+  // heuristics', the same on both).
+  const std::string plain_convs = plain_be.ConvolutionChoices();
+  const std::string variant_convs = other->ConvolutionChoices();
+  state.counters["convs_differ"] = plain_convs != variant_convs ? 1 : 0;
+  if (plain_convs != variant_convs) {
+    fmt::print(stderr, "{}/{}: convolutions: plain [{}], variant [{}]\n", name,
+               variant, plain_convs, variant_convs);
+  }
   if (staged) StagedCounters(state, *other);
   if (in_place) {
     // Of the batches Prefetch was given, those read in place.

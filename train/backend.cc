@@ -177,10 +177,15 @@ DeviceSpec ParseDevice(std::string_view text) {
 std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads) {
   if (spec.device == Device::kCpu) return MakeCpuBackend(threads);
   // RECFLOW_CUDA_TF32=0 keeps matrix products and convolutions in full
-  // float32 (as NVIDIA_TF32_OVERRIDE=0 does for TensorFlow).
-  const char* tf32 = std::getenv("RECFLOW_CUDA_TF32");
-  return MakeCudaBackend(spec.index,
-                         tf32 == nullptr || std::string_view(tf32) != "0");
+  // float32 (as NVIDIA_TF32_OVERRIDE=0 does for TensorFlow);
+  // RECFLOW_CUDNN_AUTOTUNE=0 takes cuDNN's heuristics' convolution
+  // algorithms instead of measuring them (as TF_CUDNN_USE_AUTOTUNE=0).
+  auto on = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v == nullptr || std::string_view(v) != "0";
+  };
+  return MakeCudaBackend(spec.index, on("RECFLOW_CUDA_TF32"),
+                         on("RECFLOW_CUDNN_AUTOTUNE"));
 }
 
 }  // namespace recflow::train

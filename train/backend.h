@@ -389,6 +389,12 @@ class Backend {
     (void)reps;
     return std::nullopt;
   }
+  // The algorithms chosen for each convolution shape planned so far, one
+  // entry per shape ("" where none is, or for host backends): two
+  // backends that trained the same model on the same shapes differ here
+  // only where their choices did (cudnnFind measures, with the noise of
+  // any measurement).  Not thread-safe against the backend's steps.
+  virtual std::string ConvolutionChoices() const { return ""; }
   // One line on the backend's memory ("" for host memory).
   virtual std::string MemoryReport() const { return ""; }
   // How often the device allocator had to ask the driver for memory.
@@ -440,9 +446,16 @@ bool NcclBuilt();
 // convolutions may use TF32 tensor cores (TensorFlow's default on Ampere
 // and later; false: full float32, as the parity tests run).  Throws
 // CudaUnavailable (one line: no driver, no such GPU, or a build without
-// CUDA) when it cannot run.
-std::unique_ptr<Backend> MakeCudaBackend(int index = 0, bool allow_tf32 = true);
-// A backend for `spec` (threads: the CPU backend's threads).
+// CUDA) when it cannot run.  `autotune`: each convolution shape's
+// algorithms are the fastest cuDNN measures (cudnnFind*, the default, as
+// TensorFlow's autotune); false: cuDNN's heuristics' first choice, measured
+// by nothing, so the same on every backend and run (as
+// TF_CUDNN_USE_AUTOTUNE=0).
+std::unique_ptr<Backend> MakeCudaBackend(int index = 0, bool allow_tf32 = true,
+                                         bool autotune = true);
+// A backend for `spec` (threads: the CPU backend's threads).  For a GPU,
+// RECFLOW_CUDA_TF32=0 turns TF32 off and RECFLOW_CUDNN_AUTOTUNE=0 autotune
+// (MakeCudaBackend's allow_tf32 and autotune).
 std::unique_ptr<Backend> MakeBackend(const DeviceSpec& spec, int threads = 0);
 
 // No usable GPU: the CLI prints what() as one line and exits with code 2.

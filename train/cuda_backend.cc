@@ -129,7 +129,8 @@ struct ConvPlan {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int index, bool allow_tf32) : index_(index), tf32_(allow_tf32) {
+  CudaBackend(int index, bool allow_tf32, bool autotune)
+      : index_(index), tf32_(allow_tf32), autotune_(autotune) {
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -841,6 +842,18 @@ class CudaBackend final : public Backend {
     return device_alloc_->stats().cuda_mallocs +
            stage_alloc_->stats().cuda_mallocs;
   }
+  std::string ConvolutionChoices() const override {
+    std::string out;
+    for (const auto& [key, p] : plans_) {
+      // key: batch, in_h, in_w, in_c, window_h, window_w, ..., out_c
+      out += fmt::format(
+          "{}{}x{}x{}x{} k{}x{}->{}: fwd {} data {} filter {}",
+          out.empty() ? "" : "; ", key[0], key[1], key[2], key[3], key[4],
+          key[5], key[8], static_cast<int>(p.fwd_algo),
+          static_cast<int>(p.data_algo), static_cast<int>(p.filter_algo));
+    }
+    return out;
+  }
 
  private:
   struct Slot {
@@ -1399,37 +1412,62 @@ class CudaBackend final : public Backend {
                        h, w, c, g.out_h, g.out_w, g.out_c));
     }
     // The fastest algorithm cuDNN measures for each pass, once per shape
-    // (the workspace comes from the caching allocator).
+    // (the workspace comes from the caching allocator); without autotune,
+    // cuDNN's heuristics' first choice, measured by nothing, so the same
+    // on every backend and run.
     const auto fwd = Choose<cudnnConvolutionFwdAlgoPerf_t>(
         [&](int n, int* found, auto* perf) {
-          return cudnnFindConvolutionForwardAlgorithm(
-              cudnn_, p.x, p.w, p.conv[0], p.y, n, found, perf);
+          return autotune_
+                     ? cudnnFindConvolutionForwardAlgorithm(
+                           cudnn_, p.x, p.w, p.conv[0], p.y, n, found, perf)
+                     : cudnnGetConvolutionForwardAlgorithm_v7(
+                           cudnn_, p.x, p.w, p.conv[0], p.y, n, found, perf);
         },
         p.conv[0], what);
     p.fwd_algo = fwd.algo;
     p.fwd_ws = fwd.memory;
     const auto data = Choose<cudnnConvolutionBwdDataAlgoPerf_t>(
         [&](int n, int* found, auto* perf) {
-          return cudnnFindConvolutionBackwardDataAlgorithm(
-              cudnn_, p.w, p.y, p.conv[1], p.x, n, found, perf);
+          return autotune_
+                     ? cudnnFindConvolutionBackwardDataAlgorithm(
+                           cudnn_, p.w, p.y, p.conv[1], p.x, n, found, perf)
+                     : cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                           cudnn_, p.w, p.y, p.conv[1], p.x, n, found, perf);
         },
         p.conv[1], what);
     p.data_algo = data.algo;
     p.data_ws = data.memory;
     const auto filter = Choose<cudnnConvolutionBwdFilterAlgoPerf_t>(
         [&](int n, int* found, auto* perf) {
-          return cudnnFindConvolutionBackwardFilterAlgorithm(
-              cudnn_, p.x, p.y, p.conv[2], p.w, n, found, perf);
+          return autotune_
+                     ? cudnnFindConvolutionBackwardFilterAlgorithm(
+                           cudnn_, p.x, p.y, p.conv[2], p.w, n, found, perf)
+                     : cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                           cudnn_, p.x, p.y, p.conv[2], p.w, n, found, perf);
         },
         p.conv[2], what);
     p.filter_algo = filter.algo;
     p.filter_ws = filter.memory;
+    if (!autotune_) {
+      // A heuristic's workspace figure is an estimate: asked for exactly,
+      // with the math type Choose set.
+      Check(cudnnGetConvolutionForwardWorkspaceSize(cudnn_, p.x, p.w, p.conv[0],
+                                                    p.y, p.fwd_algo, &p.fwd_ws),
+            index_, what);
+      Check(cudnnGetConvolutionBackwardDataWorkspaceSize(
+                cudnn_, p.w, p.y, p.conv[1], p.x, p.data_algo, &p.data_ws),
+            index_, what);
+      Check(cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                cudnn_, p.x, p.y, p.conv[2], p.w, p.filter_algo, &p.filter_ws),
+            index_, what);
+    }
     return plans_.emplace(key, p).first->second;
   }
 
-  // The fastest algorithm `find` (a cudnnFind*Algorithm call) measures
-  // that fits the workspace limit and the math allowed; `conv` takes its
-  // math type.
+  // The first algorithm `find` (a cudnnFind*Algorithm call, fastest
+  // first, or a cudnnGet*Algorithm_v7 call, cuDNN's heuristics' order)
+  // lists that fits the workspace limit and the math allowed; `conv`
+  // takes its math type.
   template <typename Perf, typename Find>
   Perf Choose(const Find& find, cudnnConvolutionDescriptor_t conv,
               const std::string& what) {
@@ -1459,6 +1497,7 @@ class CudaBackend final : public Backend {
 
   const int index_;
   const bool tf32_;
+  const bool autotune_;  // cudnnFind (measured) or heuristics (not)
   std::string device_name_;
   cudaStream_t compute_ = nullptr, copy_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -1526,8 +1565,9 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCudaBackend(int index, bool allow_tf32) {
-  return std::make_unique<CudaBackend>(index, allow_tf32);
+std::unique_ptr<Backend> MakeCudaBackend(int index, bool allow_tf32,
+                                         bool autotune) {
+  return std::make_unique<CudaBackend>(index, allow_tf32, autotune);
 }
 
 }  // namespace recflow::train

@@ -10,7 +10,7 @@ namespace recflow::train {
 bool CudaBuilt() { return false; }
 bool NcclBuilt() { return false; }
 
-std::unique_ptr<Backend> MakeCudaBackend(int index, bool) {
+std::unique_ptr<Backend> MakeCudaBackend(int index, bool, bool) {
   throw CudaUnavailable(fmt::format(
       "cannot train on cuda:{}: this recflow was built without the CUDA "
       "backend (configure with the CUDA toolkit and cuDNN present, or "

@@ -94,11 +94,14 @@ std::vector<Tensor> Run(Backend& be, const std::vector<Tensor>& inputs,
 float* F(std::vector<Tensor>& b, int i) { return b[i].mutable_data<float>(); }
 const int64_t* I(std::vector<Tensor>& b, int i) { return b[i].data<int64_t>(); }
 
-// Every buffer equal within atol + rtol * |cpu value| (exact for integers).
+// Every buffer equal within atol + rtol * |cpu value| (exact for integers);
+// on `gpu`, or the tests' GPU backend.
 void ExpectSame(const std::vector<Tensor>& inputs, const Op& op,
-                double rtol = 1e-5, double atol = 1e-5) {
+                double rtol = 1e-5, double atol = 1e-5,
+                Backend* gpu_backend = nullptr) {
   const std::vector<Tensor> cpu = Run(Cpu(), inputs, op);
-  const std::vector<Tensor> gpu = Run(*Gpu(nullptr), inputs, op);
+  const std::vector<Tensor> gpu =
+      Run(gpu_backend != nullptr ? *gpu_backend : *Gpu(nullptr), inputs, op);
   ASSERT_EQ(cpu.size(), gpu.size());
   for (size_t b = 0; b < cpu.size(); ++b) {
     ASSERT_EQ(cpu[b].shape(), gpu[b].shape()) << "buffer " << b;
@@ -194,6 +197,44 @@ TEST(CudaBackendTest, ConvolutionForwardAndBackward) {
         },
         1e-4, 1e-4);
   }
+}
+
+// RECFLOW_CUDNN_AUTOTUNE=0's backends: cuDNN's heuristics choose, so two
+// backends choose alike (measured choices may differ from backend to
+// backend), and their convolutions match the CPU's as the measured ones do.
+TEST(CudaBackendTest, ConvolutionsChosenByHeuristicsAreChosenAlike) {
+  REQUIRE_GPU();
+  Window2D g;
+  g.batch = 8;
+  g.in_h = g.in_w = 28;
+  g.in_c = 1;
+  g.window_h = g.window_w = 5;
+  g.stride_h = g.stride_w = 1;
+  g.padding = Padding::kSame;
+  g.out_c = 32;
+  g.Resolve();
+  const int64_t nx = g.batch * g.in_h * g.in_w * g.in_c;
+  const int64_t nw = g.window_h * g.window_w * g.in_c * g.out_c;
+  const int64_t ny = g.batch * g.out_h * g.out_w * g.out_c;
+  const std::vector<Tensor> inputs = {Random({nx}, 21), Random({nw}, 22),
+                                      Random({ny}, 23), Random({nx}, 24),
+                                      Random({nw}, 25)};
+  const Op conv = [=](Backend& be, std::vector<Tensor>& b) {
+    be.Conv2D(g, F(b, 0), F(b, 1), F(b, 2));
+    be.Conv2DBackward(g, F(b, 0), F(b, 1), F(b, 2), F(b, 3), F(b, 4));
+  };
+  std::vector<std::string> choices;
+  for (bool autotune : {false, false, true}) {
+    SCOPED_TRACE(autotune ? "autotuned" : "heuristics");
+    const std::unique_ptr<Backend> be = MakeCudaBackend(0, false, autotune);
+    EXPECT_EQ(be->ConvolutionChoices(), "");  // nothing planned yet
+    ExpectSame(inputs, conv, 1e-4, 1e-4, be.get());
+    choices.push_back(be->ConvolutionChoices());
+    EXPECT_NE(choices.back().find("8x28x28x1 k5x5->32: fwd "),
+              std::string::npos)
+        << choices.back();
+  }
+  EXPECT_EQ(choices[0], choices[1]);
 }
 
 TEST(CudaBackendTest, PoolingForwardAndBackward) {
