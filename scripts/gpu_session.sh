@@ -11,7 +11,7 @@
 #   fixture ../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord, which
 #   the call copies back to ../shared/fixtures/tf/ before it runs: shared/
 #   does not travel)
-#   bash scripts/gpu_session.sh [build|test|bench|demo|suite|pipeline|cpu ...]
+#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|cpu ...]
 # A session has 15 device-minutes in all, machine starts (30-60 s) and
 # idle time included, and a call may run 600 s.  What 2026-11-26's
 # session ran in one call of 400 s on a machine that had built once:
@@ -124,6 +124,28 @@ main() {
           done
         done
         ;;
+      paired)
+        # The input's cost to a step, paired (CudaPaired), with cuDNN's
+        # heuristic convolution algorithms on both sides: with autotune each
+        # backend measures its own (cudnnFind) and may choose differently
+        # (the counter convs_differ), which moved the CNN's ratios
+        # 0.83-1.29 whatever the input did.
+        source .gpu/build.sh --env-only
+        log="$logs/train_bench_paired_heuristic.txt"
+        RECFLOW_CUDNN_AUTOTUNE=0 PART_LIMIT=120 limited build-gpu/bench/train_bench --device cuda \
+          --benchmark_filter='^CudaPaired/(cnn|dnn)/(staged|graphs_staged|graphs_rotate)/manual_time' \
+          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$log" 2>&1
+        echo "train_bench paired, RECFLOW_CUDNN_AUTOTUNE=0:"
+        python3 - "$log" <<'EOF2'
+import re, sys
+for line in open(sys.argv[1]):
+    if "median" not in line:
+        continue
+    d = dict(re.findall(r"(\w+)=([\d.]+)", line))
+    print(line.split()[0], " ".join("%s=%s" % (k, d.get(k)) for k in (
+        "variant_over_plain", "plain_step_ms", "variant_step_ms", "convs_differ")))
+EOF2
+        ;;
       pipeline)
         source .gpu/build.sh --env-only
         # 16 files read at once (the figures of 2026-11-22 read one at a
@@ -216,7 +238,7 @@ EOF
         done
         ;;
       *)
-        echo "unknown part: $part (build, test, bench, demo, suite, pipeline, cpu)"
+        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, cpu)"
         ;;
     esac
     pack
