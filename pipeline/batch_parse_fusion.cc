@@ -14,8 +14,9 @@
 //   parse tasks (parse's num_parallel_calls at once, in the arena):
 //     take a batch's views out of their chunks and parse them straight
 //     into its tensors; the consumer
-//     parses queued batches too while the one it needs is not ready, and
-//     while the planner waits for a reader task that is mid-chunk
+//     parses the one it needs if no task took it yet, and while it waits
+//     (for that one, or for a reader task that is mid-chunk) a queued one
+//     that no free task would reach (HelpWanted)
 //   consumer: takes the batches in planned order
 //
 // With one parse call there are no tasks: the consumer's thread reads,
