@@ -144,10 +144,9 @@ class OriginDigest {
         d = pipeline::MixSeed(d, static_cast<uint64_t>(dim));
       }
     }
-    auto hash = [&](const std::shared_ptr<const std::string>& file,
-                    uint64_t offset, uint64_t record) {
-      return pipeline::MixSeed(pipeline::MixSeed(FileHash(file), offset),
-                               record);
+    // A record's hash: its file's (FileHash), offset and index.
+    auto hash = [](uint64_t file, uint64_t offset, uint64_t record) {
+      return pipeline::MixSeed(pipeline::MixSeed(file, offset), record);
     };
     if (e.batch_origins) {
       // The rows' hashes as a polynomial (order matters; one multiply-add
@@ -166,13 +165,12 @@ class OriginDigest {
         const uint64_t file = table != nullptr
                                   ? (*table)[r.file]
                                   : FileHash(origins.files()[r.file]);
-        rows = rows * kRowMultiplier +
-               pipeline::MixSeed(pipeline::MixSeed(file, r.offset), r.record);
+        rows = rows * kRowMultiplier + hash(file, r.offset, r.record);
       }
       d = pipeline::MixSeed(d, rows);
     } else if (e.origin.file) {
       d = pipeline::MixSeed(
-          d, hash(e.origin.file, e.origin.offset, e.origin.record));
+          d, hash(FileHash(e.origin.file), e.origin.offset, e.origin.record));
     } else {
       return false;
     }
