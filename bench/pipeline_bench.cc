@@ -403,7 +403,7 @@ void BM_PrefetchPop(benchmark::State& state) {
   TimeNext(state, it, std::chrono::microseconds(state.range(0)));
 }
 BENCHMARK(BM_PrefetchPop)
-    ->ArgsProduct({{100, 200}, {0, 1}})
+    ->ArgsProduct({{50, 100, 130, 200, 400}, {0, 1}})
     ->ArgNames({"work_us", "polls"})
     ->UseRealTime();
 

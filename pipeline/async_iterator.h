@@ -37,6 +37,20 @@
 
 namespace recflow::pipeline {
 
+// A prefetch driver's timer (IteratorOptions::prefetch_polls), as
+// functions of what the driver knows: how long its next look for room
+// waits, half the interval between the consumer's takes (clamped to
+// 10 us-1 ms; 100 us while no interval is known), doubled for each idle
+// look in a row before it (at most 100 ms); and whether a look was idle:
+// fewer than two takes so far, or none for two intervals.  (A look that
+// merely saw no take is not idle: at half the interval every other look
+// sees none, and waits doubled on that outlasted half an interval, so
+// that every other take had to wake the driver.)
+std::chrono::nanoseconds PrefetchLookWait(int64_t pop_interval_ns,
+                                          int idle_looks);
+bool PrefetchConsumerIdle(uint64_t pops, int64_t pop_interval_ns,
+                          std::chrono::nanoseconds since_last_pop);
+
 class AsyncIterator final : public IteratorBase {
  public:
   struct Config {

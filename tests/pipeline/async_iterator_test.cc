@@ -134,6 +134,49 @@ class IntsInput final : public IteratorBase {
 // A prefetch asks its input to deliver in the output memory and copies
 // only when the input does not (then on its driver thread); a map copies
 // its function's results itself, without asking its input.
+// The prefetch driver's timer (IteratorOptions::prefetch_polls) against
+// a consumer that takes every `interval` (a GPU step's host time),
+// simulated: once the takes have set the interval (and a look begun
+// before it is known has ended), every take finds the driver's current
+// look ending at most half an interval later, so that it need not wake
+// the driver (AsyncIterator::GetNext); and once the takes stop, the looks
+// back off to their longest.
+TEST(AsyncIteratorTest, ADriversLooksKeepPaceWithASteadyConsumer) {
+  using std::chrono::microseconds;
+  using std::chrono::milliseconds;
+  using std::chrono::nanoseconds;
+  for (int64_t us : {20, 50, 130, 200, 400, 900}) {
+    SCOPED_TRACE(fmt::format("a take every {} us", us));
+    const nanoseconds interval = microseconds(us);
+    nanoseconds now{0}, last_take{0}, next_take = interval;
+    uint64_t takes = 0;
+    int idle_looks = 0;
+    int late = 0;
+    for (int look = 0; look < 2000; ++look) {
+      const int64_t known = takes >= 2 ? interval.count() : 0;
+      const nanoseconds until = now + PrefetchLookWait(known, idle_looks);
+      // Takes while this look waits (the last 500 looks: none, idle).
+      while (look < 1500 && next_take <= until) {
+        if (takes >= 20 && until - next_take > interval / 2) ++late;
+        last_take = next_take;
+        ++takes;
+        next_take += interval;
+      }
+      now = until;
+      idle_looks = PrefetchConsumerIdle(takes, known, now - last_take)
+                       ? idle_looks + 1
+                       : 0;
+    }
+    EXPECT_GT(takes, 100u);
+    EXPECT_EQ(late, 0) << "takes that had to wake the driver";
+    EXPECT_EQ(PrefetchLookWait(interval.count(), idle_looks),
+              std::min<nanoseconds>(
+                  128 * std::max<nanoseconds>(interval / 2, microseconds(10)),
+                  milliseconds(100)))
+        << "an idle consumer's driver looks at its slowest";
+  }
+}
+
 TEST(AsyncIteratorTest, DeliversInTheOutputMemoryByItsInputOrItself) {
   IteratorContext ctx(IteratorOptions{.threads = 2});
   for (bool map : {false, true}) {
