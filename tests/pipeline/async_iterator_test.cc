@@ -131,9 +131,6 @@ class IntsInput final : public IteratorBase {
   int64_t i_ = 0;
 };
 
-// A prefetch asks its input to deliver in the output memory and copies
-// only when the input does not (then on its driver thread); a map copies
-// its function's results itself, without asking its input.
 // The prefetch driver's timer (IteratorOptions::prefetch_polls) against
 // a consumer that takes every `interval` (a GPU step's host time),
 // simulated: once the takes have set the interval (and a look begun
@@ -177,6 +174,9 @@ TEST(AsyncIteratorTest, ADriversLooksKeepPaceWithASteadyConsumer) {
   }
 }
 
+// A prefetch asks its input to deliver in the output memory and copies
+// only when the input does not (then on its driver thread); a map copies
+// its function's results itself, without asking its input.
 TEST(AsyncIteratorTest, DeliversInTheOutputMemoryByItsInputOrItself) {
   IteratorContext ctx(IteratorOptions{.threads = 2});
   for (bool map : {false, true}) {
