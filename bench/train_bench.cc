@@ -90,7 +90,6 @@
 #include <functional>
 #include <optional>
 #include <random>
-#include <set>
 #include <string_view>
 #include <thread>
 #include <unsupported/Eigen/CXX11/Tensor>
@@ -1029,26 +1028,19 @@ void CudaPaired(benchmark::State& state, const std::string& name,
   // heuristics', the same on both).  The plain backend is shared by the
   // benchmarks, so it may hold other models' shapes too: compared are the
   // variant's shapes.
-  auto entries = [](const std::string& choices) {
-    std::set<std::string> out;
-    for (size_t at = 0; at < choices.size();) {
-      const size_t end = std::min(choices.find("; ", at), choices.size());
-      out.insert(choices.substr(at, end - at));
-      at = end + 2;
+  const std::vector<std::string> plain_convs = plain_be.ConvolutionChoices();
+  std::vector<std::string> differ;
+  for (const std::string& c : other->ConvolutionChoices()) {
+    if (std::find(plain_convs.begin(), plain_convs.end(), c) ==
+        plain_convs.end()) {
+      differ.push_back(c);
     }
-    return out;
-  };
-  const std::set<std::string> plain_convs =
-      entries(plain_be.ConvolutionChoices());
-  std::string differ;
-  for (const std::string& c : entries(other->ConvolutionChoices())) {
-    if (!plain_convs.contains(c)) differ += (differ.empty() ? "" : "; ") + c;
   }
   state.counters["convs_differ"] = differ.empty() ? 0 : 1;
   if (!differ.empty()) {
-    fmt::print(stderr,
-               "{}/{}: the variant's convolutions [{}], the plain's [{}]\n",
-               name, variant, differ, plain_be.ConvolutionChoices());
+    fmt::print(
+        stderr, "{}/{}: the variant's convolutions [{}], the plain's [{}]\n",
+        name, variant, fmt::join(differ, "; "), fmt::join(plain_convs, "; "));
   }
   if (staged) StagedCounters(state, *other);
   if (in_place) {

@@ -842,15 +842,14 @@ class CudaBackend final : public Backend {
     return device_alloc_->stats().cuda_mallocs +
            stage_alloc_->stats().cuda_mallocs;
   }
-  std::string ConvolutionChoices() const override {
-    std::string out;
+  std::vector<std::string> ConvolutionChoices() const override {
+    std::vector<std::string> out;
     for (const auto& [key, p] : plans_) {
       // key: batch, in_h, in_w, in_c, window_h, window_w, ..., out_c
-      out += fmt::format(
-          "{}{}x{}x{}x{} k{}x{}->{}: fwd {} data {} filter {}",
-          out.empty() ? "" : "; ", key[0], key[1], key[2], key[3], key[4],
-          key[5], key[8], static_cast<int>(p.fwd_algo),
-          static_cast<int>(p.data_algo), static_cast<int>(p.filter_algo));
+      out.push_back(fmt::format(
+          "{}x{}x{}x{} k{}x{}->{}: fwd {} data {} filter {}", key[0], key[1],
+          key[2], key[3], key[4], key[5], key[8], static_cast<int>(p.fwd_algo),
+          static_cast<int>(p.data_algo), static_cast<int>(p.filter_algo)));
     }
     return out;
   }
