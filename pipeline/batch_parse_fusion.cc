@@ -16,7 +16,7 @@
 //     into its tensors; the consumer
 //     parses the one it needs if no task took it yet, and while it waits
 //     (for that one, or for a reader task that is mid-chunk) a queued one
-//     that no free task would reach (HelpWanted)
+//     that no free task would reach (QueuedPastFreeTasks)
 //   consumer: takes the batches in planned order
 //
 // With one parse call there are no tasks: the consumer's thread reads,
@@ -1711,7 +1711,7 @@ class FusedBatchParse final : public IteratorBase {
       env_.ledger.Discard(true);  // the parse tasks free the chunks
       env_.help = [this] {
         std::unique_lock<std::mutex> lock(mu_);
-        if (to_parse_.empty() || stop_ || !HelpWanted()) return false;
+        if (to_parse_.empty() || stop_ || !QueuedPastFreeTasks()) return false;
         ParseQueued(lock);
         return true;
       };
@@ -1750,9 +1750,10 @@ class FusedBatchParse final : public IteratorBase {
     std::unique_lock<std::mutex> lock(mu_);
     // While the batch due is not parsed, parse queued ones here rather
     // than sleep (as a thread waiting in TBB runs tasks), where that adds
-    // parsing (HelpWanted).
-    while (!slots_.front()->ready && !to_parse_.empty() &&
-           (to_parse_.front() == slots_.front().get() || HelpWanted())) {
+    // parsing (QueuedPastFreeTasks).
+    while (
+        !slots_.front()->ready && !to_parse_.empty() &&
+        (to_parse_.front() == slots_.front().get() || QueuedPastFreeTasks())) {
       ParseQueued(lock);
     }
     if (!slots_.front()->ready) {
@@ -1970,8 +1971,7 @@ class FusedBatchParse final : public IteratorBase {
       // sleeping worker, a system call on this thread (the one every
       // batch waits for); a task mid-batch reaches the next one only a
       // batch's parse later.
-      if (parse_tasks_ < calls_ &&
-          to_parse_.size() > static_cast<size_t>(parse_tasks_ - parsing_)) {
+      if (parse_tasks_ < calls_ && QueuedPastFreeTasks()) {
         ++parse_tasks_;
         ctx_->arena().enqueue([this] { ParseTask(); });
       }
@@ -1989,16 +1989,17 @@ class FusedBatchParse final : public IteratorBase {
     if (waiting_ > 0) cv_.notify_all();
   }
 
-  // Whether the planner's thread (the consumer's) should parse a queued
-  // batch that is not the one due, while it waits for that one or for a
-  // reader: only when more batches are queued than parse tasks are free
-  // to take them (queued, or between batches; TopUp adds tasks up to the
-  // parse calls), so that its parsing adds to theirs.  Else a task takes
-  // the batch as soon, and this thread, the one every batch waits for,
-  // stays free to take the batch due and plan the next (on 16 cores,
-  // parsing a later batch here, ~70 us, kept the batch due and the
-  // planning waiting while workers idled).  mu_ held.
-  bool HelpWanted() const {
+  // Whether more batches are queued than parse tasks are free to take
+  // them (queued, or between batches).  TopUp then adds a task, up to the
+  // parse calls; and only then does the planner's thread (the
+  // consumer's) parse a queued batch that is not the one due, while it
+  // waits for that one or for a reader, so that its parsing
+  // adds to the tasks'.  Else a task takes the batch as soon, and this
+  // thread, the one every batch waits for, stays free to take the batch
+  // due and plan the next (on 16 cores, parsing a later batch here,
+  // ~70 us, kept the batch due and the planning waiting while workers
+  // idled).  mu_ held.
+  bool QueuedPastFreeTasks() const {
     return to_parse_.size() > static_cast<size_t>(parse_tasks_ - parsing_);
   }
 
