@@ -3,8 +3,10 @@
 #ifndef RECFLOW_PIPELINE_STAGES_H_
 #define RECFLOW_PIPELINE_STAGES_H_
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -77,23 +79,27 @@ inline uint64_t RepeatSalt(uint64_t salt, int64_t epoch) {
 // The epochs of a Repeat(count) over inputs of type Input (IteratorBase
 // for the stage, the fused path's RecordStream): the open epoch's input,
 // made with the salt of its epoch, and the next epoch's, which fills while
-// the open one drains.  Both paths keep tf.data's rules through it (an
-// input that produces nothing ends the repetition rather than spinning
-// forever) and one saved form (stage "repeat": the epoch, whether it
-// produced, the open input's state).  Not thread-safe, as an iterator.
+// the open one drains (and, where asked, inputs of the epochs after it,
+// made ahead so that their readers start early).  Both paths keep tf.data's
+// rules through it (an input that produces nothing ends the repetition rather
+// than spinning forever) and one saved form (stage "repeat": the epoch, whether
+// it produced, the open input's state).  Not thread-safe, as an iterator.
 template <typename Input>
 class RepeatEpochs {
  public:
   using Maker = std::function<std::unique_ptr<Input>(uint64_t salt)>;
-  // count < 0: forever.  prepare_next, if set, makes the next epoch's input
-  // as soon as an epoch opens and is called with it (the fused path's
-  // readers then start on it); else it is made when the open one drains.
+  // count < 0: forever.  prepare_next, if set, makes the inputs of the
+  // next `epochs_ahead` (>= 1) epochs as soon as an epoch opens, each
+  // called with it once when made (the fused path's readers then start on
+  // it); else the next epoch's input is made when the open one drains.
   RepeatEpochs(int64_t count, uint64_t salt, Maker make,
-               std::function<void(Input&)> prepare_next = {})
+               std::function<void(Input&)> prepare_next = {},
+               int epochs_ahead = 1)
       : count_(count),
         salt_(salt),
         make_(std::move(make)),
-        prepare_next_(std::move(prepare_next)) {}
+        prepare_next_(std::move(prepare_next)),
+        epochs_ahead_(std::max(epochs_ahead, 1)) {}
 
   // The open epoch's input, opening the current epoch's if none is open;
   // null when the repetition is done.
@@ -105,6 +111,13 @@ class RepeatEpochs {
   }
   Input* input() const { return in_.get(); }
   Input* next() const { return next_.get(); }
+  // f(input) for each epoch's input made ahead: the next one's, then any
+  // later ones' (epochs_ahead).
+  template <typename F>
+  void ForEachAhead(F f) const {
+    if (next_) f(*next_);
+    for (const auto& in : later_) f(*in);
+  }
   // The open input may not be open yet: opens it unless the repetition is
   // done.
   void Prepare() {
@@ -143,6 +156,7 @@ class RepeatEpochs {
     if (!produced_) {
       epoch_ = count_ >= 0 ? count_ : epoch_;
       next_.reset();
+      later_.clear();
       return false;
     }
     ++epoch_;
@@ -166,6 +180,7 @@ class RepeatEpochs {
     const bool produced = r->Bool();
     in_.reset();
     next_.reset();
+    later_.clear();
     if (r->Bool()) {
       Open();
       in_->Restore(r);
@@ -177,9 +192,22 @@ class RepeatEpochs {
   void Open() {
     in_ = next_ ? std::move(next_) : make_(RepeatSalt(salt_, epoch_));
     produced_ = false;
-    if (prepare_next_ && (count_ < 0 || epoch_ + 1 < count_)) {
-      next_ = make_(RepeatSalt(salt_, epoch_ + 1));
-      prepare_next_(*next_);
+    if (!prepare_next_) return;
+    if (!later_.empty()) {
+      next_ = std::move(later_.front());
+      later_.pop_front();
+    }
+    // Epochs epoch_ + 1 .. epoch_ + epochs_ahead_, those not made yet.
+    for (int64_t e =
+             epoch_ + 1 + (next_ ? 1 + static_cast<int64_t>(later_.size()) : 0);
+         e <= epoch_ + epochs_ahead_ && (count_ < 0 || e < count_); ++e) {
+      std::unique_ptr<Input> made = make_(RepeatSalt(salt_, e));
+      prepare_next_(*made);
+      if (!next_) {
+        next_ = std::move(made);
+      } else {
+        later_.push_back(std::move(made));
+      }
     }
   }
 
@@ -187,10 +215,13 @@ class RepeatEpochs {
   const uint64_t salt_;
   Maker make_;
   std::function<void(Input&)> prepare_next_;
+  const int64_t epochs_ahead_;
   int64_t epoch_ = 0;
   bool produced_ = false;
   std::unique_ptr<Input> in_;
   std::unique_ptr<Input> next_;  // epoch_ + 1's
+  // epoch_ + 2's, ... (epochs_ahead_ > 1): prepared, never filled ahead.
+  std::deque<std::unique_ptr<Input>> later_;
 };
 
 // records::ExpandRecordPaths, its errors as Errors prefixed with `who`.

@@ -446,7 +446,9 @@ TEST_F(BatchParseFusionTest, ADamagedRecordInTheNextEpochFailsAtItsPlace) {
 // Saves after every k-th element, restores in a fresh iterator (another
 // thread count), and checks the rest of the stream: interleaved and
 // shuffled, and one file at a time straight into batches (which the
-// planner takes in runs of records, across files and epochs).
+// planner takes in runs of records, across files and epochs).  Three
+// epochs: while the first is open, the readers of the next two read
+// ahead (kEpochsPrepared), and a save stops them all.
 TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   TFRecordOptions interleaved;
   interleaved.num_parallel_reads = 2;
@@ -455,7 +457,7 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   one.block_length = 4;
   for (const Dataset& ds : {Dataset::FromTFRecords(files_, interleaved)
                                 .Shuffle(120, 8)
-                                .Repeat(2)
+                                .Repeat(3)
                                 .Batch(24)
                                 .Parse(Spec(), Calls(kAutotune)),
                             Dataset::FromTFRecords(files_, one)

@@ -2,7 +2,12 @@
 // tf.data's documented behaviour.
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "pipeline/dataset.h"
+#include "pipeline/stages.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 
@@ -19,6 +24,62 @@ TEST(TransformsTest, RepeatCountsEpochsAndStopsOnEmptyInput) {
             (std::vector<int64_t>{0, 1, 2, 0, 1, 2, 0}));
   EXPECT_TRUE(Collect(Dataset::Range(0, 0).Repeat()).empty());
   EXPECT_TRUE(Collect(Dataset::Range(0, 3).Repeat(0)).empty());
+}
+
+// RepeatEpochs (stages.h) asked to prepare epochs ahead: as an epoch
+// opens, the inputs of the next `epochs_ahead` epochs exist, each made
+// once with its epoch's salt and prepared once, never one past the count;
+// the open input is the one prepared for its epoch.
+TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
+  struct Input {
+    uint64_t salt = 0;
+    int prepared = 0;
+    bool Draining() const { return false; }
+    void FillAhead(size_t) {}
+  };
+  const uint64_t salt = 77;
+  auto epoch_of = [&](uint64_t s) -> int64_t {
+    for (int64_t e = 0; e < 10; ++e) {
+      if (stages::RepeatSalt(salt, e) == s) return e;
+    }
+    return -1;
+  };
+  for (int ahead : {1, 2, 3}) {
+    std::vector<int64_t> made;
+    stages::RepeatEpochs<Input> epochs(
+        5, salt,
+        [&](uint64_t s) {
+          made.push_back(epoch_of(s));
+          auto in = std::make_unique<Input>();
+          in->salt = s;
+          return in;
+        },
+        [](Input& in) { ++in.prepared; }, ahead);
+    for (int64_t e = 0; e < 5; ++e) {
+      SCOPED_TRACE("epochs ahead " + std::to_string(ahead) + ", epoch " +
+                   std::to_string(e));
+      Input* open = epochs.Begin();
+      ASSERT_NE(open, nullptr);
+      EXPECT_EQ(epoch_of(open->salt), e);
+      // Made so far: every epoch up to e + ahead (below the count), once,
+      // in order.
+      std::vector<int64_t> want;
+      for (int64_t k = 0; k <= std::min<int64_t>(e + ahead, 4); ++k) {
+        want.push_back(k);
+      }
+      EXPECT_EQ(made, want);
+      std::vector<int64_t> prepared;
+      epochs.ForEachAhead([&](Input& in) {
+        EXPECT_EQ(in.prepared, 1);
+        prepared.push_back(epoch_of(in.salt));
+      });
+      want.erase(want.begin(), want.begin() + e + 1);
+      EXPECT_EQ(prepared, want);
+      epochs.Handed(1);
+      ASSERT_TRUE(epochs.EndEpoch());  // it produced: on to the next
+    }
+    EXPECT_EQ(epochs.Begin(), nullptr);
+  }
 }
 
 TEST(TransformsTest, TakeSkipAndShard) {
