@@ -44,9 +44,8 @@
 // buffers hold refs to views, which keep their read blocks alive until a
 // parse task takes them, and their chunks (72 bytes a record) until each
 // of its records' batches is taken (ViewLedger).  A view still buffered
-// after
-// kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of records
-// under TensorFlow's shuffle) is copied into a small shared chunk
+// after kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of
+// records under TensorFlow's shuffle) is copied into a small shared chunk
 // (kCompactedChunkBytes) so that it stops holding a block; so the blocks
 // held span at most about three buffers' worth of records, and those
 // chunks about a quarter of a buffer's bytes.  Batches in flight:
