@@ -493,6 +493,7 @@ RangeIndexes& TheRangeIndexes() {
 }
 
 std::atomic<uint64_t> ranges_read{0};
+std::atomic<uint64_t> readers_made{0};
 
 // One open file's records, read ahead by tasks in the arena.
 //
@@ -523,6 +524,7 @@ class FileReader {
   FileReader(Env* env, const std::shared_ptr<const std::string>& path,
              uint64_t offset, uint64_t index)
       : env_(env), path_(path), piece_offset_(offset), piece_index_(index) {
+    readers_made.fetch_add(1, std::memory_order_relaxed);
     if (env_->ranges == nullptr) return;
     ranges_ = env_->ranges->Get(*path_, *env_->options, env_->chunk_bytes);
     if (ranges_ == nullptr) return;
@@ -644,6 +646,10 @@ class FileReader {
   // Ranges of files read so far by this process (for tests).
   static uint64_t RangesRead() {
     return ranges_read.load(std::memory_order_relaxed);
+  }
+  // Readers made so far by this process (for tests).
+  static uint64_t Made() {
+    return readers_made.load(std::memory_order_relaxed);
   }
 
  private:
@@ -2163,6 +2169,7 @@ class FusedBatchParse final : public IteratorBase {
 }  // namespace
 
 uint64_t FusedRangesRead() { return FileReader::RangesRead(); }
+uint64_t FusedFileReadersMade() { return FileReader::Made(); }
 
 void SetMinRangedFileBytes(uint64_t bytes) {
   min_file_bytes.store(bytes == 0 ? kMinRangedFileBytes : bytes,

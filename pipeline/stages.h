@@ -298,6 +298,9 @@ std::unique_ptr<FileRecords> OpenFileRange(
 // Ranges of indexed files that the fused path (batch_parse_fusion.cc) has
 // read in this process, checked and used (for tests).
 uint64_t FusedRangesRead();
+// Files the fused path has made a reader for in this process (for tests:
+// how far ahead of the planner files are opened).
+uint64_t FusedFileReadersMade();
 // The smallest file the fused path reads by ranges (default 16 MiB; 0
 // restores it), so that tests can use small files.
 void SetMinRangedFileBytes(uint64_t bytes);

@@ -428,6 +428,40 @@ TEST_F(BatchParseFusionTest, ShuffleThenRepeatFillsTheNextEpochWhileDraining) {
   }
 }
 
+// Where readers read ahead, a Repeat makes the next two epochs' inputs as
+// an epoch opens (kEpochsPrepared), so that a file read whole into an
+// epoch's shuffle buffer is read an epoch before its records are drawn.
+// Readers are made on the planner's thread, so their count is exact: one
+// file an epoch, after the first batch three readers (epochs 0, 1 and 2),
+// and one per epoch over the whole run, none past the count.  With one
+// parse call nothing reads ahead: after the first batch two readers, the
+// open epoch's and the next one's, whose buffer fills while this one
+// drains (RepeatEpochs::Handed).
+TEST(BatchParseFusionEpochsTest, ARepeatStartsTheNextTwoEpochsReaders) {
+  testing::TempDir dir;
+  std::vector<std::string> recs;
+  for (int i = 0; i < 600; ++i) recs.push_back(MakeExample(0, i));
+  const std::string file = dir.File("one.tfrecord");
+  testing::WriteRecords(file, recs, records::Compression::kNone);
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(fmt::format("{} threads", threads));
+    const Dataset ds = Dataset::FromTFRecords({file})
+                           .Shuffle(1000, 3)
+                           .Repeat(5)
+                           .Batch(16)
+                           .Parse(Spec(), Calls(threads));
+    const uint64_t before = stages::FusedFileReadersMade();
+    Iterator it = ds.MakeIterator({.threads = threads});
+    Element e;
+    ASSERT_TRUE(it.Next(&e));
+    EXPECT_EQ(stages::FusedFileReadersMade() - before, threads == 1 ? 2u : 3u);
+    uint64_t rows = static_cast<uint64_t>(e["label"].num_rows());
+    while (it.Next(&e)) rows += static_cast<uint64_t>(e["label"].num_rows());
+    EXPECT_EQ(rows, 5u * 600);
+    EXPECT_EQ(stages::FusedFileReadersMade() - before, 5u);
+  }
+}
+
 // A damaged record among the first of the next epoch's buffer is met
 // while the epoch before drains: it fails where the stages fail, at the
 // next epoch's start, in each epoch, and a state saved after it goes on.
