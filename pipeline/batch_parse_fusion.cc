@@ -40,16 +40,16 @@
 //
 // Memory: reader tasks hold at most kChunksAhead chunks per open file (and
 // per file opened ahead: the next one of an interleave, and the first of
-// each of the kEpochsPrepared epochs a Repeat makes ahead); the shuffle
-// buffers hold refs to views, which keep their read blocks alive until a
-// parse task takes them, and their chunks (72 bytes a record) until each
-// of its records' batches is taken (ViewLedger).  A view still buffered
-// after kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of
-// records under TensorFlow's shuffle) is copied into a small shared chunk
-// (kCompactedChunkBytes) so that it stops holding a block; so the blocks
-// held span at most about three buffers' worth of records, and those
-// chunks about a quarter of a buffer's bytes.  Batches in flight:
-// kBatchesAhead x calls.
+// each epoch a Repeat makes ahead, kEpochsPrepared where they are short);
+// the shuffle buffers hold refs to views, which keep their read blocks
+// alive until a parse task takes them, and their chunks (72 bytes a
+// record) until each of its records' batches is taken (ViewLedger).  A
+// view still buffered after kCompactAfter buffer lengths of input (a
+// fraction e^-3, 5%, of records under TensorFlow's shuffle) is copied into
+// a small shared chunk (kCompactedChunkBytes) so that it stops holding a
+// block; so the blocks held span at most about three buffers' worth of
+// records, and those chunks about a quarter of a buffer's bytes.  Batches
+// in flight: kBatchesAhead x calls.
 //
 // The saved state (stage "batch_parse") holds the finished batches not yet
 // taken, the planner's pending records, and each fused stage's position:
@@ -103,18 +103,23 @@ uint64_t ChunkBytes(size_t chunk_records) {
   return kChunkBytes / kChunkRecords * chunk_records;
 }
 // Epochs whose inputs a Repeat makes (and whose readers start) ahead of
-// the open one.  Under a shuffle whose buffer holds an epoch, the epoch
-// drains from its start, and meanwhile the planner fills the next epoch's
-// buffer from that epoch's reader (RepeatEpochs::Handed).  Made only one
-// epoch ahead, that reader was made when the epoch before opened, tens of
-// µs earlier: its task had not started, and the planner read a quarter of
-// the chunks itself and waited for the rest, one file read at a time.
-// Two epochs ahead, a reader starts an epoch before its records are drawn
-// (the MNIST fixture, 1,000 records a file, shuffled at 2 threads: 1.30x
-// -> 1.55x one thread's rate; three: no better; Fashion-MNIST's 60,000
-// record epochs unchanged; docs/PERFORMANCE.md).  The cost: one more
-// file's read-ahead (kChunksAhead chunks) while it waits.
+// the open one where epochs are short (at most kShortEpochRecords, what
+// one reader reads ahead: a file of such an epoch is read whole at once).
+// Under a shuffle whose buffer holds such an epoch, the epoch drains from
+// its start, and meanwhile the planner fills the next epoch's buffer from
+// that epoch's reader (RepeatEpochs::Handed).  Made only one epoch ahead,
+// that reader was made when the epoch before opened, tens of µs earlier:
+// its task had not started, and the planner read a quarter of the chunks
+// itself and waited for the rest, one file read at a time.  Two epochs
+// ahead, a reader starts an epoch before its records are drawn (the MNIST
+// fixture, 1,000 records a file, shuffled at 2 threads: 1.30x -> 1.55x
+// one thread's rate; three: no better; docs/PERFORMANCE.md).  Longer
+// epochs give a reader an epoch's planning ahead already; made two ahead
+// there, a file read by ranges read max(4, threads) ranges an epoch early
+// into blocks that were cold by their turn (Fashion-MNIST as one 52 MB
+// file, shuffled at 16 threads on this VM: ~10% slower, +25 MiB).
 constexpr int kEpochsPrepared = 2;
+constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
 constexpr size_t kBatchesAhead = 2;
 // More finished batches than any state holds (kBatchesAhead per call, for
@@ -1605,18 +1610,18 @@ class ShuffleStream final : public RecordStream {
 // the epoch.
 class RepeatStream final : public RecordStream {
  public:
-  // Where readers read ahead, the inputs of the next kEpochsPrepared
-  // epochs are made as an epoch opens, and their readers start: an epoch's
-  // first records (all of them, for a file shorter than the read-ahead
-  // under a larger shuffle buffer) are then not read while the planner
-  // waits at the epoch's start.
+  // Where readers read ahead, the inputs of the next epoch (of the next
+  // kEpochsPrepared where epochs are short) are made as an epoch opens,
+  // and their readers start: an epoch's first records (all of them, for a
+  // file shorter than the read-ahead under a larger shuffle buffer) are
+  // then not read while the planner waits at the epoch's start.
   RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
                StreamMaker make_input)
       : RecordStream(env),
         epochs_(stage.count, salt, std::move(make_input),
                 env->read_ahead ? [](RecordStream& next) { next.Prepare(); }
                                 : std::function<void(RecordStream&)>(),
-                kEpochsPrepared) {}
+                kEpochsPrepared, kShortEpochRecords) {}
 
   bool Next(RecordRef* out) override {
     while (RecordStream* in = epochs_.Begin()) {

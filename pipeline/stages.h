@@ -80,26 +80,32 @@ inline uint64_t RepeatSalt(uint64_t salt, int64_t epoch) {
 // for the stage, the fused path's RecordStream): the open epoch's input,
 // made with the salt of its epoch, and the next epoch's, which fills while
 // the open one drains (and, where asked, inputs of the epochs after it,
-// made ahead so that their readers start early).  Both paths keep tf.data's
-// rules through it (an input that produces nothing ends the repetition rather
-// than spinning forever) and one saved form (stage "repeat": the epoch, whether
-// it produced, the open input's state).  Not thread-safe, as an iterator.
+// made ahead so that their readers start early where epochs are short).  Both
+// paths keep tf.data's rules through it (an input that produces nothing ends
+// the repetition rather than spinning forever) and one saved form (stage
+// "repeat": the epoch, whether it produced, the open input's state).  Not
+// thread-safe, as an iterator.
 template <typename Input>
 class RepeatEpochs {
  public:
   using Maker = std::function<std::unique_ptr<Input>(uint64_t salt)>;
-  // count < 0: forever.  prepare_next, if set, makes the inputs of the
-  // next `epochs_ahead` (>= 1) epochs as soon as an epoch opens, each
-  // called with it once when made (the fused path's readers then start on
-  // it); else the next epoch's input is made when the open one drains.
+  // count < 0: forever.  prepare_next, if set, makes the next epoch's
+  // input as soon as an epoch opens and is called with it once (the fused
+  // path's readers then start on it); else the next epoch's input is made
+  // when the open one drains.  With prepare_next, where the epoch before
+  // handed out at most `short_epoch` elements, the inputs of the next
+  // `epochs_ahead` (>= 1) epochs are made so (an epoch is known short only
+  // once one has ended: the first epoch, and the first after a restore,
+  // make one).
   RepeatEpochs(int64_t count, uint64_t salt, Maker make,
                std::function<void(Input&)> prepare_next = {},
-               int epochs_ahead = 1)
+               int epochs_ahead = 1, uint64_t short_epoch = 0)
       : count_(count),
         salt_(salt),
         make_(std::move(make)),
         prepare_next_(std::move(prepare_next)),
-        epochs_ahead_(std::max(epochs_ahead, 1)) {}
+        epochs_ahead_(std::max(epochs_ahead, 1)),
+        short_epoch_(short_epoch) {}
 
   // The open epoch's input, opening the current epoch's if none is open;
   // null when the repetition is done.
@@ -135,6 +141,7 @@ class RepeatEpochs {
   void Handed(size_t n) {
     if (n == 0) return;
     produced_ = true;
+    handed_ += n;
     if (!in_ || !in_->Draining()) return;
     if (!next_) {
       if (count_ >= 0 && epoch_ + 1 >= count_) return;
@@ -147,12 +154,17 @@ class RepeatEpochs {
     next_->FillAhead(n);
   }
   // What the open input handed out before it threw: the epoch produced.
-  void HandedBeforeAnError(size_t n) { produced_ = produced_ || n > 0; }
+  void HandedBeforeAnError(size_t n) {
+    produced_ = produced_ || n > 0;
+    handed_ += n;
+  }
 
   // The open input ended: on to the next epoch; false when the repetition
   // ends.
   bool EndEpoch() {
     in_.reset();
+    last_handed_ = handed_;
+    handed_ = 0;
     if (!produced_) {
       epoch_ = count_ >= 0 ? count_ : epoch_;
       next_.reset();
@@ -181,6 +193,8 @@ class RepeatEpochs {
     in_.reset();
     next_.reset();
     later_.clear();
+    handed_ = 0;
+    last_handed_ = kUnknown;
     if (r->Bool()) {
       Open();
       in_->Restore(r);
@@ -197,10 +211,11 @@ class RepeatEpochs {
       next_ = std::move(later_.front());
       later_.pop_front();
     }
-    // Epochs epoch_ + 1 .. epoch_ + epochs_ahead_, those not made yet.
+    // Epochs epoch_ + 1 .. epoch_ + ahead, those not made yet.
+    const int64_t ahead = last_handed_ <= short_epoch_ ? epochs_ahead_ : 1;
     for (int64_t e =
              epoch_ + 1 + (next_ ? 1 + static_cast<int64_t>(later_.size()) : 0);
-         e <= epoch_ + epochs_ahead_ && (count_ < 0 || e < count_); ++e) {
+         e <= epoch_ + ahead && (count_ < 0 || e < count_); ++e) {
       std::unique_ptr<Input> made = make_(RepeatSalt(salt_, e));
       prepare_next_(*made);
       if (!next_) {
@@ -216,6 +231,10 @@ class RepeatEpochs {
   Maker make_;
   std::function<void(Input&)> prepare_next_;
   const int64_t epochs_ahead_;
+  const uint64_t short_epoch_;
+  static constexpr uint64_t kUnknown = ~uint64_t{0};
+  uint64_t handed_ = 0;              // by the open epoch
+  uint64_t last_handed_ = kUnknown;  // by the epoch before
   int64_t epoch_ = 0;
   bool produced_ = false;
   std::unique_ptr<Input> in_;

@@ -428,37 +428,69 @@ TEST_F(BatchParseFusionTest, ShuffleThenRepeatFillsTheNextEpochWhileDraining) {
   }
 }
 
-// Where readers read ahead, a Repeat makes the next two epochs' inputs as
-// an epoch opens (kEpochsPrepared), so that a file read whole into an
-// epoch's shuffle buffer is read an epoch before its records are drawn.
-// Readers are made on the planner's thread, so their count is exact: one
-// file an epoch, after the first batch three readers (epochs 0, 1 and 2),
-// and one per epoch over the whole run, none past the count.  With one
-// parse call nothing reads ahead: after the first batch two readers, the
-// open epoch's and the next one's, whose buffer fills while this one
-// drains (RepeatEpochs::Handed).
-TEST(BatchParseFusionEpochsTest, ARepeatStartsTheNextTwoEpochsReaders) {
+// Where readers read ahead, a Repeat makes the next epoch's input as an
+// epoch opens, and the next two epochs' once an epoch was short
+// (kEpochsPrepared, kShortEpochRecords), so that a file read whole into
+// an epoch's shuffle buffer is read an epoch before its records are
+// drawn.  Readers are made on the planner's thread, so their count is
+// exact: one file an epoch, after the first batch two readers (epochs 0
+// and 1), in the second epoch four (0 to 3), and one per epoch over the
+// whole run, none past the count.  With one parse call nothing reads
+// ahead: the next epoch's reader is made when its buffer starts filling,
+// while the epoch before drains (RepeatEpochs::Handed).  An epoch of more
+// records (four files) has one epoch's first file made ahead throughout.
+TEST(BatchParseFusionEpochsTest, ARepeatOfShortEpochsStartsTwoEpochsReaders) {
   testing::TempDir dir;
   std::vector<std::string> recs;
   for (int i = 0; i < 600; ++i) recs.push_back(MakeExample(0, i));
   const std::string file = dir.File("one.tfrecord");
   testing::WriteRecords(file, recs, records::Compression::kNone);
+  // Four copies of the file an epoch: 2,400 records, not short.
+  const std::vector<std::string> long_epoch(4, file);
   for (int threads : {1, 2}) {
-    SCOPED_TRACE(fmt::format("{} threads", threads));
-    const Dataset ds = Dataset::FromTFRecords({file})
-                           .Shuffle(1000, 3)
-                           .Repeat(5)
-                           .Batch(16)
-                           .Parse(Spec(), Calls(threads));
-    const uint64_t before = stages::FusedFileReadersMade();
-    Iterator it = ds.MakeIterator({.threads = threads});
-    Element e;
-    ASSERT_TRUE(it.Next(&e));
-    EXPECT_EQ(stages::FusedFileReadersMade() - before, threads == 1 ? 2u : 3u);
-    uint64_t rows = static_cast<uint64_t>(e["label"].num_rows());
-    while (it.Next(&e)) rows += static_cast<uint64_t>(e["label"].num_rows());
-    EXPECT_EQ(rows, 5u * 600);
-    EXPECT_EQ(stages::FusedFileReadersMade() - before, 5u);
+    for (bool is_short : {true, false}) {
+      SCOPED_TRACE(fmt::format("{} threads, {} epochs", threads,
+                               is_short ? "short" : "long"));
+      const std::vector<std::string> files =
+          is_short ? std::vector<std::string>{file} : long_epoch;
+      const uint64_t epoch = 600 * files.size();
+      const Dataset ds = Dataset::FromTFRecords(files)
+                             .Shuffle(1000, 3)
+                             .Repeat(5)
+                             .Batch(16)
+                             .Parse(Spec(), Calls(threads));
+      const uint64_t before = stages::FusedFileReadersMade();
+      auto made = [&] { return stages::FusedFileReadersMade() - before; };
+      Iterator it = ds.MakeIterator({.threads = threads});
+      Element e;
+      uint64_t rows = 0;
+      auto next = [&] {
+        if (!it.Next(&e)) return false;
+        rows += static_cast<uint64_t>(e["label"].num_rows());
+        return true;
+      };
+      ASSERT_TRUE(next());
+      if (is_short) {
+        EXPECT_EQ(made(), 2u);
+        // Into the second epoch, the planner a few batches ahead.
+        while (rows < epoch + 100) ASSERT_TRUE(next());
+        EXPECT_EQ(made(), threads == 1 ? 3u : 4u);
+      } else {
+        // The buffer's first 1,000 records: copy 0 read, copy 1 open and
+        // copy 2 opened ahead (the interleave's next file); at 2 threads
+        // also the next epoch's first file.
+        EXPECT_EQ(made(), threads == 1 ? 3u : 4u);
+        // In the second epoch: the first's 4, the second's 3 the same
+        // way, and at 2 threads the third epoch's first file, not the
+        // fourth's.
+        while (rows < epoch + 100) ASSERT_TRUE(next());
+        EXPECT_EQ(made(), threads == 1 ? 7u : 8u);
+      }
+      while (next()) {
+      }
+      EXPECT_EQ(rows, 5 * epoch);
+      EXPECT_EQ(made(), 5 * files.size());
+    }
   }
 }
 

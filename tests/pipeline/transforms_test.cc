@@ -1,5 +1,6 @@
 // Repeat, Take, Skip, Shard, Filter and IgnoreErrors (transforms.cc) against
 // tf.data's documented behaviour.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -27,9 +28,11 @@ TEST(TransformsTest, RepeatCountsEpochsAndStopsOnEmptyInput) {
 }
 
 // RepeatEpochs (stages.h) asked to prepare epochs ahead: as an epoch
-// opens, the inputs of the next `epochs_ahead` epochs exist, each made
-// once with its epoch's salt and prepared once, never one past the count;
-// the open input is the one prepared for its epoch.
+// opens, the inputs of the next epoch exist, and of the next
+// `epochs_ahead` where the epoch before handed out at most `short_epoch`
+// elements (not known at the first epoch); each made once with its
+// epoch's salt and prepared once, never one past the count; the open
+// input is the one prepared for its epoch.
 TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
   struct Input {
     uint64_t salt = 0;
@@ -44,41 +47,47 @@ TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
     }
     return -1;
   };
+  constexpr uint64_t kShort = 30;
   for (int ahead : {1, 2, 3}) {
-    std::vector<int64_t> made;
-    stages::RepeatEpochs<Input> epochs(
-        5, salt,
-        [&](uint64_t s) {
-          made.push_back(epoch_of(s));
-          auto in = std::make_unique<Input>();
-          in->salt = s;
-          return in;
-        },
-        [](Input& in) { ++in.prepared; }, ahead);
-    for (int64_t e = 0; e < 5; ++e) {
-      SCOPED_TRACE("epochs ahead " + std::to_string(ahead) + ", epoch " +
-                   std::to_string(e));
-      Input* open = epochs.Begin();
-      ASSERT_NE(open, nullptr);
-      EXPECT_EQ(epoch_of(open->salt), e);
-      // Made so far: every epoch up to e + ahead (below the count), once,
-      // in order.
-      std::vector<int64_t> want;
-      for (int64_t k = 0; k <= std::min<int64_t>(e + ahead, 4); ++k) {
-        want.push_back(k);
+    for (uint64_t elements : {kShort, kShort + 1}) {
+      std::vector<int64_t> made;
+      stages::RepeatEpochs<Input> epochs(
+          5, salt,
+          [&](uint64_t s) {
+            made.push_back(epoch_of(s));
+            auto in = std::make_unique<Input>();
+            in->salt = s;
+            return in;
+          },
+          [](Input& in) { ++in.prepared; }, ahead, kShort);
+      for (int64_t e = 0; e < 5; ++e) {
+        SCOPED_TRACE(fmt::format("epochs ahead {}, {} elements, epoch {}",
+                                 ahead, elements, e));
+        Input* open = epochs.Begin();
+        ASSERT_NE(open, nullptr);
+        EXPECT_EQ(epoch_of(open->salt), e);
+        // Made so far: every epoch up to e + 1, or e + ahead after a short
+        // one (below the count), once, in order.
+        const int64_t upto = e > 0 && elements <= kShort ? e + ahead : e + 1;
+        std::vector<int64_t> want;
+        for (int64_t k = 0; k <= std::min<int64_t>(upto, 4); ++k) {
+          want.push_back(k);
+        }
+        EXPECT_EQ(made, want);
+        std::vector<int64_t> prepared;
+        epochs.ForEachAhead([&](Input& in) {
+          EXPECT_EQ(in.prepared, 1);
+          prepared.push_back(epoch_of(in.salt));
+        });
+        want.erase(want.begin(), want.begin() + e + 1);
+        EXPECT_EQ(prepared, want);
+        // The epoch's elements, in two hand-outs.
+        epochs.Handed(1);
+        epochs.Handed(elements - 1);
+        ASSERT_TRUE(epochs.EndEpoch());  // it produced: on to the next
       }
-      EXPECT_EQ(made, want);
-      std::vector<int64_t> prepared;
-      epochs.ForEachAhead([&](Input& in) {
-        EXPECT_EQ(in.prepared, 1);
-        prepared.push_back(epoch_of(in.salt));
-      });
-      want.erase(want.begin(), want.begin() + e + 1);
-      EXPECT_EQ(prepared, want);
-      epochs.Handed(1);
-      ASSERT_TRUE(epochs.EndEpoch());  // it produced: on to the next
+      EXPECT_EQ(epochs.Begin(), nullptr);
     }
-    EXPECT_EQ(epochs.Begin(), nullptr);
   }
 }
 
