@@ -141,7 +141,7 @@ class RepeatEpochs {
   void Handed(size_t n) {
     if (n == 0) return;
     produced_ = true;
-    handed_ += n;
+    Count(n);
     if (!in_ || !in_->Draining()) return;
     if (!next_) {
       if (count_ >= 0 && epoch_ + 1 >= count_) return;
@@ -156,7 +156,7 @@ class RepeatEpochs {
   // What the open input handed out before it threw: the epoch produced.
   void HandedBeforeAnError(size_t n) {
     produced_ = produced_ || n > 0;
-    handed_ += n;
+    Count(n);
   }
 
   // The open input ended: on to the next epoch; false when the repetition
@@ -193,7 +193,7 @@ class RepeatEpochs {
     in_.reset();
     next_.reset();
     later_.clear();
-    handed_ = 0;
+    handed_ = kUnknown;  // the restored epoch's elements before the save
     last_handed_ = kUnknown;
     if (r->Bool()) {
       Open();
@@ -233,6 +233,9 @@ class RepeatEpochs {
   const int64_t epochs_ahead_;
   const uint64_t short_epoch_;
   static constexpr uint64_t kUnknown = ~uint64_t{0};
+  void Count(size_t n) {
+    if (handed_ != kUnknown) handed_ += n;
+  }
   uint64_t handed_ = 0;              // by the open epoch
   uint64_t last_handed_ = kUnknown;  // by the epoch before
   int64_t epoch_ = 0;

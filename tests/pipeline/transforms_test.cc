@@ -9,6 +9,7 @@
 
 #include "pipeline/dataset.h"
 #include "pipeline/stages.h"
+#include "pipeline/state.h"
 #include "pipeline_test_util.h"
 #include "test_util.h"
 
@@ -39,6 +40,8 @@ TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
     int prepared = 0;
     bool Draining() const { return false; }
     void FillAhead(size_t) {}
+    void Save(StateWriter* w) const { w->U64(salt); }
+    void Restore(StateReader* r) { EXPECT_EQ(r->U64(), salt); }
   };
   const uint64_t salt = 77;
   auto epoch_of = [&](uint64_t s) -> int64_t {
@@ -89,6 +92,44 @@ TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
       EXPECT_EQ(epochs.Begin(), nullptr);
     }
   }
+
+  // A state saved inside an epoch after short ones: restored, the epochs
+  // make one ahead until an epoch has ended whole after the restore (what
+  // the open epoch handed out before the save is not in the state).
+  std::vector<int64_t> made;
+  auto make = [&](uint64_t s) {
+    made.push_back(epoch_of(s));
+    auto in = std::make_unique<Input>();
+    in->salt = s;
+    return in;
+  };
+  auto prepare = [](Input& in) { ++in.prepared; };
+  stages::RepeatEpochs<Input> saver(8, salt, make, prepare, 2, kShort);
+  for (int e = 0; e < 2; ++e) {
+    ASSERT_NE(saver.Begin(), nullptr);
+    saver.Handed(kShort);
+    ASSERT_TRUE(saver.EndEpoch());
+  }
+  ASSERT_NE(saver.Begin(), nullptr);
+  saver.Handed(kShort - 1);  // inside epoch 2
+  EXPECT_EQ(made, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  StateWriter w("repeat epochs");
+  saver.Save(&w);
+  const std::string state = std::move(w).Finish();
+  made.clear();
+  stages::RepeatEpochs<Input> restored(8, salt, make, prepare, 2, kShort);
+  StateReader r(state, "repeat epochs");
+  restored.Restore(&r);
+  r.Finish();
+  EXPECT_EQ(made, (std::vector<int64_t>{2, 3}));
+  restored.Handed(1);  // epoch 2's last: a short epoch, but not known so
+  ASSERT_TRUE(restored.EndEpoch());
+  ASSERT_NE(restored.Begin(), nullptr);  // epoch 3
+  EXPECT_EQ(made, (std::vector<int64_t>{2, 3, 4}));
+  restored.Handed(kShort);
+  ASSERT_TRUE(restored.EndEpoch());
+  ASSERT_NE(restored.Begin(), nullptr);  // epoch 4, after a short one
+  EXPECT_EQ(made, (std::vector<int64_t>{2, 3, 4, 5, 6}));
 }
 
 TEST(TransformsTest, TakeSkipAndShard) {
