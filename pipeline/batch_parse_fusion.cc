@@ -2020,8 +2020,8 @@ class FusedBatchParse final : public IteratorBase {
   // them (queued, or between batches).  TopUp then adds a task, up to the
   // parse calls; and only then does the planner's thread (the
   // consumer's) parse a queued batch that is not the one due, while it
-  // waits for that one or for a reader, so that its parsing
-  // adds to the tasks'.  Else a task takes the batch as soon, and this
+  // waits for that one or for a reader, so that its parsing adds to the
+  // tasks'.  Else a task takes the batch as soon, and this
   // thread, the one every batch waits for, stays free to take the batch
   // due and plan the next (on 16 cores, parsing a later batch here,
   // ~70 us, kept the batch due and the planning waiting while workers

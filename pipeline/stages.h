@@ -116,13 +116,10 @@ class RepeatEpochs {
     return in_.get();
   }
   Input* input() const { return in_.get(); }
-  Input* next() const { return next_.get(); }
-  // f(input) for each epoch's input made ahead: the next one's, then any
-  // later ones' (epochs_ahead).
+  // f(input) for each epoch's input made ahead, the next epoch's first.
   template <typename F>
   void ForEachAhead(F f) const {
-    if (next_) f(*next_);
-    for (const auto& in : later_) f(*in);
+    for (const auto& in : ahead_) f(*in);
   }
   // The open input may not be open yet: opens it unless the repetition is
   // done.
@@ -143,15 +140,15 @@ class RepeatEpochs {
     produced_ = true;
     Count(n);
     if (!in_ || !in_->Draining()) return;
-    if (!next_) {
+    if (ahead_.empty()) {
       if (count_ >= 0 && epoch_ + 1 >= count_) return;
       try {
-        next_ = make_(RepeatSalt(salt_, epoch_ + 1));
+        ahead_.push_back(make_(RepeatSalt(salt_, epoch_ + 1)));
       } catch (...) {
         return;  // thrown again where the epoch opens
       }
     }
-    next_->FillAhead(n);
+    ahead_.front()->FillAhead(n);
   }
   // What the open input handed out before it threw: the epoch produced.
   void HandedBeforeAnError(size_t n) {
@@ -167,8 +164,7 @@ class RepeatEpochs {
     handed_ = 0;
     if (!produced_) {
       epoch_ = count_ >= 0 ? count_ : epoch_;
-      next_.reset();
-      later_.clear();
+      ahead_.clear();
       return false;
     }
     ++epoch_;
@@ -191,8 +187,7 @@ class RepeatEpochs {
     }
     const bool produced = r->Bool();
     in_.reset();
-    next_.reset();
-    later_.clear();
+    ahead_.clear();
     handed_ = kUnknown;  // the restored epoch's elements before the save
     last_handed_ = kUnknown;
     if (r->Bool()) {
@@ -204,25 +199,20 @@ class RepeatEpochs {
 
  private:
   void Open() {
-    in_ = next_ ? std::move(next_) : make_(RepeatSalt(salt_, epoch_));
+    if (ahead_.empty()) {
+      in_ = make_(RepeatSalt(salt_, epoch_));
+    } else {
+      in_ = std::move(ahead_.front());
+      ahead_.pop_front();
+    }
     produced_ = false;
     if (!prepare_next_) return;
-    if (!later_.empty()) {
-      next_ = std::move(later_.front());
-      later_.pop_front();
-    }
-    // Epochs epoch_ + 1 .. epoch_ + ahead, those not made yet.
-    const int64_t ahead = last_handed_ <= short_epoch_ ? epochs_ahead_ : 1;
-    for (int64_t e =
-             epoch_ + 1 + (next_ ? 1 + static_cast<int64_t>(later_.size()) : 0);
-         e <= epoch_ + ahead && (count_ < 0 || e < count_); ++e) {
-      std::unique_ptr<Input> made = make_(RepeatSalt(salt_, e));
-      prepare_next_(*made);
-      if (!next_) {
-        next_ = std::move(made);
-      } else {
-        later_.push_back(std::move(made));
-      }
+    // Epochs epoch_ + 1 .. epoch_ + epochs, those not made yet.
+    const int64_t epochs = last_handed_ <= short_epoch_ ? epochs_ahead_ : 1;
+    for (int64_t e = epoch_ + 1 + static_cast<int64_t>(ahead_.size());
+         e <= epoch_ + epochs && (count_ < 0 || e < count_); ++e) {
+      ahead_.push_back(make_(RepeatSalt(salt_, e)));
+      prepare_next_(*ahead_.back());
     }
   }
 
@@ -241,9 +231,9 @@ class RepeatEpochs {
   int64_t epoch_ = 0;
   bool produced_ = false;
   std::unique_ptr<Input> in_;
-  std::unique_ptr<Input> next_;  // epoch_ + 1's
-  // epoch_ + 2's, ... (epochs_ahead_ > 1): prepared, never filled ahead.
-  std::deque<std::unique_ptr<Input>> later_;
+  // The inputs of epochs epoch_ + 1, epoch_ + 2, ... made ahead (the
+  // first fills while the open one drains; later ones are only prepared).
+  std::deque<std::unique_ptr<Input>> ahead_;
 };
 
 // records::ExpandRecordPaths, its errors as Errors prefixed with `who`.
