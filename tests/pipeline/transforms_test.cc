@@ -50,19 +50,20 @@ TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
     }
     return -1;
   };
+  // The epochs whose inputs were made, in order.
+  std::vector<int64_t> made;
+  auto make = [&](uint64_t s) {
+    made.push_back(epoch_of(s));
+    auto in = std::make_unique<Input>();
+    in->salt = s;
+    return in;
+  };
+  auto prepare = [](Input& in) { ++in.prepared; };
   constexpr uint64_t kShort = 30;
   for (int ahead : {1, 2, 3}) {
     for (uint64_t elements : {kShort, kShort + 1}) {
-      std::vector<int64_t> made;
-      stages::RepeatEpochs<Input> epochs(
-          5, salt,
-          [&](uint64_t s) {
-            made.push_back(epoch_of(s));
-            auto in = std::make_unique<Input>();
-            in->salt = s;
-            return in;
-          },
-          [](Input& in) { ++in.prepared; }, ahead, kShort);
+      made.clear();
+      stages::RepeatEpochs<Input> epochs(5, salt, make, prepare, ahead, kShort);
       for (int64_t e = 0; e < 5; ++e) {
         SCOPED_TRACE(fmt::format("epochs ahead {}, {} elements, epoch {}",
                                  ahead, elements, e));
@@ -96,14 +97,7 @@ TEST(TransformsTest, RepeatEpochsPreparesTheEpochsAheadOnceEach) {
   // A state saved inside an epoch after short ones: restored, the epochs
   // make one ahead until an epoch has ended whole after the restore (what
   // the open epoch handed out before the save is not in the state).
-  std::vector<int64_t> made;
-  auto make = [&](uint64_t s) {
-    made.push_back(epoch_of(s));
-    auto in = std::make_unique<Input>();
-    in->salt = s;
-    return in;
-  };
-  auto prepare = [](Input& in) { ++in.prepared; };
+  made.clear();
   stages::RepeatEpochs<Input> saver(8, salt, make, prepare, 2, kShort);
   for (int e = 0; e < 2; ++e) {
     ASSERT_NE(saver.Begin(), nullptr);
