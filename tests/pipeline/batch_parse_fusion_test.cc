@@ -512,9 +512,10 @@ TEST_F(BatchParseFusionTest, ADamagedRecordInTheNextEpochFailsAtItsPlace) {
 // Saves after every k-th element, restores in a fresh iterator (another
 // thread count), and checks the rest of the stream: interleaved and
 // shuffled, and one file at a time straight into batches (which the
-// planner takes in runs of records, across files and epochs).  Three
-// epochs: while the first is open, the readers of the next two read
-// ahead (kEpochsPrepared), and a save stops them all.
+// planner takes in runs of records, across files and epochs).  Four
+// epochs of 822 records (short): from the second on, the readers of the
+// next two epochs read ahead (kEpochsPrepared), and a save stops them
+// all.
 TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   TFRecordOptions interleaved;
   interleaved.num_parallel_reads = 2;
@@ -523,7 +524,7 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   one.block_length = 4;
   for (const Dataset& ds : {Dataset::FromTFRecords(files_, interleaved)
                                 .Shuffle(120, 8)
-                                .Repeat(3)
+                                .Repeat(4)
                                 .Batch(24)
                                 .Parse(Spec(), Calls(kAutotune)),
                             Dataset::FromTFRecords(files_, one)
