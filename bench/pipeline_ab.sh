@@ -12,6 +12,8 @@
 #
 #   bash bench/pipeline_ab.sh OLD_RECFLOW NEW_RECFLOW [ROUNDS] [THREADS]
 #   e.g. bash bench/pipeline_ab.sh /tmp/old build/tools/recflow 3 1,2
+# KINDS="mnist_shuffled" (say): only those of the three pipelines
+# (shuffled, parse_only, mnist_shuffled).
 # Needs Fashion-MNIST's .gz files (/usr/share/datasets/fashion-mnist, or
 # FASHION_MNIST=DIR) and ../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord.
 set -euo pipefail
@@ -61,7 +63,7 @@ for line in sys.stdin:
 }
 for ((r = 1; r <= rounds; r++)); do
   echo "== round $r"
-  for kind in shuffled parse_only mnist_shuffled; do
+  for kind in ${KINDS:-shuffled parse_only mnist_shuffled}; do
     sweep "$old" "$kind" old
     sweep "$new" "$kind" new
   done

@@ -29,6 +29,7 @@
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
 #   BENCH_SETS='dnn|cnn': train_bench's model sets (default also linear).
 #   PIPELINE_RUNS=2: rounds of the pipeline's scaling runs (default 3).
+#   PAIRED_ROUNDS=2: the paired benchmarks twice (default once).
 #   BENCH_VARIANTS='staged|graphs': train_bench's plain benchmarks and
 #     those variants only; CUDA_API_BENCH=0: no cuda_api_bench.
 set -uo pipefail
@@ -131,20 +132,29 @@ main() {
         # (the counter convs_differ), which moved the CNN's ratios
         # 0.83-1.29 whatever the input did.
         source .gpu/build.sh --env-only
-        log="$logs/train_bench_paired_heuristic.txt"
-        RECFLOW_CUDNN_AUTOTUNE=0 PART_LIMIT=120 limited build-gpu/bench/train_bench --device cuda \
-          --benchmark_filter='^CudaPaired/(cnn|dnn)/(staged|graphs_staged|graphs_rotate)/manual_time' \
-          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$log" 2>&1
-        echo "train_bench paired, RECFLOW_CUDNN_AUTOTUNE=0:"
-        python3 - "$log" <<'EOF2'
+        # PAIRED_ROUNDS=N: the benchmarks N times (the ratios move from
+        # run to run more than within one), each in a log of its own.
+        for ((round = 1; round <= ${PAIRED_ROUNDS:-1}; round++)); do
+          log="$logs/train_bench_paired_heuristic_$round.txt"
+          RECFLOW_CUDNN_AUTOTUNE=0 PART_LIMIT=120 limited build-gpu/bench/train_bench --device cuda \
+            --benchmark_filter='^CudaPaired/(cnn|dnn)/(staged|graphs_staged|graphs_rotate)/manual_time' \
+            --benchmark_repetitions=3 --benchmark_report_aggregates_only=true >"$log" 2>&1
+          echo "train_bench paired, RECFLOW_CUDNN_AUTOTUNE=0, round $round:"
+          # The ratio, both steps, and each side's launching thread a step
+          # (input: Next and Prefetch; build: the model_fn's calls
+          # captured; end: EndStep).
+          python3 - "$log" <<'EOF2'
 import re, sys
 for line in open(sys.argv[1]):
     if "median" not in line:
         continue
     d = dict(re.findall(r"(\w+)=([\d.]+)", line))
     print(line.split()[0], " ".join("%s=%s" % (k, d.get(k)) for k in (
-        "variant_over_plain", "plain_step_ms", "variant_step_ms", "convs_differ")))
+        "variant_over_plain", "plain_step_ms", "variant_step_ms", "convs_differ",
+        "variant_input_us", "plain_build_us", "variant_build_us",
+        "plain_end_us", "variant_end_us")))
 EOF2
+        done
         ;;
       pipeline)
         source .gpu/build.sh --env-only
