@@ -40,7 +40,7 @@
 //
 // Memory: reader tasks hold at most kChunksAhead chunks per open file (and
 // per file opened ahead: the next one of an interleave, and the first of
-// each epoch a Repeat makes ahead, kEpochsPrepared where they are short);
+// each epoch a Repeat makes ahead, EpochsPrepared where they are short);
 // the shuffle buffers hold refs to views, which keep their read blocks
 // alive until a parse task takes them, and their chunks (72 bytes a
 // record) until each of its records' batches is taken (ViewLedger).  A
@@ -118,7 +118,21 @@ uint64_t ChunkBytes(size_t chunk_records) {
 // there, a file read by ranges read max(4, threads) ranges an epoch early
 // into blocks that were cold by their turn (Fashion-MNIST as one 52 MB
 // file, shuffled at 16 threads on this VM: ~10% slower, +25 MiB).
-constexpr int kEpochsPrepared = 2;
+// How many short epochs ahead: as many as the arena has threads, from 2
+// to 8.  A short epoch's reader has at most its file's chunks to read (2
+// for the fixture), so on 16 cores two epochs ahead kept ~4 workers
+// reading: the fixture at 16 threads made 2.8-3.0x one thread's rate, and
+// 7.8-8.6x with 8 epochs ahead (H200 machine, 16 cores).  On 2 vCPUs, 8
+// ahead were slower at 2 threads (1.15-1.21x against 1.50-1.56x): the
+// far epochs' readers held both workers while the planner read the near
+// epoch itself.  Each prepared reader holds at most its epoch, so 8 hold
+// what 8 files read at once hold (docs/PERFORMANCE.md).
+constexpr size_t kMinEpochsPrepared = 2;
+constexpr size_t kMaxEpochsPrepared = 8;
+int EpochsPrepared(size_t threads) {
+  return static_cast<int>(
+      std::clamp(threads, kMinEpochsPrepared, kMaxEpochsPrepared));
+}
 constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
 constexpr size_t kBatchesAhead = 2;
@@ -1611,17 +1625,17 @@ class ShuffleStream final : public RecordStream {
 class RepeatStream final : public RecordStream {
  public:
   // Where readers read ahead, the inputs of the next epoch (of the next
-  // kEpochsPrepared where epochs are short) are made as an epoch opens,
-  // and their readers start: an epoch's first records (all of them, for a
-  // file shorter than the read-ahead under a larger shuffle buffer) are
-  // then not read while the planner waits at the epoch's start.
+  // EpochsPrepared(threads) where epochs are short) are made as an epoch
+  // opens, and their readers start: an epoch's first records (all of them,
+  // for a file shorter than the read-ahead under a larger shuffle buffer)
+  // are then not read while the planner waits at the epoch's start.
   RepeatStream(Env* env, const FusableStage& stage, uint64_t salt,
                StreamMaker make_input)
       : RecordStream(env),
         epochs_(stage.count, salt, std::move(make_input),
                 env->read_ahead ? [](RecordStream& next) { next.Prepare(); }
                                 : std::function<void(RecordStream&)>(),
-                kEpochsPrepared, kShortEpochRecords) {}
+                EpochsPrepared(env->threads), kShortEpochRecords) {}
 
   bool Next(RecordRef* out) override {
     while (RecordStream* in = epochs_.Begin()) {

@@ -429,17 +429,20 @@ TEST_F(BatchParseFusionTest, ShuffleThenRepeatFillsTheNextEpochWhileDraining) {
 }
 
 // Where readers read ahead, a Repeat makes the next epoch's input as an
-// epoch opens, and the next two epochs' once an epoch was short
-// (kEpochsPrepared, kShortEpochRecords), so that a file read whole into
-// an epoch's shuffle buffer is read an epoch before its records are
-// drawn.  Readers are made on the planner's thread, so their count is
-// exact: one file an epoch, after the first batch two readers (epochs 0
-// and 1), in the second epoch four (0 to 3), and one per epoch over the
+// epoch opens, and once an epoch was short (kShortEpochRecords) the next
+// EpochsPrepared(threads) epochs' (as many as the threads, from 2 to 8),
+// so that a file read whole into an epoch's shuffle buffer is read epochs
+// before its records are drawn, on as many workers as there are.
+// Readers are made on the planner's thread, so their count is exact: one
+// file an epoch, after the first batch two readers (epochs 0 and 1), in
+// the second epoch 2 more than the epochs prepared (at 2 threads 0 to 3,
+// at 4 threads 0 to 5, at 16 threads 0 to 9), and one per epoch over the
 // whole run, none past the count.  With one parse call nothing reads
 // ahead: the next epoch's reader is made when its buffer starts filling,
 // while the epoch before drains (RepeatEpochs::Handed).  An epoch of more
 // records (four files) has one epoch's first file made ahead throughout.
-TEST(BatchParseFusionEpochsTest, ARepeatOfShortEpochsStartsTwoEpochsReaders) {
+TEST(BatchParseFusionEpochsTest,
+     ARepeatOfShortEpochsStartsAsManyReadersAsThreads) {
   testing::TempDir dir;
   std::vector<std::string> recs;
   for (int i = 0; i < 600; ++i) recs.push_back(MakeExample(0, i));
@@ -447,7 +450,8 @@ TEST(BatchParseFusionEpochsTest, ARepeatOfShortEpochsStartsTwoEpochsReaders) {
   testing::WriteRecords(file, recs, records::Compression::kNone);
   // Four copies of the file an epoch: 2,400 records, not short.
   const std::vector<std::string> long_epoch(4, file);
-  for (int threads : {1, 2}) {
+  constexpr uint64_t kEpochs = 12;
+  for (int threads : {1, 2, 4, 16}) {
     for (bool is_short : {true, false}) {
       SCOPED_TRACE(fmt::format("{} threads, {} epochs", threads,
                                is_short ? "short" : "long"));
@@ -456,8 +460,8 @@ TEST(BatchParseFusionEpochsTest, ARepeatOfShortEpochsStartsTwoEpochsReaders) {
       const uint64_t epoch = 600 * files.size();
       const Dataset ds = Dataset::FromTFRecords(files)
                              .Shuffle(1000, 3)
-                             .Repeat(5)
-                             .Batch(16)
+                             .Repeat(kEpochs)
+                             .Batch(4)
                              .Parse(Spec(), Calls(threads));
       const uint64_t before = stages::FusedFileReadersMade();
       auto made = [&] { return stages::FusedFileReadersMade() - before; };
@@ -474,22 +478,28 @@ TEST(BatchParseFusionEpochsTest, ARepeatOfShortEpochsStartsTwoEpochsReaders) {
         EXPECT_EQ(made(), 2u);
         // Into the second epoch, the planner a few batches ahead.
         while (rows < epoch + 100) ASSERT_TRUE(next());
-        EXPECT_EQ(made(), threads == 1 ? 3u : 4u);
+        const uint64_t prepared =
+            threads == 1  ? 1
+            : threads < 8 ? static_cast<uint64_t>(std::max(threads, 2))
+                          : 8;
+        EXPECT_EQ(made(), 2 + prepared);
       } else {
         // The buffer's first 1,000 records: copy 0 read, copy 1 open and
-        // copy 2 opened ahead (the interleave's next file); at 2 threads
-        // also the next epoch's first file.
+        // copy 2 opened ahead (the interleave's next file); with readers
+        // reading ahead also the next epoch's first file.
         EXPECT_EQ(made(), threads == 1 ? 3u : 4u);
         // In the second epoch: the first's 4, the second's 3 the same
-        // way, and at 2 threads the third epoch's first file, not the
-        // fourth's.
+        // way, and with readers reading ahead the third epoch's first
+        // file, not the fourth's.  At 16 threads the planner plans 32
+        // batches ahead, not 8: its buffer has reached the second's third
+        // copy, and the fourth is opened ahead.
         while (rows < epoch + 100) ASSERT_TRUE(next());
-        EXPECT_EQ(made(), threads == 1 ? 7u : 8u);
+        EXPECT_EQ(made(), threads == 1 ? 7u : threads == 16 ? 9u : 8u);
       }
       while (next()) {
       }
-      EXPECT_EQ(rows, 5 * epoch);
-      EXPECT_EQ(made(), 5 * files.size());
+      EXPECT_EQ(rows, kEpochs * epoch);
+      EXPECT_EQ(made(), kEpochs * files.size());
     }
   }
 }
@@ -514,8 +524,7 @@ TEST_F(BatchParseFusionTest, ADamagedRecordInTheNextEpochFailsAtItsPlace) {
 // shuffled, and one file at a time straight into batches (which the
 // planner takes in runs of records, across files and epochs).  Four
 // epochs of 822 records (short): from the second on, the readers of the
-// next two epochs read ahead (kEpochsPrepared), and a save stops them
-// all.
+// next epochs read ahead (EpochsPrepared), and a save stops them all.
 TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   TFRecordOptions interleaved;
   interleaved.num_parallel_reads = 2;
