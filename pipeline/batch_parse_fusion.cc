@@ -118,20 +118,27 @@ uint64_t ChunkBytes(size_t chunk_records) {
 // there, a file read by ranges read max(4, threads) ranges an epoch early
 // into blocks that were cold by their turn (Fashion-MNIST as one 52 MB
 // file, shuffled at 16 threads on this VM: ~10% slower, +25 MiB).
-// How many short epochs ahead: as many as the arena has threads, from 2
-// to 8.  A short epoch's reader has at most its file's chunks to read (2
-// for the fixture), so on 16 cores two epochs ahead kept ~4 workers
-// reading: the fixture at 16 threads made 2.8-3.0x one thread's rate, and
-// 7.8-8.6x with 8 epochs ahead (H200 machine, 16 cores).  On 2 vCPUs, 8
-// ahead were slower at 2 threads (1.15-1.21x against 1.50-1.56x): the
-// far epochs' readers held both workers while the planner read the near
-// epoch itself.  Each prepared reader holds at most its epoch, so 8 hold
-// what 8 files read at once hold (docs/PERFORMANCE.md).
+// How many short epochs ahead: as many as the arena has threads, no more
+// than the machine has cores, from 2 to 8.  A short epoch's reader has at
+// most its file's chunks to read (2 for the fixture), so on 16 cores two
+// epochs ahead kept ~4 workers reading: the fixture shuffled at 16 threads
+// made 2.5-3.1x one thread's rate, and 7.2-9.4x with 8 epochs ahead (H200
+// machine, 16 cores; 16 ahead: 8% more, not taken).  Where the workers
+// share few cores, 8 ahead were slower: on 2 vCPUs at 2 threads 1.15-1.21x
+// against 1.50-1.56x, at 16 threads ~17% slower; the far epochs' readers
+// held the cores while the planner read the near epoch itself.  Each
+// prepared reader holds at most kChunksAhead chunks (4 MiB) and its
+// file's read-ahead: 8 ahead cost the fixture's pipeline at 16 threads
+// 60-95 MiB more peak RSS (docs/PERFORMANCE.md).
 constexpr size_t kMinEpochsPrepared = 2;
 constexpr size_t kMaxEpochsPrepared = 8;
+std::atomic<int> epochs_ahead_cores{
+    0};  // SetEpochsAheadCores'; 0: the machine's
 int EpochsPrepared(size_t threads) {
-  return static_cast<int>(
-      std::clamp(threads, kMinEpochsPrepared, kMaxEpochsPrepared));
+  const int set = epochs_ahead_cores.load(std::memory_order_relaxed);
+  const auto cores = static_cast<size_t>(set > 0 ? set : MachineCores());
+  return static_cast<int>(std::clamp(std::min(threads, cores),
+                                     kMinEpochsPrepared, kMaxEpochsPrepared));
 }
 constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
@@ -2193,6 +2200,9 @@ uint64_t FusedFileReadersMade() { return FileReader::Made(); }
 void SetMinRangedFileBytes(uint64_t bytes) {
   min_file_bytes.store(bytes == 0 ? kMinRangedFileBytes : bytes,
                        std::memory_order_relaxed);
+}
+void SetEpochsAheadCores(int cores) {
+  epochs_ahead_cores.store(std::max(cores, 0), std::memory_order_relaxed);
 }
 
 std::unique_ptr<IteratorBase> MakeFusedBatchParse(

@@ -430,19 +430,20 @@ TEST_F(BatchParseFusionTest, ShuffleThenRepeatFillsTheNextEpochWhileDraining) {
 
 // Where readers read ahead, a Repeat makes the next epoch's input as an
 // epoch opens, and once an epoch was short (kShortEpochRecords) the next
-// EpochsPrepared(threads) epochs' (as many as the threads, from 2 to 8),
-// so that a file read whole into an epoch's shuffle buffer is read epochs
-// before its records are drawn, on as many workers as there are.
-// Readers are made on the planner's thread, so their count is exact: one
-// file an epoch, after the first batch two readers (epochs 0 and 1), in
-// the second epoch 2 more than the epochs prepared (at 2 threads 0 to 3,
-// at 4 threads 0 to 5, at 16 threads 0 to 9), and one per epoch over the
-// whole run, none past the count.  With one parse call nothing reads
-// ahead: the next epoch's reader is made when its buffer starts filling,
-// while the epoch before drains (RepeatEpochs::Handed).  An epoch of more
-// records (four files) has one epoch's first file made ahead throughout.
+// EpochsPrepared epochs' (as many as the threads, no more than the cores,
+// from 2 to 8), so that a file read whole into an epoch's shuffle buffer
+// is read epochs before its records are drawn, on as many workers as the
+// cores keep busy.  Readers are made on the planner's thread, so their
+// count is exact: one file an epoch, after the first batch two readers
+// (epochs 0 and 1), in the second epoch 2 more than the epochs prepared
+// (on 16 cores: at 2 threads 0 to 3, at 4 threads 0 to 5, at 16 threads 0
+// to 9; on 2 cores at 16 threads 0 to 3), and one per epoch over the whole
+// run, none past the count.  With one parse call nothing reads ahead: the
+// next epoch's reader is made when its buffer starts filling, while the
+// epoch before drains (RepeatEpochs::Handed).  An epoch of more records
+// (four files) has one epoch's first file made ahead throughout.
 TEST(BatchParseFusionEpochsTest,
-     ARepeatOfShortEpochsStartsAsManyReadersAsThreads) {
+     ARepeatOfShortEpochsStartsAsManyReadersAsThreadsAndCores) {
   testing::TempDir dir;
   std::vector<std::string> recs;
   for (int i = 0; i < 600; ++i) recs.push_back(MakeExample(0, i));
@@ -451,10 +452,21 @@ TEST(BatchParseFusionEpochsTest,
   // Four copies of the file an epoch: 2,400 records, not short.
   const std::vector<std::string> long_epoch(4, file);
   constexpr uint64_t kEpochs = 12;
-  for (int threads : {1, 2, 4, 16}) {
+  struct Case {
+    int threads;
+    int cores;
+    uint64_t prepared;  // epochs made ahead once an epoch was short
+  };
+  struct ResetCores {
+    ~ResetCores() { stages::SetEpochsAheadCores(0); }
+  } reset;
+  for (const Case c : {Case{1, 16, 1}, Case{2, 16, 2}, Case{4, 16, 4},
+                       Case{16, 16, 8}, Case{16, 2, 2}}) {
+    const int threads = c.threads;
+    stages::SetEpochsAheadCores(c.cores);
     for (bool is_short : {true, false}) {
-      SCOPED_TRACE(fmt::format("{} threads, {} epochs", threads,
-                               is_short ? "short" : "long"));
+      SCOPED_TRACE(fmt::format("{} threads, {} cores, {} epochs", threads,
+                               c.cores, is_short ? "short" : "long"));
       const std::vector<std::string> files =
           is_short ? std::vector<std::string>{file} : long_epoch;
       const uint64_t epoch = 600 * files.size();
@@ -478,11 +490,7 @@ TEST(BatchParseFusionEpochsTest,
         EXPECT_EQ(made(), 2u);
         // Into the second epoch, the planner a few batches ahead.
         while (rows < epoch + 100) ASSERT_TRUE(next());
-        const uint64_t prepared =
-            threads == 1  ? 1
-            : threads < 8 ? static_cast<uint64_t>(std::max(threads, 2))
-                          : 8;
-        EXPECT_EQ(made(), 2 + prepared);
+        EXPECT_EQ(made(), 2 + c.prepared);
       } else {
         // The buffer's first 1,000 records: copy 0 read, copy 1 open and
         // copy 2 opened ahead (the interleave's next file); with readers
