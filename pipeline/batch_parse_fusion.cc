@@ -132,8 +132,8 @@ uint64_t ChunkBytes(size_t chunk_records) {
 // 60-95 MiB more peak RSS (docs/PERFORMANCE.md).
 constexpr size_t kMinEpochsPrepared = 2;
 constexpr size_t kMaxEpochsPrepared = 8;
-std::atomic<int> epochs_ahead_cores{
-    0};  // SetEpochsAheadCores'; 0: the machine's
+// The cores counted (SetEpochsAheadCores; 0: the machine's).
+std::atomic<int> epochs_ahead_cores{0};
 int EpochsPrepared(size_t threads) {
   const int set = epochs_ahead_cores.load(std::memory_order_relaxed);
   const auto cores = static_cast<size_t>(set > 0 ? set : MachineCores());
