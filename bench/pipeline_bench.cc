@@ -21,6 +21,12 @@
 //                    order against in a random order (next to each other)
 //   RaggedSlices/N   FromTensorSlices over N ragged rows: items/s must not
 //                    fall as N grows (10,000 against 80,000)
+//   BytesColumn/values:N/use:U  a batch's image column (N values of 784
+//                    bytes, as the fused parse makes it) asked on the
+//                    thread that launches a GPU step: U = 0, one pass over
+//                    its offsets (the floor), 1, decode_raw's length check
+//                    (ops::DecodeRaw), 2, BytesAsUInt8 (HostNumeric,
+//                    Prefetch's KeyOf); three of these a step
 //
 // The files: 4 x 8,192 MNIST-like Examples (784 floats and an int64 label,
 // about 3.2 KB each, ~100 MB) written once under $TMPDIR.  Items are
@@ -430,6 +436,46 @@ BENCHMARK(BM_RaggedSlices)
     ->Arg(10000)
     ->Arg(80000)
     ->Unit(benchmark::kMillisecond);
+
+// A bytes column of one length, back to back (the parser's output), and
+// what the launching thread of a GPU step does with it (the header).
+void BM_BytesColumn(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  const int64_t use = state.range(1);
+  constexpr uint64_t kEach = 784;
+  std::string data(n * kEach, 'x');
+  records::AlignedVector<uint64_t> offsets;
+  for (size_t k = 0; k <= n; ++k) offsets.push_back(k * kEach);
+  // The floor's own copy of the offsets: one pass over n + 1 integers.
+  const std::vector<uint64_t> floor(offsets.begin(), offsets.end());
+  const Tensor column = Tensor::AdoptBytes(std::move(data), std::move(offsets),
+                                           Shape{static_cast<int64_t>(n)});
+  for (auto _ : state) {
+    if (use == 0) {
+      bool one_length = true;
+      for (size_t k = 0; k < n; ++k) {
+        one_length &= floor[k + 1] - floor[k] == kEach;
+      }
+      benchmark::DoNotOptimize(one_length);
+      benchmark::ClobberMemory();
+    } else if (use == 1) {
+      const int64_t count = column.num_elements();
+      bool one_length = true;
+      for (int64_t k = 0; k < count; ++k) {
+        one_length &= column.bytes(k).size() == kEach;
+      }
+      benchmark::DoNotOptimize(one_length);
+      benchmark::ClobberMemory();
+    } else {
+      const Tensor raw = column.BytesAsUInt8();
+      benchmark::DoNotOptimize(raw.raw_data());
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(n));
+}
+BENCHMARK(BM_BytesColumn)
+    ->ArgsProduct({{128, 256}, {0, 1, 2}})
+    ->ArgNames({"values", "use"});
 
 }  // namespace
 }  // namespace recflow::pipeline

@@ -186,8 +186,16 @@ class Tensor {
     CheckHost("scalar()");
     return data<T>()[0];
   }
-  // Value k of a bytes tensor (flat index).
-  std::string_view bytes(int64_t k) const;
+  // Value k of a bytes tensor (flat index).  Inline: callers loop over a
+  // batch's values (BytesAsUInt8, decode_raw's check) on the thread that
+  // launches a GPU step.
+  std::string_view bytes(int64_t k) const {
+    if (dtype_ != DType::kBytes || device_ != Device::kCpu) [[unlikely]] {
+      CheckBytesOnHost("bytes()");
+    }
+    if (offsets_ == nullptr) return {data_, scalar_bytes_};
+    return {data_ + offsets_[k], offsets_[k + 1] - offsets_[k]};
+  }
   // Value k (flat index) of a numeric host tensor, as a double.
   double NumberAt(int64_t k) const;
   // A host bytes tensor whose values all hold n bytes as uint8
@@ -249,6 +257,8 @@ class Tensor {
 
  private:
   void CheckType(DType want) const;
+  // CheckType(kBytes), then CheckHost(what).
+  void CheckBytesOnHost(std::string_view what) const;
   // Keeps `storage`, made for this tensor (Exclusive()).
   void Own(std::shared_ptr<const void> storage) {
     owner_ = std::move(storage);

@@ -84,6 +84,48 @@ TEST(TensorTest, AViewKeepsItsOwnerAliveAndCompactLetsGo) {
   EXPECT_EQ(own.bytes(0), "xxxxx");
 }
 
+// BytesAsUInt8 reads the offsets once: a row sliced out of a batch (its
+// values start past the batch's first), a scalar, an empty batch, and
+// values of another length, named by index; bytes(k) of a tensor that is
+// not bytes throws.
+TEST(TensorTest, BytesAsUInt8ViewsEveryBytesTensorOfOneLength) {
+  const std::vector<std::string> s = {"ab", "cd", "ef", "gh", "ij", "kl"};
+  const Tensor grid = Tensor::FromStrings(s, Shape{3, 2});
+  const Tensor all = grid.BytesAsUInt8();
+  EXPECT_EQ(all.shape(), (Shape{3, 2, 2}));
+  EXPECT_EQ(all.raw_data(), grid.bytes(0).data());
+  const Tensor row = grid.Slice(1);  // "ef", "gh"
+  const Tensor raw = row.BytesAsUInt8();
+  EXPECT_EQ(raw.shape(), (Shape{2, 2}));
+  EXPECT_EQ(raw.raw_data(), grid.bytes(2).data());
+  EXPECT_EQ(std::string(raw.raw_data(), 4), "efgh");
+  const Tensor one = row.Slice(1);  // "gh", a scalar
+  EXPECT_EQ(one.BytesAsUInt8().shape(), (Shape{2}));
+  EXPECT_EQ(one.BytesAsUInt8().raw_data(), grid.bytes(3).data());
+  const Tensor scalar = Tensor::BytesScalar("xyz");
+  EXPECT_EQ(scalar.BytesAsUInt8().shape(), (Shape{3}));
+  EXPECT_EQ(std::string(scalar.BytesAsUInt8().raw_data(), 3), "xyz");
+  const Tensor none = Tensor::FromStrings(std::vector<std::string>{}, Shape{0});
+  EXPECT_EQ(none.BytesAsUInt8().shape(), (Shape{0, 0}));
+
+  const std::vector<std::string> uneven = {"ab", "cd", "e", "fg"};
+  try {
+    Tensor::FromStrings(uneven, Shape{4}).BytesAsUInt8();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "bytes value 2 holds 1 bytes where value 0 holds 2: the values "
+              "are not of one length");
+  }
+  const float f[] = {1, 2};
+  try {
+    Tensor::FromValues<float>(f, Shape{2}).bytes(0);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "tensor holds float32, not bytes");
+  }
+}
+
 TEST(TensorTest, BytesValuesRaggedRowsAndDecodeRaw) {
   const std::vector<std::string> s = {"ab", "cd", "ef"};
   const Tensor t = Tensor::FromStrings(s, Shape{3});
