@@ -25,6 +25,11 @@
 # 2026-11-26's seventh session); REPEAT_SCALE=K runs K times the epochs
 # (default 1): at 16 threads a run of the default epochs lasts 80-150 ms,
 # of which start-up is a visible share.
+# Each round also runs bench/cross_core_probe (where the build has it):
+# what writing memory another core wrote last costs, which on a VM moves
+# with where the host puts its virtual CPUs, and the shared pipelines'
+# speed-ups with it; the summary prints it per round beside the round's
+# shuffled speed-ups.
 set -euo pipefail
 build=${1:-build}
 runs=${2:-5}
@@ -88,9 +93,9 @@ for line in sys.stdin:
     d = json.loads(line)
     print(json.dumps({"name": sys.argv[1], "threads": d["threads"],
                       "rps": d["records_per_s"], "digest": d["order_digest"],
-                      "rss": d["peak_rss_bytes"],
+                      "rss": d["peak_rss_bytes"], "round": int(sys.argv[2]),
                       "read_rps": d.get("protobuf_read_records_per_s")}))
-' "$name" <"$work/run.jsonl" >>"$out"
+' "$name" "$i" <"$work/run.jsonl" >>"$out"
 }
 # What the machine gives to work that shares nothing: as many independent
 # one-thread runs of a pipeline as the largest thread count, at once, in
@@ -121,8 +126,14 @@ print(json.dumps({"name": sys.argv[1], "copies": int(sys.argv[2]),
 }
 ceilings=$work/ceilings.jsonl
 : > "$ceilings"
+probe=$(dirname "$recflow")/../bench/cross_core_probe
+probes=$work/probes.jsonl
+: > "$probes"
 fm="$work/fm/train-*.tfrecord"
 for ((i = 0; i < runs; i++)); do
+  if [[ -x $probe ]]; then
+    printf '{"round": %d, "probe": %s}\n' "$i" "$("$probe")" >>"$probes"
+  fi
   if ((copies > 1)); then
     ceiling "fashion parse-only" "$fm" "$work/fm.json" 10 \
       --parallel-reads "$reads"
@@ -187,14 +198,16 @@ if [[ -f $mnist ]]; then
   check "mnist shuffled" "$mnist" "$work/mnist.json" --shuffle 10000
 fi
 
-python3 - "$out" "$values" "$ceilings" <<'EOF'
+python3 - "$out" "$values" "$ceilings" "$probes" <<'EOF'
 import json, statistics, sys
 from collections import defaultdict
 rps, digests, rss, read = defaultdict(list), defaultdict(set), defaultdict(int), defaultdict(list)
+by_round = defaultdict(dict)  # round -> (name, threads) -> records/s
 for line in open(sys.argv[1]):
     d = json.loads(line)
     key = (d["name"], d["threads"])
     rps[key].append(d["rps"])
+    by_round[d["round"]][key] = d["rps"]
     digests[d["name"].replace(" unfused", "").replace(" prefetched", "")].add(
         d["digest"])
     rss[key] = max(rss[key], d["rss"])
@@ -239,6 +252,22 @@ if ceil:
         one, top = med[(name, counts[0])], med[(name, counts[-1])]
         print(f"  {name:<26} {c:>14,.0f} records/s: {c / one:.2f}x;"
               f" T={counts[-1]} {top / one:.2f}x, {top / c:.2f} of the ceiling")
+probes = [json.loads(line) for line in open(sys.argv[4])]
+if probes:
+    print(f"\nper round: writing a 64-byte line another core wrote last"
+          f" (bench/cross_core_probe; on one core in brackets), and the"
+          f" shuffled pipelines' T={counts[-1]}/T={counts[0]}:")
+    for p in probes:
+        r, got = p["round"], p["probe"]
+        cross = got.get("cross_core_ns")
+        line = (f"  round {r}: {cross:.2f} ns" if cross is not None else
+                f"  round {r}: one CPU") + f" ({got['same_core_ns']:.2f} ns)"
+        for name in ("fashion shuffled", "mnist shuffled"):
+            one = by_round[r].get((name, counts[0]))
+            top = by_round[r].get((name, counts[-1]))
+            if one and top:
+                line += f"; {name} {top / one:.2f}x"
+        print(line)
 print()
 for name, ds in sorted(digests.items()):
     print(f"{name}: {'one order digest' if len(ds) == 1 else 'DIFFERENT digests'}"
