@@ -25,7 +25,7 @@
 //                    bytes, as the fused parse makes it) asked on the
 //                    thread that launches a GPU step: U = 0, one pass over
 //                    its offsets (the floor), 1, decode_raw's length check
-//                    (ops::DecodeRaw), 2, BytesAsUInt8 (HostNumeric,
+//                    (FirstBytesNotOfLength), 2, BytesAsUInt8 (HostNumeric,
 //                    Prefetch's KeyOf); three of these a step
 //
 // The files: 4 x 8,192 MNIST-like Examples (784 floats and an int64 label,
@@ -459,13 +459,7 @@ void BM_BytesColumn(benchmark::State& state) {
       benchmark::DoNotOptimize(one_length);
       benchmark::ClobberMemory();
     } else if (use == 1) {
-      const int64_t count = column.num_elements();
-      bool one_length = true;
-      for (int64_t k = 0; k < count; ++k) {
-        one_length &= column.bytes(k).size() == kEach;
-      }
-      benchmark::DoNotOptimize(one_length);
-      benchmark::ClobberMemory();
+      benchmark::DoNotOptimize(column.FirstBytesNotOfLength(kEach));
     } else {
       const Tensor raw = column.BytesAsUInt8();
       benchmark::DoNotOptimize(raw.raw_data());

@@ -196,6 +196,11 @@ class Tensor {
     if (offsets_ == nullptr) return {data_, scalar_bytes_};
     return {data_ + offsets_[k], offsets_[k + 1] - offsets_[k]};
   }
+  // The index of the first value of a host bytes tensor that does not
+  // hold `each` bytes, or num_elements() when every value does: one pass
+  // over the offsets (BytesAsUInt8, CopyInto and decode_raw ask it of a
+  // batch's column).
+  int64_t FirstBytesNotOfLength(size_t each) const;
   // Value k (flat index) of a numeric host tensor, as a double.
   double NumberAt(int64_t k) const;
   // A host bytes tensor whose values all hold n bytes as uint8

@@ -222,13 +222,11 @@ Var DecodeRaw(Backend& be, const Tensor& bytes, const Shape& per_element,
   const int64_t count = bytes.num_elements();
   const int64_t each = per_element.num_elements();
   if (bytes.on_host()) {
-    for (int64_t k = 0; k < count; ++k) {
-      const size_t size = bytes.bytes(k).size();
-      if (static_cast<int64_t>(size) != each) {
-        throw Error(fmt::format(
-            "decode_raw: value {} holds {} bytes, expected {} for shape {}", k,
-            size, each, per_element.ToString()));
-      }
+    const int64_t k = bytes.FirstBytesNotOfLength(static_cast<size_t>(each));
+    if (k < count) {
+      throw Error(fmt::format(
+          "decode_raw: value {} holds {} bytes, expected {} for shape {}", k,
+          bytes.bytes(k).size(), each, per_element.ToString()));
     }
   }
   Shape shape = per_element;

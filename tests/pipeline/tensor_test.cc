@@ -86,8 +86,8 @@ TEST(TensorTest, AViewKeepsItsOwnerAliveAndCompactLetsGo) {
 
 // BytesAsUInt8 reads the offsets once: a row sliced out of a batch (its
 // values start past the batch's first), a scalar, an empty batch, and
-// values of another length, named by index; bytes(k) of a tensor that is
-// not bytes throws.
+// values of another length, named by index (FirstBytesNotOfLength);
+// bytes(k) of a tensor that is not bytes throws.
 TEST(TensorTest, BytesAsUInt8ViewsEveryBytesTensorOfOneLength) {
   const std::vector<std::string> s = {"ab", "cd", "ef", "gh", "ij", "kl"};
   const Tensor grid = Tensor::FromStrings(s, Shape{3, 2});
@@ -109,6 +109,14 @@ TEST(TensorTest, BytesAsUInt8ViewsEveryBytesTensorOfOneLength) {
   EXPECT_EQ(none.BytesAsUInt8().shape(), (Shape{0, 0}));
 
   const std::vector<std::string> uneven = {"ab", "cd", "e", "fg"};
+  const Tensor mixed = Tensor::FromStrings(uneven, Shape{4});
+  EXPECT_EQ(mixed.FirstBytesNotOfLength(2), 2);
+  EXPECT_EQ(mixed.FirstBytesNotOfLength(1), 0);
+  EXPECT_EQ(mixed.Slice(3).FirstBytesNotOfLength(2), 1);  // all of them
+  EXPECT_EQ(grid.FirstBytesNotOfLength(2), 6);
+  EXPECT_EQ(scalar.FirstBytesNotOfLength(3), 1);
+  EXPECT_EQ(scalar.FirstBytesNotOfLength(2), 0);
+  EXPECT_EQ(none.FirstBytesNotOfLength(5), 0);
   try {
     Tensor::FromStrings(uneven, Shape{4}).BytesAsUInt8();
     FAIL();

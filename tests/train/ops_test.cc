@@ -387,6 +387,17 @@ TEST(OpsTest, DecodeRawTurnsBytesIntoScaledFloats) {
   EXPECT_FLOAT_EQ(v.data()[1], 128.0f / 255);
   EXPECT_FLOAT_EQ(v.data()[2], 1.0f);
   EXPECT_THROW(ops::DecodeRaw(HostBackend(), bytes, Shape{3}, 1.0f), Error);
+  // A value past the first of another length is named by its index.
+  const std::string uneven[] = {values[0], std::string("\x02\x03\x04", 3)};
+  try {
+    ops::DecodeRaw(HostBackend(), Tensor::FromStrings(uneven, Shape{2}),
+                   Shape{2, 2, 1}, 1.0f);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "decode_raw: value 1 holds 3 bytes, expected 4 for shape [2, 2, "
+              "1]");
+  }
   // A row of a batch views the batch's buffer past its first value.
   Var row = ops::DecodeRaw(HostBackend(), bytes.Slice(1), Shape{4}, 1.0f);
   ASSERT_EQ(row.shape(), (Shape{4}));
