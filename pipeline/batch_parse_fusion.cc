@@ -41,15 +41,17 @@
 // Memory: reader tasks hold at most kChunksAhead chunks per open file (and
 // per file opened ahead: the next one of an interleave, and the first of
 // each epoch a Repeat makes ahead, EpochsPrepared where they are short);
-// the shuffle buffers hold refs to views, which keep their read blocks
-// alive until a parse task takes them, and their chunks (72 bytes a
-// record) until each of its records' batches is taken (ViewLedger).  A
-// view still buffered after kCompactAfter buffer lengths of input (a
-// fraction e^-3, 5%, of records under TensorFlow's shuffle) is copied into
-// a small shared chunk (kCompactedChunkBytes) so that it stops holding a
-// block; so the blocks held span at most about three buffers' worth of
-// records, and those chunks about a quarter of a buffer's bytes.  Batches
-// in flight: kBatchesAhead x calls.
+// the shuffle buffers hold refs to views, which keep their chunks (72
+// bytes a record, and the read blocks the chunk's views view: views hold
+// no block of their own, FileRecords::KeepBlocksIn) until each of the
+// chunk's records' batches is taken (ViewLedger).  A view still buffered
+// after kCompactAfter buffer lengths of input (a fraction e^-3, 5%, of
+// records under TensorFlow's shuffle) is copied into a small shared chunk
+// (kCompactedChunkBytes) and its ref moved to a chunk of the shuffle's
+// own, so that it stops holding its reader's chunk; so the blocks held
+// span at most about three buffers' worth of records, and those chunks
+// about a quarter of a buffer's bytes.  Batches in flight: kBatchesAhead x
+// calls.
 //
 // The saved state (stage "batch_parse") holds the finished batches not yet
 // taken, the planner's pending records, and each fused stage's position:
@@ -168,6 +170,9 @@ class RangeIndexes;
 // which run on every core.
 struct ViewChunk {
   std::vector<RecordView> views;
+  // The read blocks that its views view: a reader's views hold none of
+  // their own (FileRecords::KeepBlocksIn), so the blocks go with the chunk.
+  std::vector<std::shared_ptr<const void>> blocks;
   uint64_t refs = 0;          // refs to views handed out and not retired
   bool open = true;           // its producer may still hand out refs to it
   ViewChunk* prev = nullptr;  // in ViewLedger's list
@@ -213,9 +218,11 @@ class ViewLedger {
     }
     for (ViewChunk* c : chunks) delete c;
   }
-  ViewChunk* Adopt(std::vector<RecordView>&& views) {
+  ViewChunk* Adopt(std::vector<RecordView>&& views,
+                   std::vector<std::shared_ptr<const void>>&& blocks = {}) {
     auto* c = new ViewChunk;
     c->views = std::move(views);
+    c->blocks = std::move(blocks);
     c->next = head_;
     if (head_ != nullptr) head_->prev = c;
     head_ = c;
@@ -255,6 +262,9 @@ class ViewLedger {
       delete c;
       return;
     }
+    // Its blocks go now (a few a chunk), so that the chunks queued hold
+    // only their views.
+    c->blocks.clear();
     {
       std::lock_guard<std::mutex> lock(discarded_mu_);
       discarded_.push_back(c);
@@ -681,6 +691,7 @@ class FileReader {
  private:
   struct Chunk {
     std::vector<RecordView> views;
+    std::vector<std::shared_ptr<const void>> blocks;  // KeepBlocksIn's
     std::pair<uint64_t, uint64_t> start;  // offset and index of views[0]
     std::exception_ptr error;             // after the views
     bool open_failed = false;
@@ -713,6 +724,7 @@ class FileReader {
         c->open_failed = false;
       }
       c->start = {records_->next_offset(), records_->next_index()};
+      records_->KeepBlocksIn(&c->blocks);
       c->views.reserve(env_->chunk_records);
       while (c->views.size() < env_->chunk_records &&
              bytes < env_->chunk_bytes && records_->next_index() < stop_at) {
@@ -729,6 +741,7 @@ class FileReader {
       c->error = std::current_exception();
       c->end = true;
     }
+    if (records_) records_->KeepBlocksIn(nullptr);
     Count(c->views.size(), bytes);
   }
 
@@ -742,6 +755,7 @@ class FileReader {
       std::unique_ptr<FileRecords> r =
           OpenFileRange(path_, c->start.first, c->start.second, c->next_offset,
                         *env_->options);
+      r->KeepBlocksIn(&c->blocks);
       c->views.resize(n);
       for (RecordView& v : c->views) {
         if (!r->NextView(&v)) return;
@@ -944,8 +958,10 @@ class FileReader {
     // out; the chunk before is closed.
     if (here_ != nullptr) env_->ledger.Close(here_);
     here_ = nullptr;
-    here_ = env_->ledger.Adopt(std::move(current_.views));
+    here_ = env_->ledger.Adopt(std::move(current_.views),
+                               std::move(current_.blocks));
     current_.views.clear();
+    current_.blocks.clear();
   }
 
   // Records of the current chunk not yet handed out.
@@ -1573,6 +1589,12 @@ class ShuffleStream final : public RecordStream {
   // on, and later sweeps pass it without reading it again (each would
   // be a cache miss: ~5 ns a record on the planner's thread).
   //
+  // A reader's chunk holds the blocks its views view (ViewChunk::blocks),
+  // so a view copied out moves to a chunk of the shuffle's own (Keep) and
+  // its entry's ref with it: the old ref is retired, and the chunk and its
+  // blocks go once none of its records is buffered.  So does a view that
+  // owns small bytes of its own (a record across blocks), without a copy.
+  //
   // The copies go into small shared chunks (RecordArena), not a buffer
   // each: an aligned allocation per copy was a quarter of the planner's
   // time (perf, Fashion-MNIST shuffled, one thread).  A chunk goes when its
@@ -1587,29 +1609,45 @@ class ShuffleStream final : public RecordStream {
     for (Entry& e : buffer_) {
       if (e.inserted == kSettled || inserted_ - e.inserted <= limit) continue;
       e.inserted = kSettled;
-      old_.push_back(e.ref.view);
+      old_.push_back(&e);
     }
     constexpr size_t kViewsAhead = 4;
     constexpr size_t kBytesAhead = 2;
     for (size_t i = 0; i < old_.size() && i < kViewsAhead; ++i) {
-      __builtin_prefetch(old_[i], 0, 3);
+      __builtin_prefetch(old_[i]->ref.view, 0, 3);
     }
     for (size_t i = 0; i < old_.size(); ++i) {
       if (i + kViewsAhead < old_.size()) {
-        __builtin_prefetch(old_[i + kViewsAhead], 0, 3);
+        __builtin_prefetch(old_[i + kViewsAhead]->ref.view, 0, 3);
       }
       if (i + kBytesAhead < old_.size()) {
-        const char* ahead = old_[i + kBytesAhead]->data;
+        const char* ahead = old_[i + kBytesAhead]->ref.view->data;
         if (ahead != nullptr) {
           __builtin_prefetch(ahead, 0, 0);
           __builtin_prefetch(ahead + 64, 0, 0);
         }
       }
-      RecordView& v = *old_[i];
-      if (v.unread || (v.storage_bytes != 0 && v.storage_bytes <= 2 * v.size)) {
+      Entry& e = *old_[i];
+      RecordView& v = *e.ref.view;
+      if (v.unread) continue;
+      const bool owns_small = v.owner != nullptr && v.storage_bytes != 0 &&
+                              v.storage_bytes <= 2 * v.size;
+      if (e.ref.chunk->blocks.empty()) {
+        // Its chunk holds no blocks (a compressed file's, or the
+        // shuffle's own): copied in place where it holds a larger buffer.
+        if (!owns_small) compacted_.Copy(v.bytes(), &v);
         continue;
       }
-      compacted_.Copy(v.bytes(), &v);
+      RecordView moved;
+      if (owns_small) {
+        moved = std::move(v);
+      } else {
+        moved = v;  // its origin; the bytes are copied next
+        compacted_.Copy(v.bytes(), &moved);
+      }
+      const RecordRef old_ref = e.ref;
+      e.ref = Keep(std::move(moved));
+      env_->ledger.Retire(old_ref);
     }
   }
 
@@ -1623,7 +1661,7 @@ class ShuffleStream final : public RecordStream {
   bool input_end_ = false;
   AheadFiller ahead_;              // FillAhead's kept error, for Next to throw
   std::vector<RecordRef> run_in_;  // TakeRun's input records
-  std::vector<RecordView*> old_;   // CompactOld's views to copy
+  std::vector<Entry*> old_;        // CompactOld's views to copy
   RecordArena compacted_{kCompactedChunkBytes};  // CompactOld's copies
 };
 
@@ -2074,8 +2112,10 @@ class FusedBatchParse final : public IteratorBase {
     // scope): also where the consumer parses while the planner waits for
     // a reader (Env::help), which would else count as the planner's.
     BusyScope busy(parse_counter_);
-    // The views, out of the chunks the planner's refs point into (the
-    // chunk's place is left empty; the ledger frees the chunk later).
+    // The views, out of the chunks the planner's refs point into: copied
+    // where their chunk holds their bytes (no owner: the view is only
+    // read), else moved (the chunk's place is left empty).  The ledger
+    // frees the chunks once the batch is taken.
     std::vector<RecordView> records;
     records.reserve(slot->refs.size());
     uint64_t planned_bytes = 0;
@@ -2090,7 +2130,12 @@ class FusedBatchParse final : public IteratorBase {
         __builtin_prefetch(ahead, 1, 3);
         __builtin_prefetch(ahead + sizeof(RecordView) - 1, 1, 3);
       }
-      records.push_back(std::move(*refs[i].view));
+      RecordView& v = *refs[i].view;
+      if (v.owner == nullptr) {
+        records.push_back(v);
+      } else {
+        records.push_back(std::move(v));
+      }
       planned_bytes += records.back().size;
     }
     plan_counter_->bytes.fetch_add(planned_bytes, std::memory_order_relaxed);

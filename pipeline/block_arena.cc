@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -217,17 +218,22 @@ Arena& TheArena() {
   return *arena;
 }
 
+// BlockBytesInUse's count: a relaxed add a block (128 KiB by default).
+std::atomic<uint64_t> block_bytes_in_use{0};
+
 }  // namespace
 
 char* AllocateBlock(size_t bytes) {
-  if (!FromSlabs(bytes)) {
-    return static_cast<char*>(
-        ::operator new (bytes, std::align_val_t{kBlockAlignment}));
-  }
-  return TheArena().Allocate(bytes);
+  char* block = FromSlabs(bytes)
+                    ? TheArena().Allocate(bytes)
+                    : static_cast<char*>(::operator new (
+                          bytes, std::align_val_t{kBlockAlignment}));
+  block_bytes_in_use.fetch_add(bytes, std::memory_order_relaxed);
+  return block;
 }
 
 void FreeBlock(char* block, size_t bytes) {
+  block_bytes_in_use.fetch_sub(bytes, std::memory_order_relaxed);
   if (!FromSlabs(bytes)) {
     ::operator delete (block, std::align_val_t{kBlockAlignment});
     return;
@@ -245,6 +251,10 @@ BlockSlabKeeper::~BlockSlabKeeper() {
 
 void SetBlockSlabGrace(std::chrono::milliseconds grace) {
   TheArena().SetGrace(grace);
+}
+
+uint64_t BlockBytesInUse() {
+  return block_bytes_in_use.load(std::memory_order_relaxed);
 }
 
 uint64_t BlockSlabsMapped() { return TheArena().Slabs(0); }

@@ -61,6 +61,11 @@ class BlockSlabKeeper {
 inline constexpr std::chrono::milliseconds kDefaultBlockSlabGrace{2000};
 void SetBlockSlabGrace(std::chrono::milliseconds grace);
 
+// Bytes of the blocks AllocateBlock gave that FreeBlock has not taken
+// back, in every build (with slabs or not; for tests and memory
+// accounting).
+uint64_t BlockBytesInUse();
+
 // Slabs mapped now, of every block size or of one (for tests and memory
 // accounting).
 uint64_t BlockSlabsMapped();

@@ -289,6 +289,21 @@ class FileRecords {
   // (compressed files: the index only).
   virtual uint64_t next_offset() const = 0;
   virtual uint64_t next_index() const = 0;
+  // From the next NextView on, the views of records that lie whole in a
+  // read block come without an owner (RecordView::owner null): instead,
+  // each block they view is appended to *blocks once, before the first
+  // view of it that NextView returns, and the caller keeps the views'
+  // bytes alive by keeping *blocks (which must outlive the reader's use of
+  // it, or be replaced by another call first).  Views of other records (a
+  // record across blocks, a compressed file's) own their bytes as before.
+  // Null: every view owns its bytes again.  Why: a shared count per view,
+  // incremented here and decremented where the view goes (in a parallel
+  // pipeline, on another core), was ~6% of perf's samples of a fused
+  // parse-only pipeline on one thread; the fused path keeps a chunk's
+  // blocks with the chunk instead (docs/PERFORMANCE.md).  Readers without
+  // blocks ignore it.
+  virtual void KeepBlocksIn(
+      std::vector<std::shared_ptr<const void>>* /*blocks*/) {}
 };
 // Opens `path` (kept by reference: it must outlive the reader) at a
 // record boundary: uncompressed files through io.h's block readers, with

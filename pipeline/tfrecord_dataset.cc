@@ -51,6 +51,10 @@ class BlockFileRecords final : public FileRecords {
   }
   uint64_t next_offset() const override { return next_offset_; }
   uint64_t next_index() const override { return next_index_; }
+  void KeepBlocksIn(std::vector<std::shared_ptr<const void>>* blocks) override {
+    keep_in_ = blocks;
+    kept_ = nullptr;
+  }
 
  private:
   size_t Available() const { return block_.size - pos_; }
@@ -128,7 +132,15 @@ class BlockFileRecords final : public FileRecords {
     const char* data;
     if (header_in_block && Available() >= frame) {
       data = Here() + records::kHeaderBytes;
-      out->owner = block_.owner;
+      if (keep_in_ == nullptr) {
+        out->owner = block_.owner;
+      } else {
+        out->owner.reset();
+        if (block_.owner.get() != kept_) {
+          keep_in_->push_back(block_.owner);
+          kept_ = block_.owner.get();
+        }
+      }
       out->storage_bytes = block_.size;
       pos_ += frame;
     } else {
@@ -165,6 +177,9 @@ class BlockFileRecords final : public FileRecords {
   uint64_t next_offset_;
   uint64_t next_index_;
   bool done_ = false;
+  // KeepBlocksIn's: where blocks go, and the last block put there.
+  std::vector<std::shared_ptr<const void>>* keep_in_ = nullptr;
+  const void* kept_ = nullptr;
 };
 
 // Records decoded from a compressed stream are copied into a RecordArena.

@@ -11,6 +11,7 @@
 #include "pipeline/dataset.h"
 #include "pipeline/io.h"
 #include "pipeline/process.h"
+#include "pipeline/stages.h"
 #include "pipeline_test_util.h"
 #include "records/example_builder.h"
 #include "records/example_parser.h"
@@ -23,6 +24,8 @@ namespace {
 
 using testing::Collect;
 using testing::Records;
+using stages::OpenFileRecords;
+using stages::RecordView;
 
 class TFRecordDatasetTest : public ::testing::Test {
  protected:
@@ -60,6 +63,57 @@ TEST_F(TFRecordDatasetTest, ReadsFilesInOrder) {
   EXPECT_EQ(Records(Collect(Dataset::FromTFRecords({dir_.File("part-*")}))),
             Sequential());
   EXPECT_THROW(Dataset::FromTFRecords({dir_.File("nothing-*")}), Error);
+}
+
+// FileRecords::KeepBlocksIn (the fused path's reading): views of records
+// within a block come without an owner, each block they view kept once,
+// before them; records across blocks own their bytes; the kept blocks
+// alone hold the views' bytes once the reader is gone; and after
+// KeepBlocksIn(nullptr) every view owns its bytes again.
+TEST_F(TFRecordDatasetTest, KeptBlocksHoldTheRecordsWithinThem) {
+  TFRecordOptions o;
+  o.io.block_bytes = 4096;
+  const auto path = std::make_shared<const std::string>(files_[0]);
+  auto reader = OpenFileRecords(path, 0, 0, o);
+  std::vector<std::shared_ptr<const void>> blocks;
+  reader->KeepBlocksIn(&blocks);
+  std::vector<RecordView> views;
+  size_t within = 0;
+  for (RecordView v; reader->NextView(&v); v = RecordView{}) {
+    if (v.owner == nullptr) {
+      ++within;
+      ASSERT_FALSE(blocks.empty()) << views.size();
+      const auto* block = static_cast<const char*>(blocks.back().get());
+      EXPECT_TRUE(v.data >= block && v.data + v.size <= block + 4096)
+          << "record " << views.size() << " is not in the last block kept";
+    }
+    views.push_back(std::move(v));
+  }
+  ASSERT_EQ(views.size(), all_[0].size());
+  EXPECT_GT(within, 0u);
+  EXPECT_LT(within, views.size()) << "some records cross blocks";
+  std::set<const void*> distinct;
+  for (const auto& b : blocks) distinct.insert(b.get());
+  EXPECT_EQ(distinct.size(), blocks.size()) << "a block kept twice";
+  reader.reset();
+  for (size_t i = 0; i < views.size(); ++i) {
+    EXPECT_EQ(views[i].bytes(), all_[0][i]) << i;
+  }
+
+  reader = OpenFileRecords(path, 0, 0, o);
+  blocks.clear();
+  reader->KeepBlocksIn(&blocks);
+  RecordView v;
+  ASSERT_TRUE(reader->NextView(&v));
+  EXPECT_EQ(v.owner, nullptr);
+  EXPECT_EQ(blocks.size(), 1u);
+  reader->KeepBlocksIn(nullptr);
+  for (size_t i = 1; i < all_[0].size(); ++i) {
+    ASSERT_TRUE(reader->NextView(&v));
+    EXPECT_NE(v.owner, nullptr) << i;
+    EXPECT_EQ(v.bytes(), all_[0][i]) << i;
+  }
+  EXPECT_EQ(blocks.size(), 1u);
 }
 
 TEST_F(TFRecordDatasetTest, FileSourcesRefuseAPipe) {
