@@ -570,6 +570,25 @@ void BatchParseFusionTest::SavedStatesContinue(const Dataset& ds) {
   }
 }
 
+// A record buffered for three buffer lengths is copied out of its reader's
+// chunk (or, owning its bytes, moved out: a record across blocks) into the
+// shuffle's own chunks, and its reader's chunk goes with its blocks once
+// no record of it is buffered.  Over 4 KiB blocks (records within and
+// across blocks, and a compressed file's), through a buffer of 50 that
+// copies out ~5% of 6,576 records: the stages' elements, order and
+// origins, and states saved among the copied records continue the stream.
+TEST_F(BatchParseFusionTest, RecordsCopiedOutOfTheirChunksKeepTheStream) {
+  TFRecordOptions small_blocks;
+  small_blocks.io.block_bytes = 4096;
+  const Dataset ds = Dataset::FromTFRecords(files_, small_blocks)
+                         .Repeat(8)
+                         .Shuffle(50, 3)
+                         .Batch(16)
+                         .Parse(Spec(), Calls(2));
+  ExpectSameAsUnfused(ds, "copied out");
+  SavedStatesContinue(ds);
+}
+
 // Sixteen files read at once: each file's reader reads smaller chunks
 // (128 records or 256 KiB, where a file read alone takes 512 or 1 MiB),
 // so every file here (~2.5 KB records) is read in several chunks, and
