@@ -249,14 +249,16 @@ void SetRecord(Element* out, Tensor record,
                uint64_t index, std::optional<uint32_t> frame_crc);
 
 // One record as a source reads it: `size` bytes at `data`, kept alive by
-// `owner` (a read block or a copy), and where it came from.  `path` points
-// at the dataset's own copy of the file name, so a view must not outlive
-// the dataset that made it.
+// `owner` (a read block or a copy), and where it came from.  A view read
+// after FileRecords::KeepBlocksIn may have no owner: then whoever keeps
+// its block (the fused path's chunk) keeps its bytes, and the view must
+// not outlive that.  `path` points at the dataset's own copy of the file
+// name, so a view must not outlive the dataset that made it.
 struct RecordView {
   const char* data = nullptr;
   uint64_t size = 0;
   std::shared_ptr<const void> owner;
-  size_t storage_bytes = 0;  // bytes `owner` holds (0: unknown)
+  size_t storage_bytes = 0;  // bytes `owner` (or the block) holds; 0: unknown
   const std::shared_ptr<const std::string>* path = nullptr;
   uint64_t offset = 0;  // of the frame, in the uncompressed stream
   uint64_t index = 0;   // the record's index in its file
