@@ -1590,10 +1590,10 @@ class ShuffleStream final : public RecordStream {
   // be a cache miss: ~5 ns a record on the planner's thread).
   //
   // A reader's chunk holds the blocks its views view (ViewChunk::blocks),
-  // so a view copied out moves to a chunk of the shuffle's own (Keep) and
-  // its entry's ref with it: the old ref is retired, and the chunk and its
-  // blocks go once none of its records is buffered.  So does a view that
-  // owns small bytes of its own (a record across blocks), without a copy.
+  // so every view looked at moves to a chunk of the shuffle's own (Keep)
+  // and its entry's ref with it: the old ref is retired, and the chunk and
+  // its blocks go once none of its records is buffered.  Its bytes are
+  // copied unless it owns small bytes of its own (a record across blocks).
   //
   // The copies go into small shared chunks (RecordArena), not a buffer
   // each: an aligned allocation per copy was a quarter of the planner's
@@ -1628,22 +1628,11 @@ class ShuffleStream final : public RecordStream {
         }
       }
       Entry& e = *old_[i];
-      RecordView& v = *e.ref.view;
-      if (v.unread) continue;
-      const bool owns_small = v.owner != nullptr && v.storage_bytes != 0 &&
-                              v.storage_bytes <= 2 * v.size;
-      if (e.ref.chunk->blocks.empty()) {
-        // Its chunk holds no blocks (a compressed file's, or the
-        // shuffle's own): copied in place where it holds a larger buffer.
-        if (!owns_small) compacted_.Copy(v.bytes(), &v);
-        continue;
-      }
-      RecordView moved;
-      if (owns_small) {
-        moved = std::move(v);
-      } else {
-        moved = v;  // its origin; the bytes are copied next
-        compacted_.Copy(v.bytes(), &moved);
+      if (e.ref.view->unread) continue;
+      RecordView moved = std::move(*e.ref.view);
+      if (moved.owner == nullptr || moved.storage_bytes == 0 ||
+          moved.storage_bytes > 2 * moved.size) {
+        compacted_.Copy(moved.bytes(), &moved);
       }
       const RecordRef old_ref = e.ref;
       e.ref = Keep(std::move(moved));
