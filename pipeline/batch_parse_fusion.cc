@@ -2224,6 +2224,13 @@ class FusedBatchParse final : public IteratorBase {
   int parsing_ = 0;  // parse tasks at a batch (the rest queued or between)
   bool input_end_ = false;
   bool stop_ = false;
+
+  // The batches in flight (the slots, the consumer's and one more
+  // downstream, as a Prefetch's) keep their buffers for reuse while this
+  // lives.  Last: let go before the slots go, so that what they give back
+  // then beyond the others' holds is freed.
+  const std::shared_ptr<void> buffers_held_ =
+      HoldParsedBuffers(info_, max_slots_ + 2);
 };
 
 }  // namespace

@@ -56,6 +56,15 @@ class MapDataset final : public UnaryDataset {
     config.max_elements = static_cast<size_t>(std::max(2 * calls, 64));
     config.max_bytes = uint64_t{64} << 20;
     config.fn = fn_;
+    if (parse_) {
+      // A Parse of batches: the batches in flight (the buffer, the calls
+      // at work and the consumer's) give their buffers back for reuse
+      // while the iterator, whose function holds this, lives.
+      config.fn = [fn = fn_, held = HoldParsedBuffers(
+                                 *parse_, config.max_elements +
+                                              static_cast<size_t>(calls) + 1)](
+                      Element e) { return fn(std::move(e)); };
+    }
     config.parallel_calls = calls;
     config.deterministic = options_.deterministic;
     return std::make_unique<AsyncIterator>(

@@ -4,6 +4,8 @@
 // back for the next batches when the tensors go (ParsedBuffers).
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -25,12 +27,45 @@ Shape FeatureShape(const records::ParsedFeature& f, bool batched, int64_t n) {
 
 }  // namespace
 
+std::atomic<uint64_t> parsed_buffers_freed{0};
+
 class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
  public:
-  // Batches in flight (parse calls x batches ahead) come back one by one,
-  // and each new batch takes what came back: a few are enough, and at
-  // most so many batches' buffers per feature wait here.
+  // Batches come back one by one, and each new batch takes what came
+  // back: so many batches' buffers per feature wait here, at least kKeep,
+  // and as many as the iterators parsing now have in flight (Hold).
+  // Why: a fused stage of 16 parse calls has 33 batches in flight, and
+  // with 4 kept half of its batch buffers were freed by the consumer's
+  // thread and allocated again by a parse task (glibc's arena locks and a
+  // heap per arena: 150 against 98 MiB peak RSS shuffled, and 3-5% of
+  // the records/s, on this project's VM; docs/PERFORMANCE.md).
   static constexpr size_t kKeep = 4;
+
+  // An iterator that has up to `batches` batches in flight (parsed ahead
+  // and not yet given back), until it calls Release(batches).
+  void Hold(size_t batches) {
+    std::lock_guard<std::mutex> lock(mu_);
+    held_ += batches;
+  }
+  // Lets go of a Hold: what waits beyond the new limit is freed.
+  void Release(size_t batches) {
+    std::vector<Free> excess;
+    std::vector<records::ParsedBatch> shells;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held_ -= std::min(held_, batches);
+      const size_t keep = Limit();
+      excess.resize(free_.size());
+      for (size_t d = 0; d < free_.size(); ++d) {
+        MoveExcess(&free_[d].floats, &excess[d].floats, keep);
+        MoveExcess(&free_[d].ints, &excess[d].ints, keep);
+        MoveExcess(&free_[d].rows, &excess[d].rows, keep);
+        MoveExcess(&free_[d].bytes, &excess[d].bytes, keep);
+      }
+      MoveExcess(&shells_, &shells, keep);
+    }
+    // Freed here, out of the lock.
+  }
 
   // A batch to parse into: an earlier one's shell (shaped for the spec)
   // with recycled buffers where there are.
@@ -61,7 +96,7 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
   void Return(records::ParsedBatch&& b) {
     std::lock_guard<std::mutex> lock(mu_);
     if (free_.size() < b.features.size()) free_.resize(b.features.size());
-    if (shells_.size() < kKeep) shells_.push_back(std::move(b));
+    if (shells_.size() < Limit()) shells_.push_back(std::move(b));
   }
 
   // Feature `d`'s tensor.  A batch's buffers come back here when it goes;
@@ -110,6 +145,17 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     std::vector<Tensor::BytesBuffers> bytes;
   };
 
+  size_t Limit() const { return std::max(kKeep, held_); }  // mu_ held
+
+  template <typename T>
+  static void MoveExcess(std::vector<T>* from, std::vector<T>* to,
+                         size_t keep) {
+    while (from->size() > keep) {
+      to->push_back(std::move(from->back()));
+      from->pop_back();
+    }
+  }
+
   template <typename T>
   static void Lend(std::vector<T>* free, T* to) {
     if (to->capacity() > 0 || free->empty()) return;
@@ -133,14 +179,19 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     std::lock_guard<std::mutex> lock(mu_);
     if (d >= free_.size()) return;
     std::vector<T>& to = free_[d].*list;
-    if (to.size() >= kKeep) return;
+    if (to.size() >= Limit()) {
+      parsed_buffers_freed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     try {
       to.push_back(std::move(*buffer));
     } catch (...) {  // out of memory: the buffer is freed instead
+      parsed_buffers_freed.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
   std::mutex mu_;
+  size_t held_ = 0;  // batches in flight, of every Hold
   std::vector<records::ParsedBatch> shells_;
   std::vector<Free> free_;  // by feature
 };
@@ -237,6 +288,18 @@ void ParseRecords(const ParseInfo& info,
     out->components.push_back({f.name, buffers->TensorOf(d, f, batched, n)});
   }
   if (batched) buffers->Return(std::move(parsed));
+}
+
+std::shared_ptr<void> HoldParsedBuffers(const ParseInfo& info, size_t batches) {
+  if (info.buffers == nullptr || batches == 0) return nullptr;
+  info.buffers->Hold(batches);
+  return std::shared_ptr<void>(
+      info.buffers.get(),
+      [buffers = info.buffers, batches](void*) { buffers->Release(batches); });
+}
+
+uint64_t ParsedBuffersFreed() {
+  return parsed_buffers_freed.load(std::memory_order_relaxed);
 }
 
 namespace {

@@ -473,7 +473,9 @@ struct FusableStage {
 // The buffers of a Parse's batches, recycled (parse.cc): a batch's tensors
 // hand their buffers back when the last reference to them goes, and the
 // next batch is parsed into them, so that a steady pipeline allocates no
-// batch buffers.  At most a few per feature wait here; the rest are freed.
+// batch buffers.  As many per feature wait here as the iterators parsing
+// have batches in flight (HoldParsedBuffers), at least a few; the rest are
+// freed.
 // Thread-safe; kept alive by the tensors that will give buffers back.
 class ParsedBuffers;
 
@@ -500,6 +502,17 @@ DatasetPtr ParseSequence(DatasetPtr input, records::FeatureSpec context,
 void ParseRecords(const ParseInfo& info,
                   std::span<const std::string_view> serialized, bool batched,
                   Element* out);
+// While the result lives, `info`'s Parse keeps the buffers of up to
+// `batches` batches for reuse (ParsedBuffers; the holders' batches added
+// up, and never fewer than a few): an iterator that has that many batches
+// in flight holds it, so that each batch is parsed into buffers that
+// batches before it gave back rather than into new ones.  When it goes,
+// the buffers beyond the new limit are freed.  Null when `info` has no
+// buffers or `batches` is 0.  Thread-safe.
+std::shared_ptr<void> HoldParsedBuffers(const ParseInfo& info, size_t batches);
+// Batch buffers that Parses of this process freed because as many
+// waited for reuse already (for tests).
+uint64_t ParsedBuffersFreed();
 
 // batch_parse_fusion.cc: tf.data's map_and_batch fusion, with the reading
 // and shuffling below it.  For a Parse whose input is
