@@ -25,9 +25,10 @@ Shape FeatureShape(const records::ParsedFeature& f, bool batched, int64_t n) {
   return batched ? shape.Prepend(n) : shape;
 }
 
-}  // namespace
-
+// Buffers freed because their list was full (ParsedBuffersFreed).
 std::atomic<uint64_t> parsed_buffers_freed{0};
+
+}  // namespace
 
 class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
  public:
@@ -37,8 +38,8 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
   // Why: a fused stage of 16 parse calls has 33 batches in flight, and
   // with 4 kept half of its batch buffers were freed by the consumer's
   // thread and allocated again by a parse task (glibc's arena locks and a
-  // heap per arena: 150 against 98 MiB peak RSS shuffled, and 3-5% of
-  // the records/s, on this project's VM; docs/PERFORMANCE.md).
+  // heap per arena: ~150 against ~100 MiB peak RSS shuffled, and 4-17%
+  // of the records/s, on this project's VM; docs/PERFORMANCE.md).
   static constexpr size_t kKeep = 4;
 
   // An iterator that has up to `batches` batches in flight (parsed ahead
