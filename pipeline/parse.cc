@@ -42,6 +42,11 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
   // of the records/s, on this project's VM; docs/PERFORMANCE.md).
   static constexpr size_t kKeep = 4;
 
+  // For `parser`'s batches: a batch taken when no shell waits is shaped
+  // for its spec here, so that it too is parsed into buffers given back.
+  explicit ParsedBuffers(std::shared_ptr<const records::ExampleParser> parser)
+      : parser_(std::move(parser)), free_(parser_->spec().features.size()) {}
+
   // An iterator that has up to `batches` batches in flight (parsed ahead
   // and not yet given back), until it calls Release(batches).
   void Hold(size_t batches) {
@@ -68,14 +73,28 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     // Freed here, out of the lock.
   }
 
-  // A batch to parse into: an earlier one's shell (shaped for the spec)
-  // with recycled buffers where there are.
+  // A batch to parse into, shaped for the spec (an earlier one's shell
+  // where one waits), with recycled buffers where there are.  Why shaped
+  // here: a shell is made for each batch parsed at once, and an unshaped
+  // one would take no buffers; when more tasks than before parsed at once,
+  // its new buffers came on top of those waiting, one batch's more than
+  // the hold for each, and as many were freed later (a flaky count in
+  // BatchBuffersInFlightAreReusedNotFreed under ASan).
   records::ParsedBatch Take() {
-    std::lock_guard<std::mutex> lock(mu_);
     records::ParsedBatch b;
+    std::unique_lock<std::mutex> lock(mu_);
     if (!shells_.empty()) {
       b = std::move(shells_.back());
       shells_.pop_back();
+    } else {
+      lock.unlock();  // the names are allocated out of the lock
+      const auto& spec = parser_->spec().features;
+      b.features.resize(spec.size());
+      for (size_t d = 0; d < spec.size(); ++d) {
+        b.features[d].name = spec[d].first;
+        b.features[d].config = spec[d].second;
+      }
+      lock.lock();
     }
     for (size_t d = 0; d < b.features.size() && d < free_.size(); ++d) {
       records::ParsedFeature& f = b.features[d];
@@ -96,7 +115,6 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
   // The shell of a batch whose buffers went into tensors.
   void Return(records::ParsedBatch&& b) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (free_.size() < b.features.size()) free_.resize(b.features.size());
     if (shells_.size() < Limit()) shells_.push_back(std::move(b));
   }
 
@@ -191,10 +209,11 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     }
   }
 
+  const std::shared_ptr<const records::ExampleParser> parser_;
   std::mutex mu_;
   size_t held_ = 0;  // batches in flight, of every Hold
   std::vector<records::ParsedBatch> shells_;
-  std::vector<Free> free_;  // by feature
+  std::vector<Free> free_;  // by feature; its size is fixed
 };
 
 namespace {
@@ -457,7 +476,7 @@ DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
   auto info = std::make_shared<ParseInfo>();
   info->parser = std::make_shared<records::ExampleParser>(std::move(spec));
   info->options = std::move(options);
-  info->buffers = std::make_shared<ParsedBuffers>();
+  info->buffers = std::make_shared<ParsedBuffers>(info->parser);
   return Map(std::move(input), ParseFn(info), std::move(map), info);
 }
 

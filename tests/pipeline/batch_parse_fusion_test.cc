@@ -1225,6 +1225,10 @@ TEST(BatchParseFusionMemoryTest, ShuffledBlocksStayWithinAFewBuffersOfRecords) {
 // The hold is the iterator's: a second iterator after the first reuses as
 // well, and so does a Parse run stage by stage (a parallel Map, 64 batches
 // buffered); once no iterator is left, batches kept longer are freed.
+// None at all is freed while an iterator runs: a batch parsed when more
+// tasks than ever before parse at once has a new shell, and that shell is
+// shaped for the spec to take buffers given back (unshaped, its buffers
+// were new, and 5-40 were freed later in 5 of 8 runs under ASan).
 TEST(BatchParseFusionMemoryTest, BatchBuffersInFlightAreReusedNotFreed) {
   testing::TempDir dir;
   const std::string file = dir.File("examples.tfrecord");
@@ -1251,10 +1255,9 @@ TEST(BatchParseFusionMemoryTest, BatchBuffersInFlightAreReusedNotFreed) {
     }
     const uint64_t freed = stages::ParsedBuffersFreed() - before;
     EXPECT_EQ(batches, 10 * 2000 / 16);
-    // None freed on the way but where the consumer held more than the
-    // hold counts.
-    EXPECT_LT(freed, 10u) << "pass " << pass << ": " << freed << " of "
-                          << kBuffers * batches << " batch buffers freed";
+    // The consumer holds one batch, which the hold counts.
+    EXPECT_EQ(freed, 0u) << "pass " << pass << ": " << freed << " of "
+                         << kBuffers * batches << " batch buffers freed";
   }
   // With no iterator left holding, only a few batches' buffers wait for
   // reuse: batches kept past their iterator are freed as they go.
