@@ -7,7 +7,8 @@
 //   reader tasks (one per open file, in the arena, kChunksAhead ahead;
 //     smaller chunks when many files are open at once):
 //     read blocks, check frames and CRCs ──▶ chunks of record views
-//   planner (the consumer's thread, in GetNext): interleave files ──▶
+//   planner (the consumer's thread, in GetNext; from kPlanTaskCores
+//     threads on as many cores, a task of its own): interleave files ──▶
 //     shuffle ──▶ repeat ──▶ batch, over refs to the views (RecordRef: a
 //     view stays in the chunk its reader wrote; never record bytes),
 //     kBatchesAhead batches per parse call ahead
@@ -134,17 +135,32 @@ uint64_t ChunkBytes(size_t chunk_records) {
 // 60-95 MiB more peak RSS (docs/PERFORMANCE.md).
 constexpr size_t kMinEpochsPrepared = 2;
 constexpr size_t kMaxEpochsPrepared = 8;
-// The cores counted (SetEpochsAheadCores; 0: the machine's).
-std::atomic<int> epochs_ahead_cores{0};
+// The cores the fused path counts (SetFusedCores; 0: the machine's).
+std::atomic<int> fused_cores{0};
+size_t FusedCores() {
+  const int set = fused_cores.load(std::memory_order_relaxed);
+  return static_cast<size_t>(set > 0 ? set : MachineCores());
+}
 int EpochsPrepared(size_t threads) {
-  const int set = epochs_ahead_cores.load(std::memory_order_relaxed);
-  const auto cores = static_cast<size_t>(set > 0 ? set : MachineCores());
-  return static_cast<int>(std::clamp(std::min(threads, cores),
+  return static_cast<int>(std::clamp(std::min(threads, FusedCores()),
                                      kMinEpochsPrepared, kMaxEpochsPrepared));
 }
 constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
 constexpr size_t kBatchesAhead = 2;
+// From so many threads on cores as many, the planner runs in a task of its
+// own rather than on the consumer's thread (GetNextPlannedInTask).  Where
+// fewer cores run more threads, the consumer's thread is better used
+// planning and parsing itself: on 2 vCPUs at 4 threads, shuffled
+// Fashion-MNIST made 0.88-0.91x the records/s with the planner task, and
+// at 16 threads 0.99-1.02x with ~20 MiB more peak RSS (the planner's
+// allocations then in every worker's malloc arena: with one arena,
+// MALLOC_ARENA_MAX=1, both peaked at 81 MiB; docs/PERFORMANCE.md).
+constexpr size_t kPlanTaskCores = 4;
+bool PlanInTask(int calls, int threads) {
+  return calls > 1 &&
+         std::min(static_cast<size_t>(threads), FusedCores()) >= kPlanTaskCores;
+}
 // More finished batches than any state holds (kBatchesAhead per call, for
 // more calls than any machine has threads): a bound on forged states.
 constexpr uint64_t kMaxSavedBatches = kBatchesAhead * 65536 + 1;
@@ -1752,7 +1768,9 @@ class FusedBatchParse final : public IteratorBase {
         calls_(calls),
         batch_(std::move(batch)),
         chain_(std::move(chain)),
-        max_slots_(kBatchesAhead * static_cast<size_t>(calls) + 1) {
+        max_slots_(kBatchesAhead * static_cast<size_t>(calls) + 1),
+        plan_in_task_(PlanInTask(calls, ctx->threads())),
+        plan_burst_(std::max<size_t>(1, static_cast<size_t>(calls) / 4)) {
     const FusableStage& source = chain_.back();
     env_.ctx = ctx;
     env_.paths = source.paths;
@@ -1806,7 +1824,7 @@ class FusedBatchParse final : public IteratorBase {
       std::unique_lock<std::mutex> lock(mu_);
       stop_ = true;
       ++waiting_;
-      cv_.wait(lock, [this] { return parse_tasks_ == 0; });
+      cv_.wait(lock, [this] { return parse_tasks_ == 0 && !planning_; });
       --waiting_;
     }
     // The readers (in stream_) wait for their running tasks; the queued
@@ -1821,6 +1839,7 @@ class FusedBatchParse final : public IteratorBase {
       stream_->Resume();
     }
     if (calls_ == 1) return GetNextInline(out);
+    if (plan_in_task_) return GetNextPlannedInTask(out);
     TopUp();
     std::unique_lock<std::mutex> lock(mu_);
     // While the batch due is not parsed, parse queued ones here rather
@@ -1850,7 +1869,9 @@ class FusedBatchParse final : public IteratorBase {
     {
       std::unique_lock<std::mutex> lock(mu_);
       ++waiting_;
-      cv_.wait(lock, [this] { return to_parse_.empty() && parse_tasks_ == 0; });
+      cv_.wait(lock, [this] {
+        return !planning_ && to_parse_.empty() && parse_tasks_ == 0;
+      });
       --waiting_;
     }
     env_.paused.store(true, std::memory_order_release);
@@ -1927,7 +1948,8 @@ class FusedBatchParse final : public IteratorBase {
  private:
   struct Slot {
     // The batch's records, by reference until its parse task takes their
-    // views; retired (ViewLedger) when the consumer takes the batch.
+    // views; retired (ViewLedger) by the planner once the consumer took
+    // the batch (RecycleTaken).
     std::vector<RecordRef> refs;
     Element element;
     std::exception_ptr error;
@@ -1959,6 +1981,7 @@ class FusedBatchParse final : public IteratorBase {
   // the end.
   std::unique_ptr<Slot> PlanSlot() {
     BusyScope busy(plan_counter_);
+    RecycleTaken();
     std::unique_ptr<Slot> slot;
     if (spare_slots_.empty()) {
       slot = std::make_unique<Slot>();
@@ -2002,26 +2025,139 @@ class FusedBatchParse final : public IteratorBase {
     return Deliver(std::move(taken), out);
   }
 
-  // The batch the consumer takes (the front slot, ready): its refs
-  // retired (every batch before it was taken, so every parse task that
-  // read its records' chunks is done), then its error thrown or its
-  // element handed out.
-  // The slot is kept for a batch planned later (its refs' capacity with
-  // it: no allocation a batch on the planner's thread).
+  // The batch the consumer takes (the front slot, ready): its error
+  // thrown or its element handed out.  The slot goes back to the planner
+  // (TakenLocked), which retires its refs.
   bool Deliver(std::unique_ptr<Slot> taken, Element* out) {
-    env_.ledger.Retire(taken->refs);
-    std::exception_ptr error = std::move(taken->error);
-    if (!error) *out = std::move(taken->element);
-    taken->refs.clear();
+    std::exception_ptr error;
+    Element element;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      TakenLocked(std::move(taken), &element, &error);
+    }
+    if (error) std::rethrow_exception(error);
+    *out = std::move(element);  // the batch before goes here, unlocked
+    return true;
+  }
+  // The taken slot's element or error out, and the slot to taken_slots_.
+  // mu_ held.
+  void TakenLocked(std::unique_ptr<Slot> taken, Element* element,
+                   std::exception_ptr* error) {
+    *error = std::move(taken->error);
+    if (!*error) *element = std::move(taken->element);
     taken->element = Element{};
     taken->error = nullptr;
     taken->end = false;
     taken->ready = false;
-    if (spare_slots_.size() < max_slots_) {
-      spare_slots_.push_back(std::move(taken));
+    taken_slots_.push_back(std::move(taken));
+  }
+  // The planner: retires the refs of the batches taken since it last
+  // planned (every batch before them was taken too, so every parse task
+  // that read their records' chunks is done; ViewLedger is the
+  // planner's alone) and keeps their slots for the batches it plans (their
+  // refs' capacity with them: no allocation a batch).
+  void RecycleTaken() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (taken_slots_.empty()) return;
+      recycling_.swap(taken_slots_);
     }
+    for (std::unique_ptr<Slot>& slot : recycling_) {
+      env_.ledger.Retire(slot->refs);
+      slot->refs.clear();
+      spare_slots_.push_back(std::move(slot));
+    }
+    recycling_.clear();
+  }
+
+  // With a planner task (plan_in_task_): the consumer's thread only takes
+  // batches.  On 16 cores it was the shuffled pipeline's bound: of the
+  // ~18 us it spent a batch (Fashion-MNIST, 256 records, 16 threads;
+  // docs/PERFORMANCE.md), ~10 were planning and 2.3 retiring the refs of
+  // the batch taken, both now the planner task's, beside the taking.
+  bool GetNextPlannedInTask(Element* out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    KickPlannerLocked();
+    const auto front_ready = [this] {
+      return !slots_.empty() && slots_.front()->ready;
+    };
+    const auto front_queued = [this] {
+      return !slots_.empty() && !to_parse_.empty() &&
+             to_parse_.front() == slots_.front().get();
+    };
+    while (!front_ready()) {
+      // Parse the batch due here rather than sleep, or one no free task
+      // would reach (as GetNext).
+      if (front_queued() ||
+          (!slots_.empty() && !to_parse_.empty() && QueuedPastFreeTasks())) {
+        ParseQueued(lock);
+        continue;
+      }
+      if (ctx_->cancelled()) throw Cancelled();
+      WaitScope wait(parse_counter_);
+      ++waiting_;
+      cv_.wait(lock, [&] {
+        return front_ready() || front_queued() || ctx_->cancelled();
+      });
+      --waiting_;
+    }
+    if (slots_.front()->end) return false;  // stays: later calls end too
+    std::unique_ptr<Slot> taken = std::move(slots_.front());
+    slots_.pop_front();
+    std::exception_ptr error;
+    Element element;
+    TakenLocked(std::move(taken), &element, &error);
+    KickPlannerLocked();
+    lock.unlock();
     if (error) std::rethrow_exception(error);
+    *out = std::move(element);  // the batch before goes here, unlocked
     return true;
+  }
+
+  // Starts the planner task when room for plan_burst_ batches is free (or
+  // none is planned), unless one runs.  A burst, not a batch: each start
+  // may wake a sleeping worker, a system call on the consumer's thread.
+  // mu_ held.
+  void KickPlannerLocked() {
+    if (planning_ || input_end_ || stop_) return;
+    if (!slots_.empty() && slots_.size() + plan_burst_ > max_slots_) return;
+    planning_ = true;
+    ctx_->arena().enqueue([this] { PlanTask(); });
+  }
+
+  // The planner task: plans batches until kBatchesAhead per call are in
+  // flight (one planner at a time: planning_).
+  void PlanTask() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_ && !input_end_ && slots_.size() < max_slots_) {
+      lock.unlock();
+      std::unique_ptr<Slot> slot = PlanSlot();
+      lock.lock();
+      QueueLocked(std::move(slot));
+      if (waiting_ > 0) cv_.notify_all();
+    }
+    planning_ = false;
+    if (waiting_ > 0) cv_.notify_all();
+  }
+
+  // A planned slot into slots_ and, unless ready (the end or an error), to
+  // the parse tasks.  mu_ held.
+  void QueueLocked(std::unique_ptr<Slot> slot) {
+    Slot* raw = slot.get();
+    if (slot->end) input_end_ = true;
+    slots_.push_back(std::move(slot));
+    if (raw->ready) return;
+    to_parse_.push_back(raw);
+    // A task more only for batches the tasks free to take one (queued,
+    // or between batches) will not reach next: each enqueue may wake a
+    // sleeping worker, a system call on the planner's thread (the
+    // consumer's, without a planner task: the one every batch waits
+    // for); a task mid-batch reaches the next one only a batch's parse
+    // later.
+    if (parse_tasks_ < calls_ && QueuedPastFreeTasks()) {
+      ++parse_tasks_;
+      ctx_->arena().enqueue([this] { ParseTask(); });
+    }
   }
 
   // Plans batches until kBatchesAhead per call are in flight, handing each
@@ -2036,20 +2172,7 @@ class FusedBatchParse final : public IteratorBase {
       }
       std::unique_ptr<Slot> slot = PlanSlot();
       std::lock_guard<std::mutex> lock(mu_);
-      Slot* raw = slot.get();
-      if (slot->end) input_end_ = true;
-      slots_.push_back(std::move(slot));
-      if (raw->ready) continue;
-      to_parse_.push_back(raw);
-      // A task more only for batches the tasks free to take one (queued,
-      // or between batches) will not reach next: each enqueue may wake a
-      // sleeping worker, a system call on this thread (the one every
-      // batch waits for); a task mid-batch reaches the next one only a
-      // batch's parse later.
-      if (parse_tasks_ < calls_ && QueuedPastFreeTasks()) {
-        ++parse_tasks_;
-        ctx_->arena().enqueue([this] { ParseTask(); });
-      }
+      QueueLocked(std::move(slot));
     }
   }
 
@@ -2195,6 +2318,10 @@ class FusedBatchParse final : public IteratorBase {
   const FusableStage batch_;
   const std::vector<FusableStage> chain_;
   const size_t max_slots_;
+  // Planning in a task of its own (else on the consumer's thread), and
+  // the batches it plans at least once started (KickPlannerLocked).
+  const bool plan_in_task_;
+  const size_t plan_burst_;
   Env env_;
   StageCounter* plan_counter_;
   StageCounter* parse_counter_;
@@ -2205,13 +2332,15 @@ class FusedBatchParse final : public IteratorBase {
   // The global shuffle's files, read by the parse calls (else null).
   std::unique_ptr<UnreadFiles> unread_files_;
 
-  // The consumer's: the planner.
+  // The planner's (the consumer's thread, or the planner task, one at a
+  // time; the consumer's while none runs, as in Save).
   std::unique_ptr<RecordStream> stream_;
   std::vector<RecordRef> pending_;
   bool batch_end_ = false;
   bool started_ = false;
-  // Slots delivered, for PlanSlot to use again.
+  // Slots retired, for PlanSlot to use again.
   std::vector<std::unique_ptr<Slot>> spare_slots_;
+  std::vector<std::unique_ptr<Slot>> recycling_;  // RecycleTaken's
 
   // Shared with the parse tasks.  A slot's records and element belong to
   // the task that took it from to_parse_ until it is ready.
@@ -2224,6 +2353,9 @@ class FusedBatchParse final : public IteratorBase {
   int parsing_ = 0;  // parse tasks at a batch (the rest queued or between)
   bool input_end_ = false;
   bool stop_ = false;
+  bool planning_ = false;  // the planner task runs
+  // Slots the consumer took, their refs not yet retired (RecycleTaken).
+  std::vector<std::unique_ptr<Slot>> taken_slots_;
 
   // The batches in flight (the slots, the consumer's and one more
   // downstream, as a Prefetch's) keep their buffers for reuse while this
@@ -2242,8 +2374,8 @@ void SetMinRangedFileBytes(uint64_t bytes) {
   min_file_bytes.store(bytes == 0 ? kMinRangedFileBytes : bytes,
                        std::memory_order_relaxed);
 }
-void SetEpochsAheadCores(int cores) {
-  epochs_ahead_cores.store(std::max(cores, 0), std::memory_order_relaxed);
+void SetFusedCores(int cores) {
+  fused_cores.store(std::max(cores, 0), std::memory_order_relaxed);
 }
 
 std::unique_ptr<IteratorBase> MakeFusedBatchParse(

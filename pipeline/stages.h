@@ -333,11 +333,12 @@ uint64_t FusedFileReadersMade();
 // The smallest file the fused path reads by ranges (default 16 MiB; 0
 // restores it), so that tests can use small files.
 void SetMinRangedFileBytes(uint64_t bytes);
-// The cores the fused path counts when a Repeat of short epochs prepares
-// as many epochs ahead as the iterator's threads, at most the cores
-// (default the machine's, MachineCores(); 0 restores it), so that tests
-// count readers as on a machine of that many cores.
-void SetEpochsAheadCores(int cores);
+// The cores the fused path counts (default the machine's, MachineCores();
+// 0 restores it): a Repeat of short epochs prepares as many epochs ahead
+// as the iterator's threads, at most the cores, and from 4 threads on as
+// many cores the batches are planned in a task of their own.  So that
+// tests run as on a machine of that many cores.
+void SetFusedCores(int cores);
 
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.
