@@ -21,6 +21,15 @@
 //                    order against in a random order (next to each other)
 //   RaggedSlices/N   FromTensorSlices over N ragged rows: items/s must not
 //                    fall as N grows (10,000 against 80,000)
+//   FusedPlanner/threads:T/planner_task:P/shuffle:S  the fused stage's
+//                    planner on the consumer's thread (P = 0) against in a
+//                    task of its own (P = 1, the choice from 4 threads on
+//                    as many cores), over Fashion-MNIST-like files (16 x
+//                    4,096 Examples of ~850 bytes: 784 image bytes, label,
+//                    height, width; all 16 read at once), shuffled
+//                    (10,000; S = 1) or not, 4 epochs, batches of 256
+//                    parsed on T threads: where the consumer's thread is
+//                    the bound (16 cores, shuffled), P = 1 is the change
 //   BytesColumn/values:N/use:U  a batch's image column (N values of 784
 //                    bytes, as the fused parse makes it) asked on the
 //                    thread that launches a GPU step: U = 0, one pass over
@@ -48,6 +57,7 @@
 #include "pipeline/block_arena.h"
 #include "pipeline/dataset.h"
 #include "pipeline/process.h"
+#include "pipeline/stages.h"
 #include "records/example.pb.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
@@ -470,6 +480,74 @@ void BM_BytesColumn(benchmark::State& state) {
 BENCHMARK(BM_BytesColumn)
     ->ArgsProduct({{128, 256}, {0, 1, 2}})
     ->ArgNames({"values", "use"});
+
+// 16 files of 4,096 Fashion-MNIST-like Examples (random image bytes),
+// written once under $TMPDIR.
+const std::vector<std::string>& FashionFiles() {
+  static const std::vector<std::string> files = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::filesystem::path dir =
+        std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
+    std::filesystem::create_directories(dir);
+    std::vector<std::string> out;
+    std::mt19937_64 rng(5);
+    records::ExampleBuilder b;
+    std::string image(784, '\0');
+    for (int f = 0; f < 16; ++f) {
+      out.push_back((dir / fmt::format("fashion-{:02}.tfrecord", f)).string());
+      if (std::filesystem::exists(out.back())) continue;
+      records::TFRecordWriter w(out.back());  // atomic: whole or absent
+      for (int r = 0; r < 4096; ++r) {
+        for (char& c : image) c = static_cast<char>(rng() % 256);
+        b.Clear();
+        b.AddBytes("image", image);
+        b.AddInt64("label", static_cast<int64_t>(rng() % 10));
+        b.AddInt64("height", 28);
+        b.AddInt64("width", 28);
+        w.Write(b.Serialize());
+      }
+      w.Close();
+    }
+    return out;
+  }();
+  return files;
+}
+
+void BM_FusedPlanner(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  // The cores the fused path counts: the planner task needs 4 (and as
+  // many threads); with none of it, the consumer's thread plans.
+  stages::SetFusedCores(state.range(1) != 0 ? 64 : 1);
+  TFRecordOptions all_at_once;
+  all_at_once.num_parallel_reads = 16;
+  Dataset ds = Dataset::FromTFRecords(FashionFiles(), all_at_once);
+  if (state.range(2) != 0) ds = ds.Shuffle(kShuffle, 1);
+  ds = ds.Repeat(4).Batch(kBatch).Parse(
+      records::FeatureSpec::FromJsonText(R"({"features": {
+        "height": {"kind": "fixed", "dtype": "int64", "shape": []},
+        "image": {"kind": "fixed", "dtype": "bytes", "shape": []},
+        "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+        "width": {"kind": "fixed", "dtype": "int64", "shape": []}}})"),
+      Calls(threads));
+  Drain(state, ds, threads);
+  stages::SetFusedCores(0);
+}
+// 4 threads, and every core where there are more (8 and all).
+void FusedPlannerArgs(benchmark::internal::Benchmark* b) {
+  const int all = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<int> counts = {4};
+  if (all > 8) counts.push_back(8);
+  if (all > 4) counts.push_back(all);
+  for (int threads : counts) {
+    for (int shuffle : {1, 0}) {
+      for (int task : {0, 1}) b->Args({threads, task, shuffle});
+    }
+  }
+  b->ArgNames({"threads", "planner_task", "shuffle"})
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
+}
+BENCHMARK(BM_FusedPlanner)->Apply(FusedPlannerArgs);
 
 }  // namespace
 }  // namespace recflow::pipeline

@@ -11,7 +11,7 @@
 #   fixture ../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord, which
 #   the call copies back to ../shared/fixtures/tf/ before it runs: shared/
 #   does not travel)
-#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|cpu ...]
+#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|planner|cpu ...]
 # A session has 15 device-minutes in all, machine starts (30-60 s) and
 # idle time included, and a call may run 600 s.  What 2026-11-26's
 # session ran in one call of 400 s on a machine that had built once:
@@ -29,6 +29,9 @@
 #   TF32_MODES="1 0": train_bench with TF32 allowed (default) and without.
 #   BENCH_SETS='dnn|cnn': train_bench's model sets (default also linear).
 #   PIPELINE_RUNS=2: rounds of the pipeline's scaling runs (default 3).
+#   PLANNER_REPS=5: repetitions of `planner` (pipeline_bench's
+#     FusedPlanner: the fused planner on the consumer's thread against in
+#     a task of its own, interleaved at random; default 5, ~60 s).
 #   PAIRED_ROUNDS=2: the paired benchmarks twice (default once).
 #   BENCH_VARIANTS='staged|graphs': train_bench's plain benchmarks and
 #     those variants only; CUDA_API_BENCH=0: no cuda_api_bench.
@@ -247,8 +250,17 @@ EOF
           done
         done
         ;;
+      planner)
+        source .gpu/build.sh --env-only
+        limited build-gpu/bench/pipeline_bench --benchmark_filter=FusedPlanner \
+          --benchmark_repetitions="${PLANNER_REPS:-5}" \
+          --benchmark_enable_random_interleaving=true --benchmark_min_time=0.5 \
+          >"$logs/fused_planner.txt" 2>&1
+        echo "fused_planner rc=$?"
+        grep -E "FusedPlanner.*(real_time |median)" "$logs/fused_planner.txt"
+        ;;
       *)
-        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, cpu)"
+        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, planner, cpu)"
         ;;
     esac
     pack
