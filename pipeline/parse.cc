@@ -182,16 +182,34 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
     free->pop_back();
   }
 
+  // A buffer lent to a tensor, with where it goes back when the tensor's
+  // last reference goes: one allocation for both (make_shared), freed by
+  // the thread that drops the batch, often the consumer's; a buffer and a
+  // separate shared count were two, each a free() there in an arena a
+  // parse task allocates in.
+  template <typename T>
+  struct Lent {
+    Lent(T&& b, std::shared_ptr<ParsedBuffers> h, std::vector<T> Free::*l,
+         size_t i)
+        : buffer(std::move(b)), home(std::move(h)), list(l), d(i) {}
+    Lent(const Lent&) = delete;
+    Lent& operator=(const Lent&) = delete;
+    ~Lent() { home->Put(list, d, &buffer); }
+    T buffer;
+    std::shared_ptr<ParsedBuffers> home;
+    std::vector<T> Free::*list;
+    size_t d;
+  };
+
   // `buffer`, kept alive by the result; then back to list `list` of
   // feature `d`, or freed when that list is full.
   template <typename T>
   std::shared_ptr<const T> Recycling(T&& buffer, std::vector<T> Free::*list,
                                      size_t d) {
-    return std::shared_ptr<const T>(new T(std::move(buffer)),
-                                    [self = shared_from_this(), list, d](T* p) {
-                                      std::unique_ptr<T> owned(p);
-                                      self->Put(list, d, owned.get());
-                                    });
+    auto lent = std::make_shared<Lent<T>>(std::move(buffer), shared_from_this(),
+                                          list, d);
+    const T* held = &lent->buffer;
+    return std::shared_ptr<const T>(std::move(lent), held);
   }
   template <typename T>
   void Put(std::vector<T> Free::*list, size_t d, T* buffer) noexcept {
@@ -303,6 +321,9 @@ void ParseRecords(const ParseInfo& info,
   records::ParsedBatch parsed =
       batched ? buffers->Take() : records::ParsedBatch{};
   ParseNamingTheBadRecord(parser, serialized, batched, *out, &parsed);
+  // One allocation for the components (and the records, if kept after).
+  out->components.reserve(out->components.size() + parsed.features.size() +
+                          (info.options.keep_record ? 1 : 0));
   for (size_t d = 0; d < parsed.features.size(); ++d) {
     records::ParsedFeature& f = parsed.features[d];
     out->components.push_back({f.name, buffers->TensorOf(d, f, batched, n)});
