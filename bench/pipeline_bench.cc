@@ -23,7 +23,7 @@
 //                    fall as N grows (10,000 against 80,000)
 //   FusedPlanner/threads:T/planner_task:P/shuffle:S  the fused stage's
 //                    planner on the consumer's thread (P = 0) against in a
-//                    task of its own (P = 1, the choice from 4 threads on
+//                    task of its own (P = 1, the choice from 8 threads on
 //                    as many cores), over Fashion-MNIST-like files (16 x
 //                    4,096 Examples of ~850 bytes: 784 image bytes, label,
 //                    height, width; all 16 read at once), shuffled
@@ -515,9 +515,7 @@ const std::vector<std::string>& FashionFiles() {
 
 void BM_FusedPlanner(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
-  // The cores the fused path counts: the planner task needs 4 (and as
-  // many threads); with none of it, the consumer's thread plans.
-  stages::SetFusedCores(state.range(1) != 0 ? 64 : 1);
+  stages::SetPlanInTask(static_cast<int>(state.range(1)));
   TFRecordOptions all_at_once;
   all_at_once.num_parallel_reads = 16;
   Dataset ds = Dataset::FromTFRecords(FashionFiles(), all_at_once);
@@ -530,14 +528,13 @@ void BM_FusedPlanner(benchmark::State& state) {
         "width": {"kind": "fixed", "dtype": "int64", "shape": []}}})"),
       Calls(threads));
   Drain(state, ds, threads);
-  stages::SetFusedCores(0);
+  stages::SetPlanInTask(-1);
 }
-// 4 threads, and every core where there are more (8 and all).
+// 4 and 8 threads, and every core where there are more.
 void FusedPlannerArgs(benchmark::internal::Benchmark* b) {
   const int all = static_cast<int>(std::thread::hardware_concurrency());
-  std::vector<int> counts = {4};
-  if (all > 8) counts.push_back(8);
-  if (all > 4) counts.push_back(all);
+  std::vector<int> counts = {4, 8};
+  if (all > 8) counts.push_back(all);
   for (int threads : counts) {
     for (int shuffle : {1, 0}) {
       for (int task : {0, 1}) b->Args({threads, task, shuffle});

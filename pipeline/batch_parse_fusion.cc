@@ -149,17 +149,27 @@ constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
 constexpr size_t kBatchesAhead = 2;
 // From so many threads on cores as many, the planner runs in a task of its
-// own rather than on the consumer's thread (GetNextPlannedInTask).  Where
-// fewer cores run more threads, the consumer's thread is better used
-// planning and parsing itself: on 2 vCPUs at 4 threads, shuffled
-// Fashion-MNIST made 0.88-0.91x the records/s with the planner task, and
-// at 16 threads 0.99-1.02x with ~20 MiB more peak RSS (the planner's
-// allocations then in every worker's malloc arena: with one arena,
-// MALLOC_ARENA_MAX=1, both peaked at 81 MiB; docs/PERFORMANCE.md).
-constexpr size_t kPlanTaskCores = 4;
+// own rather than on the consumer's thread (GetNextPlannedInTask): there
+// the consumer's thread is the bound.  On 16 cores (sixteenth session,
+// docs/PERFORMANCE.md) it spent ~18-21 us a shuffled batch, ~10-12 of them
+// planning, and one thread did a batch's whole work in 109-161 us
+// (parse-only, shuffled): from 8 threads on, the workers make a batch as
+// fast as the consumer's thread took one or faster (20.6 us in GetNext at
+// 8 threads).  With fewer, the workers are the bound, and a planner task
+// would take a worker's share from them where the consumer's thread plans
+// on a core of its own.  Where fewer cores run the threads, the
+// consumer's thread is better used planning and parsing itself: on 2
+// vCPUs, shuffled Fashion-MNIST made 0.88-0.91x the records/s with the
+// planner task at 4 threads, and 0.99-1.02x at 16 with ~20 MiB more peak
+// RSS (the planner's allocations then in every worker's malloc arena:
+// with one arena, MALLOC_ARENA_MAX=1, both peaked at 81 MiB).
+constexpr size_t kPlanTaskCores = 8;
+std::atomic<int> plan_in_task{-1};  // SetPlanInTask: -1 by the cores
 bool PlanInTask(int calls, int threads) {
-  return calls > 1 &&
-         std::min(static_cast<size_t>(threads), FusedCores()) >= kPlanTaskCores;
+  const int set = plan_in_task.load(std::memory_order_relaxed);
+  if (calls <= 1) return false;
+  if (set >= 0) return set == 1;
+  return std::min(static_cast<size_t>(threads), FusedCores()) >= kPlanTaskCores;
 }
 // More finished batches than any state holds (kBatchesAhead per call, for
 // more calls than any machine has threads): a bound on forged states.
@@ -2376,6 +2386,9 @@ void SetMinRangedFileBytes(uint64_t bytes) {
 }
 void SetFusedCores(int cores) {
   fused_cores.store(std::max(cores, 0), std::memory_order_relaxed);
+}
+void SetPlanInTask(int mode) {
+  plan_in_task.store(std::clamp(mode, -1, 1), std::memory_order_relaxed);
 }
 
 std::unique_ptr<IteratorBase> MakeFusedBatchParse(

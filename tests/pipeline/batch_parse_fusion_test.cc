@@ -96,11 +96,12 @@ class BatchParseFusionTest : public ::testing::Test {
 
   // Every element the pipeline gives with each option set, the
   // stage-by-stage run first; all must be equal, element by element, with
-  // the same origins.
+  // the same origins.  (8 threads: the planner task, on the fixture's 16
+  // cores.)
   void ExpectSameAsUnfused(const Dataset& ds, const std::string& what) {
     const auto want = Collect(ds, Unfused());
     ASSERT_FALSE(want.empty()) << what;
-    for (int threads : {1, 2, 4}) {
+    for (int threads : {1, 2, 4, 8}) {
       const auto got = Collect(ds, {.threads = threads});
       ASSERT_EQ(got.size(), want.size()) << what << " threads " << threads;
       for (size_t i = 0; i < want.size(); ++i) {
@@ -133,7 +134,7 @@ class BatchParseFusionTest : public ::testing::Test {
   // SavedStatesContinueTheSameStream's checks of one pipeline.
   static void SavedStatesContinue(const Dataset& ds);
 
-  // `ds` fails `errors` times, stage by stage, and fused at 1, 2 and 4
+  // `ds` fails `errors` times, stage by stage, and fused at 1, 2, 4 and 8
   // threads gives the same outcomes, errors at the same places; so does
   // each, at 1 and 2 threads, when every error is followed by a saved
   // state restored into a fresh iterator.
@@ -143,7 +144,7 @@ class BatchParseFusionTest : public ::testing::Test {
     int seen = 0;
     for (const auto& line : want) seen += line.starts_with("error: ");
     ASSERT_EQ(seen, errors) << where;
-    for (int threads : {1, 2, 4}) {
+    for (int threads : {1, 2, 4, 8}) {
       EXPECT_EQ(Outcomes(ds, {.threads = threads}), want)
           << where << " threads " << threads;
     }
@@ -397,20 +398,31 @@ TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
   EXPECT_EQ(batches, (rows + 63) / 64);
 }
 
-// From 4 threads on as many cores, the batches are planned in a task of
+// From 8 threads on as many cores, the batches are planned in a task of
 // their own: while the consumer is away, the batches taken are planned
 // again, up to kBatchesAhead (2) per parse call and no more.  Planned on
 // the consumer's thread (fewer threads, or fewer cores), they wait for its
-// next call.
+// next call.  SetPlanInTask overrides the choice.
 TEST_F(BatchParseFusionTest, APlannerTaskPlansAheadWhileTheConsumerIsAway) {
   const Dataset ds =
       Dataset::FromTFRecords(files_).Shuffle(100, 2).Repeat().Batch(8).Parse(
           Spec(), Calls(4));
   constexpr uint64_t kAhead = 2 * 4 + 1;  // the batch due, and 2 a call
   constexpr uint64_t kTaken = 5;
-  for (const auto& [threads, cores] : {std::pair{2, 16}, {4, 2}, {4, 16}}) {
+  struct Case {
+    int threads, cores, mode;  // mode: SetPlanInTask's
+    bool task;
+  };
+  struct ResetMode {
+    ~ResetMode() { stages::SetPlanInTask(-1); }
+  } reset;
+  for (const Case c :
+       {Case{4, 16, -1, false}, Case{8, 4, -1, false}, Case{8, 16, -1, true},
+        Case{4, 16, 1, true}, Case{8, 16, 0, false}}) {
+    const int threads = c.threads, cores = c.cores;
+    const bool task = c.task;
     stages::SetFusedCores(cores);
-    const bool task = threads == 4 && cores == 16;
+    stages::SetPlanInTask(c.mode);
     Iterator it = ds.MakeIterator({.threads = threads});
     const auto planned = [&] {
       for (const auto& s : it.Stats()) {
@@ -430,7 +442,8 @@ TEST_F(BatchParseFusionTest, APlannerTaskPlansAheadWhileTheConsumerIsAway) {
     }
     // And no more, however long it stays away.
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_EQ(planned(), want) << threads << " threads, " << cores << " cores";
+    EXPECT_EQ(planned(), want)
+        << threads << " threads, " << cores << " cores, mode " << c.mode;
   }
 }
 
@@ -606,8 +619,8 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
 void BatchParseFusionTest::SavedStatesContinue(const Dataset& ds) {
   const auto all = Collect(ds, Unfused());
   // Planned on the consumer's thread (3 threads) and in a planner task
-  // (4 threads on the fixture's 16 cores, when there are parse calls).
-  for (int threads : {3, 4}) {
+  // (8 threads on the fixture's 16 cores, when there are parse calls).
+  for (int threads : {3, 8}) {
     for (size_t k : {size_t{0}, size_t{1}, size_t{7}, all.size() / 2,
                      all.size() - 1, all.size()}) {
       Iterator it = ds.MakeIterator({.threads = threads});
@@ -667,7 +680,7 @@ TEST(BatchParseFusionManyFilesTest, SmallChunksOfManyFilesGiveTheSameStream) {
   for (const Dataset* ds : {&plain, &shuffled}) {
     const auto all = Collect(*ds, Unfused());
     ASSERT_EQ(all.size(), (16 * 290 + 7 * 120 + 39) / 40);
-    for (int threads : {1, 2, 4}) {
+    for (int threads : {1, 2, 4, 8}) {
       EXPECT_EQ(Collect(*ds, {.threads = threads}), all) << threads;
     }
     for (size_t k : {size_t{1}, size_t{3}, size_t{50}, all.size() - 2}) {
