@@ -960,14 +960,18 @@ TEST_F(BatchParseFusionTest, NondeterministicReadsLoseAndRepeatNothing) {
   }
 }
 
+// (8 threads: the planner task too, planning or queued as the iterator
+// goes.)
 TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {
   const Dataset ds =
       Dataset::FromTFRecords(files_).Shuffle(200, 1).Repeat().Batch(16).Parse(
           Spec(), Calls(4));
-  for (int i = 0; i < 20; ++i) {
-    Iterator it = ds.MakeIterator({.threads = 4});
-    Element e;
-    for (int k = 0; k < i; ++k) ASSERT_TRUE(it.Next(&e));
+  for (int threads : {4, 8}) {
+    for (int i = 0; i < 20; ++i) {
+      Iterator it = ds.MakeIterator({.threads = threads});
+      Element e;
+      for (int k = 0; k < i; ++k) ASSERT_TRUE(it.Next(&e));
+    }
   }
 }
 
