@@ -48,9 +48,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -72,21 +74,34 @@ constexpr int kRecordsPerFile = 8192;
 constexpr int64_t kBatch = 256;
 constexpr int64_t kShuffle = 10000;
 
+// `files` files STEM-F.tfrecord under $TMPDIR/recflow_pipeline_bench,
+// each written by `write` unless it is there already (from an earlier
+// run; the writer is atomic, so a file there is whole).
+std::vector<std::string> WrittenOnce(
+    std::string_view stem, int files,
+    const std::function<void(records::TFRecordWriter&)>& write) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::filesystem::path dir =
+      std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> out;
+  for (int f = 0; f < files; ++f) {
+    out.push_back((dir / fmt::format("{}-{}.tfrecord", stem, f)).string());
+    if (std::filesystem::exists(out.back())) continue;
+    records::TFRecordWriter w(out.back());
+    write(w);
+    w.Close();
+  }
+  return out;
+}
+
 const std::vector<std::string>& Files() {
   static const std::vector<std::string> files = [] {
     TuneAllocatorForBatches();
-    const char* tmp = std::getenv("TMPDIR");
-    const std::filesystem::path dir =
-        std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
-    std::filesystem::create_directories(dir);
-    std::vector<std::string> out;
     std::mt19937_64 rng(3);
     records::ExampleBuilder b;
     std::vector<float> image(784);
-    for (int f = 0; f < kFiles; ++f) {
-      out.push_back((dir / fmt::format("mnist-{}.tfrecord", f)).string());
-      if (std::filesystem::exists(out.back())) continue;
-      records::TFRecordWriter w(out.back());
+    return WrittenOnce("mnist", kFiles, [&](records::TFRecordWriter& w) {
       for (int r = 0; r < kRecordsPerFile; ++r) {
         for (auto& v : image) v = static_cast<float>(rng() % 256) / 255.f;
         b.Clear();
@@ -94,9 +109,7 @@ const std::vector<std::string>& Files() {
         b.AddInt64("label", static_cast<int64_t>(rng() % 10));
         w.Write(b.Serialize());
       }
-      w.Close();
-    }
-    return out;
+    });
   }();
   return files;
 }
@@ -485,18 +498,10 @@ BENCHMARK(BM_BytesColumn)
 // written once under $TMPDIR.
 const std::vector<std::string>& FashionFiles() {
   static const std::vector<std::string> files = [] {
-    const char* tmp = std::getenv("TMPDIR");
-    const std::filesystem::path dir =
-        std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
-    std::filesystem::create_directories(dir);
-    std::vector<std::string> out;
     std::mt19937_64 rng(5);
     records::ExampleBuilder b;
     std::string image(784, '\0');
-    for (int f = 0; f < 16; ++f) {
-      out.push_back((dir / fmt::format("fashion-{:02}.tfrecord", f)).string());
-      if (std::filesystem::exists(out.back())) continue;
-      records::TFRecordWriter w(out.back());  // atomic: whole or absent
+    return WrittenOnce("fashion", 16, [&](records::TFRecordWriter& w) {
       for (int r = 0; r < 4096; ++r) {
         for (char& c : image) c = static_cast<char>(rng() % 256);
         b.Clear();
@@ -506,9 +511,7 @@ const std::vector<std::string>& FashionFiles() {
         b.AddInt64("width", 28);
         w.Write(b.Serialize());
       }
-      w.Close();
-    }
-    return out;
+    });
   }();
   return files;
 }
