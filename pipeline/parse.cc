@@ -88,12 +88,7 @@ class ParsedBuffers : public std::enable_shared_from_this<ParsedBuffers> {
       shells_.pop_back();
     } else {
       lock.unlock();  // the names are allocated out of the lock
-      const auto& spec = parser_->spec().features;
-      b.features.resize(spec.size());
-      for (size_t d = 0; d < spec.size(); ++d) {
-        b.features[d].name = spec[d].first;
-        b.features[d].config = spec[d].second;
-      }
+      parser_->ShapeOutput(&b);
       lock.lock();
     }
     for (size_t d = 0; d < b.features.size() && d < free_.size(); ++d) {

@@ -1287,9 +1287,7 @@ ExampleParser::ExampleParser(FeatureSpec spec) : spec_(std::move(spec)) {
   }
 }
 
-void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
-                               ParsedBatch* out, const ParseContext& context,
-                               int threads) const {
+void ExampleParser::ShapeOutput(ParsedBatch* out) const {
   // Outputs from an earlier spec are reshaped; the same spec's are reused.
   bool same = out->features.size() == spec_.features.size();
   for (size_t d = 0; same && d < spec_.features.size(); ++d) {
@@ -1305,6 +1303,12 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
     out->features[d].config.default_value =
         spec_.features[d].second.default_value;
   }
+}
+
+void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
+                               ParsedBatch* out, const ParseContext& context,
+                               int threads) const {
+  ShapeOutput(out);
   const size_t n = serialized.size();
   // A part must be worth a task: at least 64 KiB of input.
   size_t bytes = 0;

@@ -83,6 +83,12 @@ class ExampleParser {
 
   const FeatureSpec& spec() const { return spec_; }
 
+  // Makes `out` one feature per spec feature, named and configured as the
+  // spec says, as ParseBatch does before it parses: an output shaped for
+  // this spec keeps its features (and their buffers); any other is
+  // reshaped.  So a caller can lend it buffers before it is parsed into.
+  void ShapeOutput(ParsedBatch* out) const;
+
   // Parses `serialized` into `out`, whose buffers are reused (cleared, not
   // freed) so that a steady stream of batches allocates nothing new.
   // `threads` > 1 parses parts of the batch on that many threads.  Throws

@@ -669,6 +669,42 @@ TEST(ExampleParserTest, ErrorsAreTensorFlowsWithFileAndRecord) {
   EXPECT_THROW(ExampleParser(spec).ParseBatch(batch, &out), ParseError);
 }
 
+// ShapeOutput makes an output one feature per spec feature, named and
+// configured by the spec, before any parse: an output of the same spec
+// keeps its buffers; another spec's is reshaped.
+TEST(ExampleParserTest, ShapeOutputShapesForTheSpecAndKeepsItsOwnBuffers) {
+  const ExampleParser parser(FeatureSpec::FromJsonText(R"({"features": {
+    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+    "x": {"kind": "fixed", "dtype": "float32", "shape": [3],
+          "default": [1, 2, 3]}}})"));
+  ParsedBatch out;
+  parser.ShapeOutput(&out);
+  ASSERT_EQ(out.features.size(), 2u);
+  for (size_t d = 0; d < 2; ++d) {
+    EXPECT_EQ(out.features[d].name, parser.spec().features[d].first);
+    EXPECT_EQ(out.features[d].config.dtype,
+              parser.spec().features[d].second.dtype);
+    EXPECT_EQ(out.features[d].config.default_value.has_value(),
+              parser.spec().features[d].second.default_value.has_value());
+    EXPECT_EQ(out.features[d].num_values(), 0u);
+  }
+  ASSERT_TRUE(out.features[1].config.default_value.has_value());
+  EXPECT_EQ(out.features[1].config.default_value->floats,
+            (std::vector<float>{1, 2, 3}));
+  // Shaped alike, its buffers stay for the parse to reuse.
+  out.features[1].floats.reserve(300);
+  const float* buffer = out.features[1].floats.data();
+  parser.ShapeOutput(&out);
+  EXPECT_EQ(out.features[1].floats.data(), buffer);
+  EXPECT_GE(out.features[1].floats.capacity(), 300u);
+  // Another spec's output is made this one's.
+  const ExampleParser other(FeatureSpec::FromJsonText(R"({"features": {
+    "label": {"kind": "fixed", "dtype": "float32", "shape": []}}})"));
+  other.ShapeOutput(&out);
+  ASSERT_EQ(out.features.size(), 1u);
+  EXPECT_EQ(out.features[0].config.dtype, DType::kFloat32);
+}
+
 TEST(ExampleParserTest, ThreadsGiveTheSameBatch) {
   const FeatureSpec spec = TestSpec();
   Generator g(4);
