@@ -149,7 +149,7 @@ constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
 constexpr size_t kBatchesAhead = 2;
 // From so many threads on cores as many, the planner runs in a task of its
-// own rather than on the consumer's thread (GetNextPlannedInTask): there
+// own rather than on the consumer's thread (KickPlannerLocked): there
 // the consumer's thread is the bound.  On 16 cores (sixteenth session,
 // docs/PERFORMANCE.md) it spent ~18-21 us a shuffled batch, ~10-12 of them
 // planning, and one thread did a batch's whole work in 109-161 us
@@ -1849,30 +1849,12 @@ class FusedBatchParse final : public IteratorBase {
       stream_->Resume();
     }
     if (calls_ == 1) return GetNextInline(out);
-    if (plan_in_task_) return GetNextPlannedInTask(out);
-    TopUp();
+    if (!plan_in_task_) TopUp();
     std::unique_lock<std::mutex> lock(mu_);
-    // While the batch due is not parsed, parse queued ones here rather
-    // than sleep (as a thread waiting in TBB runs tasks), where that adds
-    // parsing (QueuedPastFreeTasks).
-    while (
-        !slots_.front()->ready && !to_parse_.empty() &&
-        (to_parse_.front() == slots_.front().get() || QueuedPastFreeTasks())) {
-      ParseQueued(lock);
-    }
-    if (!slots_.front()->ready) {
-      WaitScope wait(parse_counter_);
-      ++waiting_;
-      cv_.wait(lock,
-               [&] { return slots_.front()->ready || ctx_->cancelled(); });
-      --waiting_;
-    }
-    if (!slots_.front()->ready) throw Cancelled();
+    if (plan_in_task_) KickPlannerLocked();
+    AwaitFrontLocked(lock);
     if (slots_.front()->end) return false;  // stays: later calls end too
-    std::unique_ptr<Slot> taken = std::move(slots_.front());
-    slots_.pop_front();
-    lock.unlock();
-    return Deliver(std::move(taken), out);
+    return TakeFrontLocked(lock, out);
   }
 
   void Save(StateWriter* w) override {
@@ -2030,36 +2012,31 @@ class FusedBatchParse final : public IteratorBase {
       }
     }
     if (slots_.front()->end) return false;
-    std::unique_ptr<Slot> taken = std::move(slots_.front());
-    slots_.pop_front();
-    return Deliver(std::move(taken), out);
+    std::unique_lock<std::mutex> lock(mu_);
+    return TakeFrontLocked(lock, out);
   }
 
-  // The batch the consumer takes (the front slot, ready): its error
-  // thrown or its element handed out.  The slot goes back to the planner
-  // (TakenLocked), which retires its refs.
-  bool Deliver(std::unique_ptr<Slot> taken, Element* out) {
-    std::exception_ptr error;
+  // The batch the consumer takes (the front slot, ready, not the end):
+  // its error thrown or its element handed out, the batch before freed
+  // with mu_ (held by `lock`) released.  The slot goes to taken_slots_,
+  // for the planner to retire its refs (RecycleTaken); a planner task is
+  // started if there is room for its burst.
+  bool TakeFrontLocked(std::unique_lock<std::mutex>& lock, Element* out) {
+    std::unique_ptr<Slot> taken = std::move(slots_.front());
+    slots_.pop_front();
+    std::exception_ptr error = std::move(taken->error);
     Element element;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      TakenLocked(std::move(taken), &element, &error);
-    }
-    if (error) std::rethrow_exception(error);
-    *out = std::move(element);  // the batch before goes here, unlocked
-    return true;
-  }
-  // The taken slot's element or error out, and the slot to taken_slots_.
-  // mu_ held.
-  void TakenLocked(std::unique_ptr<Slot> taken, Element* element,
-                   std::exception_ptr* error) {
-    *error = std::move(taken->error);
-    if (!*error) *element = std::move(taken->element);
+    if (!error) element = std::move(taken->element);
     taken->element = Element{};
     taken->error = nullptr;
     taken->end = false;
     taken->ready = false;
     taken_slots_.push_back(std::move(taken));
+    if (plan_in_task_) KickPlannerLocked();
+    lock.unlock();
+    if (error) std::rethrow_exception(error);
+    *out = std::move(element);
+    return true;
   }
   // The planner: retires the refs of the batches taken since it last
   // planned (every batch before them was taken too, so every parse task
@@ -2080,14 +2057,11 @@ class FusedBatchParse final : public IteratorBase {
     recycling_.clear();
   }
 
-  // With a planner task (plan_in_task_): the consumer's thread only takes
-  // batches.  On 16 cores it was the shuffled pipeline's bound: of the
-  // ~18 us it spent a batch (Fashion-MNIST, 256 records, 16 threads;
-  // docs/PERFORMANCE.md), ~10 were planning and 2.3 retiring the refs of
-  // the batch taken, both now the planner task's, beside the taking.
-  bool GetNextPlannedInTask(Element* out) {
-    std::unique_lock<std::mutex> lock(mu_);
-    KickPlannerLocked();
+  // Until the front slot is ready (waiting for the planner where none is
+  // planned yet): parses the batch due here rather than sleep (as a
+  // thread waiting in TBB runs tasks), or a queued one where that adds
+  // parsing (QueuedPastFreeTasks).  Throws Cancelled.  mu_ held by `lock`.
+  void AwaitFrontLocked(std::unique_lock<std::mutex>& lock) {
     const auto front_ready = [this] {
       return !slots_.empty() && slots_.front()->ready;
     };
@@ -2096,8 +2070,6 @@ class FusedBatchParse final : public IteratorBase {
              to_parse_.front() == slots_.front().get();
     };
     while (!front_ready()) {
-      // Parse the batch due here rather than sleep, or one no free task
-      // would reach (as GetNext).
       if (front_queued() ||
           (!slots_.empty() && !to_parse_.empty() && QueuedPastFreeTasks())) {
         ParseQueued(lock);
@@ -2111,17 +2083,6 @@ class FusedBatchParse final : public IteratorBase {
       });
       --waiting_;
     }
-    if (slots_.front()->end) return false;  // stays: later calls end too
-    std::unique_ptr<Slot> taken = std::move(slots_.front());
-    slots_.pop_front();
-    std::exception_ptr error;
-    Element element;
-    TakenLocked(std::move(taken), &element, &error);
-    KickPlannerLocked();
-    lock.unlock();
-    if (error) std::rethrow_exception(error);
-    *out = std::move(element);  // the batch before goes here, unlocked
-    return true;
   }
 
   // Starts the planner task when room for plan_burst_ batches is free (or
@@ -2329,7 +2290,11 @@ class FusedBatchParse final : public IteratorBase {
   const std::vector<FusableStage> chain_;
   const size_t max_slots_;
   // Planning in a task of its own (else on the consumer's thread), and
-  // the batches it plans at least once started (KickPlannerLocked).
+  // the batches it plans at least once started (KickPlannerLocked).  On
+  // 16 cores the consumer's thread was the shuffled pipeline's bound: of
+  // the ~18 us it spent a batch (Fashion-MNIST, 256 records, 16 threads;
+  // docs/PERFORMANCE.md), ~10 were planning and 2.3 retiring the refs of
+  // the batch taken, both the planner task's.
   const bool plan_in_task_;
   const size_t plan_burst_;
   Env env_;
