@@ -497,6 +497,9 @@ DatasetPtr Map(DatasetPtr input, MapFn fn, MapOptions options,
                std::shared_ptr<const ParseInfo> parse = nullptr);
 
 // parse.cc
+// A Parse's parser, options and batch buffers (what Parse() maps with).
+std::shared_ptr<ParseInfo> MakeParseInfo(records::FeatureSpec spec,
+                                         ParseOptions options);
 DatasetPtr Parse(DatasetPtr input, records::FeatureSpec spec,
                  ParseOptions options);
 DatasetPtr ParseSequence(DatasetPtr input, records::FeatureSpec context,

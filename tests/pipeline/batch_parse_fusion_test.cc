@@ -1340,5 +1340,38 @@ TEST(BatchParseFusionMemoryTest, BatchBuffersInFlightAreReusedNotFreed) {
   EXPECT_GT(stages::ParsedBuffersFreed() - before, kBuffers * (1250 - 10));
 }
 
+// A batch is parsed into the buffers its own thread filled last, where
+// some wait for reuse: their lines may still be in that thread's cache,
+// where another thread's are in that thread's (the newest buffer given
+// back is another thread's here, so plain last-in-first-out would lend it).
+TEST(BatchParseFusionMemoryTest, AThreadParsesIntoTheBuffersItFilledLast) {
+  std::shared_ptr<const stages::ParseInfo> info =
+      stages::MakeParseInfo(Spec(), {});
+  std::vector<std::string> recs;
+  for (int i = 0; i < 8; ++i) recs.push_back(MakeExample(0, i));
+  const std::vector<std::string_view> serialized(recs.begin(), recs.end());
+  const auto parse = [&] {
+    Element e;
+    stages::ParseRecords(*info, serialized, /*batched=*/true, &e);
+    return e;
+  };
+  const auto x = [](const Element& e) { return e["x"].data<float>(); };
+  Element mine = parse();
+  Element theirs;
+  std::thread([&] { theirs = parse(); }).join();
+  const float* mine_x = x(mine);
+  const float* theirs_x = x(theirs);
+  ASSERT_NE(mine_x, theirs_x);
+  mine = Element{};
+  theirs = Element{};  // the newest given back
+  const Element again = parse();
+  EXPECT_EQ(x(again), mine_x);
+  EXPECT_EQ(again["label"].data<int64_t>()[5], 5);
+  // A thread that filled none takes the newest.
+  Element other;
+  std::thread([&] { other = parse(); }).join();
+  EXPECT_EQ(x(other), theirs_x);
+}
+
 }  // namespace
 }  // namespace recflow::pipeline
