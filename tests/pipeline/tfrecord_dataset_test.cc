@@ -22,10 +22,10 @@
 namespace recflow::pipeline {
 namespace {
 
-using testing::Collect;
-using testing::Records;
 using stages::OpenFileRecords;
 using stages::RecordView;
+using testing::Collect;
+using testing::Records;
 
 class TFRecordDatasetTest : public ::testing::Test {
  protected:
@@ -429,6 +429,43 @@ TEST_F(TFRecordDatasetTest, DamageNamesFileOffsetAndRecord) {
   // IgnoreErrors: the damaged file ends there, the next file follows.
   auto rest = Records(Collect(Dataset::FromTFRecords(files_).IgnoreErrors()));
   EXPECT_EQ(rest.size(), all_[0].size() + 2 + all_[2].size());
+}
+
+// A block's short records are checked many at once, ahead of the reader
+// (the rest of the block as it is reached); a damaged one far into the
+// block still ends the stream at its place, after every record before it.
+TEST_F(TFRecordDatasetTest, DamageFarIntoABlockKeepsItsPlace) {
+  testing::TempDir dir;
+  const std::string file = dir.File("short.tfrecord");
+  std::vector<std::string> recs;
+  for (int i = 0; i < 200; ++i) recs.push_back(fmt::format("record {:03}", i));
+  testing::WriteRecords(file, recs);
+  for (const size_t damaged :
+       {size_t{70}, size_t{31}, size_t{32}, size_t{199}}) {
+    std::string bytes = testing::ReadFileBytes(file);
+    size_t offset = 0;
+    for (size_t i = 0; i < damaged; ++i) offset += recs[i].size() + 16;
+    std::string broken = bytes;
+    broken[offset + 12 + 2] ^= 0x01;
+    const std::string path =
+        dir.File(fmt::format("broken{}.tfrecord", damaged));
+    testing::WriteFileBytes(path, broken);
+    Iterator it = Dataset::FromTFRecords({path}).MakeIterator();
+    Element e;
+    size_t n = 0;
+    try {
+      while (it.Next(&e)) {
+        ASSERT_EQ(e["record"].bytes(0), recs[n]);
+        ++n;
+      }
+      FAIL() << "damage to record " << damaged << " not reported";
+    } catch (const records::RecordError& err) {
+      EXPECT_EQ(err.offset(), offset);
+      EXPECT_EQ(err.record_index(), damaged);
+      EXPECT_EQ(err.kind(), records::DamageKind::kDataCrcMismatch);
+    }
+    EXPECT_EQ(n, damaged);
+  }
 }
 
 TEST_F(TFRecordDatasetTest, TruncatedFileIsAnErrorNotAShorterStream) {
