@@ -60,6 +60,7 @@
 // from uncompressed files by reference, as Shuffle saves them); epochs.
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <atomic>
@@ -68,6 +69,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <span>
 #include <unordered_map>
@@ -171,6 +173,39 @@ bool PlanInTask(int calls, int threads) {
   if (set >= 0) return set == 1;
   return std::min(static_cast<size_t>(threads), FusedCores()) >= kPlanTaskCores;
 }
+// Workers for the fused stage's tasks (its own arena).  Where the
+// consumer's thread plans (and parses the batch due when no task has taken
+// it), it is busy most of the time, so where `threads` workers would take
+// every core, one worker fewer leaves it a core: the threads that work are
+// `threads`, as at one thread (the consumer's alone).  On 2 vCPUs at 2
+// threads, the consumer and two workers took turns on the cores
+// (preempted ~3 times a batch; the consumer's thread on a core 72% of the
+// time): the MNIST fixture shuffled made 3.46-4.24 M records/s with two
+// workers and 4.32-4.35 M with one, Fashion-MNIST +3-7%
+// (docs/PERFORMANCE.md).  With the planner in a task of its own, the
+// consumer only takes batches: every thread a worker.  With fewer threads
+// than cores, the consumer has a core of its own anyway.
+int FusedWorkers(int calls, int threads, bool plan_in_task) {
+  if (calls <= 1 || plan_in_task) return threads;
+  if (static_cast<size_t>(threads) < FusedCores()) return threads;
+  return std::max(1, threads - 1);
+}
+// Tasks of the fused path running now, and the most at once since
+// TakeFusedTasksAtOnceMost last asked (for tests: the workers' count).
+std::atomic<int> tasks_running{0};
+std::atomic<int> tasks_running_most{0};
+struct TaskRunning {
+  TaskRunning() {
+    const int now = tasks_running.fetch_add(1, std::memory_order_relaxed) + 1;
+    int most = tasks_running_most.load(std::memory_order_relaxed);
+    while (now > most && !tasks_running_most.compare_exchange_weak(
+                             most, now, std::memory_order_relaxed)) {
+    }
+  }
+  ~TaskRunning() { tasks_running.fetch_sub(1, std::memory_order_relaxed); }
+  TaskRunning(const TaskRunning&) = delete;
+  TaskRunning& operator=(const TaskRunning&) = delete;
+};
 // More finished batches than any state holds (kBatchesAhead per call, for
 // more calls than any machine has threads): a bound on forged states.
 constexpr uint64_t kMaxSavedBatches = kBatchesAhead * 65536 + 1;
@@ -318,7 +353,9 @@ struct Env {
   // Where files with an index are read by ranges on several threads at
   // once (FileReader); null: every file in one piece.
   RangeIndexes* ranges = nullptr;
-  size_t threads = 1;  // of the arena
+  size_t threads = 1;  // of the iterator's arena (IteratorOptions::threads)
+  // Where the fused stage's tasks run (FusedWorkers).
+  tbb::task_arena* arena = nullptr;
   // A reader's chunks: at most so many records and bytes (ChunkRecords).
   size_t chunk_records = kChunkRecords;
   uint64_t chunk_bytes = kChunkBytes;
@@ -847,8 +884,9 @@ class FileReader {
   void EnqueueTaskLocked() {
     ++tasks_;
     env_->ReaderTaskQueued();
-    env_->ctx->arena().enqueue([gate = gate_, env = env_] {
+    env_->arena->enqueue([gate = gate_, env = env_] {
       {
+        TaskRunning task;  // ends before the reader task is counted out
         std::shared_lock<std::shared_mutex> running(gate->mu);
         if (gate->reader != nullptr) gate->reader->RunTask();
       }
@@ -1780,9 +1818,11 @@ class FusedBatchParse final : public IteratorBase {
         chain_(std::move(chain)),
         max_slots_(kBatchesAhead * static_cast<size_t>(calls) + 1),
         plan_in_task_(PlanInTask(calls, ctx->threads())),
-        plan_burst_(std::max<size_t>(1, static_cast<size_t>(calls) / 4)) {
+        plan_burst_(std::max<size_t>(1, static_cast<size_t>(calls) / 4)),
+        arena_(FusedWorkers(calls, ctx->threads(), plan_in_task_), 0) {
     const FusableStage& source = chain_.back();
     env_.ctx = ctx;
+    env_.arena = &arena_;
     env_.paths = source.paths;
     env_.origin_files =
         std::make_shared<const BatchOrigins::Files>(*source.paths);
@@ -2093,12 +2133,14 @@ class FusedBatchParse final : public IteratorBase {
     if (planning_ || input_end_ || stop_) return;
     if (!slots_.empty() && slots_.size() + plan_burst_ > max_slots_) return;
     planning_ = true;
-    ctx_->arena().enqueue([this] { PlanTask(); });
+    arena_.enqueue([this] { PlanTask(); });
   }
 
   // The planner task: plans batches until kBatchesAhead per call are in
   // flight (one planner at a time: planning_).
   void PlanTask() {
+    // Ends before planning_ does (which the destructor waits for).
+    std::optional<TaskRunning> running(std::in_place);
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_ && !input_end_ && slots_.size() < max_slots_) {
       lock.unlock();
@@ -2107,6 +2149,7 @@ class FusedBatchParse final : public IteratorBase {
       QueueLocked(std::move(slot));
       if (waiting_ > 0) cv_.notify_all();
     }
+    running.reset();
     planning_ = false;
     if (waiting_ > 0) cv_.notify_all();
   }
@@ -2127,7 +2170,7 @@ class FusedBatchParse final : public IteratorBase {
     // later.
     if (parse_tasks_ < calls_ && QueuedPastFreeTasks()) {
       ++parse_tasks_;
-      ctx_->arena().enqueue([this] { ParseTask(); });
+      arena_.enqueue([this] { ParseTask(); });
     }
   }
 
@@ -2149,11 +2192,14 @@ class FusedBatchParse final : public IteratorBase {
 
   // A parse task: parses queued batches until none is left.
   void ParseTask() {
+    // Ends before parse_tasks_ does (which the destructor waits for).
+    std::optional<TaskRunning> running(std::in_place);
     // Also when the consumer parsed every queued batch before this task
     // ran (then the queue frees itself only at kMaxDiscarded chunks).
     env_.ledger.FreeDiscarded();
     std::unique_lock<std::mutex> lock(mu_);
     while (!to_parse_.empty() && !stop_) ParseQueued(lock, true);
+    running.reset();
     --parse_tasks_;
     if (waiting_ > 0) cv_.notify_all();
   }
@@ -2297,6 +2343,10 @@ class FusedBatchParse final : public IteratorBase {
   // the batch taken, both the planner task's.
   const bool plan_in_task_;
   const size_t plan_burst_;
+  // Where the reader, parse and planner tasks run: its own workers
+  // (FusedWorkers), from the process's pool as every arena's.  Its tasks
+  // end before it goes (the destructor waits for them).
+  tbb::task_arena arena_;
   Env env_;
   StageCounter* plan_counter_;
   StageCounter* parse_counter_;
@@ -2354,6 +2404,9 @@ void SetFusedCores(int cores) {
 }
 void SetPlanInTask(int mode) {
   plan_in_task.store(std::clamp(mode, -1, 1), std::memory_order_relaxed);
+}
+int TakeFusedTasksAtOnceMost() {
+  return tasks_running_most.exchange(0, std::memory_order_relaxed);
 }
 
 std::unique_ptr<IteratorBase> MakeFusedBatchParse(

@@ -72,6 +72,9 @@ struct StageCounter {
 
 struct IteratorOptions {
   // Threads of the task arena that runs parallel stages; 0 = all cores.
+  // A fused Parse whose planner runs on the consumer's thread counts that
+  // thread among them where they would take every core (its tasks then
+  // get one worker fewer; pipeline/README.md).
   int threads = 0;
   // Runs Parse(Batch(Shuffle/Repeat...(FromTFRecords))) as one fused stage
   // (tf.data's map_and_batch fusion; pipeline/README.md): the same

@@ -344,6 +344,11 @@ void SetFusedCores(int cores);
 // default) by the threads and cores as above.  With one parse call there
 // is no task either way.
 void SetPlanInTask(int mode);
+// The most tasks (readers, parses, the planner) the fused path ran at once
+// in this process since the last call (for tests: where the consumer's
+// thread plans, the workers are one fewer than the threads once they
+// would take every core).
+int TakeFusedTasksAtOnceMost();
 
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.

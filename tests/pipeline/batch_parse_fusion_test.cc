@@ -445,6 +445,40 @@ TEST_F(BatchParseFusionTest, APlannerTaskPlansAheadWhileTheConsumerIsAway) {
   }
 }
 
+// Where the consumer's thread plans, it is busy most of the time: once as
+// many workers as threads would take every core, the fused stage's tasks
+// get one worker fewer, so that as many threads work as asked (4 here,
+// the consumer's one of them).  With cores to spare, or the planner in a
+// task of its own, a worker per thread.
+TEST_F(BatchParseFusionTest, TheConsumersThreadCountsAmongTheThreads) {
+  TFRecordOptions all_at_once;
+  all_at_once.num_parallel_reads = static_cast<int>(files_.size());
+  const Dataset ds = Dataset::FromTFRecords(files_, all_at_once)
+                         .Shuffle(200, 3)
+                         .Repeat(8)
+                         .Batch(8)
+                         .Parse(Spec(), Calls(4));
+  struct Reset {
+    ~Reset() { stages::SetPlanInTask(-1); }
+  } reset;
+  struct Case {
+    int cores, mode;  // mode: SetPlanInTask's
+    int most;         // tasks at once, at most
+  };
+  for (const Case c : {Case{4, 0, 3}, Case{2, 0, 3}, Case{4, 1, 4}}) {
+    stages::SetFusedCores(c.cores);
+    stages::SetPlanInTask(c.mode);
+    for (int run = 0; run < 3; ++run) {
+      stages::TakeFusedTasksAtOnceMost();
+      // 8 epochs of the fixture's 822 records, in batches of 8.
+      EXPECT_EQ(Collect(ds, {.threads = 4}).size(), 822u);
+      const int most = stages::TakeFusedTasksAtOnceMost();
+      EXPECT_LE(most, c.most) << c.cores << " cores, mode " << c.mode;
+      EXPECT_GE(most, 1);
+    }
+  }
+}
+
 // Shuffle then Repeat: while an epoch's buffer drains (its input read to
 // the end), the next epoch's buffer fills, a record for each one handed
 // out, so that the next epoch does not begin by reading a whole buffer
