@@ -180,11 +180,12 @@ bool PlanInTask(int calls, int threads) {
 // `threads`, as at one thread (the consumer's alone).  On 2 vCPUs at 2
 // threads, the consumer and two workers took turns on the cores
 // (preempted ~3 times a batch; the consumer's thread on a core 72% of the
-// time): the MNIST fixture shuffled made 3.46-4.24 M records/s with two
-// workers and 4.32-4.35 M with one, Fashion-MNIST +3-7%
-// (docs/PERFORMANCE.md).  With the planner in a task of its own, the
-// consumer only takes batches: every thread a worker.  With fewer threads
-// than cores, the consumer has a core of its own anyway.
+// time): the MNIST fixture shuffled made 4.40 M records/s with two
+// workers and 4.63 M with one (medians of 8 alternating rounds; 1.59x ->
+// 1.70x one thread's rate), Fashion-MNIST the same (docs/PERFORMANCE.md).  With
+// the planner in a task of its own, the consumer only takes batches: every
+// thread a worker.  With fewer threads than cores, the consumer has a core of
+// its own anyway.
 int FusedWorkers(int calls, int threads, bool plan_in_task) {
   if (calls <= 1 || plan_in_task) return threads;
   if (static_cast<size_t>(threads) < FusedCores()) return threads;
