@@ -114,12 +114,28 @@ class BlockFileRecords final : public FileRecords {
     if (verify && Here() >= verified_until_) {
       const char* const end = block_.data + block_.size;
       const char* p = Here();
-      for (const char* q; (q = records::VerifyFramesAhead(p, end)) != p;) {
+      frames_.clear();
+      next_frame_ = 0;
+      for (const char* q;
+           (q = records::VerifyFramesAhead(p, end, &frames_)) != p;) {
         p = q;
       }
       verified_until_ = p;
     }
     bool checked = Here() < verified_until_;
+    // A frame checked ahead is whole in the block, and its length and CRC
+    // were kept then: its header and footer are not read again (shuffled,
+    // the block may have left the cache by now).
+    if (checked) {
+      const records::VerifiedFrame f = frames_[next_frame_++];
+      if (f.length <= options_.max_record_bytes) {
+        OwnedByBlock(out);
+        Deliver(out, Here() + records::kHeaderBytes, f.length, f.data_crc);
+        pos_ += f.length + records::kFrameOverhead;
+        return true;
+      }
+      // Over the maximum: CheckFrameHeader says so below.
+    }
     char header_copy[records::kHeaderBytes];
     const bool header_in_block = Available() >= records::kHeaderBytes;
     const char* header = Here();
@@ -142,16 +158,7 @@ class BlockFileRecords final : public FileRecords {
     const char* data;
     if (header_in_block && Available() >= frame) {
       data = Here() + records::kHeaderBytes;
-      if (keep_in_ == nullptr) {
-        out->owner = block_.owner;
-      } else {
-        out->owner.reset();
-        if (block_.owner.get() != kept_) {
-          keep_in_->push_back(block_.owner);
-          kept_ = block_.owner.get();
-        }
-      }
-      out->storage_bytes = block_.size;
+      OwnedByBlock(out);
       pos_ += frame;
     } else {
       checked = false;
@@ -166,15 +173,35 @@ class BlockFileRecords final : public FileRecords {
     if (verify && !checked && !records::DataChecks(data, length)) {
       Fail(DamageKind::kDataCrcMismatch, records::DataCrcDetail(data, length));
     }
+    Deliver(out, data, length, records::StoredDataCrc(data, length));
+    return true;
+  }
+
+  // The view's storage is the current block: its owner, or with
+  // KeepBlocksIn none, the block kept once in the caller's list.
+  void OwnedByBlock(RecordView* out) {
+    if (keep_in_ == nullptr) {
+      out->owner = block_.owner;
+    } else {
+      out->owner.reset();
+      if (block_.owner.get() != kept_) {
+        keep_in_->push_back(block_.owner);
+        kept_ = block_.owner.get();
+      }
+    }
+    out->storage_bytes = block_.size;
+  }
+  // The record at next_offset_ into *out, and the position past it.
+  void Deliver(RecordView* out, const char* data, uint64_t length,
+               uint32_t data_crc) {
     out->data = data;
     out->size = length;
     out->path = &path_;
-    out->offset = offset;
+    out->offset = next_offset_;
     out->index = next_index_;
-    out->frame_crc = records::StoredDataCrc(data, length);
-    next_offset_ += frame;
+    out->frame_crc = data_crc;
+    next_offset_ += length + records::kFrameOverhead;
     ++next_index_;
-    return true;
   }
 
   const std::shared_ptr<const std::string>& path_;
@@ -184,6 +211,9 @@ class BlockFileRecords final : public FileRecords {
   Block block_;
   size_t pos_ = 0;
   const char* verified_until_ = nullptr;
+  // The frames from Here() to verified_until_, checked, from next_frame_.
+  std::vector<records::VerifiedFrame> frames_;
+  size_t next_frame_ = 0;
   uint64_t next_offset_;
   uint64_t next_index_;
   bool done_ = false;

@@ -99,7 +99,8 @@ std::string DataCrcDetail(const char* data, uint64_t length) {
       length, StoredDataCrc(data, length), crc32c::Value(data, length));
 }
 
-const char* VerifyFramesAhead(const char* p, const char* end) {
+const char* VerifyFramesAhead(const char* p, const char* end,
+                              std::vector<VerifiedFrame>* frames) {
   const char* headers[kVerifyBatch];
   const char* data[kVerifyBatch];
   size_t eight[kVerifyBatch];
@@ -129,6 +130,7 @@ const char* VerifyFramesAhead(const char* p, const char* end) {
         data_crcs[i] != StoredDataCrc(data[i], lengths[i])) {
       return headers[i];
     }
+    if (frames != nullptr) frames->push_back({lengths[i], data_crcs[i]});
   }
   return p;
 }

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "records/crc32c.h"
 #include "records/errors.h"
@@ -123,7 +124,17 @@ inline void EncodeFooter(char* footer, const char* data, size_t n) {
 // single records are as fast on the one-record path, which also reports.
 inline constexpr size_t kVerifyBatch = 32;
 inline constexpr uint64_t kBatchedRecordBytes = 4096;
-const char* VerifyFramesAhead(const char* p, const char* end);
+// A frame VerifyFramesAhead checked: its payload's length and data CRC
+// (unmasked, as StoredDataCrc gives it), so that a reader need not read
+// its header and footer again.
+struct VerifiedFrame {
+  uint64_t length = 0;
+  uint32_t data_crc = 0;
+};
+// With `frames`, also appends the frames of the prefix that checks, in
+// order.
+const char* VerifyFramesAhead(const char* p, const char* end,
+                              std::vector<VerifiedFrame>* frames = nullptr);
 
 }  // namespace recflow::records
 

@@ -468,6 +468,31 @@ TEST_F(TFRecordDatasetTest, DamageFarIntoABlockKeepsItsPlace) {
   }
 }
 
+// max_record_bytes holds for records whose frames were checked ahead (and
+// kept then) as for the rest: the first record over it ends the stream.
+TEST_F(TFRecordDatasetTest, ARecordOverTheMaximumEndsTheStreamAtItsPlace) {
+  testing::TempDir dir;
+  const std::string file = dir.File("mixed.tfrecord");
+  std::vector<std::string> recs;
+  for (int i = 0; i < 60; ++i)
+    recs.push_back(std::string(i == 45 ? 40 : 20, 'a'));
+  testing::WriteRecords(file, recs);
+  TFRecordOptions options;
+  options.max_record_bytes = 30;
+  Iterator it = Dataset::FromTFRecords({file}, options).MakeIterator();
+  Element e;
+  size_t n = 0;
+  try {
+    while (it.Next(&e)) ++n;
+    FAIL() << "a record over the maximum was read";
+  } catch (const records::RecordError& err) {
+    EXPECT_EQ(err.record_index(), 45u);
+    EXPECT_EQ(err.offset(), 45u * (20 + 16));
+    EXPECT_EQ(err.kind(), records::DamageKind::kImplausibleLength);
+  }
+  EXPECT_EQ(n, 45u);
+}
+
 TEST_F(TFRecordDatasetTest, TruncatedFileIsAnErrorNotAShorterStream) {
   std::string bytes = testing::ReadFileBytes(files_[0]);
   bytes.resize(bytes.size() - 5);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "records/errors.h"
 #include "records/file.h"
@@ -56,6 +57,38 @@ TEST(FrameCheckTest, FaultsInOrderLengthCrcMaximumThenEnd) {
   EXPECT_EQ(DataCrcDetail(g.data() + kHeaderBytes, 3)
                 .rfind("payload of 3 bytes; stored CRC 0x", 0),
             0u);
+}
+
+// Short frames are checked many at once; the prefix that checks ends at
+// the first damaged or incomplete frame, and each of its frames comes back
+// with its length and data CRC.
+TEST(VerifyFramesAheadTest, ChecksThePrefixAndKeepsEachFramesLengthAndCrc) {
+  std::string bytes;
+  std::vector<size_t> starts;
+  for (int i = 0; i < 6; ++i) {
+    starts.push_back(bytes.size());
+    bytes += Frame(std::string(static_cast<size_t>(10 + i), 'a' + i));
+  }
+  const char* begin = bytes.data();
+  const char* end = begin + bytes.size();
+  std::vector<VerifiedFrame> frames;
+  EXPECT_EQ(VerifyFramesAhead(begin, end, &frames), end);
+  ASSERT_EQ(frames.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(frames[i].length, 10 + i);
+    EXPECT_EQ(frames[i].data_crc,
+              StoredDataCrc(begin + starts[i] + kHeaderBytes, 10 + i));
+  }
+  // The frame cut short by `end` is left to the one-record path.
+  frames.clear();
+  EXPECT_EQ(VerifyFramesAhead(begin, end - 1, &frames), begin + starts[5]);
+  EXPECT_EQ(frames.size(), 5u);
+  // A damaged payload: the frames before it check.
+  bytes[starts[3] + kHeaderBytes + 2] ^= 1;
+  frames.clear();
+  EXPECT_EQ(VerifyFramesAhead(begin, end, &frames), begin + starts[3]);
+  EXPECT_EQ(frames.size(), 3u);
+  EXPECT_EQ(VerifyFramesAhead(begin, end), begin + starts[3]);
 }
 
 TEST(ReadRecordAtTest, ReadsTheFrameAtAnOffsetAndSaysWhatIsWrongElsewhere) {
