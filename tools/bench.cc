@@ -739,7 +739,9 @@ Runner AddBenchCommand(CLI::App& app) {
                  "-1: a depth tuned as it runs, as tf.data.AUTOTUNE)")
       ->check(AutotuneOrNonNegative());
   app.add_option("--threads", o->threads,
-                 "threads of the task arena (0: one per core); a list such "
+                 "threads that run the pipeline's stages (0: one per core; "
+                 "a fused parse counts its consumer's thread among them "
+                 "where they take every core); a list such "
                  "as 1,2,4,8,16 runs the pipeline at each count and prints "
                  "a scaling table (--json: one object per count, with its "
                  "speedup over the first)")
