@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -26,6 +27,24 @@ using stages::OpenFileRecords;
 using stages::RecordView;
 using testing::Collect;
 using testing::Records;
+
+// The records `ds` delivers up to its first RecordError, and that error
+// (none where the stream ended without one).
+struct UntilError {
+  std::vector<std::string> records;
+  std::optional<records::RecordError> error;
+};
+UntilError ReadUntilError(const Dataset& ds) {
+  UntilError out;
+  Iterator it = ds.MakeIterator();
+  Element e;
+  try {
+    while (it.Next(&e)) out.records.emplace_back(e["record"].bytes(0));
+  } catch (const records::RecordError& err) {
+    out.error = err;
+  }
+  return out;
+}
 
 class TFRecordDatasetTest : public ::testing::Test {
  protected:
@@ -413,19 +432,13 @@ TEST_F(TFRecordDatasetTest, DamageNamesFileOffsetAndRecord) {
   const size_t offset2 = recs[0].size() + recs[1].size() + 32;
   bytes[offset2 + 12 + 3] ^= 0x40;
   testing::WriteFileBytes(files_[1], bytes);
-  Iterator it = Dataset::FromTFRecords(files_).MakeIterator();
-  Element e;
-  size_t n = 0;
-  try {
-    while (it.Next(&e)) ++n;
-    FAIL() << "damage not reported";
-  } catch (const records::RecordError& err) {
-    EXPECT_EQ(err.path(), files_[1]);
-    EXPECT_EQ(err.offset(), offset2);
-    EXPECT_EQ(err.record_index(), 2u);
-    EXPECT_EQ(err.kind(), records::DamageKind::kDataCrcMismatch);
-  }
-  EXPECT_EQ(n, all_[0].size() + 2);
+  const UntilError got = ReadUntilError(Dataset::FromTFRecords(files_));
+  ASSERT_TRUE(got.error) << "damage not reported";
+  EXPECT_EQ(got.error->path(), files_[1]);
+  EXPECT_EQ(got.error->offset(), offset2);
+  EXPECT_EQ(got.error->record_index(), 2u);
+  EXPECT_EQ(got.error->kind(), records::DamageKind::kDataCrcMismatch);
+  EXPECT_EQ(got.records.size(), all_[0].size() + 2);
   // IgnoreErrors: the damaged file ends there, the next file follows.
   auto rest = Records(Collect(Dataset::FromTFRecords(files_).IgnoreErrors()));
   EXPECT_EQ(rest.size(), all_[0].size() + 2 + all_[2].size());
@@ -450,21 +463,14 @@ TEST_F(TFRecordDatasetTest, DamageFarIntoABlockKeepsItsPlace) {
     const std::string path =
         dir.File(fmt::format("broken{}.tfrecord", damaged));
     testing::WriteFileBytes(path, broken);
-    Iterator it = Dataset::FromTFRecords({path}).MakeIterator();
-    Element e;
-    size_t n = 0;
-    try {
-      while (it.Next(&e)) {
-        ASSERT_EQ(e["record"].bytes(0), recs[n]);
-        ++n;
-      }
-      FAIL() << "damage to record " << damaged << " not reported";
-    } catch (const records::RecordError& err) {
-      EXPECT_EQ(err.offset(), offset);
-      EXPECT_EQ(err.record_index(), damaged);
-      EXPECT_EQ(err.kind(), records::DamageKind::kDataCrcMismatch);
-    }
-    EXPECT_EQ(n, damaged);
+    const UntilError got = ReadUntilError(Dataset::FromTFRecords({path}));
+    ASSERT_TRUE(got.error) << "damage to record " << damaged << " not reported";
+    EXPECT_EQ(got.error->offset(), offset);
+    EXPECT_EQ(got.error->record_index(), damaged);
+    EXPECT_EQ(got.error->kind(), records::DamageKind::kDataCrcMismatch);
+    const std::vector<std::string> before(
+        recs.begin(), recs.begin() + static_cast<std::ptrdiff_t>(damaged));
+    EXPECT_EQ(got.records, before);
   }
 }
 
@@ -479,18 +485,13 @@ TEST_F(TFRecordDatasetTest, ARecordOverTheMaximumEndsTheStreamAtItsPlace) {
   testing::WriteRecords(file, recs);
   TFRecordOptions options;
   options.max_record_bytes = 30;
-  Iterator it = Dataset::FromTFRecords({file}, options).MakeIterator();
-  Element e;
-  size_t n = 0;
-  try {
-    while (it.Next(&e)) ++n;
-    FAIL() << "a record over the maximum was read";
-  } catch (const records::RecordError& err) {
-    EXPECT_EQ(err.record_index(), 45u);
-    EXPECT_EQ(err.offset(), 45u * (20 + 16));
-    EXPECT_EQ(err.kind(), records::DamageKind::kImplausibleLength);
-  }
-  EXPECT_EQ(n, 45u);
+  const UntilError got =
+      ReadUntilError(Dataset::FromTFRecords({file}, options));
+  ASSERT_TRUE(got.error) << "a record over the maximum was read";
+  EXPECT_EQ(got.error->record_index(), 45u);
+  EXPECT_EQ(got.error->offset(), 45u * (20 + 16));
+  EXPECT_EQ(got.error->kind(), records::DamageKind::kImplausibleLength);
+  EXPECT_EQ(got.records.size(), 45u);
 }
 
 TEST_F(TFRecordDatasetTest, TruncatedFileIsAnErrorNotAShorterStream) {
