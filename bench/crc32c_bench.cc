@@ -1,6 +1,8 @@
-// crc32c throughput: the three-lane hardware path next to its baselines in
-// the same run — one lane of the same instruction, and the portable table
-// loop — on 1 MiB buffers, and short messages singly and interleaved.
+// crc32c throughput: the folding path (AVX-512 VPCLMULQDQ) and the
+// three-lane crc32 path next to their baselines in the same run — one lane
+// of the crc32 instruction, and the portable table loop — from 1 MiB
+// buffers to short messages, and 32 messages singly, through ValueMany, and
+// interleaved on the crc32 instruction alone.
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -19,10 +21,20 @@ std::vector<char> RandomBuffer(size_t n) {
   return v;
 }
 
+// 1 MiB, a short record, a page, and the lengths around where folding
+// starts to pay.
+void Lengths(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {1 << 20, 100, 4096, 1024, 512, 256}) b->Arg(n);
+}
+
 template <uint32_t (*Fn)(uint32_t, const char*, size_t)>
 void BM_Crc32c(benchmark::State& state) {
   if (Fn != crc32c::ExtendPortable && !crc32c::HardwareAvailable()) {
     state.SkipWithError("no SSE4.2");
+    return;
+  }
+  if (Fn == crc32c::ExtendFold && !crc32c::FoldAvailable()) {
+    state.SkipWithError("no AVX-512 VPCLMULQDQ");
     return;
   }
   const auto buffer = RandomBuffer(static_cast<size_t>(state.range(0)));
@@ -34,22 +46,27 @@ void BM_Crc32c(benchmark::State& state) {
 }
 BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendHardware)
     ->Name("crc32c/three_lanes")
-    ->Arg(1 << 20)
-    ->Arg(100)
-    ->Arg(4096);
+    ->Apply(Lengths);
+BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendFold)
+    ->Name("crc32c/fold")
+    ->Apply(Lengths);
 BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendHardwareOneLane)
     ->Name("crc32c/one_lane_baseline")
-    ->Arg(1 << 20)
-    ->Arg(100)
-    ->Arg(4096);
+    ->Apply(Lengths);
 BENCHMARK_TEMPLATE(BM_Crc32c, crc32c::ExtendPortable)
     ->Name("crc32c/portable")
-    ->Arg(1 << 20)
-    ->Arg(100)
-    ->Arg(4096);
+    ->Apply(Lengths);
 
 // 32 messages of state.range(0) bytes: one at a time, and interleaved.
-void BM_ManyMessages(benchmark::State& state, bool interleaved) {
+enum class Many { kOneAtATime, kValueMany, kInterleavedOnly };
+void MessageLengths(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {100, 256, 512, 1000, 3200}) b->Arg(n);
+}
+void BM_ManyMessages(benchmark::State& state, Many how) {
+  if (how != Many::kOneAtATime && !crc32c::HardwareAvailable()) {
+    state.SkipWithError("no SSE4.2");
+    return;
+  }
   const size_t n = static_cast<size_t>(state.range(0));
   constexpr size_t kCount = 32;
   const auto buffer = RandomBuffer(n * kCount + 64);
@@ -61,10 +78,18 @@ void BM_ManyMessages(benchmark::State& state, bool interleaved) {
     sizes[i] = n;
   }
   for (auto _ : state) {
-    if (interleaved) {
-      crc32c::ValueMany(data, sizes, out, kCount);
-    } else {
-      for (size_t i = 0; i < kCount; ++i) out[i] = crc32c::Value(data[i], n);
+    switch (how) {
+      case Many::kOneAtATime:
+        for (size_t i = 0; i < kCount; ++i) {
+          out[i] = crc32c::Value(data[i], n);
+        }
+        break;
+      case Many::kValueMany:
+        crc32c::ValueMany(data, sizes, out, kCount);
+        break;
+      case Many::kInterleavedOnly:
+        crc32c::ValueManyHardware(data, sizes, out, kCount);
+        break;
     }
     benchmark::DoNotOptimize(out);
   }
@@ -72,13 +97,14 @@ void BM_ManyMessages(benchmark::State& state, bool interleaved) {
       static_cast<int64_t>(state.iterations() * n * kCount));
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * kCount));
 }
-BENCHMARK_CAPTURE(BM_ManyMessages, one_at_a_time, false)
+BENCHMARK_CAPTURE(BM_ManyMessages, one_at_a_time, Many::kOneAtATime)
     ->Name("crc32c/32_messages_one_at_a_time")
-    ->Arg(100)
-    ->Arg(1000);
-BENCHMARK_CAPTURE(BM_ManyMessages, interleaved, true)
-    ->Name("crc32c/32_messages_interleaved")
-    ->Arg(100)
-    ->Arg(1000);
+    ->Apply(MessageLengths);
+BENCHMARK_CAPTURE(BM_ManyMessages, value_many, Many::kValueMany)
+    ->Name("crc32c/32_messages_value_many")
+    ->Apply(MessageLengths);
+BENCHMARK_CAPTURE(BM_ManyMessages, interleaved, Many::kInterleavedOnly)
+    ->Name("crc32c/32_messages_interleaved_baseline")
+    ->Apply(MessageLengths);
 
 }  // namespace
