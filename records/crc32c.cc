@@ -293,25 +293,24 @@ __attribute__((target("sse4.2"))) uint32_t RawFoldOrLanes(uint32_t s,
 
 // Three independent messages at once: while their lengths overlap the three
 // chains run in parallel, which is what makes short records cheap to check.
-// With kFold, the messages of a triple with one of kFoldAlone bytes or more
-// go each on its own, folded where long enough.
+// With kFold, a triple of messages of kFoldAlone bytes or more is folded
+// one message at a time instead (one longer than the others still runs
+// its rest in three lanes, RawTail).
 template <bool kFold>
 __attribute__((target("sse4.2"))) void RawMany(const char* const* data,
                                                const size_t* sizes,
                                                uint32_t* out, size_t count) {
   size_t i = 0;
   for (; i + 3 <= count; i += 3) {
-    if constexpr (kFold) {
-      if (std::max({sizes[i], sizes[i + 1], sizes[i + 2]}) >= kFoldAlone) {
-        for (size_t j = i; j < i + 3; ++j) {
-          out[j] = ~RawFoldOrLanes(~0u, data[j], sizes[j]);
-        }
-        continue;
-      }
-    }
     const char *a = data[i], *b = data[i + 1], *c = data[i + 2];
     const size_t common =
         std::min({sizes[i], sizes[i + 1], sizes[i + 2]}) & ~size_t{7};
+    if (kFold && common >= kFoldAlone) {
+      out[i] = ~RawFold(~0u, a, sizes[i]);
+      out[i + 1] = ~RawFold(~0u, b, sizes[i + 1]);
+      out[i + 2] = ~RawFold(~0u, c, sizes[i + 2]);
+      continue;
+    }
     uint64_t ca = ~0u, cb = ~0u, cc = ~0u;
     for (size_t j = 0; j < common; j += 8) {
       ca = _mm_crc32_u64(ca, Load64(a + j));
