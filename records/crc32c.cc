@@ -349,9 +349,6 @@ void RawMany(const char* const* data, const size_t* sizes, uint32_t* out,
   }
 }
 bool DetectHardware() { return false; }
-uint32_t RawFold(uint32_t s, const char* p, size_t n) {
-  return RawPortable(s, p, n);
-}
 uint32_t RawFoldOrLanes(uint32_t s, const char* p, size_t n) {
   return RawPortable(s, p, n);
 }
