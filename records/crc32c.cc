@@ -58,6 +58,7 @@ uint32_t RawPortable(uint32_t s, const char* data, size_t n) {
   return s;
 }
 
+#if defined(__x86_64__)
 // The crc32 instruction has a latency of three cycles and a throughput of
 // one per cycle, so one dependent chain uses a third of the unit.  Three
 // independent lanes over adjacent blocks keep it busy; their states are then
@@ -95,7 +96,6 @@ ShiftTable MakeShiftTable(size_t zero_bytes) {
   return table;
 }
 
-#if defined(__x86_64__)
 // Unaligned 8-byte loads cost nothing extra on the CPUs that have crc32,
 // so no byte-wise alignment prologue: a short record's CRC is a chain of
 // n/8 crc32q plus at most three shorter steps for the tail.
