@@ -508,7 +508,10 @@ nlohmann::json RunOnce(const BenchOptions& o,
            seconds > 0 ? consumer_cpu_seconds / seconds : 0},
           {"pipeline", ds.Describe()},
           {"fusion", o.fusion},
-          {"threads", it.context().threads()}};
+          {"threads", it.context().threads()},
+          // Which CRC-32C code checked the records: figures from
+          // machines with and without AVX-512 VPCLMULQDQ differ by it.
+          {"crc32c", records::crc32c::ImplementationName()}};
 }
 
 void AddProtobufBaseline(const BenchOptions& o,
@@ -690,8 +693,11 @@ int RunBench(const BenchOptions& o) {
       "core {:.1f}% of the time\n",
       100 * out["consumer_in_next_fraction"].get<double>(),
       100 * out["consumer_cpu_fraction"].get<double>());
-  fmt::print("CPU: {:.3f} core-seconds, {:.2f} cores busy on average\n",
-             out["cpu_seconds"].get<double>(), out["cores_busy"].get<double>());
+  fmt::print(
+      "CPU: {:.3f} core-seconds, {:.2f} cores busy on average; CRCs checked "
+      "by {}\n",
+      out["cpu_seconds"].get<double>(), out["cores_busy"].get<double>(),
+      out["crc32c"].get<std::string>());
   if (o.compare_protobuf) PrintProtobufBaseline(out);
   fmt::print("order digest {}\n", out["order_digest"].get<std::string>());
   return kExitOk;
@@ -770,7 +776,8 @@ Runner AddBenchCommand(CLI::App& app) {
                "(the consumer's share of the timed run inside Next()), "
                "cpu_seconds (the process's CPU time over the timed run), "
                "cores_busy (that over the run's time), consumer_cpu_fraction "
-               "(the share of the run the consumer's thread was on a core)");
+               "(the share of the run the consumer's thread was on a core), "
+               "crc32c (the CRC-32C code that checked the records)");
   app.add_option("--digest", o->digest,
                  "what order_digest hashes: order (where each delivered "
                  "record came from, file, offset and record, in order: nearly "

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "recflow_runner.h"
+#include "records/crc32c.h"
 #include "records/example_builder.h"
 #include "test_util.h"
 
@@ -55,6 +56,7 @@ TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(j["crc32c"], records::crc32c::ImplementationName());
   // The consumer's share of the run inside Next(): a fraction, and more
   // than nothing (the fused stage plans every batch there).
   const double in_next = j["consumer_in_next_fraction"];
