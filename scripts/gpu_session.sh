@@ -11,7 +11,7 @@
 #   fixture ../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord, which
 #   the call copies back to ../shared/fixtures/tf/ before it runs: shared/
 #   does not travel)
-#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|planner|cpu ...]
+#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|planner|cpu|crc ...]
 # A session has 15 device-minutes in all, machine starts (30-60 s) and
 # idle time included, and a call may run 600 s.  What 2026-11-26's
 # session ran in one call of 400 s on a machine that had built once:
@@ -259,8 +259,19 @@ EOF
         echo "fused_planner rc=$?"
         grep -E "FusedPlanner.*(real_time |median)" "$logs/fused_planner.txt"
         ;;
+      crc)
+        # The CRCs folded with VPCLMULQDQ against the crc32 instruction on
+        # this machine's CPU, and verified reads next to read() (~16 s on
+        # the 2-vCPU VM).
+        limited build-gpu/bench/records_bench \
+          --benchmark_filter='^crc32c/(fold|three|one|32_messages_[vi])|^read/(plain|records_verified)' \
+          --benchmark_repetitions=3 --benchmark_min_time=0.1 \
+          --benchmark_report_aggregates_only=true >"$logs/crc32c.txt" 2>&1
+        echo "crc32c rc=$?"
+        grep -E "median" "$logs/crc32c.txt"
+        ;;
       *)
-        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, planner, cpu)"
+        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, planner, cpu, crc)"
         ;;
     esac
     pack
