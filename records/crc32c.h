@@ -27,12 +27,14 @@ inline uint32_t Value(std::string_view data) {
 
 // out[i] = Value(data[i], sizes[i]) for i < count.  Independent messages are
 // interleaved so that short ones (records of ~100 bytes) do not each wait
-// out the crc32 instruction's latency.
+// out the crc32 instruction's latency; where folding is available, three
+// in a row of 512 bytes or more are folded one by one instead.
 void ValueMany(const char* const* data, const size_t* sizes, uint32_t* out,
                size_t count);
 
-// The two implementations, exposed for tests and benchmarks.  ExtendHardware
-// must only be called when HardwareAvailable() is true.
+// The implementations, exposed for tests and benchmarks.  ExtendHardware
+// (the crc32 instruction in three lanes) must only be called when
+// HardwareAvailable() is true.
 uint32_t ExtendPortable(uint32_t crc, const char* data, size_t n);
 uint32_t ExtendHardware(uint32_t crc, const char* data, size_t n);
 // ValueMany on the crc32 instruction alone, three messages interleaved:
