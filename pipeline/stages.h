@@ -349,6 +349,9 @@ void SetPlanInTask(int mode);
 // thread plans, the workers are one fewer than the threads once they
 // would take every core).
 int TakeFusedTasksAtOnceMost();
+// Chunks the fused path's planner has read for one file while a reader
+// task it waited for read another, in this process (for tests).
+uint64_t PlannerHelpReads();
 
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.

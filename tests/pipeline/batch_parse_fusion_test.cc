@@ -19,6 +19,7 @@
 #include "records/example_builder.h"
 #include "records/example_parser.h"
 #include "records/index.h"
+#include "records/io_faults.h"
 #include "records/tfrecord_format.h"
 #include "test_util.h"
 
@@ -477,6 +478,81 @@ TEST_F(BatchParseFusionTest, TheConsumersThreadCountsAmongTheThreads) {
       EXPECT_GE(most, 1);
     }
   }
+}
+
+// Where the consumer's thread plans and waits for a reader task mid-chunk
+// with no batch to parse, it reads another file's next chunk rather than
+// sleep.  Two threads on two cores: one worker.  Through the I/O seam, the
+// consumer's first read waits for the worker's first read, which waits
+// for the planner to read a chunk that way (each wait at most 10 s, once).
+// So the worker holds one file's chunk (the other's task finds the planner
+// at it and ends), and the planner, alternating the files record by
+// record, comes to wait for that chunk and reads the other file's next
+// one.  The elements are those of the stages run one by one.
+TEST_F(BatchParseFusionTest, APlannerWaitingForAReaderReadsAnotherFile) {
+  std::vector<std::string> files;
+  for (int f = 0; f < 2; ++f) {
+    std::vector<std::string> recs;
+    for (int i = 0; i < 1500; ++i) {
+      records::ExampleBuilder b;
+      b.AddInt64("label", f * 10000 + i);
+      b.AddFloatList("x", std::vector<float>{1.0f, 2.0f, 3.0f});
+      b.AddInt64List("tokens", std::vector<int64_t>{i});
+      b.AddBytes("blob", std::string(1000, 'b'));
+      recs.push_back(std::string(b.Serialize()));
+    }
+    files.push_back(dir_.File(fmt::format("wide-{}.tfrecord", f)));
+    testing::WriteRecords(files.back(), recs, records::Compression::kNone);
+  }
+  class WorkerHeldUntilHelped : public records::IoFaultInjector {
+   public:
+    records::IoFault Before(records::IoOp op, std::string_view,
+                            size_t) override {
+      if (op != records::IoOp::kRead) return {};
+      if (std::this_thread::get_id() == consumer_) {
+        WaitOnce(&consumer_waited_, [this] { return worker_read_.load(); });
+      } else {
+        worker_read_ = true;
+        WaitOnce(&worker_waited_,
+                 [this] { return stages::PlannerHelpReads() > before_; });
+      }
+      return {};
+    }
+
+   private:
+    static void WaitOnce(std::atomic<bool>* waited,
+                         const std::function<bool()>& until) {
+      if (waited->exchange(true)) return;
+      const auto limit =
+          std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (!until() && std::chrono::steady_clock::now() < limit) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+    const std::thread::id consumer_ = std::this_thread::get_id();
+    const uint64_t before_ = stages::PlannerHelpReads();
+    std::atomic<bool> worker_read_{false};
+    std::atomic<bool> consumer_waited_{false};
+    std::atomic<bool> worker_waited_{false};
+  };
+  TFRecordOptions both;
+  both.num_parallel_reads = 2;
+  const Dataset ds = Dataset::FromTFRecords(files, both)
+                         .Repeat(4)
+                         .Batch(64)
+                         .Parse(Spec(), Calls(2));
+  const auto want = Collect(ds, Unfused());
+  stages::SetFusedCores(2);
+  const uint64_t before = stages::PlannerHelpReads();
+  std::vector<Element> got;
+  {
+    WorkerHeldUntilHelped held;
+    records::ScopedIoFaults scope(&held);
+    got = Collect(ds, {.threads = 2});
+  }
+  EXPECT_GT(stages::PlannerHelpReads(), before);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << i;
 }
 
 // Shuffle then Repeat: while an epoch's buffer drains (its input read to
