@@ -1034,21 +1034,14 @@ class FileReader {
       }
       // A task is reading the chunk: parse a queued batch, or read another
       // file's next chunk, rather than sleep meanwhile.
-      if (env_->help) {
+      if (env_->help || env_->help_read) {
         lock.unlock();
-        const bool helped = env_->help();
-        lock.lock();
-        if (helped) continue;
-      }
-      if (env_->help_read) {
-        lock.unlock();
-        bool helped = false;
-        for (FileReader* r : env_->readers) {
-          if (r != this && r->HelpRead()) {
-            helped = true;
-            break;
-          }
-        }
+        const bool helped =
+            (env_->help && env_->help()) ||
+            (env_->help_read &&
+             std::any_of(
+                 env_->readers.begin(), env_->readers.end(),
+                 [this](FileReader* r) { return r != this && r->HelpRead(); }));
         lock.lock();
         if (helped) continue;
       }
