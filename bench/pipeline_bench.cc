@@ -360,26 +360,50 @@ BENCHMARK(BM_RecordsFromMemory)
     ->ArgNames({"MiB", "random"})
     ->UseRealTime();
 
+// The last stage's counters where it is asynchronous (a Prefetch's), else
+// a default StageStats (no buffer, no wakes).
+StageStats LastAsyncStage(const Iterator& it) {
+  StageStats last;
+  for (const StageStats& s : it.Stats()) {
+    if (s.buffered >= 0) last = s;
+  }
+  return last;
+}
+
 // Takes 100 elements of `it` (buffers filled), then one per iteration,
 // the consumer busy `work` after each (the host's share of a step); the
-// mean time inside Next() alone goes to counter next_us.  Returns the
-// elements taken in the timed loop.
+// mean time inside Next() alone goes to counter next_us.  Of the last
+// asynchronous stage (a Prefetch): the takes that woke its driver
+// (StageStats::wakes, a system call each) and those that left its buffer
+// empty (the next take may wait), a share of the takes each
+// (wakes_per_take, emptied_per_take).  Returns the elements taken in the
+// timed loop.
 int64_t TimeNext(benchmark::State& state, Iterator& it,
                  std::chrono::microseconds work) {
   Element e;
   for (int i = 0; i < 100; ++i) it.Next(&e);
   double in_next = 0;
   int64_t taken = 0;
+  int64_t emptied = 0;
+  const uint64_t wakes_before = LastAsyncStage(it).wakes;
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     it.Next(&e);
     const auto t1 = std::chrono::steady_clock::now();
     in_next += std::chrono::duration<double>(t1 - t0).count();
     ++taken;
+    // Inside the consumer's work: read after Next, not timed in it.
+    emptied += LastAsyncStage(it).buffered == 0 ? 1 : 0;
     while (std::chrono::steady_clock::now() - t1 < work) {
     }
   }
-  state.counters["next_us"] = in_next / static_cast<double>(taken) * 1e6;
+  const auto per_take = [&](double n) {
+    return n / static_cast<double>(std::max<int64_t>(taken, 1));
+  };
+  state.counters["next_us"] = per_take(in_next) * 1e6;
+  state.counters["wakes_per_take"] =
+      per_take(static_cast<double>(LastAsyncStage(it).wakes - wakes_before));
+  state.counters["emptied_per_take"] = per_take(static_cast<double>(emptied));
   return taken;
 }
 

@@ -995,6 +995,16 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     varied.TakeTimes();
     const Backend::StepGraphStats plain_graphs = plain_be.step_graph_stats();
     const Backend::StepGraphStats variant_graphs = other->step_graph_stats();
+    // The variant's takes that woke its Prefetch's driver (a system call
+    // on the launching thread; StageStats::wakes), over the timed steps.
+    const auto input_wakes = [&] {
+      uint64_t wakes = 0;
+      if (it) {
+        for (const pipeline::StageStats& s : it->Stats()) wakes += s.wakes;
+      }
+      return wakes;
+    };
+    const uint64_t wakes_before = input_wakes();
     std::vector<double> ratios;
     double plain_seconds = 0, variant_seconds = 0;
     for (auto _ : state) {
@@ -1011,6 +1021,10 @@ void CudaPaired(benchmark::State& state, const std::string& name,
     state.counters["variant_over_plain"] = ratios[ratios.size() / 2];
     state.counters["plain_step_ms"] = plain_seconds / steps * 1e3;
     state.counters["variant_step_ms"] = variant_seconds / steps * 1e3;
+    if (it) {
+      state.counters["variant_wakes_per_step"] =
+          static_cast<double>(input_wakes() - wakes_before) / steps;
+    }
     // Where each side's launching thread spent its steps (RunCudaSteps').
     const auto n = static_cast<int64_t>(steps);
     TimesCounters(state, "plain_", plain.TakeTimes(), plain_seconds, n);

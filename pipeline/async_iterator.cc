@@ -97,9 +97,11 @@ void AsyncIterator::WaitForRoom(std::unique_lock<std::mutex>& lock,
     const std::chrono::nanoseconds wait =
         PrefetchLookWait(pop_interval_ns_, idle_looks);
     driver_polls_ = true;
+    driver_asleep_ = true;
     poll_until_ = std::chrono::steady_clock::now() + wait;
     driver_cv_.wait_for(lock, wait, ready);
     driver_polls_ = false;
+    driver_asleep_ = false;
     // (Idle looks counted by whether a look saw no take had every other
     // take wake the driver at 130-400 us between takes: a system call on
     // the training thread, 4.6-7.9 us a take on the 2-vCPU VM against
@@ -120,7 +122,9 @@ void AsyncIterator::DriverLoop() {
     // as results are taken) is looked at on a timer where the Iterator
     // asks for it (IteratorOptions::prefetch_polls); else woken.
     if (polls_ && !input_end_ && !ready()) WaitForRoom(lock, ready);
+    driver_asleep_ = true;
     driver_cv_.wait(lock, ready);
+    driver_asleep_ = false;
     if (stop_) return;
     if (pause_) {
       paused_ = true;
@@ -255,6 +259,9 @@ bool AsyncIterator::GetNext(Element* out) {
     // woken, unless this take emptied the buffer.
     wake = !driver_polls_ || slots_.empty() ||
            poll_until_ - now > std::chrono::nanoseconds(pop_interval_ns_ / 2);
+  }
+  if (wake && driver_asleep_) {
+    counter_->wakes.fetch_add(1, std::memory_order_relaxed);
   }
   lock.unlock();
   // After unlocking: a driver woken under the lock would only block on it.

@@ -149,6 +149,9 @@ class AsyncIterator final : public IteratorBase {
   // then need not wake it, a system call (on a VM, an interrupt to the
   // driver's idle core) on the thread that trains.  All guarded by mu_.
   bool driver_polls_ = false;
+  // The driver waits on driver_cv_ (timed or not): a take that notifies it
+  // then makes a system call (counted in StageCounter::wakes).
+  bool driver_asleep_ = false;
   std::chrono::steady_clock::time_point poll_until_{};
   std::chrono::steady_clock::time_point last_pop_{};
   uint64_t pops_ = 0;

@@ -203,6 +203,7 @@ std::vector<StageStats> IteratorContext::Stats() const {
     s.parallelism = c.parallelism;
     s.buffered = c.buffered.load();
     s.errors_ignored = c.errors_ignored.load();
+    s.wakes = c.wakes.load();
     out.push_back(std::move(s));
   }
   return out;

@@ -55,6 +55,12 @@ struct StageStats {
   int parallelism = 1;          // threads its work may use
   int64_t buffered = -1;        // asynchronous stages: elements held now
   uint64_t errors_ignored = 0;  // IgnoreErrors: elements skipped
+  // Asynchronous stages: the consumer's takes that woke the stage's
+  // sleeping driver, each a system call on the consumer's thread (with
+  // IteratorOptions::prefetch_polls, a prefetch's takes wake it only when
+  // they empty its buffer or its next look is more than half the takes'
+  // interval away).
+  uint64_t wakes = 0;
 };
 
 // One stage's counters; updated from any thread.
@@ -68,6 +74,7 @@ struct StageCounter {
   std::atomic<uint64_t> wait_ticks{0};
   std::atomic<int64_t> buffered{-1};
   std::atomic<uint64_t> errors_ignored{0};
+  std::atomic<uint64_t> wakes{0};
 };
 
 struct IteratorOptions {

@@ -337,7 +337,7 @@ class PyIterator {
           "name"_a = s.name, "elements"_a = s.elements, "bytes"_a = s.bytes,
           "busy_seconds"_a = s.busy_seconds, "wait_seconds"_a = s.wait_seconds,
           "parallelism"_a = s.parallelism, "buffered"_a = s.buffered,
-          "errors_ignored"_a = s.errors_ignored));
+          "errors_ignored"_a = s.errors_ignored, "wakes"_a = s.wakes));
     }
     return out;
   }

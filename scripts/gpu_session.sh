@@ -151,11 +151,14 @@ import re, sys
 for line in open(sys.argv[1]):
     if "median" not in line:
         continue
-    d = dict(re.findall(r"(\w+)=([\d.]+)", line))
+    # Google Benchmark's suffixes (1.7m is 0.0017) read as numbers.
+    scale = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+    d = {k: "%.6g" % (float(v) * scale[s])
+         for k, v, s in re.findall(r"(\w+)=([\d.]+)([kMGmun]?)", line)}
     print(line.split()[0], " ".join("%s=%s" % (k, d.get(k)) for k in (
         "variant_over_plain", "plain_step_ms", "variant_step_ms", "convs_differ",
-        "variant_input_us", "plain_build_us", "variant_build_us",
-        "plain_end_us", "variant_end_us")))
+        "variant_input_us", "variant_wakes_per_step", "plain_build_us",
+        "variant_build_us", "plain_end_us", "variant_end_us")))
 EOF2
         done
         ;;

@@ -387,6 +387,7 @@ void SinceWarmUp(const std::vector<pipeline::StageStats>& warm,
     s.busy_seconds = std::max(0.0, s.busy_seconds - w.busy_seconds);
     s.wait_seconds = std::max(0.0, s.wait_seconds - w.wait_seconds);
     s.errors_ignored -= std::min(s.errors_ignored, w.errors_ignored);
+    s.wakes -= std::min(s.wakes, w.wakes);
   }
 }
 
@@ -488,6 +489,7 @@ nlohmann::json RunOnce(const BenchOptions& o,
         {"busy_fraction", busy},
         {"wait_fraction", wait}};
     if (st.errors_ignored) s["errors_ignored"] = st.errors_ignored;
+    if (st.buffered >= 0) s["wakes"] = st.wakes;
     stages.push_back(std::move(s));
   }
   return {{"records", records},

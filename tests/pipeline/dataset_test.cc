@@ -2,6 +2,7 @@
 // statistics.
 #include "pipeline/dataset.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -152,6 +153,48 @@ TEST(DatasetTest, PrefetchRefillsItsBufferBetweenTheTakesOfASlowConsumer) {
   }
   while (it.Next(&e)) EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
   EXPECT_EQ(expected, 40);
+}
+
+// StageStats::wakes: the takes that woke a prefetch's sleeping driver (a
+// system call on the consumer's thread).  Once the buffer is full its
+// driver sleeps (it holds the lock from the element's push to its wait),
+// so without prefetch_polls every such take wakes it; with them a take
+// that leaves elements buffered wakes it only where its timer looks too
+// late, and one that empties the buffer (of one element) always.
+TEST(DatasetTest, PrefetchCountsTheTakesThatWokeItsDriver) {
+  for (const auto& [polls, buffer] :
+       {std::pair{false, int64_t{3}}, std::pair{true, int64_t{1}}}) {
+    SCOPED_TRACE(fmt::format("polls {}, buffer {}", polls, buffer));
+    Iterator it = Dataset::Range(0, 20).Prefetch(buffer).MakeIterator(
+        {.prefetch_polls = polls});
+    const auto prefetch = [&] {
+      for (const StageStats& s : it.Stats()) {
+        if (s.buffered >= 0) return s;
+      }
+      return StageStats{};
+    };
+    Element e;
+    ASSERT_TRUE(it.Next(&e));  // starts the driver
+    constexpr uint64_t kTakes = 8;
+    for (uint64_t take = 0; take < kTakes; ++take) {
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (prefetch().buffered < buffer &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      ASSERT_EQ(prefetch().buffered, buffer);
+      const uint64_t before = prefetch().wakes;
+      ASSERT_TRUE(it.Next(&e));
+      EXPECT_EQ(prefetch().wakes, before + 1) << "take " << take;
+    }
+  }
+  // A stage with no driver wakes nothing.
+  Iterator plain = Dataset::Range(0, 3).MakeIterator();
+  Element e;
+  while (plain.Next(&e)) {
+  }
+  for (const StageStats& s : plain.Stats()) EXPECT_EQ(s.wakes, 0u) << s.name;
 }
 
 TEST(DatasetTest, PrepareSeesEveryElementDeliveredInOrderBeforeNext) {
