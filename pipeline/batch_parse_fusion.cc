@@ -7,8 +7,8 @@
 //   reader tasks (one per open file, in the arena, kChunksAhead ahead;
 //     smaller chunks when many files are open at once):
 //     read blocks, check frames and CRCs ──▶ chunks of record views
-//   planner (the consumer's thread, in GetNext; from kPlanTaskCores
-//     threads on as many cores, a task of its own): interleave files ──▶
+//   planner (the consumer's thread, in GetNext; SetPlanInTask(1): a task
+//     of its own): interleave files ──▶
 //     shuffle ──▶ repeat ──▶ batch, over refs to the views (RecordRef: a
 //     view stays in the chunk its reader wrote; never record bytes),
 //     kBatchesAhead batches per parse call ahead
@@ -150,28 +150,23 @@ int EpochsPrepared(size_t threads) {
 constexpr uint64_t kShortEpochRecords = kChunksAhead * kChunkRecords;
 // Batches planned ahead of the consumer, per parse call.
 constexpr size_t kBatchesAhead = 2;
-// From so many threads on cores as many, the planner runs in a task of its
-// own rather than on the consumer's thread (KickPlannerLocked): there
-// the consumer's thread is the bound.  On 16 cores (sixteenth session,
-// docs/PERFORMANCE.md) it spent ~18-21 us a shuffled batch, ~10-12 of them
-// planning, and one thread did a batch's whole work in 109-161 us
-// (parse-only, shuffled): from 8 threads on, the workers make a batch as
-// fast as the consumer's thread took one or faster (20.6 us in GetNext at
-// 8 threads).  With fewer, the workers are the bound, and a planner task
-// would take a worker's share from them where the consumer's thread plans
-// on a core of its own.  Where fewer cores run the threads, the
-// consumer's thread is better used planning and parsing itself: on 2
-// vCPUs, shuffled Fashion-MNIST made 0.88-0.91x the records/s with the
-// planner task at 4 threads, and 0.99-1.02x at 16 with ~20 MiB more peak
-// RSS (the planner's allocations then in every worker's malloc arena:
-// with one arena, MALLOC_ARENA_MAX=1, both peaked at 81 MiB).
-constexpr size_t kPlanTaskCores = 8;
-std::atomic<int> plan_in_task{-1};  // SetPlanInTask: -1 by the cores
-bool PlanInTask(int calls, int threads) {
-  const int set = plan_in_task.load(std::memory_order_relaxed);
-  if (calls <= 1) return false;
-  if (set >= 0) return set == 1;
-  return std::min(static_cast<size_t>(threads), FusedCores()) >= kPlanTaskCores;
+// The planner runs on the consumer's thread unless SetPlanInTask(1) puts
+// it in a task of its own (KickPlannerLocked), which keeps the batches
+// ahead planned while the consumer is away.  From 8 threads on 8 cores
+// that was the default (dcae4aa: on 16 cores the consumer's thread was
+// the shuffled pipeline's bound, ~10-12 of its ~18-21 us a batch
+// planning), until the 16-core machine measured it (2026-11-28,
+// pipeline_bench's FusedPlanner, 5 repetitions interleaved at random,
+// docs/PERFORMANCE.md): the task made 0.93x and 0.94x the records/s of
+// the consumer's thread shuffled at 16 and 8 threads, 0.98x and 0.97x
+// parse-only, and 0.86-0.90x at 4.  One thread plans either way, and
+// the task's hand-offs cost more than the consumer's thread freed.  On 2
+// vCPUs the task made 0.88-0.91x at 4 threads and 0.99-1.02x at 16, with
+// ~20 MiB more peak RSS (the planner's allocations then in every worker's
+// malloc arena).
+std::atomic<int> plan_in_task{-1};  // SetPlanInTask: -1 the default (0)
+bool PlanInTask(int calls) {
+  return calls > 1 && plan_in_task.load(std::memory_order_relaxed) == 1;
 }
 // Workers for the fused stage's tasks (its own arena).  Where the
 // consumer's thread plans (and parses the batch due when no task has taken
@@ -1854,7 +1849,7 @@ class FusedBatchParse final : public IteratorBase {
         batch_(std::move(batch)),
         chain_(std::move(chain)),
         max_slots_(kBatchesAhead * static_cast<size_t>(calls) + 1),
-        plan_in_task_(PlanInTask(calls, ctx->threads())),
+        plan_in_task_(PlanInTask(calls)),
         plan_burst_(std::max<size_t>(1, static_cast<size_t>(calls) / 4)),
         arena_(FusedWorkers(calls, ctx->threads(), plan_in_task_), 0) {
     const FusableStage& source = chain_.back();
@@ -2373,12 +2368,11 @@ class FusedBatchParse final : public IteratorBase {
   const FusableStage batch_;
   const std::vector<FusableStage> chain_;
   const size_t max_slots_;
-  // Planning in a task of its own (else on the consumer's thread), and
-  // the batches it plans at least once started (KickPlannerLocked).  On
-  // 16 cores the consumer's thread was the shuffled pipeline's bound: of
-  // the ~18 us it spent a batch (Fashion-MNIST, 256 records, 16 threads;
-  // docs/PERFORMANCE.md), ~10 were planning and 2.3 retiring the refs of
-  // the batch taken, both the planner task's.
+  // Planning in a task of its own (SetPlanInTask(1); else on the
+  // consumer's thread), and the batches it plans at least once started
+  // (KickPlannerLocked).  The task also retires the refs of the batch
+  // taken (on 16 cores, of the ~18 us the consumer's thread spent a
+  // shuffled Fashion-MNIST batch, ~10 were planning and 2.3 retiring).
   const bool plan_in_task_;
   const size_t plan_burst_;
   // Where the reader, parse and planner tasks run: its own workers

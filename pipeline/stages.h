@@ -335,14 +335,15 @@ uint64_t FusedFileReadersMade();
 void SetMinRangedFileBytes(uint64_t bytes);
 // The cores the fused path counts (default the machine's, MachineCores();
 // 0 restores it): a Repeat of short epochs prepares as many epochs ahead
-// as the iterator's threads, at most the cores, and from 8 threads on as
-// many cores the batches are planned in a task of their own.  So that
-// tests run as on a machine of that many cores.
+// as the iterator's threads, at most the cores, and where the consumer's
+// thread plans and the threads take every core, the tasks get a worker
+// fewer.  So that tests run as on a machine of that many cores.
 void SetFusedCores(int cores);
 // Where the fused path plans from then on, for benchmarks that compare the
-// two: 1 in a task of its own, 0 on the consumer's thread, -1 (the
-// default) by the threads and cores as above.  With one parse call there
-// is no task either way.
+// two: 1 in a task of its own, 0 or -1 (the default) on the consumer's
+// thread (on 16 cores the task was 2-7% slower at 8 and 16 threads:
+// batch_parse_fusion.cc).  With one parse call there is no task either
+// way.
 void SetPlanInTask(int mode);
 // The most tasks (readers, parses, the planner) the fused path ran at once
 // in this process since the last call (for tests: where the consumer's

@@ -399,11 +399,11 @@ TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
   EXPECT_EQ(batches, (rows + 63) / 64);
 }
 
-// From 8 threads on as many cores, the batches are planned in a task of
-// their own: while the consumer is away, the batches taken are planned
-// again, up to kBatchesAhead (2) per parse call and no more.  Planned on
-// the consumer's thread (fewer threads, or fewer cores), they wait for its
-// next call.  SetPlanInTask overrides the choice.
+// A planner in a task of its own (SetPlanInTask(1)) plans while the
+// consumer is away: the batches taken are planned again, up to
+// kBatchesAhead (2) per parse call and no more.  Planned on the consumer's
+// thread (the default, whatever the threads and cores), they wait for its
+// next call.
 TEST_F(BatchParseFusionTest, APlannerTaskPlansAheadWhileTheConsumerIsAway) {
   const Dataset ds =
       Dataset::FromTFRecords(files_).Shuffle(100, 2).Repeat().Batch(8).Parse(
@@ -418,8 +418,8 @@ TEST_F(BatchParseFusionTest, APlannerTaskPlansAheadWhileTheConsumerIsAway) {
     ~ResetMode() { stages::SetPlanInTask(-1); }
   } reset;
   for (const Case c :
-       {Case{4, 16, -1, false}, Case{8, 4, -1, false}, Case{8, 16, -1, true},
-        Case{4, 16, 1, true}, Case{8, 16, 0, false}}) {
+       {Case{4, 16, -1, false}, Case{8, 4, -1, false}, Case{16, 16, -1, false},
+        Case{4, 16, 1, true}, Case{8, 16, 0, false}, Case{8, 2, 1, true}}) {
     stages::SetFusedCores(c.cores);
     stages::SetPlanInTask(c.mode);
     Iterator it = ds.MakeIterator({.threads = c.threads});
