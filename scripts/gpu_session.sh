@@ -86,6 +86,9 @@ main() {
           [ -x build-gpu/tools/recflow ] && [ -x build-gpu/bench/train_bench ] ||
             { tail -40 "$logs/build.log"; pack; exit 1; }
         fi
+        # What a clock read and a wake-up cost on this machine (the
+        # training thread's take from a Prefetch may pay either).
+        build-gpu/bench/clock_probe | tee "$logs/clock_probe.json"
         ;;
       test)
         source .gpu/build.sh --env-only
