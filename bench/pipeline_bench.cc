@@ -22,14 +22,14 @@
 //   RaggedSlices/N   FromTensorSlices over N ragged rows: items/s must not
 //                    fall as N grows (10,000 against 80,000)
 //   FusedPlanner/threads:T/planner_task:P/shuffle:S  the fused stage's
-//                    planner on the consumer's thread (P = 0) against in a
-//                    task of its own (P = 1, the choice from 8 threads on
-//                    as many cores), over Fashion-MNIST-like files (16 x
+//                    planner on the consumer's thread (P = 0, the default)
+//                    against in a task of its own (P = 1), over
+//                    Fashion-MNIST-like files (16 x
 //                    4,096 Examples of ~850 bytes: 784 image bytes, label,
 //                    height, width; all 16 read at once), shuffled
 //                    (10,000; S = 1) or not, 4 epochs, batches of 256
-//                    parsed on T threads: where the consumer's thread is
-//                    the bound (16 cores, shuffled), P = 1 is the change
+//                    parsed on T threads (on 16 cores P = 1 made 0.80-0.98x
+//                    P = 0's records/s at 8 and 16 threads)
 //   BytesColumn/values:N/use:U  a batch's image column (N values of 784
 //                    bytes, as the fused parse makes it) asked on the
 //                    thread that launches a GPU step: U = 0, one pass over

@@ -373,7 +373,8 @@ struct Env {
   // consumer's thread.  (The MNIST fixture shuffled at 2 threads on 2
   // vCPUs: the planner waited for a reader 7% of the run, then ~1%; +3-7%
   // records/s, docs/PERFORMANCE.md.)  Where it plans in a task of its own
-  // it is the bound, and a chunk read for later would only delay it.  The
+  // (SetPlanInTask(1)) it is the bound, and a chunk read for later would
+  // only delay it.  The
   // readers alive, oldest first (the planner's: readers are made and
   // dropped where it plans).
   bool help_read = false;
