@@ -978,7 +978,9 @@ unless the program installed a SIGINT handler of its own.
       .def("restore", &PyIterator::Restore, "state"_a,
            "Continues from a saved state; only before the first element.")
       .def("stats", &PyIterator::Stats,
-           "Per stage: elements, bytes, busy and wait seconds.");
+           "Per stage: elements, bytes, busy and wait seconds, parallelism, "
+           "elements buffered (asynchronous stages; else -1), errors ignored, "
+           "and the takes that woke its sleeping driver (wakes).");
 
   // --- Dataset ---
   py::class_<PyDataset> dataset(m, "Dataset", R"doc(

@@ -517,6 +517,27 @@ def test_autotune_as_tf_data():
     assert sorted(int(e["value"]) for e in flat) == [0, 0, 0, 1, 1, 2]
 
 
+def test_stats_count_the_takes_that_woke_a_prefetch_driver():
+    # Each stage's counters; an asynchronous stage's `buffered` and
+    # `wakes`. A take from a full buffer (its driver asleep once full)
+    # wakes the driver: a system call on the consumer's thread.
+    it = recflow.Dataset.range(20).prefetch(3).iterator()
+    next(it)
+
+    def prefetch():
+        return next(s for s in it.stats() if s["buffered"] >= 0)
+
+    for _ in range(5):
+        deadline = time.monotonic() + 10
+        while prefetch()["buffered"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert prefetch()["buffered"] == 3
+        before = prefetch()["wakes"]
+        next(it)
+        assert prefetch()["wakes"] == before + 1
+    assert all(s["wakes"] == 0 for s in it.stats() if s["buffered"] < 0)
+
+
 def test_zip_concatenate_enumerate_as_tf_data(tmp_path):
     D = recflow.Dataset
     a = D.range(3)
