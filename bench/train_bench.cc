@@ -973,8 +973,9 @@ void CudaPaired(benchmark::State& state, const std::string& name,
          .output_memory = other->InputMemory(),
          .prepare = staged ? other->InputStager() : nullptr,
          .prefetch_polls = true}));  // as the Estimator's on a GPU
-    variant_batch = [&] {
-      pipeline::Element e;
+    // One element for every batch, as the Estimator's loop keeps (a take
+    // gives the batch it replaces back to the Prefetch's driver).
+    variant_batch = [&, e = pipeline::Element()]() mutable {
       it->Next(&e);
       if (!busy || staged) other->Prefetch(e);  // as the Estimator does
       if (busy) return on_other[0];
@@ -1115,8 +1116,8 @@ void CudaPipeline(benchmark::State& state, const std::string& name, bool fused,
   int64_t batches = 0;
   RunCudaSteps(
       state, name,
-      [&] {
-        pipeline::Element e;
+      // One element for every batch, as the Estimator's loop keeps.
+      [&, e = pipeline::Element()]() mutable {
         const auto t0 = std::chrono::steady_clock::now();
         it.Next(&e);
         const auto t1 = std::chrono::steady_clock::now();

@@ -133,10 +133,11 @@ void AsyncIterator::DriverLoop() {
       paused_ = false;
       continue;
     }
-    auto slot = std::make_unique<Slot>();
-    slot->owner = this;
+    driver_retired_.swap(retired_);
     in_input_ = true;
     lock.unlock();
+    std::unique_ptr<Slot> slot = RecycledSlot();
+    slot->owner = this;
     bool got = false;
     try {
       got = input_->GetNext(&slot->element);
@@ -204,6 +205,26 @@ void AsyncIterator::RunTask(Slot* slot) {
   if (in_flight_ == 0) driver_cv_.notify_all();
 }
 
+std::unique_ptr<AsyncIterator::Slot> AsyncIterator::RecycledSlot() {
+  // The elements the consumer's takes replaced go here, on the thread
+  // that made them (their memory back to this thread's malloc cache, not
+  // another thread's arena), and their slots are used again.
+  for (std::unique_ptr<Slot>& slot : driver_retired_) {
+    slot->element = Element{};
+    slot->error = nullptr;
+    slot->end = false;
+    slot->ready = false;
+    slot->bytes = 0;
+    slot->submitted.store(false, std::memory_order_relaxed);
+    spare_slots_.push_back(std::move(slot));
+  }
+  driver_retired_.clear();
+  if (spare_slots_.empty()) return std::make_unique<Slot>();
+  std::unique_ptr<Slot> slot = std::move(spare_slots_.back());
+  spare_slots_.pop_back();
+  return slot;
+}
+
 std::deque<std::unique_ptr<AsyncIterator::Slot>>::iterator
 AsyncIterator::Takeable() {
   if (slots_.empty()) return slots_.end();
@@ -263,11 +284,20 @@ bool AsyncIterator::GetNext(Element* out) {
   if (wake && driver_asleep_) {
     counter_->wakes.fetch_add(1, std::memory_order_relaxed);
   }
+  // The element *out held goes back to the driver with its slot, which
+  // destroys it (RecycledSlot) where a take would have paid the frees of
+  // a batch made on another thread; unless the driver runs no more.
+  std::exception_ptr error = std::move(taken->error);
+  const bool retire = !input_end_ && !stop_;
+  if (retire) {
+    if (!error) std::swap(*out, taken->element);
+    retired_.push_back(std::move(taken));
+  }
   lock.unlock();
   // After unlocking: a driver woken under the lock would only block on it.
   if (wake) driver_cv_.notify_all();
-  if (taken->error) std::rethrow_exception(taken->error);
-  *out = std::move(taken->element);
+  if (error) std::rethrow_exception(error);
+  if (!retire) *out = std::move(taken->element);
   return true;
 }
 

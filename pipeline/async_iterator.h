@@ -32,6 +32,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "pipeline/dataset.h"
 
@@ -112,6 +113,9 @@ class AsyncIterator final : public IteratorBase {
   // 100 ms, and a take wakes a driver that would look later than it needs).
   template <typename Ready>
   void WaitForRoom(std::unique_lock<std::mutex>& lock, Ready ready);
+  // The driver's next slot: one the consumer gave back (RecycledSlot
+  // destroys the elements they hold first), or a new one.
+  std::unique_ptr<Slot> RecycledSlot();
   // The slot GetNext should take, or end() when none is ready.
   std::deque<std::unique_ptr<Slot>>::iterator Takeable();
 
@@ -135,6 +139,12 @@ class AsyncIterator final : public IteratorBase {
   std::condition_variable consumer_cv_;
   std::condition_variable driver_cv_;
   std::deque<std::unique_ptr<Slot>> slots_;
+  // Slots taken, each holding the element the take replaced in the
+  // consumer's *out (guarded by mu_); the driver's own once it swapped
+  // them out (driver_retired_), and its slots to use again.
+  std::vector<std::unique_ptr<Slot>> retired_;
+  std::vector<std::unique_ptr<Slot>> driver_retired_;
+  std::vector<std::unique_ptr<Slot>> spare_slots_;
   uint64_t bytes_ = 0;
   int in_flight_ = 0;      // slots in the graph
   bool in_input_ = false;  // the driver is inside input_->GetNext

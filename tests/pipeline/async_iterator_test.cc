@@ -8,6 +8,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "pipeline/stages.h"
@@ -208,6 +211,75 @@ TEST(AsyncIteratorTest, DeliversInTheOutputMemoryByItsInputOrItself) {
       EXPECT_EQ(n, 50);
       EXPECT_EQ(memory->threads().count(std::this_thread::get_id()), 0u);
     }
+  }
+}
+
+// The element a take replaces in the consumer's *out (the batch before,
+// in a training loop that keeps one element) goes back to the driver,
+// which destroys it on its own thread, so that the take pays none of
+// those frees; once the driver runs no more (its input ended), the take
+// destroys it itself.  Every element still comes once, in order.
+TEST(AsyncIteratorTest, TheElementATakeReplacesIsDestroyedByTheDriver) {
+  struct Tracked {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<std::thread::id> freed_on;
+  };
+  // An element whose one tensor's owner records where it went.
+  const auto tracked_element = [](Tracked* t) {
+    static const int64_t value = 7;
+    std::shared_ptr<const void> owner(&value, [t](const void*) {
+      std::lock_guard<std::mutex> lock(t->mu);
+      t->freed_on = std::this_thread::get_id();
+      t->cv.notify_all();
+    });
+    Element e;
+    e.Set("value", Tensor::View(DType::kInt64, Shape{}, &value, owner));
+    return e;
+  };
+  for (bool ended : {false, true}) {
+    SCOPED_TRACE(ended ? "input ended" : "input running");
+    constexpr int64_t kN = 5;
+    IteratorContext ctx(IteratorOptions{.threads = 2});
+    AsyncIterator::Config config;
+    config.stage = "prefetch";
+    config.max_elements = ended ? kN + 1 : 2;
+    bool asked = false;
+    AsyncIterator it(&ctx, std::make_unique<IntsInput>(kN, false, &asked),
+                     ctx.Counter(&config, config.stage), config);
+    Element e;
+    ASSERT_TRUE(it.GetNext(&e));
+    EXPECT_EQ(e["value"].scalar<int64_t>(), 0);
+    if (ended) {
+      // Every element and the end buffered: the driver has stopped.
+      const auto deadline =
+          std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (ctx.Stats().front().buffered < kN &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_EQ(ctx.Stats().front().buffered, kN);  // kN - 1 and the end
+    }
+    Tracked tracked;
+    e = tracked_element(&tracked);
+    ASSERT_TRUE(it.GetNext(&e));
+    EXPECT_EQ(e["value"].scalar<int64_t>(), 1);
+    {
+      std::unique_lock<std::mutex> lock(tracked.mu);
+      if (ended) {
+        ASSERT_TRUE(tracked.freed_on.has_value()) << "freed by the take";
+      } else {
+        tracked.cv.wait_for(lock, std::chrono::seconds(10),
+                            [&] { return tracked.freed_on.has_value(); });
+        ASSERT_TRUE(tracked.freed_on.has_value()) << "never freed";
+      }
+      EXPECT_EQ(*tracked.freed_on == std::this_thread::get_id(), ended);
+    }
+    for (int64_t n = 2; n < kN; ++n) {
+      ASSERT_TRUE(it.GetNext(&e));
+      EXPECT_EQ(e["value"].scalar<int64_t>(), n);
+    }
+    EXPECT_FALSE(it.GetNext(&e));
   }
 }
 
