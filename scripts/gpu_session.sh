@@ -11,7 +11,7 @@
 #   fixture ../shared/fixtures/tf/tfx_mnist_1000_example.tfrecord, which
 #   the call copies back to ../shared/fixtures/tf/ before it runs: shared/
 #   does not travel)
-#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|planner|cpu|crc ...]
+#   bash scripts/gpu_session.sh [build|test|bench|paired|demo|suite|pipeline|planner|cpu|crc|pop ...]
 # A session has 15 device-minutes in all, machine starts (30-60 s) and
 # idle time included, and a call may run 600 s.  What 2026-11-26's
 # session ran in one call of 400 s on a machine that had built once:
@@ -265,6 +265,17 @@ EOF
         echo "fused_planner rc=$?"
         grep -E "FusedPlanner.*(real_time |median)" "$logs/fused_planner.txt"
         ;;
+      pop)
+        # What a take from a Prefetch costs the consumer's thread (the
+        # training thread's Next), and how many takes woke the driver (a
+        # system call each; clock_probe in `build` prices one): ~15 s.
+        source .gpu/build.sh --env-only
+        limited build-gpu/bench/pipeline_bench \
+          --benchmark_filter='PrefetchPop|ConsumerNext/threads:16' \
+          --benchmark_min_time=0.3 >"$logs/prefetch_pop.txt" 2>&1
+        echo "prefetch_pop rc=$?"
+        grep -E "PrefetchPop|ConsumerNext" "$logs/prefetch_pop.txt"
+        ;;
       crc)
         # The CRCs folded with VPCLMULQDQ against the crc32 instruction on
         # this machine's CPU, and verified reads next to read() (~16 s on
@@ -277,7 +288,7 @@ EOF
         grep -E "median" "$logs/crc32c.txt"
         ;;
       *)
-        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, planner, cpu, crc)"
+        echo "unknown part: $part (build, test, bench, paired, demo, suite, pipeline, planner, cpu, crc, pop)"
         ;;
     esac
     pack
