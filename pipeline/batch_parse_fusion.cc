@@ -155,12 +155,12 @@ constexpr size_t kBatchesAhead = 2;
 // ahead planned while the consumer is away.  From 8 threads on 8 cores
 // that was the default (dcae4aa: on 16 cores the consumer's thread was
 // the shuffled pipeline's bound, ~10-12 of its ~18-21 us a batch
-// planning), until the 16-core machine measured it (2026-11-28,
-// pipeline_bench's FusedPlanner, 5 repetitions interleaved at random,
-// docs/PERFORMANCE.md): the task made 0.93x and 0.94x the records/s of
-// the consumer's thread shuffled at 16 and 8 threads, 0.98x and 0.97x
-// parse-only, and 0.86-0.90x at 4.  One thread plans either way, and
-// the task's hand-offs cost more than the consumer's thread freed.  On 2
+// planning), until two 16-core machines measured it (2026-11-28,
+// pipeline_bench's FusedPlanner, repetitions interleaved at random,
+// docs/PERFORMANCE.md): the task made 0.80-0.97x the records/s of the
+// consumer's thread shuffled at 8 and 16 threads, 0.91-0.98x parse-only,
+// and 0.77-0.90x at 4.  One thread plans either way, and the task's
+// hand-offs cost more than the consumer's thread freed.  On 2
 // vCPUs the task made 0.88-0.91x at 4 threads and 0.99-1.02x at 16, with
 // ~20 MiB more peak RSS (the planner's allocations then in every worker's
 // malloc arena).
@@ -374,9 +374,8 @@ struct Env {
   // vCPUs: the planner waited for a reader 7% of the run, then ~1%; +3-7%
   // records/s, docs/PERFORMANCE.md.)  Where it plans in a task of its own
   // (SetPlanInTask(1)) it is the bound, and a chunk read for later would
-  // only delay it.  The
-  // readers alive, oldest first (the planner's: readers are made and
-  // dropped where it plans).
+  // only delay it.  The readers alive, oldest first (the planner's:
+  // readers are made and dropped where it plans).
   bool help_read = false;
   std::vector<FileReader*> readers;
 

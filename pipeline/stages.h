@@ -341,7 +341,7 @@ void SetMinRangedFileBytes(uint64_t bytes);
 void SetFusedCores(int cores);
 // Where the fused path plans from then on, for benchmarks that compare the
 // two: 1 in a task of its own, 0 or -1 (the default) on the consumer's
-// thread (on 16 cores the task was 2-7% slower at 8 and 16 threads:
+// thread (on 16 cores the task was 2-20% slower at 8 and 16 threads:
 // batch_parse_fusion.cc).  With one parse call there is no task either
 // way.
 void SetPlanInTask(int mode);
