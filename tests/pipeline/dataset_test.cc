@@ -113,6 +113,26 @@ TEST(DatasetTest, OutputMemoryHoldsEveryElementDelivered) {
   EXPECT_THROW(base.MakeIterator({.output_memory = device}), Error);
 }
 
+// The counters of `it`'s Prefetch (its one asynchronous stage), or a
+// default StageStats if it has none.
+StageStats PrefetchStats(const Iterator& it) {
+  for (const StageStats& s : it.Stats()) {
+    if (s.buffered >= 0) return s;
+  }
+  return StageStats{};
+}
+
+// Waits, at most 5 s, until `it`'s Prefetch holds `n` elements; whether it
+// does is the caller's to check.
+void AwaitBuffered(const Iterator& it, int64_t n) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (PrefetchStats(it).buffered < n &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 // IteratorOptions::prepare: called once on every element delivered, in
 // delivery order and before Next() returns it; on Prefetch's driver thread
 // where the last stage is a prefetch (also for the elements a restore puts
@@ -129,12 +149,6 @@ TEST(DatasetTest, PrefetchRefillsItsBufferBetweenTheTakesOfASlowConsumer) {
   constexpr int64_t kBuffer = 4;
   Iterator it = Dataset::Range(0, 40).Prefetch(kBuffer).MakeIterator(
       {.prefetch_polls = true});
-  const auto buffered = [&] {
-    for (const StageStats& s : it.Stats()) {
-      if (s.buffered >= 0) return s.buffered;
-    }
-    return int64_t{-1};
-  };
   Element e;
   int64_t expected = 0;
   for (int take = 0; take < 12; ++take) {
@@ -142,13 +156,8 @@ TEST(DatasetTest, PrefetchRefillsItsBufferBetweenTheTakesOfASlowConsumer) {
     EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
     // Full again well within a few of the consumer's 5 ms intervals
     // (a driver that waited to be woken would stay one short).
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (buffered() < kBuffer &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    EXPECT_EQ(buffered(), kBuffer) << "after take " << take;
+    AwaitBuffered(it, kBuffer);
+    EXPECT_EQ(PrefetchStats(it).buffered, kBuffer) << "after take " << take;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   while (it.Next(&e)) EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
@@ -167,26 +176,15 @@ TEST(DatasetTest, PrefetchCountsTheTakesThatWokeItsDriver) {
     SCOPED_TRACE(fmt::format("polls {}, buffer {}", polls, buffer));
     Iterator it = Dataset::Range(0, 20).Prefetch(buffer).MakeIterator(
         {.prefetch_polls = polls});
-    const auto prefetch = [&] {
-      for (const StageStats& s : it.Stats()) {
-        if (s.buffered >= 0) return s;
-      }
-      return StageStats{};
-    };
     Element e;
     ASSERT_TRUE(it.Next(&e));  // starts the driver
     constexpr uint64_t kTakes = 8;
     for (uint64_t take = 0; take < kTakes; ++take) {
-      const auto deadline =
-          std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      while (prefetch().buffered < buffer &&
-             std::chrono::steady_clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      }
-      ASSERT_EQ(prefetch().buffered, buffer);
-      const uint64_t before = prefetch().wakes;
+      AwaitBuffered(it, buffer);
+      ASSERT_EQ(PrefetchStats(it).buffered, buffer);
+      const uint64_t before = PrefetchStats(it).wakes;
       ASSERT_TRUE(it.Next(&e));
-      EXPECT_EQ(prefetch().wakes, before + 1) << "take " << take;
+      EXPECT_EQ(PrefetchStats(it).wakes, before + 1) << "take " << take;
     }
   }
   // A stage with no driver wakes nothing.
