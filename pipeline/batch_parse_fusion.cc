@@ -631,9 +631,15 @@ std::atomic<uint64_t> readers_made{0};
 // there only if that reading ends where the index puts the start.
 class FileReader {
  public:
+  // `shuffle_seed`: the file's (FileShuffleSeed), where each file is
+  // shuffled (TFRecordOptions::shuffle_buffer_per_file).
   FileReader(Env* env, const std::shared_ptr<const std::string>& path,
-             uint64_t offset, uint64_t index)
-      : env_(env), path_(path), piece_offset_(offset), piece_index_(index) {
+             uint64_t offset, uint64_t index, uint64_t shuffle_seed = 0)
+      : env_(env),
+        path_(path),
+        piece_offset_(offset),
+        piece_index_(index),
+        shuffle_seed_(shuffle_seed) {
     readers_made.fetch_add(1, std::memory_order_relaxed);
     env_->readers.push_back(this);
     if (env_->ranges == nullptr) return;
@@ -758,8 +764,43 @@ class FileReader {
     std::unique_lock<std::mutex> lock(mu_);
     Wait(lock, [this] { return Idle(); });
   }
-  // The offset and index of the next record Next() returns (quiesced).
+  // Where each file is shuffled: after Position(), the file's buffer and
+  // the records drawn from it and not handed out (read ahead), and
+  // whether an error read ahead is still to be thrown, in which case the
+  // state reads on from where the error was, to meet it again
+  // (quiesced).
+  void SaveShuffle(StateWriter* w) const {
+    if (shuffled_ == nullptr) {  // not opened yet: as made
+      ShuffledFileRecords(path_, nullptr,
+                          env_->options->shuffle_buffer_per_file, shuffle_seed_)
+          .Save(w);
+      return;
+    }
+    std::vector<RecordView> drawn;
+    if (Left() > 0) {
+      drawn.assign(here_->views.begin() + static_cast<ptrdiff_t>(pos_),
+                   here_->views.end());
+    }
+    bool error_ahead = current_.error != nullptr;
+    for (const Chunk& c : ready_) {
+      drawn.insert(drawn.end(), c.views.begin(), c.views.end());
+      error_ahead = error_ahead || c.error != nullptr;
+    }
+    shuffled_->Save(w, drawn, error_ahead);
+  }
+  // Opens the file (made at the saved position) and restores its buffer.
+  void RestoreShuffle(StateReader* r) {
+    Open();
+    shuffled_->Restore(r);
+  }
+
+  // The offset and index of the next record Next() returns (quiesced);
+  // where each file is shuffled, where its buffer reads on.
   std::pair<uint64_t, uint64_t> Position() const {
+    if (env_->options->shuffle_buffer_per_file > 0) {
+      if (!records_) return {piece_offset_, piece_index_};
+      return {records_->next_offset(), records_->next_index()};
+    }
     if (Left() > 0) {
       return {here_->views[pos_].offset, here_->views[pos_].index};
     }
@@ -796,9 +837,16 @@ class FileReader {
   };
 
   void Open() {
-    if (!records_) {
-      records_ =
-          OpenFileRecords(path_, piece_offset_, piece_index_, *env_->options);
+    if (records_) return;
+    records_ =
+        OpenFileRecords(path_, piece_offset_, piece_index_, *env_->options);
+    if (env_->options->shuffle_buffer_per_file > 0) {
+      // The shuffle runs here, on the reader task that fills the chunk.
+      auto shuffled = std::make_unique<ShuffledFileRecords>(
+          path_, std::move(records_), env_->options->shuffle_buffer_per_file,
+          shuffle_seed_);
+      shuffled_ = shuffled.get();
+      records_ = std::move(shuffled);
     }
   }
 
@@ -1087,7 +1135,9 @@ class FileReader {
   // ranges stopped.
   uint64_t piece_offset_;
   uint64_t piece_index_;
-  std::unique_ptr<FileRecords> records_;  // by whoever fills
+  const uint64_t shuffle_seed_;
+  std::unique_ptr<FileRecords> records_;     // by whoever fills
+  ShuffledFileRecords* shuffled_ = nullptr;  // records_, when shuffled
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -1223,6 +1273,9 @@ class SourceStream final : public RecordStream {
   SourceStream(Env* env, const FusableStage& stage, uint64_t salt)
       : RecordStream(env),
         order_(stage.file_order(env->ctx, salt)),
+        epoch_seed_(stage.tfrecord->shuffle_buffer_per_file > 0
+                        ? stage.shuffle_seed(env->ctx, salt)
+                        : 0),
         slots_(static_cast<size_t>(stage.tfrecord->num_parallel_reads)) {}
 
   // The turn's file's next record.
@@ -1314,7 +1367,7 @@ class SourceStream final : public RecordStream {
   // Opens the first file ahead, as Open() opens the next one.
   void Prepare() override {
     if (next_file_ != 0 || ahead_ || order_.empty()) return;
-    ahead_ = std::make_unique<FileReader>(env_, Path(0), 0, 0);
+    ahead_ = MakeReader(0, 0, 0);
     ahead_index_ = 0;
     ahead_->Kick();
   }
@@ -1346,6 +1399,7 @@ class SourceStream final : public RecordStream {
         w->U64(slot.order_index);
         w->U64(offset);
         w->U64(index);
+        if (Shuffled()) slot.reader->SaveShuffle(w);
       }
     }
   }
@@ -1369,9 +1423,12 @@ class SourceStream final : public RecordStream {
       if (index >= order_.size()) {
         throw Error("tfrecord state: file out of range");
       }
-      slot.reader =
-          std::make_unique<FileReader>(env_, Path(index), offset, record);
-      slot.reader->OpenNow();
+      slot.reader = MakeReader(index, offset, record);
+      if (Shuffled()) {
+        slot.reader->RestoreShuffle(r);
+      } else {
+        slot.reader->OpenNow();
+      }
       slot.order_index = index;
       ++open_;
     }
@@ -1386,17 +1443,24 @@ class SourceStream final : public RecordStream {
   const std::shared_ptr<const std::string>& Path(size_t order_index) const {
     return (*env_->paths)[order_[order_index]];
   }
+  bool Shuffled() const { return env_->options->shuffle_buffer_per_file > 0; }
+  std::unique_ptr<FileReader> MakeReader(size_t order_index, uint64_t offset,
+                                         uint64_t record) const {
+    return std::make_unique<FileReader>(
+        env_, Path(order_index), offset, record,
+        Shuffled() ? FileShuffleSeed(epoch_seed_, order_[order_index]) : 0);
+  }
   void Open(Slot& slot, size_t order_index) {
     if (ahead_ && ahead_index_ == order_index) {
       slot.reader = std::move(ahead_);
     } else {
-      slot.reader = std::make_unique<FileReader>(env_, Path(order_index), 0, 0);
+      slot.reader = MakeReader(order_index, 0, 0);
     }
     slot.order_index = order_index;
     ++open_;
     slot.reader->Kick();
     if (next_file_ < order_.size()) {
-      ahead_ = std::make_unique<FileReader>(env_, Path(next_file_), 0, 0);
+      ahead_ = MakeReader(next_file_, 0, 0);
       ahead_index_ = next_file_;
       ahead_->Kick();
     }
@@ -1464,6 +1528,7 @@ class SourceStream final : public RecordStream {
   }
 
   std::vector<size_t> order_;
+  const uint64_t epoch_seed_;  // where each file is shuffled
   std::vector<Slot> slots_;
   size_t cycle_ = 0;
   uint64_t block_index_ = 0;  // records taken from slots_[cycle_]
@@ -1870,8 +1935,11 @@ class FusedBatchParse final : public IteratorBase {
       env_.chunk_records = ChunkRecords(files_at_once);
       env_.chunk_bytes = ChunkBytes(env_.chunk_records);
       // Fewer files read at once than threads: the files with an index
-      // are read by ranges, so that each file is read on several.
-      if (env_.read_ahead && files_at_once < ctx->threads()) {
+      // are read by ranges, so that each file is read on several (not
+      // where each file is shuffled: its buffer takes its records in
+      // order).
+      if (env_.read_ahead && files_at_once < ctx->threads() &&
+          source.tfrecord->shuffle_buffer_per_file == 0) {
         env_.ranges = &TheRangeIndexes();
       }
     }

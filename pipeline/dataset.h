@@ -75,6 +75,26 @@ struct TFRecordOptions {
   // Shuffle the order of the files, afresh each epoch (under Repeat) when
   // reshuffle_each_iteration.  No seed: a random one, kept in the state.
   bool shuffle_files = false;
+  // > 0: each file's records pass through a shuffle buffer of this many
+  // records of its own before the interleave, as tf.data's
+  // `files.interleave(lambda f: TFRecordDataset(f).shuffle(n), ...)` and
+  // as DALI's readers shuffle each shard.  The order is exactly that of
+  // FromTensorSlices(files).Interleave(f -> FromTFRecords({f}).Shuffle(n,
+  // stages::FileShuffleSeed(epoch_seed, i), false), num_parallel_reads,
+  // block_length) where i is the file's place in the expanded list and
+  // epoch_seed is `seed` (no seed: a random one, kept in the state),
+  // mixed with the epoch's salt when reshuffle_each_iteration: the same
+  // seed gives the same order at every thread count.  It is not the order
+  // of one Shuffle(n * num_parallel_reads) after the interleave: each
+  // record moves within its own file's buffer, and the interleave then
+  // takes the files' records in turn.  What it buys: under a fused
+  // Parse(Batch(...)) the reader tasks shuffle, on every core, where a
+  // Shuffle stage is drawn from on one thread (docs/PERFORMANCE.md).  A
+  // file's read error comes after the records buffered before it were
+  // drawn (nothing buffered is lost); the state saves each open file's
+  // buffer (40 bytes a record read back by reference, as Shuffle's).
+  // Files are then read in one piece (not by index ranges).
+  int64_t shuffle_buffer_per_file = 0;
   std::optional<uint64_t> seed;
   bool reshuffle_each_iteration = true;
   bool verify_checksums = true;

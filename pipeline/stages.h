@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -372,6 +373,64 @@ class RecordArena {
   size_t chunk_bytes_;
   std::shared_ptr<records::AlignedVector<char>> chunk_;
   size_t used_ = 0;
+};
+
+// The seed of file `file` (its place in the source's expanded list) in an
+// epoch whose seed is `epoch_seed` (TFRecordOptions::shuffle_buffer_per_file).
+uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file);
+
+// One file's records through a shuffle buffer of their own
+// (TFRecordOptions::shuffle_buffer_per_file): ShuffleDataset's algorithm
+// and generator over `in`'s records (fill the buffer, draw a buffered
+// record uniformly, the next input takes its place), so that a file
+// wrapped with seed FileShuffleSeed(...) gives the order of
+// FromTFRecords({file}).Shuffle(buffer_size, that seed, false).  The views
+// own their bytes (KeepBlocksIn is not passed on: a view outlives the
+// chunk it was read in); a view buffered for three buffer lengths is
+// copied out of its read block.  An error of `in` is kept and thrown once
+// the records buffered before it were drawn; then the file is finished.
+// next_offset() and next_index() are where `in` continues.  One thread at
+// a time.
+class ShuffledFileRecords final : public FileRecords {
+ public:
+  ShuffledFileRecords(const std::shared_ptr<const std::string>& path,
+                      std::unique_ptr<FileRecords> in, int64_t buffer_size,
+                      uint64_t seed);
+  ~ShuffledFileRecords() override;
+  bool NextView(RecordView* out) override;
+  uint64_t next_offset() const override { return in_->next_offset(); }
+  uint64_t next_index() const override { return in_->next_index(); }
+
+  // The generator, the buffer and the records drawn and not handed on:
+  // `drawn` (records a caller took from NextView and holds, in the order
+  // it will hand them on) and then those a restored state left here.
+  // Written after the file's position (next_offset, next_index), which
+  // Restore's caller opens `in` at.  A kept error is not saved: the state
+  // says the input goes on, and reading it again meets the error again;
+  // so with `error_ahead` (the caller holds an error this threw, to throw
+  // after `drawn`).  Needs nothing of `in` (null: a file not opened yet).
+  void Save(StateWriter* w, std::span<const RecordView> drawn = {},
+            bool error_ahead = false) const;
+  // Before the first NextView, into a reader made with the saved position.
+  void Restore(StateReader* r);
+
+ private:
+  struct Entry;
+  bool Filling() const;
+  void ReadOne();
+  void CompactOld();
+
+  const std::shared_ptr<const std::string>& path_;
+  std::unique_ptr<FileRecords> in_;
+  const int64_t buffer_size_;
+  Rng rng_;
+  std::vector<Entry> buffer_;
+  std::deque<RecordView> drawn_;  // a restored state's, handed on first
+  bool input_end_ = false;
+  std::exception_ptr error_;  // kept for after the buffer
+  uint64_t inserted_ = 0;
+  uint64_t until_sweep_;
+  RecordArena compacted_;
 };
 
 // sources.cc

@@ -16,6 +16,7 @@
 #include "pipeline/io.h"
 #include "pipeline/stages.h"
 #include "records/compression.h"
+#include "records/crc32c.h"
 #include "records/file.h"
 #include "records/file_list.h"
 #include "records/tfrecord_format.h"
@@ -289,30 +290,41 @@ class TFRecordDataset final : public DatasetBase {
           fmt::format("FromTFRecords: block_length must be at least 1, not {}",
                       options_.block_length));
     }
+    if (options_.shuffle_buffer_per_file < 0) {
+      throw Error(fmt::format(
+          "FromTFRecords: shuffle_buffer_per_file must be at least 0 (0: "
+          "no shuffle per file), not {}",
+          options_.shuffle_buffer_per_file));
+    }
     for (const auto& f : files_) {
       paths_.push_back(std::make_shared<const std::string>(f));
     }
   }
 
-  // (block_length only when it is not 1: the descriptions, and so the
-  // unseeded file orders and the states, of pipelines from before it
-  // stay as they were.)
+  // (block_length only when it is not 1, shuffle_buffer_per_file only
+  // when set: the descriptions, and so the unseeded file orders and the
+  // states, of pipelines from before them stay as they were.)
   std::string Describe() const override {
     return fmt::format(
         "TFRecord({} files {:016x}, parallel_reads={}{}, shuffle_files={}, "
-        "seed={})",
+        "{}seed={})",
         files_.size(), FilesFingerprint(files_), options_.num_parallel_reads,
         options_.block_length == 1
             ? ""
             : fmt::format(", block_length={}", options_.block_length),
         options_.shuffle_files,
+        options_.shuffle_buffer_per_file == 0
+            ? ""
+            : fmt::format("shuffle_buffer_per_file={}, ",
+                          options_.shuffle_buffer_per_file),
         options_.seed ? fmt::format("{}", *options_.seed) : "none");
   }
   std::string StageName() const override { return "tfrecord"; }
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    return std::make_unique<It>(this, FileOrder(ctx, salt));
+    return std::make_unique<It>(this, FileOrder(ctx, salt),
+                                EpochSeed(ctx, salt));
   }
 
   bool DescribeForFusion(FusableStage* out) const override {
@@ -322,7 +334,20 @@ class TFRecordDataset final : public DatasetBase {
     out->file_order = [this](IteratorContext* ctx, uint64_t salt) {
       return FileOrder(ctx, salt);
     };
+    out->shuffle_seed = [this](IteratorContext* ctx, uint64_t salt) {
+      return EpochSeed(ctx, salt);
+    };
     return true;
+  }
+
+  // The seed of an iterator made with `salt`: the file order's, and the
+  // one each file's shuffle seed is made from (FileShuffleSeed).
+  // Unseeded: the iterator's random seed, told apart per source.
+  uint64_t EpochSeed(IteratorContext* ctx, uint64_t salt) const {
+    const uint64_t base = options_.seed
+                              ? *options_.seed
+                              : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    return options_.reshuffle_each_iteration ? MixSeed(base, salt) : base;
   }
 
   // The order in which an iterator made with `salt` reads the files.
@@ -330,10 +355,7 @@ class TFRecordDataset final : public DatasetBase {
     std::vector<size_t> order(files_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (options_.shuffle_files) {
-      const uint64_t base = options_.seed
-                                ? *options_.seed
-                                : MixSeed(ctx->seed(), Fingerprint(Describe()));
-      Rng rng(options_.reshuffle_each_iteration ? MixSeed(base, salt) : base);
+      Rng rng(EpochSeed(ctx, salt));
       for (size_t i = order.size(); i > 1; --i) {
         std::swap(order[i - 1], order[rng.Below(i)]);
       }
@@ -358,9 +380,10 @@ class TFRecordDataset final : public DatasetBase {
   // the cycle comes back to it.
   class It final : public IteratorBase {
    public:
-    It(const TFRecordDataset* d, std::vector<size_t> order)
+    It(const TFRecordDataset* d, std::vector<size_t> order, uint64_t epoch_seed)
         : d_(d),
           order_(std::move(order)),
+          epoch_seed_(epoch_seed),
           slots_(d->options_.num_parallel_reads) {}
 
     bool GetNext(Element* out) override {
@@ -402,6 +425,7 @@ class TFRecordDataset final : public DatasetBase {
           w->U64(slot.order_index);
           w->U64(slot.records->next_offset());
           w->U64(slot.records->next_index());
+          if (slot.shuffled != nullptr) slot.shuffled->Save(w);
         }
       }
     }
@@ -418,6 +442,7 @@ class TFRecordDataset final : public DatasetBase {
       open_ = 0;
       for (Slot& slot : slots_) {
         slot.records.reset();
+        slot.shuffled = nullptr;
         if (!r->Bool()) continue;
         const uint64_t index = r->U64();
         const uint64_t offset = r->U64();
@@ -426,24 +451,36 @@ class TFRecordDataset final : public DatasetBase {
           throw Error("tfrecord state: file out of range");
         }
         Open(slot, index, offset, record);
+        if (slot.shuffled != nullptr) slot.shuffled->Restore(r);
       }
     }
 
    private:
     struct Slot {
       std::unique_ptr<FileRecords> records;
+      ShuffledFileRecords* shuffled = nullptr;  // records, when shuffled
       size_t order_index = 0;
     };
 
     void Open(Slot& slot, size_t order_index, uint64_t offset,
               uint64_t record) {
-      slot.records = OpenFileRecords(d_->paths_[order_[order_index]], offset,
-                                     record, d_->options_);
+      const size_t file = order_[order_index];
+      const auto& path = d_->paths_[file];
+      slot.records = OpenFileRecords(path, offset, record, d_->options_);
+      slot.shuffled = nullptr;
+      if (d_->options_.shuffle_buffer_per_file > 0) {
+        auto shuffled = std::make_unique<ShuffledFileRecords>(
+            path, std::move(slot.records), d_->options_.shuffle_buffer_per_file,
+            FileShuffleSeed(epoch_seed_, file));
+        slot.shuffled = shuffled.get();
+        slot.records = std::move(shuffled);
+      }
       slot.order_index = order_index;
       ++open_;
     }
     void Close(Slot& slot) {
       slot.records.reset();
+      slot.shuffled = nullptr;
       --open_;
       Advance();
     }
@@ -454,6 +491,7 @@ class TFRecordDataset final : public DatasetBase {
 
     const TFRecordDataset* d_;
     std::vector<size_t> order_;
+    uint64_t epoch_seed_;
     std::vector<Slot> slots_;
     size_t cycle_ = 0;
     uint64_t block_index_ = 0;  // records taken from slots_[cycle_]
@@ -466,7 +504,164 @@ class TFRecordDataset final : public DatasetBase {
   TFRecordOptions options_;
 };
 
+// How often the buffer is swept for views to copy out, and after how many
+// buffer lengths of input a view is (as the fused Shuffle's CompactOld).
+constexpr uint64_t kCompactAfter = 3;
+constexpr size_t kCompactedChunkBytes = size_t{64} << 10;
+constexpr uint64_t kSettled = ~uint64_t{0};
+uint64_t SweepEvery(int64_t buffer_size) {
+  return static_cast<uint64_t>(std::max<int64_t>(buffer_size / 4, 64));
+}
+
 }  // namespace
+
+uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file) {
+  // A domain of its own ("fileshuf"), apart from the file order's
+  // generator, which is seeded with epoch_seed itself.
+  return MixSeed(MixSeed(epoch_seed, 0x6669'6c65'7368'7566ULL), file);
+}
+
+struct ShuffledFileRecords::Entry {
+  RecordView view;
+  uint64_t inserted = 0;  // inserted_ then, or kSettled
+};
+
+ShuffledFileRecords::ShuffledFileRecords(
+    const std::shared_ptr<const std::string>& path,
+    std::unique_ptr<FileRecords> in, int64_t buffer_size, uint64_t seed)
+    : path_(path),
+      in_(std::move(in)),
+      buffer_size_(buffer_size),
+      rng_(seed),
+      until_sweep_(SweepEvery(buffer_size)),
+      compacted_(kCompactedChunkBytes) {
+  buffer_.reserve(
+      static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
+}
+
+ShuffledFileRecords::~ShuffledFileRecords() = default;
+
+bool ShuffledFileRecords::NextView(RecordView* out) {
+  if (!drawn_.empty()) {
+    *out = std::move(drawn_.front());
+    drawn_.pop_front();
+    return true;
+  }
+  while (Filling()) ReadOne();
+  if (buffer_.empty()) {
+    if (error_) {
+      std::exception_ptr e = std::move(error_);
+      error_ = nullptr;
+      std::rethrow_exception(e);
+    }
+    return false;
+  }
+  // ShuffleDataset's draw, with the same generator.
+  const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
+  *out = std::move(buffer_[i].view);
+  if (i + 1 != buffer_.size()) buffer_[i] = std::move(buffer_.back());
+  buffer_.pop_back();
+  return true;
+}
+
+bool ShuffledFileRecords::Filling() const {
+  return !input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_;
+}
+
+void ShuffledFileRecords::ReadOne() {
+  Entry& e = buffer_.emplace_back();
+  bool got = false;
+  try {
+    got = in_->NextView(&e.view);
+  } catch (...) {  // kept for after the buffer: nothing buffered is lost
+    buffer_.pop_back();
+    input_end_ = true;
+    error_ = std::current_exception();
+    return;
+  }
+  if (!got) {
+    buffer_.pop_back();
+    input_end_ = true;
+    return;
+  }
+  e.inserted = inserted_++;
+  if (--until_sweep_ == 0) {
+    until_sweep_ = SweepEvery(buffer_size_);
+    CompactOld();
+  }
+}
+
+// A view buffered for kCompactAfter buffer lengths that holds a larger
+// buffer (its read block, 128 KiB) gets a copy of its own bytes in a small
+// shared chunk: under a uniform draw a fraction e^-3 of the records stay
+// that long, and each would keep its block.  A view looked at is settled.
+void ShuffledFileRecords::CompactOld() {
+  const uint64_t limit = kCompactAfter * static_cast<uint64_t>(buffer_size_);
+  if (inserted_ <= limit) return;
+  for (Entry& e : buffer_) {
+    if (e.inserted == kSettled || inserted_ - e.inserted <= limit) continue;
+    e.inserted = kSettled;
+    RecordView& v = e.view;
+    if (v.storage_bytes == 0 || v.storage_bytes > 2 * v.size) {
+      compacted_.Copy(v.bytes(), &v);
+    }
+  }
+}
+
+void ShuffledFileRecords::Save(StateWriter* w,
+                               std::span<const RecordView> drawn,
+                               bool error_ahead) const {
+  const auto write = [w](const RecordView& v) {
+    w->U64(v.frame_crc ? 1 : 0);
+    w->U64(v.offset);
+    w->U64(v.index);
+    if (v.frame_crc) {
+      w->U64(records::crc32c::Value(v.data, v.size));
+    } else {
+      w->String(v.bytes());
+    }
+  };
+  w->BeginStage("shuffle per file");
+  w->U64(rng_.state());
+  w->Bool(input_end_ && !error_ && !error_ahead);
+  w->U64(drawn.size() + drawn_.size());
+  for (const RecordView& v : drawn) write(v);
+  for (const RecordView& v : drawn_) write(v);
+  w->U64(buffer_.size());
+  for (const Entry& e : buffer_) write(e.view);
+}
+
+void ShuffledFileRecords::Restore(StateReader* r) {
+  ReferenceReader refs;
+  const auto read = [&] {
+    const uint64_t kind = r->U64();
+    if (kind > 1) r->Fail("unknown record kind");
+    const uint64_t offset = r->U64();
+    const uint64_t index = r->U64();
+    if (kind == 1) {
+      return refs.Read(path_, offset, index, static_cast<uint32_t>(r->U64()));
+    }
+    RecordView v;
+    OwnBytes(&v, r->String());
+    v.path = &path_;
+    v.offset = offset;
+    v.index = index;
+    return v;
+  };
+  r->BeginStage("shuffle per file");
+  rng_.set_state(r->U64());
+  input_end_ = r->Bool();
+  error_ = nullptr;
+  drawn_.clear();
+  for (uint64_t n = r->U64(); n > 0; --n) drawn_.push_back(read());
+  const uint64_t n = r->U64();
+  if (n > static_cast<uint64_t>(buffer_size_)) {
+    r->Fail(fmt::format("{} records in a buffer of {}", n, buffer_size_));
+  }
+  buffer_.clear();
+  // Read back into buffers of their own size: none needs copying out.
+  for (uint64_t i = 0; i < n; ++i) buffer_.push_back({read(), kSettled});
+}
 
 void OwnBytes(RecordView* v, std::string_view bytes) {
   auto own = std::make_shared<records::AlignedVector<char>>(bytes.size());

@@ -39,6 +39,7 @@ struct BenchOptions {
   bool nondeterministic = false;
   int map_threads = 1;
   int64_t shuffle = 0;
+  int64_t shuffle_per_file = 0;
   bool global_shuffle = false;
   uint64_t seed = 0;
   bool seed_given = false;
@@ -265,6 +266,8 @@ pipeline::Dataset BuildPipeline(const BenchOptions& o,
     t.num_parallel_reads = o.parallel_reads;
     t.block_length = o.block_length;
     t.deterministic = !o.nondeterministic;
+    t.shuffle_buffer_per_file = o.shuffle_per_file;
+    if (o.shuffle_per_file > 0) t.seed = seed;
     t.io = io;
     ds = pipeline::Dataset::FromTFRecords(files, t);
   }
@@ -640,6 +643,11 @@ int RunBench(const BenchOptions& o) {
         "positive (--map-threads -1: one per arena thread; --parallel-reads "
         "-1: one file per core)");
   }
+  if (o.global_shuffle && o.shuffle_per_file > 0) {
+    throw UsageError(
+        "--global-shuffle and --shuffle-per-file: the global shuffle reads "
+        "by index in its own order; give one of them");
+  }
   // 0 epochs measure nothing; -1 without --duration never ends.
   if (o.repeat == 0 || o.repeat < -1) {
     throw UsageError(fmt::format(
@@ -731,6 +739,12 @@ Runner AddBenchCommand(CLI::App& app) {
                  "parse calls at once (-1: one per arena thread)")
       ->capture_default_str();
   app.add_option("--shuffle", o->shuffle, "shuffle buffer (records)")
+      ->check(Positive());
+  app.add_option("--shuffle-per-file", o->shuffle_per_file,
+                 "shuffle each file's records in a buffer of this many of its "
+                 "own before the interleave (tf.data's interleave(lambda f: "
+                 "TFRecordDataset(f).shuffle(N))): the reader tasks shuffle, "
+                 "on every core; alone or with --shuffle")
       ->check(Positive());
   app.add_flag("--global-shuffle", o->global_shuffle,
                "read every record once per epoch in a global random order, "
