@@ -193,7 +193,29 @@ TEST_F(BatchParseFusionTest, GivesTheElementsOfTheStagesRunOneByOne) {
   shuffled_files.shuffle_files = true;
   shuffled_files.seed = 11;
   shuffled_files.num_parallel_reads = 2;
+  TFRecordOptions per_file;
+  per_file.num_parallel_reads = 3;
+  per_file.shuffle_buffer_per_file = 40;
+  per_file.seed = 5;
   const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"a shuffle buffer per file, three files at once",
+       [&] { return Dataset::FromTFRecords(files_, per_file).Batch(32); }},
+      {"a shuffle buffer per file, reshuffled each epoch, then a Shuffle",
+       [&] {
+         TFRecordOptions all = per_file;
+         all.num_parallel_reads = 4;
+         return Dataset::FromTFRecords(files_, all)
+             .Repeat(3)
+             .Shuffle(30, 2)
+             .Batch(40);
+       }},
+      {"a shuffle buffer per file larger than the files, one at a time",
+       [&] {
+         TFRecordOptions one = per_file;
+         one.num_parallel_reads = 1;
+         one.shuffle_buffer_per_file = 1000;
+         return Dataset::FromTFRecords(files_, one).Batch(50);
+       }},
       {"batch", [&] { return Dataset::FromTFRecords(files_).Batch(32); }},
       {"interleaved, drop remainder",
        [&] {
@@ -714,6 +736,10 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
   interleaved.block_length = 3;
   TFRecordOptions one;
   one.block_length = 4;
+  TFRecordOptions per_file;
+  per_file.num_parallel_reads = 3;
+  per_file.shuffle_buffer_per_file = 50;
+  per_file.seed = 12;
   for (const Dataset& ds : {Dataset::FromTFRecords(files_, interleaved)
                                 .Shuffle(120, 8)
                                 .Repeat(4)
@@ -722,7 +748,11 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
                             Dataset::FromTFRecords(files_, one)
                                 .Repeat(2)
                                 .Batch(70)
-                                .Parse(Spec(), Calls(1))}) {
+                                .Parse(Spec(), Calls(1)),
+                            Dataset::FromTFRecords(files_, per_file)
+                                .Repeat(3)
+                                .Batch(24)
+                                .Parse(Spec(), Calls(kAutotune))}) {
     SavedStatesContinue(ds);
   }
 }
@@ -788,7 +818,15 @@ TEST(BatchParseFusionManyFilesTest, SmallChunksOfManyFilesGiveTheSameStream) {
   const Dataset shuffled =
       Dataset::FromTFRecords(files, o).Shuffle(300, 2).Batch(40).Parse(
           Spec(), Calls(kAutotune));
-  for (const Dataset* ds : {&plain, &shuffled}) {
+  // Each file shuffled by its reader tasks: a state holds the records they
+  // drew ahead (chunks read and not planned yet) before each buffer.
+  TFRecordOptions per_file = o;
+  per_file.shuffle_buffer_per_file = 20;
+  per_file.seed = 4;
+  const Dataset shuffled_per_file = Dataset::FromTFRecords(files, per_file)
+                                        .Batch(40)
+                                        .Parse(Spec(), Calls(kAutotune));
+  for (const Dataset* ds : {&plain, &shuffled, &shuffled_per_file}) {
     const auto all = Collect(*ds, Unfused());
     ASSERT_EQ(all.size(), (16 * 290 + 7 * 120 + 39) / 40);
     for (int threads : {1, 2, 4, 8}) {
@@ -840,6 +878,57 @@ TEST_F(BatchParseFusionTest, ADamagedRecordFailsAtItsPlace) {
       ExpectErrorsWhereTheStagesHaveThem(
           ds, 1, fmt::format("shuffle {} calls {}", shuffle, calls));
     }
+  }
+  // Each file shuffled: the error after the records buffered before it,
+  // read ahead by a reader task (2 calls) or not (1); a state saved after
+  // the error goes on past it, and one saved before meets it again.
+  TFRecordOptions per_file;
+  per_file.num_parallel_reads = 2;
+  per_file.shuffle_buffer_per_file = 30;
+  per_file.seed = 8;
+  for (int calls : {1, 2}) {
+    ExpectErrorsWhereTheStagesHaveThem(
+        Dataset::FromTFRecords(files_, per_file)
+            .Batch(25)
+            .Parse(Spec(), Calls(calls)),
+        1, fmt::format("a shuffle buffer per file, calls {}", calls));
+  }
+}
+
+// Each file shuffled, a state saved before a damaged record, where a
+// reader task has drawn the file's records up to the damage ahead of the
+// planner (the chunk that ends in the error not planned yet): the restored
+// stream meets the error at the same place (the state reads on from the
+// damage), with every record before it.
+TEST_F(BatchParseFusionTest, AShuffleBufferPerFileSavedBeforeDamageMeetsIt) {
+  DamageRecord(files_[2], 150);
+  TFRecordOptions per_file;
+  per_file.num_parallel_reads = 2;
+  per_file.shuffle_buffer_per_file = 30;
+  per_file.seed = 8;
+  const Dataset ds = Dataset::FromTFRecords(files_, per_file)
+                         .Batch(25)
+                         .Parse(Spec(), Calls(2));
+  const auto want = Outcomes(ds, Unfused());
+  for (size_t k = 0; !want[k].starts_with("error: "); ++k) {
+    Iterator it = ds.MakeIterator({.threads = 2});
+    Element e;
+    for (size_t i = 0; i < k; ++i) ASSERT_TRUE(it.Next(&e));
+    // The open files' chunks read (each file is one chunk here).
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Iterator restored = ds.MakeIterator({.threads = 2});
+    restored.Restore(it.Save());
+    std::vector<std::string> rest(want.begin(), want.begin() + k);
+    while (true) {
+      try {
+        if (!restored.Next(&e)) break;
+        rest.push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
+                                   e["label"].data<int64_t>()[0]));
+      } catch (const records::Error& err) {
+        rest.push_back(std::string("error: ") + err.what());
+      }
+    }
+    EXPECT_EQ(rest, want) << "saved after " << k;
   }
 }
 

@@ -690,5 +690,158 @@ TEST_F(TFRecordDatasetTest, AFileOfAnotherFormatIsNamedAsSuch) {
   }
 }
 
+// TFRecordOptions::shuffle_buffer_per_file is, by definition, the
+// interleave of each file shuffled on its own: Interleave over the files'
+// places of FromTFRecords({file}).Shuffle(n, FileShuffleSeed(seed, i)).
+Dataset ShuffledPerFileByHand(const std::vector<std::string>& files,
+                              int64_t cycle, int64_t buffer, uint64_t seed) {
+  return Dataset::Range(0, static_cast<int64_t>(files.size()))
+      .Interleave(
+          [files, buffer, seed](const Element& e) {
+            const auto i = static_cast<size_t>(e["value"].scalar<int64_t>());
+            return Dataset::FromTFRecords({files[i]})
+                .Shuffle(buffer, stages::FileShuffleSeed(seed, i),
+                         /*reshuffle_each_iteration=*/false);
+          },
+          cycle, 1);
+}
+
+TEST_F(TFRecordDatasetTest,
+       AShuffleBufferPerFileShufflesEachFileThenInterleaves) {
+  for (int cycle : {1, 2, 3}) {
+    for (int64_t buffer : {2, 7, 45, 1000}) {
+      TFRecordOptions o;
+      o.num_parallel_reads = cycle;
+      o.shuffle_buffer_per_file = buffer;
+      o.seed = 5;
+      o.reshuffle_each_iteration = false;
+      const auto got = Records(Collect(Dataset::FromTFRecords(files_, o)));
+      EXPECT_EQ(
+          got,
+          Records(Collect(ShuffledPerFileByHand(files_, cycle, buffer, 5))))
+          << "cycle " << cycle << " buffer " << buffer;
+      // A permutation of the records, each file's among themselves: the
+      // cycle's turns take the files as unshuffled reads do.
+      TFRecordOptions plain;
+      plain.num_parallel_reads = cycle;
+      const auto unshuffled =
+          Records(Collect(Dataset::FromTFRecords(files_, plain)));
+      ASSERT_EQ(got.size(), unshuffled.size());
+      EXPECT_NE(got, unshuffled) << "cycle " << cycle << " buffer " << buffer;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(got[i].substr(0, 3), unshuffled[i].substr(0, 3)) << i;
+      }
+      auto sorted = got;
+      std::sort(sorted.begin(), sorted.end());
+      auto want = Sequential();
+      std::sort(want.begin(), want.end());
+      EXPECT_EQ(sorted, want);
+    }
+  }
+  // A buffer of one record draws the only one: the files' own order.
+  TFRecordOptions one;
+  one.num_parallel_reads = 2;
+  one.shuffle_buffer_per_file = 1;
+  TFRecordOptions plain;
+  plain.num_parallel_reads = 2;
+  EXPECT_EQ(Records(Collect(Dataset::FromTFRecords(files_, one))),
+            Records(Collect(Dataset::FromTFRecords(files_, plain))));
+}
+
+TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileReshufflesEachEpochBySeed) {
+  TFRecordOptions o;
+  o.num_parallel_reads = 2;
+  o.shuffle_buffer_per_file = 16;
+  o.seed = 9;
+  const auto ds = Dataset::FromTFRecords(files_, o).Repeat(3);
+  const auto got = Records(Collect(ds));
+  EXPECT_EQ(Records(Collect(ds)), got);  // the same seed, the same order
+  const size_t n = Sequential().size();
+  ASSERT_EQ(got.size(), 3 * n);
+  auto want = Sequential();
+  std::sort(want.begin(), want.end());
+  std::set<std::vector<std::string>> epochs;
+  for (size_t e = 0; e < 3; ++e) {
+    std::vector<std::string> epoch(got.begin() + e * n,
+                                   got.begin() + (e + 1) * n);
+    epochs.insert(epoch);
+    std::sort(epoch.begin(), epoch.end());
+    EXPECT_EQ(epoch, want) << "epoch " << e;
+  }
+  EXPECT_EQ(epochs.size(), 3u);
+  o.seed = 10;
+  EXPECT_NE(Records(Collect(Dataset::FromTFRecords(files_, o).Repeat(3))), got);
+  // Not reshuffled: every epoch alike.
+  o.reshuffle_each_iteration = false;
+  const auto same =
+      Records(Collect(Dataset::FromTFRecords(files_, o).Repeat(2)));
+  EXPECT_TRUE(std::equal(same.begin(), same.begin() + static_cast<ptrdiff_t>(n),
+                         same.begin() + static_cast<ptrdiff_t>(n)));
+  o.shuffle_buffer_per_file = -1;
+  EXPECT_THROW(Dataset::FromTFRecords(files_, o), Error);
+}
+
+// Saved after each record, stage by stage (the fused path's states are
+// tested with it, batch_parse_fusion_test.cc): the buffers are saved by
+// reference, and a restored iterator gives the rest.
+TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileIsSavedAndRestored) {
+  TFRecordOptions o;
+  o.num_parallel_reads = 2;
+  o.shuffle_buffer_per_file = 12;
+  const auto ds = Dataset::FromTFRecords(files_, o).Repeat(2);
+  const IteratorOptions stages{.threads = 1, .optimize = false};
+  Iterator it = ds.MakeIterator(stages);  // unseeded: the state keeps it
+  std::vector<std::string> all;
+  std::vector<std::string> states;
+  Element e;
+  states.push_back(it.Save());
+  while (it.Next(&e)) {
+    all.emplace_back(e["record"].bytes(0));
+    states.push_back(it.Save());
+  }
+  for (size_t k = 0; k < states.size(); k += 7) {
+    Iterator restored = ds.MakeIterator(stages);
+    restored.Restore(states[k]);
+    std::vector<std::string> rest;
+    while (restored.Next(&e)) rest.emplace_back(e["record"].bytes(0));
+    EXPECT_TRUE(std::equal(rest.begin(), rest.end(),
+                           all.begin() + static_cast<ptrdiff_t>(k), all.end()))
+        << "k " << k;
+    EXPECT_EQ(rest.size(), all.size() - k) << "k " << k;
+  }
+}
+
+// A damaged record ends its file after the records buffered before it
+// were drawn: none of them is lost, and the error names its place.
+TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileLosesNoRecordBeforeDamage) {
+  std::string bytes = testing::ReadFileBytes(files_[1]);
+  const auto& recs = all_[1];
+  uint64_t offset = 0;
+  for (int r = 0; r < 20; ++r)
+    offset += recs[static_cast<size_t>(r)].size() + 16;
+  bytes[offset + 12 + 3] ^= 0x40;
+  testing::WriteFileBytes(files_[1], bytes);
+  TFRecordOptions o;
+  o.shuffle_buffer_per_file = 8;
+  o.seed = 3;
+  const UntilError got = ReadUntilError(Dataset::FromTFRecords(files_, o));
+  ASSERT_TRUE(got.error);
+  EXPECT_EQ(got.error->path(), files_[1]);
+  EXPECT_EQ(got.error->offset(), offset);
+  EXPECT_EQ(got.error->record_index(), 20u);
+  // File 0 whole, then file 1's first 20 records in some order.
+  ASSERT_EQ(got.records.size(), all_[0].size() + 20);
+  std::vector<std::string> before(
+      got.records.begin() + static_cast<ptrdiff_t>(all_[0].size()),
+      got.records.end());
+  std::sort(before.begin(), before.end());
+  std::vector<std::string> want(recs.begin(), recs.begin() + 20);
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(before, want);
+  EXPECT_EQ(
+      Records(Collect(Dataset::FromTFRecords(files_, o).IgnoreErrors())).size(),
+      all_[0].size() + 20 + all_[2].size());
+}
+
 }  // namespace
 }  // namespace recflow::pipeline
