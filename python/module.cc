@@ -1005,7 +1005,8 @@ only on the inputs and seeds, never on the thread count.
           [](py::handle files, std::optional<std::string> compression,
              int num_parallel_reads, bool shuffle_files, const py::object& seed,
              bool reshuffle_each_iteration, bool verify_checksums,
-             uint64_t max_record_bytes, int block_length, bool deterministic) {
+             uint64_t max_record_bytes, int block_length, bool deterministic,
+             int64_t shuffle_buffer_per_file) {
             pipeline::TFRecordOptions o;
             o.compression = CompressionArg(compression);
             o.num_parallel_reads = num_parallel_reads;
@@ -1016,6 +1017,7 @@ only on the inputs and seeds, never on the thread count.
             o.reshuffle_each_iteration = reshuffle_each_iteration;
             o.verify_checksums = verify_checksums;
             o.max_record_bytes = max_record_bytes;
+            o.shuffle_buffer_per_file = shuffle_buffer_per_file;
             // Expanded here so that a name matching nothing is a
             // FileNotFoundError, as for the other functions taking paths.
             std::vector<std::string> paths =
@@ -1030,10 +1032,16 @@ only on the inputs and seeds, never on the thread count.
           "reshuffle_each_iteration"_a = true, "verify_checksums"_a = true,
           "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
           "block_length"_a = 1, "deterministic"_a = true,
+          "shuffle_buffer_per_file"_a = 0,
           "TFRecord files (paths, globs, directories): elements "
           "{'record': bytes}. compression: None detects it per file. "
           "num_parallel_reads: files read at once, interleaved; "
-          "recflow.AUTOTUNE (-1): one per core, at most one per file.")
+          "recflow.AUTOTUNE (-1): one per core, at most one per file. "
+          "shuffle_buffer_per_file: each file's records shuffled in a "
+          "buffer of that many of its own before the interleave (tf.data's "
+          "interleave(lambda f: TFRecordDataset(f).shuffle(n))), seeded by "
+          "seed; the reader threads shuffle, so it scales with cores where "
+          "one .shuffle() buffer is drawn from on one thread.")
       .def_static(
           "from_tensor_slices",
           [](py::dict arrays) {

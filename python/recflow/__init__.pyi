@@ -67,7 +67,8 @@ class Dataset:
                        verify_checksums: bool = ...,
                        max_record_bytes: int = ...,
                        block_length: int = ...,
-                       deterministic: bool = ...) -> "Dataset": ...
+                       deterministic: bool = ...,
+                       shuffle_buffer_per_file: int = ...) -> "Dataset": ...
     @staticmethod
     def from_tensor_slices(arrays: Mapping[str, Any]) -> "Dataset": ...
     @staticmethod

@@ -129,6 +129,28 @@ def test_block_length_and_a_batched_global_shuffle(tmp_path):
     assert ids != sorted(ids)
 
 
+def test_a_shuffle_buffer_per_file(tmp_path):
+    paths = [str(write_records(tmp_path / f"s{i}.tfrecord", 30))
+             for i in range(2)]
+
+    def ids(threads, **kw):
+        ds = (recflow.Dataset.from_tfrecords(
+            paths, num_parallel_reads=2, seed=3, shuffle_buffer_per_file=8,
+            **kw).batch(7).parse(SMALL_SPEC, num_parallel_calls=-1))
+        return [i for b in ds.iterator(threads=threads)
+                for i in b["id"].tolist()]
+
+    one = ids(1)
+    # Each file's records shuffled among themselves, the files in turn;
+    # the same order at every thread count.
+    assert one != [i for i in range(30) for _ in range(2)]
+    assert sorted(one[0::2]) == list(range(30))
+    assert sorted(one[1::2]) == list(range(30))
+    assert ids(2) == one
+    with pytest.raises(ValueError, match="shuffle_buffer_per_file"):
+        recflow.Dataset.from_tfrecords(paths, shuffle_buffer_per_file=-1)
+
+
 def test_builtin_maps_decode_raw_scale_cast(tmp_path):
     images = np.arange(6 * 4, dtype=np.uint8).reshape(6, 2, 2)
     path = tmp_path / "img.tfrecord"
