@@ -1488,6 +1488,58 @@ TEST(BatchParseFusionMemoryTest, ShuffledBlocksStayWithinAFewBuffersOfRecords) {
   }
 }
 
+// Each file shuffled in its reader: a view holds its read block, and a
+// record buffered for three buffer lengths is copied out of its block, so
+// the blocks in use stay within a few buffers' worth over a file of 40
+// (short records, ~430 to a 128 KiB block: a block waits for the last of
+// them), fused and stage by stage: 3.7 buffers' worth stage by stage and
+// 6.3 fused (read ahead and in flight too); without the copies, 8.2 and
+// 10.4.
+TEST(BatchParseFusionMemoryTest, BlocksOfAShuffleBufferPerFileGoWhenDrawn) {
+  testing::TempDir dir;
+  const std::string file = dir.File("big.tfrecord");
+  std::vector<std::string> recs;
+  for (int i = 0; i < 40000; ++i) {
+    records::ExampleBuilder b;
+    b.AddInt64("label", i);
+    b.AddBytes("blob", std::string(300, static_cast<char>('a' + i % 26)));
+    recs.push_back(std::string(b.Serialize()));
+  }
+  testing::WriteRecords(file, recs);
+  const auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
+    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+    "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
+  constexpr int64_t kBuffer = 1000;
+  const uint64_t buffer_bytes = kBuffer * (recs[0].size() + 16);
+  TFRecordOptions o;
+  o.shuffle_buffer_per_file = kBuffer;
+  o.seed = 3;
+  const Dataset ds =
+      Dataset::FromTFRecords({file}, o).Batch(100).Parse(spec, Calls(2));
+  for (IteratorOptions io : {Unfused(), IteratorOptions{.threads = 1},
+                             IteratorOptions{.threads = 2}}) {
+    const uint64_t before = BlockBytesInUse();
+    uint64_t most = 0;
+    std::set<int64_t> labels;
+    Iterator it = ds.MakeIterator(io);
+    Element e;
+    while (it.Next(&e)) {
+      most = std::max(most, BlockBytesInUse() - before);
+      for (int64_t r = 0; r < e["label"].num_rows(); ++r) {
+        const int64_t label = e["label"].data<int64_t>()[r];
+        ASSERT_EQ(e["blob"].bytes(r),
+                  std::string(300, static_cast<char>('a' + label % 26)));
+        labels.insert(label);
+      }
+    }
+    EXPECT_EQ(labels.size(), 40000u);
+    EXPECT_LT(most, 8 * buffer_bytes)
+        << "threads " << io.threads << ": "
+        << static_cast<double>(most) / static_cast<double>(buffer_bytes)
+        << " buffers' worth of blocks";
+  }
+}
+
 // Every batch in flight gives its buffers back for a later batch to be
 // parsed into: with 16 parse calls a fused stage has 33 batches planned
 // ahead, and when only 4 batches' buffers could wait for reuse, about half
