@@ -158,6 +158,12 @@ for ((i = 0; i < runs; i++)); do
       # the plan runs on Prefetch's thread, apart from the consumer.
       run "fashion shuffled prefetched" "$fm" "$work/fm.json" 10 \
         --shuffle 10000 --parallel-reads "$reads" --prefetch 2
+      # Each of the 16 files shuffled by its reader (16 buffers of 625:
+      # 10,000 records buffered in all, as the shuffle above), all 16 read
+      # at once whatever READS says: the shuffle runs on the reader tasks
+      # instead of the planner (TFRecordOptions::shuffle_buffer_per_file).
+      run "fashion shuffled per file" "$fm" "$work/fm.json" 10 \
+        --shuffle-per-file 625 --parallel-reads 16
       run "fashion one file parse-only" "$work/fm1/train-00000-of-00001.tfrecord" \
         "$work/fm.json" 10
       run "fashion one file shuffled" "$work/fm1/train-00000-of-00001.tfrecord" \
@@ -193,6 +199,8 @@ check "fashion parse-only" "$fm" "$work/fm.json" --parallel-reads "$reads"
 check "fashion shuffled" "$fm" "$work/fm.json" --shuffle 10000 \
   --parallel-reads "$reads"
 check "fashion global" "$fm" "$work/fm.json" --global-shuffle
+check "fashion shuffled per file" "$fm" "$work/fm.json" --shuffle-per-file 625 \
+  --parallel-reads 16
 if [[ -f $mnist ]]; then
   check "mnist parse-only" "$mnist" "$work/mnist.json"
   check "mnist shuffled" "$mnist" "$work/mnist.json" --shuffle 10000
@@ -237,6 +245,10 @@ for data in sorted(read):
         if (f"{data} shuffled prefetched", t) in med:
             sp = med[(f"{data} shuffled prefetched", t)]
             print(f"        shuffled behind --prefetch 2 / without: {sp / s:.2f}x")
+        if (f"{data} shuffled per file", t) in med:
+            sf = med[(f"{data} shuffled per file", t)]
+            print(f"        shuffled per file: {sf / po:.2f} of parse-only,"
+                  f" {sf / s:.2f}x the one buffer's records/s")
 ceil = defaultdict(list)
 for line in open(sys.argv[3]):
     d = json.loads(line)

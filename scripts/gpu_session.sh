@@ -192,8 +192,12 @@ EOF2
         # as it is first touched), shuffled and parse-only, so that 16
         # threads are measured over ~0.3 s instead of ~0.1 s of which
         # start-up was a share.
-        for kind in shuffled parse_only; do
+        # per_file: each file shuffled by its reader tasks (16 buffers of
+        # 625, TFRecordOptions::shuffle_buffer_per_file), the planner
+        # moving refs as in parse-only.
+        for kind in shuffled per_file parse_only; do
           spec=; [[ $kind == shuffled ]] && spec="--shuffle 10000"
+          [[ $kind == per_file ]] && spec="--shuffle-per-file 625"
           name=steady_$kind
           limited build-gpu/tools/recflow bench "$scaling/fm/train-*.tfrecord" \
             --spec "$scaling/fm.json" --batch 256 --map-threads -1 --seed 1 \
