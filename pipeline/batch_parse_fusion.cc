@@ -208,16 +208,6 @@ std::atomic<uint64_t> planner_help_reads{0};
 // More finished batches than any state holds (kBatchesAhead per call, for
 // more calls than any machine has threads): a bound on forged states.
 constexpr uint64_t kMaxSavedBatches = kBatchesAhead * 65536 + 1;
-// Shuffle buffers copy out views that stayed this many buffer lengths,
-// into shared chunks of this size (records over a quarter of it into
-// their own).  A chunk stays until its last record is drawn, about five
-// buffer lengths after it fills (75 records of ~850 bytes): the chunks
-// held come to about a quarter of a buffer's bytes (where one buffer each
-// held only the ~5% of a buffer still there; the blocks a shuffle holds
-// span about three buffers).
-constexpr uint64_t kCompactAfter = 3;
-constexpr size_t kCompactedChunkBytes = size_t{64} << 10;
-
 class RangeIndexes;
 
 // Records handed on by reference.  The planner moves 16-byte refs through
@@ -1572,8 +1562,7 @@ class ShuffleStream final : public RecordStream {
         buffer_size_(stage.buffer_size),
         in_(std::move(in)),
         rng_(stage.shuffle_seed(env->ctx, salt)),
-        sweep_every_(static_cast<uint64_t>(
-            std::max<int64_t>(stage.buffer_size / 4, 64))) {
+        sweep_every_(CompactionSweepEvery(stage.buffer_size)) {
     buffer_.reserve(
         static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
   }

@@ -375,6 +375,21 @@ class RecordArena {
   size_t used_ = 0;
 };
 
+// Shuffle buffers of records (the fused Shuffle's, ShuffledFileRecords)
+// copy out views that stayed kCompactAfter buffer lengths (a fraction
+// e^-3 under a uniform draw) into shared chunks of kCompactedChunkBytes
+// (records over a quarter of it into their own), so that a straggler does
+// not keep its read block: the blocks a buffer holds span about three
+// buffers' worth of records.  A chunk stays until its last record is
+// drawn, about five buffer lengths after it fills (75 records of ~850
+// bytes): the chunks held come to about a quarter of a buffer's bytes.
+// The buffer is swept for them every CompactionSweepEvery insertions.
+inline constexpr uint64_t kCompactAfter = 3;
+inline constexpr size_t kCompactedChunkBytes = size_t{64} << 10;
+inline uint64_t CompactionSweepEvery(int64_t buffer_size) {
+  return static_cast<uint64_t>(std::max<int64_t>(buffer_size / 4, 64));
+}
+
 // The seed of file `file` (its place in the source's expanded list) in an
 // epoch whose seed is `epoch_seed` (TFRecordOptions::shuffle_buffer_per_file).
 uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file);

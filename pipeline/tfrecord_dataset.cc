@@ -504,14 +504,7 @@ class TFRecordDataset final : public DatasetBase {
   TFRecordOptions options_;
 };
 
-// How often the buffer is swept for views to copy out, and after how many
-// buffer lengths of input a view is (as the fused Shuffle's CompactOld).
-constexpr uint64_t kCompactAfter = 3;
-constexpr size_t kCompactedChunkBytes = size_t{64} << 10;
 constexpr uint64_t kSettled = ~uint64_t{0};
-uint64_t SweepEvery(int64_t buffer_size) {
-  return static_cast<uint64_t>(std::max<int64_t>(buffer_size / 4, 64));
-}
 
 }  // namespace
 
@@ -533,7 +526,7 @@ ShuffledFileRecords::ShuffledFileRecords(
       in_(std::move(in)),
       buffer_size_(buffer_size),
       rng_(seed),
-      until_sweep_(SweepEvery(buffer_size)),
+      until_sweep_(CompactionSweepEvery(buffer_size)),
       compacted_(kCompactedChunkBytes) {
   buffer_.reserve(
       static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
@@ -586,7 +579,7 @@ void ShuffledFileRecords::ReadOne() {
   }
   e.inserted = inserted_++;
   if (--until_sweep_ == 0) {
-    until_sweep_ = SweepEvery(buffer_size_);
+    until_sweep_ = CompactionSweepEvery(buffer_size_);
     CompactOld();
   }
 }

@@ -1160,6 +1160,43 @@ TEST_F(BatchParseFusionTest, NondeterministicReadsLoseAndRepeatNothing) {
   }
 }
 
+// Each file shuffled and the interleave taking whichever file has a record
+// read: each file's records come in its own shuffled order (which does
+// not depend on the interleave), each once, also across a saved state.
+TEST_F(BatchParseFusionTest, NondeterministicReadsOfFilesShuffledPerFile) {
+  TFRecordOptions o;
+  o.num_parallel_reads = 3;
+  o.shuffle_buffer_per_file = 25;
+  o.seed = 6;
+  const auto by_file = [](const std::vector<Element>& batches) {
+    std::map<int64_t, std::vector<int64_t>> out;  // file -> its labels
+    for (const Element& e : batches) {
+      const Tensor& t = e["label"];
+      for (int64_t i = 0; i < t.num_rows(); ++i) {
+        const int64_t label = t.data<int64_t>()[i];
+        out[label / 1000].push_back(label);
+      }
+    }
+    return out;
+  };
+  const auto want = by_file(Collect(
+      Dataset::FromTFRecords(files_, o).Batch(16).Parse(Spec()), Unfused()));
+  ASSERT_EQ(want.size(), 4u);
+  o.deterministic = false;
+  const Dataset ds = Dataset::FromTFRecords(files_, o).Batch(16).Parse(
+      Spec(), Calls(kAutotune));
+  for (int threads : {1, 4}) {
+    EXPECT_EQ(by_file(Collect(ds, {.threads = threads})), want) << threads;
+  }
+  Iterator it = ds.MakeIterator({.threads = 4});
+  std::vector<Element> got(5);
+  for (Element& e : got) ASSERT_TRUE(it.Next(&e));
+  Iterator restored = ds.MakeIterator({.threads = 2});
+  restored.Restore(it.Save());
+  for (Element e; restored.Next(&e);) got.push_back(std::move(e));
+  EXPECT_EQ(by_file(got), want);
+}
+
 // (8 threads: the planner task too, planning or queued as the iterator
 // goes.)
 TEST_F(BatchParseFusionTest, DestroyingAnIteratorMidStreamStopsItsTasks) {
