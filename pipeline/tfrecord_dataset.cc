@@ -528,6 +528,8 @@ ShuffledFileRecords::ShuffledFileRecords(
       rng_(seed),
       until_sweep_(CompactionSweepEvery(buffer_size)),
       compacted_(kCompactedChunkBytes) {
+  // (Not for an object made only to save a fresh state: FileReader's.)
+  if (in_ == nullptr) return;
   buffer_.reserve(
       static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
 }
