@@ -814,13 +814,15 @@ Runner AddBenchCommand(CLI::App& app) {
                "ratio, and the bound on it that reading the files alone "
                "sets");
   app.footer(
-      "The pipeline: files -> [shuffle] -> [repeat] -> [batch] -> [parse] -> "
-      "[prefetch].  busy % is a stage's own work over the wall time (per "
+      "The pipeline: files (each shuffled with --shuffle-per-file) -> "
+      "[shuffle] -> [repeat] -> [batch] -> [parse] -> [prefetch].  busy % is a "
+      "stage's own work over the wall time (per "
       "thread it may use); wait % is the time its consumer waited on it.  The "
       "busiest stage is named the bottleneck.  With --spec and --batch, the "
       "stages up to parse run fused (unless --no-fusion): tfrecord (reading "
-      "and checksums, on every thread), batch (the one-thread plan: "
-      "shuffle, repeat and batch order) and parse (on every thread).");
+      "and checksums, and --shuffle-per-file's draws, on every thread), "
+      "batch (the one-thread plan: shuffle, repeat and batch order) and "
+      "parse (on every thread).");
   return [o] { return RunBench(*o); };
 }
 
