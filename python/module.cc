@@ -1040,8 +1040,9 @@ only on the inputs and seeds, never on the thread count.
           "shuffle_buffer_per_file: each file's records shuffled in a "
           "buffer of that many of its own before the interleave (tf.data's "
           "interleave(lambda f: TFRecordDataset(f).shuffle(n))), seeded by "
-          "seed; the reader threads shuffle, so it scales with cores where "
-          "one .shuffle() buffer is drawn from on one thread.")
+          "seed; batched and parsed with several calls, the reader "
+          "threads draw, where one .shuffle() buffer is drawn from on one "
+          "thread.")
       .def_static(
           "from_tensor_slices",
           [](py::dict arrays) {
