@@ -1138,6 +1138,12 @@ only on the inputs and seeds, never on the thread count.
                   "Dataset.from_tfrecords(...) directly, before any other "
                   "transformation");
             }
+            if (d.tfrecord_options.shuffle_buffer_per_file > 0) {
+              throw py::value_error(
+                  "global_shuffle() draws every record in an order of its "
+                  "own: from_tfrecords(shuffle_buffer_per_file=...) would "
+                  "be ignored; give one of them");
+            }
             pipeline::GlobalShuffleOptions o;
             o.seed = SeedArg(seed);
             o.reshuffle_each_iteration = reshuffle_each_iteration;

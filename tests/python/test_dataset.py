@@ -149,6 +149,9 @@ def test_a_shuffle_buffer_per_file(tmp_path):
     assert ids(2) == one
     with pytest.raises(ValueError, match="shuffle_buffer_per_file"):
         recflow.Dataset.from_tfrecords(paths, shuffle_buffer_per_file=-1)
+    with pytest.raises(ValueError, match="shuffle_buffer_per_file"):
+        recflow.Dataset.from_tfrecords(
+            paths, shuffle_buffer_per_file=8).global_shuffle()
 
 
 def test_builtin_maps_decode_raw_scale_cast(tmp_path):
