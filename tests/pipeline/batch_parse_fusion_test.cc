@@ -49,6 +49,25 @@ records::FeatureSpec Spec() {
 
 IteratorOptions Unfused() { return {.threads = 1, .optimize = false}; }
 
+// Appends what each Next() of `it` gives, to the end, to *out (as
+// Outcomes); after each error, after_error(it) where given.
+void AppendOutcomes(Iterator& it, std::vector<std::string>* out,
+                    const std::function<void(Iterator&)>& after_error = {}) {
+  Element e;
+  while (true) {
+    try {
+      if (!it.Next(&e)) break;
+      out->push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
+                                 e["label"].data<int64_t>()[0]));
+    } catch (const records::Error& err) {
+      out->push_back(std::string("error: ") + err.what());
+      // A restart that meets the same error again would never end.
+      if (out->size() > 10000) break;
+      if (after_error) after_error(it);
+    }
+  }
+}
+
 // What each Next() of `ds` gives, to the end: "ROWS rows, first LABEL" or
 // "error: MESSAGE"; iteration goes on after errors.
 // With `restart_after_error`, each error is followed by a save and a
@@ -57,23 +76,15 @@ std::vector<std::string> Outcomes(const Dataset& ds, IteratorOptions o,
                                   bool restart_after_error = false) {
   std::vector<std::string> out;
   Iterator it = ds.MakeIterator(o);
-  Element e;
-  while (true) {
-    try {
-      if (!it.Next(&e)) break;
-      out.push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
-                                e["label"].data<int64_t>()[0]));
-    } catch (const records::Error& err) {
-      out.push_back(std::string("error: ") + err.what());
-      // A restart that meets the same error again would never end.
-      if (out.size() > 10000) break;
-      if (restart_after_error) {
-        const std::string state = it.Save();
-        it = ds.MakeIterator(o);
-        it.Restore(state);
-      }
-    }
+  if (!restart_after_error) {
+    AppendOutcomes(it, &out);
+    return out;
   }
+  AppendOutcomes(it, &out, [&](Iterator& at) {
+    const std::string state = at.Save();
+    at = ds.MakeIterator(o);
+    at.Restore(state);
+  });
   return out;
 }
 
@@ -918,17 +929,9 @@ TEST_F(BatchParseFusionTest, AShuffleBufferPerFileSavedBeforeDamageMeetsIt) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     Iterator restored = ds.MakeIterator({.threads = 2});
     restored.Restore(it.Save());
-    std::vector<std::string> rest(want.begin(), want.begin() + k);
-    while (true) {
-      try {
-        if (!restored.Next(&e)) break;
-        rest.push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
-                                   e["label"].data<int64_t>()[0]));
-      } catch (const records::Error& err) {
-        rest.push_back(std::string("error: ") + err.what());
-      }
-    }
-    EXPECT_EQ(rest, want) << "saved after " << k;
+    std::vector<std::string> got(want.begin(), want.begin() + k);
+    AppendOutcomes(restored, &got);
+    EXPECT_EQ(got, want) << "saved after " << k;
   }
 }
 
@@ -1468,6 +1471,29 @@ TEST_F(RangeReadTest, SavedStatesContinueTheSameStream) {
           Spec(), Calls(kAutotune)));
 }
 
+// One file of `n` Examples {label: i, blob: `blob` bytes of 'a' + i % 26}
+// for the memory tests, its spec, and a frame's bytes.
+struct LabelledBlobs {
+  LabelledBlobs(testing::TempDir& dir, int n, size_t blob)
+      : file(dir.File("big.tfrecord")),
+        spec(records::FeatureSpec::FromJsonText(R"({"features": {
+          "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+          "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})")) {
+    std::vector<std::string> recs;
+    for (int i = 0; i < n; ++i) {
+      records::ExampleBuilder b;
+      b.AddInt64("label", i);
+      b.AddBytes("blob", std::string(blob, static_cast<char>('a' + i % 26)));
+      recs.push_back(std::string(b.Serialize()));
+    }
+    testing::WriteRecords(file, recs);
+    frame_bytes = recs[0].size() + 16;
+  }
+  std::string file;
+  records::FeatureSpec spec;
+  uint64_t frame_bytes = 0;
+};
+
 // A shuffle buffer's records view the read blocks, which the chunks of
 // views that the readers made hold; a record buffered for three buffer
 // lengths is copied out and its ref moved to a chunk of the shuffle's own,
@@ -1480,20 +1506,11 @@ TEST_F(RangeReadTest, SavedStatesContinueTheSameStream) {
 // is drawn: 8.1 and 10.0.
 TEST(BatchParseFusionMemoryTest, ShuffledBlocksStayWithinAFewBuffersOfRecords) {
   testing::TempDir dir;
-  const std::string file = dir.File("big.tfrecord");
-  std::vector<std::string> recs;
-  for (int i = 0; i < 4000; ++i) {
-    records::ExampleBuilder b;
-    b.AddInt64("label", i);
-    b.AddBytes("blob", std::string(1000, static_cast<char>('a' + i % 26)));
-    recs.push_back(std::string(b.Serialize()));
-  }
-  testing::WriteRecords(file, recs);
-  const auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
-    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
-    "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
+  const LabelledBlobs data(dir, 4000, 1000);
+  const std::string& file = data.file;
+  const records::FeatureSpec& spec = data.spec;
   constexpr int64_t kBuffer = 2000;
-  const uint64_t buffer_bytes = kBuffer * (recs[0].size() + 16);
+  const uint64_t buffer_bytes = kBuffer * data.frame_bytes;
   for (int threads : {1, 2}) {
     const Dataset ds = Dataset::FromTFRecords({file})
                            .Repeat(15)
@@ -1534,20 +1551,11 @@ TEST(BatchParseFusionMemoryTest, ShuffledBlocksStayWithinAFewBuffersOfRecords) {
 // 10.4.
 TEST(BatchParseFusionMemoryTest, BlocksOfAShuffleBufferPerFileGoWhenDrawn) {
   testing::TempDir dir;
-  const std::string file = dir.File("big.tfrecord");
-  std::vector<std::string> recs;
-  for (int i = 0; i < 40000; ++i) {
-    records::ExampleBuilder b;
-    b.AddInt64("label", i);
-    b.AddBytes("blob", std::string(300, static_cast<char>('a' + i % 26)));
-    recs.push_back(std::string(b.Serialize()));
-  }
-  testing::WriteRecords(file, recs);
-  const auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
-    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
-    "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
+  const LabelledBlobs data(dir, 40000, 300);
+  const std::string& file = data.file;
+  const records::FeatureSpec& spec = data.spec;
   constexpr int64_t kBuffer = 1000;
-  const uint64_t buffer_bytes = kBuffer * (recs[0].size() + 16);
+  const uint64_t buffer_bytes = kBuffer * data.frame_bytes;
   TFRecordOptions o;
   o.shuffle_buffer_per_file = kBuffer;
   o.seed = 3;
