@@ -104,6 +104,19 @@ std::vector<pipeline::Dataset> StatePipelines() {
                     .Take(60)
                     .Prefetch(2));
   out.push_back(Dataset::FromTFRecords(files).Parse(spec).Cache().Repeat(3));
+  // Each file shuffled in a buffer of its own (its buffer and the records
+  // drawn ahead in the state): stage by stage, and fused (Parse after
+  // Batch with two calls: the reader tasks draw).  Appended, so that the
+  // regression inputs' mode bytes keep naming the pipelines they name.
+  pipeline::TFRecordOptions per_file;
+  per_file.num_parallel_reads = 2;
+  per_file.shuffle_buffer_per_file = 4;
+  per_file.seed = 2;
+  out.push_back(Dataset::FromTFRecords(files, per_file).Repeat(2));
+  pipeline::ParseOptions two;
+  two.num_parallel_calls = 2;
+  out.push_back(
+      Dataset::FromTFRecords(files, per_file).Batch(4).Parse(spec, two));
   return out;
 }
 

@@ -1,5 +1,6 @@
 // Iterator::Restore() with arbitrary state blobs, for pipelines that cover
-// every stage with state: TFRecord files (interleaved, shuffled per epoch),
+// every stage with state: TFRecord files (interleaved, shuffled per epoch,
+// each shuffled in a buffer of its own, stage by stage and fused),
 // the index-based global shuffle (sharded), shuffle buffers holding
 // elements, batch, repeat, take/skip, cache, prefetch and parallel map.
 // After a restore that is accepted, up to 16 elements are drawn.  Any
