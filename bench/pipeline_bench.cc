@@ -27,9 +27,11 @@
 //                    Fashion-MNIST-like files (16 x
 //                    4,096 Examples of ~850 bytes: 784 image bytes, label,
 //                    height, width; all 16 read at once), shuffled
-//                    (10,000; S = 1) or not, 4 epochs, batches of 256
-//                    parsed on T threads (on 16 cores P = 1 made 0.80-0.98x
-//                    P = 0's records/s at 8 and 16 threads)
+//                    (10,000; S = 1), each file shuffled by its reader
+//                    (16 buffers of 625, shuffle_buffer_per_file; S = 2) or
+//                    not (S = 0), 4 epochs, batches of 256 parsed on T
+//                    threads (on 16 cores P = 1 made 0.80-0.98x P = 0's
+//                    records/s at 8 and 16 threads)
 //   BytesColumn/values:N/use:U  a batch's image column (N values of 784
 //                    bytes, as the fused parse makes it) asked on the
 //                    thread that launches a GPU step: U = 0, one pass over
@@ -545,8 +547,12 @@ void BM_FusedPlanner(benchmark::State& state) {
   stages::SetPlanInTask(static_cast<int>(state.range(1)));
   TFRecordOptions all_at_once;
   all_at_once.num_parallel_reads = 16;
+  if (state.range(2) == 2) {
+    all_at_once.shuffle_buffer_per_file = kShuffle / 16;
+    all_at_once.seed = 1;
+  }
   Dataset ds = Dataset::FromTFRecords(FashionFiles(), all_at_once);
-  if (state.range(2) != 0) ds = ds.Shuffle(kShuffle, 1);
+  if (state.range(2) == 1) ds = ds.Shuffle(kShuffle, 1);
   ds = ds.Repeat(4).Batch(kBatch).Parse(
       records::FeatureSpec::FromJsonText(R"({"features": {
         "height": {"kind": "fixed", "dtype": "int64", "shape": []},
@@ -563,7 +569,7 @@ void FusedPlannerArgs(benchmark::internal::Benchmark* b) {
   std::vector<int> counts = {4, 8};
   if (all > 8) counts.push_back(all);
   for (int threads : counts) {
-    for (int shuffle : {1, 0}) {
+    for (int shuffle : {1, 2, 0}) {
       for (int task : {0, 1}) b->Args({threads, task, shuffle});
     }
   }

@@ -31,7 +31,9 @@
 #   PIPELINE_RUNS=2: rounds of the pipeline's scaling runs (default 3).
 #   PLANNER_REPS=5: repetitions of `planner` (pipeline_bench's
 #     FusedPlanner: the fused planner on the consumer's thread against in
-#     a task of its own, interleaved at random; default 5, ~60 s).
+#     a task of its own, over one Shuffle(10,000) (shuffle:1), 16 buffers
+#     of 625 drawn by the readers (shuffle:2) and none (shuffle:0),
+#     interleaved at random; default 5, ~90 s).
 #   PAIRED_ROUNDS=2: the paired benchmarks twice (default once).
 #   BENCH_VARIANTS='staged|graphs': train_bench's plain benchmarks and
 #     those variants only; CUDA_API_BENCH=0: no cuda_api_bench.
