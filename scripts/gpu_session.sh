@@ -300,8 +300,11 @@ EOF
         # Fashion-MNIST's Examples (and protobuf's), then the pipeline at
         # one thread, io_uring and pread, each stage's ns a record, next to
         # reading alone (--compare-protobuf).  Needs the files the pipeline
-        # part writes.  ~30 s.
+        # part writes.  ~30 s.  First the machine's context: its CPU, kernel
+        # and transparent huge pages (the read blocks' slabs ask for them).
         source .gpu/build.sh --env-only
+        echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-);" \
+          "kernel $(uname -r); THP $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null)"
         limited build-gpu/bench/records_bench \
           --benchmark_filter='^parse/(protobuf_baseline|fast_1_thread)/3/' \
           --benchmark_repetitions=3 --benchmark_min_time=0.2 \
