@@ -529,9 +529,11 @@ ShuffledFileRecords::ShuffledFileRecords(
       until_sweep_(CompactionSweepEvery(buffer_size)),
       compacted_(kCompactedChunkBytes) {
   // (Not for an object made only to save a fresh state: FileReader's.)
+  // At most 65,536 entries (5 MiB) ahead: many files are open at once,
+  // each with a buffer; a larger one grows as it fills.
   if (in_ == nullptr) return;
   buffer_.reserve(
-      static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
+      static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 16)));
 }
 
 ShuffledFileRecords::~ShuffledFileRecords() = default;
