@@ -77,8 +77,8 @@ struct TFRecordOptions {
   bool shuffle_files = false;
   // > 0: each file's records pass through a shuffle buffer of this many
   // records of its own before the interleave, as tf.data's
-  // `files.interleave(lambda f: TFRecordDataset(f).shuffle(n), ...)` and
-  // as DALI's readers shuffle each shard.  The order is exactly that of
+  // `files.interleave(lambda f: TFRecordDataset(f).shuffle(n), ...)`.
+  // The order is exactly that of
   // FromTensorSlices(files).Interleave(f -> FromTFRecords({f}).Shuffle(n,
   // stages::FileShuffleSeed(epoch_seed, i), false), num_parallel_reads,
   // block_length) where i is the file's place in the expanded list and
