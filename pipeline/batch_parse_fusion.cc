@@ -1562,7 +1562,7 @@ class ShuffleStream final : public RecordStream {
         buffer_size_(stage.buffer_size),
         in_(std::move(in)),
         rng_(stage.shuffle_seed(env->ctx, salt)),
-        sweep_every_(CompactionSweepEvery(stage.buffer_size)) {
+        clock_(stage.buffer_size) {
     buffer_.reserve(
         static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
   }
@@ -1635,7 +1635,7 @@ class ShuffleStream final : public RecordStream {
     RetireBuffer();
     ReferenceReader refs;
     for (uint64_t i = 0; i < n; ++i) {
-      buffer_.push_back({Keep(ReadView(r, *env_, &refs)), inserted_});
+      buffer_.push_back({Keep(ReadView(r, *env_, &refs)), clock_.Now()});
     }
     in_->Restore(r);
   }
@@ -1643,10 +1643,8 @@ class ShuffleStream final : public RecordStream {
  private:
   struct Entry {
     RecordRef ref;
-    uint64_t inserted = 0;  // inserted_ then, or kSettled
+    uint64_t inserted = 0;  // its stamp (CompactionClock)
   };
-  // An entry CompactOld has looked at (see there).
-  static constexpr uint64_t kSettled = ~uint64_t{0};
   static constexpr uint64_t kPeek = 16;
   // Records a run of Take draws at once.
   static constexpr size_t kRun = 64;
@@ -1680,13 +1678,10 @@ class ShuffleStream final : public RecordStream {
       if (k + kPeek < got && draws[k + kPeek] != last) {
         __builtin_prefetch(&buffer_[draws[k + kPeek]], 1, 3);
       }
-      const uint64_t stamp = inserted_++;
-      if (--until_sweep_ == 0) {
-        until_sweep_ = sweep_every_;
-        // Next() sweeps with the new record at the back; being new, it is
-        // not one a sweep copies, so the sweep without it is the same.
-        CompactOld();
-      }
+      const uint64_t stamp = clock_.Stamp();
+      // Next() sweeps with the new record at the back; being new, it is
+      // not one a sweep copies, so the sweep without it is the same.
+      if (clock_.SweepDue()) CompactOld();
       if (draws[k] == last) {
         to[k] = run_in_[k];
         continue;
@@ -1721,11 +1716,8 @@ class ShuffleStream final : public RecordStream {
       input_end_ = true;
       return;
     }
-    e.inserted = inserted_++;
-    if (--until_sweep_ == 0) {
-      until_sweep_ = sweep_every_;
-      CompactOld();
-    }
+    e.inserted = clock_.Stamp();
+    if (clock_.SweepDue()) CompactOld();
   }
   void RetireBuffer() {
     for (const Entry& e : buffer_) env_->ledger.Retire(e.ref);
@@ -1753,13 +1745,9 @@ class ShuffleStream final : public RecordStream {
   // bytes are cold: they are found first, then each copied with the next
   // ones' lines asked for, so that the misses overlap.
   void CompactOld() {
-    const uint64_t limit = kCompactAfter * static_cast<uint64_t>(buffer_size_);
-    if (inserted_ <= limit) return;
     old_.clear();
     for (Entry& e : buffer_) {
-      if (e.inserted == kSettled || inserted_ - e.inserted <= limit) continue;
-      e.inserted = kSettled;
-      old_.push_back(&e);
+      if (clock_.Settle(&e.inserted)) old_.push_back(&e);
     }
     constexpr size_t kViewsAhead = 4;
     constexpr size_t kBytesAhead = 2;
@@ -1780,10 +1768,7 @@ class ShuffleStream final : public RecordStream {
       Entry& e = *old_[i];
       if (e.ref.view->unread) continue;
       RecordView moved = std::move(*e.ref.view);
-      if (moved.owner == nullptr || moved.storage_bytes == 0 ||
-          moved.storage_bytes > 2 * moved.size) {
-        compacted_.Copy(moved.bytes(), &moved);
-      }
+      if (ViewsALargerBuffer(moved)) compacted_.Copy(moved.bytes(), &moved);
       const RecordRef old_ref = e.ref;
       e.ref = Keep(std::move(moved));
       env_->ledger.Retire(old_ref);
@@ -1793,10 +1778,8 @@ class ShuffleStream final : public RecordStream {
   const int64_t buffer_size_;
   std::unique_ptr<RecordStream> in_;
   Rng rng_;
-  const uint64_t sweep_every_;
-  uint64_t until_sweep_ = sweep_every_;  // insertions until CompactOld
+  CompactionClock clock_;  // when CompactOld runs, and which entries it copies
   std::vector<Entry> buffer_;
-  uint64_t inserted_ = 0;
   bool input_end_ = false;
   AheadFiller ahead_;              // FillAhead's kept error, for Next to throw
   std::vector<RecordRef> run_in_;  // TakeRun's input records

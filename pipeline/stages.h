@@ -383,11 +383,54 @@ class RecordArena {
 // buffers' worth of records.  A chunk stays until its last record is
 // drawn, about five buffer lengths after it fills (75 records of ~850
 // bytes): the chunks held come to about a quarter of a buffer's bytes.
-// The buffer is swept for them every CompactionSweepEvery insertions.
-inline constexpr uint64_t kCompactAfter = 3;
 inline constexpr size_t kCompactedChunkBytes = size_t{64} << 10;
-inline uint64_t CompactionSweepEvery(int64_t buffer_size) {
-  return static_cast<uint64_t>(std::max<int64_t>(buffer_size / 4, 64));
+
+// When a shuffle buffer's entries are old enough to copy out: each entry
+// is stamped as it is inserted, the buffer is swept every quarter buffer
+// length of insertions (at least 64), and a sweep copies the entries
+// inserted more than kCompactAfter buffer lengths ago that no sweep has
+// settled.  Its owner's thread only.
+class CompactionClock {
+ public:
+  // An entry a sweep has looked at: later sweeps pass it.
+  static constexpr uint64_t kSettled = ~uint64_t{0};
+  static constexpr uint64_t kCompactAfter = 3;
+
+  explicit CompactionClock(int64_t buffer_size)
+      : limit_(kCompactAfter * static_cast<uint64_t>(buffer_size)),
+        every_(static_cast<uint64_t>(std::max<int64_t>(buffer_size / 4, 64))),
+        until_sweep_(every_) {}
+  // The stamp of an entry inserted now.
+  uint64_t Stamp() { return inserted_++; }
+  // The stamp entries inserted now would get, without inserting.
+  uint64_t Now() const { return inserted_; }
+  // After each Stamp(): whether the buffer is due for a sweep (none until
+  // kCompactAfter buffer lengths have been inserted).
+  bool SweepDue() {
+    if (--until_sweep_ != 0) return false;
+    until_sweep_ = every_;
+    return inserted_ > limit_;
+  }
+  // In a sweep: whether the entry stamped *stamp is old enough to copy out
+  // (it is settled then).
+  bool Settle(uint64_t* stamp) const {
+    if (*stamp == kSettled || inserted_ - *stamp <= limit_) return false;
+    *stamp = kSettled;
+    return true;
+  }
+
+ private:
+  const uint64_t limit_;
+  const uint64_t every_;
+  uint64_t until_sweep_;
+  uint64_t inserted_ = 0;
+};
+
+// Whether a buffered view's bytes sit in a larger buffer than their own
+// (a read block, or one whose size is unknown): the views a sweep copies.
+inline bool ViewsALargerBuffer(const RecordView& v) {
+  return v.owner == nullptr || v.storage_bytes == 0 ||
+         v.storage_bytes > 2 * v.size;
 }
 
 // The seed of file `file` (its place in the source's expanded list) in an
@@ -443,8 +486,7 @@ class ShuffledFileRecords final : public FileRecords {
   std::deque<RecordView> drawn_;  // a restored state's, handed on first
   bool input_end_ = false;
   std::exception_ptr error_;  // kept for after the buffer
-  uint64_t inserted_ = 0;
-  uint64_t until_sweep_;
+  CompactionClock clock_;
   RecordArena compacted_;
 };
 

@@ -504,8 +504,6 @@ class TFRecordDataset final : public DatasetBase {
   TFRecordOptions options_;
 };
 
-constexpr uint64_t kSettled = ~uint64_t{0};
-
 }  // namespace
 
 uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file) {
@@ -516,7 +514,7 @@ uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file) {
 
 struct ShuffledFileRecords::Entry {
   RecordView view;
-  uint64_t inserted = 0;  // inserted_ then, or kSettled
+  uint64_t inserted = 0;  // its stamp (CompactionClock)
 };
 
 ShuffledFileRecords::ShuffledFileRecords(
@@ -526,7 +524,7 @@ ShuffledFileRecords::ShuffledFileRecords(
       in_(std::move(in)),
       buffer_size_(buffer_size),
       rng_(seed),
-      until_sweep_(CompactionSweepEvery(buffer_size)),
+      clock_(buffer_size),
       compacted_(kCompactedChunkBytes) {
   // (Not for an object made only to save a fresh state: FileReader's.)
   // At most 65,536 entries (5 MiB) ahead: many files are open at once,
@@ -581,11 +579,8 @@ void ShuffledFileRecords::ReadOne() {
     input_end_ = true;
     return;
   }
-  e.inserted = inserted_++;
-  if (--until_sweep_ == 0) {
-    until_sweep_ = CompactionSweepEvery(buffer_size_);
-    CompactOld();
-  }
+  e.inserted = clock_.Stamp();
+  if (clock_.SweepDue()) CompactOld();
 }
 
 // A view buffered for kCompactAfter buffer lengths that holds a larger
@@ -593,14 +588,9 @@ void ShuffledFileRecords::ReadOne() {
 // shared chunk: under a uniform draw a fraction e^-3 of the records stay
 // that long, and each would keep its block.  A view looked at is settled.
 void ShuffledFileRecords::CompactOld() {
-  const uint64_t limit = kCompactAfter * static_cast<uint64_t>(buffer_size_);
-  if (inserted_ <= limit) return;
   for (Entry& e : buffer_) {
-    if (e.inserted == kSettled || inserted_ - e.inserted <= limit) continue;
-    e.inserted = kSettled;
-    RecordView& v = e.view;
-    if (v.storage_bytes == 0 || v.storage_bytes > 2 * v.size) {
-      compacted_.Copy(v.bytes(), &v);
+    if (clock_.Settle(&e.inserted) && ViewsALargerBuffer(e.view)) {
+      compacted_.Copy(e.view.bytes(), &e.view);
     }
   }
 }
@@ -657,7 +647,9 @@ void ShuffledFileRecords::Restore(StateReader* r) {
   }
   buffer_.clear();
   // Read back into buffers of their own size: none needs copying out.
-  for (uint64_t i = 0; i < n; ++i) buffer_.push_back({read(), kSettled});
+  for (uint64_t i = 0; i < n; ++i) {
+    buffer_.push_back({read(), CompactionClock::kSettled});
+  }
 }
 
 void OwnBytes(RecordView* v, std::string_view bytes) {
