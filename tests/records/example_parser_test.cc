@@ -483,11 +483,20 @@ TEST(ExampleParserTest, MutatedBytesAreRejectedExactlyWhenProtobufRejects) {
   EXPECT_GT(rejected, 1000);
 }
 
+// How UsualExample's features differ from TestSpec(): not at all, or in
+// one way that holds for every Example of a dataset (so the layout memo
+// learns it): `label` missing (it has a default), `image` with 4 values
+// where the spec's shape holds 6, `name` an Int64List where the spec asks
+// for bytes.
+enum class Layout { kAsTheSpec, kNoLabel, kShortImage, kNameOfInts };
+
 // An Example as serializers lay it out (per feature one key, one Feature,
 // one list, one run of values), its values drawn at random at fixed sizes
 // but for `tokens` varints: a dataset's Examples, the parser's layout memo
-// (example_parser.cc) decodes the ones after the first without a walk.
-std::string UsualExample(Generator& g, size_t tokens) {
+// (example_parser.cc) decodes the ones after the first without a walk and
+// writes their rows straight from the values' places.
+std::string UsualExample(Generator& g, size_t tokens,
+                         Layout layout = Layout::kAsTheSpec) {
   std::string features;
   auto add = [&](const std::string& name, int kind, const std::string& run) {
     std::string list, feature, entry;
@@ -507,9 +516,14 @@ std::string UsualExample(Generator& g, size_t tokens) {
     for (size_t i = 0; i < n; ++i) PutVarint(run, g.Below(128));
     return run;
   };
-  add("image", 2, random_bytes(24));  // float bits, NaNs included
-  add("label", 3, varints(1));
-  add("name", 1, random_bytes(5));
+  // Float bits, NaNs included.
+  add("image", 2, random_bytes(layout == Layout::kShortImage ? 16 : 24));
+  if (layout != Layout::kNoLabel) add("label", 3, varints(1));
+  if (layout == Layout::kNameOfInts) {
+    add("name", 3, varints(1));
+  } else {
+    add("name", 1, random_bytes(5));
+  }
   add("tokens", 3, varints(tokens));
   add("other", 3, varints(2));  // not in the spec
   add("weights", 2, random_bytes(8));
@@ -549,6 +563,52 @@ TEST(ExampleParserTest, ExamplesLaidOutAlikeMatchProtobuf) {
         return batch;
       },
       1000, 300);
+}
+
+// Batches of Examples laid out alike in a way the spec does not take as
+// it is (a feature missing, or of another count or kind, in every one of
+// them): protobuf's values (the default in place of the missing label) or
+// its error, as with any other Examples.
+TEST(ExampleParserTest, ExamplesLaidOutAlikeButNotAsTheSpecMatchProtobuf) {
+  const FeatureSpec spec = TestSpec();
+  for (Layout layout :
+       {Layout::kNoLabel, Layout::kShortImage, Layout::kNameOfInts}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    Generator g(12);
+    int ok = 0;
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::string> batch;
+      for (int i = 0; i < 16; ++i) batch.push_back(UsualExample(g, 3, layout));
+      ParsedBatch fast, reference;
+      const std::string fast_error = FastParse(spec, batch, &fast);
+      ASSERT_EQ(fast_error, ReferenceParse(spec, batch, &reference))
+          << "round " << round;
+      if (fast_error.empty()) {
+        ExpectSameBatch(fast, reference, " round " + std::to_string(round));
+        ++ok;
+      }
+    }
+    // Only the missing label (it has a default) leaves the batch valid.
+    EXPECT_EQ(ok, layout == Layout::kNoLabel ? 200 : 0);
+  }
+}
+
+// A batch of Examples laid out alike parsed on several threads (each part
+// writing its FixedLen rows into the whole batch's tensors in place; 5,000
+// Examples of ~70 bytes make four parts of at least kMinPartBytes):
+// protobuf's values, as on one thread.
+TEST(ExampleParserTest, ExamplesLaidOutAlikeOnThreadsMatchProtobuf) {
+  const FeatureSpec spec = TestSpec();
+  Generator g(13);
+  std::vector<std::string> batch;
+  for (int i = 0; i < 5000; ++i) batch.push_back(UsualExample(g, 3));
+  ParsedBatch reference;
+  ASSERT_EQ(ReferenceParse(spec, batch, &reference), "");
+  for (int threads : {1, 4}) {
+    ParsedBatch fast;
+    ASSERT_EQ(FastParse(spec, batch, &fast, threads), "");
+    ExpectSameBatch(fast, reference, " threads " + std::to_string(threads));
+  }
 }
 
 // Feature names of every length class the name table distinguishes (up to
