@@ -2314,14 +2314,17 @@ class FusedBatchParse final : public IteratorBase {
     // scope): also where the consumer parses while the planner waits for
     // a reader (Env::help), which would else count as the planner's.
     BusyScope busy(parse_counter_);
-    // The views, out of the chunks the planner's refs point into: copied
-    // where their chunk holds their bytes (no owner: the view is only
-    // read), else moved (the chunk's place is left empty).  The ledger
-    // frees the chunks once the batch is taken.
-    std::vector<RecordView> records;
-    records.reserve(slot->refs.size());
-    uint64_t planned_bytes = 0;
+    // The views, out of the chunks the planner's refs point into: where a
+    // view owns its bytes (a shuffle's), moved here (the chunk's place is
+    // left empty), so that its block goes with the batch; else only read
+    // there (the chunk holds their bytes until the batch is taken).  The
+    // global shuffle's views are copied, to be read into.
     const std::vector<RecordRef>& refs = slot->refs;
+    std::vector<RecordView> records;  // held, or (global) read into
+    if (unread_files_) records.reserve(refs.size());
+    std::vector<std::string_view> serialized(refs.size());
+    std::vector<BatchOrigins::Row> rows(refs.size());
+    uint64_t planned_bytes = 0;
     // Shuffled, the views are all over the chunks: each asked for a few
     // records ahead, so that their cache misses overlap.
     constexpr size_t kAhead = 8;
@@ -2333,12 +2336,19 @@ class FusedBatchParse final : public IteratorBase {
         __builtin_prefetch(ahead + sizeof(RecordView) - 1, 1, 3);
       }
       RecordView& v = *refs[i].view;
-      if (v.owner == nullptr) {
+      planned_bytes += v.size;
+      if (unread_files_) {  // its place and bytes once read
         records.push_back(v);
-      } else {
+        continue;
+      }
+      rows[i].offset = v.offset;
+      rows[i].record = v.index;
+      rows[i].file = static_cast<uint32_t>(env_.FileId(v));
+      serialized[i] = v.bytes();  // the same bytes once moved
+      if (v.owner != nullptr) {
+        if (records.empty()) records.reserve(refs.size() - i);
         records.push_back(std::move(v));
       }
-      planned_bytes += records.back().size;
     }
     plan_counter_->bytes.fetch_add(planned_bytes, std::memory_order_relaxed);
     try {
@@ -2346,7 +2356,14 @@ class FusedBatchParse final : public IteratorBase {
         BusyScope busy(env_.read_counter);
         unread_files_->Read(&records);
         uint64_t bytes = 0;
-        for (const RecordView& r : records) bytes += r.size;
+        for (size_t i = 0; i < records.size(); ++i) {
+          const RecordView& r = records[i];
+          serialized[i] = r.bytes();
+          rows[i].offset = r.offset;
+          rows[i].record = r.index;
+          rows[i].file = static_cast<uint32_t>(env_.FileId(r));
+          bytes += r.size;
+        }
         env_.read_counter->elements.fetch_add(records.size(),
                                               std::memory_order_relaxed);
         env_.read_counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
@@ -2360,14 +2377,6 @@ class FusedBatchParse final : public IteratorBase {
       // Shuffled records come from all over the buffered blocks: the
       // parser asks for each record's lines a few records ahead
       // (records/example_parser.cc, PrefetchExample).
-      std::vector<std::string_view> serialized(records.size());
-      std::vector<BatchOrigins::Row> rows(records.size());
-      for (size_t i = 0; i < records.size(); ++i) {
-        serialized[i] = records[i].bytes();
-        rows[i].offset = records[i].offset;
-        rows[i].record = records[i].index;
-        rows[i].file = static_cast<uint32_t>(env_.FileId(records[i]));
-      }
       slot->element.batch_origins = std::make_shared<const BatchOrigins>(
           env_.origin_files, std::move(rows));
       ParseRecords(info_, serialized, true, &slot->element);

@@ -761,8 +761,11 @@ class LayoutMemo {
       }
     }
     // Room for the runs' values as DecodePackedVarints writes them (up to
-    // one per byte), then cut to the values there are.
-    s->ints.resize(ints_room_);
+    // one per byte).  The slots (and FillRow) find the values by their
+    // index; what lies past them is stale, and s->ints keeps its size from
+    // one Example to the next (a resize call each, both ways, cost as much
+    // as the int64 features' fill).
+    if (s->ints.size() < ints_room_) s->ints.resize(ints_room_);
     int64_t* out = s->ints.data();
     for (const IntRun& r : int_runs_) {
       const std::string_view run(base + r.at, r.size);
@@ -782,7 +785,6 @@ class LayoutMemo {
       if (!valid || static_cast<size_t>(last - out) != r.count) return false;
       out = last;
     }
-    s->ints.resize(static_cast<size_t>(out - s->ints.data()));
     if (!slots) return true;
     s->slots.resize(slots_.size());
     std::memcpy(s->slots.data(), slots_.data(), slots_.size() * sizeof(Slot));
