@@ -107,6 +107,14 @@ size_t ChunkRecords(int64_t files_at_once) {
 uint64_t ChunkBytes(size_t chunk_records) {
   return kChunkBytes / kChunkRecords * chunk_records;
 }
+// At one thread no task reads ahead: the planner reads each chunk itself
+// when its turn comes, and the batch's parse reads the records next.  A
+// chunk of at most one read block keeps them in cache from the kernel's
+// copy and the CRCs to the parse (on an Intel Xeon, the CPU of the 16-core
+// machines: the MNIST fixture's 3.2 KB records 1.04 -> 1.18 M records/s,
+// Fashion-MNIST read one file at a time 2.37 -> 2.51 M, parse-only; the
+// shuffled ones within the noise; docs/PERFORMANCE.md).
+constexpr uint64_t kOneThreadChunkBytes = uint64_t{128} << 10;
 // Epochs whose inputs a Repeat makes (and whose readers start) ahead of
 // the open one where epochs are short (at most kShortEpochRecords, what
 // one reader reads ahead: a file of such an epoch is read whole at once).
@@ -1906,6 +1914,9 @@ class FusedBatchParse final : public IteratorBase {
                             static_cast<int64_t>(source.paths->size()));
       env_.chunk_records = ChunkRecords(files_at_once);
       env_.chunk_bytes = ChunkBytes(env_.chunk_records);
+      if (!env_.read_ahead) {
+        env_.chunk_bytes = std::min(env_.chunk_bytes, kOneThreadChunkBytes);
+      }
       // Fewer files read at once than threads: the files with an index
       // are read by ranges, so that each file is read on several (not
       // where each file is shuffled: its buffer takes its records in
