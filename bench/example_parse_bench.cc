@@ -1,6 +1,7 @@
 // Parse throughput of the fast Example parser next to protobuf's generic
 // ParseFromArray plus extraction of the same features into the same batch
-// layout, in the same run, for three shapes of data:
+// layout, in the same run, for these shapes of data (the argument is their
+// index):
 //   mnist:   784 packed floats + an int64 label
 //   tabular: ~20 scalar features of all three kinds, some missing (TFX taxi)
 //   text:    200 int64 tokens + a bytes field
