@@ -206,6 +206,9 @@ if [[ -f $mnist ]]; then
   check "mnist shuffled" "$mnist" "$work/mnist.json" --shuffle 10000
 fi
 
+# The CPU the figures are from (recflow bench's "cpu"): the VMs these
+# figures come from have been AMD EPYC and Intel Xeon, which differ.
+echo "cpu: $(tail -n 1 "$work/run.jsonl" | python3 -c 'import json, sys; print(json.loads(sys.stdin.read()).get("cpu", "unknown"))')"
 python3 - "$out" "$values" "$ceilings" "$probes" <<'EOF'
 import json, statistics, sys
 from collections import defaultdict

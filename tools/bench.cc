@@ -13,6 +13,7 @@
 
 #include <charconv>
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
@@ -68,6 +69,23 @@ uint64_t PeakRssBytes() {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+// The CPU's model as the kernel names it ("model name" in /proc/cpuinfo;
+// on a VM, what the hypervisor reports), or "unknown": the same figures
+// from machines with other CPUs differ by it (docs/PERFORMANCE.md).
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t start = line.find_first_not_of(" \t", colon + 1);
+    if (start == std::string::npos) break;
+    return line.substr(start);
+  }
+  return "unknown";
 }
 
 // CPU time (user and system) of the whole process, and of the calling
@@ -516,7 +534,8 @@ nlohmann::json RunOnce(const BenchOptions& o,
           {"threads", it.context().threads()},
           // Which CRC-32C code checked the records: figures from
           // machines with and without AVX-512 VPCLMULQDQ differ by it.
-          {"crc32c", records::crc32c::ImplementationName()}};
+          {"crc32c", records::crc32c::ImplementationName()},
+          {"cpu", CpuModel()}};
 }
 
 void AddProtobufBaseline(const BenchOptions& o,
@@ -705,9 +724,9 @@ int RunBench(const BenchOptions& o) {
       100 * out["consumer_cpu_fraction"].get<double>());
   fmt::print(
       "CPU: {:.3f} core-seconds, {:.2f} cores busy on average; CRCs checked "
-      "by {}\n",
+      "by {}; {}\n",
       out["cpu_seconds"].get<double>(), out["cores_busy"].get<double>(),
-      out["crc32c"].get<std::string>());
+      out["crc32c"].get<std::string>(), out["cpu"].get<std::string>());
   if (o.compare_protobuf) PrintProtobufBaseline(out);
   fmt::print("order digest {}\n", out["order_digest"].get<std::string>());
   return kExitOk;
@@ -793,7 +812,8 @@ Runner AddBenchCommand(CLI::App& app) {
                "cpu_seconds (the process's CPU time over the timed run), "
                "cores_busy (that over the run's time), consumer_cpu_fraction "
                "(the share of the run the consumer's thread was on a core), "
-               "crc32c (the CRC-32C code that checked the records)");
+               "crc32c (the CRC-32C code that checked the records), cpu "
+               "(the CPU's model, as /proc/cpuinfo names it)");
   app.add_option("--digest", o->digest,
                  "what order_digest hashes: order (where each delivered "
                  "record came from, file, offset and record, in order: nearly "

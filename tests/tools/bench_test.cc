@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -57,6 +59,20 @@ TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
   }
   EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), 0u);
   EXPECT_EQ(j["crc32c"], records::crc32c::ImplementationName());
+  // The CPU's model, as the kernel names it (its "model name" lines), or
+  // "unknown" where it names none.
+  {
+    std::ifstream in("/proc/cpuinfo");
+    const std::string cpuinfo((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+    const std::string cpu = j["cpu"];
+    if (cpuinfo.find("model name") == std::string::npos) {
+      EXPECT_EQ(cpu, "unknown");
+    } else {
+      EXPECT_FALSE(cpu.empty());
+      EXPECT_NE(cpuinfo.find(": " + cpu + "\n"), std::string::npos) << cpu;
+    }
+  }
   // The consumer's share of the run inside Next(): a fraction, and more
   // than nothing (the fused stage plans every batch there).
   const double in_next = j["consumer_in_next_fraction"];
