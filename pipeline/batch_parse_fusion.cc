@@ -2336,6 +2336,12 @@ class FusedBatchParse final : public IteratorBase {
     std::vector<std::string_view> serialized(refs.size());
     std::vector<BatchOrigins::Row> rows(refs.size());
     uint64_t planned_bytes = 0;
+    const auto origin = [&](size_t i, const RecordView& v) {
+      serialized[i] = v.bytes();
+      rows[i].offset = v.offset;
+      rows[i].record = v.index;
+      rows[i].file = static_cast<uint32_t>(env_.FileId(v));
+    };
     // Shuffled, the views are all over the chunks: each asked for a few
     // records ahead, so that their cache misses overlap.
     constexpr size_t kAhead = 8;
@@ -2352,10 +2358,7 @@ class FusedBatchParse final : public IteratorBase {
         records.push_back(v);
         continue;
       }
-      rows[i].offset = v.offset;
-      rows[i].record = v.index;
-      rows[i].file = static_cast<uint32_t>(env_.FileId(v));
-      serialized[i] = v.bytes();  // the same bytes once moved
+      origin(i, v);  // the same bytes once moved
       if (v.owner != nullptr) {
         if (records.empty()) records.reserve(refs.size() - i);
         records.push_back(std::move(v));
@@ -2368,12 +2371,8 @@ class FusedBatchParse final : public IteratorBase {
         unread_files_->Read(&records);
         uint64_t bytes = 0;
         for (size_t i = 0; i < records.size(); ++i) {
-          const RecordView& r = records[i];
-          serialized[i] = r.bytes();
-          rows[i].offset = r.offset;
-          rows[i].record = r.index;
-          rows[i].file = static_cast<uint32_t>(env_.FileId(r));
-          bytes += r.size;
+          origin(i, records[i]);
+          bytes += records[i].size;
         }
         env_.read_counter->elements.fetch_add(records.size(),
                                               std::memory_order_relaxed);

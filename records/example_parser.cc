@@ -801,7 +801,7 @@ class LayoutMemo {
   void Learn(std::string_view example, const ExampleDecoder& decoder,
              const Scratch& s) {
     size_ = 0;
-    fills_ok_ = false;
+    fills_.clear();
     fixed_.clear();
     fixed_bytes_.clear();
     int_runs_.clear();
@@ -854,7 +854,7 @@ class LayoutMemo {
   // feature of the spec was in the Example learned, of its dtype's kind
   // and, FixedLen, of its shape's count (FillFeatures then succeeds for
   // every Example laid out alike, and writes what FillRow writes).
-  bool Fills() const { return fills_ok_; }
+  bool Fills() const { return !fills_.empty(); }
 
   // Writes the row of `example` (which Apply, with s, accepted) as
   // FillFeatures would, straight from the values' places in the layout:
@@ -918,13 +918,12 @@ class LayoutMemo {
   }
 
   // FillRow's plan, from the Example learned (decoded into s): one entry
-  // per spec feature; none (fills_ok_ false) when any feature would not
-  // fill as FillRow fills (missing, of another kind or count: the general
-  // path writes the default or the error).
+  // per spec feature; none when any feature would not fill as FillRow
+  // fills (missing, of another kind or count: the general path writes the
+  // default or the error), or the spec has none.
   void LearnRow(std::string_view example, const FeatureSpec& spec,
                 const Scratch& s) {
-    fills_.clear();
-    fills_ok_ = false;
+    std::vector<RowFill> fills;
     for (size_t d = 0; d < spec.features.size(); ++d) {
       const FeatureConfig& c = spec.features[d].second;
       const Slot& slot = s.slots[d];
@@ -963,9 +962,9 @@ class LayoutMemo {
         default:
           return;
       }
-      fills_.push_back(r);
+      fills.push_back(r);
     }
-    fills_ok_ = true;
+    fills_ = std::move(fills);
   }
 
   // One feature of FillRow's plan.
@@ -1003,8 +1002,7 @@ class LayoutMemo {
   size_t ints_room_ = 0;  // the decoded runs' sizes (1 for one varint)
   std::vector<Slot> slots_;
   std::vector<std::pair<uint32_t, uint32_t>> lists_;  // offset, size
-  std::vector<RowFill> fills_;
-  bool fills_ok_ = false;
+  std::vector<RowFill> fills_;  // FillRow's plan; empty: none
 };
 
 // Calls value(field_type, p, end) for each field 1 (the values) of the
@@ -1291,10 +1289,9 @@ void ParseRange(const FeatureSpec& spec,
     bool decoded = memo.Apply(example, &scratch, /*slots=*/!fills);
     if (decoded) {
       ++hits;
-      if (fills) {
+      if (fills) {  // (never the range's first: the memo learns in it)
         memo.FillRow(example, scratch, out == fixed ? index - begin : index,
                      out, fixed);
-        if (index == begin) ReserveBytes(serialized, begin, end, out);
         continue;
       }
     } else if ((decoded = decoder.Decode(example, &scratch)) &&

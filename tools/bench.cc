@@ -74,7 +74,7 @@ uint64_t PeakRssBytes() {
 // The CPU's model as the kernel names it ("model name" in /proc/cpuinfo;
 // on a VM, what the hypervisor reports), or "unknown": the same figures
 // from machines with other CPUs differ by it (docs/PERFORMANCE.md).
-std::string CpuModel() {
+std::string ReadCpuModel() {
   std::ifstream in("/proc/cpuinfo");
   std::string line;
   while (std::getline(in, line)) {
@@ -86,6 +86,11 @@ std::string CpuModel() {
     return line.substr(start);
   }
   return "unknown";
+}
+// Read once a process (one run per thread count reports it).
+const std::string& CpuModel() {
+  static const std::string model = ReadCpuModel();
+  return model;
 }
 
 // CPU time (user and system) of the whole process, and of the calling
