@@ -91,10 +91,15 @@ run() {  # name files spec repeat extra...
 import json, sys
 for line in sys.stdin:
     d = json.loads(line)
+    # The stages that plan (the fused path: "batch", and "shuffle" for the
+    # own draws of the shuffle): their busy ns a record.
+    plan = {s["name"]: s["busy_seconds"] * 1e9 / d["records"]
+            for s in d["stages"] if s["name"] in ("batch", "shuffle")}
     print(json.dumps({"name": sys.argv[1], "threads": d["threads"],
                       "rps": d["records_per_s"], "digest": d["order_digest"],
                       "rss": d["peak_rss_bytes"], "round": int(sys.argv[2]),
-                      "read_rps": d.get("protobuf_read_records_per_s")}))
+                      "read_rps": d.get("protobuf_read_records_per_s"),
+                      "plan_ns": plan}))
 ' "$name" "$i" <"$work/run.jsonl" >>"$out"
 }
 # What the machine gives to work that shares nothing: as many independent
@@ -214,10 +219,13 @@ import json, statistics, sys
 from collections import defaultdict
 rps, digests, rss, read = defaultdict(list), defaultdict(set), defaultdict(int), defaultdict(list)
 by_round = defaultdict(dict)  # round -> (name, threads) -> records/s
+plan_ns = defaultdict(lambda: defaultdict(list))  # (name, threads) -> stage -> ns
 for line in open(sys.argv[1]):
     d = json.loads(line)
     key = (d["name"], d["threads"])
     rps[key].append(d["rps"])
+    for stage, ns in d.get("plan_ns", {}).items():
+        plan_ns[key][stage].append(ns)
     by_round[d["round"]][key] = d["rps"]
     digests[d["name"].replace(" unfused", "").replace(" prefetched", "")].add(
         d["digest"])
@@ -252,6 +260,22 @@ for data in sorted(read):
             sf = med[(f"{data} shuffled per file", t)]
             print(f"        shuffled per file: {sf / po:.2f} of parse-only,"
                   f" {sf / s:.2f}x the one buffer's records/s")
+# The one thread that plans bounds every count (~15-20 M records/s at ~50
+# ns a record): its busy ns a record, the shuffle's own draws apart.
+planned = [n for n in ("fashion parse-only", "fashion shuffled",
+                       "fashion shuffled per file", "mnist parse-only",
+                       "mnist shuffled") if (n, counts[0]) in plan_ns]
+if planned:
+    print("\nthe planner's busy ns a record (medians; fused: \"batch\" plans, "
+          "\"shuffle\" is the one buffer's draws and copies):")
+    for name in planned:
+        cells = []
+        for t in counts:
+            stages = plan_ns.get((name, t), {})
+            cells.append(f"T={t} " + " + ".join(
+                f"{stage} {statistics.median(stages[stage]):.0f}"
+                for stage in ("batch", "shuffle") if stage in stages))
+        print(f"  {name:<26} " + "; ".join(cells))
 ceil = defaultdict(list)
 for line in open(sys.argv[3]):
     d = json.loads(line)

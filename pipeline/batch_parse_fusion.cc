@@ -347,6 +347,9 @@ struct Env {
   const std::vector<std::shared_ptr<const std::string>>* paths;
   const TFRecordOptions* options;
   StageCounter* read_counter;
+  // The planner's ("batch"): the streams' work that no stage of its own
+  // counts (a shuffle counts its own draws, ShuffleStream).
+  StageCounter* plan_counter = nullptr;
   // Reader tasks read ahead; false: the planner reads, on its own thread.
   bool read_ahead = true;
   // Where files with an index are read by ranges on several threads at
@@ -1562,6 +1565,8 @@ class GlobalShuffleStream final : public RecordStream {
 };
 
 // TensorFlow's buffered shuffle (ShuffleDataset's iterator over views).
+// Its own work (the draws, the buffer, CompactOld) counts as the stage
+// "shuffle", as the unfused Shuffle's does; its input's as the planner's.
 class ShuffleStream final : public RecordStream {
  public:
   ShuffleStream(Env* env, const FusableStage& stage, uint64_t salt,
@@ -1570,49 +1575,33 @@ class ShuffleStream final : public RecordStream {
         buffer_size_(stage.buffer_size),
         in_(std::move(in)),
         rng_(stage.shuffle_seed(env->ctx, salt)),
-        clock_(stage.buffer_size) {
+        clock_(stage.buffer_size),
+        counter_(env->ctx->Counter(stage.dataset, "shuffle")) {
     buffer_.reserve(
         static_cast<size_t>(std::min<int64_t>(buffer_size_, int64_t{1} << 20)));
   }
   ~ShuffleStream() override { RetireBuffer(); }
 
   bool Next(RecordRef* out) override {
-    ahead_.ThrowKept();  // met by FillAhead where this call meets it
-    while (Filling()) ReadOne();
-    if (buffer_.empty()) return false;
-    // The entry a draw kPeek draws ahead will take, if the buffer stays
-    // this full (it does until the input ends): asked for now, so that
-    // the draws' cache misses overlap instead of coming one by one.
-    __builtin_prefetch(&buffer_[rng_.PeekBelow(buffer_.size(), kPeek)], 1, 3);
-    const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
-    *out = buffer_[i].ref;
-    if (i + 1 != buffer_.size()) buffer_[i] = buffer_.back();
-    buffer_.pop_back();
-    return true;
+    BusyScope busy(counter_);
+    const bool got = Draw(out);
+    Drew(got ? 1 : 0);
+    return got;
   }
 
-  // Next() `n` times, with the draws of a full buffer taken in runs: while
-  // the input lasts, each record drawn is the one at a draw below the
-  // buffer size B, with the input's next record at B - 1 (Next() appends
-  // it, draws, and moves the last entry into the drawn one's place); here
-  // the run's input records are taken at once, the draws (a counter-based
-  // generator: independent of each other) computed ahead, and the drawn
-  // entry replaced by the input record directly.  The same records in the
-  // same order, the same generator state and buffer as Next() leaves.
+  // Next() `n` times (TakeDraws), under one BusyScope.
   bool Take(size_t n, std::vector<RecordRef>* out) override {
-    ahead_.ThrowKept();
-    while (n > 0) {
-      if (!Filling() ||
-          buffer_.size() + 1 != static_cast<size_t>(buffer_size_)) {
-        if (!TakeByNext(this, 1, out)) return false;
-        --n;
-        continue;
-      }
-      const size_t before = out->size();
-      TakeRun(std::min(n, kRun), out);
-      n -= out->size() - before;  // an input that ended: the rest drained
+    BusyScope busy(counter_);
+    const size_t before = out->size();
+    bool more = true;
+    try {
+      more = TakeDraws(n, out);
+    } catch (...) {
+      Drew(out->size() - before);
+      throw;
     }
-    return true;
+    Drew(out->size() - before);
+    return more;
   }
 
   void Quiesce() override { in_->Quiesce(); }
@@ -1620,8 +1609,11 @@ class ShuffleStream final : public RecordStream {
   void Prepare() override { in_->Prepare(); }
   bool Draining() const override { return input_end_; }
   void FillAhead(size_t n) override {
+    BusyScope busy(counter_);
     ahead_.Fill(
-        n, [this] { return Filling(); }, [this] { ReadOne(); });
+        1, [this] { return Filling(); }, [this, n] { ReadSome(n); });
+    counter_->buffered.store(static_cast<int64_t>(buffer_.size()),
+                             std::memory_order_relaxed);
   }
 
   void Save(StateWriter* w) override {
@@ -1657,6 +1649,64 @@ class ShuffleStream final : public RecordStream {
   // Records a run of Take draws at once.
   static constexpr size_t kRun = 64;
 
+  // Next(), under the caller's BusyScope (one a call, not one a record).
+  bool Draw(RecordRef* out) {
+    ahead_.ThrowKept();  // met by FillAhead where this call meets it
+    while (Filling()) ReadSome(static_cast<size_t>(buffer_size_));
+    if (buffer_.empty()) return false;
+    // The entry a draw kPeek draws ahead will take, if the buffer stays
+    // this full (it does until the input ends): asked for now, so that
+    // the draws' cache misses overlap instead of coming one by one.
+    __builtin_prefetch(&buffer_[rng_.PeekBelow(buffer_.size(), kPeek)], 1, 3);
+    const size_t i = static_cast<size_t>(rng_.Below(buffer_.size()));
+    *out = buffer_[i].ref;
+    if (i + 1 != buffer_.size()) buffer_[i] = buffer_.back();
+    buffer_.pop_back();
+    return true;
+  }
+
+  // Next() `n` times, with the draws of a full buffer taken in runs: while
+  // the input lasts, each record drawn is the one at a draw below the
+  // buffer size B, with the input's next record at B - 1 (Next() appends
+  // it, draws, and moves the last entry into the drawn one's place); here
+  // the run's input records are taken at once, the draws (a counter-based
+  // generator: independent of each other) computed ahead, and the drawn
+  // entry replaced by the input record directly.  The same records in the
+  // same order, the same generator state and buffer as Next() leaves.
+  bool TakeDraws(size_t n, std::vector<RecordRef>* out) {
+    ahead_.ThrowKept();
+    while (n > 0) {
+      if (!Filling() ||
+          buffer_.size() + 1 != static_cast<size_t>(buffer_size_)) {
+        RecordRef& r = out->emplace_back();
+        bool got;
+        try {
+          got = Draw(&r);
+        } catch (...) {
+          out->pop_back();
+          throw;
+        }
+        if (!got) {
+          out->pop_back();
+          return false;
+        }
+        --n;
+        continue;
+      }
+      const size_t before = out->size();
+      TakeRun(std::min(n, kRun), out);
+      n -= out->size() - before;  // an input that ended: the rest drained
+    }
+    return true;
+  }
+
+  // `n` records drawn: counted, and the buffer's fill noted.
+  void Drew(size_t n) {
+    counter_->elements.fetch_add(n, std::memory_order_relaxed);
+    counter_->buffered.store(static_cast<int64_t>(buffer_.size()),
+                             std::memory_order_relaxed);
+  }
+
   // `run` records of a full buffer (B - 1 entries and the input not
   // ended) into *out: the input's next `run` records, each into the place
   // of the entry its draw takes.  An input that ends or fails within the
@@ -1667,6 +1717,7 @@ class ShuffleStream final : public RecordStream {
     bool more = true;
     std::exception_ptr error;
     try {
+      BusyScope input(env_->plan_counter);
       more = in_->Take(run, &run_in_);
     } catch (...) {
       error = std::current_exception();
@@ -1707,25 +1758,28 @@ class ShuffleStream final : public RecordStream {
   bool Filling() const {
     return !input_end_ && static_cast<int64_t>(buffer_.size()) < buffer_size_;
   }
-  // One record of the input into the buffer (or the input's end noted).
-  void ReadOne() {
-    // The input writes the ref in its place (a ref copied out of a local
-    // the call just wrote stalled on the store's forwarding).
-    Entry& e = buffer_.emplace_back();
-    bool got = false;
+  // Up to `n` records of the input into the buffer, no more than fill it
+  // (fewer where the input ends: its end noted), in one call of the
+  // input's (the input's time is the planner's: one BusyScope a call, not
+  // one a record).  An error at its place: the records before it are
+  // buffered, as one by one, and it is thrown.
+  void ReadSome(size_t n) {
+    n = std::min(n, static_cast<size_t>(buffer_size_) - buffer_.size());
+    run_in_.clear();
+    bool more = true;
+    std::exception_ptr error;
     try {
-      got = in_->Next(&e.ref);
-    } catch (...) {  // an error at its place: the buffer stays as it was
-      buffer_.pop_back();
-      throw;
+      BusyScope input(env_->plan_counter);
+      more = in_->Take(n, &run_in_);
+    } catch (...) {
+      error = std::current_exception();
     }
-    if (!got) {
-      buffer_.pop_back();
-      input_end_ = true;
-      return;
+    for (const RecordRef& r : run_in_) {
+      buffer_.push_back({r, clock_.Stamp()});
+      if (clock_.SweepDue()) CompactOld();
     }
-    e.inserted = clock_.Stamp();
-    if (clock_.SweepDue()) CompactOld();
+    if (error) std::rethrow_exception(error);
+    if (!more) input_end_ = true;
   }
   void RetireBuffer() {
     for (const Entry& e : buffer_) env_->ledger.Retire(e.ref);
@@ -1767,10 +1821,12 @@ class ShuffleStream final : public RecordStream {
         __builtin_prefetch(old_[i + kViewsAhead]->ref.view, 0, 3);
       }
       if (i + kBytesAhead < old_.size()) {
-        const char* ahead = old_[i + kBytesAhead]->ref.view->data;
-        if (ahead != nullptr) {
-          __builtin_prefetch(ahead, 0, 0);
-          __builtin_prefetch(ahead + 64, 0, 0);
+        const RecordView& ahead = *old_[i + kBytesAhead]->ref.view;
+        if (ahead.data != nullptr && !ahead.unread) {
+          const size_t lines = std::min<size_t>((ahead.size + 63) / 64, 64);
+          for (size_t l = 0; l < lines; ++l) {
+            __builtin_prefetch(ahead.data + 64 * l, 0, 0);
+          }
         }
       }
       Entry& e = *old_[i];
@@ -1787,6 +1843,7 @@ class ShuffleStream final : public RecordStream {
   std::unique_ptr<RecordStream> in_;
   Rng rng_;
   CompactionClock clock_;  // when CompactOld runs, and which entries it copies
+  StageCounter* const counter_;  // "shuffle"
   std::vector<Entry> buffer_;
   bool input_end_ = false;
   AheadFiller ahead_;              // FillAhead's kept error, for Next to throw
@@ -1944,6 +2001,7 @@ class FusedBatchParse final : public IteratorBase {
       };
     }
     plan_counter_ = ctx->Counter(batch_.dataset, "batch");
+    env_.plan_counter = plan_counter_;
     parse_counter_ = ctx->Counter(&parse_stage, "parse", calls);
     stream_ = MakeStream(&env_, chain_, 0, salt);
     wake_up_id_ = ctx_->AddWakeUp([this] {

@@ -281,26 +281,79 @@ TEST_F(BatchParseFusionTest, GivesTheElementsOfTheStagesRunOneByOne) {
 }
 
 TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
-  auto names = [](const Dataset& ds, IteratorOptions o) {
+  // The stages' names, and whether the fused path read the files (its
+  // readers are counted; the stages one by one make none).
+  struct Run {
+    std::set<std::string> names;
+    bool fused = false;
+  };
+  auto run = [](const Dataset& ds, IteratorOptions o) {
+    const uint64_t readers = stages::FusedFileReadersMade();
     Iterator it = ds.MakeIterator(o);
     Element e;
     it.Next(&e);
-    std::set<std::string> out;
-    for (const auto& s : it.Stats()) out.insert(s.name);
+    Run out;
+    for (const auto& s : it.Stats()) out.names.insert(s.name);
+    out.fused = stages::FusedFileReadersMade() > readers;
     return out;
   };
   const Dataset fusable =
       Dataset::FromTFRecords(files_).Shuffle(64, 1).Batch(8).Parse(Spec());
-  // Shuffle's work is the planner's ("batch") when fused.
-  EXPECT_EQ(names(fusable, {.threads = 2}),
-            (std::set<std::string>{"tfrecord", "batch", "parse"}));
-  EXPECT_EQ(names(fusable, Unfused()),
-            (std::set<std::string>{"tfrecord", "shuffle", "batch", "parse"}));
+  // Fused, the shuffle's own work is still its stage's (the rest of the
+  // planning is "batch"'s).
+  const std::set<std::string> stages = {"tfrecord", "shuffle", "batch",
+                                        "parse"};
+  for (int threads : {1, 2}) {
+    const Run fused = run(fusable, {.threads = threads});
+    EXPECT_TRUE(fused.fused) << threads;
+    EXPECT_EQ(fused.names, stages) << threads;
+  }
+  const Run unfused = run(fusable, Unfused());
+  EXPECT_FALSE(unfused.fused);
+  EXPECT_EQ(unfused.names, stages);
   // A Take between the source and Batch keeps every stage.
-  EXPECT_EQ(
-      names(Dataset::FromTFRecords(files_).Take(100).Batch(8).Parse(Spec()),
-            {.threads = 2}),
-      (std::set<std::string>{"tfrecord", "take", "batch", "parse"}));
+  const Run take =
+      run(Dataset::FromTFRecords(files_).Take(100).Batch(8).Parse(Spec()),
+          {.threads = 2});
+  EXPECT_FALSE(take.fused);
+  EXPECT_EQ(take.names,
+            (std::set<std::string>{"tfrecord", "take", "batch", "parse"}));
+  // Parse-only, fused, has no shuffle stage.
+  const Run plain = run(Dataset::FromTFRecords(files_).Batch(8).Parse(Spec()),
+                        {.threads = 2});
+  EXPECT_TRUE(plain.fused);
+  EXPECT_EQ(plain.names, (std::set<std::string>{"tfrecord", "batch", "parse"}));
+}
+
+// The fused shuffle counts what the unfused one does: every record it
+// draws, its buffer's fill, and its own time (not its input's, which is
+// the planner's "batch").
+TEST_F(BatchParseFusionTest, FusedShuffleCountsItsOwnStage) {
+  uint64_t records = 0;
+  for (size_t f = 0; f < files_.size(); ++f) records += 150 + 37 * f;
+  constexpr int64_t kBuffer = 64;
+  const Dataset ds = Dataset::FromTFRecords(files_)
+                         .Shuffle(kBuffer, 3)
+                         .Repeat(2)
+                         .Batch(16)
+                         .Parse(Spec());
+  for (const IteratorOptions& o : {IteratorOptions{.threads = 1},
+                                   IteratorOptions{.threads = 4}, Unfused()}) {
+    Iterator it = ds.MakeIterator(o);
+    Element e;
+    uint64_t batches = 0;
+    while (it.Next(&e)) ++batches;
+    std::map<std::string, StageStats> by_name;
+    for (const auto& s : it.Stats()) by_name[s.name] = s;
+    ASSERT_TRUE(by_name.contains("shuffle")) << o.threads;
+    const StageStats& shuffle = by_name["shuffle"];
+    EXPECT_EQ(shuffle.elements, 2 * records) << o.threads;
+    EXPECT_GT(shuffle.busy_seconds, 0) << o.threads;
+    EXPECT_GE(shuffle.buffered, 0) << o.threads;
+    EXPECT_LE(shuffle.buffered, kBuffer) << o.threads;
+    EXPECT_EQ(by_name["batch"].elements, batches) << o.threads;
+    EXPECT_GT(by_name["batch"].busy_seconds, 0) << o.threads;
+  }
 }
 
 // A Parse's batch buffers go back to it when the batch's tensors go, and
