@@ -1179,13 +1179,14 @@ class FileReader {
 // Stream is no virtual call (RecordStream's own Take calls it virtually).  Each
 // record is written in its place in *out (a ref copied out of a local the call
 // just wrote stalls on the store's forwarding).
-template <typename Stream>
-bool TakeByNext(Stream* stream, size_t n, std::vector<RecordRef>* out) {
+// (`next` is the Next of a stream, or what it calls under its own scope.)
+template <typename NextFn>
+bool TakeByCalls(const NextFn& next, size_t n, std::vector<RecordRef>* out) {
   for (; n > 0; --n) {
     RecordRef& r = out->emplace_back();
     bool got;
     try {
-      got = stream->Next(&r);
+      got = next(&r);
     } catch (...) {
       out->pop_back();
       throw;
@@ -1196,6 +1197,11 @@ bool TakeByNext(Stream* stream, size_t n, std::vector<RecordRef>* out) {
     }
   }
   return true;
+}
+template <typename Stream>
+bool TakeByNext(Stream* stream, size_t n, std::vector<RecordRef>* out) {
+  return TakeByCalls([stream](RecordRef* r) { return stream->Next(r); }, n,
+                     out);
 }
 
 // A stream of records, handed on by reference (RecordRef): a fused stage
@@ -1678,16 +1684,7 @@ class ShuffleStream final : public RecordStream {
     while (n > 0) {
       if (!Filling() ||
           buffer_.size() + 1 != static_cast<size_t>(buffer_size_)) {
-        RecordRef& r = out->emplace_back();
-        bool got;
-        try {
-          got = Draw(&r);
-        } catch (...) {
-          out->pop_back();
-          throw;
-        }
-        if (!got) {
-          out->pop_back();
+        if (!TakeByCalls([this](RecordRef* r) { return Draw(r); }, 1, out)) {
           return false;
         }
         --n;
