@@ -173,7 +173,7 @@ EOF2
         # time, which bounds every thread count by one reader).
         limited bash bench/pipeline_scaling.sh build-gpu "${PIPELINE_RUNS:-3}" 1,2,4,8,16 16 \
           >"$logs/pipeline_scaling.txt" 2>&1
-        echo "pipeline_scaling rc=$?"; tail -64 "$logs/pipeline_scaling.txt"
+        echo "pipeline_scaling rc=$?"; tail -72 "$logs/pipeline_scaling.txt"
         # Each run's figures, also when the part was cut before its table.
         cp "${TMPDIR:-/tmp}"/recflow-bench/scaling/*.jsonl "$logs/" 2>/dev/null
         # Where the shuffled pipeline stops scaling (2026-11-26: 4.6-4.8 M
@@ -217,16 +217,20 @@ for line in open(sys.argv[1]):
     stages = " ".join("%s %.0f/%.0f%%" % (s["name"], 100 * s["busy_fraction"],
                                          100 * s["wait_fraction"])
                       for s in d["stages"])
-    # The planner (the fused stage's "batch"): its ns a record.
-    planner = sum(s["busy_seconds"] for s in d["stages"] if s["name"] == "batch")
+    # The planner (the fused stage's "batch", and since 51d592b the
+    # shuffle's own share of it, "shuffle"): its ns a record, both.
+    planner = sum(s["busy_seconds"] for s in d["stages"]
+                  if s["name"] in ("batch", "shuffle"))
+    shuffle = sum(s["busy_seconds"] for s in d["stages"] if s["name"] == "shuffle")
     # cores: the process's CPU time over the run's; the consumer's thread
     # on a core nearly all the run is a serial bound.
     print("%s T=%d: %.2f M/s (%.2fx, %.2f s) busy/wait: %s; consumer in Next %.0f%%,"
-          " on a core %.0f%%; cores %.1f; planner %.0f ns a record"
+          " on a core %.0f%%; cores %.1f; planner %.0f ns a record (shuffle %.0f)"
           % (sys.argv[2], d["threads"], d["records_per_s"] / 1e6, d["speedup"],
              d["seconds"], stages, 100 * d["consumer_in_next_fraction"],
              100 * d["consumer_cpu_fraction"], d["cores_busy"],
-             planner / max(d["records"], 1) * 1e9))
+             planner / max(d["records"], 1) * 1e9,
+             shuffle / max(d["records"], 1) * 1e9))
 EOF
         done
         # What a consumer busy 200 us a batch (a GPU step) waits in Next(),
