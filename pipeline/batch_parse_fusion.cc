@@ -1617,9 +1617,9 @@ class ShuffleStream final : public RecordStream {
   void FillAhead(size_t n) override {
     BusyScope busy(counter_);
     ahead_.Fill(
-        1, [this] { return Filling(); }, [this, n] { ReadSome(n); });
-    counter_->buffered.store(static_cast<int64_t>(buffer_.size()),
-                             std::memory_order_relaxed);
+        std::min<size_t>(n, 1), [this] { return Filling(); },
+        [this, n] { ReadSome(n); });
+    NoteFill();
   }
 
   void Save(StateWriter* w) override {
@@ -1700,8 +1700,25 @@ class ShuffleStream final : public RecordStream {
   // `n` records drawn: counted, and the buffer's fill noted.
   void Drew(size_t n) {
     counter_->elements.fetch_add(n, std::memory_order_relaxed);
+    NoteFill();
+  }
+  void NoteFill() {
     counter_->buffered.store(static_cast<int64_t>(buffer_.size()),
                              std::memory_order_relaxed);
+  }
+
+  // The input's next `n` records into run_in_ (cleared first), in one call
+  // whose time is the planner's; whether the input goes on.  An error is
+  // kept in *error, after the records before it.
+  bool TakeInput(size_t n, std::exception_ptr* error) {
+    run_in_.clear();
+    try {
+      BusyScope input(env_->plan_counter);
+      return in_->Take(n, &run_in_);
+    } catch (...) {
+      *error = std::current_exception();
+      return true;
+    }
   }
 
   // `run` records of a full buffer (B - 1 entries and the input not
@@ -1710,15 +1727,8 @@ class ShuffleStream final : public RecordStream {
   // run: the records before are drawn as Next() would have drawn them,
   // then input_end_ is set or the error thrown, the buffer at B - 1.
   void TakeRun(size_t run, std::vector<RecordRef>* out) {
-    run_in_.clear();
-    bool more = true;
     std::exception_ptr error;
-    try {
-      BusyScope input(env_->plan_counter);
-      more = in_->Take(run, &run_in_);
-    } catch (...) {
-      error = std::current_exception();
-    }
+    const bool more = TakeInput(run, &error);
     const size_t got = run_in_.size();
     const uint64_t b = static_cast<uint64_t>(buffer_size_);
     const uint64_t last = b - 1;
@@ -1762,15 +1772,8 @@ class ShuffleStream final : public RecordStream {
   // buffered, as one by one, and it is thrown.
   void ReadSome(size_t n) {
     n = std::min(n, static_cast<size_t>(buffer_size_) - buffer_.size());
-    run_in_.clear();
-    bool more = true;
     std::exception_ptr error;
-    try {
-      BusyScope input(env_->plan_counter);
-      more = in_->Take(n, &run_in_);
-    } catch (...) {
-      error = std::current_exception();
-    }
+    const bool more = TakeInput(n, &error);
     for (const RecordRef& r : run_in_) {
       buffer_.push_back({r, clock_.Stamp()});
       if (clock_.SweepDue()) CompactOld();

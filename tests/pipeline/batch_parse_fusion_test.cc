@@ -93,6 +93,8 @@ class BatchParseFusionTest : public ::testing::Test {
   // As on a 16-core machine (the fused path's choices by cores: epochs
   // prepared ahead, the planner task), whatever this one has.
   void TearDown() override { stages::SetFusedCores(0); }
+  // The records of file f (part-f.tfrecord).
+  static int RecordsInFile(int f) { return 150 + 37 * f; }
   void SetUp() override {
     stages::SetFusedCores(16);
     const records::Compression kinds[] = {
@@ -100,7 +102,9 @@ class BatchParseFusionTest : public ::testing::Test {
         records::Compression::kNone, records::Compression::kGzip};
     for (int f = 0; f < 4; ++f) {
       std::vector<std::string> recs;
-      for (int i = 0; i < 150 + 37 * f; ++i) recs.push_back(MakeExample(f, i));
+      for (int i = 0; i < RecordsInFile(f); ++i) {
+        recs.push_back(MakeExample(f, i));
+      }
       files_.push_back(dir_.File(fmt::format("part-{}.tfrecord", f)));
       testing::WriteRecords(files_.back(), recs, kinds[f]);
     }
@@ -330,7 +334,7 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
 // the planner's "batch").
 TEST_F(BatchParseFusionTest, FusedShuffleCountsItsOwnStage) {
   uint64_t records = 0;
-  for (size_t f = 0; f < files_.size(); ++f) records += 150 + 37 * f;
+  for (int f = 0; f < 4; ++f) records += RecordsInFile(f);
   constexpr int64_t kBuffer = 64;
   const Dataset ds = Dataset::FromTFRecords(files_)
                          .Shuffle(kBuffer, 3)
@@ -1179,7 +1183,7 @@ TEST_F(BatchParseFusionTest, NondeterministicReadsLoseAndRepeatNothing) {
                                             const std::string& what) {
     std::vector<int64_t> want;
     for (int f = 0; f < 4; ++f) {
-      for (int i = 0; i < 150 + 37 * f; ++i) want.push_back(f * 1000 + i);
+      for (int i = 0; i < RecordsInFile(f); ++i) want.push_back(f * 1000 + i);
     }
     std::vector<int64_t> sorted = got;
     std::sort(sorted.begin(), sorted.end());
