@@ -246,20 +246,13 @@ class GlobalShuffleDataset final : public DatasetBase {
     records::RequireRegularFiles(files_, kSourcesNeedRegularFiles);
     uint64_t total = 0;
     for (const auto& f : files_) {
-      const std::string idx = records::IndexPathFor(f);
-      records::Index index;
-      records::ReadableFile probe(f);
-      if (FileExists(idx)) {
-        index = records::ReadIndex(idx, probe.size());
-        // Every record once an epoch: none the index does not reach.
-        records::CheckIndexCoversFile(index, idx, f, probe.size());
-      } else {
-        LogLine(
-            fmt::format("recflow: {}: no index {}; indexing it in memory "
-                        "(`recflow index` writes one)",
-                        f, idx));
-        index = records::BuildIndex(f);
-      }
+      records::Index index = records::LoadOrBuildIndex(
+          f, records::ReadableFile(f).size(), [&](const std::string& idx) {
+            LogLine(fmt::format(
+                "recflow: {}: no index {}; indexing it in memory (`recflow "
+                "index` writes one)",
+                f, idx));
+          });
       total += index.entries.size();
       source_.starts.push_back(total - index.entries.size());
       source_.indexes.push_back(
@@ -309,15 +302,6 @@ class GlobalShuffleDataset final : public DatasetBase {
     const uint64_t base =
         o.seed ? *o.seed : MixSeed(ctx->seed(), Fingerprint(Describe()));
     return o.reshuffle_each_iteration ? MixSeed(base, salt) : base;
-  }
-
-  static bool FileExists(const std::string& path) {
-    try {
-      records::ReadableFile f(path);
-      return true;
-    } catch (const records::IoError&) {
-      return false;
-    }
   }
 
   class It final : public IteratorBase {

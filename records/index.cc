@@ -255,6 +255,20 @@ void CheckIndexCoversFile(const Index& index, const std::string& index_path,
   }
 }
 
+Index LoadOrBuildIndex(
+    const std::string& record_path, uint64_t file_size,
+    const std::function<void(const std::string& index_path)>& before_building) {
+  const std::string idx = IndexPathFor(record_path);
+  struct stat st;
+  if (::stat(idx.c_str(), &st) != 0) {
+    if (before_building) before_building(idx);
+    return BuildIndex(record_path);
+  }
+  Index index = ReadIndex(idx, file_size);
+  CheckIndexCoversFile(index, idx, record_path, file_size);
+  return index;
+}
+
 IndexedReader::IndexedReader(const std::string& record_path, Index index)
     : file_(record_path), index_(std::move(index)) {
   if (index_.compression == Compression::kZstd) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -81,6 +82,17 @@ Index ReadIndex(const std::string& index_path, uint64_t file_size = 0);
 // newer records left out by whatever reads through the index.
 void CheckIndexCoversFile(const Index& index, const std::string& index_path,
                           const std::string& record_path, uint64_t file_size);
+
+// The index of every record of `record_path` for a reader that must reach
+// all of them (the global shuffle, TFRecordDataSource): FILE.idx when it
+// exists (ReadIndex, then CheckIndexCoversFile: an index of a file that
+// grew since would leave its newer records out), else one built by reading
+// the file (BuildIndex), after calling `before_building` (when set) with
+// the missing index's path, so that a caller can say why it waits.
+// `file_size` is the file's size now.  Throws as those do.
+Index LoadOrBuildIndex(
+    const std::string& record_path, uint64_t file_size,
+    const std::function<void(const std::string& index_path)>& before_building);
 
 // FILE.idx beside a record file, checked against the records as a reader
 // reads them (once): the index DALI, the range reader and the global
