@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -460,6 +461,17 @@ std::string_view IoBackendName(IoBackend b) {
 
 namespace {
 
+// Forks of this process and its parents since the first ring was set up
+// (pthread_atfork's child handler counts them).  A ring set up before a
+// fork is the parent's: its queues are memory both processes map, so a
+// child submitting on it races the parent and every other child, and its
+// reads fill the memory of the process that set it up.  The child's thread
+// (a DataLoader worker's, forked from a process that read through a
+// TFRecordDataSource) sets up a ring of its own instead.
+std::atomic<uint64_t> forks{0};
+
+void CountFork() { forks.fetch_add(1, std::memory_order_relaxed); }
+
 // The calling thread's ring for ReadRanges, set up at its first batch.
 class ThreadRing {
  public:
@@ -469,11 +481,21 @@ class ThreadRing {
   }
   // The ring, or null where it cannot be set up (then pread is used).
   io_uring* Get() {
+    static const bool counting =
+        pthread_atfork(nullptr, nullptr, CountFork) == 0;
+    const uint64_t generation = forks.load(std::memory_order_relaxed);
+    if (ready_ && generation != generation_) {
+      // Unmaps this process's view of the parent's ring and closes its
+      // copy of the descriptor; the parent's ring is untouched.
+      io_uring_queue_exit(&ring_);
+      ready_ = false;
+    }
     if (!ready_ && !failed_) {
-      if (io_uring_queue_init(kEntries, &ring_, 0) < 0) {
+      if (!counting || io_uring_queue_init(kEntries, &ring_, 0) < 0) {
         failed_ = true;
       } else {
         ready_ = true;
+        generation_ = generation;
         io_uring_rings.fetch_add(1, std::memory_order_relaxed);
       }
     }
@@ -492,6 +514,7 @@ class ThreadRing {
   io_uring ring_{};
   bool ready_ = false;
   bool failed_ = false;
+  uint64_t generation_ = 0;  // forks when the ring was set up
 };
 
 [[noreturn]] void ThrowReadError(const RangeRead& r, int error) {

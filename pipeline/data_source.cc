@@ -1,0 +1,188 @@
+#include "pipeline/data_source.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+#include <stdexcept>
+
+#include "pipeline/error.h"
+#include "pipeline/io.h"
+#include "pipeline/process.h"
+#include "pipeline/stages.h"
+#include "records/aligned_buffer.h"
+#include "records/file.h"
+#include "records/file_list.h"
+#include "records/index.h"
+
+namespace recflow::pipeline {
+
+// One file: its index, and what reads it, made at its first read.
+struct TFRecordDataSource::File {
+  std::shared_ptr<const records::Index> index;
+  std::once_flag opened;
+  std::unique_ptr<records::ReadableFile> file;  // uncompressed
+  std::mutex zstd_mu;  // ZSTD: IndexedReader is not thread-safe
+  std::unique_ptr<records::IndexedReader> zstd;
+};
+
+TFRecordDataSource::TFRecordDataSource(std::vector<std::string> files,
+                                       std::optional<records::FeatureSpec> spec)
+    : files_(std::move(files)), spec_(std::move(spec)) {
+  if (files_.empty()) throw Error("TFRecordDataSource: no files");
+  records::RequireRegularFiles(files_, "a data source reads files at offsets");
+  auto names = std::make_shared<BatchOrigins::Files>();
+  for (const std::string& f : files_) {
+    names->push_back(std::make_shared<const std::string>(f));
+    auto state = std::make_unique<File>();
+    state->index =
+        std::make_shared<const records::Index>(records::LoadOrBuildIndex(
+            f, records::ReadableFile(f).size(), [&](const std::string& idx) {
+              LogLine(fmt::format(
+                  "recflow: {}: no index {}; indexing it in memory (`recflow "
+                  "index` writes one)",
+                  f, idx));
+            }));
+    starts_.push_back(total_);
+    total_ += state->index->entries.size();
+    file_state_.push_back(std::move(state));
+  }
+  names_ = std::move(names);
+  if (spec_) parse_ = stages::MakeParseInfo(*spec_, ParseOptions{});
+}
+
+TFRecordDataSource::~TFRecordDataSource() = default;
+
+TFRecordDataSource::Location TFRecordDataSource::Locate(uint64_t i) const {
+  if (i >= total_) {
+    throw std::out_of_range(
+        fmt::format("record {} of a data source of {} records ({} files)", i,
+                    total_, files_.size()));
+  }
+  // The last file starting at or before i (files without records start
+  // where the next does, and are passed over).
+  const auto it = std::upper_bound(starts_.begin(), starts_.end(), i);
+  const size_t file = static_cast<size_t>(it - starts_.begin()) - 1;
+  const uint64_t record = i - starts_[file];
+  return {file, record, file_state_[file]->index->entries[record].offset};
+}
+
+const records::ReadableFile& TFRecordDataSource::Open(size_t file) const {
+  File& f = *file_state_[file];
+  std::call_once(f.opened, [&] {
+    if (f.index->compression == records::Compression::kZstd) {
+      f.zstd = std::make_unique<records::IndexedReader>(files_[file], *f.index);
+    } else {
+      f.file = std::make_unique<records::ReadableFile>(files_[file]);
+    }
+  });
+  return *f.file;
+}
+
+void TFRecordDataSource::Read(std::span<const uint64_t> indices,
+                              std::vector<std::string_view>* views,
+                              std::vector<BatchOrigins::Row>* rows,
+                              std::shared_ptr<const void>* owner) const {
+  const size_t n = indices.size();
+  std::vector<Location> at(n);
+  for (size_t k = 0; k < n; ++k) at[k] = Locate(indices[k]);
+  views->assign(n, {});
+  rows->assign(n, {});
+  // Uncompressed records: one read each, all in flight together, into one
+  // buffer, in the order asked (as parsing likes them).
+  std::vector<RangeRead> reads;
+  std::vector<size_t> read_for;  // reads[j] is for record read_for[j]
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const File& f = *file_state_[at[k].file];
+    (*rows)[k] = {at[k].offset, at[k].record, static_cast<uint32_t>(at[k].file),
+                  false, 0};
+    if (f.index->compression == records::Compression::kZstd) continue;
+    const records::ReadableFile& file = Open(at[k].file);
+    const records::IndexEntry& e = f.index->entries[at[k].record];
+    records::CheckIndexedFrameFits(file, at[k].record, e);
+    reads.push_back({&file, e.offset, e.size, nullptr, 0});
+    read_for.push_back(k);
+    bytes += e.size;
+  }
+  // ZSTD records are decoded one by one and copied after the frames read.
+  std::vector<std::pair<size_t, std::string>> decoded;
+  for (size_t k = 0; k < n; ++k) {
+    File& f = *file_state_[at[k].file];
+    if (f.index->compression != records::Compression::kZstd) continue;
+    Open(at[k].file);
+    std::lock_guard<std::mutex> lock(f.zstd_mu);
+    decoded.emplace_back(k, std::string(f.zstd->Read(at[k].record)));
+  }
+  for (const auto& [k, payload] : decoded) bytes += payload.size();
+  auto buffer = std::make_shared<records::AlignedVector<char>>(bytes);
+  char* dst = buffer->data();
+  for (RangeRead& r : reads) {
+    r.dst = dst;
+    dst += r.length;
+  }
+  if (!reads.empty()) ReadRanges(reads);
+  for (size_t j = 0; j < reads.size(); ++j) {
+    const size_t k = read_for[j];
+    (*views)[k] = records::CheckIndexedFrame(
+        files_[at[k].file], at[k].record,
+        file_state_[at[k].file]->index->entries[at[k].record], reads[j].dst,
+        reads[j].done);
+  }
+  for (const auto& [k, payload] : decoded) {
+    std::copy(payload.begin(), payload.end(), dst);
+    (*views)[k] = {dst, payload.size()};
+    dst += payload.size();
+  }
+  *owner = std::move(buffer);
+}
+
+Element TFRecordDataSource::Get(std::span<const uint64_t> indices,
+                                bool batched) const {
+  if (!batched && indices.size() != 1) {
+    throw Error(fmt::format(
+        "TFRecordDataSource::Get: {} records asked for one element (not "
+        "batched)",
+        indices.size()));
+  }
+  std::vector<std::string_view> views;
+  std::vector<BatchOrigins::Row> rows;
+  std::shared_ptr<const void> owner;
+  Read(indices, &views, &rows, &owner);
+  Element out;
+  if (batched) {
+    out.batch_origins = std::make_shared<const BatchOrigins>(names_, rows);
+  } else {
+    out.origin = {(*names_)[rows[0].file], rows[0].offset, rows[0].record,
+                  std::nullopt};
+  }
+  if (parse_ != nullptr) {
+    stages::ParseRecords(*parse_, views, batched, &out);
+    return out;
+  }
+  if (!batched) {
+    out.Set("record", Tensor::BytesView(views[0].data(), views[0].size(),
+                                        std::move(owner), views[0].size()));
+    return out;
+  }
+  // The payloads back to back (the buffer holds each with its framing).
+  auto values = std::make_shared<Tensor::BytesBuffers>();
+  values->offsets.resize(views.size() + 1);
+  uint64_t total = 0;
+  for (size_t k = 0; k < views.size(); ++k) {
+    values->offsets[k] = total;
+    total += views[k].size();
+  }
+  values->offsets[views.size()] = total;
+  values->data.resize(total);
+  for (size_t k = 0; k < views.size(); ++k) {
+    std::copy(views[k].begin(), views[k].end(),
+              values->data.data() + values->offsets[k]);
+  }
+  out.Set("record",
+          Tensor::AdoptBytes(std::move(values),
+                             Shape{static_cast<int64_t>(views.size())}));
+  return out;
+}
+
+}  // namespace recflow::pipeline
