@@ -4,6 +4,12 @@
   cpp      `recflow bench` on the pipeline below (C++ alone);
   python   the same pipeline through `import recflow`, each batch turned
            into torch tensors (recflow.torch.to_torch: torch.from_dlpack);
+  source   random access in Python: recflow.torch.MapDataset over a
+           recflow.TFRecordDataSource, one DataLoader batch (a
+           BatchSampler over a RandomSampler, batch_size=None,
+           num_workers=0) read and parsed in one call: a uniform random
+           order over the whole epoch, where the others shuffle in a
+           buffer of 10,000;
   loader   PyTorch's DataLoader over the same files the way the `tfrecord`
            package reads them (Python's struct for the framing, protobuf's
            example_pb2 for the Examples, a Python shuffle queue, DataLoader
@@ -11,8 +17,9 @@
            and cannot be installed here.
 
 Pipeline: shuffle(10,000, seed 1), batch 256, parse {image: bytes, label:
-int64}, over Fashion-MNIST converted into 16 shards.  Runs alternate and
-repeat; medians are printed with the ratios python/cpp and python/loader.
+int64}, over Fashion-MNIST converted into 16 shards (indexed).  Runs
+alternate and repeat; medians are printed with the ratios python/cpp,
+python/loader and source/loader.
 
   /usr/bin/python3 bench/python_bench.py --build build --threads 2 \\
       --workers 2 --runs 3
@@ -44,7 +51,11 @@ def make_files(recflow_bin, work):
                         "--labels", f"{data}/train-labels-idx1-ubyte.gz",
                         "--output", str(out / "train"), "--shards", "16"],
                        check=True, stdout=subprocess.DEVNULL)
-    return sorted(str(p) for p in out.glob("train-*-of-00016.tfrecord"))
+    files = sorted(str(p) for p in out.glob("train-*-of-00016.tfrecord"))
+    if not all(os.path.exists(f + ".idx") for f in files):
+        subprocess.run([recflow_bin, "index", *files], check=True,
+                       stdout=subprocess.DEVNULL)
+    return files
 
 
 def run_cpp(recflow_bin, files, spec_path, threads, repeat):
@@ -66,6 +77,25 @@ def run_python(files, threads, repeat):
     for batch in ds.iterator(threads=threads):
         tensors = recflow.torch.to_torch(batch)
         n += tensors["label"].shape[0]
+    return n / (time.perf_counter() - start)
+
+
+def run_source(files, repeat):
+    import recflow
+    import recflow.torch
+    import torch
+    ds = recflow.torch.MapDataset(recflow.TFRecordDataSource(files,
+                                                             spec=SPEC))
+    sampler = torch.utils.data.BatchSampler(
+        torch.utils.data.RandomSampler(
+            ds, generator=torch.Generator().manual_seed(1)), 256, False)
+    loader = torch.utils.data.DataLoader(ds, batch_size=None,
+                                         sampler=sampler, num_workers=0)
+    n = 0
+    start = time.perf_counter()
+    for _ in range(repeat):
+        for batch in loader:
+            n += batch["label"].shape[0]
     return n / (time.perf_counter() - start)
 
 
@@ -145,22 +175,26 @@ def main():
     subprocess.run(["protoc", f"-I{proto}", f"--python_out={pb_dir}",
                     str(proto / "example.proto")], check=True)
 
-    rates = {"cpp": [], "python": [], "loader": []}
+    rates = {"cpp": [], "python": [], "source": [], "loader": []}
     for run in range(args.runs):
         rates["cpp"].append(run_cpp(recflow_bin, files, spec_path,
                                     args.threads, args.repeat))
         rates["python"].append(run_python(files, args.threads, args.repeat))
+        rates["source"].append(run_source(files, 1))
         rates["loader"].append(run_loader(files, args.workers, 1, pb_dir))
         print(f"run {run + 1}: " + "  ".join(
             f"{k} {v[-1] / 1e3:,.0f}k rec/s" for k, v in rates.items()),
             flush=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"median: cpp {med['cpp'] / 1e3:,.0f}k  python "
-          f"{med['python'] / 1e3:,.0f}k  loader {med['loader'] / 1e3:,.1f}k "
-          f"records/s  (threads {args.threads}, workers {args.workers})")
+          f"{med['python'] / 1e3:,.0f}k  source {med['source'] / 1e3:,.0f}k  "
+          f"loader {med['loader'] / 1e3:,.1f}k records/s  (threads "
+          f"{args.threads}, workers {args.workers})")
     print(f"python / cpp = {med['python'] / med['cpp']:.2f}  (target >= 0.8)")
     print(f"python / loader = {med['python'] / med['loader']:.1f}  "
           "(target >= 10)")
+    print(f"source / loader = {med['source'] / med['loader']:.1f}  "
+          f"(source / python = {med['source'] / med['python']:.2f})")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "convert/convert.h"
+#include "pipeline/data_source.h"
 #include "pipeline/dataset.h"
 #include "pipeline/maps.h"
 #include "python/arrays.h"
@@ -763,6 +764,125 @@ class PyRecordIterator {
   std::unique_ptr<records::TFRecordReader> reader_;
 };
 
+// recflow.TFRecordDataSource: records by number, through the files'
+// indexes (pipeline::TFRecordDataSource), read and parsed without the GIL.
+class PyDataSource {
+ public:
+  PyDataSource(py::handle files, py::handle spec) {
+    std::vector<std::string> paths =
+        records::ExpandRecordPaths(Paths(files, "TFRecordDataSource"));
+    std::optional<records::FeatureSpec> parsed;
+    if (!spec.is_none()) parsed = SpecArg(spec);
+    py::gil_scoped_release release;
+    source_ = std::make_shared<const pipeline::TFRecordDataSource>(
+        std::move(paths), std::move(parsed));
+  }
+
+  uint64_t size() const { return source_->size(); }
+  const pipeline::TFRecordDataSource& source() const { return *source_; }
+
+  // An int: that record.  A slice, a sequence of ints or a 1-D integer
+  // array: those records, as one batch.  Negative numbers count from the
+  // end, as Python's sequences do.
+  py::object GetItem(py::handle key) const {
+    if (PyIndex_Check(key.ptr()) && !py::isinstance<py::array>(key)) {
+      const uint64_t i =
+          Normalize(py::reinterpret_steal<py::object>(PyNumber_Index(key.ptr()))
+                        .cast<py::int_>());
+      pipeline::Element e;
+      {
+        py::gil_scoped_release release;
+        e = source_->Get(std::span<const uint64_t>(&i, 1), false);
+      }
+      if (!source_->spec()) {
+        const std::string_view r = e["record"].bytes(0);
+        return py::bytes(r.data(), r.size());
+      }
+      return ElementToDict(e);
+    }
+    std::vector<uint64_t> indices;
+    if (PySlice_Check(key.ptr())) {
+      py::ssize_t start = 0, stop = 0, step = 0, n = 0;
+      if (!py::reinterpret_borrow<py::slice>(key).compute(
+              static_cast<size_t>(size()), &start, &stop, &step, &n)) {
+        throw py::error_already_set();
+      }
+      for (py::ssize_t k = 0; k < n; ++k) {
+        indices.push_back(static_cast<uint64_t>(start + k * step));
+      }
+    } else {
+      if (PyUnicode_Check(key.ptr()) || PyBytes_Check(key.ptr()) ||
+          !py::isinstance<py::iterable>(key)) {
+        throw py::type_error(fmt::format(
+            "TFRecordDataSource indices must be an int, a slice, or a "
+            "sequence or 1-D array of ints, not {}",
+            TypeName(key)));
+      }
+      py::array array = py::module_::import("numpy").attr("asarray")(key);
+      const char kind = array.dtype().kind();
+      if (array.ndim() != 1 ||
+          (array.size() > 0 && kind != 'i' && kind != 'u')) {
+        throw py::type_error(fmt::format(
+            "TFRecordDataSource indices must be ints in one dimension, not an "
+            "array of {} with {} dimensions",
+            py::str(array.dtype()).cast<std::string>(), array.ndim()));
+      }
+      indices.reserve(static_cast<size_t>(array.size()));
+      const auto n = static_cast<int64_t>(size());
+      if (kind == 'u') {
+        const auto u = py::array_t<uint64_t, py::array::forcecast>(array);
+        for (py::ssize_t k = 0; k < u.size(); ++k) {
+          const uint64_t i = u.data()[k];
+          if (i >= size()) Normalize(py::int_(i));  // throws IndexError
+          indices.push_back(i);
+        }
+      } else if (array.size() > 0) {
+        const auto s = py::array_t<int64_t, py::array::forcecast>(array);
+        for (py::ssize_t k = 0; k < s.size(); ++k) {
+          const int64_t i = s.data()[k];
+          if (i < -n || i >= n) Normalize(py::int_(i));  // throws IndexError
+          indices.push_back(static_cast<uint64_t>(i < 0 ? i + n : i));
+        }
+      }
+    }
+    pipeline::Element e;
+    {
+      py::gil_scoped_release release;
+      e = source_->Get(indices, true);
+    }
+    if (source_->spec()) return ElementToDict(e);
+    const pipeline::Tensor& records = e["record"];
+    py::list out(indices.size());
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const std::string_view r = records.bytes(static_cast<int64_t>(k));
+      out[k] = py::bytes(r.data(), r.size());
+    }
+    return out;
+  }
+
+  py::tuple Locate(py::int_ i) const {
+    const pipeline::TFRecordDataSource::Location at =
+        source_->Locate(Normalize(i));
+    return py::make_tuple(source_->files()[at.file], at.record, at.offset);
+  }
+
+ private:
+  uint64_t Normalize(py::int_ value) const {
+    // Python ints of any size: compare before converting.
+    const py::int_ n(size());
+    py::int_ i = value;
+    if (i < py::int_(0)) i = py::int_(i + n);
+    if (i < py::int_(0) || !(i < n)) {
+      throw py::index_error(fmt::format(
+          "record {} is out of range: the data source has {} records",
+          py::str(value).cast<std::string>(), size()));
+    }
+    return i.cast<uint64_t>();
+  }
+
+  std::shared_ptr<const pipeline::TFRecordDataSource> source_;
+};
+
 records::ReaderOptions ReaderArgs(const std::optional<std::string>& compression,
                                   bool verify_checksums,
                                   uint64_t max_record_bytes) {
@@ -1422,6 +1542,61 @@ exception leaves nothing behind. compression None: from the name's suffix
   py::class_<PyRecordIterator>(m, "TFRecordIterator")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &PyRecordIterator::Next);
+
+  py::class_<PyDataSource>(m, "TFRecordDataSource", R"doc(
+Random access to the records of TFRecord files: a map-style dataset.
+
+    src = recflow.TFRecordDataSource("data/train-*.tfrecord", spec=spec)
+    len(src)            # every record of every file
+    src[17]             # one record: a dict of arrays (bytes without a spec)
+    src[[3, 99, 4]]     # a batch: one read of all, one vectorised parse
+    src[100:356]        # the same for a slice
+
+files: paths, globs or directories, taken one after another (record i is
+the i-th of all). Each file is read through its index (FILE.idx, which
+`recflow index` and recflow.index() write); a file without one is indexed
+in memory once, by reading it, when the source is made. Uncompressed and
+recflow's ZSTD files only: GZIP and ZLIB streams cannot be read at an
+offset. spec: as Dataset.parse takes it; records are then parsed into
+dicts of arrays (as .batch(n).parse(spec) gives them for a batch); None:
+records are bytes (a list of them for a batch).
+Both CRCs are checked on every read; a damaged record is a RecordError
+naming the file, offset and record. Reads run without the GIL; the source
+may be used from several threads, and by DataLoader worker processes
+(pickled as its files and spec).
+)doc")
+      .def(py::init<py::handle, py::handle>(), "files"_a, "spec"_a = py::none())
+      .def("__len__", &PyDataSource::size)
+      .def("__getitem__", &PyDataSource::GetItem, "index"_a)
+      .def("locate", &PyDataSource::Locate, "index"_a,
+           "(file, record number in that file, byte offset of its frame) of "
+           "record `index`.")
+      .def_property_readonly(
+          "files", [](const PyDataSource& s) { return s.source().files(); })
+      .def_property_readonly("spec",
+                             [](const PyDataSource& s) -> py::object {
+                               if (!s.source().spec()) return py::none();
+                               return py::cast(*s.source().spec());
+                             })
+      .def("__repr__",
+           [](const PyDataSource& s) {
+             return fmt::format(
+                 "<recflow.TFRecordDataSource: {} records in {} files{}>",
+                 s.size(), s.source().files().size(),
+                 s.source().spec() ? ", parsed" : "");
+           })
+      .def(py::pickle(
+          [](const PyDataSource& s) {
+            py::object spec = py::none();
+            if (s.source().spec())
+              spec = py::str(s.source().spec()->ToJson().dump());
+            return py::make_tuple(s.source().files(), spec);
+          },
+          [](py::tuple t) {
+            if (t.size() != 2)
+              throw py::value_error("bad TFRecordDataSource state");
+            return PyDataSource(t[0], t[1]);
+          }));
 
   m.def(
       "tfrecord_iterator",

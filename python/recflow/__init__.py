@@ -26,6 +26,7 @@ from recflow._recflow import (
     FeatureSpec,
     Iterator,
     RecordError,
+    TFRecordDataSource,
     TFRecordIterator,
     TFRecordWriter,
     convert,
@@ -44,7 +45,8 @@ AUTOTUNE = -1
 
 __all__ = [
     "AUTOTUNE", "Array", "Dataset", "Example", "FeatureSpec", "FixedLenFeature",
-    "Iterator", "Ragged", "RecordError", "TFRecordIterator",
+    "Iterator", "Ragged", "RecordError", "TFRecordDataSource",
+    "TFRecordIterator",
     "TFRecordWriter", "VarLenFeature", "convert", "count", "index", "maps",
     "tfrecord_iterator", "verify",
 ]

@@ -1,4 +1,5 @@
-"""recflow for PyTorch: a recflow.Dataset as a torch IterableDataset.
+"""recflow for PyTorch: a recflow.Dataset as a torch IterableDataset, and
+a recflow.TFRecordDataSource as a map-style Dataset.
 
     from torch.utils.data import DataLoader
     import recflow, recflow.torch
@@ -7,8 +8,18 @@
     for batch in loader:           # dicts of torch tensors, no copy
         ...
 
-Use it with ``batch_size=None`` (recflow batches) and ``num_workers=0``:
-the parallelism is in C++, on every core, and worker processes would
+For random access (a sampler of your own: shuffled indices, a
+DistributedSampler, chosen records), recflow.torch.MapDataset wraps a
+recflow.TFRecordDataSource; give the DataLoader a BatchSampler so that a
+batch is one call (one read of all its records and one parse):
+
+    src = recflow.TFRecordDataSource(files, spec=spec)
+    ds = recflow.torch.MapDataset(src)
+    loader = DataLoader(ds, batch_size=None, sampler=BatchSampler(
+        RandomSampler(ds), batch_size=256, drop_last=True))
+
+Use IterableDataset with ``batch_size=None`` (recflow batches) and
+``num_workers=0``: the parallelism is in C++, on every core, and worker processes would
 only add copies between processes.  With ``num_workers > 0`` each worker
 would read the whole dataset, so recflow.torch refuses it unless told
 ``shard_by_worker=True``: then worker k of n reads ``dataset.shard(n, k)``
@@ -20,7 +31,7 @@ import torch.utils.data
 
 import recflow
 
-__all__ = ["IterableDataset", "to_torch"]
+__all__ = ["IterableDataset", "MapDataset", "to_torch"]
 
 
 def to_torch(element):
@@ -67,3 +78,31 @@ class IterableDataset(torch.utils.data.IterableDataset):
             dataset = dataset.shard(info.num_workers, info.id)
         for element in dataset.iterator(threads=self.threads):
             yield to_torch(element)
+
+
+class MapDataset(torch.utils.data.Dataset):
+    """A recflow.TFRecordDataSource as a torch map-style Dataset.
+
+    ``dataset[i]`` is record i and ``dataset[[i, j, ...]]`` a batch of
+    them (one read of all and, with a spec, one vectorised parse), as
+    dicts of torch tensors sharing the parsed arrays' memory; a source
+    without a spec gives bytes (a list of them for a batch).  Under a
+    DataLoader with ``num_workers > 0`` each worker reads the records its
+    sampler gives it (a forked worker keeps the source; a spawned one gets
+    it pickled, as its files and spec, and reads the indexes again).
+    """
+
+    def __init__(self, source):
+        super().__init__()
+        if not isinstance(source, recflow.TFRecordDataSource):
+            raise TypeError("recflow.torch.MapDataset takes a "
+                            "recflow.TFRecordDataSource, not "
+                            f"{type(source).__name__}")
+        self.source = source
+
+    def __len__(self):
+        return len(self.source)
+
+    def __getitem__(self, index):
+        item = self.source[index]
+        return to_torch(item) if isinstance(item, dict) else item

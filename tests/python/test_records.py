@@ -1,7 +1,9 @@
 """recflow's records in Python: writer, iterator, Example, count, verify,
-index, and the exceptions bad files raise."""
+index, random access (TFRecordDataSource), and the exceptions bad files
+raise."""
 
 import os
+import pickle
 import warnings
 import threading
 
@@ -9,7 +11,7 @@ import numpy as np
 import pytest
 
 import recflow
-from conftest import MNIST, PENGUIN, write_records
+from conftest import MNIST, PENGUIN, SMALL_SPEC, write_records
 
 
 @pytest.mark.parametrize("compression,suffix", [
@@ -318,3 +320,77 @@ def test_verify_checks_the_index_beside_a_file(tmp_path):
     zidx.write_text(idx.read_text())  # an uncompressed file's index
     with pytest.raises(ValueError, match="an index of a none file beside"):
         recflow.verify(str(zpath))
+
+
+def test_data_source_reads_records_by_number(tmp_path):
+    # Three files: indexed on disk, ZSTD with its index, and indexed in
+    # memory; record i is the i-th of all of them.
+    a = write_records(tmp_path / "a.tfrecord", 5, index=True)
+    b = write_records(tmp_path / "b.tfrecord.zst", 7, index=True)
+    c = write_records(tmp_path / "c.tfrecord", 3)
+    files = [str(a), str(b), str(c)]
+    every = [r for f in files for r in recflow.tfrecord_iterator(f)]
+    src = recflow.TFRecordDataSource(files)
+    assert len(src) == 15 and src.files == files and src.spec is None
+    assert [src[i] for i in range(15)] == every
+    assert src[-1] == every[-1] and src[-15] == every[0]
+    assert src[[14, 0, 6, 6]] == [every[14], every[0], every[6], every[6]]
+    assert src[3:12:4] == every[3:12:4]
+    assert src[np.array([9, 2], np.uint16)] == [every[9], every[2]]
+    assert src[[]] == []
+    assert src.locate(6) == (str(b), 1, src.locate(6)[2])
+    assert src.locate(-1)[:2] == (str(c), 2)
+
+
+def test_data_source_parses_as_batch_then_parse(tmp_path):
+    write_records(tmp_path / "a.tfrecord", 30)
+    src = recflow.TFRecordDataSource(tmp_path, spec=SMALL_SPEC)
+    whole = next(iter(recflow.Dataset.from_tfrecords(tmp_path).batch(30)
+                      .parse(SMALL_SPEC)))
+    rows = [29, 3, 3, 17]
+    batch = src[rows]
+    assert sorted(batch) == sorted(whole)
+    for key, value in batch.items():
+        if isinstance(value, np.ndarray) and value.dtype != object:
+            np.testing.assert_array_equal(value, whole[key][rows])
+        else:
+            assert list(value) == [whole[key][r] for r in rows]
+    one = src[17]
+    np.testing.assert_array_equal(one["x"], whole["x"][17])
+    assert one["id"] == 17 and one["name"] == b"r17"
+    again = pickle.loads(pickle.dumps(src))
+    assert len(again) == 30 and again.spec.to_dict() == src.spec.to_dict()
+    np.testing.assert_array_equal(again[rows]["x"], batch["x"])
+
+
+def test_data_source_errors(tmp_path):
+    f = write_records(tmp_path / "a.tfrecord", 4, index=True)
+    src = recflow.TFRecordDataSource(f)
+    every = list(recflow.tfrecord_iterator(f))
+    with pytest.raises(IndexError, match="record 4 is out of range: the data "
+                       "source has 4 records"):
+        src[4]
+    with pytest.raises(IndexError):
+        src[[0, -5]]
+    with pytest.raises(IndexError):
+        src[2**80]
+    for bad in ("0", [0.5], [[0, 1]], None):
+        with pytest.raises(TypeError, match="indices must be"):
+            src[bad]
+    with pytest.raises(ValueError, match="gzip stream cannot be indexed"):
+        recflow.TFRecordDataSource(
+            write_records(tmp_path / "g.tfrecord.gz", 2))
+    with pytest.raises(FileNotFoundError):
+        recflow.TFRecordDataSource(tmp_path / "missing.tfrecord")
+    # Damage found when the record is read, naming the file and record.
+    offset = src.locate(2)[2]
+    data = bytearray(f.read_bytes())
+    data[offset + 14] ^= 1
+    f.write_bytes(bytes(data))
+    with pytest.raises(recflow.RecordError) as e:
+        src[[1, 2]]
+    assert e.value.path == str(f) and e.value.record_index == 2
+    assert src[3] == every[3]
+    with pytest.raises(ValueError, match="is required"):
+        recflow.TFRecordDataSource(
+            f, spec={"nope": recflow.FixedLenFeature([], "int64")})[0]

@@ -94,3 +94,48 @@ def test_to_torch_keeps_bytes_and_shares_memory():
     t = recflow.torch.to_torch(b)
     assert t["image_floats"].data_ptr() == b["image_floats"].ctypes.data
     assert isinstance(t["record"][0], bytes)
+
+
+def _batches(loader):
+    return [(b["image_class"].clone(), b["image_floats"].sum().item())
+            for b in loader]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_map_dataset_under_a_batch_sampler(workers):
+    src = recflow.TFRecordDataSource(MNIST, spec=MNIST_SPEC)
+    ds = recflow.torch.MapDataset(src)
+    assert len(ds) == 1000
+    # The parent reads first: forked workers then must not share its
+    # io_uring ring (they set up their own).
+    first = ds[[0, 1, 2]]
+    assert isinstance(first["image_floats"], torch.Tensor)
+    order = torch.randperm(1000, generator=torch.Generator().manual_seed(3))
+    sampler = torch.utils.data.BatchSampler(order.tolist(), 100, False)
+    loader = DataLoader(ds, batch_size=None, sampler=sampler,
+                        num_workers=workers)
+    got = _batches(loader)
+    assert len(got) == 10
+    whole = next(iter(recflow.Dataset.from_tfrecords(MNIST).batch(1000)
+                      .parse(MNIST_SPEC)))
+    labels = torch.from_dlpack(whole["image_class"])
+    images = torch.from_dlpack(whole["image_floats"])
+    for k, (y, x_sum) in enumerate(got):
+        rows = order[k * 100:(k + 1) * 100]
+        assert torch.equal(y, labels[rows])
+        assert x_sum == pytest.approx(images[rows].sum().item(), rel=1e-6)
+
+
+def test_map_dataset_one_record_at_a_time_with_spawned_workers():
+    ds = recflow.torch.MapDataset(
+        recflow.TFRecordDataSource(MNIST, spec=MNIST_SPEC))
+    item = ds[5]
+    assert item["image_floats"].shape == (784,)
+    loader = DataLoader(ds, batch_size=50, shuffle=False, num_workers=2,
+                        multiprocessing_context="spawn")
+    labels = torch.cat([b["image_class"] for b in loader])
+    assert labels.shape == (1000,)
+    assert torch.equal(labels[:3], torch.stack([ds[i]["image_class"]
+                                                for i in range(3)]))
+    with pytest.raises(TypeError, match="TFRecordDataSource"):
+        recflow.torch.MapDataset(recflow.Dataset.from_tfrecords(MNIST))
