@@ -1,17 +1,21 @@
 // `recflow convert`, `cat` and `inspect` end to end, on files written here
 // in each input format.
 #include <fmt/format.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
 
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "recflow_runner.h"
 #include "records/example.pb.h"
 #include "records/example_parser.h"
 #include "records/feature_spec.h"
+#include "records/tfrecord_writer.h"
 #include "test_util.h"
 
 namespace recflow::tools {
@@ -534,6 +538,141 @@ TEST(ConvertTest, CatSequenceExamples) {
                           "Example."),
             std::string::npos)
       << junk.err;
+}
+
+// `cat --json` prints map entries (features, feature lists) in key order:
+// protobuf's own JSON follows its hash map, whose order changed from run
+// to run, so the same file printed differently each time.  What is
+// printed still parses back into the same message.
+TEST(ConvertTest, CatJsonPrintsFeaturesInKeyOrderEveryRun) {
+  TempDir dir;
+  tensorflow::Example ex;
+  tensorflow::SequenceExample seq;
+  std::vector<std::string> keys;
+  for (int k = 0; k < 40; ++k) {
+    const std::string key = fmt::format("k{:02d}\"<é>", (k * 17) % 40);
+    keys.push_back(key);
+    auto& f = (*ex.mutable_features()->mutable_feature())[key];
+    f.mutable_float_list()->add_value(-0.0f);
+    f.mutable_float_list()->add_value(0.1f * static_cast<float>(k));
+    (*seq.mutable_context()->mutable_feature())[key]
+        .mutable_int64_list()
+        ->add_value(k);
+    (*seq.mutable_feature_lists()->mutable_feature_list())[key]
+        .add_feature()
+        ->mutable_bytes_list()
+        ->add_value(std::string(1, static_cast<char>(k)));
+  }
+  std::sort(keys.begin(), keys.end());
+  tensorflow::Example empty_features;
+  empty_features.mutable_features();
+  testing::WriteRecords(
+      dir.File("e.tfrecord"),
+      {ex.SerializeAsString(), tensorflow::Example().SerializeAsString(),
+       empty_features.SerializeAsString()});
+  testing::WriteRecords(dir.File("s.tfrecord"), {seq.SerializeAsString()});
+  const Result first = Recflow(dir, "cat --json " + dir.File("e.tfrecord"));
+  ASSERT_EQ(first.code, 0) << first.err;
+  for (int run = 0; run < 3; ++run) {
+    EXPECT_EQ(Recflow(dir, "cat --json " + dir.File("e.tfrecord")).out,
+              first.out);
+  }
+  std::vector<std::string> lines;
+  std::istringstream in(first.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[1], "{}");
+  EXPECT_EQ(lines[2], "{\"features\":{}}");
+  // Keys in order, as printed (ordered_json keeps the text's order).
+  auto printed_keys = [](const nlohmann::ordered_json& map) {
+    std::vector<std::string> out;
+    for (const auto& [key, value] : map.items()) out.push_back(key);
+    return out;
+  };
+  EXPECT_EQ(printed_keys(
+                nlohmann::ordered_json::parse(lines[0])["features"]["feature"]),
+            keys);
+  tensorflow::Example back;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(lines[0], &back).ok());
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(back, ex));
+  for (size_t i = 1; i < lines.size(); ++i) {
+    tensorflow::Example e;
+    ASSERT_TRUE(google::protobuf::util::JsonStringToMessage(lines[i], &e).ok());
+  }
+
+  const Result s =
+      Recflow(dir, "cat --sequence --json " + dir.File("s.tfrecord"));
+  ASSERT_EQ(s.code, 0) << s.err;
+  EXPECT_EQ(Recflow(dir, "cat --sequence --json " + dir.File("s.tfrecord")).out,
+            s.out);
+  tensorflow::SequenceExample seq_back;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(s.out, &seq_back).ok());
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(seq_back, seq));
+  const auto j = nlohmann::ordered_json::parse(s.out);
+  EXPECT_EQ(j.begin().key(), "context");
+  EXPECT_EQ(printed_keys(j["context"]["feature"]), keys);
+  EXPECT_EQ(printed_keys(j["featureLists"]["featureList"]), keys);
+}
+
+// `cat --records` reads only the records asked for, through the indexes
+// (or ones built in memory), numbered across the files: what a full `cat`
+// prints of them, in the order asked.
+TEST(ConvertTest, CatRecordsByNumber) {
+  TempDir dir;
+  std::vector<std::string> a, b;
+  for (int i = 0; i < 6; ++i) {
+    tensorflow::Example e;
+    (*e.mutable_features()->mutable_feature())["i"]
+        .mutable_int64_list()
+        ->add_value(i);
+    (i < 4 ? a : b).push_back(e.SerializeAsString());
+  }
+  const std::string fa = dir.File("a.tfrecord");
+  const std::string fb = dir.File("b.tfrecord.zst");
+  testing::WriteRecords(fa, a);
+  records::WriterOptions zstd;
+  zstd.compression = records::Compression::kZstd;
+  zstd.build_index = true;
+  testing::WriteRecords(fb, b, zstd);
+  const Result all = Recflow(dir, "cat --json " + fa + " " + fb);
+  ASSERT_EQ(all.code, 0) << all.err;
+  std::vector<std::string> lines;
+  std::istringstream in(all.out);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u);
+  Result r = Recflow(dir, "cat --json --records 5,0-2,4 " + fa + " " + fb);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, lines[5] + "\n" + lines[0] + "\n" + lines[1] + "\n" +
+                       lines[2] + "\n" + lines[4] + "\n");
+  EXPECT_NE(r.err.find("a.tfrecord.idx; indexing it in memory"),
+            std::string::npos)
+      << r.err;
+  r = Recflow(dir, "cat --json --records 1-5 -n 2 " + fa + " " + fb);
+  EXPECT_EQ(r.out, lines[1] + "\n" + lines[2] + "\n");
+  // The text format names each record's file and its number there.
+  r = Recflow(dir, "cat --records 4 " + fa + " " + fb);
+  EXPECT_EQ(r.out.substr(0, r.out.find('\n')), "# " + fb + " record 0");
+  for (const auto& [list, error] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"6", "record 6 is past the end: the files hold 6 records"},
+           {"3-1", "the range '3-1' runs backwards"},
+           {"1,,2", "'' is not a record number"},
+           {"x", "'x' is not a record number or range A-B"},
+           {"-1", "'-1' is not a record number"}}) {
+    r = Recflow(dir, "cat --records " + list + " " + fa + " " + fb);
+    EXPECT_EQ(r.code, 2) << list;
+    EXPECT_NE(r.err.find(error), std::string::npos) << list << ": " << r.err;
+    EXPECT_EQ(r.out, "") << list;
+  }
+  const std::string gz = dir.File("c.tfrecord.gz");
+  testing::WriteRecords(gz, a, records::Compression::kGzip);
+  r = Recflow(dir, "cat --records 0 " + gz);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("gzip stream cannot be indexed"), std::string::npos)
+      << r.err;
 }
 
 // The spec `inspect --spec` infers parses the data it came from.
