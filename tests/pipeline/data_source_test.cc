@@ -25,22 +25,9 @@ namespace {
 
 using testing::Collect;
 
-std::string MakeExample(int f, int i) {
-  records::ExampleBuilder b;
-  b.AddInt64("label", f * 1000 + i);
-  b.AddFloatList("x", std::vector<float>{1.0f * i, 2.0f * f, 0.5f});
-  b.AddInt64List("tokens", std::vector<int64_t>(static_cast<size_t>(i % 4), f));
-  b.AddBytes("blob", std::string(static_cast<size_t>((i * 389) % 5000), 'b'));
-  return std::string(b.Serialize());
-}
+std::string MakeExample(int f, int i) { return testing::MixedExample(f, i); }
 
-records::FeatureSpec Spec() {
-  return records::FeatureSpec::FromJsonText(R"({"features": {
-    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
-    "x": {"kind": "fixed", "dtype": "float32", "shape": [3]},
-    "tokens": {"kind": "var", "dtype": "int64"},
-    "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
-}
+records::FeatureSpec Spec() { return testing::MixedSpec(); }
 
 // Four files: indexed on disk (uncompressed), indexed in memory, empty,
 // and ZSTD in small frames with its index; `all` is their records in

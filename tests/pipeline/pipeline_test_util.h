@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "pipeline/dataset.h"
+#include "records/example_builder.h"
+#include "records/feature_spec.h"
 
 namespace recflow::testing {
 
@@ -148,6 +150,26 @@ inline std::vector<std::string> Records(
   std::vector<std::string> out;
   for (const auto& e : v) out.emplace_back(e["record"].bytes(0));
   return out;
+}
+
+// Example i of file f: a label (f * 1000 + i), a [3] float vector, a
+// ragged int64 list of i % 4 values and a bytes value whose length varies,
+// so that records cross 4 KiB blocks; MixedSpec() parses all four.
+inline std::string MixedExample(int f, int i) {
+  records::ExampleBuilder b;
+  b.AddInt64("label", f * 1000 + i);
+  b.AddFloatList("x", std::vector<float>{1.0f * i, 2.0f * f, 0.5f});
+  b.AddInt64List("tokens", std::vector<int64_t>(static_cast<size_t>(i % 4), f));
+  b.AddBytes("blob", std::string(static_cast<size_t>((i * 389) % 5000), 'b'));
+  return std::string(b.Serialize());
+}
+
+inline records::FeatureSpec MixedSpec() {
+  return records::FeatureSpec::FromJsonText(R"({"features": {
+    "label": {"kind": "fixed", "dtype": "int64", "shape": []},
+    "x": {"kind": "fixed", "dtype": "float32", "shape": [3]},
+    "tokens": {"kind": "var", "dtype": "int64"},
+    "blob": {"kind": "fixed", "dtype": "bytes", "shape": []}}})");
 }
 
 inline pipeline::Element Int(int64_t v) {
