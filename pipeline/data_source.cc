@@ -17,6 +17,17 @@
 
 namespace recflow::pipeline {
 
+namespace {
+
+// Records read together whose frames lie at most this far apart in a file
+// are read with one read (the bytes between them read and not used): a
+// page of page cache costs less to copy than a read costs to make.
+constexpr uint64_t kGapBytes = 4096;
+// No read longer than this (io_uring takes a 32-bit length).
+constexpr uint64_t kMaxReadBytes = uint64_t{64} << 20;
+
+}  // namespace
+
 // One file: its index, and what reads it, made at its first read.
 struct TFRecordDataSource::File {
   std::shared_ptr<const records::Index> index;
@@ -88,23 +99,44 @@ void TFRecordDataSource::Read(std::span<const uint64_t> indices,
   for (size_t k = 0; k < n; ++k) at[k] = Locate(indices[k]);
   views->assign(n, {});
   rows->assign(n, {});
-  // Uncompressed records: one read each, all in flight together, into one
-  // buffer, in the order asked (as parsing likes them).
-  std::vector<RangeRead> reads;
-  std::vector<size_t> read_for;  // reads[j] is for record read_for[j]
-  uint64_t bytes = 0;
+  // Uncompressed records, in file order: a record that follows the one
+  // before it in its file (or lies at most kGapBytes after it, or repeats
+  // it) extends that read, so that a run of neighbours is one read; every
+  // read in flight together, into one buffer.
+  std::vector<size_t> order;
   for (size_t k = 0; k < n; ++k) {
-    const File& f = *file_state_[at[k].file];
     (*rows)[k] = {at[k].offset, at[k].record, static_cast<uint32_t>(at[k].file),
                   false, 0};
+    const File& f = *file_state_[at[k].file];
     if (f.index->compression == records::Compression::kZstd) continue;
-    const records::ReadableFile& file = Open(at[k].file);
-    const records::IndexEntry& e = f.index->entries[at[k].record];
-    records::CheckIndexedFrameFits(file, at[k].record, e);
-    reads.push_back({&file, e.offset, e.size, nullptr, 0});
-    read_for.push_back(k);
-    bytes += e.size;
+    records::CheckIndexedFrameFits(Open(at[k].file), at[k].record,
+                                   f.index->entries[at[k].record]);
+    order.push_back(k);
   }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return at[a].file != at[b].file ? at[a].file < at[b].file
+                                    : at[a].offset < at[b].offset;
+  });
+  std::vector<RangeRead> reads;
+  std::vector<size_t> read_of(n);
+  size_t last_file = 0;
+  for (const size_t k : order) {
+    const records::IndexEntry& e =
+        file_state_[at[k].file]->index->entries[at[k].record];
+    RangeRead* last = reads.empty() ? nullptr : &reads.back();
+    const uint64_t end = e.offset + e.size;
+    if (last != nullptr && last_file == at[k].file &&
+        e.offset <= last->offset + last->length + kGapBytes &&
+        end - last->offset <= kMaxReadBytes) {
+      last->length = std::max<uint64_t>(last->length, end - last->offset);
+    } else {
+      reads.push_back({&Open(at[k].file), e.offset, e.size, nullptr, 0});
+      last_file = at[k].file;
+    }
+    read_of[k] = reads.size() - 1;
+  }
+  uint64_t bytes = 0;
+  for (const RangeRead& r : reads) bytes += r.length;
   // ZSTD records are decoded one by one and copied after the frames read.
   std::vector<std::pair<size_t, std::string>> decoded;
   for (size_t k = 0; k < n; ++k) {
@@ -122,12 +154,15 @@ void TFRecordDataSource::Read(std::span<const uint64_t> indices,
     dst += r.length;
   }
   if (!reads.empty()) ReadRanges(reads);
-  for (size_t j = 0; j < reads.size(); ++j) {
-    const size_t k = read_for[j];
-    (*views)[k] = records::CheckIndexedFrame(
-        files_[at[k].file], at[k].record,
-        file_state_[at[k].file]->index->entries[at[k].record], reads[j].dst,
-        reads[j].done);
+  for (const size_t k : order) {
+    const RangeRead& r = reads[read_of[k]];
+    const records::IndexEntry& e =
+        file_state_[at[k].file]->index->entries[at[k].record];
+    const uint64_t start = e.offset - r.offset;
+    // Fewer bytes than the index gives only where the file shrank.
+    const uint64_t got = r.done > start ? std::min(r.done - start, e.size) : 0;
+    (*views)[k] = records::CheckIndexedFrame(files_[at[k].file], at[k].record,
+                                             e, r.dst + start, got);
   }
   for (const auto& [k, payload] : decoded) {
     std::copy(payload.begin(), payload.end(), dst);

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <stdexcept>
 #include <thread>
 
@@ -142,6 +143,36 @@ TEST_F(DataSourceTest, ParsedAsBatchThenParseParsesThem) {
     EXPECT_EQ(batch["blob"].bytes(static_cast<int64_t>(k)),
               whole[0]["blob"].bytes(static_cast<int64_t>(rows[k])));
   }
+}
+
+// Neighbours in a file are read with one read (runs, repeats and small
+// gaps); each record is still checked on its own: a file cut short after
+// it was opened fails at the first record it no longer holds whole.
+TEST_F(DataSourceTest, NeighboursAreReadTogetherAndCheckedOneByOne) {
+  TFRecordDataSource source(files_);
+  std::vector<uint64_t> rows;
+  for (uint64_t i = 0; i < 37; ++i) rows.push_back(36 - i);  // backwards
+  for (uint64_t i = 0; i < 37; i += 2) rows.push_back(i);    // gaps
+  rows.insert(rows.end(), {5, 5, 6, 5});                     // repeats
+  std::vector<std::string> want;
+  for (uint64_t r : rows) want.push_back(all_[r]);
+  EXPECT_EQ(RecordsOf(source.Get(rows, true)), want);
+
+  const TFRecordDataSource::Location cut = source.Locate(20);
+  std::filesystem::resize_file(files_[0], cut.offset + 20);
+  std::vector<uint64_t> across;
+  for (uint64_t i = 15; i < 26; ++i) across.push_back(i);
+  try {
+    source.Get(across, true);
+    FAIL() << "a record past the file's new end was read";
+  } catch (const records::RecordError& e) {
+    EXPECT_EQ(e.record_index(), 20u) << e.what();
+    EXPECT_EQ(e.offset(), cut.offset);
+  }
+  std::vector<uint64_t> before;
+  for (uint64_t i = 0; i < 20; ++i) before.push_back(i);
+  EXPECT_EQ(RecordsOf(source.Get(before, true)),
+            std::vector<std::string>(all_.begin(), all_.begin() + 20));
 }
 
 TEST_F(DataSourceTest, RefusesNumbersPastTheEndAndBadCalls) {
