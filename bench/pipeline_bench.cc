@@ -32,6 +32,12 @@
 //                    not (S = 0), 4 epochs, batches of 256 parsed on T
 //                    threads (on 16 cores P = 1 made 0.80-0.98x P = 0's
 //                    records/s at 8 and 16 threads)
+//   DataSource/order:O  random access (TFRecordDataSource) on one thread:
+//                    batches of 256 parsed, the epoch's records in order
+//                    (O = 0, slices) or in a seeded random order (O = 1),
+//                    next to GlobalShuffle/threads:1 (O = 2: the
+//                    streaming form of the same random reads, indexes
+//                    built in memory) and Parse/1 (the stream in order)
 //   BytesColumn/values:N/use:U  a batch's image column (N values of 784
 //                    bytes, as the fused parse makes it) asked on the
 //                    thread that launches a GPU step: U = 0, one pass over
@@ -53,12 +59,15 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <random>
+#include <span>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "pipeline/block_arena.h"
+#include "pipeline/data_source.h"
 #include "pipeline/dataset.h"
 #include "pipeline/process.h"
 #include "pipeline/stages.h"
@@ -231,6 +240,41 @@ void BM_FullPerRecord(benchmark::State& state) {
             .Batch(kBatch),
         threads);
 }
+void BM_DataSource(benchmark::State& state) {
+  const int64_t order = state.range(0);
+  if (order == 2) {
+    GlobalShuffleOptions o;
+    o.seed = 1;
+    Drain(state,
+          Dataset::FromTFRecordsGlobalShuffle(Files(), o)
+              .Batch(kBatch)
+              .Parse(Spec(), Calls(1)),
+          1);
+    return;
+  }
+  const TFRecordDataSource source(Files(), Spec());
+  std::vector<uint64_t> rows(source.size());
+  std::iota(rows.begin(), rows.end(), uint64_t{0});
+  if (order == 1) std::shuffle(rows.begin(), rows.end(), std::mt19937_64(1));
+  int64_t records = 0;
+  for (auto _ : state) {
+    for (size_t first = 0; first < rows.size(); first += kBatch) {
+      const size_t n = std::min<size_t>(kBatch, rows.size() - first);
+      const Element e =
+          source.Get(std::span<const uint64_t>(rows.data() + first, n), true);
+      records += e.components[0].tensor.num_rows();
+    }
+  }
+  state.SetItemsProcessed(records);
+}
+BENCHMARK(BM_DataSource)
+    ->ArgName("order")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Four epochs of Full, each through a new iterator, as `for batch in
 // dataset` makes one per epoch.  With grace 0 the read blocks' slabs are
 // unmapped when each iterator ends and the next one faults in and clears
