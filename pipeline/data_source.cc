@@ -78,7 +78,7 @@ TFRecordDataSource::Location TFRecordDataSource::Locate(uint64_t i) const {
   return {file, record, file_state_[file]->index->entries[record].offset};
 }
 
-const records::ReadableFile& TFRecordDataSource::Open(size_t file) const {
+const records::ReadableFile* TFRecordDataSource::Open(size_t file) const {
   File& f = *file_state_[file];
   std::call_once(f.opened, [&] {
     if (f.index->compression == records::Compression::kZstd) {
@@ -87,7 +87,7 @@ const records::ReadableFile& TFRecordDataSource::Open(size_t file) const {
       f.file = std::make_unique<records::ReadableFile>(files_[file]);
     }
   });
-  return *f.file;
+  return f.file.get();
 }
 
 void TFRecordDataSource::Read(std::span<const uint64_t> indices,
@@ -109,7 +109,7 @@ void TFRecordDataSource::Read(std::span<const uint64_t> indices,
                   false, 0};
     const File& f = *file_state_[at[k].file];
     if (f.index->compression == records::Compression::kZstd) continue;
-    records::CheckIndexedFrameFits(Open(at[k].file), at[k].record,
+    records::CheckIndexedFrameFits(*Open(at[k].file), at[k].record,
                                    f.index->entries[at[k].record]);
     order.push_back(k);
   }
@@ -130,7 +130,7 @@ void TFRecordDataSource::Read(std::span<const uint64_t> indices,
         end - last->offset <= kMaxReadBytes) {
       last->length = std::max<uint64_t>(last->length, end - last->offset);
     } else {
-      reads.push_back({&Open(at[k].file), e.offset, e.size, nullptr, 0});
+      reads.push_back({Open(at[k].file), e.offset, e.size, nullptr, 0});
       last_file = at[k].file;
     }
     read_of[k] = reads.size() - 1;

@@ -99,7 +99,9 @@ class TFRecordDataSource {
 
  private:
   struct File;
-  const records::ReadableFile& Open(size_t file) const;
+  // Opens file `file` once (any thread): its ReadableFile, or null for a
+  // ZSTD file, whose IndexedReader (File::zstd) it makes instead.
+  const records::ReadableFile* Open(size_t file) const;
   // The payloads of `indices` into `*views`, kept alive by `*owner`.
   void Read(std::span<const uint64_t> indices,
             std::vector<std::string_view>* views,
