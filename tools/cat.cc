@@ -187,15 +187,40 @@ int RunCat(const CatOptions& o) {
             b, source.size()));
       }
     }
+    // Read 256 at a time (neighbours share a read), printed in order; a
+    // damaged record stops the output where it is, after the records
+    // before it (its chunk is then read again one record at a time).
+    std::vector<uint64_t> chunk;
+    auto flush = [&] {
+      pipeline::Element e;
+      try {
+        e = source.Get(chunk, true);
+      } catch (const records::RecordError&) {
+        for (const uint64_t i : chunk) {
+          e = source.Get(std::span<const uint64_t>(&i, 1), false);
+          print(*e.origin.file, e.origin.record, e.origin.offset,
+                e["record"].bytes(0));
+        }
+        chunk.clear();
+        return;
+      }
+      for (size_t k = 0; k < chunk.size(); ++k) {
+        const pipeline::Origin at = *e.OriginOf(static_cast<int64_t>(k));
+        print(*at.file, at.record, at.offset,
+              e["record"].bytes(static_cast<int64_t>(k)));
+      }
+      chunk.clear();
+    };
+    const uint64_t limit =
+        o.limit >= 0 ? static_cast<uint64_t>(o.limit) : UINT64_MAX;
+    uint64_t taken = 0;
     for (const auto& [a, b] : ranges) {
-      for (uint64_t i = a; i <= b; ++i) {
-        if (o.limit >= 0 && printed >= o.limit) return kExitOk;
-        const pipeline::Element e =
-            source.Get(std::span<const uint64_t>(&i, 1), false);
-        print(*e.origin.file, e.origin.record, e.origin.offset,
-              e["record"].bytes(0));
+      for (uint64_t i = a; i <= b && taken < limit; ++i, ++taken) {
+        chunk.push_back(i);
+        if (chunk.size() == 256) flush();
       }
     }
+    if (!chunk.empty()) flush();
     return kExitOk;
   }
   for (const std::string& path : files) {
@@ -217,8 +242,9 @@ Runner AddCatCommand(CLI::App& app) {
   app.add_flag("--json", o->json,
                "one JSON object per record and line: protobuf's canonical "
                "JSON mapping, as Python's json_format.MessageToJson gives it "
-               "(camelCase list names, int64 as strings, bytes as base64), "
-               "features in key order");
+               "(camelCase list names, int64 as strings, bytes as base64; "
+               "floats as C++ protobuf prints them, at times with more "
+               "digits of the same float32), features in key order");
   app.add_flag("--sequence", o->sequence,
                "the records are tf.train.SequenceExample");
   app.add_option("--limit,-n", o->limit, "print at most N records")

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "records/example.pb.h"
 #include "records/example_parser.h"
 #include "records/feature_spec.h"
+#include "records/index.h"
 #include "records/tfrecord_writer.h"
 #include "test_util.h"
 
@@ -667,6 +669,24 @@ TEST(ConvertTest, CatRecordsByNumber) {
     EXPECT_NE(r.err.find(error), std::string::npos) << list << ": " << r.err;
     EXPECT_EQ(r.out, "") << list;
   }
+  // A damaged record, in a file indexed before the damage: the records
+  // before it print, then the error names it (exit 1), as a full `cat`
+  // does.  Without an index, indexing the file finds the damage first.
+  ASSERT_EQ(Recflow(dir, "index " + fa).code, 0);
+  std::string bytes = testing::ReadFileBytes(fa);
+  const size_t third = 2 * (16 + a[0].size());  // records 0 and 1 before it
+  bytes[third + 12 + 3] ^= 0x20;
+  testing::WriteFileBytes(fa, bytes);
+  const std::string damage = "record 2 at byte offset " + std::to_string(third);
+  r = Recflow(dir, "cat --json --records 0-3 " + fa + " " + fb);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, lines[0] + "\n" + lines[1] + "\n");
+  EXPECT_NE(r.err.find(damage), std::string::npos) << r.err;
+  std::filesystem::remove(records::IndexPathFor(fa));
+  r = Recflow(dir, "cat --json --records 0-3 " + fa + " " + fb);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find(damage), std::string::npos) << r.err;
   const std::string gz = dir.File("c.tfrecord.gz");
   testing::WriteRecords(gz, a, records::Compression::kGzip);
   r = Recflow(dir, "cat --records 0 " + gz);
