@@ -860,9 +860,14 @@ class PyDataSource {
     return out;
   }
 
-  py::tuple Locate(py::int_ i) const {
-    const pipeline::TFRecordDataSource::Location at =
-        source_->Locate(Normalize(i));
+  py::tuple Locate(py::handle index) const {
+    if (!PyIndex_Check(index.ptr())) {
+      throw py::type_error(fmt::format(
+          "TFRecordDataSource.locate takes an int, not {}", TypeName(index)));
+    }
+    const pipeline::TFRecordDataSource::Location at = source_->Locate(
+        Normalize(py::reinterpret_steal<py::object>(PyNumber_Index(index.ptr()))
+                      .cast<py::int_>()));
     return py::make_tuple(source_->files()[at.file], at.record, at.offset);
   }
 

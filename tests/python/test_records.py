@@ -340,6 +340,9 @@ def test_data_source_reads_records_by_number(tmp_path):
     assert src[[]] == []
     assert src.locate(6) == (str(b), 1, src.locate(6)[2])
     assert src.locate(-1)[:2] == (str(c), 2)
+    assert src.locate(np.int64(6)) == src.locate(6)
+    with pytest.raises(TypeError, match="locate takes an int"):
+        src.locate(1.5)
 
 
 def test_data_source_parses_as_batch_then_parse(tmp_path):
