@@ -19,11 +19,12 @@ batch is one call (one read of all its records and one parse):
         RandomSampler(ds), batch_size=256, drop_last=True))
 
 Use IterableDataset with ``batch_size=None`` (recflow batches) and
-``num_workers=0``: the parallelism is in C++, on every core, and worker processes would
-only add copies between processes.  With ``num_workers > 0`` each worker
-would read the whole dataset, so recflow.torch refuses it unless told
-``shard_by_worker=True``: then worker k of n reads ``dataset.shard(n, k)``
-(whole files where there are at least n, else every n-th element).
+``num_workers=0``: the parallelism is in C++, on every core, and worker
+processes would only add copies between processes.  With
+``num_workers > 0`` each worker would read the whole dataset, so
+recflow.torch refuses it unless told ``shard_by_worker=True``: then worker
+k of n reads ``dataset.shard(n, k)`` (whole files where there are at
+least n, else every n-th element).
 """
 
 import torch
