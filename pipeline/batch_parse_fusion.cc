@@ -2450,7 +2450,9 @@ class FusedBatchParse final : public IteratorBase {
       ParseRecords(info_, serialized, true, &slot->element);
       if (info_.options.keep_record) {
         slot->element.components.push_back(
-            {info_.options.record_key, StackRecords(serialized)});
+            {info_.options.record_key,
+             Tensor::FromStrings(
+                 serialized, Shape{static_cast<int64_t>(serialized.size())})});
       }
       // While the batch is in this core's cache (its parse buffers then go
       // back for the next batch).
@@ -2460,23 +2462,6 @@ class FusedBatchParse final : public IteratorBase {
       slot->error = std::current_exception();
     }
     // `records` goes here: the read blocks they held go with it.
-  }
-
-  // The records as Batch stacks them: one bytes vector.
-  static Tensor StackRecords(std::span<const std::string_view> records) {
-    std::string data;
-    records::AlignedVector<uint64_t> offsets;
-    offsets.reserve(records.size() + 1);
-    size_t total = 0;
-    for (auto r : records) total += r.size();
-    data.reserve(total);
-    offsets.push_back(0);
-    for (auto r : records) {
-      data.append(r);
-      offsets.push_back(data.size());
-    }
-    return Tensor::AdoptBytes(std::move(data), std::move(offsets),
-                              Shape{static_cast<int64_t>(records.size())});
   }
 
   IteratorContext* ctx_;

@@ -344,17 +344,36 @@ Tensor Tensor::AdoptBytes(std::shared_ptr<const BytesBuffers> storage,
   return t;
 }
 
+namespace {
+
+// `values` (strings or views) back to back, and their offsets.
+template <typename S>
+Tensor::BytesBuffers Stacked(std::span<const S> values) {
+  Tensor::BytesBuffers out;
+  out.offsets.reserve(values.size() + 1);
+  size_t total = 0;
+  for (const auto& v : values) total += v.size();
+  out.data.reserve(total);
+  out.offsets.push_back(0);
+  for (const auto& v : values) {
+    out.data.append(v);
+    out.offsets.push_back(out.data.size());
+  }
+  return out;
+}
+
+}  // namespace
+
 Tensor Tensor::FromStrings(std::span<const std::string> values,
                            const Shape& shape) {
-  std::string data;
-  records::AlignedVector<uint64_t> offsets;
-  offsets.reserve(values.size() + 1);
-  offsets.push_back(0);
-  for (const auto& v : values) {
-    data += v;
-    offsets.push_back(data.size());
-  }
-  return AdoptBytes(std::move(data), std::move(offsets), shape);
+  BytesBuffers b = Stacked(values);
+  return AdoptBytes(std::move(b.data), std::move(b.offsets), shape);
+}
+
+Tensor Tensor::FromStrings(std::span<const std::string_view> values,
+                           const Shape& shape) {
+  BytesBuffers b = Stacked(values);
+  return AdoptBytes(std::move(b.data), std::move(b.offsets), shape);
 }
 
 size_t Tensor::byte_size() const {

@@ -149,7 +149,10 @@ class Tensor {
   // The same from buffers that `storage` keeps alive (as Adopt above).
   static Tensor AdoptBytes(std::shared_ptr<const BytesBuffers> storage,
                            const Shape& shape);
+  // Copies `values` back to back into one buffer (as Batch stacks bytes).
   static Tensor FromStrings(std::span<const std::string> values,
+                            const Shape& shape);
+  static Tensor FromStrings(std::span<const std::string_view> values,
                             const Shape& shape);
 
   bool valid() const { return data_ != nullptr || num_elements() == 0; }
