@@ -14,6 +14,7 @@
 #include "records/file.h"
 #include "records/file_list.h"
 #include "records/index.h"
+#include "records/tfrecord_format.h"
 
 namespace recflow::pipeline {
 
@@ -137,16 +138,13 @@ void TFRecordDataSource::Read(std::span<const uint64_t> indices,
   }
   uint64_t bytes = 0;
   for (const RangeRead& r : reads) bytes += r.length;
-  // ZSTD records are decoded one by one and copied after the frames read.
-  std::vector<std::pair<size_t, std::string>> decoded;
+  // ZSTD records are decoded one by one after the reads, each payload (its
+  // index entry's size less the framing) copied after the frames read.
   for (size_t k = 0; k < n; ++k) {
-    File& f = *file_state_[at[k].file];
-    if (f.index->compression != records::Compression::kZstd) continue;
-    Open(at[k].file);
-    std::lock_guard<std::mutex> lock(f.zstd_mu);
-    decoded.emplace_back(k, std::string(f.zstd->Read(at[k].record)));
+    const records::Index& index = *file_state_[at[k].file]->index;
+    if (index.compression != records::Compression::kZstd) continue;
+    bytes += index.entries[at[k].record].size - records::kFrameOverhead;
   }
-  for (const auto& [k, payload] : decoded) bytes += payload.size();
   auto buffer = std::make_shared<records::AlignedVector<char>>(bytes);
   char* dst = buffer->data();
   for (RangeRead& r : reads) {
@@ -164,7 +162,14 @@ void TFRecordDataSource::Read(std::span<const uint64_t> indices,
     (*views)[k] = records::CheckIndexedFrame(files_[at[k].file], at[k].record,
                                              e, r.dst + start, got);
   }
-  for (const auto& [k, payload] : decoded) {
+  for (size_t k = 0; k < n; ++k) {
+    File& f = *file_state_[at[k].file];
+    if (f.index->compression != records::Compression::kZstd) continue;
+    Open(at[k].file);
+    std::lock_guard<std::mutex> lock(f.zstd_mu);
+    // A frame of the entry's size, checked: its payload is that less the
+    // framing, as counted above.
+    const std::string_view payload = f.zstd->Read(at[k].record);
     std::copy(payload.begin(), payload.end(), dst);
     (*views)[k] = {dst, payload.size()};
     dst += payload.size();
@@ -201,22 +206,8 @@ Element TFRecordDataSource::Get(std::span<const uint64_t> indices,
     return out;
   }
   // The payloads back to back (the buffer holds each with its framing).
-  auto values = std::make_shared<Tensor::BytesBuffers>();
-  values->offsets.resize(views.size() + 1);
-  uint64_t total = 0;
-  for (size_t k = 0; k < views.size(); ++k) {
-    values->offsets[k] = total;
-    total += views[k].size();
-  }
-  values->offsets[views.size()] = total;
-  values->data.resize(total);
-  for (size_t k = 0; k < views.size(); ++k) {
-    std::copy(views[k].begin(), views[k].end(),
-              values->data.data() + values->offsets[k]);
-  }
-  out.Set("record",
-          Tensor::AdoptBytes(std::move(values),
-                             Shape{static_cast<int64_t>(views.size())}));
+  out.Set("record", Tensor::FromStrings(
+                        views, Shape{static_cast<int64_t>(views.size())}));
   return out;
 }
 
