@@ -1,9 +1,11 @@
-// Combining datasets: Zip, Concatenate, and Enumerate (which zips an
-// element with its index).
+// Combining datasets: Zip, Concatenate, SampleFrom and ChooseFrom (which
+// draw each element from one of their inputs), and Enumerate (which zips
+// an element with its index).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "pipeline/stages.h"
 
@@ -165,6 +167,269 @@ class ConcatenateDataset final : public DatasetBase {
   DatasetPtr first_, second_;
 };
 
+// What SampleFrom and ChooseFrom share (tf.data's directed interleave):
+// the inputs, which of them have ended, and the check that their elements
+// have the same component names.  Pick() says which input gives the next
+// element.
+class MixIterator : public IteratorBase {
+ public:
+  MixIterator(std::string_view stage,
+              std::vector<std::unique_ptr<IteratorBase>> in, bool stop_on_empty)
+      : stage_(stage),
+        in_(std::move(in)),
+        stop_on_empty_(stop_on_empty),
+        input_ended_(in_.size(), false),
+        checked_(in_.size(), false) {}
+
+  bool GetNext(Element* out) final {
+    while (!ended_) {
+      const std::optional<size_t> i = Pick();
+      if (!i) break;
+      if (!input_ended_[*i]) {
+        if (in_[*i]->GetNext(out)) {
+          if (!checked_[*i]) Check(*i, *out);
+          return true;
+        }
+        input_ended_[*i] = true;
+        ++inputs_ended_;
+        InputsChanged();
+      }
+      // The input picked has ended (now or before).
+      if (stop_on_empty_ || inputs_ended_ == in_.size()) break;
+    }
+    ended_ = true;
+    return false;
+  }
+  void Save(StateWriter* w) final {
+    w->BeginStage(stage_);
+    w->Bool(ended_);
+    for (size_t i = 0; i < in_.size(); ++i) w->Bool(input_ended_[i]);
+    SavePicker(w);
+    for (auto& in : in_) in->Save(w);
+  }
+  void Restore(StateReader* r) final {
+    r->BeginStage(stage_);
+    ended_ = r->Bool();
+    inputs_ended_ = 0;
+    for (size_t i = 0; i < in_.size(); ++i) {
+      input_ended_[i] = r->Bool();
+      inputs_ended_ += input_ended_[i];
+    }
+    InputsChanged();
+    RestorePicker(r);
+    for (auto& in : in_) in->Restore(r);
+  }
+
+ protected:
+  // The input of the next element; nullopt: the stream ends.  An
+  // exception it throws is that element's error (the pick is used up).
+  virtual std::optional<size_t> Pick() = 0;
+  // After an input has ended or a Restore.
+  virtual void InputsChanged() {}
+  virtual void SavePicker(StateWriter* w) = 0;
+  virtual void RestorePicker(StateReader* r) = 0;
+  bool input_ended(size_t i) const { return input_ended_[i]; }
+  size_t num_inputs() const { return in_.size(); }
+
+ private:
+  // An input's first element: its component names against the first
+  // element this iterator delivered (tf.data requires one structure).
+  // Once per input and iterator, so a restored iterator checks again.
+  void Check(size_t i, const Element& e) {
+    std::vector<std::string> names = Names(e);
+    std::sort(names.begin(), names.end());
+    if (!names_) {
+      names_ = std::move(names);
+      names_from_ = i;
+    } else if (names != *names_) {
+      throw Error(fmt::format(
+          "{}: input {}'s elements have components [{}], input {}'s [{}]; "
+          "every input must give the same names",
+          stage_, i, fmt::join(names, ", "), names_from_,
+          fmt::join(*names_, ", ")));
+    }
+    checked_[i] = true;
+  }
+
+  std::string stage_;
+  std::vector<std::unique_ptr<IteratorBase>> in_;
+  bool stop_on_empty_;
+  std::vector<bool> input_ended_;
+  size_t inputs_ended_ = 0;
+  bool ended_ = false;
+  std::vector<bool> checked_;
+  std::optional<std::vector<std::string>> names_;
+  size_t names_from_ = 0;
+};
+
+std::vector<std::unique_ptr<IteratorBase>> MakeAll(
+    const std::vector<DatasetPtr>& inputs, IteratorContext* ctx,
+    uint64_t salt) {
+  std::vector<std::unique_ptr<IteratorBase>> its;
+  for (const auto& in : inputs) its.push_back(in->MakeIterator(ctx, salt));
+  return its;
+}
+
+std::string DescribeAll(const std::vector<DatasetPtr>& inputs) {
+  std::vector<std::string> parts;
+  for (const auto& in : inputs) parts.push_back(in->Describe());
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+class SampleFromDataset final : public DatasetBase {
+ public:
+  SampleFromDataset(std::vector<DatasetPtr> inputs, SampleOptions options)
+      : inputs_(std::move(inputs)), options_(std::move(options)) {}
+  std::string Describe() const override {
+    return fmt::format(
+        "SampleFromDatasets([{}], weights=[{}], seed={}, "
+        "stop_on_empty_dataset={}, rerandomize_each_iteration={})",
+        DescribeAll(inputs_), fmt::join(options_.weights, ", "),
+        options_.seed ? fmt::format("{}", *options_.seed) : "none",
+        options_.stop_on_empty_dataset, options_.rerandomize_each_iteration);
+  }
+  std::string StageName() const override { return "sample_from_datasets"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    // Seeded as Shuffle: unseeded, the iterator's random seed told apart
+    // per stage.  The inputs get the salt as Zip's do.
+    const uint64_t base = options_.seed
+                              ? *options_.seed
+                              : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    const uint64_t seed =
+        options_.rerandomize_each_iteration ? MixSeed(base, salt) : base;
+    return std::make_unique<It>(this, MakeAll(inputs_, ctx, salt), seed);
+  }
+
+ private:
+  class It final : public MixIterator {
+   public:
+    It(const SampleFromDataset* d,
+       std::vector<std::unique_ptr<IteratorBase>> in, uint64_t seed)
+        : MixIterator("sample_from_datasets", std::move(in),
+                      d->options_.stop_on_empty_dataset),
+          d_(d),
+          rng_(seed),
+          ends_(num_inputs()) {
+      InputsChanged();
+    }
+
+   private:
+    // A draw with the inputs' weights, those that have ended left out:
+    // u uniform in [0, total), the input whose share of [0, total) holds
+    // it.  Inputs of weight 0 (or ended) have empty shares.
+    std::optional<size_t> Pick() override {
+      if (!(total_ > 0)) return std::nullopt;
+      const double u =
+          static_cast<double>(rng_.Next() >> 11) * 0x1.0p-53 * total_;
+      const size_t i = static_cast<size_t>(
+          std::upper_bound(ends_.begin(), ends_.end(), u) - ends_.begin());
+      // u rounded up to the total: the last input with a share.
+      return i < ends_.size() ? i : last_;
+    }
+    void InputsChanged() override {
+      double sum = 0;
+      for (size_t i = 0; i < ends_.size(); ++i) {
+        const double w = input_ended(i) ? 0.0 : d_->options_.weights[i];
+        if (w > 0) last_ = i;
+        sum += w;
+        ends_[i] = sum;
+      }
+      total_ = sum;
+    }
+    void SavePicker(StateWriter* w) override { w->U64(rng_.state()); }
+    void RestorePicker(StateReader* r) override { rng_.set_state(r->U64()); }
+
+    const SampleFromDataset* d_;
+    Rng rng_;
+    // ends_[i]: where input i's share of [0, total_) ends.
+    std::vector<double> ends_;
+    double total_ = 0;
+    size_t last_ = 0;
+  };
+
+  std::vector<DatasetPtr> inputs_;
+  SampleOptions options_;
+};
+
+class ChooseFromDataset final : public DatasetBase {
+ public:
+  ChooseFromDataset(std::vector<DatasetPtr> inputs, DatasetPtr choices,
+                    bool stop_on_empty)
+      : inputs_(std::move(inputs)),
+        choices_(std::move(choices)),
+        stop_on_empty_(stop_on_empty) {}
+  std::string Describe() const override {
+    return fmt::format("ChooseFromDatasets([{}], {}, stop_on_empty_dataset={})",
+                       DescribeAll(inputs_), choices_->Describe(),
+                       stop_on_empty_);
+  }
+  std::string StageName() const override { return "choose_from_datasets"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, MakeAll(inputs_, ctx, salt),
+                                choices_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  class It final : public MixIterator {
+   public:
+    It(const ChooseFromDataset* d,
+       std::vector<std::unique_ptr<IteratorBase>> in,
+       std::unique_ptr<IteratorBase> choices)
+        : MixIterator("choose_from_datasets", std::move(in), d->stop_on_empty_),
+          choices_(std::move(choices)) {}
+
+   private:
+    std::optional<size_t> Pick() override {
+      Element c;
+      if (!choices_->GetNext(&c)) return std::nullopt;
+      const int64_t at = read_++;
+      const Tensor* t =
+          c.components.size() == 1 ? &c.components[0].tensor : nullptr;
+      if (t == nullptr || t->shape().rank() != 0 ||
+          (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32)) {
+        std::vector<std::string> parts;
+        for (const auto& comp : c.components) {
+          parts.push_back(fmt::format("{}: {} {}", comp.name,
+                                      DTypeName(comp.tensor.dtype()),
+                                      comp.tensor.shape().ToString()));
+        }
+        throw Error(fmt::format(
+            "ChooseFromDatasets: choice {} is [{}]; each element of the "
+            "choice dataset must be one int64 or int32 scalar",
+            at, fmt::join(parts, ", ")));
+      }
+      const int64_t i = t->dtype() == DType::kInt64
+                            ? t->scalar<int64_t>()
+                            : int64_t{t->scalar<int32_t>()};
+      if (i < 0 || static_cast<uint64_t>(i) >= num_inputs()) {
+        throw Error(fmt::format(
+            "ChooseFromDatasets: choice {} is {}, not in [0, {}) (the "
+            "datasets given)",
+            at, i, num_inputs()));
+      }
+      return static_cast<size_t>(i);
+    }
+    void SavePicker(StateWriter* w) override {
+      w->I64(read_);
+      choices_->Save(w);
+    }
+    void RestorePicker(StateReader* r) override {
+      read_ = r->I64();
+      if (read_ < 0) r->Fail(fmt::format("{} choices read", read_));
+      choices_->Restore(r);
+    }
+
+    std::unique_ptr<IteratorBase> choices_;
+    int64_t read_ = 0;  // choices read (for errors)
+  };
+
+  std::vector<DatasetPtr> inputs_;
+  DatasetPtr choices_;
+  bool stop_on_empty_;
+};
+
 class EnumerateDataset final : public UnaryDataset {
  public:
   EnumerateDataset(DatasetPtr input, int64_t start, std::string name)
@@ -228,6 +493,15 @@ DatasetPtr Zip(std::vector<DatasetPtr> inputs) {
 DatasetPtr Concatenate(DatasetPtr first, DatasetPtr second) {
   return std::make_shared<ConcatenateDataset>(std::move(first),
                                               std::move(second));
+}
+DatasetPtr SampleFrom(std::vector<DatasetPtr> inputs, SampleOptions options) {
+  return std::make_shared<SampleFromDataset>(std::move(inputs),
+                                             std::move(options));
+}
+DatasetPtr ChooseFrom(std::vector<DatasetPtr> inputs, DatasetPtr choices,
+                      bool stop_on_empty_dataset) {
+  return std::make_shared<ChooseFromDataset>(
+      std::move(inputs), std::move(choices), stop_on_empty_dataset);
 }
 DatasetPtr Enumerate(DatasetPtr input, int64_t start, std::string name) {
   return std::make_shared<EnumerateDataset>(std::move(input), start,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 
+#include <cmath>
 #include <random>
 
 #if defined(__x86_64__)
@@ -285,6 +286,46 @@ Dataset Dataset::Zip(const std::vector<Dataset>& datasets) {
   std::vector<DatasetPtr> inputs;
   for (const Dataset& d : datasets) inputs.push_back(d.base_);
   return Dataset(stages::Zip(std::move(inputs)));
+}
+Dataset Dataset::SampleFromDatasets(const std::vector<Dataset>& datasets,
+                                    SampleOptions options) {
+  if (datasets.empty()) throw Error("SampleFromDatasets: no datasets given");
+  if (options.weights.empty()) options.weights.assign(datasets.size(), 1.0);
+  if (options.weights.size() != datasets.size()) {
+    throw Error(fmt::format(
+        "SampleFromDatasets: {} weights for {} datasets; give one weight per "
+        "dataset",
+        options.weights.size(), datasets.size()));
+  }
+  double total = 0;
+  for (size_t i = 0; i < options.weights.size(); ++i) {
+    const double w = options.weights[i];
+    if (!std::isfinite(w) || w < 0) {
+      throw Error(fmt::format(
+          "SampleFromDatasets: weight {} is {}; weights must be finite and "
+          ">= 0",
+          i, w));
+    }
+    total += w;
+  }
+  if (!(total > 0) || !std::isfinite(total)) {
+    throw Error(fmt::format(
+        "SampleFromDatasets: the weights sum to {}; they must sum to a "
+        "finite number > 0",
+        total));
+  }
+  std::vector<DatasetPtr> inputs;
+  for (const Dataset& d : datasets) inputs.push_back(d.base_);
+  return Dataset(stages::SampleFrom(std::move(inputs), std::move(options)));
+}
+Dataset Dataset::ChooseFromDatasets(const std::vector<Dataset>& datasets,
+                                    const Dataset& choices,
+                                    bool stop_on_empty_dataset) {
+  if (datasets.empty()) throw Error("ChooseFromDatasets: no datasets given");
+  std::vector<DatasetPtr> inputs;
+  for (const Dataset& d : datasets) inputs.push_back(d.base_);
+  return Dataset(stages::ChooseFrom(std::move(inputs), choices.base_,
+                                    stop_on_empty_dataset));
 }
 Dataset Dataset::Concatenate(const Dataset& other) const {
   return Dataset(stages::Concatenate(base_, other.base_));

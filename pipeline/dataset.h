@@ -125,6 +125,23 @@ struct GlobalShuffleOptions {
   int64_t num_epochs = 1;
 };
 
+// Dataset::SampleFromDatasets: tf.data's sample_from_datasets.
+struct SampleOptions {
+  // weights[i]: the relative chance of drawing from input i (finite, >= 0,
+  // not all 0; they need not sum to 1).  Empty: every input alike.  An
+  // input of weight 0 is never read.
+  std::vector<double> weights = {};
+  // No seed: a random one per Iterator, kept in its state.
+  std::optional<uint64_t> seed = std::nullopt;
+  // true: the draws end when the input drawn has ended.  false (tf.data's
+  // default): the draws go on among the inputs left, their weights
+  // renormalised, until every input of weight > 0 has ended.
+  bool stop_on_empty_dataset = false;
+  // true: each epoch (under Repeat) draws another sequence; false
+  // (tf.data's default): every epoch of one Iterator draws the same.
+  bool rerandomize_each_iteration = false;
+};
+
 struct MapOptions {
   // 1: run on the consumer's thread; > 1 or kAutotune: that many calls at
   // once in the task arena.
@@ -221,6 +238,26 @@ class Dataset {
   // epoch, as tf.data's; unseeded shuffles described alike draw the same
   // seed too, where tf.data's would differ: give seeds to tell them apart.
   static Dataset Zip(const std::vector<Dataset>& datasets);
+  // tf.data's sample_from_datasets: each element is the next element of
+  // an input drawn at random with the chance its weight gives (each input's
+  // elements in their own order).  The inputs' elements must have the same
+  // component names (an Error on the first element of an input that
+  // differs).  Draws come from a seeded generator kept in the state, so a
+  // seeded pipeline gives the same stream in every run and a restored
+  // Iterator continues it exactly; the sequence is recflow's, not
+  // TensorFlow's (the same distribution).
+  static Dataset SampleFromDatasets(const std::vector<Dataset>& datasets,
+                                    SampleOptions options = {});
+  // tf.data's choose_from_datasets: for each element of `choices` (one
+  // component, an int64 or int32 scalar i in [0, datasets.size()); else an
+  // Error naming the choice's position and value), the next element of
+  // datasets[i]; ends when `choices` ends.  When the input chosen has
+  // ended: with stop_on_empty_dataset (tf.data's default) the stream ends;
+  // without, that choice is skipped, and the stream ends once every input
+  // has ended.  Component names as SampleFromDatasets.
+  static Dataset ChooseFromDatasets(const std::vector<Dataset>& datasets,
+                                    const Dataset& choices,
+                                    bool stop_on_empty_dataset = true);
 
   // --- Transformations (tf.data semantics) ---
   Dataset Map(MapFn fn, MapOptions options = {}) const;

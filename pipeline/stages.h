@@ -671,6 +671,9 @@ DatasetPtr IgnoreErrors(DatasetPtr input);
 // combine.cc
 DatasetPtr Zip(std::vector<DatasetPtr> inputs);
 DatasetPtr Concatenate(DatasetPtr first, DatasetPtr second);
+DatasetPtr SampleFrom(std::vector<DatasetPtr> inputs, SampleOptions options);
+DatasetPtr ChooseFrom(std::vector<DatasetPtr> inputs, DatasetPtr choices,
+                      bool stop_on_empty_dataset);
 DatasetPtr Enumerate(DatasetPtr input, int64_t start, std::string name);
 
 // batch.cc

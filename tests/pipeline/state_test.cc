@@ -85,6 +85,41 @@ TEST(StateTest, ZipConcatenateAndEnumerateResume) {
   ExpectResumable(concat, {0, 3, 7, 8, 12, 17, 20, 33});
 }
 
+TEST(StateTest, SampleAndChooseResume) {
+  // Unseeded draws and shuffles, redrawn per epoch, saved before, while and
+  // after an input ends and across the epoch boundary.
+  const Dataset sample =
+      Dataset::SampleFromDatasets(
+          {Dataset::Range(0, 12).Shuffle(5), Dataset::Range(100, 130),
+           Dataset::Range(200, 204)},
+          {.weights = {1, 2, 0.5}, .rerandomize_each_iteration = true})
+          .Repeat(2);
+  ExpectResumable(sample, {0, 1, 5, 13, 30, 45, 46, 60, 91, 92});
+  // Restored after the short input ended: the draws go on among the two
+  // left, as they did before the save.
+  const Dataset left = Dataset::SampleFromDatasets(
+      {Dataset::Range(0, 3), Dataset::Range(100, 140),
+       Dataset::Range(200, 240)},
+      {.seed = 9});
+  ExpectResumable(left, {10, 20, 40, 60});
+  const Dataset stopping = Dataset::SampleFromDatasets(
+      {Dataset::Range(0, 12), Dataset::Range(100, 130)},
+      {.seed = 4, .stop_on_empty_dataset = true});
+  ExpectResumable(stopping, {0, 3, 11, 12, 13, 20});
+  // Choices that skip an ended input, then run on after every input ended.
+  const Dataset choose =
+      Dataset::ChooseFromDatasets(
+          {Dataset::Range(0, 5), Dataset::Range(100, 120).Shuffle(6)},
+          Dataset::Range(0, 40)
+              .Map([](Element e) {
+                return testing::Int(e["value"].scalar<int64_t>() % 3 == 0);
+              })
+              .Repeat(),
+          false)
+          .Batch(2);
+  ExpectResumable(choose, {0, 1, 2, 6, 11, 12});
+}
+
 TEST(StateTest, RangeMapBatchRepeat) {
   auto ds =
       Dataset::Range(0, 23).Map([](Element e) { return e; }).Batch(5).Repeat(3);
