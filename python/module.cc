@@ -426,6 +426,24 @@ class PyIterator {
   bool interrupted_ = false;
 };
 
+// A sequence of recflow.Datasets (a list or tuple) for `fn`; anything else
+// is a TypeError naming it.
+std::vector<Dataset> DatasetsArg(const py::handle& seq, std::string_view fn) {
+  if (!py::isinstance<py::sequence>(seq) || py::isinstance<py::str>(seq)) {
+    throw py::type_error(fmt::format(
+        "{} takes a sequence of recflow.Datasets, not {}", fn, TypeName(seq)));
+  }
+  std::vector<Dataset> datasets;
+  for (py::handle h : seq.cast<py::sequence>()) {
+    if (!py::isinstance<PyDataset>(h)) {
+      throw py::type_error(
+          fmt::format("{} takes recflow.Datasets, not {}", fn, TypeName(h)));
+    }
+    datasets.push_back(h.cast<const PyDataset&>().dataset);
+  }
+  return datasets;
+}
+
 // A `seed` argument: None, or an int of TensorFlow's int64 seeds or of
 // uint64 (a negative seed is its two's complement, so -1 and 2**64 - 1
 // give one order).  Anything else is a TypeError or ValueError naming it.
@@ -1209,25 +1227,51 @@ only on the inputs and seeds, never on the thread count.
           "zip",
           [](const py::args& args) {
             // zip((a, b)) as tf.data's, or zip(a, b) as TF 2.13's.
-            py::sequence seq = args;
             if (args.size() == 1 && (py::isinstance<py::tuple>(args[0]) ||
                                      py::isinstance<py::list>(args[0]))) {
-              seq = args[0].cast<py::sequence>();
+              return Wrap(Dataset::Zip(DatasetsArg(args[0], "zip")));
             }
-            std::vector<Dataset> datasets;
-            for (py::handle h : seq) {
-              if (!py::isinstance<PyDataset>(h)) {
-                throw py::type_error("zip takes recflow.Datasets, not " +
-                                     TypeName(h));
-              }
-              datasets.push_back(h.cast<const PyDataset&>().dataset);
-            }
-            return Wrap(Dataset::Zip(datasets));
+            return Wrap(Dataset::Zip(DatasetsArg(args, "zip")));
           },
           "zip(a, b, ...) or zip((a, b, ...)): elements whose entries are "
           "those of one element of each dataset (each name must be one "
           "dataset's); ends with the shortest. Shuffles given the same "
           "seed stay aligned, as in tf.data.")
+      .def_static(
+          "sample_from_datasets",
+          [](const py::object& datasets,
+             std::optional<std::vector<double>> weights, const py::object& seed,
+             bool stop_on_empty_dataset, bool rerandomize_each_iteration) {
+            pipeline::SampleOptions o;
+            if (weights) o.weights = std::move(*weights);
+            o.seed = SeedArg(seed);
+            o.stop_on_empty_dataset = stop_on_empty_dataset;
+            o.rerandomize_each_iteration = rerandomize_each_iteration;
+            return Wrap(Dataset::SampleFromDatasets(
+                DatasetsArg(datasets, "sample_from_datasets"), std::move(o)));
+          },
+          "datasets"_a, "weights"_a = py::none(), "seed"_a = py::none(),
+          "stop_on_empty_dataset"_a = false,
+          "rerandomize_each_iteration"_a = false,
+          "tf.data's sample_from_datasets: each element the next of a "
+          "dataset drawn at random with its weight's chance (default: "
+          "alike). When the dataset drawn has ended: stop_on_empty_dataset "
+          "ends the stream, else the draws go on among those left. Seeded, "
+          "the same stream every run; resumable.")
+      .def_static(
+          "choose_from_datasets",
+          [](const py::object& datasets, const PyDataset& choice_dataset,
+             bool stop_on_empty_dataset) {
+            return Wrap(Dataset::ChooseFromDatasets(
+                DatasetsArg(datasets, "choose_from_datasets"),
+                choice_dataset.dataset, stop_on_empty_dataset));
+          },
+          "datasets"_a, "choice_dataset"_a, "stop_on_empty_dataset"_a = true,
+          "tf.data's choose_from_datasets: for each element of "
+          "choice_dataset (one int64 or int32 scalar i), the next element "
+          "of datasets[i]. When the dataset chosen has ended: "
+          "stop_on_empty_dataset ends the stream, else the choice is "
+          "skipped.")
       .def_static(
           "from_generator",
           [](py::function make) {

@@ -81,6 +81,17 @@ class Dataset:
     @staticmethod
     def zip(*datasets: Union["Dataset", Sequence["Dataset"]]) -> "Dataset": ...
     @staticmethod
+    def sample_from_datasets(
+            datasets: Sequence["Dataset"],
+            weights: Optional[Union[Sequence[float], np.ndarray]] = ...,
+            seed: Optional[Union[int, np.integer]] = ...,
+            stop_on_empty_dataset: bool = ...,
+            rerandomize_each_iteration: bool = ...) -> "Dataset": ...
+    @staticmethod
+    def choose_from_datasets(datasets: Sequence["Dataset"],
+                             choice_dataset: "Dataset",
+                             stop_on_empty_dataset: bool = ...) -> "Dataset": ...
+    @staticmethod
     def from_generator(
             generator: Callable[[], Iterable[Mapping[str, Any]]]
     ) -> "Dataset": ...

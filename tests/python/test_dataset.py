@@ -593,6 +593,60 @@ def test_zip_concatenate_enumerate_as_tf_data(tmp_path):
     assert rest == [[102, 103]]
 
 
+def test_sample_and_choose_from_datasets_as_tf_data():
+    D = recflow.Dataset
+    # tf.data's example: every element of both, each input in its order.
+    sample = D.sample_from_datasets([D.range(0, 3), D.range(100, 103)],
+                                    weights=[0.5, 0.5], seed=4)
+    got = [int(e["value"]) for e in sample]
+    assert sorted(got) == [0, 1, 2, 100, 101, 102]
+    assert [v for v in got if v < 100] == [0, 1, 2]
+    assert [v for v in got if v >= 100] == [100, 101, 102]
+    # Weights (numpy too): 1 in 5 from the first, within 5 deviations.
+    many = D.sample_from_datasets(
+        (D.range(0, 10).repeat(), D.range(100, 110).repeat()),
+        weights=np.array([1.0, 4.0]), seed=np.int64(-3)).take(5000)
+    first = sum(1 for e in many if int(e["value"]) < 100)
+    assert abs(first - 1000) < 5 * (5000 * 0.2 * 0.8) ** 0.5
+    # A seed gives one stream; stop_on_empty_dataset ends at an ended one.
+    again = D.sample_from_datasets([D.range(0, 3), D.range(100, 103)],
+                                   weights=[0.5, 0.5], seed=4)
+    assert [int(e["value"]) for e in again] == got
+    stopped = D.sample_from_datasets([D.range(0, 2), D.range(100, 150)],
+                                     seed=1, stop_on_empty_dataset=True)
+    assert len(list(stopped)) < 52
+    assert "rerandomize_each_iteration=false" in stopped.describe()
+    with pytest.raises(ValueError, match="1 weights for 2 datasets"):
+        D.sample_from_datasets([D.range(2), D.range(2)], weights=[1.0])
+    with pytest.raises(ValueError, match="weight 0 is -1"):
+        D.sample_from_datasets([D.range(2), D.range(2)], weights=[-1, 1])
+    with pytest.raises(TypeError, match="sequence of recflow.Datasets, not"):
+        D.sample_from_datasets(D.range(2))
+    with pytest.raises(TypeError, match="takes recflow.Datasets, not int"):
+        D.sample_from_datasets([D.range(2), 3])
+    # choose_from_datasets: tf.data's example.
+    three = [D.range(10, 20), D.range(20, 30), D.range(30, 40)]
+    chosen = D.choose_from_datasets(three, D.range(3).repeat(3))
+    assert [int(e["value"]) for e in chosen] == [
+        10, 20, 30, 11, 21, 31, 12, 22, 32]
+    with pytest.raises(ValueError, match=r"choice 3 is 3, not in \[0, 3\)"):
+        list(D.choose_from_datasets(three, D.range(5)))
+    skipped = D.choose_from_datasets(
+        [D.range(0, 1), D.range(10, 12)],
+        D.from_tensor_slices({"c": np.array([0, 0, 1, 0, 1])}),
+        stop_on_empty_dataset=False)
+    assert [int(e["value"]) for e in skipped] == [0, 10, 11]
+    # Resumable: restored mid-stream, the rest as uninterrupted.
+    ds = D.sample_from_datasets(
+        [D.range(0, 20).shuffle(5, seed=2), D.range(100, 120)],
+        seed=8).batch(3)
+    full = [b["value"].tolist() for b in ds]
+    it = ds.iterator()
+    for _ in range(4):
+        next(it)
+    assert [b["value"].tolist() for b in ds.restore(it.save())] == full[4:]
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
