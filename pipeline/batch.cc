@@ -1,4 +1,4 @@
-// Batch, PaddedBatch and Unbatch.
+// Batch, PaddedBatch, BucketBySequenceLength and Unbatch.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -177,6 +177,143 @@ void Fill(char* data, int64_t n, double v) {
   std::fill(p, p + n, static_cast<T>(v));
 }
 
+// A name the elements lack is a typo that would otherwise pad that
+// component to the longest, silently (tf.data refuses a padded_shapes
+// structure that differs from the element's).
+template <typename Value>
+void CheckNamesExist(const Element& e,
+                     const std::vector<std::pair<std::string, Value>>& options,
+                     std::string_view option) {
+  for (const auto& [key, unused] : options) {
+    bool found = false;
+    for (const auto& c : e.components) found = found || c.name == key;
+    if (found) continue;
+    std::vector<std::string_view> names;
+    for (const auto& c : e.components) names.push_back(c.name);
+    throw Error(fmt::format(
+        "PaddedBatch: {} names '{}', which the elements lack (they have: "
+        "{})",
+        option, key, fmt::join(names, ", ")));
+  }
+}
+
+Element PadBatch(std::vector<Element>& elements,
+                 const PaddedBatchOptions& options) {
+  const Element& first = elements[0];
+  for (size_t i = 1; i < elements.size(); ++i) {
+    if (elements[i].components.size() != first.components.size()) {
+      CheckSameComponents(first, elements[i], i);
+    }
+    for (size_t c = 0; c < first.components.size(); ++c) {
+      const auto& a = first.components[c];
+      const auto& b = elements[i].components[c];
+      if (a.name != b.name || a.tensor.dtype() != b.tensor.dtype() ||
+          a.tensor.shape().rank() != b.tensor.shape().rank()) {
+        throw Error(fmt::format(
+            "PaddedBatch: component {} ('{}') of element {} differs from "
+            "the first element's in name, dtype or rank",
+            c, b.name, i));
+      }
+    }
+  }
+  CheckNamesExist(first, options.padded_shapes, "padded_shapes");
+  CheckNamesExist(first, options.padding_values, "padding_values");
+  Element out;
+  const auto n = static_cast<int64_t>(elements.size());
+  for (size_t c = 0; c < first.components.size(); ++c) {
+    const std::string& name = first.components[c].name;
+    const Tensor& t0 = first.components[c].tensor;
+    Shape padded = t0.shape();
+    for (const auto& e : elements) {
+      const Tensor& t = e.components[c].tensor;
+      if (t.ragged()) {
+        throw Error(fmt::format("PaddedBatch: component '{}' is ragged", name));
+      }
+      for (int d = 0; d < t.shape().rank(); ++d) {
+        padded.set_dim(d, std::max(padded[d], t.shape()[d]));
+      }
+    }
+    for (const auto& [key, dims] : options.padded_shapes) {
+      if (key != name) continue;
+      if (static_cast<int>(dims.size()) != padded.rank()) {
+        throw Error(fmt::format(
+            "PaddedBatch: padded shape [{}] for '{}' has rank {}, the "
+            "component has rank {}",
+            fmt::join(dims, ", "), name, dims.size(), padded.rank()));
+      }
+      for (int d = 0; d < padded.rank(); ++d) {
+        if (dims[d] < 0) continue;
+        if (dims[d] < padded[d]) {
+          throw Error(fmt::format(
+              "PaddedBatch: component '{}' has size {} in dimension {}, "
+              "more than its padded size {}",
+              name, padded[d], d, dims[d]));
+        }
+        padded.set_dim(d, dims[d]);
+      }
+    }
+    double pad_value = 0;
+    for (const auto& [key, v] : options.padding_values) {
+      if (key == name) pad_value = v;
+    }
+    if (!IsValueOf(t0.dtype(), pad_value)) {
+      throw Error(fmt::format(
+          "PaddedBatch: padding value {} for '{}' is not a value of its "
+          "dtype {}{}",
+          pad_value, name, DTypeName(t0.dtype()),
+          t0.dtype() == DType::kBytes ? " (bytes pad with empty strings)"
+                                      : ""));
+    }
+    const Shape shape = padded.Prepend(n);
+    const int64_t per = padded.num_elements();
+    Tensor result;
+    if (t0.dtype() == DType::kBytes) {
+      std::vector<std::string> values(static_cast<size_t>(n * per));
+      for (int64_t i = 0; i < n; ++i) {
+        const Tensor& t = elements[i].components[c].tensor;
+        for (int64_t k = 0; k < t.num_elements(); ++k) {
+          values[i * per + PaddedIndex(k, t.shape(), padded)] = t.bytes(k);
+        }
+      }
+      result = Tensor::FromStrings(values, shape);
+    } else {
+      result = Tensor::Allocate(t0.dtype(), shape);
+      char* data = const_cast<char*>(result.raw_data());
+      const int64_t total = shape.num_elements();
+      switch (t0.dtype()) {
+        case DType::kFloat32:
+          Fill<float>(data, total, pad_value);
+          break;
+        case DType::kFloat64:
+          Fill<double>(data, total, pad_value);
+          break;
+        case DType::kInt32:
+          Fill<int32_t>(data, total, pad_value);
+          break;
+        case DType::kInt64:
+          Fill<int64_t>(data, total, pad_value);
+          break;
+        case DType::kUInt8:
+          Fill<uint8_t>(data, total, pad_value);
+          break;
+        case DType::kBytes:
+          break;
+      }
+      const size_t size = DTypeSize(t0.dtype());
+      for (int64_t i = 0; i < n; ++i) {
+        const Tensor& t = elements[i].components[c].tensor;
+        if (t.num_elements() == 0) continue;
+        CopyPadded(t.raw_data(), t.shape(),
+                   data + i * per * static_cast<int64_t>(size), padded, 0,
+                   size);
+      }
+    }
+    out.components.push_back({name, std::move(result)});
+  }
+  out.batch_origins = Origins(elements);
+  return out;
+}
+
 class BatchDataset final : public UnaryDataset {
  public:
   BatchDataset(DatasetPtr input, int64_t batch_size, bool drop_remainder,
@@ -214,144 +351,6 @@ class BatchDataset final : public UnaryDataset {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
   }
 
-  // A name the elements lack is a typo that would otherwise pad that
-  // component to the longest, silently (tf.data refuses a padded_shapes
-  // structure that differs from the element's).
-  template <typename Value>
-  static void CheckNamesExist(
-      const Element& e,
-      const std::vector<std::pair<std::string, Value>>& options,
-      std::string_view option) {
-    for (const auto& [key, unused] : options) {
-      bool found = false;
-      for (const auto& c : e.components) found = found || c.name == key;
-      if (found) continue;
-      std::vector<std::string_view> names;
-      for (const auto& c : e.components) names.push_back(c.name);
-      throw Error(fmt::format(
-          "PaddedBatch: {} names '{}', which the elements lack (they have: "
-          "{})",
-          option, key, fmt::join(names, ", ")));
-    }
-  }
-
-  Element Pad(std::vector<Element>& elements) const {
-    const Element& first = elements[0];
-    for (size_t i = 1; i < elements.size(); ++i) {
-      if (elements[i].components.size() != first.components.size()) {
-        CheckSameComponents(first, elements[i], i);
-      }
-      for (size_t c = 0; c < first.components.size(); ++c) {
-        const auto& a = first.components[c];
-        const auto& b = elements[i].components[c];
-        if (a.name != b.name || a.tensor.dtype() != b.tensor.dtype() ||
-            a.tensor.shape().rank() != b.tensor.shape().rank()) {
-          throw Error(fmt::format(
-              "PaddedBatch: component {} ('{}') of element {} differs from "
-              "the first element's in name, dtype or rank",
-              c, b.name, i));
-        }
-      }
-    }
-    CheckNamesExist(first, padded_->padded_shapes, "padded_shapes");
-    CheckNamesExist(first, padded_->padding_values, "padding_values");
-    Element out;
-    const auto n = static_cast<int64_t>(elements.size());
-    for (size_t c = 0; c < first.components.size(); ++c) {
-      const std::string& name = first.components[c].name;
-      const Tensor& t0 = first.components[c].tensor;
-      Shape padded = t0.shape();
-      for (const auto& e : elements) {
-        const Tensor& t = e.components[c].tensor;
-        if (t.ragged()) {
-          throw Error(
-              fmt::format("PaddedBatch: component '{}' is ragged", name));
-        }
-        for (int d = 0; d < t.shape().rank(); ++d) {
-          padded.set_dim(d, std::max(padded[d], t.shape()[d]));
-        }
-      }
-      for (const auto& [key, dims] : padded_->padded_shapes) {
-        if (key != name) continue;
-        if (static_cast<int>(dims.size()) != padded.rank()) {
-          throw Error(fmt::format(
-              "PaddedBatch: padded shape [{}] for '{}' has rank {}, the "
-              "component has rank {}",
-              fmt::join(dims, ", "), name, dims.size(), padded.rank()));
-        }
-        for (int d = 0; d < padded.rank(); ++d) {
-          if (dims[d] < 0) continue;
-          if (dims[d] < padded[d]) {
-            throw Error(fmt::format(
-                "PaddedBatch: component '{}' has size {} in dimension {}, "
-                "more than its padded size {}",
-                name, padded[d], d, dims[d]));
-          }
-          padded.set_dim(d, dims[d]);
-        }
-      }
-      double pad_value = 0;
-      for (const auto& [key, v] : padded_->padding_values) {
-        if (key == name) pad_value = v;
-      }
-      if (!IsValueOf(t0.dtype(), pad_value)) {
-        throw Error(fmt::format(
-            "PaddedBatch: padding value {} for '{}' is not a value of its "
-            "dtype {}{}",
-            pad_value, name, DTypeName(t0.dtype()),
-            t0.dtype() == DType::kBytes ? " (bytes pad with empty strings)"
-                                        : ""));
-      }
-      const Shape shape = padded.Prepend(n);
-      const int64_t per = padded.num_elements();
-      Tensor result;
-      if (t0.dtype() == DType::kBytes) {
-        std::vector<std::string> values(static_cast<size_t>(n * per));
-        for (int64_t i = 0; i < n; ++i) {
-          const Tensor& t = elements[i].components[c].tensor;
-          for (int64_t k = 0; k < t.num_elements(); ++k) {
-            values[i * per + PaddedIndex(k, t.shape(), padded)] = t.bytes(k);
-          }
-        }
-        result = Tensor::FromStrings(values, shape);
-      } else {
-        result = Tensor::Allocate(t0.dtype(), shape);
-        char* data = const_cast<char*>(result.raw_data());
-        const int64_t total = shape.num_elements();
-        switch (t0.dtype()) {
-          case DType::kFloat32:
-            Fill<float>(data, total, pad_value);
-            break;
-          case DType::kFloat64:
-            Fill<double>(data, total, pad_value);
-            break;
-          case DType::kInt32:
-            Fill<int32_t>(data, total, pad_value);
-            break;
-          case DType::kInt64:
-            Fill<int64_t>(data, total, pad_value);
-            break;
-          case DType::kUInt8:
-            Fill<uint8_t>(data, total, pad_value);
-            break;
-          case DType::kBytes:
-            break;
-        }
-        const size_t size = DTypeSize(t0.dtype());
-        for (int64_t i = 0; i < n; ++i) {
-          const Tensor& t = elements[i].components[c].tensor;
-          if (t.num_elements() == 0) continue;
-          CopyPadded(t.raw_data(), t.shape(),
-                     data + i * per * static_cast<int64_t>(size), padded, 0,
-                     size);
-        }
-      }
-      out.components.push_back({name, std::move(result)});
-    }
-    out.batch_origins = Origins(elements);
-    return out;
-  }
-
  private:
   class It final : public IteratorBase {
    public:
@@ -376,7 +375,7 @@ class BatchDataset final : public UnaryDataset {
       }
       std::vector<Element> batch;
       batch.swap(pending_);
-      *out = d_->padded_ ? d_->Pad(batch) : Stack(batch);
+      *out = d_->padded_ ? PadBatch(batch, *d_->padded_) : Stack(batch);
       return true;
     }
     // Elements collected for a batch that an error interrupted stay in
@@ -411,6 +410,162 @@ class BatchDataset final : public UnaryDataset {
   int64_t batch_size_;
   bool drop_remainder_;
   std::optional<PaddedBatchOptions> padded_;
+};
+
+class BucketDataset final : public UnaryDataset {
+ public:
+  BucketDataset(DatasetPtr input, Dataset::LengthFn length,
+                BucketOptions options, std::string name)
+      : UnaryDataset(std::move(input)),
+        length_(std::move(length)),
+        o_(std::move(options)),
+        name_(std::move(name)) {
+    // Each bucket's padding: pad_to_bucket_boundary turns the -1s of
+    // padded_shapes into the bucket's boundary - 1 (the last bucket, which
+    // has no boundary, is refused before it is batched).
+    for (size_t b = 0; b < o_.bucket_batch_sizes.size(); ++b) {
+      PaddedBatchOptions p;
+      p.padded_shapes = o_.padded_shapes;
+      p.padding_values = o_.padding_values;
+      if (o_.pad_to_bucket_boundary && b < o_.bucket_boundaries.size()) {
+        for (auto& [key, dims] : p.padded_shapes) {
+          for (int64_t& d : dims) {
+            if (d < 0) d = o_.bucket_boundaries[b] - 1;
+          }
+        }
+      }
+      padding_.push_back(std::move(p));
+    }
+  }
+  std::string Label() const override {
+    std::vector<std::string> shapes;
+    for (const auto& [key, dims] : o_.padded_shapes) {
+      shapes.push_back(fmt::format("{}:[{}]", key, fmt::join(dims, ",")));
+    }
+    std::vector<std::string> values;
+    for (const auto& [key, v] : o_.padding_values) {
+      values.push_back(fmt::format("{}:{}", key, v));
+    }
+    return fmt::format(
+        "BucketBySequenceLength({}, boundaries=[{}], batch_sizes=[{}], "
+        "shapes={{{}}}, values={{{}}}, pad_to_bucket_boundary={}, "
+        "no_padding={}, drop_remainder={})",
+        name_, fmt::join(o_.bucket_boundaries, ","),
+        fmt::join(o_.bucket_batch_sizes, ","), fmt::join(shapes, " "),
+        fmt::join(values, " "), o_.pad_to_bucket_boundary, o_.no_padding,
+        o_.drop_remainder);
+  }
+  std::string StageName() const override { return "bucket_by_sequence_length"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    It(const BucketDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)), buckets_(d->padding_.size()) {}
+    bool GetNext(Element* out) override {
+      while (!end_) {
+        Element e;
+        if (!in_->GetNext(&e)) {
+          end_ = true;
+          break;
+        }
+        const size_t b = d_->BucketOf(e, read_++);
+        buckets_[b].push_back(std::move(e));
+        if (static_cast<int64_t>(buckets_[b].size()) ==
+            d_->o_.bucket_batch_sizes[b]) {
+          *out = d_->Batch(b, buckets_[b]);
+          return true;
+        }
+      }
+      // The input has ended: the buckets left, in bucket order.
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        if (buckets_[b].empty()) continue;
+        if (d_->o_.drop_remainder) {
+          buckets_[b].clear();
+          continue;
+        }
+        *out = d_->Batch(b, buckets_[b]);
+        return true;
+      }
+      return false;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("bucket_by_sequence_length");
+      w->Bool(end_);
+      w->I64(read_);
+      for (const auto& bucket : buckets_) {
+        w->U64(bucket.size());
+        for (const auto& e : bucket) w->WriteElement(e);
+      }
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("bucket_by_sequence_length");
+      end_ = r->Bool();
+      read_ = r->I64();
+      if (read_ < 0) r->Fail(fmt::format("{} elements read", read_));
+      for (size_t b = 0; b < buckets_.size(); ++b) {
+        const uint64_t n = r->U64();
+        if (n >= static_cast<uint64_t>(d_->o_.bucket_batch_sizes[b])) {
+          r->Fail(fmt::format("{} elements in bucket {}, whose batches are {}",
+                              n, b, d_->o_.bucket_batch_sizes[b]));
+        }
+        buckets_[b].clear();
+        for (uint64_t i = 0; i < n; ++i)
+          buckets_[b].push_back(r->ReadElement());
+      }
+      in_->Restore(r);
+    }
+
+   private:
+    const BucketDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    std::vector<std::vector<Element>> buckets_;
+    int64_t read_ = 0;  // elements read (for errors)
+    bool end_ = false;
+  };
+
+  // The bucket of element `at` of the input.
+  size_t BucketOf(const Element& e, int64_t at) const {
+    const int64_t length = length_(e);
+    if (length < 0) {
+      throw Error(fmt::format(
+          "BucketBySequenceLength: element {} has length {} ({}); lengths "
+          "must be >= 0",
+          at, length, name_));
+    }
+    const auto& bounds = o_.bucket_boundaries;
+    const auto b = static_cast<size_t>(
+        std::upper_bound(bounds.begin(), bounds.end(), length) -
+        bounds.begin());
+    if (o_.pad_to_bucket_boundary && b == bounds.size()) {
+      throw Error(fmt::format(
+          "BucketBySequenceLength: element {} has length {} ({}), not below "
+          "the last boundary {}, which pad_to_bucket_boundary needs",
+          at, length, name_, bounds.empty() ? 0 : bounds.back()));
+    }
+    return b;
+  }
+  // Bucket b's elements as one batch; the bucket is left empty.
+  Element Batch(size_t b, std::vector<Element>& bucket) const {
+    std::vector<Element> elements;
+    elements.swap(bucket);
+    try {
+      return o_.no_padding ? Stack(elements) : PadBatch(elements, padding_[b]);
+    } catch (const Error& e) {
+      throw Error(
+          fmt::format("BucketBySequenceLength: bucket {}: {}", b, e.what()));
+    }
+  }
+
+  Dataset::LengthFn length_;
+  BucketOptions o_;
+  std::string name_;
+  std::vector<PaddedBatchOptions> padding_;
 };
 
 class UnbatchDataset final : public UnaryDataset {
@@ -502,6 +657,11 @@ DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
   const bool drop = options.drop_remainder;
   return std::make_shared<BatchDataset>(std::move(input), batch_size, drop,
                                         std::move(options));
+}
+DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
+                                  BucketOptions options, std::string name) {
+  return std::make_shared<BucketDataset>(std::move(input), std::move(length),
+                                         std::move(options), std::move(name));
 }
 DatasetPtr Unbatch(DatasetPtr input) {
   return std::make_shared<UnbatchDataset>(std::move(input));

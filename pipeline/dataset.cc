@@ -379,6 +379,71 @@ Dataset Dataset::PaddedBatch(int64_t batch_size,
   return Dataset(stages::PaddedBatch(base_, batch_size, std::move(options)));
 }
 Dataset Dataset::Unbatch() const { return Dataset(stages::Unbatch(base_)); }
+Dataset Dataset::BucketBySequenceLength(LengthFn element_length,
+                                        BucketOptions options,
+                                        std::string name) const {
+  constexpr std::string_view kWhat = "BucketBySequenceLength";
+  if (!element_length) throw Error("BucketBySequenceLength: no length given");
+  const auto& bounds = options.bucket_boundaries;
+  if (options.bucket_batch_sizes.size() != bounds.size() + 1) {
+    throw Error(fmt::format(
+        "{}: {} batch sizes for {} boundaries; give one more batch size than "
+        "boundaries (the last bucket holds the lengths from the last "
+        "boundary up)",
+        kWhat, options.bucket_batch_sizes.size(), bounds.size()));
+  }
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    if (bounds[i] <= 0 || (i > 0 && bounds[i] <= bounds[i - 1])) {
+      throw Error(
+          fmt::format("{}: boundaries [{}] must be positive and increasing",
+                      kWhat, fmt::join(bounds, ", ")));
+    }
+  }
+  for (int64_t size : options.bucket_batch_sizes) {
+    CheckPositive(size, "BucketBySequenceLength: a batch size");
+  }
+  if (options.pad_to_bucket_boundary) {
+    if (options.no_padding) {
+      throw Error(fmt::format(
+          "{}: pad_to_bucket_boundary and no_padding contradict each other",
+          kWhat));
+    }
+    bool any = false;
+    for (const auto& [key, dims] : options.padded_shapes) {
+      for (int64_t d : dims) any = any || d < 0;
+    }
+    if (!any) {
+      throw Error(fmt::format(
+          "{}: pad_to_bucket_boundary pads the dimensions padded_shapes gives "
+          "as -1, and it gives none",
+          kWhat));
+    }
+  }
+  if (options.no_padding &&
+      (!options.padded_shapes.empty() || !options.padding_values.empty())) {
+    throw Error(fmt::format(
+        "{}: padded_shapes and padding_values pad, which no_padding does not",
+        kWhat));
+  }
+  return Dataset(stages::BucketBySequenceLength(
+      base_, std::move(element_length), std::move(options), std::move(name)));
+}
+Dataset Dataset::BucketBySequenceLength(const std::string& component,
+                                        BucketOptions options) const {
+  LengthFn length = [component](const Element& e) -> int64_t {
+    const Tensor& t = e[component];
+    if (t.shape().rank() > 0) return t.shape()[0];
+    if (t.dtype() == DType::kBytes) {
+      return static_cast<int64_t>(t.bytes(0).size());
+    }
+    throw Error(fmt::format(
+        "BucketBySequenceLength: component '{}' is a scalar ({}), which "
+        "has no length (a bytes scalar's is its size)",
+        component, DTypeName(t.dtype())));
+  };
+  return BucketBySequenceLength(std::move(length), std::move(options),
+                                fmt::format("length of '{}'", component));
+}
 Dataset Dataset::Repeat(int64_t count) const {
   return Dataset(stages::Repeat(base_, count));
 }

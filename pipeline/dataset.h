@@ -171,6 +171,29 @@ struct PaddedBatchOptions {
   std::vector<std::pair<std::string, double>> padding_values;
 };
 
+// Dataset::BucketBySequenceLength: tf.data's bucket_by_sequence_length.
+struct BucketOptions {
+  // Upper length boundaries, increasing: bucket 0 holds lengths below
+  // bucket_boundaries[0], bucket i lengths in [boundaries[i-1],
+  // boundaries[i]), the last one lengths from the last boundary up.
+  std::vector<int64_t> bucket_boundaries = {};
+  // The batch size of each bucket (one more than the boundaries).
+  std::vector<int64_t> bucket_batch_sizes = {};
+  // As PaddedBatchOptions'.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> padded_shapes = {};
+  std::vector<std::pair<std::string, double>> padding_values = {};
+  // The dimensions padded_shapes gives as -1 are padded to the bucket's
+  // boundary - 1 instead of the longest in the batch (tf.data pads its
+  // elements' unknown dimensions so; recflow has no static shapes, so
+  // padded_shapes says which); a length in the last bucket is an Error.
+  bool pad_to_bucket_boundary = false;
+  // Batch without padding, as Batch does (the elements of a batch must have
+  // one shape: serialized records to Parse after, say).
+  bool no_padding = false;
+  // Drop the buckets left part-full at the end.
+  bool drop_remainder = false;
+};
+
 struct CsvOptions {
   // The field delimiter: any byte but a quote, CR or LF ('\t' for TSV).
   char delimiter = ',';
@@ -288,6 +311,20 @@ class Dataset {
   Dataset PaddedBatch(int64_t batch_size,
                       PaddedBatchOptions options = {}) const;
   Dataset Unbatch() const;
+  // tf.data's bucket_by_sequence_length: each element goes to the bucket
+  // its length (`element_length`, >= 0; else an Error naming it) falls in;
+  // a bucket that reaches its batch size is padded and batched (as
+  // PaddedBatch) and delivered.  At the end the buckets left are delivered
+  // part-full in bucket order (tf.data's group_by_window flushes so).  The
+  // buckets' elements are in the state.
+  // `name` stands for the length in the description and in errors.
+  using LengthFn = std::function<int64_t(const Element&)>;
+  Dataset BucketBySequenceLength(LengthFn element_length, BucketOptions options,
+                                 std::string name = "element_length") const;
+  // The same by the size of component `component`'s first dimension (a
+  // bytes scalar: its size in bytes; another scalar is an Error).
+  Dataset BucketBySequenceLength(const std::string& component,
+                                 BucketOptions options) const;
   // count < 0: forever.
   Dataset Repeat(int64_t count = -1) const;
   Dataset Take(int64_t count) const;

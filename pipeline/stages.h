@@ -681,6 +681,8 @@ DatasetPtr Batch(DatasetPtr input, int64_t batch_size, bool drop_remainder);
 DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
                        PaddedBatchOptions options);
 DatasetPtr Unbatch(DatasetPtr input);
+DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
+                                  BucketOptions options, std::string name);
 
 // shuffle.cc
 DatasetPtr Shuffle(DatasetPtr input, int64_t buffer_size,

@@ -1,5 +1,5 @@
-// Batch, PaddedBatch and Unbatch (batch.cc) against tf.data's documented
-// behaviour.
+// Batch, PaddedBatch, BucketBySequenceLength and Unbatch (batch.cc)
+// against tf.data's documented behaviour.
 #include <gtest/gtest.h>
 
 #include "pipeline/dataset.h"
@@ -273,6 +273,198 @@ TEST(BatchTest, ElementsThatDoNotStackAreRefusedByName) {
 TEST(BatchTest, UnbatchUndoesBatch) {
   auto ds = Dataset::Range(0, 11).Batch(4).Unbatch();
   EXPECT_EQ(Ints(Collect(ds)), Iota(0, 11));
+}
+
+// The elements of tf.data's bucket_by_sequence_length example, as {"x":
+// int64 [n]} and {"id": i}.
+Dataset Sequences(std::vector<std::vector<int64_t>> seqs) {
+  auto shared = std::make_shared<const std::vector<std::vector<int64_t>>>(
+      std::move(seqs));
+  const auto n = static_cast<int64_t>(shared->size());
+  return Dataset::Range(0, n).Map([shared](Element e) {
+    const int64_t i = e["value"].scalar<int64_t>();
+    const auto& v = (*shared)[static_cast<size_t>(i)];
+    Element out;
+    out.Set("x", Tensor::FromValues<int64_t>(
+                     v, Shape{static_cast<int64_t>(v.size())}));
+    out.Set("id", Tensor::Scalar<int64_t>(i));
+    return out;
+  });
+}
+const std::vector<std::vector<int64_t>> kTfExample = {{0},
+                                                      {1, 2, 3, 4},
+                                                      {5, 6, 7},
+                                                      {7, 8, 9, 10, 11},
+                                                      {13, 14, 15, 16, 19, 20},
+                                                      {21, 22}};
+
+TEST(BatchTest, BucketBySequenceLengthFollowsTensorFlowsExample) {
+  const auto out = Collect(
+      Sequences(kTfExample)
+          .BucketBySequenceLength("x", {.bucket_boundaries = {3, 5},
+                                        .bucket_batch_sizes = {2, 2, 2}}));
+  // tf.data prints [[1 2 3 4] [5 6 7 0]], [[7 8 9 10 11 0] [13 14 15 16
+  // 19 20]], [[0 0] [21 22]].
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0]["x"].shape(), (Shape{2, 4}));
+  EXPECT_EQ(Ints({out[0]}, "x"),
+            (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 0}));
+  EXPECT_EQ(Ints({out[1]}, "x"),
+            (std::vector<int64_t>{7, 8, 9, 10, 11, 0, 13, 14, 15, 16, 19, 20}));
+  EXPECT_EQ(Ints({out[2]}, "x"), (std::vector<int64_t>{0, 0, 21, 22}));
+  EXPECT_EQ(Ints(out, "id"), (std::vector<int64_t>{1, 2, 3, 4, 0, 5}));
+  // The part-full buckets at the end, in bucket order, or dropped.
+  const auto ends = Collect(
+      Sequences(kTfExample)
+          .BucketBySequenceLength("x", {.bucket_boundaries = {3, 5},
+                                        .bucket_batch_sizes = {4, 4, 4}}));
+  EXPECT_EQ(Ints(ends, "id"), (std::vector<int64_t>{0, 5, 1, 2, 3, 4}));
+  ASSERT_EQ(ends.size(), 3u);
+  EXPECT_EQ(ends[2]["x"].shape(), (Shape{2, 6}));
+  EXPECT_TRUE(
+      Collect(Sequences(kTfExample)
+                  .BucketBySequenceLength("x", {.bucket_boundaries = {3, 5},
+                                                .bucket_batch_sizes = {4, 4, 4},
+                                                .drop_remainder = true}))
+          .empty());
+}
+
+TEST(BatchTest, BucketBySequenceLengthPadsToTheBoundary) {
+  const auto bucketed = [](BucketOptions o) {
+    return Collect(
+        Sequences(kTfExample).BucketBySequenceLength("x", std::move(o)));
+  };
+  const auto out = bucketed({.bucket_boundaries = {3, 7},
+                             .bucket_batch_sizes = {2, 2, 2},
+                             .padded_shapes = {{"x", {-1}}},
+                             .padding_values = {{"x", -1}},
+                             .pad_to_bucket_boundary = true});
+  ASSERT_EQ(out.size(), 3u);
+  // Lengths 3 to 6 pad to 6, lengths below 3 to 2, whatever the longest.
+  EXPECT_EQ(Ints({out[0]}, "x"),
+            (std::vector<int64_t>{1, 2, 3, 4, -1, -1, 5, 6, 7, -1, -1, -1}));
+  EXPECT_EQ(out[1]["x"].shape(), (Shape{2, 6}));
+  EXPECT_EQ(Ints({out[2]}, "x"), (std::vector<int64_t>{0, -1, 21, 22}));
+  // A length from the last boundary up has no boundary to pad to.
+  try {
+    bucketed({.bucket_boundaries = {3, 5},
+              .bucket_batch_sizes = {2, 2, 2},
+              .padded_shapes = {{"x", {-1}}},
+              .pad_to_bucket_boundary = true});
+    FAIL() << "padded a length past the last boundary";
+  } catch (const Error& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "BucketBySequenceLength: element 3 has length 5 (length of 'x'), not "
+        "below the last boundary 5, which pad_to_bucket_boundary "
+        "needs");
+  }
+  // A padding error says which bucket.
+  try {
+    bucketed({.bucket_boundaries = {3, 5},
+              .bucket_batch_sizes = {2, 2, 2},
+              .padded_shapes = {{"x", {4}}}});
+    FAIL() << "padded 5 values to 4";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "BucketBySequenceLength: bucket 2: PaddedBatch: component "
+                 "'x' has size 6 in dimension 0, more than its padded size 4");
+  }
+}
+
+TEST(BatchTest, BucketBySequenceLengthRefusesWhatCannotBucket) {
+  const Dataset ds = Sequences(kTfExample);
+  const auto refused = [&](BucketOptions o) {
+    try {
+      ds.BucketBySequenceLength("x", std::move(o));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(refused({.bucket_boundaries = {3, 5}, .bucket_batch_sizes = {2}}),
+            "BucketBySequenceLength: 1 batch sizes for 2 boundaries; give one "
+            "more batch size than boundaries (the last bucket holds the "
+            "lengths from the last boundary up)");
+  EXPECT_EQ(
+      refused({.bucket_boundaries = {5, 3}, .bucket_batch_sizes = {2, 2, 2}}),
+      "BucketBySequenceLength: boundaries [5, 3] must be positive and "
+      "increasing");
+  EXPECT_EQ(refused({.bucket_boundaries = {3}, .bucket_batch_sizes = {2, 0}})
+                .rfind("BucketBySequenceLength: a batch size", 0),
+            0u);
+  EXPECT_EQ(refused({.bucket_boundaries = {3},
+                     .bucket_batch_sizes = {2, 2},
+                     .padded_shapes = {{"x", {8}}},
+                     .pad_to_bucket_boundary = true}),
+            "BucketBySequenceLength: pad_to_bucket_boundary pads the "
+            "dimensions padded_shapes gives as -1, and it gives none");
+  EXPECT_EQ(refused({.bucket_boundaries = {3},
+                     .bucket_batch_sizes = {2, 2},
+                     .padding_values = {{"x", 1}},
+                     .no_padding = true}),
+            "BucketBySequenceLength: padded_shapes and padding_values pad, "
+            "which no_padding does not");
+  EXPECT_EQ(refused({.bucket_boundaries = {3},
+                     .bucket_batch_sizes = {2, 2},
+                     .padded_shapes = {{"x", {-1}}},
+                     .pad_to_bucket_boundary = true,
+                     .no_padding = true}),
+            "BucketBySequenceLength: pad_to_bucket_boundary and no_padding "
+            "contradict each other");
+  // Lengths: negative, or of a scalar that has none.
+  const auto error = [&](Dataset::LengthFn fn) {
+    try {
+      Collect(ds.BucketBySequenceLength(
+          std::move(fn), {.bucket_batch_sizes = {4}}, "my_length"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(
+      error([](const Element& e) { return 2 - e["id"].scalar<int64_t>(); }),
+      "BucketBySequenceLength: element 3 has length -1 (my_length); "
+      "lengths must be >= 0");
+  try {
+    Collect(ds.BucketBySequenceLength("id", {.bucket_batch_sizes = {4}}));
+    FAIL() << "took a length of a scalar";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "BucketBySequenceLength: component 'id' is a scalar "
+                 "(int64), which has no length (a bytes scalar's is its "
+                 "size)");
+  }
+}
+
+TEST(BatchTest, BucketBySequenceLengthWithoutPaddingBatchesRecords) {
+  // Serialized records of many sizes, bucketed by their size and batched
+  // as they are (to parse after): each batch from one bucket, every record
+  // once.
+  const Dataset records = Dataset::Range(0, 200).Map([](Element e) {
+    const int64_t i = e["value"].scalar<int64_t>();
+    Element out;
+    out.Set("record", Tensor::BytesScalar(std::string(
+                          static_cast<size_t>((i * 37) % 100), 'r')));
+    out.Set("id", Tensor::Scalar<int64_t>(i));
+    return out;
+  });
+  const auto out = Collect(records.BucketBySequenceLength(
+      "record", {.bucket_boundaries = {10, 50},
+                 .bucket_batch_sizes = {8, 16, 32},
+                 .no_padding = true}));
+  std::vector<int64_t> ids = Ints(out, "id");
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, Iota(0, 200));
+  for (const auto& batch : out) {
+    const Tensor& r = batch["record"];
+    const auto bucket = [](size_t n) { return n < 10 ? 0 : n < 50 ? 1 : 2; };
+    const int b = bucket(r.bytes(0).size());
+    EXPECT_LE(r.shape()[0], (std::vector<int64_t>{8, 16, 32})[b]);
+    for (int64_t k = 0; k < r.shape()[0]; ++k) {
+      EXPECT_EQ(bucket(r.bytes(k).size()), b);
+    }
+  }
 }
 
 }  // namespace

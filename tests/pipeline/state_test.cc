@@ -120,6 +120,27 @@ TEST(StateTest, SampleAndChooseResume) {
   ExpectResumable(choose, {0, 1, 2, 6, 11, 12});
 }
 
+TEST(StateTest, BucketBySequenceLengthResumes) {
+  // Element i: i % 9 values; saved with elements waiting in every bucket,
+  // and while the part-full buckets are delivered at the end.
+  const Dataset ds =
+      Dataset::Range(0, 60)
+          .Map([](Element e) {
+            const int64_t i = e["value"].scalar<int64_t>();
+            Element out;
+            out.Set("x",
+                    Tensor::FromValues<int64_t>(
+                        std::vector<int64_t>(static_cast<size_t>(i % 9), i),
+                        Shape{i % 9}));
+            return out;
+          })
+          .Shuffle(10, 3)
+          .BucketBySequenceLength("x", {.bucket_boundaries = {3, 6},
+                                        .bucket_batch_sizes = {4, 5, 7}})
+          .Repeat(2);
+  ExpectResumable(ds, {0, 1, 3, 7, 10, 11, 12, 13, 20, 24, 25});
+}
+
 TEST(StateTest, RangeMapBatchRepeat) {
   auto ds =
       Dataset::Range(0, 23).Map([](Element e) { return e; }).Batch(5).Repeat(3);
