@@ -1427,6 +1427,60 @@ only on the inputs and seeds, never on the thread count.
           "padded_shapes"_a = std::map<std::string, std::vector<int64_t>>{},
           "padding_values"_a = std::map<std::string, double>{},
           "drop_remainder"_a = false)
+      .def(
+          "bucket_by_sequence_length",
+          [](const PyDataset& d, const py::object& element_length_func,
+             std::vector<int64_t> bucket_boundaries,
+             std::vector<int64_t> bucket_batch_sizes,
+             std::map<std::string, std::vector<int64_t>> padded_shapes,
+             std::map<std::string, double> padding_values,
+             bool pad_to_bucket_boundary, bool no_padding,
+             bool drop_remainder) {
+            pipeline::BucketOptions o;
+            o.bucket_boundaries = std::move(bucket_boundaries);
+            o.bucket_batch_sizes = std::move(bucket_batch_sizes);
+            o.padded_shapes.assign(padded_shapes.begin(), padded_shapes.end());
+            o.padding_values.assign(padding_values.begin(),
+                                    padding_values.end());
+            o.pad_to_bucket_boundary = pad_to_bucket_boundary;
+            o.no_padding = no_padding;
+            o.drop_remainder = drop_remainder;
+            if (py::isinstance<py::str>(element_length_func)) {
+              return Wrap(d.dataset.BucketBySequenceLength(
+                  element_length_func.cast<std::string>(), std::move(o)));
+            }
+            if (!PyCallable_Check(element_length_func.ptr())) {
+              throw py::type_error(
+                  "element_length_func must be a function of the element or "
+                  "the name of an entry, not " +
+                  TypeName(element_length_func));
+            }
+            auto holder = KeepAlive(element_length_func);
+            return Wrap(d.dataset.BucketBySequenceLength(
+                [holder](const Element& e) -> int64_t {
+                  PythonCall python;
+                  const py::object n = Callable(holder)(ElementToDict(e));
+                  if (PyBool_Check(n.ptr()) || !PyIndex_Check(n.ptr())) {
+                    throw py::type_error(
+                        "element_length_func must return an int, not " +
+                        TypeName(n));
+                  }
+                  return n.cast<int64_t>();
+                },
+                std::move(o)));
+          },
+          "element_length_func"_a, "bucket_boundaries"_a,
+          "bucket_batch_sizes"_a,
+          "padded_shapes"_a = std::map<std::string, std::vector<int64_t>>{},
+          "padding_values"_a = std::map<std::string, double>{},
+          "pad_to_bucket_boundary"_a = false, "no_padding"_a = false,
+          "drop_remainder"_a = false,
+          "tf.data's bucket_by_sequence_length: elements batched (padded) "
+          "with others of a length in the same bucket. element_length_func: "
+          "a function of the element, or the name of an entry (its first "
+          "dimension; a bytes value: its size). pad_to_bucket_boundary pads "
+          "the dimensions padded_shapes gives as -1 to the bucket's "
+          "boundary - 1.")
       .def("unbatch",
            [](const PyDataset& d) { return Wrap(d.dataset.Unbatch()); })
       .def(

@@ -647,6 +647,40 @@ def test_sample_and_choose_from_datasets_as_tf_data():
     assert [b["value"].tolist() for b in ds.restore(it.save())] == full[4:]
 
 
+def test_bucket_by_sequence_length_as_tf_data():
+    D = recflow.Dataset
+    seqs = [[0], [1, 2, 3, 4], [5, 6, 7], [7, 8, 9, 10, 11],
+            [13, 14, 15, 16, 19, 20], [21, 22]]
+
+    def elements():
+        return D.from_generator(
+            lambda: ({"x": np.array(s, np.int64)} for s in seqs))
+
+    # tf.data's example, by a function and by the entry's name.
+    want = [[[1, 2, 3, 4], [5, 6, 7, 0]],
+            [[7, 8, 9, 10, 11, 0], [13, 14, 15, 16, 19, 20]],
+            [[0, 0], [21, 22]]]
+    for length in (lambda e: len(e["x"]), "x"):
+        ds = elements().bucket_by_sequence_length(length, [3, 5], [2, 2, 2])
+        assert [b["x"].tolist() for b in ds] == want
+    padded = elements().bucket_by_sequence_length(
+        "x", [3, 7], [2, 2, 2], padded_shapes={"x": [-1]},
+        padding_values={"x": -1}, pad_to_bucket_boundary=True)
+    assert [b["x"].shape for b in padded] == [(2, 6), (2, 6), (2, 2)]
+    with pytest.raises(ValueError, match="2 batch sizes for 2 boundaries"):
+        elements().bucket_by_sequence_length("x", [3, 5], [2, 2])
+    with pytest.raises(TypeError, match="must return an int, not str"):
+        list(elements().bucket_by_sequence_length(lambda e: "3", [3], [2, 2]))
+    with pytest.raises(TypeError, match="a function of the element or"):
+        elements().bucket_by_sequence_length(3, [3], [2, 2])
+    # Resumable with elements waiting in the buckets.
+    ds = elements().repeat(3).bucket_by_sequence_length("x", [3, 5], [2, 3, 2])
+    full = [b["x"].tolist() for b in ds]
+    it = ds.iterator()
+    next(it), next(it)
+    assert [b["x"].tolist() for b in ds.restore(it.save())] == full[2:]
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
