@@ -83,7 +83,7 @@ const records::ReadableFile* TFRecordDataSource::Open(size_t file) const {
   File& f = *file_state_[file];
   std::call_once(f.opened, [&] {
     if (f.index->compression == records::Compression::kZstd) {
-      f.zstd = std::make_unique<records::IndexedReader>(files_[file], *f.index);
+      f.zstd = std::make_unique<records::IndexedReader>(files_[file], f.index);
     } else {
       f.file = std::make_unique<records::ReadableFile>(files_[file]);
     }

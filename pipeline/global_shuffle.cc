@@ -316,8 +316,8 @@ class GlobalShuffleDataset final : public DatasetBase {
       const GlobalShuffleSource& source = d_->source_;
       auto& reader = readers_[file];
       if (!reader) {
-        reader = std::make_unique<records::IndexedReader>(
-            d_->files_[file], *source.indexes[file]);
+        reader = std::make_unique<records::IndexedReader>(d_->files_[file],
+                                                          source.indexes[file]);
       }
       const std::string_view record = reader->Read(local);
       // IndexedReader::Read checked the frame; its CRC follows the payload.

@@ -270,8 +270,13 @@ Index LoadOrBuildIndex(
 }
 
 IndexedReader::IndexedReader(const std::string& record_path, Index index)
+    : IndexedReader(record_path,
+                    std::make_shared<const Index>(std::move(index))) {}
+
+IndexedReader::IndexedReader(const std::string& record_path,
+                             std::shared_ptr<const Index> index)
     : file_(record_path), index_(std::move(index)) {
-  if (index_.compression == Compression::kZstd) {
+  if (index_->compression == Compression::kZstd) {
     dctx_ = ZSTD_createDCtx();
     if (dctx_ == nullptr) throw IoError(record_path, "cannot create zstd");
   }
@@ -361,10 +366,10 @@ const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
     return r.size > UINT64_MAX - r.offset ? UINT64_MAX : r.offset + r.size;
   };
   uint64_t needed = end(e);
-  for (uint64_t j = i + 1; j < index_.entries.size() &&
-                           index_.entries[j].frame_offset == e.frame_offset;
+  for (uint64_t j = i + 1; j < index_->entries.size() &&
+                           index_->entries[j].frame_offset == e.frame_offset;
        ++j) {
-    needed = std::max(needed, end(index_.entries[j]));
+    needed = std::max(needed, end(index_->entries[j]));
   }
   buffer_.resize(e.frame_bytes);
   if (file_.ReadAt(e.frame_offset, buffer_.data(), e.frame_bytes) !=
@@ -422,14 +427,14 @@ const char* IndexedReader::ZstdFrame(const IndexEntry& e, uint64_t i) {
 }
 
 std::string_view IndexedReader::Read(uint64_t i) {
-  if (i >= index_.entries.size()) {
+  if (i >= index_->entries.size()) {
     throw std::out_of_range(
         fmt::format("{}: record {} requested, the index "
                     "has {}",
-                    file_.path(), i, index_.entries.size()));
+                    file_.path(), i, index_->entries.size()));
   }
-  const IndexEntry& e = index_.entries[i];
-  if (index_.compression == Compression::kZstd) {
+  const IndexEntry& e = index_->entries[i];
+  if (index_->compression == Compression::kZstd) {
     const char* frame = ZstdFrame(e, i);
     if (!FitsIn(e.offset, e.size, frame_.size())) {
       throw RecordError(

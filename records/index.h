@@ -158,11 +158,15 @@ std::string IndexPathFor(std::string_view record_path);
 class IndexedReader {
  public:
   IndexedReader(const std::string& record_path, Index index);
+  // Shares `index` (not null) with its other users, where readers are made
+  // per thread or per epoch over one index, instead of copying it.
+  IndexedReader(const std::string& record_path,
+                std::shared_ptr<const Index> index);
   ~IndexedReader();
   IndexedReader(const IndexedReader&) = delete;
   IndexedReader& operator=(const IndexedReader&) = delete;
 
-  uint64_t size() const { return index_.entries.size(); }
+  uint64_t size() const { return index_->entries.size(); }
   // The payload of record `i`, valid until the next Read() or destruction;
   // the frame's 4-byte data CRC follows it (StoredDataCrc).
   // Throws RecordError (naming the file, the record's offset and index)
@@ -176,7 +180,7 @@ class IndexedReader {
   const char* ZstdFrame(const IndexEntry& e, uint64_t i);
 
   ReadableFile file_;
-  Index index_;
+  std::shared_ptr<const Index> index_;
   std::vector<char> buffer_;
   std::vector<char> frame_;  // ZSTD: decoded content of the cached frame
   uint64_t cached_frame_offset_ = UINT64_MAX;
