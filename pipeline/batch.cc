@@ -338,6 +338,11 @@ class BatchDataset final : public UnaryDataset {
   std::string StageName() const override {
     return padded_ ? "padded_batch" : "batch";
   }
+  int64_t Cardinality() const override {
+    const int64_t n = input_->Cardinality();
+    if (n < 0) return n;
+    return n / batch_size_ + (!drop_remainder_ && n % batch_size_ ? 1 : 0);
+  }
   bool DescribeForFusion(FusableStage* out) const override {
     if (padded_) return false;
     out->kind = FusableStage::Kind::kBatch;

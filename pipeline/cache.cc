@@ -56,6 +56,7 @@ class CacheDataset final : public UnaryDataset {
                              : fmt::format("Cache({})", filename_);
   }
   std::string StageName() const override { return "cache"; }
+  int64_t Cardinality() const override { return input_->Cardinality(); }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, ctx, salt);

@@ -28,6 +28,18 @@ class ZipDataset final : public DatasetBase {
     return fmt::format("Zip({})", fmt::join(parts, ", "));
   }
   std::string StageName() const override { return "zip"; }
+  // The shortest input's, infinite ones aside.
+  int64_t Cardinality() const override {
+    int64_t n = kInfiniteCardinality;
+    for (const auto& in : inputs_) {
+      const int64_t c = in->Cardinality();
+      if (c == kUnknownCardinality) return c;
+      if (c != kInfiniteCardinality && (n == kInfiniteCardinality || c < n)) {
+        n = c;
+      }
+    }
+    return n;
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     std::vector<std::unique_ptr<IteratorBase>> its;
@@ -99,6 +111,16 @@ class ConcatenateDataset final : public DatasetBase {
                        second_->Describe());
   }
   std::string StageName() const override { return "concatenate"; }
+  int64_t Cardinality() const override {
+    const int64_t a = first_->Cardinality(), b = second_->Cardinality();
+    if (a == kInfiniteCardinality || b == kInfiniteCardinality) {
+      return kInfiniteCardinality;
+    }
+    if (a == kUnknownCardinality || b == kUnknownCardinality) {
+      return kUnknownCardinality;
+    }
+    return a + b;
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, ctx, salt);
@@ -289,6 +311,27 @@ class SampleFromDataset final : public DatasetBase {
         options_.stop_on_empty_dataset, options_.rerandomize_each_iteration);
   }
   std::string StageName() const override { return "sample_from_datasets"; }
+  // Going on to the end: every input of weight > 0 in full.  Stopping at
+  // the first that ends: known only when none ends.
+  int64_t Cardinality() const override {
+    int64_t n = 0;
+    bool unknown = false, finite = false;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      if (!(options_.weights[i] > 0)) continue;
+      const int64_t c = inputs_[i]->Cardinality();
+      if (c == kInfiniteCardinality) {
+        if (!options_.stop_on_empty_dataset) return c;
+        continue;
+      }
+      finite = true;
+      if (c == kUnknownCardinality) unknown = true;
+      n += c;
+    }
+    if (options_.stop_on_empty_dataset) {
+      return finite ? kUnknownCardinality : kInfiniteCardinality;
+    }
+    return unknown ? kUnknownCardinality : n;
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     // Seeded as Shuffle: unseeded, the iterator's random seed told apart
@@ -438,6 +481,7 @@ class EnumerateDataset final : public UnaryDataset {
     return fmt::format("Enumerate({}, {})", start_, name_);
   }
   std::string StageName() const override { return "enumerate"; }
+  int64_t Cardinality() const override { return input_->Cardinality(); }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));

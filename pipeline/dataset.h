@@ -358,6 +358,15 @@ class Dataset {
   Dataset Enumerate(int64_t start = 0, std::string name = "index") const;
 
   Iterator MakeIterator(IteratorOptions options = {}) const;
+  // The elements one iteration gives, where that is known without running
+  // it (tf.data's cardinality, by its rules): a count,
+  // kInfiniteCardinality or kUnknownCardinality.  Unknown: files (as
+  // tf.data's TFRecordDataset; FromTFRecordsGlobalShuffle, which indexes
+  // them, is known), CSV, generators, Filter, Interleave, Unbatch,
+  // IgnoreErrors, ChooseFromDatasets, BucketBySequenceLength and what
+  // follows them; Repeat() forever is infinite unless its input is known
+  // to be empty.
+  int64_t Cardinality() const { return base_->Cardinality(); }
   std::string Describe() const { return base_->Describe(); }
   const DatasetPtr& base() const { return base_; }
   explicit Dataset(DatasetPtr base) : base_(std::move(base)) {}

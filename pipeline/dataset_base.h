@@ -231,9 +231,19 @@ class IteratorBase {
   virtual void FillAhead(size_t n) { (void)n; }
 };
 
+// DatasetBase::Cardinality's answers besides a count (tf.data's
+// INFINITE_CARDINALITY and UNKNOWN_CARDINALITY).
+inline constexpr int64_t kInfiniteCardinality = -1;
+inline constexpr int64_t kUnknownCardinality = -2;
+
 class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
  public:
   virtual ~DatasetBase() = default;
+
+  // The elements one iteration gives, where that is known without running
+  // it (tf.data's cardinality, by its rules): a count, kInfiniteCardinality
+  // or kUnknownCardinality (the default: filters, files, generators).
+  virtual int64_t Cardinality() const { return kUnknownCardinality; }
 
   // An iterator over this dataset whose GetNext time and output are
   // counted under this stage.  `salt` tells apart the iterators made for

@@ -274,6 +274,18 @@ class GlobalShuffleDataset final : public DatasetBase {
         o.num_epochs == 1 ? "" : fmt::format(", num_epochs={}", o.num_epochs));
   }
   std::string StageName() const override { return "global_shuffle"; }
+  // This shard's positions shard_index, shard_index + num_shards, ... of
+  // the epochs' stream.
+  int64_t Cardinality() const override {
+    const auto& o = source_.options;
+    if (source_.total == 0) return 0;
+    if (o.num_epochs < 0) return kInfiniteCardinality;
+    const __int128 positions =
+        static_cast<__int128>(source_.total) * o.num_epochs;
+    if (positions <= o.shard_index) return 0;
+    const __int128 n = (positions - o.shard_index - 1) / o.num_shards + 1;
+    return n > INT64_MAX ? kUnknownCardinality : static_cast<int64_t>(n);
+  }
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {

@@ -33,6 +33,7 @@ class MapDataset final : public UnaryDataset {
   std::string StageName() const override {
     return parse_ ? "parse" : "map:" + options_.name;
   }
+  int64_t Cardinality() const override { return input_->Cardinality(); }
   int Parallelism(const IteratorContext& ctx) const override {
     return ParallelCalls(options_.num_parallel_calls, ctx);
   }
@@ -145,6 +146,7 @@ class PrefetchDataset final : public UnaryDataset {
         max_bytes_(max_bytes) {}
   std::string Label() const override { return "Prefetch()"; }
   std::string StageName() const override { return "prefetch"; }
+  int64_t Cardinality() const override { return input_->Cardinality(); }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     AsyncIterator::Config config;

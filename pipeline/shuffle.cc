@@ -116,6 +116,7 @@ class ShuffleDataset final : public UnaryDataset {
                        reshuffle_);
   }
   std::string StageName() const override { return "shuffle"; }
+  int64_t Cardinality() const override { return input_->Cardinality(); }
 
   // The seed of an iterator made with `salt`.  Unseeded: the iterator's
   // random seed, told apart per stage.

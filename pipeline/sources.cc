@@ -46,6 +46,7 @@ class TensorSlicesDataset final : public DatasetBase {
     return fmt::format("TensorSlices({})", fmt::join(parts, ", "));
   }
   std::string StageName() const override { return "tensor_slices"; }
+  int64_t Cardinality() const override { return rows_; }
 
  private:
   class It final : public IteratorBase {
@@ -96,6 +97,11 @@ class RangeDataset final : public DatasetBase {
     return fmt::format("Range({}, {}, {})", start_, stop_, step_);
   }
   std::string StageName() const override { return "range"; }
+  int64_t Cardinality() const override {
+    const __int128 span = static_cast<__int128>(stop_) - start_;
+    if (step_ > 0 ? span <= 0 : span >= 0) return 0;
+    return static_cast<int64_t>((span + step_ - (step_ > 0 ? 1 : -1)) / step_);
+  }
 
  private:
   class It final : public IteratorBase {

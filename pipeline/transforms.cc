@@ -59,6 +59,16 @@ class RepeatDataset final : public UnaryDataset {
     return fmt::format("Repeat({})", count_);
   }
   std::string StageName() const override { return "repeat"; }
+  // tf.data's rule: forever is infinite unless the input is known empty.
+  int64_t Cardinality() const override {
+    const int64_t n = input_->Cardinality();
+    if (count_ < 0) return n == 0 ? 0 : kInfiniteCardinality;
+    if (count_ == 0) return 0;
+    if (n < 0) return n;
+    const __int128 total = static_cast<__int128>(n) * count_;
+    return total > INT64_MAX ? kUnknownCardinality
+                             : static_cast<int64_t>(total);
+  }
   bool DescribeForFusion(FusableStage* out) const override {
     out->kind = FusableStage::Kind::kRepeat;
     out->input = input_;
@@ -106,6 +116,15 @@ class CountDataset final : public UnaryDataset {
     return fmt::format("{}({})", take_ ? "Take" : "Skip", count_);
   }
   std::string StageName() const override { return take_ ? "take" : "skip"; }
+  int64_t Cardinality() const override {
+    const int64_t n = input_->Cardinality();
+    if (take_) {
+      if (count_ < 0 || n == kUnknownCardinality) return n;
+      return n == kInfiniteCardinality ? count_ : std::min(n, count_);
+    }
+    if (n < 0) return n;
+    return count_ < 0 ? 0 : std::max<int64_t>(0, n - count_);
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
@@ -162,6 +181,12 @@ class ShardDataset final : public UnaryDataset {
     return fmt::format("Shard({}, {})", n_, index_);
   }
   std::string StageName() const override { return "shard"; }
+  // Elements index, index + n, ...
+  int64_t Cardinality() const override {
+    const int64_t c = input_->Cardinality();
+    if (c < 0) return c;
+    return c / n_ + (index_ < c % n_ ? 1 : 0);
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));

@@ -1577,6 +1577,27 @@ only on the inputs and seeds, never on the thread count.
           },
           "state"_a, "threads"_a = 0,
           "An iterator continuing from `state` (Iterator.save()).")
+      .def(
+          "cardinality",
+          [](const PyDataset& d) { return d.dataset.Cardinality(); },
+          "tf.data's cardinality: the elements one iteration gives where "
+          "that is known without running it, else "
+          "recflow.INFINITE_CARDINALITY (-1) or recflow.UNKNOWN_CARDINALITY "
+          "(-2).")
+      .def(
+          "__len__",
+          [](const PyDataset& d) {
+            const int64_t n = d.dataset.Cardinality();
+            if (n == pipeline::kInfiniteCardinality) {
+              throw py::type_error("The dataset is infinite.");
+            }
+            if (n < 0) throw py::type_error("The dataset length is unknown.");
+            return n;
+          },
+          "The cardinality where it is a count; else TypeError, as tf.data.")
+      // With __len__ defined, truth would call it (and raise for unknown
+      // lengths); a dataset is always true, as tf.data's.
+      .def("__bool__", [](const PyDataset&) { return true; })
       .def("describe", [](const PyDataset& d) { return d.dataset.Describe(); })
       .def("__repr__", [](const PyDataset& d) {
         return "<recflow.Dataset " + d.dataset.Describe() + ">";

@@ -42,10 +42,14 @@ __version__ = "0.1.0"
 # tf.data.AUTOTUNE: for map's num_parallel_calls (every thread of the
 # iterator) and prefetch's buffer_size (a depth tuned while it runs).
 AUTOTUNE = -1
+# Dataset.cardinality()'s answers besides a count, as tf.data's.
+INFINITE_CARDINALITY = -1
+UNKNOWN_CARDINALITY = -2
 
 __all__ = [
     "AUTOTUNE", "Array", "Dataset", "Example", "FeatureSpec", "FixedLenFeature",
-    "Iterator", "Ragged", "RecordError", "TFRecordDataSource",
+    "INFINITE_CARDINALITY", "Iterator", "Ragged", "RecordError",
+    "TFRecordDataSource", "UNKNOWN_CARDINALITY",
     "TFRecordIterator",
     "TFRecordWriter", "VarLenFeature", "convert", "count", "index", "maps",
     "tfrecord_iterator", "verify",

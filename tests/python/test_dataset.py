@@ -681,6 +681,30 @@ def test_bucket_by_sequence_length_as_tf_data():
     assert [b["x"].tolist() for b in ds.restore(it.save())] == full[2:]
 
 
+def test_cardinality_and_len_as_tf_data(tmp_path):
+    D = recflow.Dataset
+    assert D.range(10).batch(4).cardinality() == 3
+    assert len(D.range(10).batch(4, drop_remainder=True)) == 2
+    assert len(D.range(10).repeat(3).shard(4, 1)) == 8
+    assert D.range(10).repeat().cardinality() == recflow.INFINITE_CARDINALITY
+    assert (D.range(10).filter(lambda e: True).cardinality()
+            == recflow.UNKNOWN_CARDINALITY)
+    with pytest.raises(TypeError, match="The dataset is infinite."):
+        len(D.range(3).repeat())
+    with pytest.raises(TypeError, match="The dataset length is unknown."):
+        len(D.range(3).filter(lambda e: True))
+    # Always true, whatever its length; list() takes the unknown in stride.
+    assert D.range(0) and D.range(3).filter(lambda e: True)
+    assert len(list(D.range(5).filter(lambda e: int(e["value"]) % 2))) == 2
+    path = str(tmp_path / "a.tfrecord")
+    with recflow.TFRecordWriter(path) as w:
+        for i in range(6):
+            w.write(b"%d" % i)
+    assert (D.from_tfrecords(path).cardinality()
+            == recflow.UNKNOWN_CARDINALITY)
+    assert len(D.from_tfrecords(path).global_shuffle(seed=1).batch(4)) == 2
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
