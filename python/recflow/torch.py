@@ -80,6 +80,12 @@ class IterableDataset(torch.utils.data.IterableDataset):
         for element in dataset.iterator(threads=self.threads):
             yield to_torch(element)
 
+    def __len__(self):
+        """len(dataset) where its cardinality is a count (the elements of
+        all workers' shards together), so that len(DataLoader(...)) works;
+        TypeError where it is unknown or infinite."""
+        return len(self.dataset)
+
 
 class MapDataset(torch.utils.data.Dataset):
     """A recflow.TFRecordDataSource as a torch map-style Dataset.

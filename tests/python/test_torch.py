@@ -20,6 +20,12 @@ def test_data_loader_yields_torch_tensors():
                         batch_size=None, num_workers=0)
     batches = list(loader)
     assert len(batches) == 10
+    # Files are of unknown length; through the global shuffle, known.
+    with pytest.raises(TypeError, match="length is unknown"):
+        len(loader)
+    known = recflow.Dataset.from_tfrecords(MNIST).global_shuffle(seed=1)
+    assert len(DataLoader(recflow.torch.IterableDataset(
+        known.batch(300).parse(MNIST_SPEC)), batch_size=None)) == 4
     x, y = batches[0]["image_floats"], batches[0]["image_class"]
     assert isinstance(x, torch.Tensor) and x.shape == (100, 784)
     assert y.dtype == torch.int64
