@@ -133,11 +133,11 @@ records::FeatureSpec Spec() {
 
 // Runs the pipeline to its end once per iteration; items = records.
 void Drain(benchmark::State& state, const Dataset& ds, int threads,
-           std::shared_ptr<Allocator> memory = nullptr) {
+           std::shared_ptr<Allocator> memory = nullptr, bool optimize = true) {
   int64_t records = 0;
   for (auto _ : state) {
-    Iterator it =
-        ds.MakeIterator({.threads = threads, .output_memory = memory});
+    Iterator it = ds.MakeIterator(
+        {.threads = threads, .optimize = optimize, .output_memory = memory});
     Element e;
     while (it.Next(&e)) {
       records += e.components[0].tensor.shape().rank() > 0
@@ -164,6 +164,38 @@ void BM_Parse(benchmark::State& state) {
 BENCHMARK(BM_Parse)
     ->Arg(1)
     ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Parse's pipeline with its files split in two datasets and mixed again by
+// SampleFromDatasets (weights alike, every record once), next to the same
+// pipeline unmixed and unfused (mixed:0; IteratorOptions::optimize false),
+// which is the mixture's path without the draws: the mixture is not a
+// stage the fused batch-parse path takes over (BM_Parse's), so each input
+// is read record by record and batched on the consumer's thread.
+void BM_SampleFromDatasets(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const std::vector<std::string>& files = Files();
+  if (state.range(1) == 0) {
+    Drain(state,
+          Dataset::FromTFRecords(files).Batch(kBatch).Parse(Spec(),
+                                                            Calls(threads)),
+          threads, nullptr, /*optimize=*/false);
+    return;
+  }
+  const auto half = static_cast<std::ptrdiff_t>(files.size() / 2);
+  const Dataset a =
+      Dataset::FromTFRecords({files.begin(), files.begin() + half});
+  const Dataset b = Dataset::FromTFRecords({files.begin() + half, files.end()});
+  Drain(state,
+        Dataset::SampleFromDatasets({a, b}, {.seed = 1})
+            .Batch(kBatch)
+            .Parse(Spec(), Calls(threads)),
+        threads);
+}
+BENCHMARK(BM_SampleFromDatasets)
+    ->ArgNames({"threads", "mixed"})
+    ->ArgsProduct({{1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
