@@ -113,3 +113,24 @@ class MapDataset(torch.utils.data.Dataset):
     def __getitem__(self, index):
         item = self.source[index]
         return to_torch(item) if isinstance(item, dict) else item
+
+    def __getitems__(self, indices):
+        """``[self[i] for i in indices]``, read and parsed in one call: the
+        fetcher of PyTorch 2's DataLoader calls it with a batch of its
+        sampler's indices, then collates the list, so that
+        ``DataLoader(ds, batch_size=256)`` reads each batch at once.  The
+        records' tensors are rows of the batch's, sharing its memory."""
+        batch = self.source[list(indices)]
+        if not isinstance(batch, dict):
+            return batch
+        columns = {}
+        for name, value in batch.items():
+            if isinstance(value, recflow.Ragged):
+                columns[name] = [torch.from_dlpack(value[i])
+                                 for i in range(len(value))]
+            elif isinstance(value, recflow.Array):
+                columns[name] = torch.from_dlpack(value)
+            else:  # bytes: an object array whose row i is what self[i] has
+                columns[name] = value
+        return [{name: column[i] for name, column in columns.items()}
+                for i in range(len(indices))]

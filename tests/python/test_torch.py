@@ -132,6 +132,35 @@ def test_map_dataset_under_a_batch_sampler(workers):
         assert x_sum == pytest.approx(images[rows].sum().item(), rel=1e-6)
 
 
+def test_map_dataset_gets_a_list_of_records_in_one_call(tmp_path):
+    # What PyTorch 2's fetcher asks for: [ds[i] for i in indices], here
+    # with a ragged feature, bytes and a scalar, and without a spec.
+    path = str(tmp_path / "a.tfrecord")
+    with recflow.TFRecordWriter(path) as w:
+        for i in range(6):
+            w.write(recflow.Example({"v": np.arange(i, dtype=np.int64),
+                                     "s": b"x" * i, "l": np.int64(i)}))
+    spec = {"v": recflow.VarLenFeature("int64"),
+            "s": recflow.FixedLenFeature([], "bytes"),
+            "l": recflow.FixedLenFeature([], "int64")}
+    ds = recflow.torch.MapDataset(recflow.TFRecordDataSource(path, spec=spec))
+    indices = [4, 1, 4, 5, 0]
+    got = ds.__getitems__(indices)
+    assert len(got) == len(indices)
+    for item, i in zip(got, indices):
+        want = ds[i]
+        assert sorted(item) == sorted(want)
+        assert torch.equal(item["v"], want["v"]) and item["v"].shape == (i,)
+        assert torch.equal(item["l"], want["l"]) and item["l"].dim() == 0
+        assert item["s"] == want["s"] == b"x" * i
+    # Collated as the fetcher does, the scalars stack into the batch.
+    collated = torch.utils.data.default_collate(
+        [{"l": g["l"]} for g in got])
+    assert collated["l"].tolist() == indices
+    raw = recflow.torch.MapDataset(recflow.TFRecordDataSource(path))
+    assert raw.__getitems__([2, 0]) == [raw[2], raw[0]]
+
+
 def test_map_dataset_one_record_at_a_time_with_spawned_workers():
     ds = recflow.torch.MapDataset(
         recflow.TFRecordDataSource(MNIST, spec=MNIST_SPEC))
