@@ -70,7 +70,24 @@ Tensor StackBytes(const std::vector<Element>& elements, size_t c,
   return Tensor::AdoptBytes(std::move(data), std::move(offsets), shape);
 }
 
-Element Stack(std::vector<Element>& elements) {
+// Component c of every element, one after another in one tensor of
+// `shape` (numbers copied; bytes as StackBytes does).
+Tensor Concat(const std::vector<Element>& elements, size_t c,
+              const Shape& shape) {
+  const DType dtype = elements[0].components[c].tensor.dtype();
+  if (dtype == DType::kBytes) return StackBytes(elements, c, shape);
+  Tensor out = Tensor::Allocate(dtype, shape);
+  char* dst = const_cast<char*>(out.raw_data());
+  for (const auto& e : elements) {
+    const Tensor& t = e.components[c].tensor;
+    std::memcpy(dst, t.raw_data(), t.byte_size());
+    dst += t.byte_size();
+  }
+  return out;
+}
+
+// Batch's (ragged: RaggedBatch's) stacking of a batch's elements.
+Element Stack(std::vector<Element>& elements, bool ragged = false) {
   const Element& first = elements[0];
   // From 0: the first element's own components must not be ragged either.
   for (size_t i = 0; i < elements.size(); ++i) {
@@ -79,31 +96,41 @@ Element Stack(std::vector<Element>& elements) {
   Element out;
   const auto n = static_cast<int64_t>(elements.size());
   for (size_t c = 0; c < first.components.size(); ++c) {
+    const std::string& name = first.components[c].name;
     const Tensor& t0 = first.components[c].tensor;
+    if (ragged && t0.shape().rank() > 0) {
+      // [n, (rows), rest...]: the rest of each shape must agree.
+      const Shape rest = t0.shape().DropFirst();
+      auto lengths = Tensor::Allocate(DType::kInt64, Shape{n});
+      int64_t* row = const_cast<int64_t*>(lengths.values<int64_t>().data());
+      int64_t total = 0;
+      for (size_t i = 0; i < elements.size(); ++i) {
+        const Shape& s = elements[i].components[c].tensor.shape();
+        if (s.rank() == 0 || !(s.DropFirst() == rest)) {
+          throw Error(fmt::format(
+              "RaggedBatch: component '{}' has shape {} in element {}, {} in "
+              "the first; only the first dimension may differ",
+              name, s.ToString(), i, t0.shape().ToString()));
+        }
+        row[i] = s[0];
+        total += s[0];
+      }
+      Shape values = rest.Prepend(total);
+      out.components.push_back(
+          {name, Tensor::Ragged(Concat(elements, c, values), lengths)});
+      continue;
+    }
     for (size_t i = 1; i < elements.size(); ++i) {
       const Tensor& t = elements[i].components[c].tensor;
       if (!(t.shape() == t0.shape())) {
         throw Error(fmt::format(
             "Cannot batch tensors with different shapes in component '{}'. "
             "First element had shape {} and element {} had shape {}.",
-            first.components[c].name, t0.shape().ToString(), i,
-            t.shape().ToString()));
+            name, t0.shape().ToString(), i, t.shape().ToString()));
       }
     }
-    const Shape shape = t0.shape().Prepend(n);
-    Tensor stacked;
-    if (t0.dtype() == DType::kBytes) {
-      stacked = StackBytes(elements, c, shape);
-    } else {
-      stacked = Tensor::Allocate(t0.dtype(), shape);
-      char* dst = const_cast<char*>(stacked.raw_data());
-      const size_t row = t0.byte_size();
-      for (const auto& e : elements) {
-        std::memcpy(dst, e.components[c].tensor.raw_data(), row);
-        dst += row;
-      }
-    }
-    out.components.push_back({first.components[c].name, std::move(stacked)});
+    out.components.push_back(
+        {name, Concat(elements, c, t0.shape().Prepend(n))});
   }
   out.batch_origins = Origins(elements);
   return out;
@@ -317,15 +344,17 @@ Element PadBatch(std::vector<Element>& elements,
 class BatchDataset final : public UnaryDataset {
  public:
   BatchDataset(DatasetPtr input, int64_t batch_size, bool drop_remainder,
-               std::optional<PaddedBatchOptions> padded)
+               std::optional<PaddedBatchOptions> padded, bool ragged = false)
       : UnaryDataset(std::move(input)),
         batch_size_(batch_size),
         drop_remainder_(drop_remainder),
-        padded_(std::move(padded)) {}
+        padded_(std::move(padded)),
+        ragged_(ragged) {}
 
   std::string Label() const override {
     if (!padded_) {
-      return fmt::format("Batch({}, drop_remainder={})", batch_size_,
+      return fmt::format("{}({}, drop_remainder={})",
+                         ragged_ ? "RaggedBatch" : "Batch", batch_size_,
                          drop_remainder_);
     }
     std::vector<std::string> shapes;
@@ -336,7 +365,7 @@ class BatchDataset final : public UnaryDataset {
                        batch_size_, drop_remainder_, fmt::join(shapes, " "));
   }
   std::string StageName() const override {
-    return padded_ ? "padded_batch" : "batch";
+    return padded_ ? "padded_batch" : ragged_ ? "ragged_batch" : "batch";
   }
   int64_t Cardinality() const override {
     const int64_t n = input_->Cardinality();
@@ -344,7 +373,7 @@ class BatchDataset final : public UnaryDataset {
     return n / batch_size_ + (!drop_remainder_ && n % batch_size_ ? 1 : 0);
   }
   bool DescribeForFusion(FusableStage* out) const override {
-    if (padded_) return false;
+    if (padded_ || ragged_) return false;
     out->kind = FusableStage::Kind::kBatch;
     out->input = input_;
     out->batch_size = batch_size_;
@@ -380,7 +409,8 @@ class BatchDataset final : public UnaryDataset {
       }
       std::vector<Element> batch;
       batch.swap(pending_);
-      *out = d_->padded_ ? PadBatch(batch, *d_->padded_) : Stack(batch);
+      *out = d_->padded_ ? PadBatch(batch, *d_->padded_)
+                         : Stack(batch, d_->ragged_);
       return true;
     }
     // Elements collected for a batch that an error interrupted stay in
@@ -415,6 +445,7 @@ class BatchDataset final : public UnaryDataset {
   int64_t batch_size_;
   bool drop_remainder_;
   std::optional<PaddedBatchOptions> padded_;
+  bool ragged_;
 };
 
 class BucketDataset final : public UnaryDataset {
@@ -656,6 +687,12 @@ class UnbatchDataset final : public UnaryDataset {
 DatasetPtr Batch(DatasetPtr input, int64_t batch_size, bool drop_remainder) {
   return std::make_shared<BatchDataset>(std::move(input), batch_size,
                                         drop_remainder, std::nullopt);
+}
+DatasetPtr RaggedBatch(DatasetPtr input, int64_t batch_size,
+                       bool drop_remainder) {
+  return std::make_shared<BatchDataset>(std::move(input), batch_size,
+                                        drop_remainder, std::nullopt,
+                                        /*ragged=*/true);
 }
 DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
                        PaddedBatchOptions options) {

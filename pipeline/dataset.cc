@@ -378,6 +378,10 @@ Dataset Dataset::PaddedBatch(int64_t batch_size,
   CheckPositive(batch_size, "PaddedBatch: batch_size");
   return Dataset(stages::PaddedBatch(base_, batch_size, std::move(options)));
 }
+Dataset Dataset::RaggedBatch(int64_t batch_size, bool drop_remainder) const {
+  CheckPositive(batch_size, "RaggedBatch: batch_size");
+  return Dataset(stages::RaggedBatch(base_, batch_size, drop_remainder));
+}
 Dataset Dataset::Unbatch() const { return Dataset(stages::Unbatch(base_)); }
 Dataset Dataset::BucketBySequenceLength(LengthFn element_length,
                                         BucketOptions options,

@@ -310,6 +310,12 @@ class Dataset {
   Dataset Batch(int64_t batch_size, bool drop_remainder = false) const;
   Dataset PaddedBatch(int64_t batch_size,
                       PaddedBatchOptions options = {}) const;
+  // tf.data's ragged_batch: as Batch, but every component of rank >= 1
+  // is ragged in its first dimension, as tf.data's (even where every
+  // element has one shape): [batch, (n), rest...], the rest of the shape
+  // agreeing within a batch (else an Error naming the component and the
+  // element); scalars batch dense.
+  Dataset RaggedBatch(int64_t batch_size, bool drop_remainder = false) const;
   Dataset Unbatch() const;
   // tf.data's bucket_by_sequence_length: each element goes to the bucket
   // its length (`element_length`, >= 0; else an Error naming it) falls in;

@@ -680,6 +680,8 @@ DatasetPtr Enumerate(DatasetPtr input, int64_t start, std::string name);
 DatasetPtr Batch(DatasetPtr input, int64_t batch_size, bool drop_remainder);
 DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
                        PaddedBatchOptions options);
+DatasetPtr RaggedBatch(DatasetPtr input, int64_t batch_size,
+                       bool drop_remainder);
 DatasetPtr Unbatch(DatasetPtr input);
 DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
                                   BucketOptions options, std::string name);

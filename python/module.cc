@@ -1481,6 +1481,15 @@ only on the inputs and seeds, never on the thread count.
           "dimension; a bytes value: its size). pad_to_bucket_boundary pads "
           "the dimensions padded_shapes gives as -1 to the bucket's "
           "boundary - 1.")
+      .def(
+          "ragged_batch",
+          [](const PyDataset& d, int64_t batch_size, bool drop_remainder) {
+            return Wrap(d.dataset.RaggedBatch(batch_size, drop_remainder));
+          },
+          "batch_size"_a, "drop_remainder"_a = false,
+          "tf.data's ragged_batch: as batch, but entries of rank >= 1 become "
+          "recflow.Ragged (rows of their own lengths; the rest of the shape "
+          "must agree); scalars batch dense.")
       .def("unbatch",
            [](const PyDataset& d) { return Wrap(d.dataset.Unbatch()); })
       .def(

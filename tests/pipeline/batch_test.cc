@@ -270,6 +270,83 @@ TEST(BatchTest, ElementsThatDoNotStackAreRefusedByName) {
       "Unbatch: component 'b' has 3 rows, 'a' has 2");
 }
 
+TEST(BatchTest, RaggedBatchFollowsTensorFlowsExample) {
+  // tf.data: range(6).map(lambda x: range(x)).ragged_batch(2) ->
+  // [[], [0]], [[0, 1], [0, 1, 2]], [[0, 1, 2, 3], [0, 1, 2, 3, 4]].
+  const Dataset ranges = Dataset::Range(0, 6).Map([](Element e) {
+    const int64_t n = e["value"].scalar<int64_t>();
+    Element out;
+    out.Set("r", Tensor::FromValues<int64_t>(Iota(0, n), Shape{n}));
+    out.Set("n", Tensor::Scalar<int64_t>(n));
+    out.Set("s", Tensor::FromStrings(
+                     std::vector<std::string>(static_cast<size_t>(n), "ab"),
+                     Shape{n}));
+    return out;
+  });
+  const auto out = Collect(ranges.RaggedBatch(2));
+  ASSERT_EQ(out.size(), 3u);
+  const std::vector<std::vector<int64_t>> rows = {
+      {}, {0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 1, 2, 3, 4}};
+  for (size_t b = 0; b < 3; ++b) {
+    const Tensor& r = out[b]["r"];
+    ASSERT_TRUE(r.ragged());
+    ASSERT_EQ(r.num_rows(), 2);
+    for (int64_t i = 0; i < 2; ++i) {
+      const Tensor row = r.Slice(i);
+      EXPECT_EQ(std::vector<int64_t>(row.values<int64_t>().begin(),
+                                     row.values<int64_t>().end()),
+                rows[b * 2 + static_cast<size_t>(i)]);
+    }
+    // Scalars batch dense; bytes vectors are ragged too.
+    EXPECT_FALSE(out[b]["n"].ragged());
+    EXPECT_EQ(out[b]["n"].shape(), (Shape{2}));
+    EXPECT_TRUE(out[b]["s"].ragged());
+    EXPECT_EQ(out[b]["s"].FlatValues().num_elements(),
+              static_cast<int64_t>(4 * b + 1));
+  }
+  // Unbatch gives the elements back.
+  const auto back = Collect(ranges.RaggedBatch(4).Unbatch());
+  ASSERT_EQ(back.size(), 6u);
+  EXPECT_EQ(back[5]["r"].shape(), (Shape{5}));
+  EXPECT_EQ(back[5]["s"].bytes(4), "ab");
+  EXPECT_EQ(Collect(ranges.RaggedBatch(4, true)).size(), 1u);
+  EXPECT_EQ(ranges.RaggedBatch(4).Cardinality(), 2);
+}
+
+TEST(BatchTest, RaggedBatchKeepsInnerDimensionsAndRefusesOthers) {
+  // [n, 2] matrices: ragged [batch, (n), 2]; `bad` makes the third [3, 3].
+  const auto matrices = [](bool bad) {
+    return Dataset::Range(1, 4).Map([bad](Element e) {
+      const int64_t n = e["value"].scalar<int64_t>();
+      const int64_t inner = bad && n == 3 ? 3 : 2;
+      Element out;
+      out.Set("m",
+              Tensor::FromValues<int64_t>(Iota(0, n * inner), Shape{n, inner}));
+      return out;
+    });
+  };
+  const auto out = Collect(matrices(false).RaggedBatch(3));
+  ASSERT_EQ(out.size(), 1u);
+  const Tensor& m = out[0]["m"];
+  EXPECT_EQ(m.FlatValues().shape(), (Shape{6, 2}));
+  EXPECT_EQ(std::vector<int64_t>(m.row_lengths().values<int64_t>().begin(),
+                                 m.row_lengths().values<int64_t>().end()),
+            (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(m.Slice(2).shape(), (Shape{3, 2}));
+  EXPECT_EQ(std::vector<int64_t>(m.Slice(2).values<int64_t>().begin(),
+                                 m.Slice(2).values<int64_t>().end()),
+            Iota(0, 6));
+  try {
+    Collect(matrices(true).RaggedBatch(3));
+    FAIL() << "batched [3, 3] with [1, 2]";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "RaggedBatch: component 'm' has shape [3, 3] in element 2, "
+                 "[1, 2] in the first; only the first dimension may differ");
+  }
+  EXPECT_THROW(Dataset::Range(0, 3).RaggedBatch(0), Error);
+}
+
 TEST(BatchTest, UnbatchUndoesBatch) {
   auto ds = Dataset::Range(0, 11).Batch(4).Unbatch();
   EXPECT_EQ(Ints(Collect(ds)), Iota(0, 11));

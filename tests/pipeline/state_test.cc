@@ -139,6 +139,20 @@ TEST(StateTest, BucketBySequenceLengthResumes) {
                                         .bucket_batch_sizes = {4, 5, 7}})
           .Repeat(2);
   ExpectResumable(ds, {0, 1, 3, 7, 10, 11, 12, 13, 20, 24, 25});
+  // RaggedBatch keeps Batch's state: the elements of the batch begun.
+  ExpectResumable(Dataset::Range(0, 20)
+                      .Map([](Element e) {
+                        const int64_t i = e["value"].scalar<int64_t>();
+                        Element out;
+                        out.Set("x", Tensor::FromValues<int64_t>(
+                                         std::vector<int64_t>(
+                                             static_cast<size_t>(i % 4), i),
+                                         Shape{i % 4}));
+                        return out;
+                      })
+                      .RaggedBatch(3)
+                      .Repeat(2),
+                  {0, 1, 6, 7, 13});
 }
 
 TEST(StateTest, RangeMapBatchRepeat) {

@@ -705,6 +705,21 @@ def test_cardinality_and_len_as_tf_data(tmp_path):
     assert len(D.from_tfrecords(path).global_shuffle(seed=1).batch(4)) == 2
 
 
+def test_ragged_batch_as_tf_data():
+    D = recflow.Dataset
+    ds = D.range(6).map(lambda e: {"r": np.arange(int(e["value"])),
+                                   "n": e["value"]})
+    batches = list(ds.ragged_batch(2))
+    assert [b["r"].to_list() for b in batches] == [
+        [[], [0]], [[0, 1], [0, 1, 2]], [[0, 1, 2, 3], [0, 1, 2, 3, 4]]]
+    assert isinstance(batches[0]["r"], recflow.Ragged)
+    assert batches[2]["n"].tolist() == [4, 5]
+    assert len(ds.ragged_batch(4, drop_remainder=True)) == 1
+    with pytest.raises(ValueError, match="only the first dimension may"):
+        list(D.range(3).map(lambda e: {"m": np.zeros(
+            (2, int(e["value"])))}).ragged_batch(3))
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
