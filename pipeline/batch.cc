@@ -1,4 +1,4 @@
-// Batch, PaddedBatch, BucketBySequenceLength and Unbatch.
+// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength and Unbatch.
 #include <fmt/format.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
-// Batch, PaddedBatch, BucketBySequenceLength and Unbatch (batch.cc)
-// against tf.data's documented behaviour.
+// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength and Unbatch
+// (batch.cc) against tf.data's documented behaviour.
 #include <gtest/gtest.h>
 
 #include "pipeline/dataset.h"
