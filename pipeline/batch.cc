@@ -80,6 +80,7 @@ Tensor Concat(const std::vector<Element>& elements, size_t c,
   char* dst = const_cast<char*>(out.raw_data());
   for (const auto& e : elements) {
     const Tensor& t = e.components[c].tensor;
+    if (t.byte_size() == 0) continue;  // an empty row may have no storage
     std::memcpy(dst, t.raw_data(), t.byte_size());
     dst += t.byte_size();
   }
