@@ -12,9 +12,12 @@
 namespace recflow::pipeline::stages {
 namespace {
 
-std::vector<std::string> Names(const Element& e) {
+// The names of `e`'s components, sorted: what Concatenate and the
+// mixtures compare between inputs (the same names in any order).
+std::vector<std::string> SortedNames(const Element& e) {
   std::vector<std::string> names;
   for (const auto& c : e.components) names.push_back(c.name);
+  std::sort(names.begin(), names.end());
   return names;
 }
 
@@ -138,7 +141,7 @@ class ConcatenateDataset final : public DatasetBase {
       if (!second_) {
         if (in_->GetNext(out)) {
           // Once, not a vector of names per element on the way.
-          if (!first_names_) first_names_ = Names(*out);
+          if (!first_names_) first_names_ = SortedNames(*out);
           return true;
         }
         Switch();
@@ -147,9 +150,8 @@ class ConcatenateDataset final : public DatasetBase {
       if (first_names_) {
         // Same components as the first input's (tf.data requires a
         // compatible structure); checked once, on the first element.
-        std::vector<std::string> names = Names(*out), want = *first_names_;
-        std::sort(names.begin(), names.end());
-        std::sort(want.begin(), want.end());
+        const std::vector<std::string> names = SortedNames(*out);
+        const std::vector<std::string>& want = *first_names_;
         if (names != want) {
           throw Error(fmt::format(
               "Concatenate: the second input's elements have components "
@@ -181,7 +183,7 @@ class ConcatenateDataset final : public DatasetBase {
     uint64_t salt_;
     std::unique_ptr<IteratorBase> in_;
     bool second_ = false;
-    // The names of the first input's first element, until the second
+    // The sorted names of the first input's first element, until the second
     // input's first element is checked against them.
     std::optional<std::vector<std::string>> first_names_;
   };
@@ -258,8 +260,7 @@ class MixIterator : public IteratorBase {
   // element this iterator delivered (tf.data requires one structure).
   // Once per input and iterator, so a restored iterator checks again.
   void Check(size_t i, const Element& e) {
-    std::vector<std::string> names = Names(e);
-    std::sort(names.begin(), names.end());
+    std::vector<std::string> names = SortedNames(e);
     if (!names_) {
       names_ = std::move(names);
       names_from_ = i;

@@ -123,14 +123,12 @@ class MapDataset(torch.utils.data.Dataset):
         batch = self.source[list(indices)]
         if not isinstance(batch, dict):
             return batch
-        columns = {}
-        for name, value in batch.items():
+        # Tensors and bytes index by row as they are (a bytes object
+        # array's row i is what self[i] has); a Ragged's rows become tensors.
+        columns = to_torch(batch)
+        for name, value in columns.items():
             if isinstance(value, recflow.Ragged):
                 columns[name] = [torch.from_dlpack(value[i])
                                  for i in range(len(value))]
-            elif isinstance(value, recflow.Array):
-                columns[name] = torch.from_dlpack(value)
-            else:  # bytes: an object array whose row i is what self[i] has
-                columns[name] = value
         return [{name: column[i] for name, column in columns.items()}
                 for i in range(len(indices))]
