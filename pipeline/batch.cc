@@ -1,4 +1,5 @@
-// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength and Unbatch.
+// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, Window and
+// Unbatch.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -605,6 +606,118 @@ class BucketDataset final : public UnaryDataset {
   std::vector<PaddedBatchOptions> padding_;
 };
 
+// tf.data's window (see Dataset::Window), each window stacked as Batch does.
+class WindowDataset final : public UnaryDataset {
+ public:
+  WindowDataset(DatasetPtr input, int64_t size, WindowOptions o)
+      : UnaryDataset(std::move(input)),
+        size_(size),
+        shift_(o.shift),
+        stride_(o.stride),
+        drop_remainder_(o.drop_remainder),
+        reach_((size - 1) * o.stride + 1) {}
+  std::string Label() const override {
+    return fmt::format("Window({}, shift={}, stride={}, drop_remainder={})",
+                       size_, shift_, stride_, drop_remainder_);
+  }
+  std::string StageName() const override { return "window"; }
+  // tf.data's count: with drop_remainder, the shifts that leave a full
+  // reach; without, one window per shift that starts inside the input.
+  int64_t Cardinality() const override {
+    const int64_t n = input_->Cardinality();
+    if (n < 0) return n;
+    if (drop_remainder_) return n < reach_ ? 0 : (n - reach_) / shift_ + 1;
+    return n / shift_ + (n % shift_ ? 1 : 0);
+  }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    It(const WindowDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      const auto reach = static_cast<size_t>(d_->reach_);
+      // A shift past the buffer drops the input elements between windows;
+      // each counts as dropped before it is read, so an error in one is
+      // thrown once and the stream goes on after it.
+      while (to_skip_ > 0 && !end_) {
+        --to_skip_;
+        Element e;
+        if (!in_->GetNext(&e)) end_ = true;
+      }
+      while (!end_ && buffer_.size() < reach) {
+        Element e;
+        if (!in_->GetNext(&e)) {
+          end_ = true;
+          break;
+        }
+        buffer_.push_back(std::move(e));
+      }
+      if (buffer_.empty() || (d_->drop_remainder_ && buffer_.size() < reach)) {
+        buffer_.clear();
+        return false;
+      }
+      std::vector<Element> window;
+      const auto stride = static_cast<size_t>(d_->stride_);
+      for (size_t i = 0; i < buffer_.size(); i += stride) {
+        window.push_back(buffer_[i]);
+      }
+      // Shifted before stacking: a window that cannot be stacked is an
+      // Error, and the next one follows it.
+      const auto shift = static_cast<size_t>(d_->shift_);
+      if (shift >= buffer_.size()) {
+        to_skip_ = static_cast<int64_t>(shift - buffer_.size());
+        buffer_.clear();
+      } else {
+        buffer_.erase(buffer_.begin(),
+                      buffer_.begin() + static_cast<ptrdiff_t>(shift));
+      }
+      *out = Stack(window);
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("window");
+      w->Bool(end_);
+      w->I64(to_skip_);
+      w->U64(buffer_.size());
+      for (const auto& e : buffer_) w->WriteElement(e);
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("window");
+      end_ = r->Bool();
+      to_skip_ = r->I64();
+      if (to_skip_ < 0 || to_skip_ >= d_->shift_) {
+        r->Fail(fmt::format("{} elements to skip between windows {} apart",
+                            to_skip_, d_->shift_));
+      }
+      const uint64_t n = r->U64();
+      if (n >= static_cast<uint64_t>(d_->reach_)) {
+        r->Fail(fmt::format("{} elements kept for windows that reach {}", n,
+                            d_->reach_));
+      }
+      buffer_.clear();
+      for (uint64_t i = 0; i < n; ++i) buffer_.push_back(r->ReadElement());
+      in_->Restore(r);
+    }
+
+   private:
+    const WindowDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    std::deque<Element> buffer_;  // the next window's reach, read so far
+    int64_t to_skip_ = 0;
+    bool end_ = false;
+  };
+
+  int64_t size_, shift_, stride_;
+  bool drop_remainder_;
+  int64_t reach_;  // input elements one window spans
+};
+
 class UnbatchDataset final : public UnaryDataset {
  public:
   explicit UnbatchDataset(DatasetPtr input) : UnaryDataset(std::move(input)) {}
@@ -705,6 +818,9 @@ DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
                                   BucketOptions options, std::string name) {
   return std::make_shared<BucketDataset>(std::move(input), std::move(length),
                                          std::move(options), std::move(name));
+}
+DatasetPtr Window(DatasetPtr input, int64_t size, WindowOptions options) {
+  return std::make_shared<WindowDataset>(std::move(input), size, options);
 }
 DatasetPtr Unbatch(DatasetPtr input) {
   return std::make_shared<UnbatchDataset>(std::move(input));

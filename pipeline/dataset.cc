@@ -363,6 +363,17 @@ Dataset Dataset::ParseSequence(records::FeatureSpec context,
 Dataset Dataset::Filter(PredicateFn predicate, std::string name) const {
   return Dataset(stages::Filter(base_, std::move(predicate), std::move(name)));
 }
+Dataset Dataset::TakeWhile(PredicateFn predicate, std::string name) const {
+  if (!predicate) throw Error("TakeWhile: no predicate given");
+  return Dataset(
+      stages::TakeWhile(base_, std::move(predicate), std::move(name)));
+}
+Dataset Dataset::Scan(Element initial_state, ScanFn fn,
+                      std::string name) const {
+  if (!fn) throw Error("Scan: no function given");
+  return Dataset(stages::Scan(base_, std::move(initial_state), std::move(fn),
+                              std::move(name)));
+}
 Dataset Dataset::Shuffle(int64_t buffer_size, std::optional<uint64_t> seed,
                          bool reshuffle_each_iteration) const {
   CheckPositive(buffer_size, "Shuffle: buffer_size");
@@ -383,6 +394,19 @@ Dataset Dataset::RaggedBatch(int64_t batch_size, bool drop_remainder) const {
   return Dataset(stages::RaggedBatch(base_, batch_size, drop_remainder));
 }
 Dataset Dataset::Unbatch() const { return Dataset(stages::Unbatch(base_)); }
+Dataset Dataset::Window(int64_t size, WindowOptions options) const {
+  CheckPositive(size, "Window: size");
+  if (options.shift == 0) options.shift = size;
+  CheckPositive(options.shift, "Window: shift");
+  CheckPositive(options.stride, "Window: stride");
+  // The elements one window spans, (size - 1) * stride + 1, are buffered.
+  if (size - 1 > (INT64_MAX - 1) / options.stride) {
+    throw Error(fmt::format(
+        "Window: size {} with stride {} spans more than 2^63 elements", size,
+        options.stride));
+  }
+  return Dataset(stages::Window(base_, size, options));
+}
 Dataset Dataset::BucketBySequenceLength(LengthFn element_length,
                                         BucketOptions options,
                                         std::string name) const {

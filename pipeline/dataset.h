@@ -194,6 +194,17 @@ struct BucketOptions {
   bool drop_remainder = false;
 };
 
+// Dataset::Window: tf.data's window.
+struct WindowOptions {
+  // Input elements between the starts of consecutive windows (0: the
+  // window's size, tf.data's default).
+  int64_t shift = 0;
+  // Input elements between consecutive elements of a window.
+  int64_t stride = 1;
+  // Drop the windows at the end that have fewer than `size` elements.
+  bool drop_remainder = false;
+};
+
 struct CsvOptions {
   // The field delimiter: any byte but a quote, CR or LF ('\t' for TSV).
   char delimiter = ',';
@@ -302,6 +313,22 @@ class Dataset {
                         records::FeatureSpec sequence,
                         ParseOptions options = {}) const;
   Dataset Filter(PredicateFn predicate, std::string name = "filter") const;
+  // tf.data's take_while: the elements before the first for which
+  // `predicate` is false; that element ends the stream, and nothing after
+  // it is read.  A predicate that throws uses up its element.
+  Dataset TakeWhile(PredicateFn predicate,
+                    std::string name = "take_while") const;
+  // tf.data's scan: fn(state, element) returns {new state, output}; the
+  // output is the element delivered, the new state goes to the next call.
+  // Each iteration (each epoch under Repeat) starts from `initial_state`.
+  // The state must keep the initial state's component names and dtypes
+  // (shapes may change); it is in the iterator's state.  A function that
+  // throws, or returns a state of other components (an Error naming the
+  // element), uses up its element and leaves the state as it was.
+  using ScanFn =
+      std::function<std::pair<Element, Element>(const Element&, Element)>;
+  Dataset Scan(Element initial_state, ScanFn fn,
+               std::string name = "scan") const;
   // TensorFlow's algorithm: fill a buffer of `buffer_size`, then deliver
   // a uniformly chosen buffered element and put the next input in its
   // place.
@@ -317,6 +344,17 @@ class Dataset {
   // element); scalars batch dense.
   Dataset RaggedBatch(int64_t batch_size, bool drop_remainder = false) const;
   Dataset Unbatch() const;
+  // tf.data's window, each window delivered batched (as Batch stacks it:
+  // tf.data's `window(...).flat_map(lambda w: w.batch(size))`, for each
+  // component): window k holds input elements k * shift, k * shift +
+  // stride, ... up to `size` of them.  Without drop_remainder the windows
+  // that start before the end but run past it are delivered shorter, as
+  // tf.data's are (Range(7).Window(3, {.shift = 1}) ends [4 5 6], [5 6],
+  // [6]).  Elements in a window's reach are kept until it is delivered
+  // ((size - 1) * stride + 1 of them at most, in the iterator's state); an
+  // input error is thrown as it comes, and the element it used up is in no
+  // window.
+  Dataset Window(int64_t size, WindowOptions options = {}) const;
   // tf.data's bucket_by_sequence_length: each element goes to the bucket
   // its length (`element_length`, >= 0; else an Error naming it) falls in;
   // a bucket that reaches its batch size is padded and batched (as
@@ -368,7 +406,7 @@ class Dataset {
   // it (tf.data's cardinality, by its rules): a count,
   // kInfiniteCardinality or kUnknownCardinality.  Unknown: files (as
   // tf.data's TFRecordDataset; FromTFRecordsGlobalShuffle, which indexes
-  // them, is known), CSV, generators, Filter, Interleave, Unbatch,
+  // them, is known), CSV, generators, Filter, TakeWhile, Interleave, Unbatch,
   // IgnoreErrors, ChooseFromDatasets, BucketBySequenceLength and what
   // follows them; Repeat() forever is infinite unless its input is known
   // to be empty.

@@ -662,6 +662,9 @@ std::unique_ptr<IteratorBase> MakeFusedBatchParse(
 
 // transforms.cc
 DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name);
+DatasetPtr TakeWhile(DatasetPtr input, PredicateFn fn, std::string name);
+DatasetPtr Scan(DatasetPtr input, Element initial, Dataset::ScanFn fn,
+                std::string name);
 DatasetPtr Repeat(DatasetPtr input, int64_t count);
 DatasetPtr Take(DatasetPtr input, int64_t count);
 DatasetPtr Skip(DatasetPtr input, int64_t count);
@@ -683,6 +686,7 @@ DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
 DatasetPtr RaggedBatch(DatasetPtr input, int64_t batch_size,
                        bool drop_remainder);
 DatasetPtr Unbatch(DatasetPtr input);
+DatasetPtr Window(DatasetPtr input, int64_t size, WindowOptions options);
 DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
                                   BucketOptions options, std::string name);
 

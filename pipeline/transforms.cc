@@ -1,5 +1,5 @@
-// Element-wise and counting transformations: Filter, Repeat, Take, Skip,
-// Shard, IgnoreErrors.
+// Element-wise and counting transformations: Filter, TakeWhile, Scan,
+// Repeat, Take, Skip, Shard, IgnoreErrors.
 #include <fmt/format.h>
 
 #include "pipeline/stages.h"
@@ -7,16 +7,24 @@
 namespace recflow::pipeline::stages {
 namespace {
 
-class FilterDataset final : public UnaryDataset {
+// Filter (keep the elements the predicate accepts) and tf.data's
+// take_while (the elements up to the first it rejects, which ends the
+// stream: it and the rest unread).  A predicate that throws has used up
+// its element; the stream goes on after it (under IgnoreErrors).
+class PredicateDataset final : public UnaryDataset {
  public:
-  FilterDataset(DatasetPtr input, PredicateFn fn, std::string name)
+  PredicateDataset(DatasetPtr input, PredicateFn fn, std::string name,
+                   bool take_while)
       : UnaryDataset(std::move(input)),
         fn_(std::move(fn)),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        take_while_(take_while) {}
   std::string Label() const override {
-    return fmt::format("Filter({})", name_);
+    return fmt::format("{}({})", take_while_ ? "TakeWhile" : "Filter", name_);
   }
-  std::string StageName() const override { return "filter:" + name_; }
+  std::string StageName() const override {
+    return (take_while_ ? "take_while:" : "filter:") + name_;
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
@@ -25,29 +33,141 @@ class FilterDataset final : public UnaryDataset {
  private:
   class It final : public IteratorBase {
    public:
-    It(const FilterDataset* d, std::unique_ptr<IteratorBase> in)
+    It(const PredicateDataset* d, std::unique_ptr<IteratorBase> in)
         : d_(d), in_(std::move(in)) {}
     bool GetNext(Element* out) override {
+      if (d_->take_while_) {
+        if (done_ || !in_->GetNext(out)) return false;
+        if (d_->fn_(*out)) return true;
+        done_ = true;
+        return false;
+      }
       while (in_->GetNext(out)) {
         if (d_->fn_(*out)) return true;
       }
       return false;
     }
     void Save(StateWriter* w) override {
-      w->BeginStage("filter");
+      if (d_->take_while_) {
+        w->BeginStage("take_while");
+        w->Bool(done_);
+      } else {
+        w->BeginStage("filter");
+      }
       in_->Save(w);
     }
     void Restore(StateReader* r) override {
-      r->BeginStage("filter");
+      if (d_->take_while_) {
+        r->BeginStage("take_while");
+        done_ = r->Bool();
+      } else {
+        r->BeginStage("filter");
+      }
       in_->Restore(r);
     }
 
    private:
-    const FilterDataset* d_;
+    const PredicateDataset* d_;
     std::unique_ptr<IteratorBase> in_;
+    bool done_ = false;  // take_while: the predicate rejected one
   };
 
   PredicateFn fn_;
+  std::string name_;
+  bool take_while_;
+};
+
+// Throws unless `state` has the components of `initial`, in order, with
+// the same dtypes (shapes may change, as tf.data's scan allows).
+void CheckScanState(const Element& initial, const Element& state,
+                    std::string_view what) {
+  bool same = state.components.size() == initial.components.size();
+  for (size_t c = 0; same && c < state.components.size(); ++c) {
+    same = state.components[c].name == initial.components[c].name &&
+           state.components[c].tensor.dtype() ==
+               initial.components[c].tensor.dtype();
+  }
+  if (same) return;
+  auto list = [](const Element& e) {
+    std::vector<std::string> parts;
+    for (const auto& c : e.components) {
+      parts.push_back(
+          fmt::format("{}:{}", c.name, DTypeName(c.tensor.dtype())));
+    }
+    return fmt::format("{{{}}}", fmt::join(parts, " "));
+  };
+  throw Error(fmt::format(
+      "{} has components {}, the initial state {}; a scan function must "
+      "keep the state's names and dtypes",
+      what, list(state), list(initial)));
+}
+
+// tf.data's scan: a state carried from element to element.
+class ScanDataset final : public UnaryDataset {
+ public:
+  ScanDataset(DatasetPtr input, Element initial, Dataset::ScanFn fn,
+              std::string name)
+      : UnaryDataset(std::move(input)),
+        initial_(std::move(initial)),
+        fn_(std::move(fn)),
+        name_(std::move(name)) {}
+  std::string Label() const override { return fmt::format("Scan({})", name_); }
+  std::string StageName() const override { return "scan:" + name_; }
+  int64_t Cardinality() const override { return input_->Cardinality(); }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    It(const ScanDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)), state_(d->initial_) {}
+    // The state changes only when the function returns: one that throws
+    // (or returns a state of other components) uses up its element and
+    // leaves the state as it was.
+    bool GetNext(Element* out) override {
+      Element e;
+      if (!in_->GetNext(&e)) return false;
+      const int64_t i = next_++;
+      auto [state, output] = d_->fn_(state_, std::move(e));
+      CheckScanState(
+          d_->initial_, state,
+          fmt::format("{}: the state returned for element {}", d_->Label(), i));
+      state_ = std::move(state);
+      *out = std::move(output);
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("scan");
+      w->I64(next_);
+      w->WriteElement(state_);
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("scan");
+      next_ = r->I64();
+      if (next_ < 0) r->Fail(fmt::format("element {}", next_));
+      Element state = r->ReadElement();
+      try {
+        CheckScanState(d_->initial_, state, "the saved state");
+      } catch (const Error& e) {
+        r->Fail(e.what());
+      }
+      state_ = std::move(state);
+      in_->Restore(r);
+    }
+
+   private:
+    const ScanDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    Element state_;
+    int64_t next_ = 0;  // elements scanned, for errors
+  };
+
+  Element initial_;
+  Dataset::ScanFn fn_;
   std::string name_;
 };
 
@@ -271,8 +391,17 @@ class IgnoreErrorsDataset final : public UnaryDataset {
 }  // namespace
 
 DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name) {
-  return std::make_shared<FilterDataset>(std::move(input), std::move(fn),
-                                         std::move(name));
+  return std::make_shared<PredicateDataset>(std::move(input), std::move(fn),
+                                            std::move(name), false);
+}
+DatasetPtr TakeWhile(DatasetPtr input, PredicateFn fn, std::string name) {
+  return std::make_shared<PredicateDataset>(std::move(input), std::move(fn),
+                                            std::move(name), true);
+}
+DatasetPtr Scan(DatasetPtr input, Element initial, Dataset::ScanFn fn,
+                std::string name) {
+  return std::make_shared<ScanDataset>(std::move(input), std::move(initial),
+                                       std::move(fn), std::move(name));
 }
 DatasetPtr Repeat(DatasetPtr input, int64_t count) {
   return std::make_shared<RepeatDataset>(std::move(input), count);

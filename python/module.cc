@@ -130,6 +130,14 @@ pipeline::MapFn PythonMap(py::function fn, std::string name) {
       };
 }
 
+// predicate(element dict), taken as Python's bool() of what it returns.
+pipeline::PredicateFn PythonPredicate(py::function predicate) {
+  return [holder = KeepAlive(std::move(predicate))](const Element& e) {
+    PythonCall python;
+    return py::bool_(Callable(holder)(ElementToDict(e))).cast<bool>();
+  };
+}
+
 // A built-in map (recflow.maps), run without the GIL.
 struct BuiltinMap {
   pipeline::MapFn fn;
@@ -1353,14 +1361,53 @@ only on the inputs and seeds, never on the thread count.
       .def(
           "filter",
           [](const PyDataset& d, py::function predicate) {
-            auto holder = KeepAlive(std::move(predicate));
-            return Wrap(d.dataset.Filter([holder](const Element& e) {
-              PythonCall python;
-              return py::bool_(Callable(holder)(ElementToDict(e))).cast<bool>();
-            }));
+            return Wrap(
+                d.dataset.Filter(PythonPredicate(std::move(predicate))));
           },
           "predicate"_a,
           "Keeps the elements for which predicate(dict) is true.")
+      .def(
+          "take_while",
+          [](const PyDataset& d, py::function predicate) {
+            return Wrap(
+                d.dataset.TakeWhile(PythonPredicate(std::move(predicate))));
+          },
+          "predicate"_a,
+          "tf.data's take_while: the elements before the first for which "
+          "predicate(dict) is false; nothing after it is read.")
+      .def(
+          "scan",
+          [](const PyDataset& d, py::handle initial_state,
+             py::function scan_func) {
+            const std::string name =
+                py::str(py::getattr(scan_func, "__name__", py::str("scan")));
+            auto holder = KeepAlive(std::move(scan_func));
+            return Wrap(d.dataset.Scan(
+                DictToElement(initial_state, "scan's initial_state"),
+                [holder, name](const Element& state, Element e) {
+                  PythonCall python;
+                  py::object out =
+                      Callable(holder)(ElementToDict(state), ElementToDict(e));
+                  if (!py::isinstance<py::tuple>(out) || py::len(out) != 2) {
+                    throw py::type_error(
+                        name +
+                        " must return a tuple (new_state, output) of "
+                        "dicts, not " +
+                        TypeName(out));
+                  }
+                  auto t = out.cast<py::tuple>();
+                  return std::pair<Element, Element>{
+                      DictToElement(t[0], "the state " + name + " returned"),
+                      DictToElement(t[1], "the output " + name + " returned")};
+                },
+                name));
+          },
+          "initial_state"_a, "scan_func"_a,
+          "tf.data's scan: scan_func(state, element) -> (new_state, "
+          "output), dicts of arrays; output is the element delivered. The "
+          "state keeps initial_state's entries and dtypes (shapes may "
+          "change), starts afresh each epoch and is saved with the "
+          "iterator.")
       .def(
           "parse",
           [](const PyDataset& d, py::handle spec, int num_parallel_calls,
@@ -1492,6 +1539,26 @@ only on the inputs and seeds, never on the thread count.
           "must agree); scalars batch dense.")
       .def("unbatch",
            [](const PyDataset& d) { return Wrap(d.dataset.Unbatch()); })
+      .def(
+          "window",
+          [](const PyDataset& d, int64_t size, std::optional<int64_t> shift,
+             int64_t stride, bool drop_remainder) {
+            pipeline::WindowOptions o;
+            o.shift = shift.value_or(size);
+            o.stride = stride;
+            o.drop_remainder = drop_remainder;
+            if (o.shift == 0) {
+              throw py::value_error("window(): shift must be positive, not 0");
+            }
+            return Wrap(d.dataset.Window(size, o));
+          },
+          "size"_a, "shift"_a = py::none(), "stride"_a = 1,
+          "drop_remainder"_a = false,
+          "tf.data's window, each window batched (tf.data's "
+          "window(...).flat_map(lambda w: w.batch(size)) for each entry): "
+          "window k holds elements k*shift, k*shift + stride, ... (shift "
+          "None: size); without drop_remainder the windows that run past the "
+          "end come shorter.")
       .def(
           "repeat",
           [](const PyDataset& d, std::optional<int64_t> count) {

@@ -1,5 +1,6 @@
-// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength and Unbatch
-// (batch.cc) against tf.data's documented behaviour.
+// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, Window and
+// Unbatch (batch.cc) against tf.data's documented behaviour.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "pipeline/dataset.h"
@@ -542,6 +543,178 @@ TEST(BatchTest, BucketBySequenceLengthWithoutPaddingBatchesRecords) {
       EXPECT_EQ(bucket(r.bytes(k).size()), b);
     }
   }
+}
+
+// The windows of Range(0, n) as lists.
+std::vector<std::vector<int64_t>> Windows(int64_t n, int64_t size,
+                                          WindowOptions o) {
+  std::vector<std::vector<int64_t>> out;
+  for (const Element& w : Collect(Dataset::Range(0, n).Window(size, o))) {
+    EXPECT_EQ(w["value"].shape().rank(), 1);
+    const auto v = w["value"].values<int64_t>();
+    out.emplace_back(v.begin(), v.end());
+  }
+  return out;
+}
+
+using Lists = std::vector<std::vector<int64_t>>;
+
+TEST(BatchTest, WindowFollowsTensorFlowsExamples) {
+  // tf.data.Dataset.window's documented examples, on range(7).
+  EXPECT_EQ(Windows(7, 3, {}), (Lists{{0, 1, 2}, {3, 4, 5}, {6}}));
+  EXPECT_EQ(Windows(7, 3, {.shift = 1, .drop_remainder = true}),
+            (Lists{{0, 1, 2}, {1, 2, 3}, {2, 3, 4}, {3, 4, 5}, {4, 5, 6}}));
+  EXPECT_EQ(Windows(7, 3, {.shift = 1, .stride = 2, .drop_remainder = true}),
+            (Lists{{0, 2, 4}, {1, 3, 5}, {2, 4, 6}}));
+  // Without drop_remainder the windows that run past the end come short.
+  EXPECT_EQ(
+      Windows(7, 3, {.shift = 1}),
+      (Lists{
+          {0, 1, 2}, {1, 2, 3}, {2, 3, 4}, {3, 4, 5}, {4, 5, 6}, {5, 6}, {6}}));
+  EXPECT_EQ(Windows(7, 3, {.shift = 1, .stride = 2}),
+            (Lists{{0, 2, 4}, {1, 3, 5}, {2, 4, 6}, {3, 5}, {4, 6}, {5}, {6}}));
+  // A shift past the window's reach drops the elements between.
+  EXPECT_EQ(Windows(11, 2, {.shift = 4}), (Lists{{0, 1}, {4, 5}, {8, 9}}));
+  EXPECT_EQ(Windows(11, 2, {.shift = 5, .stride = 2}),
+            (Lists{{0, 2}, {5, 7}, {10}}));
+  EXPECT_TRUE(Windows(2, 3, {.drop_remainder = true}).empty());
+  EXPECT_TRUE(Windows(0, 3, {}).empty());
+}
+
+// Every window of every small case against the definition: window k holds
+// elements k * shift + j * stride below n, j < size; with drop_remainder
+// only the full ones.  The cardinality is the count.
+TEST(BatchTest, WindowMatchesItsDefinitionAndItsCardinality) {
+  for (int64_t n = 0; n <= 12; ++n) {
+    for (int64_t size = 1; size <= 4; ++size) {
+      for (int64_t shift = 1; shift <= 5; ++shift) {
+        for (int64_t stride = 1; stride <= 3; ++stride) {
+          for (bool drop : {false, true}) {
+            Lists want;
+            for (int64_t start = 0; start < n; start += shift) {
+              std::vector<int64_t> w;
+              for (int64_t j = 0; j < size && start + j * stride < n; ++j) {
+                w.push_back(start + j * stride);
+              }
+              if (drop && static_cast<int64_t>(w.size()) < size) break;
+              want.push_back(w);
+            }
+            const WindowOptions o{
+                .shift = shift, .stride = stride, .drop_remainder = drop};
+            const std::string what =
+                fmt::format("n={} size={} shift={} stride={} drop={}", n, size,
+                            shift, stride, drop);
+            EXPECT_EQ(Windows(n, size, o), want) << what;
+            EXPECT_EQ(Dataset::Range(0, n).Window(size, o).Cardinality(),
+                      static_cast<int64_t>(want.size()))
+                << what;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(Dataset::Range(0, 5).Repeat().Window(2).Cardinality(),
+            kInfiniteCardinality);
+  EXPECT_EQ(Dataset::Range(0, 5)
+                .Filter([](const Element&) { return true; })
+                .Window(2)
+                .Cardinality(),
+            kUnknownCardinality);
+}
+
+TEST(BatchTest, WindowStacksEachComponentAsBatchDoes) {
+  // Element i: {"x": [i, -i] float32, "s": bytes of i 'a's}.
+  auto ds = Dataset::Range(0, 5)
+                .Map([](Element e) {
+                  const auto i = e["value"].scalar<int64_t>();
+                  Element out;
+                  out.Set("x", Tensor::FromValues<float>(
+                                   std::vector<float>{1.0f * i, -1.0f * i},
+                                   Shape{2}));
+                  out.Set("s", Tensor::BytesScalar(
+                                   std::string(static_cast<size_t>(i), 'a')));
+                  return out;
+                })
+                .Window(3, {.shift = 2});
+  const auto windows = Collect(ds);
+  ASSERT_EQ(windows.size(), 3u);
+  EXPECT_EQ(windows[1]["x"].shape(), (Shape{3, 2}));
+  const auto x = windows[1]["x"].values<float>();
+  EXPECT_EQ(std::vector<float>(x.begin(), x.end()),
+            (std::vector<float>{2, -2, 3, -3, 4, -4}));
+  EXPECT_EQ(windows[1]["s"].shape(), (Shape{3}));
+  EXPECT_EQ(windows[1]["s"].bytes(2), "aaaa");
+  EXPECT_EQ(windows[2]["x"].shape(), (Shape{1, 2}));
+}
+
+TEST(BatchTest, WindowThrowsInputErrorsAsTheyComeAndGoesOn) {
+  const auto failing = [](int64_t bad) {
+    return Dataset::Range(0, 11).Map([bad](Element e) {
+      if (e["value"].scalar<int64_t>() == bad) throw Error("bad element");
+      return e;
+    });
+  };
+  // An error while a window fills: the element it used up is in none.
+  Iterator it = failing(4).Window(3).IgnoreErrors().MakeIterator();
+  Lists got;
+  Element w;
+  while (it.Next(&w)) {
+    const auto v = w["value"].values<int64_t>();
+    got.emplace_back(v.begin(), v.end());
+  }
+  EXPECT_EQ(got, (Lists{{0, 1, 2}, {3, 5, 6}, {7, 8, 9}, {10}}));
+  uint64_t ignored = 0;
+  for (const auto& s : it.Stats()) ignored += s.errors_ignored;
+  EXPECT_EQ(ignored, 1u);
+  // An error in an element the shift drops is thrown too, once.
+  Iterator skip = failing(3).Window(2, {.shift = 4}).MakeIterator();
+  ASSERT_TRUE(skip.Next(&w));
+  EXPECT_THROW(skip.Next(&w), Error);
+  got.clear();
+  while (skip.Next(&w)) {
+    const auto v = w["value"].values<int64_t>();
+    got.emplace_back(v.begin(), v.end());
+  }
+  EXPECT_EQ(got, (Lists{{4, 5}, {8, 9}}));
+  // A window that does not stack is an Error naming the component; the
+  // next window follows it.
+  auto shapes = Dataset::Range(0, 6).Map([](Element e) {
+    const auto i = e["value"].scalar<int64_t>();
+    Element out;
+    out.Set("v",
+            Tensor::FromValues<int64_t>(std::vector<int64_t>(i == 1 ? 2 : 1, i),
+                                        Shape{i == 1 ? 2 : 1}));
+    return out;
+  });
+  Iterator mixed = shapes.Window(2).MakeIterator();
+  try {
+    mixed.Next(&w);
+    FAIL() << "stacked [1] and [2]";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("component 'v'"), std::string::npos)
+        << e.what();
+  }
+  ASSERT_TRUE(mixed.Next(&w));
+  EXPECT_EQ(Ints({w}, "v"), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(BatchTest, WindowRefusesSizesItCannotTake) {
+  const Dataset ds = Dataset::Range(0, 5);
+  EXPECT_THROW(ds.Window(0), Error);
+  EXPECT_THROW(ds.Window(2, {.shift = -1}), Error);
+  EXPECT_THROW(ds.Window(2, {.stride = 0}), Error);
+  try {
+    ds.Window(int64_t{1} << 40, {.stride = int64_t{1} << 40});
+    FAIL() << "a reach past 2^63 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("spans more than 2^63"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(ds.Window(2, {.shift = 1, .stride = 3})
+                .Describe()
+                .find("Window(2, shift=1, stride=3, drop_remainder=false)"),
+            std::string::npos);
 }
 
 }  // namespace

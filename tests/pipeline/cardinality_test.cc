@@ -40,6 +40,14 @@ TEST(CardinalityTest, CountsWhatTheStagesGive) {
   // One element per input element.
   EXPECT_EQ(Known(ten.Map(testing::Square).Shuffle(4).Prefetch(2).Cache()), 10);
   EXPECT_EQ(Known(ten.Enumerate()), 10);
+  EXPECT_EQ(Known(ten.Scan(testing::Int(0),
+                           [](const Element& state, Element e) {
+                             return std::pair<Element, Element>{state, e};
+                           })),
+            10);
+  // Windows (every case against a run: BatchTest).
+  EXPECT_EQ(Known(ten.Window(3)), 4);
+  EXPECT_EQ(Known(ten.Window(3, {.shift = 2, .drop_remainder = true})), 4);
   // Batches, with and without the remainder.
   EXPECT_EQ(Known(ten.Batch(4)), 3);
   EXPECT_EQ(Known(ten.Batch(4, true)), 2);
@@ -94,6 +102,7 @@ TEST(CardinalityTest, UnknownWhereOnlyARunCanTell) {
   const Dataset ten = Dataset::Range(0, 10);
   const std::vector<Dataset> unknown = {
       ten.Filter([](const Element&) { return true; }),
+      ten.TakeWhile([](const Element&) { return true; }),
       ten.FlatMap([](const Element&) { return Dataset::Range(0, 2); }),
       ten.Batch(2).Unbatch(),
       ten.IgnoreErrors(),

@@ -155,6 +155,59 @@ TEST(StateTest, BucketBySequenceLengthResumes) {
                   {0, 1, 6, 7, 13});
 }
 
+TEST(StateTest, WindowTakeWhileAndScanResume) {
+  // Overlapping strided windows, saved with part of the next window's
+  // reach read, at the short windows of the end and across epochs.
+  const Dataset overlapping = Dataset::Range(0, 20)
+                                  .Shuffle(6)
+                                  .Window(4, {.shift = 3, .stride = 2})
+                                  .Repeat(2);
+  ExpectResumable(overlapping, {0, 1, 2, 5, 6, 7, 8, 13});
+  // Shifts past the reach: saved with input elements still to drop.
+  const Dataset sparse =
+      Dataset::Range(0, 30).Window(2, {.shift = 7}).Repeat(2);
+  ExpectResumable(sparse, {0, 1, 3, 4, 5, 9});
+  // Saved before and after the element that ended the stream.
+  const Dataset taking = Dataset::Range(0, 10)
+                             .Shuffle(4)
+                             .TakeWhile([](const Element& e) {
+                               return e["value"].scalar<int64_t>() != 6;
+                             })
+                             .Repeat(3);
+  ExpectResumable(taking, {0, 1, 2, 3, 4, 5, 6, 7, 8});
+  {  // saved after the end: restored, it is still at the end
+    Iterator a = Dataset::Range(0, 10)
+                     .TakeWhile([](const Element& e) {
+                       return e["value"].scalar<int64_t>() != 6;
+                     })
+                     .MakeIterator();
+    EXPECT_EQ(Keys(a).size(), 6u);
+    Iterator b = Dataset::Range(0, 10)
+                     .TakeWhile([](const Element& e) {
+                       return e["value"].scalar<int64_t>() != 6;
+                     })
+                     .MakeIterator();
+    b.Restore(a.Save());
+    EXPECT_EQ(Keys(b).size(), 0u);
+  }
+  // The scan's state travels in the iterator's: a running sum.
+  Element zero;
+  zero.Set("sum", Tensor::Scalar<int64_t>(0));
+  const Dataset sums =
+      Dataset::Range(0, 12)
+          .Shuffle(5)
+          .Scan(zero,
+                [](const Element& state, Element e) {
+                  Element next;
+                  next.Set("sum", Tensor::Scalar<int64_t>(
+                                      state["sum"].scalar<int64_t>() +
+                                      e["value"].scalar<int64_t>()));
+                  return std::pair<Element, Element>{next, next};
+                })
+          .Repeat(2);
+  ExpectResumable(sums, {0, 1, 5, 11, 12, 13, 20});
+}
+
 TEST(StateTest, RangeMapBatchRepeat) {
   auto ds =
       Dataset::Range(0, 23).Map([](Element e) { return e; }).Batch(5).Repeat(3);
@@ -502,6 +555,44 @@ TEST(StateTest, PositionsOutsideAStagesRangeAreRefused) {
   const std::string batch = StateString("batch") + U64s({0, 0});
   ExpectRefused(ds, Forged(state, batch, StateString("batch") + U64s({0, 4})),
                 "4 pending elements for batches of 4");
+}
+
+TEST(StateTest, WindowAndScanStatesTheyCouldNotHaveSavedAreRefused) {
+  const Dataset ds = Dataset::Range(0, 30).Window(3, {.shift = 5});
+  Iterator a = ds.MakeIterator();
+  Element e;
+  ASSERT_TRUE(a.Next(&e));
+  const std::string state = a.Save();
+  // Not ended, 2 elements to drop before the next window, none kept.
+  const std::string fields = StateString("window") + U64s({0, 2, 0});
+  {
+    Iterator b = ds.MakeIterator();
+    b.Restore(Forged(state, fields, fields));
+    ASSERT_TRUE(b.Next(&e));
+    EXPECT_EQ(testing::Ints({e}), (std::vector<int64_t>{5, 6, 7}));
+  }
+  ExpectRefused(ds,
+                Forged(state, fields, StateString("window") + U64s({0, 5, 0})),
+                "5 elements to skip between windows 5 apart");
+  ExpectRefused(ds,
+                Forged(state, fields, StateString("window") + U64s({0, 0, 3})),
+                "3 elements kept for windows that reach 3");
+  // A state saved by a scan whose state is another dtype (the same
+  // pipeline's description) is refused by the dtype.
+  const auto scan = [](Element initial) {
+    return Dataset::Range(0, 5).Scan(
+        std::move(initial), [](const Element& s, Element x) {
+          return std::pair<Element, Element>{s, std::move(x)};
+        });
+  };
+  Element as_int, as_float;
+  as_int.Set("s", Tensor::Scalar<int64_t>(1));
+  as_float.Set("s", Tensor::Scalar<float>(1));
+  Iterator c = scan(as_int).MakeIterator();
+  ASSERT_TRUE(c.Next(&e));
+  ExpectRefused(scan(as_float), c.Save(),
+                "the saved state has components {s:int64}, the initial "
+                "state {s:float32}");
 }
 
 TEST(StateTest, RestoreOnlyBeforeTheFirstNext) {

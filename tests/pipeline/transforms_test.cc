@@ -1,4 +1,5 @@
-// Repeat, Take, Skip, Shard, Filter and IgnoreErrors (transforms.cc) against
+// Repeat, Take, Skip, Shard, Filter, TakeWhile, Scan and IgnoreErrors
+// (transforms.cc) against
 // tf.data's documented behaviour.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -158,6 +159,130 @@ TEST(TransformsTest, IgnoreErrorsSkipsAndCountsFailedElements) {
   uint64_t ignored = 0;
   for (const auto& s : it.Stats()) ignored += s.errors_ignored;
   EXPECT_EQ(ignored, 4u);
+}
+
+TEST(TransformsTest, TakeWhileEndsAtTheFirstRejectedElement) {
+  const auto below = [](int64_t limit) {
+    return [limit](const Element& e) {
+      return e["value"].scalar<int64_t>() < limit;
+    };
+  };
+  // tf.data's example: range(10).take_while(lambda x: x < 5).
+  EXPECT_EQ(Ints(Collect(Dataset::Range(0, 10).TakeWhile(below(5)))),
+            Iota(0, 5));
+  // Unlike Filter, nothing after the first rejected element comes through.
+  const auto dip = Dataset::Range(0, 10).Map([](Element e) {
+    const int64_t v = e["value"].scalar<int64_t>();
+    return testing::Int(v == 3 ? 100 : v);
+  });
+  EXPECT_EQ(Ints(Collect(dip.TakeWhile(below(5)))),
+            (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(Ints(Collect(Dataset::Range(0, 3).TakeWhile(below(50)))),
+            Iota(0, 3));
+  // The element that ends it is the last one read.
+  int64_t read = 0;
+  const auto counted = Dataset::Range(0, 100).Map([&read](Element e) {
+    ++read;
+    return e;
+  });
+  EXPECT_EQ(Collect(counted.TakeWhile(below(7))).size(), 7u);
+  EXPECT_EQ(read, 8);
+  // Each epoch takes afresh.
+  EXPECT_EQ(Ints(Collect(Dataset::Range(0, 10).TakeWhile(below(2)).Repeat(2))),
+            (std::vector<int64_t>{0, 1, 0, 1}));
+  // A predicate that throws uses up its element only.
+  auto throwing = Dataset::Range(0, 10)
+                      .TakeWhile([](const Element& e) {
+                        const int64_t v = e["value"].scalar<int64_t>();
+                        if (v == 2) throw Error("cannot judge 2");
+                        return v < 5;
+                      })
+                      .IgnoreErrors();
+  EXPECT_EQ(Ints(Collect(throwing)), (std::vector<int64_t>{0, 1, 3, 4}));
+  EXPECT_NE(Dataset::Range(0, 3)
+                .TakeWhile(below(1), "small")
+                .Describe()
+                .find("TakeWhile(small)"),
+            std::string::npos);
+}
+
+// {"sum": state + value}, and the state advanced by it: a running sum.
+std::pair<Element, Element> RunningSum(const Element& state, Element e) {
+  const int64_t sum =
+      state["sum"].scalar<int64_t>() + e["value"].scalar<int64_t>();
+  Element next;
+  next.Set("sum", Tensor::Scalar<int64_t>(sum));
+  return {next, testing::Int(sum)};
+}
+
+Element SumState(int64_t v) {
+  Element s;
+  s.Set("sum", Tensor::Scalar<int64_t>(v));
+  return s;
+}
+
+TEST(TransformsTest, ScanCarriesItsStateFromElementToElement) {
+  // tf.data's example: range(10).scan(0, lambda s, i: (s + i, s + i)).
+  EXPECT_EQ(Ints(Collect(Dataset::Range(0, 10).Scan(SumState(0), RunningSum))),
+            (std::vector<int64_t>{0, 1, 3, 6, 10, 15, 21, 28, 36, 45}));
+  // Each epoch starts from the initial state.
+  EXPECT_EQ(Ints(Collect(
+                Dataset::Range(1, 4).Scan(SumState(10), RunningSum).Repeat(2))),
+            (std::vector<int64_t>{11, 13, 16, 11, 13, 16}));
+  EXPECT_EQ(Dataset::Range(0, 7).Scan(SumState(0), RunningSum).Cardinality(),
+            7);
+  // The state's shape may change: a growing history of the elements.
+  Element empty;
+  empty.Set("seen",
+            Tensor::FromValues<int64_t>(std::vector<int64_t>{}, Shape{0}));
+  auto history =
+      Dataset::Range(5, 8).Scan(empty, [](const Element& state, Element e) {
+        const auto seen = state["seen"].values<int64_t>();
+        std::vector<int64_t> v(seen.begin(), seen.end());
+        v.push_back(e["value"].scalar<int64_t>());
+        Element next;
+        next.Set("seen", Tensor::FromValues<int64_t>(
+                             v, Shape{static_cast<int64_t>(v.size())}));
+        return std::pair<Element, Element>{next, next};
+      });
+  const auto out = Collect(history);
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(Ints({out[2]}, "seen"), (std::vector<int64_t>{5, 6, 7}));
+}
+
+TEST(TransformsTest, ScanRefusesAStateOfOtherComponentsAndKeepsItsOwn) {
+  // Element 2's call returns a float state, element 4's throws: each uses
+  // up its element and the sum goes on from the state before it.
+  auto ds = Dataset::Range(0, 6)
+                .Scan(SumState(0),
+                      [](const Element& state, Element e) {
+                        const int64_t v = e["value"].scalar<int64_t>();
+                        if (v == 4) throw Error("no 4");
+                        auto [next, out] = RunningSum(state, std::move(e));
+                        if (v == 2) next.Set("sum", Tensor::Scalar<float>(1));
+                        return std::pair<Element, Element>{next, out};
+                      })
+                .IgnoreErrors();
+  EXPECT_EQ(Ints(Collect(ds)), (std::vector<int64_t>{0, 1, 4, 9}));
+  Iterator it = Dataset::Range(0, 6)
+                    .Scan(SumState(0),
+                          [](const Element&, Element e) {
+                            Element bad;
+                            bad.Set("total", e["value"]);
+                            return std::pair<Element, Element>{bad, e};
+                          })
+                    .MakeIterator();
+  Element e;
+  try {
+    it.Next(&e);
+    FAIL() << "a state renamed accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what())
+                  .find("the state returned for element 0 has components "
+                        "{total:int64}, the initial state {sum:int64}"),
+              std::string::npos)
+        << err.what();
+  }
 }
 
 }  // namespace

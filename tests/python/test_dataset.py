@@ -720,6 +720,39 @@ def test_ragged_batch_as_tf_data():
             (2, int(e["value"])))}).ragged_batch(3))
 
 
+def test_window_take_while_and_scan_as_tf_data():
+    D = recflow.Dataset
+    # tf.data's documented windows of range(7), each batched.
+    assert [w["value"].tolist() for w in D.range(7).window(3)] == [
+        [0, 1, 2], [3, 4, 5], [6]]
+    assert [w["value"].tolist() for w in D.range(7).window(
+        3, shift=1, stride=2, drop_remainder=True)] == [
+        [0, 2, 4], [1, 3, 5], [2, 4, 6]]
+    assert len(D.range(7).window(3, shift=1)) == 7
+    with pytest.raises(ValueError, match="shift must be positive"):
+        D.range(7).window(3, shift=0)
+    # take_while ends at the first element the predicate rejects.
+    dip = D.from_tensor_slices({"v": np.array([1, 2, 9, 3, 4], np.int64)})
+    assert [int(e["v"]) for e in dip.take_while(lambda e: e["v"] < 5)] == [
+        1, 2]
+    assert dip.take_while(lambda e: True).cardinality() == (
+        recflow.UNKNOWN_CARDINALITY)
+    # tf.data's running sum, resumed in the middle.
+    sums = D.range(10).scan({"sum": np.int64(0)}, lambda s, e: (
+        {"sum": s["sum"] + e["value"]}, {"sum": s["sum"] + e["value"]}))
+    want = [0, 1, 3, 6, 10, 15, 21, 28, 36, 45]
+    assert [int(e["sum"]) for e in sums] == want
+    it = sums.iterator()
+    for _ in range(4):
+        next(it)
+    assert [int(e["sum"]) for e in sums.restore(it.save())] == want[4:]
+    with pytest.raises(TypeError, match="must return a tuple"):
+        list(D.range(3).scan({"s": 0}, lambda s, e: s))
+    with pytest.raises(ValueError, match="keep the state's names and dtypes"):
+        list(D.range(3).scan({"s": np.int64(0)}, lambda s, e: (
+            {"s": np.float32(1)}, e)))
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
