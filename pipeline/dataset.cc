@@ -270,6 +270,9 @@ Dataset Dataset::FromTFRecordsGlobalShuffle(std::vector<std::string> paths,
 Dataset Dataset::FromTensorSlices(Element arrays) {
   return Dataset(stages::TensorSlices(std::move(arrays)));
 }
+Dataset Dataset::FromTensors(Element arrays) {
+  return Dataset(stages::Tensors(std::move(arrays)));
+}
 Dataset Dataset::Range(int64_t start, int64_t stop, int64_t step) {
   if (step == 0) throw Error("Range: step must not be 0");
   return Dataset(stages::Range(start, stop, step));
@@ -368,6 +371,7 @@ Dataset Dataset::TakeWhile(PredicateFn predicate, std::string name) const {
   return Dataset(
       stages::TakeWhile(base_, std::move(predicate), std::move(name)));
 }
+Dataset Dataset::Unique() const { return Dataset(stages::Unique(base_)); }
 Dataset Dataset::Scan(Element initial_state, ScanFn fn,
                       std::string name) const {
   if (!fn) throw Error("Scan: no function given");

@@ -257,6 +257,8 @@ class Dataset {
   // `arrays` (never copied); all components must have the same first
   // dimension.
   static Dataset FromTensorSlices(Element arrays);
+  // tf.data's from_tensors: `arrays` as one element (never copied).
+  static Dataset FromTensors(Element arrays);
   // {"value": int64 scalar} for start, start + step, ... before stop.
   static Dataset Range(int64_t start, int64_t stop, int64_t step = 1);
   static Dataset FromGenerator(GeneratorFn generator,
@@ -329,6 +331,13 @@ class Dataset {
       std::function<std::pair<Element, Element>(const Element&, Element)>;
   Dataset Scan(Element initial_state, ScanFn fn,
                std::string name = "scan") const;
+  // tf.data's unique: each distinct element once, where it first comes
+  // (equal: the same component names, dtypes, shapes and values).  Its
+  // components must be integers or bytes (a float component is an Error,
+  // as in tf.data).  Every distinct element seen is kept, for the
+  // iteration (each epoch under Repeat starts afresh), and is in the
+  // iterator's state.
+  Dataset Unique() const;
   // TensorFlow's algorithm: fill a buffer of `buffer_size`, then deliver
   // a uniformly chosen buffered element and put the next input in its
   // place.
@@ -406,10 +415,10 @@ class Dataset {
   // it (tf.data's cardinality, by its rules): a count,
   // kInfiniteCardinality or kUnknownCardinality.  Unknown: files (as
   // tf.data's TFRecordDataset; FromTFRecordsGlobalShuffle, which indexes
-  // them, is known), CSV, generators, Filter, TakeWhile, Interleave, Unbatch,
-  // IgnoreErrors, ChooseFromDatasets, BucketBySequenceLength and what
-  // follows them; Repeat() forever is infinite unless its input is known
-  // to be empty.
+  // them, is known), CSV, generators, Filter, TakeWhile, Unique,
+  // Interleave, Unbatch, IgnoreErrors, ChooseFromDatasets,
+  // BucketBySequenceLength and what follows them; Repeat() forever is
+  // infinite unless its input is known to be empty.
   int64_t Cardinality() const { return base_->Cardinality(); }
   std::string Describe() const { return base_->Describe(); }
   const DatasetPtr& base() const { return base_; }

@@ -1,5 +1,5 @@
-// In-memory sources: tensor slices, ranges and generators.  (TFRecord files:
-// tfrecord_dataset.cc; CSV: csv_dataset.cc.)
+// In-memory sources: tensors, tensor slices, ranges and generators.  (TFRecord
+// files: tfrecord_dataset.cc; CSV: csv_dataset.cc.)
 #include <fmt/format.h>
 
 #include "pipeline/stages.h"
@@ -7,11 +7,19 @@
 namespace recflow::pipeline::stages {
 namespace {
 
+// FromTensorSlices (the rows of arrays) and FromTensors (the arrays as
+// one element, whole = true).
 class TensorSlicesDataset final : public DatasetBase {
  public:
-  explicit TensorSlicesDataset(Element arrays) : arrays_(std::move(arrays)) {
+  TensorSlicesDataset(Element arrays, bool whole)
+      : arrays_(std::move(arrays)), whole_(whole) {
+    const char* what = whole_ ? "FromTensors" : "FromTensorSlices";
     if (arrays_.components.empty()) {
-      throw Error("FromTensorSlices: no arrays given");
+      throw Error(fmt::format("{}: no arrays given", what));
+    }
+    if (whole_) {
+      rows_ = 1;
+      return;
     }
     rows_ = -1;
     for (const auto& c : arrays_.components) {
@@ -43,9 +51,12 @@ class TensorSlicesDataset final : public DatasetBase {
                                   DTypeName(c.tensor.dtype()),
                                   c.tensor.shape().ToString()));
     }
-    return fmt::format("TensorSlices({})", fmt::join(parts, ", "));
+    return fmt::format("{}({})", whole_ ? "Tensors" : "TensorSlices",
+                       fmt::join(parts, ", "));
   }
-  std::string StageName() const override { return "tensor_slices"; }
+  std::string StageName() const override {
+    return whole_ ? "tensors" : "tensor_slices";
+  }
   int64_t Cardinality() const override { return rows_; }
 
  private:
@@ -58,17 +69,18 @@ class TensorSlicesDataset final : public DatasetBase {
       out->batch_origins.reset();
       out->origin = {};
       for (const auto& c : d_->arrays_.components) {
-        out->components.push_back({c.name, c.tensor.Slice(next_)});
+        out->components.push_back(
+            {c.name, d_->whole_ ? c.tensor : c.tensor.Slice(next_)});
       }
       ++next_;
       return true;
     }
     void Save(StateWriter* w) override {
-      w->BeginStage("tensor_slices");
+      w->BeginStage(d_->StageName());
       w->I64(next_);
     }
     void Restore(StateReader* r) override {
-      r->BeginStage("tensor_slices");
+      r->BeginStage(d_->StageName());
       next_ = r->I64();
       if (next_ < 0 || next_ > d_->rows_) {
         r->Fail(fmt::format("row {} of {}", next_, d_->rows_));
@@ -81,6 +93,7 @@ class TensorSlicesDataset final : public DatasetBase {
   };
 
   Element arrays_;
+  bool whole_;
   int64_t rows_ = 0;
 };
 
@@ -214,7 +227,10 @@ class GeneratorDataset final : public DatasetBase {
 }  // namespace
 
 DatasetPtr TensorSlices(Element arrays) {
-  return std::make_shared<TensorSlicesDataset>(std::move(arrays));
+  return std::make_shared<TensorSlicesDataset>(std::move(arrays), false);
+}
+DatasetPtr Tensors(Element arrays) {
+  return std::make_shared<TensorSlicesDataset>(std::move(arrays), true);
 }
 DatasetPtr Range(int64_t start, int64_t stop, int64_t step) {
   return std::make_shared<RangeDataset>(start, stop, step);

@@ -492,6 +492,7 @@ class ShuffledFileRecords final : public FileRecords {
 
 // sources.cc
 DatasetPtr TensorSlices(Element arrays);
+DatasetPtr Tensors(Element arrays);
 DatasetPtr Range(int64_t start, int64_t stop, int64_t step);
 DatasetPtr Generator(GeneratorFn fn, std::string name);
 DatasetPtr Csv(std::vector<std::string> files, CsvOptions options);
@@ -665,6 +666,7 @@ DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name);
 DatasetPtr TakeWhile(DatasetPtr input, PredicateFn fn, std::string name);
 DatasetPtr Scan(DatasetPtr input, Element initial, Dataset::ScanFn fn,
                 std::string name);
+DatasetPtr Unique(DatasetPtr input);
 DatasetPtr Repeat(DatasetPtr input, int64_t count);
 DatasetPtr Take(DatasetPtr input, int64_t count);
 DatasetPtr Skip(DatasetPtr input, int64_t count);

@@ -1,6 +1,9 @@
 // Element-wise and counting transformations: Filter, TakeWhile, Scan,
-// Repeat, Take, Skip, Shard, IgnoreErrors.
+// Unique, Repeat, Take, Skip, Shard, IgnoreErrors.
 #include <fmt/format.h>
+
+#include <algorithm>
+#include <unordered_set>
 
 #include "pipeline/stages.h"
 
@@ -169,6 +172,98 @@ class ScanDataset final : public UnaryDataset {
   Element initial_;
   Dataset::ScanFn fn_;
   std::string name_;
+};
+
+// A byte string that two elements share exactly when they have the same
+// component names, dtypes, shapes (row lengths, ragged) and values; for
+// Unique, which takes integers and bytes only (a float's equality is not
+// its bytes': NaN, -0).
+void AppendKey(const Tensor& t, const std::string& name, std::string* key) {
+  if (t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64) {
+    throw Error(fmt::format(
+        "Unique: component '{}' is {}; as tf.data's unique, it compares "
+        "integers and bytes only",
+        name, DTypeName(t.dtype())));
+  }
+  t.CheckHost("Unique");
+  auto u64 = [key](uint64_t v) {
+    key->append(reinterpret_cast<const char*>(&v), sizeof v);
+  };
+  u64(static_cast<uint64_t>(t.dtype()));
+  u64(static_cast<uint64_t>(t.shape().rank()));
+  for (int64_t d : t.shape().dims()) u64(static_cast<uint64_t>(d));
+  if (t.ragged()) {
+    u64(1);
+    AppendKey(t.row_lengths(), name, key);
+    AppendKey(t.FlatValues(), name, key);
+    return;
+  }
+  u64(0);
+  if (t.dtype() == DType::kBytes) {
+    for (int64_t k = 0; k < t.num_elements(); ++k) {
+      const std::string_view v = t.bytes(k);
+      u64(v.size());
+      key->append(v);
+    }
+    return;
+  }
+  key->append(t.raw_data(), t.byte_size());
+}
+
+// tf.data's unique: each distinct element once, where it first comes.
+class UniqueDataset final : public UnaryDataset {
+ public:
+  explicit UniqueDataset(DatasetPtr input) : UnaryDataset(std::move(input)) {}
+  std::string Label() const override { return "Unique()"; }
+  std::string StageName() const override { return "unique"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    explicit It(std::unique_ptr<IteratorBase> in) : in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      while (in_->GetNext(out)) {
+        std::string key;
+        for (const auto& c : out->components) {
+          key.append(c.name);
+          key.push_back('\0');
+          AppendKey(c.tensor, c.name, &key);
+        }
+        if (seen_.insert(std::move(key)).second) return true;
+      }
+      return false;
+    }
+    // The keys seen, sorted: the same position saves the same bytes.
+    void Save(StateWriter* w) override {
+      w->BeginStage("unique");
+      std::vector<const std::string*> keys;
+      keys.reserve(seen_.size());
+      for (const auto& k : seen_) keys.push_back(&k);
+      std::sort(
+          keys.begin(), keys.end(),
+          [](const std::string* a, const std::string* b) { return *a < *b; });
+      w->U64(keys.size());
+      for (const std::string* k : keys) w->String(*k);
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("unique");
+      const uint64_t n = r->U64();
+      seen_.clear();
+      // Each key is at least its length's 8 bytes: a count past the
+      // blob's end fails on the first missing key, not in a reserve.
+      for (uint64_t i = 0; i < n; ++i) seen_.insert(r->String());
+      in_->Restore(r);
+    }
+
+   private:
+    std::unique_ptr<IteratorBase> in_;
+    std::unordered_set<std::string> seen_;
+  };
 };
 
 class RepeatDataset final : public UnaryDataset {
@@ -402,6 +497,9 @@ DatasetPtr Scan(DatasetPtr input, Element initial, Dataset::ScanFn fn,
                 std::string name) {
   return std::make_shared<ScanDataset>(std::move(input), std::move(initial),
                                        std::move(fn), std::move(name));
+}
+DatasetPtr Unique(DatasetPtr input) {
+  return std::make_shared<UniqueDataset>(std::move(input));
 }
 DatasetPtr Repeat(DatasetPtr input, int64_t count) {
   return std::make_shared<RepeatDataset>(std::move(input), count);

@@ -1204,6 +1204,16 @@ only on the inputs and seeds, never on the thread count.
           "Rows of in-memory arrays (a dict), viewed without a copy: do not "
           "change the arrays while the dataset is used.")
       .def_static(
+          "from_tensors",
+          [](py::dict arrays) {
+            return Wrap(
+                Dataset::FromTensors(DictToElement(arrays, "from_tensors")));
+          },
+          "arrays"_a,
+          "tf.data's from_tensors: the arrays (a dict) as one element, "
+          "viewed without a copy: do not change them while the dataset is "
+          "used.")
+      .def_static(
           "range",
           [](int64_t start, std::optional<int64_t> stop, int64_t step) {
             if (!stop) return Wrap(Dataset::Range(0, start, step));
@@ -1375,6 +1385,12 @@ only on the inputs and seeds, never on the thread count.
           "predicate"_a,
           "tf.data's take_while: the elements before the first for which "
           "predicate(dict) is false; nothing after it is read.")
+      .def(
+          "unique", [](const PyDataset& d) { return Wrap(d.dataset.Unique()); },
+          "tf.data's unique: each distinct element once, where it first "
+          "comes; entries of integers or bytes (a float entry is an error). "
+          "Every distinct element seen is kept, and saved with the "
+          "iterator.")
       .def(
           "scan",
           [](const PyDataset& d, py::handle initial_state,

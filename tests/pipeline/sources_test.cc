@@ -1,4 +1,5 @@
-// Range and TensorSlices (sources.cc) against tf.data's documented behaviour.
+// Range, Tensors and TensorSlices (sources.cc) against tf.data's documented
+// behaviour.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -69,6 +70,33 @@ TEST(SourcesTest, TensorSlicesNeedArraysOfOneFirstDimension) {
   Iterator restored = ds.MakeIterator();
   restored.Restore(it.Save());
   EXPECT_EQ(Rest(restored).size(), 2u);
+}
+
+TEST(SourcesTest, TensorsAreOneElementViewingTheArrays) {
+  std::vector<float> data(6, 1.5f);
+  Element arrays;
+  arrays.Set("x",
+             Tensor::View(DType::kFloat32, Shape{2, 3}, data.data(), nullptr));
+  arrays.Set("s", Tensor::Scalar<int64_t>(7));  // scalars are whole too
+  const Dataset ds = Dataset::FromTensors(arrays);
+  EXPECT_EQ(ds.Describe(), "Tensors(x:float32[2, 3], s:int64[])");
+  EXPECT_EQ(ds.Cardinality(), 1);
+  auto out = Collect(ds.Repeat(3));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[2]["x"].shape(), (Shape{2, 3}));
+  EXPECT_EQ(out[2]["x"].data<float>(), data.data());  // no copy
+  EXPECT_EQ(out[2]["s"].scalar<int64_t>(), 7);
+  Iterator it = ds.MakeIterator();
+  ASSERT_TRUE(it.Next());
+  Iterator restored = ds.MakeIterator();
+  restored.Restore(it.Save());
+  EXPECT_TRUE(Rest(restored).empty());
+  try {
+    Dataset::FromTensors({});
+    FAIL() << "no arrays accepted";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "FromTensors: no arrays given");
+  }
 }
 
 // A generator's state is how many elements it gave: a restore makes it

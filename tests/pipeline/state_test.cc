@@ -155,7 +155,7 @@ TEST(StateTest, BucketBySequenceLengthResumes) {
                   {0, 1, 6, 7, 13});
 }
 
-TEST(StateTest, WindowTakeWhileAndScanResume) {
+TEST(StateTest, WindowTakeWhileScanAndUniqueResume) {
   // Overlapping strided windows, saved with part of the next window's
   // reach read, at the short windows of the end and across epochs.
   const Dataset overlapping = Dataset::Range(0, 20)
@@ -206,6 +206,16 @@ TEST(StateTest, WindowTakeWhileAndScanResume) {
                 })
           .Repeat(2);
   ExpectResumable(sums, {0, 1, 5, 11, 12, 13, 20});
+  // Unique's seen elements travel in the state too.
+  const Dataset unique =
+      Dataset::Range(0, 40)
+          .Shuffle(10)
+          .Map([](Element e) {
+            return testing::Int(e["value"].scalar<int64_t>() % 13);
+          })
+          .Unique()
+          .Repeat(2);
+  ExpectResumable(unique, {0, 1, 6, 12, 13, 14, 20, 25});
 }
 
 TEST(StateTest, RangeMapBatchRepeat) {

@@ -1,4 +1,4 @@
-// Repeat, Take, Skip, Shard, Filter, TakeWhile, Scan and IgnoreErrors
+// Repeat, Take, Skip, Shard, Filter, TakeWhile, Scan, Unique and IgnoreErrors
 // (transforms.cc) against
 // tf.data's documented behaviour.
 #include <fmt/format.h>
@@ -282,6 +282,60 @@ TEST(TransformsTest, ScanRefusesAStateOfOtherComponentsAndKeepsItsOwn) {
                         "{total:int64}, the initial state {sum:int64}"),
               std::string::npos)
         << err.what();
+  }
+}
+
+TEST(TransformsTest, UniqueKeepsEachDistinctElementWhereItFirstComes) {
+  // tf.data's example: [1, 37, 2, 37, 2, 1] -> [1, 37, 2].
+  Element arrays;
+  arrays.Set("value", Tensor::FromValues<int64_t>(
+                          std::vector<int64_t>{1, 37, 2, 37, 2, 1}, Shape{6}));
+  const Dataset ints = Dataset::FromTensorSlices(arrays);
+  EXPECT_EQ(Ints(Collect(ints.Unique())), (std::vector<int64_t>{1, 37, 2}));
+  // Each epoch starts afresh.
+  EXPECT_EQ(Ints(Collect(ints.Unique().Repeat(2))),
+            (std::vector<int64_t>{1, 37, 2, 1, 37, 2}));
+  EXPECT_EQ(ints.Unique().Cardinality(), kUnknownCardinality);
+  // Bytes, and whole elements: equal only in every component, shape and
+  // value ("ab" + "c" is not "a" + "bc"; [1] is not [1, 1]).
+  const auto element = [](std::vector<std::string> words,
+                          std::vector<int64_t> ids) {
+    Element e;
+    e.Set("w", Tensor::FromStrings(words,
+                                   Shape{static_cast<int64_t>(words.size())}));
+    e.Set("id", Tensor::FromValues<int64_t>(
+                    ids, Shape{static_cast<int64_t>(ids.size())}));
+    return e;
+  };
+  const std::vector<Element> elements = {
+      element({"ab", "c"}, {1}), element({"a", "bc"}, {1}),
+      element({"ab", "c"}, {1}), element({"ab", "c"}, {1, 1}),
+      element({"ab", "c"}, {2}), element({"a", "bc"}, {1}),
+      element({"ab"}, {1}),
+  };
+  auto gen = Dataset::FromGenerator([elements] {
+    return [elements, i = size_t{0}]() mutable -> std::optional<Element> {
+      if (i == elements.size()) return std::nullopt;
+      return elements[i++];
+    };
+  });
+  const auto out = Collect(gen.Unique());
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(out[1]["w"].bytes(0), "a");
+  EXPECT_EQ(out[2]["id"].shape(), (Shape{2}));
+  EXPECT_EQ(Ints({out[3]}, "id"), (std::vector<int64_t>{2}));
+  EXPECT_EQ(out[4]["w"].shape(), (Shape{1}));
+  // Floats are refused, as tf.data refuses them, naming the component.
+  Element floats;
+  floats.Set("f", Tensor::FromValues<float>(std::vector<float>{0.5f, -0.0f},
+                                            Shape{2}));
+  try {
+    Collect(Dataset::FromTensorSlices(floats).Unique());
+    FAIL() << "floats accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("component 'f' is float32"),
+              std::string::npos)
+        << e.what();
   }
 }
 

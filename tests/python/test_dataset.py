@@ -753,6 +753,24 @@ def test_window_take_while_and_scan_as_tf_data():
             {"s": np.float32(1)}, e)))
 
 
+def test_from_tensors_and_unique_as_tf_data():
+    D = recflow.Dataset
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    one = D.from_tensors({"x": x, "label": np.int64(4)})
+    assert len(one) == 1
+    (e,) = list(one)
+    assert e["x"].tolist() == x.tolist() and int(e["label"]) == 4
+    assert len(list(one.repeat(3))) == 3
+    ids = D.from_tensor_slices({"id": np.array([1, 37, 2, 37, 2, 1])})
+    assert [int(e["id"]) for e in ids.unique()] == [1, 37, 2]
+    words = D.from_tensor_slices({"w": np.array([b"a", b"b", b"a"],
+                                                dtype=object)})
+    assert [bytes(e["w"]) for e in words.unique()] == [b"a", b"b"]
+    with pytest.raises(ValueError, match="component 'f' is float32"):
+        list(D.from_tensor_slices(
+            {"f": np.zeros(2, np.float32)}).unique())
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):

@@ -82,6 +82,11 @@ def test_writing_into_a_torch_tensor_changes_no_cache_and_no_source():
             recflow.Dataset.from_tensor_slices({"x": a})):
         e["x"].add_(100)
     assert a.tolist() == list(range(8))
+    for e in recflow.torch.IterableDataset(
+            recflow.Dataset.from_tensors({"x": a}).repeat(2)):
+        assert e["x"].tolist() == list(range(8))
+        e["x"].add_(100)
+    assert a.tolist() == list(range(8))
     # What only the element holds is still shared, not copied: a fresh
     # batch, and a view of it.
     b = next(iter(recflow.Dataset.from_tensor_slices({"x": a}).batch(4)))
