@@ -1,5 +1,5 @@
-// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, Window and
-// Unbatch.
+// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, GroupByWindow,
+// Window and Unbatch.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -450,11 +450,165 @@ class BatchDataset final : public UnaryDataset {
   bool ragged_;
 };
 
-class BucketDataset final : public UnaryDataset {
+// Elements grouped by an int64 key: a group that reaches its window size is
+// batched and delivered; when the input ends, the groups left are
+// delivered part-full in key order (tf.data's group_by_window flushes its
+// std::map's first group so), or dropped under drop_remainder.  Each group
+// is in the iterator's state.  BucketBySequenceLength is one, keyed by
+// bucket, as tf.data builds it on group_by_window.
+class GroupDataset : public UnaryDataset {
+ public:
+  // fixed_keys > 0: the keys are 0 .. fixed_keys - 1 (buckets), and the
+  // state lists every one's group; 0: any int64, the state lists the
+  // groups begun.
+  GroupDataset(DatasetPtr input, bool drop_remainder, size_t fixed_keys)
+      : UnaryDataset(std::move(input)),
+        drop_remainder_(drop_remainder),
+        fixed_keys_(fixed_keys) {}
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+ protected:
+  // The key of element `at` of the input (an Error naming it if it has
+  // none).
+  virtual int64_t KeyOf(const Element& e, int64_t at) const = 0;
+  // The batch size of group `key`, > 0 (else an Error naming the key).
+  virtual int64_t WindowSizeOf(int64_t key) const = 0;
+  // A group's elements as one batch.
+  virtual Element BatchOf(int64_t key, std::vector<Element>& group) const = 0;
+
+ private:
+  struct Group {
+    int64_t window_size = 0;
+    std::vector<Element> elements;
+  };
+
+  class It final : public IteratorBase {
+   public:
+    It(const GroupDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      while (!end_) {
+        Element e;
+        if (!in_->GetNext(&e)) {
+          end_ = true;
+          break;
+        }
+        const int64_t key = d_->KeyOf(e, read_++);
+        auto found = groups_.find(key);
+        if (found == groups_.end()) {
+          Group g;
+          g.window_size = d_->WindowSizeOf(key);
+          found = groups_.emplace(key, std::move(g)).first;
+        }
+        Group& g = found->second;
+        g.elements.push_back(std::move(e));
+        if (static_cast<int64_t>(g.elements.size()) == g.window_size) {
+          return Deliver(found, out);
+        }
+      }
+      // The input has ended: the groups left, in key order.
+      while (!groups_.empty()) {
+        if (d_->drop_remainder_) {
+          groups_.clear();
+          break;
+        }
+        return Deliver(groups_.begin(), out);
+      }
+      return false;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage(d_->StageName());
+      w->Bool(end_);
+      w->I64(read_);
+      auto write = [w](const std::vector<Element>& elements) {
+        w->U64(elements.size());
+        for (const auto& e : elements) w->WriteElement(e);
+      };
+      if (d_->fixed_keys_ > 0) {
+        for (size_t k = 0; k < d_->fixed_keys_; ++k) {
+          auto found = groups_.find(static_cast<int64_t>(k));
+          write(found == groups_.end() ? std::vector<Element>{}
+                                       : found->second.elements);
+        }
+      } else {
+        w->U64(groups_.size());
+        for (const auto& [key, g] : groups_) {
+          w->I64(key);
+          write(g.elements);
+        }
+      }
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage(d_->StageName());
+      end_ = r->Bool();
+      read_ = r->I64();
+      if (read_ < 0) r->Fail(fmt::format("{} elements read", read_));
+      groups_.clear();
+      auto read = [this, r](int64_t key) {
+        const uint64_t n = r->U64();
+        if (n == 0) return;
+        Group g;
+        g.window_size = d_->WindowSizeOf(key);
+        if (n >= static_cast<uint64_t>(g.window_size)) {
+          r->Fail(fmt::format("{} elements in {}, whose batches are {}", n,
+                              d_->GroupName(key), g.window_size));
+        }
+        for (uint64_t i = 0; i < n; ++i) {
+          g.elements.push_back(r->ReadElement());
+        }
+        groups_.emplace(key, std::move(g));
+      };
+      if (d_->fixed_keys_ > 0) {
+        for (size_t k = 0; k < d_->fixed_keys_; ++k) {
+          read(static_cast<int64_t>(k));
+        }
+      } else {
+        const uint64_t n = r->U64();
+        for (uint64_t i = 0; i < n; ++i) {
+          const int64_t key = r->I64();
+          if (!groups_.empty() && key <= groups_.rbegin()->first) {
+            r->Fail(fmt::format("group keys out of order: {} after {}", key,
+                                groups_.rbegin()->first));
+          }
+          read(key);
+        }
+      }
+      in_->Restore(r);
+    }
+
+   private:
+    bool Deliver(std::map<int64_t, Group>::iterator g, Element* out) {
+      std::vector<Element> elements = std::move(g->second.elements);
+      const int64_t key = g->first;
+      groups_.erase(g);
+      *out = d_->BatchOf(key, elements);
+      return true;
+    }
+
+    const GroupDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    std::map<int64_t, Group> groups_;
+    int64_t read_ = 0;  // elements read (for errors)
+    bool end_ = false;
+  };
+
+  // "bucket 2", "the group of key 7": for errors.
+  virtual std::string GroupName(int64_t key) const = 0;
+
+  bool drop_remainder_;
+  size_t fixed_keys_;
+};
+
+class BucketDataset final : public GroupDataset {
  public:
   BucketDataset(DatasetPtr input, Dataset::LengthFn length,
                 BucketOptions options, std::string name)
-      : UnaryDataset(std::move(input)),
+      : GroupDataset(std::move(input), options.drop_remainder,
+                     options.bucket_batch_sizes.size()),
         length_(std::move(length)),
         o_(std::move(options)),
         name_(std::move(name)) {
@@ -494,81 +648,10 @@ class BucketDataset final : public UnaryDataset {
         o_.drop_remainder);
   }
   std::string StageName() const override { return "bucket_by_sequence_length"; }
-  std::unique_ptr<IteratorBase> MakeIteratorInternal(
-      IteratorContext* ctx, uint64_t salt) const override {
-    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
-  }
 
  private:
-  class It final : public IteratorBase {
-   public:
-    It(const BucketDataset* d, std::unique_ptr<IteratorBase> in)
-        : d_(d), in_(std::move(in)), buckets_(d->padding_.size()) {}
-    bool GetNext(Element* out) override {
-      while (!end_) {
-        Element e;
-        if (!in_->GetNext(&e)) {
-          end_ = true;
-          break;
-        }
-        const size_t b = d_->BucketOf(e, read_++);
-        buckets_[b].push_back(std::move(e));
-        if (static_cast<int64_t>(buckets_[b].size()) ==
-            d_->o_.bucket_batch_sizes[b]) {
-          *out = d_->Batch(b, buckets_[b]);
-          return true;
-        }
-      }
-      // The input has ended: the buckets left, in bucket order.
-      for (size_t b = 0; b < buckets_.size(); ++b) {
-        if (buckets_[b].empty()) continue;
-        if (d_->o_.drop_remainder) {
-          buckets_[b].clear();
-          continue;
-        }
-        *out = d_->Batch(b, buckets_[b]);
-        return true;
-      }
-      return false;
-    }
-    void Save(StateWriter* w) override {
-      w->BeginStage("bucket_by_sequence_length");
-      w->Bool(end_);
-      w->I64(read_);
-      for (const auto& bucket : buckets_) {
-        w->U64(bucket.size());
-        for (const auto& e : bucket) w->WriteElement(e);
-      }
-      in_->Save(w);
-    }
-    void Restore(StateReader* r) override {
-      r->BeginStage("bucket_by_sequence_length");
-      end_ = r->Bool();
-      read_ = r->I64();
-      if (read_ < 0) r->Fail(fmt::format("{} elements read", read_));
-      for (size_t b = 0; b < buckets_.size(); ++b) {
-        const uint64_t n = r->U64();
-        if (n >= static_cast<uint64_t>(d_->o_.bucket_batch_sizes[b])) {
-          r->Fail(fmt::format("{} elements in bucket {}, whose batches are {}",
-                              n, b, d_->o_.bucket_batch_sizes[b]));
-        }
-        buckets_[b].clear();
-        for (uint64_t i = 0; i < n; ++i)
-          buckets_[b].push_back(r->ReadElement());
-      }
-      in_->Restore(r);
-    }
-
-   private:
-    const BucketDataset* d_;
-    std::unique_ptr<IteratorBase> in_;
-    std::vector<std::vector<Element>> buckets_;
-    int64_t read_ = 0;  // elements read (for errors)
-    bool end_ = false;
-  };
-
   // The bucket of element `at` of the input.
-  size_t BucketOf(const Element& e, int64_t at) const {
+  int64_t KeyOf(const Element& e, int64_t at) const override {
     const int64_t length = length_(e);
     if (length < 0) {
       throw Error(fmt::format(
@@ -577,10 +660,10 @@ class BucketDataset final : public UnaryDataset {
           at, length, name_));
     }
     const auto& bounds = o_.bucket_boundaries;
-    const auto b = static_cast<size_t>(
-        std::upper_bound(bounds.begin(), bounds.end(), length) -
-        bounds.begin());
-    if (o_.pad_to_bucket_boundary && b == bounds.size()) {
+    const auto b =
+        std::upper_bound(bounds.begin(), bounds.end(), length) - bounds.begin();
+    if (o_.pad_to_bucket_boundary &&
+        b == static_cast<ptrdiff_t>(bounds.size())) {
       throw Error(fmt::format(
           "BucketBySequenceLength: element {} has length {} ({}), not below "
           "the last boundary {}, which pad_to_bucket_boundary needs",
@@ -588,22 +671,79 @@ class BucketDataset final : public UnaryDataset {
     }
     return b;
   }
-  // Bucket b's elements as one batch; the bucket is left empty.
-  Element Batch(size_t b, std::vector<Element>& bucket) const {
-    std::vector<Element> elements;
-    elements.swap(bucket);
+  int64_t WindowSizeOf(int64_t b) const override {
+    return o_.bucket_batch_sizes[static_cast<size_t>(b)];
+  }
+  Element BatchOf(int64_t b, std::vector<Element>& elements) const override {
     try {
-      return o_.no_padding ? Stack(elements) : PadBatch(elements, padding_[b]);
+      return o_.no_padding
+                 ? Stack(elements)
+                 : PadBatch(elements, padding_[static_cast<size_t>(b)]);
     } catch (const Error& e) {
       throw Error(
           fmt::format("BucketBySequenceLength: bucket {}: {}", b, e.what()));
     }
+  }
+  std::string GroupName(int64_t b) const override {
+    return fmt::format("bucket {}", b);
   }
 
   Dataset::LengthFn length_;
   BucketOptions o_;
   std::string name_;
   std::vector<PaddedBatchOptions> padding_;
+};
+
+// tf.data's group_by_window, each window batched (see
+// Dataset::GroupByWindow).
+class GroupByWindowDataset final : public GroupDataset {
+ public:
+  // window_size > 0: every group's; 0: window_size_func's for each key.
+  GroupByWindowDataset(DatasetPtr input, Dataset::KeyFn key,
+                       int64_t window_size,
+                       Dataset::WindowSizeFn window_size_func, GroupOptions o)
+      : GroupDataset(std::move(input), o.drop_remainder, 0),
+        key_(std::move(key)),
+        window_size_(window_size),
+        window_size_func_(std::move(window_size_func)),
+        o_(std::move(o)) {}
+  std::string Label() const override {
+    return fmt::format(
+        "GroupByWindow({}, window_size={}, drop_remainder={})", o_.key_name,
+        window_size_ > 0 ? std::to_string(window_size_) : o_.window_size_name,
+        o_.drop_remainder);
+  }
+  std::string StageName() const override { return "group_by_window"; }
+
+ private:
+  int64_t KeyOf(const Element& e, int64_t) const override { return key_(e); }
+  int64_t WindowSizeOf(int64_t key) const override {
+    if (window_size_ > 0) return window_size_;
+    const int64_t n = window_size_func_(key);
+    if (n <= 0) {
+      throw Error(fmt::format(
+          "GroupByWindow: the window size of key {} ({}) is {}; it must be "
+          "positive",
+          key, o_.window_size_name, n));
+    }
+    return n;
+  }
+  Element BatchOf(int64_t key, std::vector<Element>& elements) const override {
+    try {
+      return Stack(elements);
+    } catch (const Error& e) {
+      throw Error(
+          fmt::format("GroupByWindow: {}: {}", GroupName(key), e.what()));
+    }
+  }
+  std::string GroupName(int64_t key) const override {
+    return fmt::format("the group of key {}", key);
+  }
+
+  Dataset::KeyFn key_;
+  int64_t window_size_;
+  Dataset::WindowSizeFn window_size_func_;
+  GroupOptions o_;
 };
 
 // tf.data's window (see Dataset::Window), each window stacked as Batch does.
@@ -821,6 +961,14 @@ DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
 }
 DatasetPtr Window(DatasetPtr input, int64_t size, WindowOptions options) {
   return std::make_shared<WindowDataset>(std::move(input), size, options);
+}
+DatasetPtr GroupByWindow(DatasetPtr input, Dataset::KeyFn key,
+                         int64_t window_size,
+                         Dataset::WindowSizeFn window_size_func,
+                         GroupOptions options) {
+  return std::make_shared<GroupByWindowDataset>(
+      std::move(input), std::move(key), window_size,
+      std::move(window_size_func), std::move(options));
 }
 DatasetPtr Unbatch(DatasetPtr input) {
   return std::make_shared<UnbatchDataset>(std::move(input));

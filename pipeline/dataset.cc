@@ -460,6 +460,38 @@ Dataset Dataset::BucketBySequenceLength(LengthFn element_length,
   return Dataset(stages::BucketBySequenceLength(
       base_, std::move(element_length), std::move(options), std::move(name)));
 }
+Dataset Dataset::GroupByWindow(KeyFn key_func, int64_t window_size,
+                               GroupOptions options) const {
+  if (!key_func) throw Error("GroupByWindow: no key_func given");
+  CheckPositive(window_size, "GroupByWindow: window_size");
+  return Dataset(stages::GroupByWindow(base_, std::move(key_func), window_size,
+                                       nullptr, std::move(options)));
+}
+Dataset Dataset::GroupByWindow(KeyFn key_func, WindowSizeFn window_size_func,
+                               GroupOptions options) const {
+  if (!key_func) throw Error("GroupByWindow: no key_func given");
+  if (!window_size_func) {
+    throw Error("GroupByWindow: no window_size_func given");
+  }
+  return Dataset(stages::GroupByWindow(base_, std::move(key_func), 0,
+                                       std::move(window_size_func),
+                                       std::move(options)));
+}
+Dataset::KeyFn Dataset::ComponentKey(std::string component) {
+  return [component = std::move(component)](const Element& e) -> int64_t {
+    const Tensor& t = e[component];
+    const DType d = t.dtype();
+    if (t.shape().rank() != 0 || t.ragged() ||
+        (d != DType::kInt64 && d != DType::kInt32 && d != DType::kUInt8)) {
+      throw Error(
+          fmt::format("component '{}' is {}{}; a key must be an integer scalar",
+                      component, DTypeName(d), t.shape().ToString()));
+    }
+    if (d == DType::kInt64) return t.scalar<int64_t>();
+    if (d == DType::kInt32) return t.scalar<int32_t>();
+    return t.scalar<uint8_t>();
+  };
+}
 Dataset Dataset::BucketBySequenceLength(const std::string& component,
                                         BucketOptions options) const {
   LengthFn length = [component](const Element& e) -> int64_t {

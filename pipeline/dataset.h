@@ -194,6 +194,16 @@ struct BucketOptions {
   bool drop_remainder = false;
 };
 
+// Dataset::GroupByWindow: tf.data's group_by_window.
+struct GroupOptions {
+  // Drop the groups left part-full at the end (tf.data: a reduce_func
+  // that batches with drop_remainder=True).
+  bool drop_remainder = false;
+  // What stands for the functions in the description and in errors.
+  std::string key_name = "key_func";
+  std::string window_size_name = "window_size_func";
+};
+
 // Dataset::Window: tf.data's window.
 struct WindowOptions {
   // Input elements between the starts of consecutive windows (0: the
@@ -378,6 +388,23 @@ class Dataset {
   // bytes scalar: its size in bytes; another scalar is an Error).
   Dataset BucketBySequenceLength(const std::string& component,
                                  BucketOptions options) const;
+  // tf.data's group_by_window, each window batched (as Batch stacks it:
+  // tf.data's reduce_func=lambda key, w: w.batch(window_size)): each
+  // element goes to the group of its key (key_func); a group that reaches
+  // its window size is delivered; at the end the groups left are
+  // delivered part-full in key order (tf.data's order) unless
+  // drop_remainder.  window_size_func gives each key's window size (> 0,
+  // else an Error naming the key), asked once per group begun.  The
+  // groups' elements are in the state.
+  using KeyFn = std::function<int64_t(const Element&)>;
+  using WindowSizeFn = std::function<int64_t(int64_t key)>;
+  Dataset GroupByWindow(KeyFn key_func, int64_t window_size,
+                        GroupOptions options = {}) const;
+  Dataset GroupByWindow(KeyFn key_func, WindowSizeFn window_size_func,
+                        GroupOptions options = {}) const;
+  // A key_func: the value of the integer scalar `component` (anything
+  // else is an Error naming it).
+  static KeyFn ComponentKey(std::string component);
   // count < 0: forever.
   Dataset Repeat(int64_t count = -1) const;
   Dataset Take(int64_t count) const;
@@ -417,8 +444,8 @@ class Dataset {
   // tf.data's TFRecordDataset; FromTFRecordsGlobalShuffle, which indexes
   // them, is known), CSV, generators, Filter, TakeWhile, Unique,
   // Interleave, Unbatch, IgnoreErrors, ChooseFromDatasets,
-  // BucketBySequenceLength and what follows them; Repeat() forever is
-  // infinite unless its input is known to be empty.
+  // BucketBySequenceLength, GroupByWindow and what follows them; Repeat()
+  // forever is infinite unless its input is known to be empty.
   int64_t Cardinality() const { return base_->Cardinality(); }
   std::string Describe() const { return base_->Describe(); }
   const DatasetPtr& base() const { return base_; }

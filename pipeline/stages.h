@@ -689,6 +689,10 @@ DatasetPtr RaggedBatch(DatasetPtr input, int64_t batch_size,
                        bool drop_remainder);
 DatasetPtr Unbatch(DatasetPtr input);
 DatasetPtr Window(DatasetPtr input, int64_t size, WindowOptions options);
+DatasetPtr GroupByWindow(DatasetPtr input, Dataset::KeyFn key,
+                         int64_t window_size,
+                         Dataset::WindowSizeFn window_size_func,
+                         GroupOptions options);
 DatasetPtr BucketBySequenceLength(DatasetPtr input, Dataset::LengthFn length,
                                   BucketOptions options, std::string name);
 

@@ -130,6 +130,17 @@ pipeline::MapFn PythonMap(py::function fn, std::string name) {
       };
 }
 
+// What a Python function returned, as an int64: an int (not a bool, which
+// would be a mistake taken for 0 or 1) or anything with __index__ (a numpy
+// integer); else a TypeError naming `fn`.
+int64_t IntResult(const py::object& n, const char* fn) {
+  if (PyBool_Check(n.ptr()) || !PyIndex_Check(n.ptr())) {
+    throw py::type_error(std::string(fn) + " must return an int, not " +
+                         TypeName(n));
+  }
+  return n.cast<int64_t>();
+}
+
 // predicate(element dict), taken as Python's bool() of what it returns.
 pipeline::PredicateFn PythonPredicate(py::function predicate) {
   return [holder = KeepAlive(std::move(predicate))](const Element& e) {
@@ -1522,13 +1533,8 @@ only on the inputs and seeds, never on the thread count.
             return Wrap(d.dataset.BucketBySequenceLength(
                 [holder](const Element& e) -> int64_t {
                   PythonCall python;
-                  const py::object n = Callable(holder)(ElementToDict(e));
-                  if (PyBool_Check(n.ptr()) || !PyIndex_Check(n.ptr())) {
-                    throw py::type_error(
-                        "element_length_func must return an int, not " +
-                        TypeName(n));
-                  }
-                  return n.cast<int64_t>();
+                  return IntResult(Callable(holder)(ElementToDict(e)),
+                                   "element_length_func");
                 },
                 std::move(o)));
           },
@@ -1544,6 +1550,62 @@ only on the inputs and seeds, never on the thread count.
           "dimension; a bytes value: its size). pad_to_bucket_boundary pads "
           "the dimensions padded_shapes gives as -1 to the bucket's "
           "boundary - 1.")
+      .def(
+          "group_by_window",
+          [](const PyDataset& d, const py::object& key_func,
+             std::optional<int64_t> window_size,
+             const py::object& window_size_func, bool drop_remainder) {
+            pipeline::GroupOptions o;
+            o.drop_remainder = drop_remainder;
+            Dataset::KeyFn key;
+            if (py::isinstance<py::str>(key_func)) {
+              o.key_name = key_func.cast<std::string>();
+              key = Dataset::ComponentKey(o.key_name);
+            } else if (PyCallable_Check(key_func.ptr())) {
+              o.key_name = py::str(
+                  py::getattr(key_func, "__name__", py::str("key_func")));
+              key = [holder = KeepAlive(key_func)](const Element& e) {
+                PythonCall python;
+                return IntResult(Callable(holder)(ElementToDict(e)),
+                                 "key_func");
+              };
+            } else {
+              throw py::type_error(
+                  "key_func must be a function of the element or the name of "
+                  "an integer entry, not " +
+                  TypeName(key_func));
+            }
+            if (window_size.has_value() == !window_size_func.is_none()) {
+              throw py::value_error(
+                  "group_by_window() takes one of window_size and "
+                  "window_size_func");
+            }
+            if (window_size) {
+              return Wrap(
+                  d.dataset.GroupByWindow(std::move(key), *window_size, o));
+            }
+            if (!PyCallable_Check(window_size_func.ptr())) {
+              throw py::type_error("window_size_func must be a function, not " +
+                                   TypeName(window_size_func));
+            }
+            o.window_size_name = py::str(py::getattr(
+                window_size_func, "__name__", py::str("window_size_func")));
+            return Wrap(d.dataset.GroupByWindow(
+                std::move(key),
+                [holder = KeepAlive(window_size_func)](int64_t k) {
+                  PythonCall python;
+                  return IntResult(Callable(holder)(k), "window_size_func");
+                },
+                o));
+          },
+          "key_func"_a, "window_size"_a = py::none(),
+          "window_size_func"_a = py::none(), "drop_remainder"_a = false,
+          "tf.data's group_by_window, each window batched (tf.data's "
+          "reduce_func=lambda key, w: w.batch(window_size)): elements "
+          "grouped by key_func (a function of the element returning an int, "
+          "or the name of an integer entry); a group delivered when it "
+          "holds window_size (or window_size_func(key)) elements; at the end "
+          "the groups left, part-full, in key order unless drop_remainder.")
       .def(
           "ragged_batch",
           [](const PyDataset& d, int64_t batch_size, bool drop_remainder) {

@@ -1,5 +1,5 @@
-// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, Window and
-// Unbatch (batch.cc) against tf.data's documented behaviour.
+// Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, GroupByWindow,
+// Window and Unbatch (batch.cc) against tf.data's documented behaviour.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -647,6 +647,20 @@ TEST(BatchTest, WindowStacksEachComponentAsBatchDoes) {
   EXPECT_EQ(windows[2]["x"].shape(), (Shape{1, 2}));
 }
 
+// Element i of n: {"v": [i]}, but [i, i] at `at`: a shape that does not
+// stack with the others.
+Dataset LongerAt(int64_t n, int64_t at) {
+  return Dataset::Range(0, n).Map([at](Element e) {
+    const auto i = e["value"].scalar<int64_t>();
+    const int64_t size = i == at ? 2 : 1;
+    Element out;
+    out.Set("v", Tensor::FromValues<int64_t>(
+                     std::vector<int64_t>(static_cast<size_t>(size), i),
+                     Shape{size}));
+    return out;
+  });
+}
+
 TEST(BatchTest, WindowThrowsInputErrorsAsTheyComeAndGoesOn) {
   const auto failing = [](int64_t bad) {
     return Dataset::Range(0, 11).Map([bad](Element e) {
@@ -678,15 +692,7 @@ TEST(BatchTest, WindowThrowsInputErrorsAsTheyComeAndGoesOn) {
   EXPECT_EQ(got, (Lists{{4, 5}, {8, 9}}));
   // A window that does not stack is an Error naming the component; the
   // next window follows it.
-  auto shapes = Dataset::Range(0, 6).Map([](Element e) {
-    const auto i = e["value"].scalar<int64_t>();
-    Element out;
-    out.Set("v",
-            Tensor::FromValues<int64_t>(std::vector<int64_t>(i == 1 ? 2 : 1, i),
-                                        Shape{i == 1 ? 2 : 1}));
-    return out;
-  });
-  Iterator mixed = shapes.Window(2).MakeIterator();
+  Iterator mixed = LongerAt(6, 1).Window(2).MakeIterator();
   try {
     mixed.Next(&w);
     FAIL() << "stacked [1] and [2]";
@@ -715,6 +721,94 @@ TEST(BatchTest, WindowRefusesSizesItCannotTake) {
                 .Describe()
                 .find("Window(2, shift=1, stride=3, drop_remainder=false)"),
             std::string::npos);
+}
+
+// The value lists of a dataset of batches of Range elements.
+Lists ValueLists(const Dataset& ds) {
+  Lists out;
+  for (const Element& b : Collect(ds)) {
+    const auto v = b["value"].values<int64_t>();
+    out.emplace_back(v.begin(), v.end());
+  }
+  return out;
+}
+
+Dataset::KeyFn Mod(int64_t n, int64_t sign = 1) {
+  return [n, sign](const Element& e) {
+    return sign * (e["value"].scalar<int64_t>() % n);
+  };
+}
+
+TEST(BatchTest, GroupByWindowFollowsTensorFlowsExample) {
+  // tf.data's example: range(10), key x % 2, windows of 5, each batched.
+  EXPECT_EQ(ValueLists(Dataset::Range(0, 10).GroupByWindow(Mod(2), 5)),
+            (Lists{{0, 2, 4, 6, 8}, {1, 3, 5, 7, 9}}));
+  // A group is delivered as it fills; at the end the groups left come
+  // part-full in key order (keys 0, -1, -2: -2 first), or are dropped.
+  const Dataset ten = Dataset::Range(0, 10);
+  EXPECT_EQ(ValueLists(ten.GroupByWindow(Mod(3, -1), 4)),
+            (Lists{{0, 3, 6, 9}, {2, 5, 8}, {1, 4, 7}}));
+  EXPECT_EQ(
+      ValueLists(ten.GroupByWindow(Mod(3, -1), 4, {.drop_remainder = true})),
+      (Lists{{0, 3, 6, 9}}));
+  EXPECT_EQ(ten.GroupByWindow(Mod(2), 5).Cardinality(), kUnknownCardinality);
+  // Each key's own window size, asked once per group begun.
+  int asked = 0;
+  const auto sizes = [&asked](int64_t key) {
+    ++asked;
+    return key + 2;
+  };
+  EXPECT_EQ(ValueLists(Dataset::Range(0, 12).GroupByWindow(Mod(2), sizes)),
+            (Lists{{0, 2}, {1, 3, 5}, {4, 6}, {8, 10}, {7, 9, 11}}));
+  EXPECT_EQ(asked, 5);
+  // By an integer entry's value.
+  auto labelled = ten.Map([](Element e) {
+    Element out = e;
+    out.Set("label", Tensor::Scalar<int32_t>(static_cast<int32_t>(
+                         e["value"].scalar<int64_t>() / 4)));
+    return out;
+  });
+  EXPECT_EQ(
+      ValueLists(labelled.GroupByWindow(Dataset::ComponentKey("label"), 3)),
+      (Lists{{0, 1, 2}, {4, 5, 6}, {3}, {7}, {8, 9}}));
+  EXPECT_NE(ten.GroupByWindow(Mod(2), 5, {.key_name = "parity"})
+                .Describe()
+                .find("GroupByWindow(parity, window_size=5, "
+                      "drop_remainder=false)"),
+            std::string::npos);
+}
+
+TEST(BatchTest, GroupByWindowRefusesWhatCannotGroup) {
+  const Dataset ten = Dataset::Range(0, 10);
+  const auto message = [](const Dataset& ds) {
+    try {
+      Collect(ds);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THROW(ten.GroupByWindow(Mod(2), 0), Error);
+  EXPECT_THROW(ten.GroupByWindow(Mod(2), Dataset::WindowSizeFn()), Error);
+  EXPECT_EQ(message(ten.GroupByWindow(
+                Mod(2), [](int64_t key) { return key == 1 ? 0 : 3; },
+                {.window_size_name = "sizes"})),
+            "GroupByWindow: the window size of key 1 (sizes) is 0; it must "
+            "be positive");
+  EXPECT_EQ(message(ten.Map([](Element e) {
+                         Element out;
+                         out.Set("f", Tensor::Scalar<float>(1));
+                         return out;
+                       })
+                        .GroupByWindow(Dataset::ComponentKey("f"), 2)),
+            "component 'f' is float32[]; a key must be an integer scalar");
+  // A group that does not stack names its key.
+  const std::string error = message(LongerAt(10, 3).GroupByWindow(
+      [](const Element& e) { return e["v"].values<int64_t>()[0] % 2; }, 2));
+  EXPECT_NE(error.find("GroupByWindow: the group of key 1: Cannot batch "
+                       "tensors with different shapes in component 'v'"),
+            std::string::npos)
+      << error;
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ TEST(StateTest, BucketBySequenceLengthResumes) {
                   {0, 1, 6, 7, 13});
 }
 
-TEST(StateTest, WindowTakeWhileScanAndUniqueResume) {
+TEST(StateTest, WindowTakeWhileScanUniqueAndGroupByWindowResume) {
   // Overlapping strided windows, saved with part of the next window's
   // reach read, at the short windows of the end and across epochs.
   const Dataset overlapping = Dataset::Range(0, 20)
@@ -216,6 +216,18 @@ TEST(StateTest, WindowTakeWhileScanAndUniqueResume) {
           .Unique()
           .Repeat(2);
   ExpectResumable(unique, {0, 1, 6, 12, 13, 14, 20, 25});
+  // Groups of any key, begun and waiting, and while the groups left are
+  // delivered at the end.
+  const Dataset groups =
+      Dataset::Range(0, 50)
+          .Shuffle(8)
+          .GroupByWindow(
+              [](const Element& e) {
+                return 7 - e["value"].scalar<int64_t>() % 4 * 3;
+              },
+              [](int64_t key) { return key < 0 ? 3 : 5; })
+          .Repeat(2);
+  ExpectResumable(groups, {0, 1, 4, 10, 12, 13, 14, 15, 20});
 }
 
 TEST(StateTest, RangeMapBatchRepeat) {
@@ -567,7 +579,7 @@ TEST(StateTest, PositionsOutsideAStagesRangeAreRefused) {
                 "4 pending elements for batches of 4");
 }
 
-TEST(StateTest, WindowAndScanStatesTheyCouldNotHaveSavedAreRefused) {
+TEST(StateTest, WindowGroupAndScanStatesTheyCouldNotHaveSavedAreRefused) {
   const Dataset ds = Dataset::Range(0, 30).Window(3, {.shift = 5});
   Iterator a = ds.MakeIterator();
   Element e;
@@ -587,6 +599,29 @@ TEST(StateTest, WindowAndScanStatesTheyCouldNotHaveSavedAreRefused) {
   ExpectRefused(ds,
                 Forged(state, fields, StateString("window") + U64s({0, 0, 3})),
                 "3 elements kept for windows that reach 3");
+  // Group keys are saved in order, each group short of its window.
+  const Dataset grouped = Dataset::Range(0, 30).GroupByWindow(
+      [](const Element& x) { return x["value"].scalar<int64_t>() % 3; }, 5);
+  Iterator g = grouped.MakeIterator();
+  ASSERT_TRUE(g.Next(&e));  // key 0's 0 3 6 9 12; keys 1 and 2 hold 4 each
+  const std::string saved = g.Save();
+  // Not ended, 13 read, 2 groups, the first of key 1 with 4 elements.
+  const std::string group =
+      StateString("group_by_window") + U64s({0, 13, 2, 1, 4});
+  {
+    Iterator b = grouped.MakeIterator();
+    b.Restore(Forged(saved, group, group));
+    ASSERT_TRUE(b.Next(&e));
+    EXPECT_EQ(testing::Ints({e}), (std::vector<int64_t>{1, 4, 7, 10, 13}));
+  }
+  ExpectRefused(grouped,
+                Forged(saved, group,
+                       StateString("group_by_window") + U64s({0, 13, 2, 3, 4})),
+                "group keys out of order: 2 after 3");
+  ExpectRefused(grouped,
+                Forged(saved, group,
+                       StateString("group_by_window") + U64s({0, 13, 2, 1, 5})),
+                "5 elements in the group of key 1, whose batches are 5");
   // A state saved by a scan whose state is another dtype (the same
   // pipeline's description) is refused by the dtype.
   const auto scan = [](Element initial) {

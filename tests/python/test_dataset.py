@@ -771,6 +771,35 @@ def test_from_tensors_and_unique_as_tf_data():
             {"f": np.zeros(2, np.float32)}).unique())
 
 
+def test_group_by_window_as_tf_data():
+    D = recflow.Dataset
+    # tf.data's example: range(10) by parity, windows of 5, each batched.
+    ds = D.range(10).group_by_window(lambda e: int(e["value"]) % 2, 5)
+    assert [b["value"].tolist() for b in ds] == [
+        [0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    # By an integer entry; each key its own window size; the groups left
+    # at the end in key order.
+    labelled = D.from_tensor_slices({
+        "label": np.array([2, 1, 2, 1, 1, 2, 0], np.int64),
+        "x": np.arange(7, dtype=np.float32)})
+    out = labelled.group_by_window(
+        "label", window_size_func=lambda key: key + 1)
+    assert [b["x"].tolist() for b in out] == [
+        [1.0, 3.0], [0.0, 2.0, 5.0], [6.0], [4.0]]
+    assert [b["x"].tolist() for b in labelled.group_by_window(
+        "label", 2, drop_remainder=True)] == [[0.0, 2.0], [1.0, 3.0]]
+    with pytest.raises(ValueError, match="one of window_size and"):
+        labelled.group_by_window("label")
+    with pytest.raises(TypeError, match="key_func must return an int"):
+        list(labelled.group_by_window(lambda e: "a", 2))
+    # Resumable with groups waiting.
+    ds = D.range(40).group_by_window(lambda e: int(e["value"]) % 3, 4)
+    full = [b["value"].tolist() for b in ds]
+    it = ds.iterator()
+    next(it), next(it)
+    assert [b["value"].tolist() for b in ds.restore(it.save())] == full[2:]
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
