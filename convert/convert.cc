@@ -19,6 +19,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "convert/sources.h"
 #include "records/file.h"
 #include "records/index.h"
 #include "records/tfrecord_writer.h"
@@ -87,11 +88,18 @@ class ChunkQueue {
 }  // namespace
 
 ConvertSummary Convert(const ConvertJob& job) {
+  if (const auto problem = ShardPrefixProblem(job.output, job.shards)) {
+    throw ConvertError("output " + *problem, /*row_level=*/false);
+  }
+  return ConvertSource(job, OpenSource(job.format, job.inputs));
+}
+
+ConvertSummary ConvertSource(const ConvertJob& job,
+                             std::unique_ptr<ExampleSource> source) {
   const auto start = std::chrono::steady_clock::now();
   if (const auto problem = ShardPrefixProblem(job.output, job.shards)) {
     throw ConvertError("output " + *problem, /*row_level=*/false);
   }
-  std::unique_ptr<ExampleSource> source = OpenSource(job.format, job.inputs);
 
   // Writers: all shards open at once, each finished under its temporary
   // name when its thread is done, committed together at the end.

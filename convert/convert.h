@@ -1,6 +1,7 @@
 // recflow::convert: datasets (CSV, JSON Lines, NumPy .npy/.npz, IDX,
-// image folders) into sharded TFRecord files of tf.train.Example, for any
-// C++ program, the `recflow convert` command and the Python module.
+// image folders, or any pipeline::Dataset) into sharded TFRecord files of
+// tf.train.Example, for any C++ program, the `recflow convert` command and
+// the Python module.
 //
 //   convert::ConvertJob job;
 //   job.format = "csv";
@@ -41,6 +42,10 @@
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
 #include "records/tfrecord_writer.h"
+
+namespace recflow::pipeline {
+class Dataset;
+}  // namespace recflow::pipeline
 
 namespace recflow::convert {
 
@@ -163,6 +168,30 @@ struct ConvertSummary {
 
 // Runs a whole conversion (the contract above).
 ConvertSummary Convert(const ConvertJob& job);
+
+// A pipeline's elements as records (ConvertDataset).
+struct DatasetRecords {
+  // Empty: each element becomes a tf.train.Example, a feature per
+  // component, its values flattened (a ragged component's without its row
+  // lengths): float32 -> float_list; float64 -> float_list (a value
+  // outside float32's range is a row-level error); int32, int64, uint8 ->
+  // int64_list; bytes -> bytes_list.  Batched elements make an Example
+  // per batch: Unbatch first for one per row.
+  // Not empty: the bytes scalar component of that name is the record,
+  // written as it is (tf.data.experimental.TFRecordWriter's rule; an
+  // element without one is a row-level error): "record" after
+  // FromTFRecords makes a shuffled, filtered or sampled reshard.
+  std::string record_key;
+  int threads = 0;  // the pipeline iterator's (0: every core)
+};
+
+// Runs `dataset` once and writes each element as a record into job's
+// shards, with Convert's contract (atomic shards, round-robin chunks,
+// skip_bad for row-level errors); a pipeline error (a damaged input file)
+// ends the job, writing nothing.  job.format and job.inputs are not used.
+ConvertSummary ConvertDataset(const pipeline::Dataset& dataset,
+                              const DatasetRecords& records,
+                              const ConvertJob& job);
 
 // For the images format: the class names in label order (sorted folder
 // names), written beside the shards as PREFIX-labels.txt ("0:name" lines,

@@ -20,6 +20,11 @@
 
 namespace recflow::convert {
 
+// Convert(job) once its source is open: `source`'s rows into job's shards
+// (job.format and job.inputs are read only for the images' labels file).
+ConvertSummary ConvertSource(const ConvertJob& job,
+                             std::unique_ptr<ExampleSource> source);
+
 [[noreturn]] void InputError(const std::string& what);
 [[noreturn]] void RowError(const std::string& what);
 

@@ -155,6 +155,43 @@ struct BuiltinMap {
   std::string name;
 };
 
+// --- Conversions ---------------------------------------------------------
+
+// A job's output arguments, as convert() and write_tfrecords() take them.
+convert::ConvertJob OutputJob(std::string output, uint64_t shards, bool index,
+                              const std::string& compression, int level,
+                              bool skip_bad) {
+  if (shards == 0) throw py::value_error("shards must be at least 1");
+  convert::ConvertJob job;
+  job.output = std::move(output);
+  job.shards = shards;
+  job.writer.compression = *CompressionArg(compression);
+  job.writer.level = level;
+  job.writer.build_index = index;
+  job.skip_bad = skip_bad;
+  return job;
+}
+
+// A conversion's summary as a dict; its warnings, as `recflow convert`
+// prints them, a UserWarning each (the shards are written; an error set by
+// a warnings filter raises).
+py::dict SummaryDict(const convert::ConvertSummary& s) {
+  py::list shard_list;
+  for (const auto& r : s.shards) {
+    shard_list.append(py::dict("path"_a = r.path, "records"_a = r.records,
+                               "bytes"_a = r.bytes));
+  }
+  for (const std::string& w : s.warnings) {
+    if (PyErr_WarnEx(PyExc_UserWarning, w.c_str(), 1) != 0) {
+      throw py::error_already_set();
+    }
+  }
+  return py::dict("records"_a = s.records, "skipped"_a = s.skipped,
+                  "bytes"_a = s.bytes, "seconds"_a = s.seconds,
+                  "shards"_a = shard_list, "first_skipped"_a = s.first_skipped,
+                  "labels_file"_a = s.labels_file, "warnings"_a = s.warnings);
+}
+
 // --- Datasets and iterators -------------------------------------------------
 
 struct PyDataset {
@@ -1732,6 +1769,38 @@ only on the inputs and seeds, never on the thread count.
           "state"_a, "threads"_a = 0,
           "An iterator continuing from `state` (Iterator.save()).")
       .def(
+          "write_tfrecords",
+          [](const PyDataset& d, std::string output, uint64_t shards,
+             bool index, std::string compression, int level, bool skip_bad,
+             int threads, std::optional<std::string> record_key) {
+            convert::ConvertJob job = OutputJob(
+                std::move(output), shards, index, compression, level, skip_bad);
+            convert::DatasetRecords records;
+            records.threads = ThreadsArg(threads, "write_tfrecords()");
+            records.record_key = record_key.value_or("");
+            if (record_key && record_key->empty()) {
+              throw py::value_error(
+                  "record_key must name an entry (None: write Examples)");
+            }
+            convert::ConvertSummary s;
+            {
+              py::gil_scoped_release release;
+              s = convert::ConvertDataset(d.dataset, records, job);
+            }
+            return SummaryDict(s);
+          },
+          "output"_a, "shards"_a = 1, "index"_a = false,
+          "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,
+          "threads"_a = 0, "record_key"_a = py::none(),
+          "Runs the dataset once and writes its elements as sharded "
+          "TFRecords (OUTPUT-00000-of-0000N.tfrecord, as recflow.convert): "
+          "each element a tf.train.Example of its entries (float32/float64 "
+          "-> float_list, integers -> int64_list, bytes -> bytes_list, "
+          "values flattened), or with record_key the bytes of that entry "
+          "as the record itself (from_tfrecords(...).shuffle(...) with "
+          "record_key='record' reshards). All shards appear together or "
+          "none does; returns a summary dict.")
+      .def(
           "cardinality",
           [](const PyDataset& d) { return d.dataset.Cardinality(); },
           "tf.data's cardinality: the elements one iteration gives where "
@@ -1947,7 +2016,8 @@ may be used from several threads, and by DataLoader worker processes
          bool skip_bad, int threads, std::optional<std::string> images,
          std::optional<std::string> labels, py::handle spec,
          std::string delimiter) {
-        convert::ConvertJob job;
+        convert::ConvertJob job = OutputJob(std::move(output), shards, index,
+                                            compression, level, skip_bad);
         if (delimiter.size() != 1) {
           throw py::value_error("delimiter must be one character");
         }
@@ -1964,36 +2034,13 @@ may be used from several threads, and by DataLoader worker processes
           feature_spec = SpecArg(spec);
           job.inputs.spec = &*feature_spec;
         }
-        job.output = std::move(output);
-        if (shards == 0) throw py::value_error("shards must be at least 1");
-        job.shards = shards;
-        job.writer.compression = *CompressionArg(compression);
-        job.writer.level = level;
-        job.writer.build_index = index;
         job.threads = ThreadsArg(threads, "convert");
-        job.skip_bad = skip_bad;
         convert::ConvertSummary s;
         {
           py::gil_scoped_release release;
           s = convert::Convert(job);
         }
-        py::list shard_list;
-        for (const auto& r : s.shards) {
-          shard_list.append(py::dict("path"_a = r.path, "records"_a = r.records,
-                                     "bytes"_a = r.bytes));
-        }
-        // As `recflow convert` prints them: a UserWarning each (the
-        // shards are written; an error set by a warnings filter raises).
-        for (const std::string& w : s.warnings) {
-          if (PyErr_WarnEx(PyExc_UserWarning, w.c_str(), 1) != 0) {
-            throw py::error_already_set();
-          }
-        }
-        return py::dict(
-            "records"_a = s.records, "skipped"_a = s.skipped,
-            "bytes"_a = s.bytes, "seconds"_a = s.seconds,
-            "shards"_a = shard_list, "first_skipped"_a = s.first_skipped,
-            "labels_file"_a = s.labels_file, "warnings"_a = s.warnings);
+        return SummaryDict(s);
       },
       "format"_a, "inputs"_a, "output"_a, "shards"_a = 1, "index"_a = false,
       "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,

@@ -800,6 +800,44 @@ def test_group_by_window_as_tf_data():
     assert [b["value"].tolist() for b in ds.restore(it.save())] == full[2:]
 
 
+def test_write_tfrecords_round_trips_a_pipeline(tmp_path):
+    D = recflow.Dataset
+    ds = D.range(300).map(lambda e: {
+        "x": np.full(3, int(e["value"]) / 2, np.float32),
+        "label": e["value"] % 7,
+        "name": np.array([b"n%d" % int(e["value"])], dtype=object)})
+    out = str(tmp_path / "out" / "part")
+    (tmp_path / "out").mkdir()
+    s = ds.write_tfrecords(out, shards=2, index=True, compression="zstd")
+    assert s["records"] == 300 and len(s["shards"]) == 2
+    assert s["shards"][1]["path"].endswith("part-00001-of-00002.tfrecord.zst")
+    assert all((tmp_path / "out" / (r["path"].split("/")[-1] + ".idx"))
+               .exists() for r in s["shards"])
+    spec = {"x": recflow.FixedLenFeature([3], "float32"),
+            "label": recflow.FixedLenFeature([], "int64"),
+            "name": recflow.FixedLenFeature([], "bytes")}
+    back = list(D.from_tfrecords([r["path"] for r in s["shards"]])
+                .batch(100).parse(spec))
+    labels = np.concatenate([b["label"] for b in back])
+    assert labels.tolist() == [i % 7 for i in range(300)]
+    assert back[2]["x"][-1].tolist() == [149.5] * 3
+    assert bytes(back[0]["name"][5]) == b"n5"
+    # The records themselves: a shuffled reshard of what was written.
+    paths = [r["path"] for r in s["shards"]]
+    reshard = str(tmp_path / "re")
+    r = D.from_tfrecords(paths).shuffle(50, seed=3).write_tfrecords(
+        reshard, shards=3, record_key="record")
+    assert r["records"] == 300
+    before = sorted(bytes(e["record"]) for e in D.from_tfrecords(paths))
+    after = [bytes(e["record"]) for e in D.from_tfrecords(
+        [x["path"] for x in r["shards"]])]
+    assert sorted(after) == before and after != before
+    with pytest.raises(ValueError, match="names a float32"):
+        D.range(3).map(lambda e: {"f": np.float32(1)}).write_tfrecords(
+            str(tmp_path / "bad"), record_key="f")
+    assert not list(tmp_path.glob("bad*"))
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):

@@ -1,0 +1,131 @@
+// A pipeline::Dataset as a conversion's input (ConvertDataset): each
+// element one record, an Example or the bytes of one of its components.
+#include "pipeline/dataset.h"
+
+#include <fmt/format.h>
+
+#include "convert/sources.h"
+#include "records/csv_reader.h"
+
+namespace recflow::convert {
+namespace {
+
+class DatasetSource final : public ExampleSource {
+ public:
+  DatasetSource(const pipeline::Dataset& dataset, DatasetRecords options)
+      : it_(dataset.MakeIterator({.threads = options.threads})),
+        o_(std::move(options)) {}
+
+  // Reads and encodes on the reading thread: an element's encoding is a
+  // copy of its values, cheaper than handing the element on.  A pipeline
+  // error (a damaged file) ends the job; a value an Example cannot hold
+  // is a row-level error, which skip_bad may skip.
+  bool NextRow(Row* row) override {
+    pipeline::Element e;
+    if (!it_.Next(&e)) return false;
+    row->line = next_++;
+    row->built = true;
+    try {
+      if (o_.record_key.empty()) {
+        builder_.Clear();
+        for (const auto& c : e.components) Add(c.name, c.tensor, row->line);
+        row->example.assign(builder_.Serialize());
+      } else {
+        row->example.assign(Record(e, row->line));
+      }
+    } catch (const ConvertError& err) {
+      if (!err.row_level()) throw;
+      row->error = err.what();
+    }
+    return true;
+  }
+  uint64_t bytes_read() const override { return 0; }
+  uint64_t total_bytes() const override { return 0; }
+
+ private:
+  void Add(const std::string& name, const pipeline::Tensor& tensor,
+           uint64_t element) {
+    if (!tensor.on_host()) {
+      RowError(fmt::format("element {}: component '{}' is not in host memory",
+                           element, name));
+    }
+    // A ragged component's values, one after another.
+    const pipeline::Tensor t = tensor.FlatValues();
+    using pipeline::DType;
+    switch (t.dtype()) {
+      case DType::kFloat32:
+        builder_.AddFloatList(name, t.values<float>());
+        return;
+      case DType::kFloat64: {
+        floats_.clear();
+        for (double d : t.values<double>()) {
+          // A float_list holds float32: a float64 past its range would be
+          // inf, silently.
+          if (!records::FitsFloat32(d)) {
+            RowError(fmt::format(
+                "element {}: component '{}': float64 value {} is outside "
+                "float32's range, which a float_list holds",
+                element, name, d));
+          }
+          floats_.push_back(static_cast<float>(d));
+        }
+        builder_.AddFloatList(name, floats_);
+        return;
+      }
+      case DType::kInt64:
+        builder_.AddInt64List(name, t.values<int64_t>());
+        return;
+      case DType::kInt32:
+        ints_.assign(t.values<int32_t>().begin(), t.values<int32_t>().end());
+        builder_.AddInt64List(name, ints_);
+        return;
+      case DType::kUInt8:
+        ints_.assign(t.values<uint8_t>().begin(), t.values<uint8_t>().end());
+        builder_.AddInt64List(name, ints_);
+        return;
+      case DType::kBytes:
+        bytes_.clear();
+        for (int64_t k = 0; k < t.num_elements(); ++k) {
+          bytes_.push_back(t.bytes(k));
+        }
+        builder_.AddBytesList(name, bytes_);
+        return;
+    }
+  }
+
+  std::string_view Record(const pipeline::Element& e, uint64_t element) {
+    const pipeline::Tensor* t = e.Find(o_.record_key);
+    if (t == nullptr || t->dtype() != pipeline::DType::kBytes ||
+        t->shape().rank() != 0 || t->ragged() || !t->on_host()) {
+      RowError(fmt::format(
+          "element {}: record_key '{}' names {}; the record must be a bytes "
+          "scalar in host memory",
+          element, o_.record_key,
+          t == nullptr
+              ? std::string("no component")
+              : fmt::format("a {}{} component", pipeline::DTypeName(t->dtype()),
+                            t->shape().ToString())));
+    }
+    return t->bytes(0);
+  }
+
+  pipeline::Iterator it_;
+  DatasetRecords o_;
+  uint64_t next_ = 0;
+  records::ExampleBuilder builder_;
+  std::vector<float> floats_;
+  std::vector<int64_t> ints_;
+  std::vector<std::string_view> bytes_;
+};
+
+}  // namespace
+
+ConvertSummary ConvertDataset(const pipeline::Dataset& dataset,
+                              const DatasetRecords& records,
+                              const ConvertJob& job) {
+  ConvertJob own = job;
+  own.format = "dataset";  // no labels file
+  return ConvertSource(own, std::make_unique<DatasetSource>(dataset, records));
+}
+
+}  // namespace recflow::convert
