@@ -16,10 +16,11 @@ class DatasetSource final : public ExampleSource {
       : it_(dataset.MakeIterator({.threads = options.threads})),
         o_(std::move(options)) {}
 
-  // Reads and encodes on the reading thread: an element's encoding is a
-  // copy of its values, cheaper than handing the element on.  A pipeline
-  // error (a damaged file) ends the job; a value an Example cannot hold
-  // is a row-level error, which skip_bad may skip.
+  // Encodes on the reading thread, where the element is (a Row carries
+  // its encoding, not the element, to the job's workers; the pipeline's
+  // own stages run on its threads).  A pipeline error (a damaged file)
+  // ends the job; a value an Example cannot hold is a row-level error,
+  // which skip_bad may skip.
   bool NextRow(Row* row) override {
     pipeline::Element e;
     if (!it_.Next(&e)) return false;
