@@ -92,6 +92,14 @@ std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
                                  records::WriterOptions writer_options,
                                  const records::ReaderOptions& reader_options,
                                  bool write_index);
+// The same with the records in a uniform random order of `seed` (every
+// record once; pipeline::Dataset::FromTFRecordsGlobalShuffle, which reads
+// them by index: FILE.idx, or each file indexed in memory first).
+std::vector<ShardResult> ReshardShuffled(const std::vector<std::string>& files,
+                                         const std::string& prefix,
+                                         uint64_t shards, uint64_t seed,
+                                         records::WriterOptions writer_options,
+                                         bool write_index);
 
 // "unknown KIND 'NAME'; did you mean 'X'?" with the candidate closest to
 // `name` (edit distance, with adjacent swaps; a candidate that `name`

@@ -1,12 +1,15 @@
-// recflow reshard: rewrites records, in order, into N balanced shards.
+// recflow reshard: rewrites records, in order or shuffled, into N balanced
+// shards.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "pipeline/dataset.h"
 #include "records/file_list.h"
 #include "records/index.h"
 #include "records/tfrecord_reader.h"
@@ -26,6 +29,71 @@ struct ReshardOptions {
   bool json = false;
   int level = 0;
   ReadFlags read;
+  std::optional<uint64_t> shuffle;  // the seed
+};
+
+}  // namespace
+
+namespace {
+
+// `total` records into `shards` files written one after another: shard s
+// gets records [s*total/shards, (s+1)*total/shards), so sizes differ by at
+// most one.  The shards are finished under temporary names and committed
+// together by Finish, so a failure leaves none under a final name.
+class BalancedShards {
+ public:
+  BalancedShards(const std::string& prefix, uint64_t shards, uint64_t total,
+                 records::WriterOptions options, bool write_index)
+      : prefix_(prefix),
+        shards_(shards),
+        total_(total),
+        options_(std::move(options)),
+        write_index_(write_index) {
+    options_.build_index = write_index;
+    OpenNext();
+  }
+  uint64_t written() const { return next_; }
+  // False, writing nothing, for a record past `total`.
+  bool Write(std::string_view record) {
+    while (next_ >= shard_end_ && shard_ < shards_) OpenNext();
+    if (next_ >= total_) return false;
+    writers_.back()->Write(record);
+    ++next_;
+    return true;
+  }
+  // Opens the shards left empty, commits every shard and writes the
+  // indexes.  The caller checks written() == total first.
+  std::vector<ShardResult> Finish() {
+    while (shard_ < shards_) OpenNext();
+    writers_.back()->Finish();
+    for (auto& w : writers_) w->Commit();
+    std::vector<ShardResult> results;
+    for (auto& w : writers_) {
+      if (write_index_) {
+        records::WriteIndex(records::IndexPathFor(w->path()), w->index());
+      }
+      results.push_back({w->path(), w->records_written(), w->file_bytes()});
+    }
+    return results;
+  }
+
+ private:
+  void OpenNext() {
+    if (!writers_.empty()) writers_.back()->Finish();
+    writers_.push_back(std::make_unique<records::TFRecordWriter>(
+        ShardName(prefix_, shard_, shards_,
+                  records::CompressionSuffix(options_.compression)),
+        options_));
+    shard_end_ = (shard_ + 1) * total_ / shards_;
+    ++shard_;
+  }
+
+  std::string prefix_;
+  uint64_t shards_, total_;
+  records::WriterOptions options_;
+  bool write_index_;
+  std::vector<std::unique_ptr<records::TFRecordWriter>> writers_;
+  uint64_t next_ = 0, shard_ = 0, shard_end_ = 0;
 };
 
 }  // namespace
@@ -44,56 +112,61 @@ std::vector<ShardResult> Reshard(const std::vector<std::string>& files,
     std::string_view record;
     while (reader.ReadRecord(&record)) ++total;
   }
-  // Pass 2: shard s gets records [s*total/shards, (s+1)*total/shards).  All
-  // shards are finished under temporary names and committed together at
-  // the end, so a failure leaves none of them under a final name.
-  writer_options.build_index = write_index;
-  std::vector<std::unique_ptr<records::TFRecordWriter>> writers;
-  const std::string_view suffix =
-      records::CompressionSuffix(writer_options.compression);
-  uint64_t next = 0;
-  uint64_t shard = 0;
-  uint64_t shard_end = 0;
-  auto open_next_shard = [&] {
-    if (!writers.empty()) writers.back()->Finish();
-    writers.push_back(std::make_unique<records::TFRecordWriter>(
-        ShardName(prefix, shard, shards, suffix), writer_options));
-    shard_end = (shard + 1) * total / shards;
-    ++shard;
-  };
-  open_next_shard();
+  // Pass 2: copy.
+  BalancedShards out(prefix, shards, total, std::move(writer_options),
+                     write_index);
   for (const std::string& path : files) {
     records::TFRecordReader reader(path, reader_options);
     std::string_view record;
     while (reader.ReadRecord(&record)) {
-      while (next >= shard_end && shard < shards) open_next_shard();
-      if (next >= total) {
+      if (!out.Write(record)) {
         throw records::Error(fmt::format(
             "{}: holds more records than when it was counted; was it "
             "changed during resharding?",
             path));
       }
-      writers.back()->Write(record);
-      ++next;
     }
   }
-  while (shard < shards) open_next_shard();
-  if (next != total) {
+  if (out.written() != total) {
     throw records::Error(fmt::format(
         "the inputs held {} records when counted but {} when copied; were "
         "they changed during resharding?",
-        total, next));
+        total, out.written()));
   }
-  writers.back()->Finish();
-  for (auto& w : writers) w->Commit();
-  std::vector<ShardResult> results;
-  for (auto& w : writers) {
-    if (write_index) {
-      records::WriteIndex(records::IndexPathFor(w->path()), w->index());
+  return out.Finish();
+}
+
+std::vector<ShardResult> ReshardShuffled(const std::vector<std::string>& files,
+                                         const std::string& prefix,
+                                         uint64_t shards, uint64_t seed,
+                                         records::WriterOptions writer_options,
+                                         bool write_index) {
+  // Every record once, in a uniform random order, read by index; its
+  // cardinality is the count of the indexes.
+  pipeline::GlobalShuffleOptions o;
+  o.seed = seed;
+  const pipeline::Dataset ds =
+      pipeline::Dataset::FromTFRecordsGlobalShuffle(files, o);
+  const auto total = static_cast<uint64_t>(ds.Cardinality());
+  BalancedShards out(prefix, shards, total, std::move(writer_options),
+                     write_index);
+  pipeline::Iterator it = ds.MakeIterator();
+  pipeline::Element e;
+  while (it.Next(&e)) {
+    if (!out.Write(e["record"].bytes(0))) {
+      throw records::Error(
+          fmt::format("the inputs gave more than the {} records their "
+                      "indexes hold; were they changed during resharding?",
+                      total));
     }
-    results.push_back({w->path(), w->records_written(), w->file_bytes()});
   }
-  return results;
+  if (out.written() != total) {
+    throw records::Error(fmt::format(
+        "the indexes held {} records but {} were read; were the inputs "
+        "changed during resharding?",
+        total, out.written()));
+  }
+  return out.Finish();
 }
 
 namespace {
@@ -107,8 +180,23 @@ int RunReshard(const ReshardOptions& o) {
   wo.compression_threads =
       static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<ShardResult> written =
-      Reshard(files, o.output, o.shards, wo, o.read.ToReaderOptions(), o.index);
+  std::vector<ShardResult> written;
+  if (o.shuffle) {
+    // The global shuffle detects each file's compression and reads its
+    // records by index: the reading flags do not apply.
+    if (o.read.compression != "auto" ||
+        o.read.max_record_bytes != records::kDefaultMaxRecordBytes) {
+      throw UsageError(
+          "--shuffle reads records by index (FILE.idx, or indexed in memory) "
+          "and detects each file's compression; --input-compression and "
+          "--max-record-bytes do not apply to it");
+    }
+    written =
+        ReshardShuffled(files, o.output, o.shards, *o.shuffle, wo, o.index);
+  } else {
+    written = Reshard(files, o.output, o.shards, wo, o.read.ToReaderOptions(),
+                      o.index);
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -163,12 +251,17 @@ Runner AddReshardCommand(CLI::App& app) {
   app.add_flag("--index", o->index,
                "also write PREFIX-...tfrecord.idx for every shard");
   app.add_flag("--json", o->json, "print one JSON object as the last line");
+  app.add_option("--shuffle", o->shuffle,
+                 "SEED: write the records in a uniform random order instead "
+                 "(every record once; the same seed, the same shards), read "
+                 "by index: FILE.idx, or each file indexed in memory first; "
+                 "uncompressed or ZSTD inputs");
   o->read.Register(app, "--input-compression");
   app.footer(
-      "Records keep their order: shard 0 holds the first records. Shard "
-      "sizes differ by at most one record. All shards appear together, or "
-      "none (a failure or interruption leaves no file under a shard's "
-      "name).");
+      "Records keep their order (unless --shuffle): shard 0 holds the first "
+      "records. Shard sizes differ by at most one record. All shards appear "
+      "together, or none (a failure or interruption leaves no file under a "
+      "shard's name).");
   return [o] { return RunReshard(*o); };
 }
 

@@ -571,6 +571,74 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("y-00000-of-00001.tfrecord")));
 }
 
+// --shuffle: every record once, in a seeded uniform order, balanced as
+// ever; the same seed gives the same shards.
+TEST(CliTest, ReshardShuffledWritesEveryRecordOnceInTheSeedsOrder) {
+  TempDir dir;
+  std::vector<std::string> all;
+  for (int i = 0; i < 1000; ++i) all.push_back("record-" + std::to_string(i));
+  testing::WriteRecords(
+      dir.File("a.tfrecord"),
+      std::vector<std::string>(all.begin(), all.begin() + 600));
+  testing::WriteRecords(dir.File("b.tfrecord.zst"),
+                        std::vector<std::string>(all.begin() + 600, all.end()),
+                        Compression::kZstd);
+  const auto reshard = [&](const std::string& out, const std::string& seed) {
+    std::filesystem::create_directory(dir.File(out));
+    const Result r = Recflow(
+        dir, "reshard --json --shards 3 --index --shuffle " + seed + " -o " +
+                 dir.File(out + "/p") + " " + dir.File("a.tfrecord") + " " +
+                 dir.File("b.tfrecord.zst"));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.Json()["records"], 1000);
+    std::vector<std::string> back;
+    for (int s = 0; s < 3; ++s) {
+      const std::string shard =
+          dir.File(out + "/p-0000" + std::to_string(s) + "-of-00003.tfrecord");
+      const auto records = testing::ReadRecords(shard);
+      EXPECT_EQ(records.size(), s == 0 ? 333u : s == 1 ? 333u : 334u);
+      EXPECT_EQ(records::ReadIndex(shard + ".idx").entries.size(),
+                records.size());
+      back.insert(back.end(), records.begin(), records.end());
+    }
+    return back;
+  };
+  const auto first = reshard("s1", "7");
+  EXPECT_NE(first, all);
+  EXPECT_EQ(reshard("s2", "7"), first);
+  EXPECT_NE(reshard("s3", "8"), first);
+  // Records from each file are spread over the whole output.
+  size_t from_a_in_last_third = 0;
+  for (size_t i = 667; i < first.size(); ++i) {
+    from_a_in_last_third += std::stoi(first[i].substr(7)) < 600;
+  }
+  EXPECT_GT(from_a_in_last_third, 150u);
+  auto sorted = first;
+  std::sort(sorted.begin(), sorted.end());
+  auto want = all;
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(sorted, want);
+  // Reading flags have no meaning for reads by index.
+  const Result flags = Recflow(
+      dir, "reshard --shards 2 --shuffle 1 --input-compression none -o " +
+               dir.File("z") + " " + dir.File("a.tfrecord"));
+  EXPECT_EQ(flags.code, 2);
+  EXPECT_NE(flags.err.find("--input-compression and --max-record-bytes do not "
+                           "apply to it"),
+            std::string::npos)
+      << flags.err;
+  // A gzip input cannot be read by index: refused, nothing written.
+  testing::WriteRecords(dir.File("c.tfrecord.gz"), {"x"}, Compression::kGzip);
+  std::filesystem::create_directory(dir.File("g"));
+  const Result gzip =
+      Recflow(dir, "reshard --shards 2 --shuffle 1 -o " + dir.File("g/p") +
+                       " " + dir.File("c.tfrecord.gz"));
+  EXPECT_NE(gzip.code, 0);
+  EXPECT_NE(gzip.err.find("a gzip stream cannot be indexed"), std::string::npos)
+      << gzip.err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir.File("g")));
+}
+
 // A damaged input makes reshard fail without leaving any shard behind.
 TEST(CliTest, FailedReshardLeavesNoShards) {
   TempDir dir;
@@ -580,11 +648,14 @@ TEST(CliTest, FailedReshardLeavesNoShards) {
   bytes[17 + 12] ^= 1;
   testing::WriteFileBytes(dir.File("bad.tfrecord"), bytes);
   std::filesystem::create_directory(dir.File("out"));
-  const Result r = Recflow(dir, "reshard --shards 2 -o " + dir.File("out/s") +
-                                    " " + dir.File("good.tfrecord") + " " +
-                                    dir.File("bad.tfrecord"));
-  EXPECT_EQ(r.code, 1);
-  EXPECT_TRUE(std::filesystem::is_empty(dir.File("out")));
+  for (const std::string shuffle : {"", "--shuffle 3 "}) {
+    const Result r = Recflow(
+        dir, "reshard --shards 2 " + shuffle + "-o " + dir.File("out/s") + " " +
+                 dir.File("good.tfrecord") + " " + dir.File("bad.tfrecord"));
+    EXPECT_EQ(r.code, 1) << shuffle;
+    EXPECT_NE(r.err.find("bad.tfrecord"), std::string::npos) << r.err;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.File("out"))) << shuffle;
+  }
 }
 
 TEST(CliTest, PipesAreReadWhereOneReadDoesAndRefusedElsewhere) {
