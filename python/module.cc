@@ -1769,6 +1769,51 @@ only on the inputs and seeds, never on the thread count.
           "state"_a, "threads"_a = 0,
           "An iterator continuing from `state` (Iterator.save()).")
       .def(
+          "apply",
+          [](const py::object& self, const py::function& transformation_func) {
+            return transformation_func(self);
+          },
+          "transformation_func"_a,
+          "tf.data's apply: transformation_func(self), for chaining a "
+          "function of a whole dataset.")
+      .def(
+          "reduce",
+          [](const py::object& self, py::object initial_state,
+             const py::function& reduce_func) {
+            py::object state = std::move(initial_state);
+            for (py::handle e : py::iter(self)) {
+              state = reduce_func(state, e);
+            }
+            return state;
+          },
+          "initial_state"_a, "reduce_func"_a,
+          "tf.data's reduce: reduce_func(state, element) over one iteration, "
+          "from initial_state; returns the last state.")
+      .def(
+          "as_numpy_iterator",
+          [](const py::object& self) { return py::iter(self); },
+          "tf.data's as_numpy_iterator: an iteration, its entries already "
+          "numpy arrays.")
+      .def(
+          "get_single_element",
+          [](const py::object& self) {
+            py::iterator it = py::iter(self);
+            if (it == py::iterator::sentinel()) {
+              throw py::value_error(
+                  "get_single_element(): the dataset is empty; it must have "
+                  "exactly one element");
+            }
+            py::object first = py::reinterpret_borrow<py::object>(*it);
+            if (++it != py::iterator::sentinel()) {
+              throw py::value_error(
+                  "get_single_element(): the dataset has more than one "
+                  "element; it must have exactly one");
+            }
+            return first;
+          },
+          "tf.data's get_single_element: the one element of the dataset; "
+          "ValueError when it has none or more.")
+      .def(
           "write_tfrecords",
           [](const PyDataset& d, std::string output, uint64_t shards,
              bool index, std::string compression, int level, bool skip_bad,

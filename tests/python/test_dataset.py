@@ -838,6 +838,27 @@ def test_write_tfrecords_round_trips_a_pipeline(tmp_path):
     assert not list(tmp_path.glob("bad*"))
 
 
+def test_apply_reduce_and_single_elements_as_tf_data():
+    D = recflow.Dataset
+
+    def evens(ds):
+        return ds.filter(lambda e: int(e["value"]) % 2 == 0)
+
+    assert [int(e["value"]) for e in D.range(7).apply(evens)] == [0, 2, 4, 6]
+    # tf.data's examples: a sum, and a count.
+    assert D.range(5).reduce(0, lambda s, e: s + int(e["value"])) == 10
+    assert D.range(5).reduce(np.int64(0), lambda s, _: s + 1) == 5
+    assert D.range(0).reduce("empty", lambda s, e: s) == "empty"
+    assert [e["value"].tolist() for e in D.range(2).as_numpy_iterator()] == [
+        0, 1]
+    one = D.from_tensors({"x": np.arange(3)}).get_single_element()
+    assert one["x"].tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="the dataset is empty"):
+        D.range(0).get_single_element()
+    with pytest.raises(ValueError, match="more than one element"):
+        D.range(2).get_single_element()
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
