@@ -207,7 +207,8 @@ void AppendKey(const Tensor& t, const std::string& name, std::string* key) {
     }
     return;
   }
-  key->append(t.raw_data(), t.byte_size());
+  // An empty tensor may have no storage: nothing to append.
+  if (t.byte_size() > 0) key->append(t.raw_data(), t.byte_size());
 }
 
 // tf.data's unique: each distinct element once, where it first comes.
