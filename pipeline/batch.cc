@@ -1,5 +1,5 @@
 // Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, GroupByWindow,
-// Window and Unbatch.
+// Window, Rebatch and Unbatch.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -858,6 +858,273 @@ class WindowDataset final : public UnaryDataset {
   int64_t reach_;  // input elements one window spans
 };
 
+// Rows [a, b) of tensor t (dense, rank >= 1).
+struct RowRange {
+  const Tensor* t;
+  int64_t a, b;
+};
+
+// The rows `ranges` name, one after another, in one tensor of `dtype` and
+// rows of shape `rest` (each range's tensor has them, checked by the
+// caller): numbers copied, bytes values gathered.
+Tensor ConcatRows(const std::vector<RowRange>& ranges, DType dtype,
+                  const Shape& rest) {
+  int64_t rows = 0;
+  for (const auto& r : ranges) rows += r.b - r.a;
+  const Shape shape = rest.Prepend(rows);
+  const int64_t per_row = rest.num_elements();
+  if (dtype == DType::kBytes) {
+    std::vector<std::string_view> values;
+    values.reserve(static_cast<size_t>(shape.num_elements()));
+    for (const auto& r : ranges) {
+      for (int64_t k = r.a * per_row; k < r.b * per_row; ++k) {
+        values.push_back(r.t->bytes(k));
+      }
+    }
+    return Tensor::FromStrings(values, shape);
+  }
+  Tensor out = Tensor::Allocate(dtype, shape);
+  const size_t row_bytes = DTypeSize(dtype) * static_cast<size_t>(per_row);
+  char* dst = const_cast<char*>(out.raw_data());
+  for (const auto& r : ranges) {
+    const size_t n = row_bytes * static_cast<size_t>(r.b - r.a);
+    if (n == 0) continue;  // an empty range may have no storage
+    std::memcpy(dst, r.t->raw_data() + row_bytes * static_cast<size_t>(r.a), n);
+    dst += n;
+  }
+  return out;
+}
+
+// tf.data's rebatch (see Dataset::Rebatch).
+class RebatchDataset final : public UnaryDataset {
+ public:
+  RebatchDataset(DatasetPtr input, std::vector<int64_t> sizes,
+                 bool drop_remainder)
+      : UnaryDataset(std::move(input)),
+        sizes_(std::move(sizes)),
+        drop_remainder_(drop_remainder) {}
+  std::string Label() const override {
+    return fmt::format("Rebatch([{}], drop_remainder={})",
+                       fmt::join(sizes_, ","), drop_remainder_);
+  }
+  std::string StageName() const override { return "rebatch"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  // Rows of batch `b` of the input (`at`), which every component must
+  // have.
+  static int64_t RowsOf(const Element& b, int64_t at) {
+    int64_t rows = -1;
+    for (const auto& c : b.components) {
+      if (c.tensor.shape().rank() == 0 && !c.tensor.ragged()) {
+        throw Error(fmt::format(
+            "Rebatch: component '{}' of input element {} is a scalar; "
+            "Rebatch takes batches",
+            c.name, at));
+      }
+      const int64_t n = c.tensor.num_rows();
+      if (rows >= 0 && n != rows) {
+        throw Error(fmt::format(
+            "Rebatch: input element {} has {} rows in component '{}', {} in "
+            "'{}'",
+            at, n, c.name, rows, b.components[0].name));
+      }
+      rows = n;
+    }
+    return std::max<int64_t>(rows, 0);
+  }
+
+  // Rows [a, b) of an input batch.
+  struct Piece {
+    Element batch;
+    int64_t a, b;
+  };
+
+  // The pieces as one batch: the input batch itself when one piece is all
+  // of it.
+  static Element Join(const std::vector<Piece>& pieces) {
+    const Element& first = pieces[0].batch;
+    if (pieces.size() == 1 && pieces[0].a == 0 &&
+        pieces[0].b == RowsOf(first, 0)) {
+      return first;
+    }
+    Element out;
+    for (size_t c = 0; c < first.components.size(); ++c) {
+      const auto& c0 = first.components[c];
+      const Tensor& t0 = c0.tensor;
+      // The ranges of the component's rows, or of a ragged one's row
+      // lengths and values (kept alive in `values`).
+      std::vector<RowRange> rows, lengths;
+      std::vector<Tensor> values;
+      values.reserve(pieces.size());
+      for (const Piece& p : pieces) {
+        const auto& pc = p.batch.components;
+        const Tensor& t = pc.size() > c ? pc[c].tensor : t0;
+        if (pc.size() != first.components.size() || pc[c].name != c0.name ||
+            t.dtype() != t0.dtype() || t.ragged() != t0.ragged() ||
+            !(t.shape().DropFirst() == t0.shape().DropFirst())) {
+          throw Error(fmt::format(
+              "Rebatch: the batches joined differ in component {} ('{}' {}{} "
+              "in the first): their components must have one name, dtype "
+              "and row shape",
+              c, c0.name, DTypeName(t0.dtype()), t0.shape().ToString()));
+        }
+        if (!t.ragged()) {
+          rows.push_back({&t, p.a, p.b});
+          continue;
+        }
+        const auto len = t.row_lengths().values<int64_t>();
+        int64_t start = 0, count = 0;
+        for (int64_t i = 0; i < p.b; ++i) (i < p.a ? start : count) += len[i];
+        values.push_back(t.FlatValues());
+        rows.push_back({&values.back(), start, start + count});
+        lengths.push_back({&t.row_lengths(), p.a, p.b});
+      }
+      const Shape rest =
+          t0.ragged() ? values[0].shape().DropFirst() : t0.shape().DropFirst();
+      Tensor joined = ConcatRows(rows, t0.dtype(), rest);
+      if (t0.ragged()) {
+        joined = Tensor::Ragged(std::move(joined),
+                                ConcatRows(lengths, DType::kInt64, Shape{}));
+      }
+      out.components.push_back({c0.name, std::move(joined)});
+    }
+    // Each row's origin, where the batches know them.
+    bool known = false;
+    for (const Piece& p : pieces) known = known || p.batch.batch_origins;
+    if (known) {
+      std::vector<Origin> origins;
+      for (const Piece& p : pieces) {
+        for (int64_t i = p.a; i < p.b; ++i) {
+          origins.push_back(p.batch.OriginOf(i).value_or(Origin{}));
+        }
+      }
+      std::vector<const Origin*> ptrs;
+      ptrs.reserve(origins.size());
+      for (const auto& o : origins) ptrs.push_back(&o);
+      out.batch_origins = BatchOrigins::Of(ptrs);
+    }
+    return out;
+  }
+
+  class It final : public IteratorBase {
+   public:
+    It(const RebatchDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)) {}
+    // The rows gathered for a batch that an input error interrupted stay
+    // in pieces_ (and in the state), so the batch completes afterwards.
+    bool GetNext(Element* out) override {
+      const int64_t want = d_->sizes_[next_size_];
+      while (gathered_ < want) {
+        if (offset_ == rows_) {
+          if (end_) break;
+          Element b;
+          if (!in_->GetNext(&b)) {
+            end_ = true;
+            break;
+          }
+          const int64_t rows = RowsOf(b, read_++);
+          cur_ = std::move(b);
+          rows_ = rows;
+          offset_ = 0;
+          continue;
+        }
+        const int64_t take = std::min(want - gathered_, rows_ - offset_);
+        pieces_.push_back({cur_, offset_, offset_ + take});
+        offset_ += take;
+        gathered_ += take;
+      }
+      if (gathered_ == 0 || (gathered_ < want && d_->drop_remainder_)) {
+        pieces_.clear();
+        gathered_ = 0;
+        return false;
+      }
+      std::vector<Piece> pieces;
+      pieces.swap(pieces_);
+      gathered_ = 0;
+      next_size_ = (next_size_ + 1) % d_->sizes_.size();
+      if (offset_ == rows_) cur_ = Element{};  // let the batch go
+      *out = Join(pieces);
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("rebatch");
+      w->Bool(end_);
+      w->U64(next_size_);
+      w->I64(read_);
+      w->U64(pieces_.size());
+      for (const Piece& p : pieces_) {
+        w->WriteElement(p.batch);
+        w->I64(p.a);
+        w->I64(p.b);
+      }
+      const bool rest = offset_ < rows_;
+      w->Bool(rest);
+      if (rest) {
+        w->WriteElement(cur_);
+        w->I64(offset_);
+      }
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("rebatch");
+      end_ = r->Bool();
+      next_size_ = r->U64();
+      if (next_size_ >= d_->sizes_.size()) {
+        r->Fail(
+            fmt::format("batch size {} of {}", next_size_, d_->sizes_.size()));
+      }
+      read_ = r->I64();
+      if (read_ < 0) r->Fail(fmt::format("{} batches read", read_));
+      const uint64_t n = r->U64();
+      pieces_.clear();
+      gathered_ = 0;
+      for (uint64_t i = 0; i < n; ++i) {
+        Piece p{r->ReadElement(), r->I64(), r->I64()};
+        const int64_t rows = RowsOf(p.batch, read_);
+        if (p.a < 0 || p.a >= p.b || p.b > rows) {
+          r->Fail(
+              fmt::format("rows [{}, {}) of a batch of {}", p.a, p.b, rows));
+        }
+        gathered_ += p.b - p.a;
+        pieces_.push_back(std::move(p));
+      }
+      if (gathered_ >= d_->sizes_[next_size_]) {
+        r->Fail(fmt::format("{} rows gathered for a batch of {}", gathered_,
+                            d_->sizes_[next_size_]));
+      }
+      cur_ = Element{};
+      offset_ = rows_ = 0;
+      if (r->Bool()) {
+        cur_ = r->ReadElement();
+        rows_ = RowsOf(cur_, read_);
+        offset_ = r->I64();
+        if (offset_ < 0 || offset_ >= rows_) {
+          r->Fail(fmt::format("row {} of a batch of {}", offset_, rows_));
+        }
+      }
+      in_->Restore(r);
+    }
+
+   private:
+    const RebatchDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    std::vector<Piece> pieces_;  // rows gathered for the next batch
+    int64_t gathered_ = 0;       // their count
+    Element cur_;                // the input batch being split
+    int64_t rows_ = 0, offset_ = 0;
+    size_t next_size_ = 0;  // sizes_'s index of the next batch
+    int64_t read_ = 0;      // input batches read (for errors)
+    bool end_ = false;
+  };
+
+  std::vector<int64_t> sizes_;
+  bool drop_remainder_;
+};
+
 class UnbatchDataset final : public UnaryDataset {
  public:
   explicit UnbatchDataset(DatasetPtr input) : UnaryDataset(std::move(input)) {}
@@ -969,6 +1236,11 @@ DatasetPtr GroupByWindow(DatasetPtr input, Dataset::KeyFn key,
   return std::make_shared<GroupByWindowDataset>(
       std::move(input), std::move(key), window_size,
       std::move(window_size_func), std::move(options));
+}
+DatasetPtr Rebatch(DatasetPtr input, std::vector<int64_t> batch_sizes,
+                   bool drop_remainder) {
+  return std::make_shared<RebatchDataset>(
+      std::move(input), std::move(batch_sizes), drop_remainder);
 }
 DatasetPtr Unbatch(DatasetPtr input) {
   return std::make_shared<UnbatchDataset>(std::move(input));

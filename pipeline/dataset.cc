@@ -398,6 +398,13 @@ Dataset Dataset::RaggedBatch(int64_t batch_size, bool drop_remainder) const {
   return Dataset(stages::RaggedBatch(base_, batch_size, drop_remainder));
 }
 Dataset Dataset::Unbatch() const { return Dataset(stages::Unbatch(base_)); }
+Dataset Dataset::Rebatch(std::vector<int64_t> batch_sizes,
+                         bool drop_remainder) const {
+  if (batch_sizes.empty()) throw Error("Rebatch: no batch size given");
+  for (int64_t n : batch_sizes) CheckPositive(n, "Rebatch: a batch size");
+  return Dataset(
+      stages::Rebatch(base_, std::move(batch_sizes), drop_remainder));
+}
 Dataset Dataset::Window(int64_t size, WindowOptions options) const {
   CheckPositive(size, "Window: size");
   if (options.shift == 0) options.shift = size;

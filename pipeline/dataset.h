@@ -363,6 +363,16 @@ class Dataset {
   // element); scalars batch dense.
   Dataset RaggedBatch(int64_t batch_size, bool drop_remainder = false) const;
   Dataset Unbatch() const;
+  // tf.data's rebatch: the rows of this dataset's batches in batches of
+  // `batch_sizes[0]`, `batch_sizes[1]`, ... in turn (each > 0), as
+  // Unbatch().Batch(n) would give them with one copy, not two (none when a
+  // batch passes whole).  The components of each input element must share
+  // their first dimension (ragged: their rows); a batch that joins rows of
+  // several input elements needs them to agree in names, dtypes and the
+  // rest of the shape (an Error naming the component).  drop_remainder
+  // drops a last batch short of its size.
+  Dataset Rebatch(std::vector<int64_t> batch_sizes,
+                  bool drop_remainder = false) const;
   // tf.data's window, each window delivered batched (as Batch stacks it:
   // tf.data's `window(...).flat_map(lambda w: w.batch(size))`, for each
   // component): window k holds input elements k * shift, k * shift +
@@ -443,7 +453,7 @@ class Dataset {
   // kInfiniteCardinality or kUnknownCardinality.  Unknown: files (as
   // tf.data's TFRecordDataset; FromTFRecordsGlobalShuffle, which indexes
   // them, is known), CSV, generators, Filter, TakeWhile, Unique,
-  // Interleave, Unbatch, IgnoreErrors, ChooseFromDatasets,
+  // Interleave, Unbatch, Rebatch, IgnoreErrors, ChooseFromDatasets,
   // BucketBySequenceLength, GroupByWindow and what follows them; Repeat()
   // forever is infinite unless its input is known to be empty.
   int64_t Cardinality() const { return base_->Cardinality(); }

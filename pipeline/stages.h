@@ -688,6 +688,8 @@ DatasetPtr PaddedBatch(DatasetPtr input, int64_t batch_size,
 DatasetPtr RaggedBatch(DatasetPtr input, int64_t batch_size,
                        bool drop_remainder);
 DatasetPtr Unbatch(DatasetPtr input);
+DatasetPtr Rebatch(DatasetPtr input, std::vector<int64_t> batch_sizes,
+                   bool drop_remainder);
 DatasetPtr Window(DatasetPtr input, int64_t size, WindowOptions options);
 DatasetPtr GroupByWindow(DatasetPtr input, Dataset::KeyFn key,
                          int64_t window_size,

@@ -1655,6 +1655,26 @@ only on the inputs and seeds, never on the thread count.
       .def("unbatch",
            [](const PyDataset& d) { return Wrap(d.dataset.Unbatch()); })
       .def(
+          "rebatch",
+          [](const PyDataset& d, const py::object& batch_size,
+             bool drop_remainder) {
+            std::vector<int64_t> sizes;
+            if (PyIndex_Check(batch_size.ptr()) &&
+                !PyBool_Check(batch_size.ptr())) {
+              sizes.push_back(batch_size.cast<int64_t>());
+            } else {
+              for (py::handle n : py::iter(batch_size)) {
+                sizes.push_back(n.cast<int64_t>());
+              }
+            }
+            return Wrap(d.dataset.Rebatch(std::move(sizes), drop_remainder));
+          },
+          "batch_size"_a, "drop_remainder"_a = false,
+          "tf.data's rebatch: the rows of the batches in batches of "
+          "batch_size (an int, or a list cycled through), as "
+          "unbatch().batch(n) with one copy (none when a batch passes "
+          "whole).")
+      .def(
           "window",
           [](const PyDataset& d, int64_t size, std::optional<int64_t> shift,
              int64_t stride, bool drop_remainder) {

@@ -1,5 +1,6 @@
 // Batch, PaddedBatch, RaggedBatch, BucketBySequenceLength, GroupByWindow,
-// Window and Unbatch (batch.cc) against tf.data's documented behaviour.
+// Window, Rebatch and Unbatch (batch.cc) against tf.data's documented
+// behaviour.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -778,24 +779,26 @@ TEST(BatchTest, GroupByWindowFollowsTensorFlowsExample) {
             std::string::npos);
 }
 
+// The message of the Error a run of `ds` throws, or "no error".
+std::string ErrorOf(const Dataset& ds) {
+  try {
+    Collect(ds);
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 TEST(BatchTest, GroupByWindowRefusesWhatCannotGroup) {
   const Dataset ten = Dataset::Range(0, 10);
-  const auto message = [](const Dataset& ds) {
-    try {
-      Collect(ds);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   EXPECT_THROW(ten.GroupByWindow(Mod(2), 0), Error);
   EXPECT_THROW(ten.GroupByWindow(Mod(2), Dataset::WindowSizeFn()), Error);
-  EXPECT_EQ(message(ten.GroupByWindow(
+  EXPECT_EQ(ErrorOf(ten.GroupByWindow(
                 Mod(2), [](int64_t key) { return key == 1 ? 0 : 3; },
                 {.window_size_name = "sizes"})),
             "GroupByWindow: the window size of key 1 (sizes) is 0; it must "
             "be positive");
-  EXPECT_EQ(message(ten.Map([](Element e) {
+  EXPECT_EQ(ErrorOf(ten.Map([](Element) {
                          Element out;
                          out.Set("f", Tensor::Scalar<float>(1));
                          return out;
@@ -803,12 +806,140 @@ TEST(BatchTest, GroupByWindowRefusesWhatCannotGroup) {
                         .GroupByWindow(Dataset::ComponentKey("f"), 2)),
             "component 'f' is float32[]; a key must be an integer scalar");
   // A group that does not stack names its key.
-  const std::string error = message(LongerAt(10, 3).GroupByWindow(
+  const std::string error = ErrorOf(LongerAt(10, 3).GroupByWindow(
       [](const Element& e) { return e["v"].values<int64_t>()[0] % 2; }, 2));
   EXPECT_NE(error.find("GroupByWindow: the group of key 1: Cannot batch "
                        "tensors with different shapes in component 'v'"),
             std::string::npos)
       << error;
+}
+
+TEST(BatchTest, RebatchGivesTheRowsOfUnbatchThenBatch) {
+  // tf.data's example: range(6).batch(4).rebatch(3) -> [0 1 2] [3 4 5].
+  EXPECT_EQ(ValueLists(Dataset::Range(0, 6).Batch(4).Rebatch({3})),
+            (Lists{{0, 1, 2}, {3, 4, 5}}));
+  EXPECT_EQ(ValueLists(Dataset::Range(0, 6).Batch(4).Rebatch({3, 1})),
+            (Lists{{0, 1, 2}, {3}, {4, 5}}));
+  EXPECT_EQ(ValueLists(Dataset::Range(0, 6).Batch(4).Rebatch({4}, true)),
+            (Lists{{0, 1, 2, 3}}));
+  // Every small case against Unbatch().Batch(n), with a matrix, bytes and
+  // a ragged component, and the origins of the records.
+  const auto rows = [](int64_t n) {
+    return Dataset::Range(0, n).Map([](Element e) {
+      const int64_t i = e["value"].scalar<int64_t>();
+      Element out;
+      out.Set("m", Tensor::FromValues<int32_t>(
+                       std::vector<int32_t>{static_cast<int32_t>(i), -1, 7},
+                       Shape{3}));
+      out.Set("s", Tensor::BytesScalar(
+                       std::string(static_cast<size_t>(i % 3), 'a' + i % 26)));
+      out.Set("r", Tensor::FromValues<int64_t>(
+                       std::vector<int64_t>(static_cast<size_t>(i % 4), i),
+                       Shape{i % 4}));
+      out.origin.file = std::make_shared<const std::string>("f");
+      out.origin.record = static_cast<uint64_t>(i);
+      return out;
+    });
+  };
+  for (int64_t n : {0, 1, 7, 12}) {
+    for (int64_t in : {1, 3, 5}) {
+      for (const std::vector<int64_t>& sizes :
+           std::vector<std::vector<int64_t>>{{1}, {3}, {5}, {2, 4}, {7}}) {
+        for (bool drop : {false, true}) {
+          const Dataset got_ds = rows(n).RaggedBatch(in).Rebatch(sizes, drop);
+          // The reference: each output size in turn over the rows.
+          std::vector<Element> want;
+          {
+            const auto all = Collect(rows(n));
+            size_t at = 0, k = 0;
+            while (at < all.size()) {
+              const auto size = static_cast<size_t>(sizes[k++ % sizes.size()]);
+              if (drop && at + size > all.size()) break;
+              std::vector<Element> chunk(
+                  all.begin() + static_cast<ptrdiff_t>(at),
+                  all.begin() +
+                      static_cast<ptrdiff_t>(std::min(all.size(), at + size)));
+              at += chunk.size();
+              want.push_back(
+                  Collect(Dataset::FromGenerator([chunk] {
+                            return [chunk, i = size_t{0}]() mutable
+                                   -> std::optional<Element> {
+                              if (i == chunk.size()) return std::nullopt;
+                              return chunk[i++];
+                            };
+                          }).RaggedBatch(static_cast<int64_t>(chunk.size())))
+                      .at(0));
+            }
+          }
+          const auto got = Collect(got_ds);
+          const std::string what =
+              fmt::format("n={} in={} sizes=[{}] drop={}", n, in,
+                          fmt::join(sizes, ","), drop);
+          ASSERT_EQ(got.size(), want.size()) << what;
+          for (size_t b = 0; b < got.size(); ++b) {
+            EXPECT_EQ(got[b], want[b]) << what << " batch " << b;
+            ASSERT_NE(got[b].batch_origins, nullptr) << what;
+            ASSERT_EQ(got[b].batch_origins->size(),
+                      static_cast<size_t>(got[b]["m"].num_rows()));
+            for (size_t i = 0; i < got[b].batch_origins->size(); ++i) {
+              EXPECT_EQ((*got[b].batch_origins)[i].record,
+                        want[b].OriginOf(static_cast<int64_t>(i))->record)
+                  << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(BatchTest, RebatchPassesWholeBatchesAndRefusesWhatDoesNotJoin) {
+  // A batch that passes whole is the input's, not a copy.
+  std::vector<float> data(8, 1.0f);
+  Element arrays;
+  arrays.Set("x",
+             Tensor::View(DType::kFloat32, Shape{2, 4}, data.data(), nullptr));
+  const auto out =
+      Collect(Dataset::FromTensors(arrays).Repeat(2).Rebatch({2, 1, 1}));
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(out[0]["x"].data<float>(), data.data());
+  EXPECT_NE(out[1]["x"].data<float>(), data.data());
+  EXPECT_EQ(out[2]["x"].shape(), (Shape{1, 4}));
+  EXPECT_EQ(ErrorOf(Dataset::Range(0, 3).Rebatch({2})),
+            "Rebatch: component 'value' of input element 0 is a scalar; "
+            "Rebatch takes batches");
+  // Batches whose rows differ in shape cannot join.
+  // Batches whose rows differ in shape cannot join: [2, 1] then [2, 2].
+  const Dataset widening = Dataset::Range(0, 4).Map([](Element e) {
+    const int64_t i = e["value"].scalar<int64_t>();
+    const int64_t width = i < 2 ? 1 : 2;
+    Element out;
+    out.Set("v", Tensor::FromValues<int64_t>(
+                     std::vector<int64_t>(static_cast<size_t>(width), i),
+                     Shape{width}));
+    return out;
+  });
+  EXPECT_EQ(ValueLists(widening.Batch(2).Rebatch({2}).Map([](Element e) {
+              Element out;
+              out.Set("value", e["v"]);
+              return out;
+            })),
+            (Lists{{0, 1}, {2, 2, 3, 3}}));
+  EXPECT_EQ(ErrorOf(widening.Batch(2).Rebatch({3})),
+            "Rebatch: the batches joined differ in component 0 ('v' int64[2, "
+            "1] in the first): their components must have one name, dtype "
+            "and row shape");
+  // An input error while a batch gathers keeps the rows gathered.
+  const Dataset failing = Dataset::Range(0, 10).Batch(3).Map([](Element e) {
+    if (e["value"].values<int64_t>()[0] == 3) throw Error("batch 1");
+    return e;
+  });
+  EXPECT_EQ(ValueLists(failing.Rebatch({4}).IgnoreErrors()),
+            (Lists{{0, 1, 2, 6}, {7, 8, 9}}));
+  EXPECT_THROW(Dataset::Range(0, 3).Rebatch({}), Error);
+  EXPECT_THROW(Dataset::Range(0, 3).Rebatch({2, 0}), Error);
+  EXPECT_EQ(Dataset::Range(0, 8).Batch(4).Rebatch({2}).Cardinality(),
+            kUnknownCardinality);
 }
 
 }  // namespace

@@ -155,7 +155,7 @@ TEST(StateTest, BucketBySequenceLengthResumes) {
                   {0, 1, 6, 7, 13});
 }
 
-TEST(StateTest, WindowTakeWhileScanUniqueAndGroupByWindowResume) {
+TEST(StateTest, WindowTakeWhileScanUniqueGroupByWindowAndRebatchResume) {
   // Overlapping strided windows, saved with part of the next window's
   // reach read, at the short windows of the end and across epochs.
   const Dataset overlapping = Dataset::Range(0, 20)
@@ -228,6 +228,10 @@ TEST(StateTest, WindowTakeWhileScanUniqueAndGroupByWindowResume) {
               [](int64_t key) { return key < 0 ? 3 : 5; })
           .Repeat(2);
   ExpectResumable(groups, {0, 1, 4, 10, 12, 13, 14, 15, 20});
+  // Rebatch: saved with the input batch being split part-used.
+  const Dataset rebatched =
+      Dataset::Range(0, 40).Shuffle(9).Batch(7).Rebatch({3, 5}).Repeat(2);
+  ExpectResumable(rebatched, {0, 1, 2, 3, 7, 10, 11, 12, 20});
 }
 
 TEST(StateTest, RangeMapBatchRepeat) {

@@ -859,6 +859,19 @@ def test_apply_reduce_and_single_elements_as_tf_data():
         D.range(2).get_single_element()
 
 
+def test_rebatch_as_tf_data():
+    D = recflow.Dataset
+    ds = D.range(6).batch(4)
+    assert [b["value"].tolist() for b in ds.rebatch(3)] == [
+        [0, 1, 2], [3, 4, 5]]
+    assert [b["value"].tolist() for b in ds.rebatch([3, 1])] == [
+        [0, 1, 2], [3], [4, 5]]
+    assert [b["value"].tolist() for b in ds.rebatch(4, drop_remainder=True)
+            ] == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="Rebatch: a batch size must be"):
+        ds.rebatch([2, 0])
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
