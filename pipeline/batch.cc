@@ -52,23 +52,19 @@ std::shared_ptr<const BatchOrigins> Origins(
   return BatchOrigins::Of(origins);
 }
 
+// The bytes values of component c of every element, one after another,
+// back to back in one buffer (Tensor::FromStrings).
 Tensor StackBytes(const std::vector<Element>& elements, size_t c,
                   const Shape& shape) {
-  std::string data;
-  records::AlignedVector<uint64_t> offsets;
-  offsets.reserve(static_cast<size_t>(shape.num_elements()) + 1);
-  size_t total = 0;
-  for (const auto& e : elements) total += e.components[c].tensor.byte_size();
-  data.reserve(total);
-  offsets.push_back(0);
+  std::vector<std::string_view> values;
+  values.reserve(static_cast<size_t>(shape.num_elements()));
   for (const auto& e : elements) {
     const Tensor& t = e.components[c].tensor;
     for (int64_t k = 0; k < t.num_elements(); ++k) {
-      data.append(t.bytes(k));
-      offsets.push_back(data.size());
+      values.push_back(t.bytes(k));
     }
   }
-  return Tensor::AdoptBytes(std::move(data), std::move(offsets), shape);
+  return Tensor::FromStrings(values, shape);
 }
 
 // Component c of every element, one after another in one tensor of
