@@ -52,36 +52,56 @@ std::shared_ptr<const BatchOrigins> Origins(
   return BatchOrigins::Of(origins);
 }
 
-// The bytes values of component c of every element, one after another,
-// back to back in one buffer (Tensor::FromStrings).
-Tensor StackBytes(const std::vector<Element>& elements, size_t c,
-                  const Shape& shape) {
-  std::vector<std::string_view> values;
-  values.reserve(static_cast<size_t>(shape.num_elements()));
-  for (const auto& e : elements) {
-    const Tensor& t = e.components[c].tensor;
-    for (int64_t k = 0; k < t.num_elements(); ++k) {
-      values.push_back(t.bytes(k));
-    }
-  }
-  return Tensor::FromStrings(values, shape);
-}
+// Rows [a, b) of tensor t (dense; rows of its shape without the first
+// dimension, or of its whole shape, one row, for Concat).
+struct RowRange {
+  const Tensor* t;
+  int64_t a, b;
+};
 
-// Component c of every element, one after another in one tensor of
-// `shape` (numbers copied; bytes as StackBytes does).
-Tensor Concat(const std::vector<Element>& elements, size_t c,
-              const Shape& shape) {
-  const DType dtype = elements[0].components[c].tensor.dtype();
-  if (dtype == DType::kBytes) return StackBytes(elements, c, shape);
+// The rows `ranges` name, one after another, in one tensor of `dtype` and
+// rows of shape `rest` (each range's tensor has them, checked by the
+// caller): numbers copied, bytes values gathered.
+Tensor ConcatRows(const std::vector<RowRange>& ranges, DType dtype,
+                  const Shape& rest) {
+  int64_t rows = 0;
+  for (const auto& r : ranges) rows += r.b - r.a;
+  const Shape shape = rest.Prepend(rows);
+  const int64_t per_row = rest.num_elements();
+  if (dtype == DType::kBytes) {
+    std::vector<std::string_view> values;
+    values.reserve(static_cast<size_t>(shape.num_elements()));
+    for (const auto& r : ranges) {
+      for (int64_t k = r.a * per_row; k < r.b * per_row; ++k) {
+        values.push_back(r.t->bytes(k));
+      }
+    }
+    return Tensor::FromStrings(values, shape);
+  }
   Tensor out = Tensor::Allocate(dtype, shape);
+  const size_t row_bytes = DTypeSize(dtype) * static_cast<size_t>(per_row);
   char* dst = const_cast<char*>(out.raw_data());
-  for (const auto& e : elements) {
-    const Tensor& t = e.components[c].tensor;
-    if (t.byte_size() == 0) continue;  // an empty row may have no storage
-    std::memcpy(dst, t.raw_data(), t.byte_size());
-    dst += t.byte_size();
+  for (const auto& r : ranges) {
+    const size_t n = row_bytes * static_cast<size_t>(r.b - r.a);
+    if (n == 0) continue;  // an empty range may have no storage
+    std::memcpy(dst, r.t->raw_data() + row_bytes * static_cast<size_t>(r.a), n);
+    dst += n;
   }
   return out;
+}
+
+// Component c of every element, one after another: each element's tensor
+// one row of shape `rest` (whole: Batch), or its first dimension's rows of
+// that shape (RaggedBatch's values).
+Tensor Concat(const std::vector<Element>& elements, size_t c, const Shape& rest,
+              bool whole) {
+  std::vector<RowRange> ranges;
+  ranges.reserve(elements.size());
+  for (const auto& e : elements) {
+    const Tensor& t = e.components[c].tensor;
+    ranges.push_back({&t, 0, whole ? 1 : t.shape()[0]});
+  }
+  return ConcatRows(ranges, elements[0].components[c].tensor.dtype(), rest);
 }
 
 // Batch's (ragged: RaggedBatch's) stacking of a batch's elements.
@@ -101,7 +121,6 @@ Element Stack(std::vector<Element>& elements, bool ragged = false) {
       const Shape rest = t0.shape().DropFirst();
       auto lengths = Tensor::Allocate(DType::kInt64, Shape{n});
       int64_t* row = const_cast<int64_t*>(lengths.values<int64_t>().data());
-      int64_t total = 0;
       for (size_t i = 0; i < elements.size(); ++i) {
         const Shape& s = elements[i].components[c].tensor.shape();
         if (s.rank() == 0 || !(s.DropFirst() == rest)) {
@@ -111,11 +130,10 @@ Element Stack(std::vector<Element>& elements, bool ragged = false) {
               name, s.ToString(), i, t0.shape().ToString()));
         }
         row[i] = s[0];
-        total += s[0];
       }
-      Shape values = rest.Prepend(total);
       out.components.push_back(
-          {name, Tensor::Ragged(Concat(elements, c, values), lengths)});
+          {name, Tensor::Ragged(Concat(elements, c, rest, /*whole=*/false),
+                                lengths)});
       continue;
     }
     for (size_t i = 1; i < elements.size(); ++i) {
@@ -128,7 +146,7 @@ Element Stack(std::vector<Element>& elements, bool ragged = false) {
       }
     }
     out.components.push_back(
-        {name, Concat(elements, c, t0.shape().Prepend(n))});
+        {name, Concat(elements, c, t0.shape(), /*whole=*/true)});
   }
   out.batch_origins = Origins(elements);
   return out;
@@ -853,43 +871,6 @@ class WindowDataset final : public UnaryDataset {
   bool drop_remainder_;
   int64_t reach_;  // input elements one window spans
 };
-
-// Rows [a, b) of tensor t (dense, rank >= 1).
-struct RowRange {
-  const Tensor* t;
-  int64_t a, b;
-};
-
-// The rows `ranges` name, one after another, in one tensor of `dtype` and
-// rows of shape `rest` (each range's tensor has them, checked by the
-// caller): numbers copied, bytes values gathered.
-Tensor ConcatRows(const std::vector<RowRange>& ranges, DType dtype,
-                  const Shape& rest) {
-  int64_t rows = 0;
-  for (const auto& r : ranges) rows += r.b - r.a;
-  const Shape shape = rest.Prepend(rows);
-  const int64_t per_row = rest.num_elements();
-  if (dtype == DType::kBytes) {
-    std::vector<std::string_view> values;
-    values.reserve(static_cast<size_t>(shape.num_elements()));
-    for (const auto& r : ranges) {
-      for (int64_t k = r.a * per_row; k < r.b * per_row; ++k) {
-        values.push_back(r.t->bytes(k));
-      }
-    }
-    return Tensor::FromStrings(values, shape);
-  }
-  Tensor out = Tensor::Allocate(dtype, shape);
-  const size_t row_bytes = DTypeSize(dtype) * static_cast<size_t>(per_row);
-  char* dst = const_cast<char*>(out.raw_data());
-  for (const auto& r : ranges) {
-    const size_t n = row_bytes * static_cast<size_t>(r.b - r.a);
-    if (n == 0) continue;  // an empty range may have no storage
-    std::memcpy(dst, r.t->raw_data() + row_bytes * static_cast<size_t>(r.a), n);
-    dst += n;
-  }
-  return out;
-}
 
 // tf.data's rebatch (see Dataset::Rebatch).
 class RebatchDataset final : public UnaryDataset {
