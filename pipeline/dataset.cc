@@ -1,6 +1,7 @@
 #include "pipeline/dataset.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <tbb/global_control.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "pipeline/block_arena.h"
 #include "pipeline/stages.h"
+#include "records/file_list.h"
 
 namespace recflow::pipeline {
 namespace {
@@ -277,6 +279,30 @@ Dataset Dataset::Range(int64_t start, int64_t stop, int64_t step) {
   if (step == 0) throw Error("Range: step must not be 0");
   return Dataset(stages::Range(start, stop, step));
 }
+Dataset Dataset::Counter(int64_t start, int64_t step) {
+  return Dataset(stages::Counter(start, step));
+}
+Dataset Dataset::Random(std::optional<uint64_t> seed,
+                        bool rerandomize_each_iteration) {
+  return Dataset(stages::Random(seed, rerandomize_each_iteration));
+}
+Dataset Dataset::ListFiles(const std::vector<std::string>& patterns,
+                           bool shuffle, std::optional<uint64_t> seed) {
+  const std::vector<std::string> files = records::MatchFiles(patterns);
+  if (files.empty()) {
+    throw records::FileListError(fmt::format(
+        "ListFiles: no file matches {}",
+        patterns.empty() ? std::string("(no patterns given)")
+                         : fmt::format("'{}'", fmt::join(patterns, "', '"))));
+  }
+  Element names;
+  names.components.push_back(
+      {"filename",
+       Tensor::FromStrings(files, Shape{static_cast<int64_t>(files.size())})});
+  Dataset d = FromTensorSlices(std::move(names));
+  if (!shuffle) return d;
+  return d.Shuffle(static_cast<int64_t>(files.size()), seed);
+}
 Dataset Dataset::FromGenerator(GeneratorFn generator, std::string name) {
   return Dataset(stages::Generator(std::move(generator), std::move(name)));
 }
@@ -520,6 +546,15 @@ Dataset Dataset::Repeat(int64_t count) const {
 }
 Dataset Dataset::Take(int64_t count) const {
   return Dataset(stages::Take(base_, count));
+}
+Dataset Dataset::AssertCardinality(int64_t expected) const {
+  if (expected < 0 && expected != kInfiniteCardinality) {
+    throw Error(fmt::format(
+        "AssertCardinality: expected {} is neither a count (>= 0) nor "
+        "kInfiniteCardinality ({})",
+        expected, kInfiniteCardinality));
+  }
+  return Dataset(stages::AssertCardinality(base_, expected));
 }
 Dataset Dataset::Skip(int64_t count) const {
   return Dataset(stages::Skip(base_, count));

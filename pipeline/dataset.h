@@ -271,6 +271,24 @@ class Dataset {
   static Dataset FromTensors(Element arrays);
   // {"value": int64 scalar} for start, start + step, ... before stop.
   static Dataset Range(int64_t start, int64_t stop, int64_t step = 1);
+  // tf.data's counter: {"value": int64 scalar} for start, start + step, ...
+  // without end (a step of 0 repeats start).
+  static Dataset Counter(int64_t start = 0, int64_t step = 1);
+  // tf.data's random: {"value": int64 scalar}, uniform over every int64
+  // value, without end.  The same seed gives the same sequence (recflow's
+  // generator, not TensorFlow's); no seed: a random one, kept in the
+  // state.  rerandomize_each_iteration: a new sequence for each epoch
+  // under Repeat (tf.data's default is the same sequence each time).
+  static Dataset Random(std::optional<uint64_t> seed = {},
+                        bool rerandomize_each_iteration = false);
+  // tf.data's list_files: {"filename": bytes scalar}, one element per file
+  // that one of `patterns` matches (records::MatchFiles: glob(3), every
+  // file, sorted).  shuffle (tf.data's default): in a new order each epoch
+  // (a Shuffle over every name, seeded by `seed`).  Matching nothing is a
+  // records::FileListError naming the patterns.
+  static Dataset ListFiles(const std::vector<std::string>& patterns,
+                           bool shuffle = true,
+                           std::optional<uint64_t> seed = {});
   static Dataset FromGenerator(GeneratorFn generator,
                                std::string name = "generator");
   // CSV files with a header row (RFC 4180 quoting); one scalar per column.
@@ -418,6 +436,12 @@ class Dataset {
   // count < 0: forever.
   Dataset Repeat(int64_t count = -1) const;
   Dataset Take(int64_t count) const;
+  // tf.data's assert_cardinality: this dataset's elements, with
+  // Cardinality() `expected` (>= 0, or kInfiniteCardinality); an Error when
+  // the input turns out to hold more (on the first too many, naming its
+  // file and record where it has one) or fewer (at its end).  The count is
+  // in the iterator's state.
+  Dataset AssertCardinality(int64_t expected) const;
   Dataset Skip(int64_t count) const;
   // Element i where i % num_shards == index; on a TFRecord source with at
   // least num_shards files, whole files instead (tf.data's AUTO policy).

@@ -1,5 +1,6 @@
-// In-memory sources: tensors, tensor slices, ranges and generators.  (TFRecord
-// files: tfrecord_dataset.cc; CSV: csv_dataset.cc.)
+// In-memory sources: tensors, tensor slices, ranges, counters, random
+// numbers and generators.  (TFRecord files: tfrecord_dataset.cc; CSV:
+// csv_dataset.cc.)
 #include <fmt/format.h>
 
 #include "pipeline/stages.h"
@@ -97,20 +98,25 @@ class TensorSlicesDataset final : public DatasetBase {
   int64_t rows_ = 0;
 };
 
+// Range, and Counter (no stop: counter = true).
 class RangeDataset final : public DatasetBase {
  public:
-  RangeDataset(int64_t start, int64_t stop, int64_t step)
-      : start_(start), stop_(stop), step_(step) {}
+  RangeDataset(int64_t start, int64_t stop, int64_t step, bool counter)
+      : start_(start), stop_(stop), step_(step), counter_(counter) {}
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
                                                      uint64_t) const override {
     return std::make_unique<It>(this);
   }
   std::string Describe() const override {
+    if (counter_) return fmt::format("Counter({}, {})", start_, step_);
     return fmt::format("Range({}, {}, {})", start_, stop_, step_);
   }
-  std::string StageName() const override { return "range"; }
+  std::string StageName() const override {
+    return counter_ ? "counter" : "range";
+  }
   int64_t Cardinality() const override {
+    if (counter_) return kInfiniteCardinality;
     const __int128 span = static_cast<__int128>(stop_) - start_;
     if (step_ > 0 ? span <= 0 : span >= 0) return 0;
     return static_cast<int64_t>((span + step_ - (step_ > 0 ? 1 : -1)) / step_);
@@ -121,39 +127,104 @@ class RangeDataset final : public DatasetBase {
    public:
     explicit It(const RangeDataset* d) : d_(d), next_(d->start_) {}
     bool GetNext(Element* out) override {
-      if (d_->step_ > 0 ? next_ >= d_->stop_ : next_ <= d_->stop_) return false;
+      if (!d_->counter_ &&
+          (d_->step_ > 0 ? next_ >= d_->stop_ : next_ <= d_->stop_)) {
+        return false;
+      }
       out->components.clear();
       out->batch_origins.reset();
       out->origin = {};
       out->components.push_back({"value", Tensor::Scalar<int64_t>(next_)});
-      next_ += d_->step_;
+      // A counter wraps as int64 arithmetic does, after 2^63 elements.
+      next_ = static_cast<int64_t>(static_cast<uint64_t>(next_) +
+                                   static_cast<uint64_t>(d_->step_));
       return true;
     }
     void Save(StateWriter* w) override {
-      w->BeginStage("range");
+      w->BeginStage(d_->StageName());
       w->I64(next_);
     }
     void Restore(StateReader* r) override {
-      r->BeginStage("range");
+      r->BeginStage(d_->StageName());
       next_ = r->I64();
-      // On the progression, at most one step past its end (where the
-      // iterator stops): [start, stop + step) for step > 0.
-      const __int128 offset = static_cast<__int128>(next_) - d_->start_;
-      const __int128 past = static_cast<__int128>(d_->stop_) + d_->step_;
-      const bool inside = d_->step_ > 0 ? next_ >= d_->start_ && next_ < past
-                                        : next_ <= d_->start_ && next_ > past;
-      if (!inside || offset % d_->step_ != 0) {
-        r->Fail(fmt::format("{} is not a position of Range({}, {}, {})", next_,
-                            d_->start_, d_->stop_, d_->step_));
+      if (!Reachable()) {
+        r->Fail(
+            fmt::format("{} is not a position of {}", next_, d_->Describe()));
       }
     }
 
    private:
+    // On the progression: for a range at most one step past its end
+    // (where the iterator stops), [start, stop + step) for step > 0; for a
+    // counter anywhere on it (a step of 0: at start).
+    bool Reachable() const {
+      const __int128 offset = static_cast<__int128>(next_) - d_->start_;
+      if (d_->step_ == 0) return offset == 0;
+      if (offset % d_->step_ != 0) return false;
+      if (d_->counter_) return d_->step_ > 0 ? offset >= 0 : offset <= 0;
+      const __int128 past = static_cast<__int128>(d_->stop_) + d_->step_;
+      return d_->step_ > 0 ? next_ >= d_->start_ && next_ < past
+                           : next_ <= d_->start_ && next_ > past;
+    }
+
     const RangeDataset* d_;
     int64_t next_;
   };
 
   int64_t start_, stop_, step_;
+  bool counter_;
+};
+
+// tf.data's random: int64 scalars, uniform over every int64 value.
+class RandomDataset final : public DatasetBase {
+ public:
+  RandomDataset(std::optional<uint64_t> seed, bool rerandomize)
+      : seed_(seed), rerandomize_(rerandomize) {}
+
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    // As Shuffle's seed: unseeded, the iterator's random seed told apart
+    // per stage; rerandomized, a new one for each epoch's salt.
+    const uint64_t base =
+        seed_ ? *seed_ : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    return std::make_unique<It>(rerandomize_ ? MixSeed(base, salt) : base);
+  }
+  std::string Describe() const override {
+    return fmt::format("Random(seed={}, rerandomize_each_iteration={})",
+                       seed_ ? fmt::format("{}", *seed_) : "none",
+                       rerandomize_);
+  }
+  std::string StageName() const override { return "random"; }
+  int64_t Cardinality() const override { return kInfiniteCardinality; }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    explicit It(uint64_t seed) : rng_(seed) {}
+    bool GetNext(Element* out) override {
+      out->components.clear();
+      out->batch_origins.reset();
+      out->origin = {};
+      out->components.push_back(
+          {"value",
+           Tensor::Scalar<int64_t>(static_cast<int64_t>(rng_.Next()))});
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("random");
+      w->U64(rng_.state());
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("random");
+      rng_.set_state(r->U64());
+    }
+
+   private:
+    Rng rng_;
+  };
+
+  std::optional<uint64_t> seed_;
+  bool rerandomize_;
 };
 
 class GeneratorDataset final : public DatasetBase {
@@ -233,7 +304,13 @@ DatasetPtr Tensors(Element arrays) {
   return std::make_shared<TensorSlicesDataset>(std::move(arrays), true);
 }
 DatasetPtr Range(int64_t start, int64_t stop, int64_t step) {
-  return std::make_shared<RangeDataset>(start, stop, step);
+  return std::make_shared<RangeDataset>(start, stop, step, false);
+}
+DatasetPtr Counter(int64_t start, int64_t step) {
+  return std::make_shared<RangeDataset>(start, 0, step, true);
+}
+DatasetPtr Random(std::optional<uint64_t> seed, bool rerandomize) {
+  return std::make_shared<RandomDataset>(seed, rerandomize);
 }
 DatasetPtr Generator(GeneratorFn fn, std::string name) {
   return std::make_shared<GeneratorDataset>(std::move(fn), std::move(name));

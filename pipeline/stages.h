@@ -494,6 +494,8 @@ class ShuffledFileRecords final : public FileRecords {
 DatasetPtr TensorSlices(Element arrays);
 DatasetPtr Tensors(Element arrays);
 DatasetPtr Range(int64_t start, int64_t stop, int64_t step);
+DatasetPtr Counter(int64_t start, int64_t step);
+DatasetPtr Random(std::optional<uint64_t> seed, bool rerandomize);
 DatasetPtr Generator(GeneratorFn fn, std::string name);
 DatasetPtr Csv(std::vector<std::string> files, CsvOptions options);
 
@@ -669,6 +671,7 @@ DatasetPtr Scan(DatasetPtr input, Element initial, Dataset::ScanFn fn,
 DatasetPtr Unique(DatasetPtr input);
 DatasetPtr Repeat(DatasetPtr input, int64_t count);
 DatasetPtr Take(DatasetPtr input, int64_t count);
+DatasetPtr AssertCardinality(DatasetPtr input, int64_t expected);
 DatasetPtr Skip(DatasetPtr input, int64_t count);
 DatasetPtr Shard(DatasetPtr input, int64_t num_shards, int64_t index);
 DatasetPtr IgnoreErrors(DatasetPtr input);

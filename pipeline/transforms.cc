@@ -389,6 +389,82 @@ class CountDataset final : public UnaryDataset {
   bool take_;
 };
 
+// tf.data's assert_cardinality: the input's elements, passed on, with an
+// Error when there turn out to be more or fewer than `expected`.
+class AssertCardinalityDataset final : public UnaryDataset {
+ public:
+  AssertCardinalityDataset(DatasetPtr input, int64_t expected)
+      : UnaryDataset(std::move(input)), expected_(expected) {}
+  std::string Label() const override {
+    return fmt::format("AssertCardinality({})", CountText(expected_));
+  }
+  std::string StageName() const override { return "assert_cardinality"; }
+  int64_t Cardinality() const override { return expected_; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
+  }
+
+ private:
+  static std::string CountText(int64_t n) {
+    return n == kInfiniteCardinality ? "infinite" : fmt::format("{}", n);
+  }
+  // tf.data's wording, after the stage's label.
+  std::string Expected() const {
+    return fmt::format("{}: the input was expected to contain {} but contained",
+                       Label(),
+                       expected_ == kInfiniteCardinality
+                           ? std::string("an infinite number of elements")
+                           : fmt::format("{} element{}", expected_,
+                                         expected_ == 1 ? "" : "s"));
+  }
+
+  class It final : public IteratorBase {
+   public:
+    It(const AssertCardinalityDataset* d, std::unique_ptr<IteratorBase> in)
+        : d_(d), in_(std::move(in)) {}
+    bool GetNext(Element* out) override {
+      if (!in_->GetNext(out)) {
+        if (seen_ != d_->expected_) {
+          throw Error(fmt::format("{} only {}", d_->Expected(), seen_));
+        }
+        return false;
+      }
+      ++seen_;
+      if (d_->expected_ != kInfiniteCardinality && seen_ > d_->expected_) {
+        // The first element too many, where a file says where.
+        throw Error(fmt::format("{} at least {}{}", d_->Expected(), seen_,
+                                out->origin.file
+                                    ? fmt::format(" (the first past them: {})",
+                                                  out->origin.ToString())
+                                    : std::string()));
+      }
+      return true;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("assert_cardinality");
+      w->I64(seen_);
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("assert_cardinality");
+      seen_ = r->I64();
+      if (seen_ < 0 ||
+          (d_->expected_ != kInfiniteCardinality && seen_ > d_->expected_)) {
+        r->Fail(fmt::format("{} elements counted by {}", seen_, d_->Label()));
+      }
+      in_->Restore(r);
+    }
+
+   private:
+    const AssertCardinalityDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    int64_t seen_ = 0;
+  };
+
+  int64_t expected_;
+};
+
 class ShardDataset final : public UnaryDataset {
  public:
   ShardDataset(DatasetPtr input, int64_t n, int64_t index)
@@ -507,6 +583,9 @@ DatasetPtr Repeat(DatasetPtr input, int64_t count) {
 }
 DatasetPtr Take(DatasetPtr input, int64_t count) {
   return std::make_shared<CountDataset>(std::move(input), count, true);
+}
+DatasetPtr AssertCardinality(DatasetPtr input, int64_t expected) {
+  return std::make_shared<AssertCardinalityDataset>(std::move(input), expected);
 }
 DatasetPtr Skip(DatasetPtr input, int64_t count) {
   return std::make_shared<CountDataset>(std::move(input), count, false);

@@ -61,15 +61,20 @@ using pipeline::Element;
 // A path, or a list of paths (str or os.PathLike).
 std::vector<std::string> Paths(py::handle value, const char* what) {
   py::module_ os = py::module_::import("os");
+  // bytes too: a file name as list_files gives it.
+  auto is_path = [](py::handle v) {
+    return PyUnicode_Check(v.ptr()) || PyBytes_Check(v.ptr()) ||
+           py::hasattr(v, "__fspath__");
+  };
   auto one = [&](py::handle v) {
-    if (!PyUnicode_Check(v.ptr()) && !py::hasattr(v, "__fspath__")) {
+    if (!is_path(v)) {
       throw py::type_error(
-          fmt::format("{}: expected a path (str or os.PathLike), not {}", what,
-                      TypeName(v)));
+          fmt::format("{}: expected a path (str, bytes or os.PathLike), not {}",
+                      what, TypeName(v)));
     }
     return os.attr("fsdecode")(v).cast<std::string>();
   };
-  if (PyUnicode_Check(value.ptr()) || py::hasattr(value, "__fspath__")) {
+  if (is_path(value)) {
     return {one(value)};
   }
   if (!py::isinstance<py::iterable>(value)) {
@@ -1270,6 +1275,39 @@ only on the inputs and seeds, never on the thread count.
           "start"_a, "stop"_a = py::none(), "step"_a = 1,
           "{'value': int64} for range(start, stop, step).")
       .def_static(
+          "counter",
+          [](int64_t start, int64_t step) {
+            return Wrap(Dataset::Counter(start, step));
+          },
+          "start"_a = 0, "step"_a = 1,
+          "tf.data's counter: {'value': int64} for start, start + step, ... "
+          "without end.")
+      .def_static(
+          "random",
+          [](const py::object& seed, bool rerandomize_each_iteration) {
+            return Wrap(
+                Dataset::Random(SeedArg(seed), rerandomize_each_iteration));
+          },
+          "seed"_a = py::none(), "rerandomize_each_iteration"_a = false,
+          "tf.data's random: {'value': int64}, uniform over every int64, "
+          "without end; the same seed, the same sequence (recflow's "
+          "generator, not TensorFlow's). rerandomize_each_iteration: a new "
+          "sequence each epoch under repeat().")
+      .def_static(
+          "list_files",
+          [](py::handle file_pattern, std::optional<bool> shuffle,
+             const py::object& seed) {
+            return Wrap(Dataset::ListFiles(Paths(file_pattern, "list_files"),
+                                           shuffle.value_or(true),
+                                           SeedArg(seed)));
+          },
+          "file_pattern"_a, "shuffle"_a = py::none(), "seed"_a = py::none(),
+          "tf.data's list_files: {'filename': bytes}, one per file a "
+          "pattern (or list of patterns; glob's *, ? and [...]) matches, "
+          "sorted; shuffled each epoch unless shuffle=False. Matching "
+          "nothing is a FileNotFoundError. Read them with interleave("
+          "lambda e: Dataset.from_tfrecords(e['filename']), ...).")
+      .def_static(
           "from_csv",
           [](py::handle files, std::string delimiter,
              std::map<std::string, py::object> column_types,
@@ -1704,6 +1742,16 @@ only on the inputs and seeds, never on the thread count.
           "take",
           [](const PyDataset& d, int64_t n) { return Wrap(d.dataset.Take(n)); },
           "count"_a)
+      .def(
+          "assert_cardinality",
+          [](const PyDataset& d, int64_t expected_cardinality) {
+            return Wrap(d.dataset.AssertCardinality(expected_cardinality));
+          },
+          "expected_cardinality"_a,
+          "tf.data's assert_cardinality: cardinality() becomes "
+          "expected_cardinality (or recflow.INFINITE_CARDINALITY); an error "
+          "when the input turns out to hold more elements (on the first too "
+          "many, naming its file and record) or fewer (at its end).")
       .def(
           "skip",
           [](const PyDataset& d, int64_t n) { return Wrap(d.dataset.Skip(n)); },

@@ -19,21 +19,27 @@ bool IsRecordFileName(const std::string& name) {
          name.find("tfrec") != std::string::npos;
 }
 
+std::vector<std::string> MatchFiles(const std::vector<std::string>& patterns) {
+  std::vector<std::string> out;
+  for (const std::string& pattern : patterns) {
+    glob_t g{};
+    if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+      for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+    }
+    ::globfree(&g);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 namespace {
 
 std::vector<std::string> Glob(const std::string& pattern) {
-  glob_t g{};
-  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
-  std::vector<std::string> out;
-  if (rc == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
-  }
-  ::globfree(&g);
+  std::vector<std::string> out = MatchFiles({pattern});
   if (out.empty()) {
     throw FileListError(fmt::format(
         "{}: no such file, and no file matches it as a pattern", pattern));
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 

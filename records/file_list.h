@@ -24,6 +24,12 @@ class FileListError : public Error {
 // "tfrecord" or "tfrec", is not hidden, and is not an index (".idx").
 bool IsRecordFileName(const std::string& name);
 
+// tf.io.matching_files: every name that one of `patterns` matches (glob(3):
+// *, ? and [...]; a name without them matches itself if it exists), all
+// sorted together; a name two patterns match is there twice.  Matching
+// nothing is no error here.
+std::vector<std::string> MatchFiles(const std::vector<std::string>& patterns);
+
 // Expands, in order: a file stays as given; a directory becomes its record
 // files (IsRecordFileName), sorted; a name with glob characters (*?[)
 // that is not an existing file becomes its matches, sorted.  Throws

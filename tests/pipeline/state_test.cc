@@ -234,6 +234,26 @@ TEST(StateTest, WindowTakeWhileScanUniqueGroupByWindowAndRebatchResume) {
   ExpectResumable(rebatched, {0, 1, 2, 3, 7, 10, 11, 12, 20});
 }
 
+TEST(StateTest, CounterRandomAndAssertCardinalityResume) {
+  ExpectResumable(Dataset::Counter(3, -4).Take(20), {0, 1, 7, 19, 20});
+  // Unseeded: the seed drawn travels in the state.
+  ExpectResumable(Dataset::Random().Take(10).Repeat(2), {0, 1, 9, 10, 11, 19});
+  ExpectResumable(Dataset::Random(8, true).Take(10).Repeat(2), {0, 5, 10, 15});
+  ExpectResumable(
+      Dataset::Range(0, 30).Shuffle(7).AssertCardinality(30).Repeat(2),
+      {0, 1, 29, 30, 31, 59});
+  // The count travels too: restored after 8 of 9, the 10th is still one
+  // too many.
+  const Dataset nine = Dataset::Range(0, 10).AssertCardinality(9);
+  Iterator a = nine.MakeIterator();
+  Element e;
+  for (int i = 0; i < 8; ++i) ASSERT_TRUE(a.Next(&e));
+  Iterator b = nine.MakeIterator();
+  b.Restore(a.Save());
+  ASSERT_TRUE(b.Next(&e));
+  EXPECT_THROW(b.Next(&e), Error);
+}
+
 TEST(StateTest, RangeMapBatchRepeat) {
   auto ds =
       Dataset::Range(0, 23).Map([](Element e) { return e; }).Batch(5).Repeat(3);
@@ -578,6 +598,32 @@ TEST(StateTest, PositionsOutsideAStagesRangeAreRefused) {
                 Forged(state, take,
                        StateString("take") + U64s({static_cast<uint64_t>(-1)})),
                 "-1 elements counted by Take(30)");
+  {  // a counter: anywhere on its progression, nowhere else
+    const Dataset counter = Dataset::Counter(10, 3).Take(5);
+    Iterator c = counter.MakeIterator();
+    ASSERT_TRUE(c.Next(&e));
+    const std::string at = StateString("counter") + U64s({13});
+    const std::string counted = c.Save();
+    Iterator d = counter.MakeIterator();
+    d.Restore(Forged(counted, at, StateString("counter") + U64s({1000})));
+    ASSERT_TRUE(d.Next(&e));
+    EXPECT_EQ(e["value"].scalar<int64_t>(), 1000);
+    for (int64_t bad : {int64_t{7}, int64_t{14}}) {
+      ExpectRefused(
+          counter,
+          Forged(counted, at,
+                 StateString("counter") + U64s({static_cast<uint64_t>(bad)})),
+          fmt::format("{} is not a position of Counter(10, 3)", bad));
+    }
+    const Dataset asserted = Dataset::Range(0, 9).AssertCardinality(9);
+    Iterator f = asserted.MakeIterator();
+    ASSERT_TRUE(f.Next(&e));
+    ExpectRefused(
+        asserted,
+        Forged(f.Save(), StateString("assert_cardinality") + U64s({1}),
+               StateString("assert_cardinality") + U64s({10})),
+        "10 elements counted by AssertCardinality(9)");
+  }
   const std::string batch = StateString("batch") + U64s({0, 0});
   ExpectRefused(ds, Forged(state, batch, StateString("batch") + U64s({0, 4})),
                 "4 pending elements for batches of 4");

@@ -1,6 +1,6 @@
-// Repeat, Take, Skip, Shard, Filter, TakeWhile, Scan, Unique and IgnoreErrors
-// (transforms.cc) against
-// tf.data's documented behaviour.
+// Repeat, Take, Skip, AssertCardinality, Shard, Filter, TakeWhile, Scan,
+// Unique and IgnoreErrors (transforms.cc) against tf.data's documented
+// behaviour.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -134,6 +134,75 @@ TEST(TransformsTest, TakeSkipAndShard) {
   EXPECT_EQ(Ints(Collect(Dataset::Range(0, 10).Shard(3, 1))),
             (std::vector<int64_t>{1, 4, 7}));
   EXPECT_THROW(Dataset::Range(0, 10).Shard(3, 3), Error);
+}
+
+// What an iterator over `ds` throws, or "" when it runs to the end;
+// `delivered` counts the elements before.
+std::string RunError(const Dataset& ds, size_t* delivered) {
+  Iterator it = ds.MakeIterator();
+  Element e;
+  *delivered = 0;
+  try {
+    while (it.Next(&e)) ++*delivered;
+  } catch (const Error& err) {
+    return err.what();
+  }
+  return "";
+}
+
+TEST(TransformsTest, AssertCardinalityChecksTheCountAsItGoes) {
+  const auto odd = [](const Element& e) {
+    return e["value"].scalar<int64_t>() % 2 == 1;
+  };
+  const Dataset ten = Dataset::Range(0, 20).Filter(odd);
+  ASSERT_EQ(ten.Cardinality(), kUnknownCardinality);
+  EXPECT_EQ(ten.AssertCardinality(10).Cardinality(), 10);
+  EXPECT_EQ(ten.AssertCardinality(10).Batch(3).Cardinality(), 4);
+  size_t delivered = 0;
+  EXPECT_EQ(RunError(ten.AssertCardinality(10), &delivered), "");
+  EXPECT_EQ(delivered, 10u);
+  // More: an error on the first too many, which is not delivered.
+  EXPECT_EQ(RunError(ten.AssertCardinality(7), &delivered),
+            "AssertCardinality(7): the input was expected to contain 7 "
+            "elements but contained at least 8");
+  EXPECT_EQ(delivered, 7u);
+  // Fewer: every element, then an error at the end.
+  EXPECT_EQ(RunError(ten.AssertCardinality(12), &delivered),
+            "AssertCardinality(12): the input was expected to contain 12 "
+            "elements but contained only 10");
+  EXPECT_EQ(delivered, 10u);
+  EXPECT_EQ(RunError(Dataset::Range(0, 0).AssertCardinality(1), &delivered),
+            "AssertCardinality(1): the input was expected to contain 1 "
+            "element but contained only 0");
+  EXPECT_EQ(RunError(Dataset::Range(0, 0).AssertCardinality(0), &delivered),
+            "");
+  // Infinite: a finite input is an error at its end; an endless one runs.
+  EXPECT_EQ(RunError(ten.AssertCardinality(kInfiniteCardinality), &delivered),
+            "AssertCardinality(infinite): the input was expected to contain "
+            "an infinite number of elements but contained only 10");
+  EXPECT_EQ(
+      Collect(ten.Repeat().AssertCardinality(kInfiniteCardinality), {}, 25)
+          .size(),
+      25u);
+  // Each epoch is counted afresh.
+  EXPECT_EQ(RunError(ten.AssertCardinality(10).Repeat(3), &delivered), "");
+  EXPECT_EQ(delivered, 30u);
+  EXPECT_THROW(ten.AssertCardinality(-5), Error);
+}
+
+TEST(TransformsTest, AssertCardinalityNamesTheFirstRecordTooMany) {
+  testing::TempDir dir;
+  const std::string path = dir.File("five.tfrecord");
+  testing::WriteRecords(path, {"a", "bb", "ccc", "dddd", "eeeee"});
+  size_t delivered = 0;
+  // Record 4 starts after four frames of 16 bytes and 1 to 4 bytes.
+  EXPECT_EQ(
+      RunError(Dataset::FromTFRecords({path}).AssertCardinality(4), &delivered),
+      fmt::format("AssertCardinality(4): the input was expected to "
+                  "contain 4 elements but contained at least 5 (the "
+                  "first past them: {}: record 4 at offset 74)",
+                  path));
+  EXPECT_EQ(delivered, 4u);
 }
 
 TEST(TransformsTest, FilterKeepsWhatThePredicateAccepts) {

@@ -872,6 +872,51 @@ def test_rebatch_as_tf_data():
         ds.rebatch([2, 0])
 
 
+def test_counter_random_list_files_and_assert_cardinality_as_tf_data(
+        tmp_path):
+    D = recflow.Dataset
+    assert [e["value"].item() for e in D.counter(5, -2).take(3)] == [5, 3, 1]
+    assert D.counter().cardinality() == recflow.INFINITE_CARDINALITY
+    seeded = [e["value"].item() for e in D.random(seed=3).take(50)]
+    assert seeded == [e["value"].item() for e in D.random(seed=3).take(50)]
+    assert len(set(seeded)) == 50 and min(seeded) < 0 < max(seeded)
+    twice = [e["value"].item() for e in D.random(seed=3).take(4).repeat(2)]
+    assert twice[:4] == twice[4:]
+    twice = [e["value"].item() for e in
+             D.random(seed=3, rerandomize_each_iteration=True).take(4)
+             .repeat(2)]
+    assert twice[:4] != twice[4:]
+
+    for i in range(6):
+        write_records(tmp_path / ("part-%d.tfrecord" % i), 3)
+    pattern = str(tmp_path / "part-*.tfrecord")
+    names = [e["filename"] for e in D.list_files(pattern, shuffle=False)]
+    assert names == [str(tmp_path / ("part-%d.tfrecord" % i)).encode()
+                     for i in range(6)]
+    shuffled = D.list_files(pattern, seed=4)
+    assert sorted(e["filename"] for e in shuffled) == names
+    assert [e["filename"] for e in shuffled] == [
+        e["filename"] for e in D.list_files([pattern], seed=4)]
+    # tf.data's idiom: the file names, bytes, go straight to from_tfrecords.
+    ids = [e["id"].item() for e in shuffled.interleave(
+        lambda e: D.from_tfrecords(e["filename"]), cycle_length=3).parse(
+            SMALL_SPEC)]
+    assert sorted(ids) == sorted(list(range(3)) * 6)
+    with pytest.raises(FileNotFoundError, match="ListFiles: no file matches"):
+        D.list_files(str(tmp_path / "*.csv"))
+
+    records = D.from_tfrecords(pattern)
+    assert records.cardinality() == recflow.UNKNOWN_CARDINALITY
+    assert records.assert_cardinality(18).cardinality() == 18
+    assert len(list(records.assert_cardinality(18))) == 18
+    with pytest.raises(ValueError, match=r"expected to contain 17 elements "
+                       r"but contained at least 18 \(the first past them: "
+                       r".*part-5.tfrecord: record 2 at offset"):
+        list(records.assert_cardinality(17))
+    with pytest.raises(ValueError, match="but contained only 18"):
+        list(records.assert_cardinality(19))
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
