@@ -117,6 +117,58 @@ std::vector<pipeline::Dataset> StatePipelines() {
   two.num_parallel_calls = 2;
   out.push_back(
       Dataset::FromTFRecords(files, per_file).Batch(4).Parse(spec, two));
+  // The stages that keep elements or a running value in the state:
+  // windows, a scan, the distinct elements seen, groups, a batch split
+  // part-way, a count, a resampler's estimate; and the endless sources.
+  const auto value = [](const pipeline::Element& e) {
+    return e["value"].scalar<int64_t>();
+  };
+  out.push_back(Dataset::Range(0, 40)
+                    .Shuffle(6, 4)
+                    .Window(3, {.shift = 2, .stride = 2})
+                    .Rebatch({2, 5})
+                    .Repeat(2));
+  pipeline::Element zero;
+  zero.Set("sum", pipeline::Tensor::Scalar<int64_t>(0));
+  out.push_back(
+      Dataset::Range(0, 50)
+          .Shuffle(8, 2)
+          .Scan(zero,
+                [value](const pipeline::Element& state, pipeline::Element e) {
+                  pipeline::Element next;
+                  next.Set(
+                      "sum",
+                      pipeline::Tensor::Scalar<int64_t>(
+                          (state["sum"].scalar<int64_t>() + value(e)) % 17));
+                  return std::pair<pipeline::Element, pipeline::Element>{next,
+                                                                         next};
+                })
+          .Unique()
+          .TakeWhile([](const pipeline::Element&) { return true; })
+          .Repeat(2));
+  out.push_back(
+      Dataset::Range(0, 60)
+          .Shuffle(9, 3)
+          .GroupByWindow(
+              [value](const pipeline::Element& e) { return value(e) % 4; },
+              [](int64_t key) { return key + 2; })
+          .AssertCardinality(20)  // 8 + 5 + 4 + 3 windows
+          .Repeat(2));
+  out.push_back(Dataset::Zip({Dataset::Counter(3, 2).Take(30),
+                              Dataset::Random(5).Map([](pipeline::Element e) {
+                                pipeline::Element out;
+                                out.Set("r", e["value"]);
+                                return out;
+                              })})
+                    .AssertCardinality(30)
+                    .Repeat(2));
+  out.push_back(
+      Dataset::Range(0, 80)
+          .Shuffle(7, 1)
+          .RejectionResample(
+              [value](const pipeline::Element& e) { return value(e) % 3; },
+              {.target_dist = {0.2, 0.3, 0.5}})
+          .Repeat(2));
   return out;
 }
 

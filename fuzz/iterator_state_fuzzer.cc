@@ -2,7 +2,9 @@
 // every stage with state: TFRecord files (interleaved, shuffled per epoch,
 // each shuffled in a buffer of its own, stage by stage and fused),
 // the index-based global shuffle (sharded), shuffle buffers holding
-// elements, batch, repeat, take/skip, cache, prefetch and parallel map.
+// elements, batch, repeat, take/skip, cache, prefetch, parallel map,
+// window, rebatch, scan, unique, take_while, group_by_window,
+// assert_cardinality, rejection_resample, counter and random.
 // After a restore that is accepted, up to 16 elements are drawn.  Any
 // records::Error (which pipeline errors derive from) is a correct answer.
 #include <cstdint>

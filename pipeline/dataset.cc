@@ -547,6 +547,47 @@ Dataset Dataset::Repeat(int64_t count) const {
 Dataset Dataset::Take(int64_t count) const {
   return Dataset(stages::Take(base_, count));
 }
+namespace {
+
+// A class distribution `what` of ResampleOptions: probabilities that sum
+// to 1 (to within rounding).
+void CheckDistribution(const std::vector<double>& dist, const char* what) {
+  double sum = 0;
+  for (size_t i = 0; i < dist.size(); ++i) {
+    if (!std::isfinite(dist[i]) || dist[i] < 0) {
+      throw Error(
+          fmt::format("RejectionResample: {}[{}] is {}; a probability is >= 0",
+                      what, i, dist[i]));
+    }
+    sum += dist[i];
+  }
+  if (std::abs(sum - 1) > 1e-6) {
+    throw Error(
+        fmt::format("RejectionResample: {} sums to {}, not 1", what, sum));
+  }
+}
+
+}  // namespace
+
+Dataset Dataset::RejectionResample(KeyFn class_func,
+                                   ResampleOptions options) const {
+  if (!class_func) throw Error("RejectionResample: no class_func given");
+  if (options.target_dist.empty()) {
+    throw Error("RejectionResample: target_dist is empty");
+  }
+  CheckDistribution(options.target_dist, "target_dist");
+  if (!options.initial_dist.empty()) {
+    if (options.initial_dist.size() != options.target_dist.size()) {
+      throw Error(fmt::format(
+          "RejectionResample: initial_dist has {} classes, target_dist {}",
+          options.initial_dist.size(), options.target_dist.size()));
+    }
+    CheckDistribution(options.initial_dist, "initial_dist");
+  }
+  return Dataset(stages::RejectionResample(base_, std::move(class_func),
+                                           std::move(options)));
+}
+
 Dataset Dataset::AssertCardinality(int64_t expected) const {
   if (expected < 0 && expected != kInfiniteCardinality) {
     throw Error(fmt::format(

@@ -204,6 +204,22 @@ struct GroupOptions {
   std::string window_size_name = "window_size_func";
 };
 
+// Dataset::RejectionResample: tf.data's rejection_resample.
+struct ResampleOptions {
+  // The class distribution wanted: one probability per class (class
+  // values 0 .. n-1), each >= 0, summing to 1.
+  std::vector<double> target_dist = {};
+  // The input's class distribution, if known (as target_dist); empty:
+  // estimated as elements come, as tf.data's (counts of the classes seen,
+  // each begun at 10).
+  std::vector<double> initial_dist = {};
+  // No seed: a random one per Iterator, kept in its state.  Each epoch
+  // (under Repeat) draws afresh.
+  std::optional<uint64_t> seed = std::nullopt;
+  // What stands for class_func in the description and in errors.
+  std::string class_name = "class_func";
+};
+
 // Dataset::Window: tf.data's window.
 struct WindowOptions {
   // Input elements between the starts of consecutive windows (0: the
@@ -433,6 +449,18 @@ class Dataset {
   // A key_func: the value of the integer scalar `component` (anything
   // else is an Error naming it).
   static KeyFn ComponentKey(std::string component);
+  // tf.data's rejection_resample: the input's elements, some dropped, so
+  // that the classes (class_func, an integer in [0, classes); else an
+  // Error naming the element) come with the target distribution.  tf.data's
+  // algorithm, on one pass: each output is, with probability m, the next
+  // element whatever its class, else the next element accepted, where an
+  // element of class i is accepted with probability (r_i - m) / (M - m),
+  // r_i = target_i / initial_i, m and M the least and greatest r (every
+  // element passes where the distributions agree).  tf.data pairs each
+  // element with its class; recflow delivers the element as it is.  The
+  // generator's state and the estimated counts are in the iterator's
+  // state.  Ends when the input ends.
+  Dataset RejectionResample(KeyFn class_func, ResampleOptions options) const;
   // count < 0: forever.
   Dataset Repeat(int64_t count = -1) const;
   Dataset Take(int64_t count) const;

@@ -672,6 +672,8 @@ DatasetPtr Unique(DatasetPtr input);
 DatasetPtr Repeat(DatasetPtr input, int64_t count);
 DatasetPtr Take(DatasetPtr input, int64_t count);
 DatasetPtr AssertCardinality(DatasetPtr input, int64_t expected);
+DatasetPtr RejectionResample(DatasetPtr input, Dataset::KeyFn class_func,
+                             ResampleOptions options);
 DatasetPtr Skip(DatasetPtr input, int64_t count);
 DatasetPtr Shard(DatasetPtr input, int64_t num_shards, int64_t index);
 DatasetPtr IgnoreErrors(DatasetPtr input);

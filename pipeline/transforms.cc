@@ -1,8 +1,10 @@
 // Element-wise and counting transformations: Filter, TakeWhile, Scan,
 // Unique, Repeat, Take, Skip, Shard, IgnoreErrors.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 #include <unordered_set>
 
 #include "pipeline/stages.h"
@@ -465,6 +467,152 @@ class AssertCardinalityDataset final : public UnaryDataset {
   int64_t expected_;
 };
 
+class RejectionResampleDataset final : public UnaryDataset {
+ public:
+  // Each class's count begins here when the input's distribution is
+  // estimated (tf.data's smoothing constant).
+  static constexpr int64_t kSmoothing = 10;
+
+  RejectionResampleDataset(DatasetPtr input, Dataset::KeyFn class_func,
+                           ResampleOptions options)
+      : UnaryDataset(std::move(input)),
+        class_func_(std::move(class_func)),
+        o_(std::move(options)) {}
+  std::string Label() const override {
+    return fmt::format(
+        "RejectionResample({}, target_dist=[{}], initial_dist={}, seed={})",
+        o_.class_name, fmt::join(o_.target_dist, ", "),
+        o_.initial_dist.empty()
+            ? std::string("estimated")
+            : fmt::format("[{}]", fmt::join(o_.initial_dist, ", ")),
+        o_.seed ? fmt::format("{}", *o_.seed) : "none");
+  }
+  std::string StageName() const override { return "rejection_resample"; }
+  std::unique_ptr<IteratorBase> MakeIteratorInternal(
+      IteratorContext* ctx, uint64_t salt) const override {
+    // As Shuffle's seed: unseeded, the iterator's random seed told apart
+    // per stage; each epoch's salt draws afresh.
+    const uint64_t base =
+        o_.seed ? *o_.seed : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt),
+                                MixSeed(base, salt));
+  }
+
+ private:
+  class It final : public IteratorBase {
+   public:
+    It(const RejectionResampleDataset* d, std::unique_ptr<IteratorBase> in,
+       uint64_t seed)
+        : d_(d), in_(std::move(in)), rng_(seed) {
+      const size_t classes = d->o_.target_dist.size();
+      if (d->o_.initial_dist.empty()) {
+        counts_.assign(classes, kSmoothing);
+        Estimate();
+      } else {
+        Accept(d->o_.initial_dist);
+      }
+    }
+    bool GetNext(Element* out) override {
+      const bool whatever_class = Uniform() < original_;
+      while (in_->GetNext(out)) {
+        const int64_t element = seen_++;
+        const int64_t c = d_->class_func_(*out);
+        if (c < 0 || c >= static_cast<int64_t>(accept_.size())) {
+          throw Error(fmt::format("{}: element {}: class {} is not in [0, {})",
+                                  d_->Label(), element, c, accept_.size()));
+        }
+        if (!counts_.empty()) {
+          ++counts_[static_cast<size_t>(c)];
+          Estimate();
+        }
+        if (whatever_class || Uniform() < accept_[static_cast<size_t>(c)]) {
+          return true;
+        }
+      }
+      return false;
+    }
+    void Save(StateWriter* w) override {
+      w->BeginStage("rejection_resample");
+      w->U64(rng_.state());
+      w->I64(seen_);
+      w->U64(counts_.size());
+      for (int64_t n : counts_) w->I64(n);
+      in_->Save(w);
+    }
+    void Restore(StateReader* r) override {
+      r->BeginStage("rejection_resample");
+      rng_.set_state(r->U64());
+      seen_ = r->I64();
+      const uint64_t n = r->U64();
+      if (seen_ < 0 || n != counts_.size()) {
+        r->Fail(fmt::format("{} elements seen, {} class counts, by {}", seen_,
+                            n, d_->Label()));
+      }
+      // Every count begins at kSmoothing; together they grew by at most
+      // the elements seen.
+      __int128 grown = 0;
+      for (int64_t& c : counts_) {
+        c = r->I64();
+        if (c < kSmoothing) {
+          r->Fail(fmt::format("a class count of {} by {}", c, d_->Label()));
+        }
+        grown += c - kSmoothing;
+      }
+      if (grown > seen_) {
+        r->Fail(fmt::format("{} classes counted of {} elements seen by {}",
+                            static_cast<int64_t>(grown), seen_, d_->Label()));
+      }
+      if (!counts_.empty()) Estimate();
+      in_->Restore(r);
+    }
+
+   private:
+    double Uniform() {
+      return static_cast<double>(rng_.Next() >> 11) * 0x1.0p-53;
+    }
+    void Estimate() {
+      double total = 0;
+      for (int64_t c : counts_) total += static_cast<double>(c);
+      initial_.resize(counts_.size());
+      for (size_t i = 0; i < counts_.size(); ++i) {
+        initial_[i] = static_cast<double>(counts_[i]) / total;
+      }
+      Accept(initial_);
+    }
+    // tf.data's mixing: r_i = target_i / initial_i (a class never seen
+    // divides by the least positive double), m = min r, M = max r.
+    void Accept(const std::vector<double>& initial) {
+      const std::vector<double>& target = d_->o_.target_dist;
+      accept_.resize(target.size());
+      double lo = std::numeric_limits<double>::infinity(), hi = 0;
+      for (size_t i = 0; i < target.size(); ++i) {
+        accept_[i] =
+            target[i] / (initial[i] + std::numeric_limits<double>::min());
+        lo = std::min(lo, accept_[i]);
+        hi = std::max(hi, accept_[i]);
+      }
+      if (!(hi > lo)) {  // the same distribution: every element passes
+        original_ = 1;
+        return;
+      }
+      for (double& a : accept_) a = (a - lo) / (hi - lo);
+      original_ = lo;
+    }
+
+    const RejectionResampleDataset* d_;
+    std::unique_ptr<IteratorBase> in_;
+    Rng rng_;
+    int64_t seen_ = 0;
+    std::vector<int64_t> counts_;  // estimating: each class's, from 10
+    std::vector<double> initial_;  // the estimate
+    std::vector<double> accept_;   // each class's acceptance
+    double original_ = 1;          // the chance of the next element, any class
+  };
+
+  Dataset::KeyFn class_func_;
+  ResampleOptions o_;
+};
+
 class ShardDataset final : public UnaryDataset {
  public:
   ShardDataset(DatasetPtr input, int64_t n, int64_t index)
@@ -586,6 +734,11 @@ DatasetPtr Take(DatasetPtr input, int64_t count) {
 }
 DatasetPtr AssertCardinality(DatasetPtr input, int64_t expected) {
   return std::make_shared<AssertCardinalityDataset>(std::move(input), expected);
+}
+DatasetPtr RejectionResample(DatasetPtr input, Dataset::KeyFn class_func,
+                             ResampleOptions options) {
+  return std::make_shared<RejectionResampleDataset>(
+      std::move(input), std::move(class_func), std::move(options));
 }
 DatasetPtr Skip(DatasetPtr input, int64_t count) {
   return std::make_shared<CountDataset>(std::move(input), count, false);

@@ -146,6 +146,29 @@ int64_t IntResult(const py::object& n, const char* fn) {
   return n.cast<int64_t>();
 }
 
+// A key_func argument (group_by_window, rejection_resample's class_func):
+// a function of the element dict returning an int, or the name of an
+// integer scalar entry (Dataset::ComponentKey); `name` is set to what
+// stands for it in descriptions and errors.
+Dataset::KeyFn KeyArg(const py::object& fn, const char* what,
+                      std::string* name) {
+  if (py::isinstance<py::str>(fn)) {
+    *name = fn.cast<std::string>();
+    return Dataset::ComponentKey(*name);
+  }
+  if (!PyCallable_Check(fn.ptr())) {
+    throw py::type_error(fmt::format(
+        "{} must be a function of the element or the name of an integer "
+        "entry, not {}",
+        what, TypeName(fn)));
+  }
+  *name = py::str(py::getattr(fn, "__name__", py::str(what)));
+  return [holder = KeepAlive(fn), what](const Element& e) {
+    PythonCall python;
+    return IntResult(Callable(holder)(ElementToDict(e)), what);
+  };
+}
+
 // predicate(element dict), taken as Python's bool() of what it returns.
 pipeline::PredicateFn PythonPredicate(py::function predicate) {
   return [holder = KeepAlive(std::move(predicate))](const Element& e) {
@@ -1632,24 +1655,7 @@ only on the inputs and seeds, never on the thread count.
              const py::object& window_size_func, bool drop_remainder) {
             pipeline::GroupOptions o;
             o.drop_remainder = drop_remainder;
-            Dataset::KeyFn key;
-            if (py::isinstance<py::str>(key_func)) {
-              o.key_name = key_func.cast<std::string>();
-              key = Dataset::ComponentKey(o.key_name);
-            } else if (PyCallable_Check(key_func.ptr())) {
-              o.key_name = py::str(
-                  py::getattr(key_func, "__name__", py::str("key_func")));
-              key = [holder = KeepAlive(key_func)](const Element& e) {
-                PythonCall python;
-                return IntResult(Callable(holder)(ElementToDict(e)),
-                                 "key_func");
-              };
-            } else {
-              throw py::type_error(
-                  "key_func must be a function of the element or the name of "
-                  "an integer entry, not " +
-                  TypeName(key_func));
-            }
+            Dataset::KeyFn key = KeyArg(key_func, "key_func", &o.key_name);
             if (window_size.has_value() == !window_size_func.is_none()) {
               throw py::value_error(
                   "group_by_window() takes one of window_size and "
@@ -1742,6 +1748,29 @@ only on the inputs and seeds, never on the thread count.
           "take",
           [](const PyDataset& d, int64_t n) { return Wrap(d.dataset.Take(n)); },
           "count"_a)
+      .def(
+          "rejection_resample",
+          [](const PyDataset& d, const py::object& class_func,
+             std::vector<double> target_dist,
+             std::optional<std::vector<double>> initial_dist,
+             const py::object& seed) {
+            pipeline::ResampleOptions o;
+            Dataset::KeyFn classes =
+                KeyArg(class_func, "class_func", &o.class_name);
+            o.target_dist = std::move(target_dist);
+            if (initial_dist) o.initial_dist = std::move(*initial_dist);
+            o.seed = SeedArg(seed);
+            return Wrap(
+                d.dataset.RejectionResample(std::move(classes), std::move(o)));
+          },
+          "class_func"_a, "target_dist"_a, "initial_dist"_a = py::none(),
+          "seed"_a = py::none(),
+          "tf.data's rejection_resample: elements dropped so that their "
+          "classes (class_func: a function of the element returning an int "
+          "in [0, len(target_dist)), or the name of an integer entry) come "
+          "with target_dist; initial_dist None: estimated as elements come. "
+          "Yields the elements themselves, where tf.data yields (class, "
+          "element) pairs.")
       .def(
           "assert_cardinality",
           [](const PyDataset& d, int64_t expected_cardinality) {

@@ -234,7 +234,7 @@ TEST(StateTest, WindowTakeWhileScanUniqueGroupByWindowAndRebatchResume) {
   ExpectResumable(rebatched, {0, 1, 2, 3, 7, 10, 11, 12, 20});
 }
 
-TEST(StateTest, CounterRandomAndAssertCardinalityResume) {
+TEST(StateTest, CounterRandomRejectionResampleAndAssertCardinalityResume) {
   ExpectResumable(Dataset::Counter(3, -4).Take(20), {0, 1, 7, 19, 20});
   // Unseeded: the seed drawn travels in the state.
   ExpectResumable(Dataset::Random().Take(10).Repeat(2), {0, 1, 9, 10, 11, 19});
@@ -242,6 +242,14 @@ TEST(StateTest, CounterRandomAndAssertCardinalityResume) {
   ExpectResumable(
       Dataset::Range(0, 30).Shuffle(7).AssertCardinality(30).Repeat(2),
       {0, 1, 29, 30, 31, 59});
+  // The resampler's generator and estimated counts.
+  const auto parity = [](const Element& e) {
+    return e["value"].scalar<int64_t>() % 5 == 0 ? 1 : 0;
+  };
+  ExpectResumable(Dataset::Range(0, 200)
+                      .RejectionResample(parity, {.target_dist = {0.5, 0.5}})
+                      .Repeat(2),
+                  {0, 1, 10, 39, 40, 41, 70});
   // The count travels too: restored after 8 of 9, the 10th is still one
   // too many.
   const Dataset nine = Dataset::Range(0, 10).AssertCardinality(9);

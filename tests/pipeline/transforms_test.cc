@@ -1,6 +1,6 @@
-// Repeat, Take, Skip, AssertCardinality, Shard, Filter, TakeWhile, Scan,
-// Unique and IgnoreErrors (transforms.cc) against tf.data's documented
-// behaviour.
+// Repeat, Take, Skip, AssertCardinality, RejectionResample, Shard, Filter,
+// TakeWhile, Scan, Unique and IgnoreErrors (transforms.cc) against
+// tf.data's documented behaviour.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -203,6 +203,90 @@ TEST(TransformsTest, AssertCardinalityNamesTheFirstRecordTooMany) {
                   "first past them: {}: record 4 at offset 74)",
                   path));
   EXPECT_EQ(delivered, 4u);
+}
+
+// Classes 0, 1 and 2 of Range(n)'s values: 70%, 20% and 10% of them.
+int64_t SkewedClass(const Element& e) {
+  const int64_t d = e["value"].scalar<int64_t>() % 10;
+  return d < 7 ? 0 : d < 9 ? 1 : 2;
+}
+
+// The share of each of 3 classes in `elements`.
+std::vector<double> ClassShares(const std::vector<Element>& elements) {
+  std::vector<double> shares(3, 0.0);
+  for (const Element& e : elements) shares[SkewedClass(e)] += 1;
+  for (double& s : shares) s /= static_cast<double>(elements.size());
+  return shares;
+}
+
+TEST(TransformsTest, RejectionResampleGivesTheTargetDistribution) {
+  const Dataset skewed = Dataset::Range(0, 60000).Shuffle(1000, 1);
+  const std::vector<double> even = {1.0 / 3, 1.0 / 3, 1.0 / 3};
+  // The input's distribution given, and estimated as elements come.
+  for (bool known : {true, false}) {
+    SCOPED_TRACE(known ? "initial_dist given" : "initial_dist estimated");
+    const Dataset resampled = skewed.RejectionResample(
+        SkewedClass, {.target_dist = even,
+                      .initial_dist = known ? std::vector<double>{0.7, 0.2, 0.1}
+                                            : std::vector<double>{},
+                      .seed = 5});
+    const std::vector<Element> out = Collect(resampled);
+    // The rarest class bounds what can come out: about 6000 / (1/3).
+    EXPECT_GT(out.size(), 12000u);
+    EXPECT_LT(out.size(), 24000u);
+    for (double share : ClassShares(out)) EXPECT_NEAR(share, 1.0 / 3, 0.02);
+    // Each element at most once, in the input's order (a subsequence).
+    for (size_t i = 1; i < out.size(); ++i) {
+      ASSERT_NE(Ints({out[i]}), Ints({out[i - 1]}));
+    }
+    // Seeded: the same stream again.
+    EXPECT_EQ(Ints(Collect(resampled)), Ints(out));
+  }
+  // Skewed another way: 10% / 30% / 60%.
+  const auto shares = ClassShares(Collect(skewed.RejectionResample(
+      SkewedClass, {.target_dist = {0.1, 0.3, 0.6}, .seed = 2})));
+  EXPECT_NEAR(shares[0], 0.1, 0.02);
+  EXPECT_NEAR(shares[1], 0.3, 0.02);
+  EXPECT_NEAR(shares[2], 0.6, 0.02);
+  // A class the target leaves out never comes.
+  const auto none_of_2 = Collect(skewed.Take(3000).RejectionResample(
+      SkewedClass, {.target_dist = {0.5, 0.5, 0}, .seed = 3}));
+  EXPECT_FALSE(none_of_2.empty());
+  EXPECT_EQ(ClassShares(none_of_2)[2], 0.0);
+  // The target the input already has: every element passes.
+  EXPECT_EQ(Collect(skewed.Take(5000).RejectionResample(
+                        SkewedClass, {.target_dist = {0.7, 0.2, 0.1},
+                                      .initial_dist = {0.7, 0.2, 0.1}}))
+                .size(),
+            5000u);
+  EXPECT_EQ(skewed.RejectionResample(SkewedClass, {.target_dist = even})
+                .Cardinality(),
+            kUnknownCardinality);
+}
+
+TEST(TransformsTest, RejectionResampleRefusesBadDistributionsAndClasses) {
+  const Dataset ds = Dataset::Range(0, 10);
+  const auto error = [&](ResampleOptions o) -> std::string {
+    try {
+      Collect(ds.RejectionResample(SkewedClass, std::move(o)));
+    } catch (const Error& err) {
+      return err.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error({.target_dist = {0.5, 0.6, 0}}),
+            "RejectionResample: target_dist sums to 1.1, not 1");
+  EXPECT_EQ(error({.target_dist = {1.5, -0.5, 0}}),
+            "RejectionResample: target_dist[1] is -0.5; a probability is >= 0");
+  EXPECT_EQ(error({.target_dist = {0.5, 0.5, 0}, .initial_dist = {1, 0}}),
+            "RejectionResample: initial_dist has 2 classes, target_dist 3");
+  EXPECT_EQ(error({.target_dist = {}}),
+            "RejectionResample: target_dist is empty");
+  // Element 9 is the first of class 2, past two classes.
+  EXPECT_EQ(error({.target_dist = {0.5, 0.5}, .seed = 1, .class_name = "cls"}),
+            "RejectionResample(cls, target_dist=[0.5, 0.5], "
+            "initial_dist=estimated, seed=1): element 9: class 2 is not in "
+            "[0, 2)");
 }
 
 TEST(TransformsTest, FilterKeepsWhatThePredicateAccepts) {

@@ -917,6 +917,29 @@ def test_counter_random_list_files_and_assert_cardinality_as_tf_data(
         list(records.assert_cardinality(19))
 
 
+def test_rejection_resample_as_tf_data():
+    D = recflow.Dataset
+    # Classes 0, 1, 2 in 70%, 20%, 10% of the elements.
+    skewed = D.range(30000).shuffle(1000, seed=1).map(
+        lambda e: {"value": e["value"],
+                   "label": np.int64(0 if e["value"] % 10 < 7 else
+                                     1 if e["value"] % 10 < 9 else 2)})
+    for initial in (None, [0.7, 0.2, 0.1]):
+        out = [e["label"].item() for e in skewed.rejection_resample(
+            "label", target_dist=[0.2, 0.3, 0.5], initial_dist=initial,
+            seed=4)]
+        shares = np.bincount(out, minlength=3) / len(out)
+        np.testing.assert_allclose(shares, [0.2, 0.3, 0.5], atol=0.03)
+    by_function = skewed.rejection_resample(
+        lambda e: int(e["label"]), [0.5, 0.5, 0.0], seed=2)
+    labels = [e["label"].item() for e in by_function]
+    assert labels and 2 not in labels
+    with pytest.raises(ValueError, match="target_dist sums to 0.9, not 1"):
+        skewed.rejection_resample("label", [0.5, 0.4, 0.0])
+    with pytest.raises(TypeError, match="class_func must be a function"):
+        skewed.rejection_resample(3, [1.0])
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
