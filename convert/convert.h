@@ -45,6 +45,7 @@
 
 namespace recflow::pipeline {
 class Dataset;
+struct TFRecordOptions;
 }  // namespace recflow::pipeline
 
 namespace recflow::convert {
@@ -182,6 +183,11 @@ struct DatasetRecords {
   // element without one is a row-level error): "record" after
   // FromTFRecords makes a shuffled, filtered or sampled reshard.
   std::string record_key;
+  // Each element as it is, an element record (pipeline::
+  // EncodeElementRecord: names, dtypes, shapes, ragged rows and values,
+  // exactly), which maps::DecodeElement reads back; its origin is left
+  // out.  Python's Dataset.save.  Not with record_key.
+  bool element_records = false;
   int threads = 0;  // the pipeline iterator's (0: every core)
 };
 
@@ -192,6 +198,36 @@ struct DatasetRecords {
 ConvertSummary ConvertDataset(const pipeline::Dataset& dataset,
                               const DatasetRecords& records,
                               const ConvertJob& job);
+
+// tf.data's Dataset.save / Dataset.load: a pipeline's elements kept
+// exactly (names, dtypes, shapes, ragged rows) in a directory: shards
+// DIR/elements-00000-of-0000N.tfrecord (plus the compression's suffix) of
+// element records (DatasetRecords::element_records), each with its index,
+// and DIR/dataset.json, written once every shard is in place: the format,
+// the element count, the shards and the saved pipeline's description.
+struct SaveOptions {
+  uint64_t shards = 1;
+  records::Compression compression = records::Compression::kNone;
+  int level = 0;    // the compression's (0: its default)
+  int threads = 0;  // the pipeline iterator's (0: every core)
+};
+// Runs `dataset` once into `directory` (created if missing).  A directory
+// that already holds a saved dataset (its dataset.json) is refused with
+// ConvertError: nothing is overwritten.  An error writes no dataset.json.
+ConvertSummary SaveDataset(const pipeline::Dataset& dataset,
+                           const std::string& directory,
+                           const SaveOptions& options = {});
+// What SaveDataset kept, read back: its shards in order (with `reading`'s
+// options: parallel reads, shuffled files), each record decoded
+// (pipeline::maps::DecodeElement, on `num_parallel_calls` threads), with
+// Cardinality() the count saved, checked as it is read
+// (Dataset::AssertCardinality: a shard cut short at a record's end is an
+// Error, not fewer elements).  ConvertError for a directory without a
+// dataset.json, one of another format, or a shard it names that is gone.
+pipeline::Dataset LoadDataset(const std::string& directory,
+                              const pipeline::TFRecordOptions& reading,
+                              int num_parallel_calls = 1);
+pipeline::Dataset LoadDataset(const std::string& directory);
 
 // For the images format: the class names in label order (sorted folder
 // names), written beside the shards as PREFIX-labels.txt ("0:name" lines,

@@ -1,11 +1,21 @@
 // A pipeline::Dataset as a conversion's input (ConvertDataset): each
-// element one record, an Example or the bytes of one of its components.
+// element one record, an Example, the bytes of one of its components, or
+// the element itself (an element record).
 #include "pipeline/dataset.h"
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "convert/sources.h"
+#include "pipeline/maps.h"
+#include "pipeline/state.h"
 #include "records/csv_reader.h"
+#include "records/file.h"
 
 namespace recflow::convert {
 namespace {
@@ -27,7 +37,18 @@ class DatasetSource final : public ExampleSource {
     row->line = next_++;
     row->built = true;
     try {
-      if (o_.record_key.empty()) {
+      if (o_.element_records) {
+        for (const auto& c : e.components) {
+          if (!c.tensor.on_host()) {
+            RowError(
+                fmt::format("element {}: component '{}' is not in host memory",
+                            row->line, c.name));
+          }
+        }
+        e.origin = {};
+        e.batch_origins.reset();
+        row->example.assign(pipeline::EncodeElementRecord(e));
+      } else if (o_.record_key.empty()) {
         builder_.Clear();
         for (const auto& c : e.components) Add(c.name, c.tensor, row->line);
         row->example.assign(builder_.Serialize());
@@ -124,9 +145,117 @@ class DatasetSource final : public ExampleSource {
 ConvertSummary ConvertDataset(const pipeline::Dataset& dataset,
                               const DatasetRecords& records,
                               const ConvertJob& job) {
+  if (records.element_records && !records.record_key.empty()) {
+    InputError(
+        "ConvertDataset: element_records writes whole elements; record_key "
+        "names one component to write instead: give one of them");
+  }
   ConvertJob own = job;
   own.format = "dataset";  // no labels file
   return ConvertSource(own, std::make_unique<DatasetSource>(dataset, records));
+}
+
+namespace {
+
+constexpr std::string_view kSavedFormat = "recflow-saved-dataset";
+constexpr int kSavedVersion = 1;
+
+std::string ManifestPath(const std::string& directory) {
+  return directory + "/dataset.json";
+}
+
+}  // namespace
+
+ConvertSummary SaveDataset(const pipeline::Dataset& dataset,
+                           const std::string& directory,
+                           const SaveOptions& options) {
+  const std::string manifest = ManifestPath(directory);
+  if (std::filesystem::exists(manifest)) {
+    InputError(fmt::format(
+        "{}: already holds a saved dataset ({}); remove it or save elsewhere",
+        directory, manifest));
+  }
+  ConvertJob job;
+  job.output = directory + "/elements";
+  job.shards = options.shards;
+  job.writer.compression = options.compression;
+  job.writer.level = options.level;
+  job.writer.build_index = true;
+  DatasetRecords records;
+  records.element_records = true;
+  records.threads = options.threads;
+  ConvertSummary summary = ConvertDataset(dataset, records, job);
+  nlohmann::json m;
+  m["format"] = kSavedFormat;
+  m["version"] = kSavedVersion;
+  m["elements"] = summary.records;
+  m["compression"] = records::CompressionName(options.compression);
+  m["shards"] = nlohmann::json::array();
+  for (const ShardResult& r : summary.shards) {
+    m["shards"].push_back(
+        {{"file", std::filesystem::path(r.path).filename().string()},
+         {"elements", r.records}});
+  }
+  m["pipeline"] = dataset.Describe();
+  records::WritableFile out(manifest, /*atomic=*/true);
+  out.Append(m.dump(2) + "\n");
+  out.Close();
+  return summary;
+}
+
+pipeline::Dataset LoadDataset(const std::string& directory,
+                              const pipeline::TFRecordOptions& reading,
+                              int num_parallel_calls) {
+  const std::string manifest = ManifestPath(directory);
+  std::ifstream in(manifest);
+  if (!in) {
+    InputError(fmt::format("{}: no saved dataset here ({} cannot be read: {})",
+                           directory, manifest, std::strerror(errno)));
+  }
+  nlohmann::json m;
+  uint64_t elements = 0, counted = 0;
+  std::vector<std::string> files;
+  try {
+    m = nlohmann::json::parse(in);
+    if (m.at("format") != std::string(kSavedFormat) ||
+        m.at("version") != kSavedVersion) {
+      InputError(fmt::format("{}: not a {} of version {}", manifest,
+                             kSavedFormat, kSavedVersion));
+    }
+    elements = m.at("elements").get<uint64_t>();
+    for (const auto& shard : m.at("shards")) {
+      const std::string file = shard.at("file").get<std::string>();
+      if (file.empty() || file.find('/') != std::string::npos) {
+        InputError(fmt::format("{}: shard name '{}' is not a file name",
+                               manifest, file));
+      }
+      files.push_back(directory + "/" + file);
+      counted += shard.at("elements").get<uint64_t>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    InputError(fmt::format("{}: not a saved dataset's manifest: {}", manifest,
+                           e.what()));
+  }
+  if (files.empty() || counted != elements) {
+    InputError(fmt::format("{}: {} elements in all but {} in its {} shards",
+                           manifest, elements, counted, files.size()));
+  }
+  for (const std::string& f : files) {
+    if (!std::filesystem::exists(f)) {
+      InputError(fmt::format("{}: shard {} of the saved dataset is missing",
+                             directory, f));
+    }
+  }
+  pipeline::MapOptions map;
+  map.num_parallel_calls = num_parallel_calls;
+  map.name = "decode_element";
+  return pipeline::Dataset::FromTFRecords(files, reading)
+      .Map(pipeline::maps::DecodeElement(), map)
+      .AssertCardinality(static_cast<int64_t>(elements));
+}
+
+pipeline::Dataset LoadDataset(const std::string& directory) {
+  return LoadDataset(directory, {});
 }
 
 }  // namespace recflow::convert

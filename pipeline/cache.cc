@@ -19,21 +19,6 @@
 namespace recflow::pipeline::stages {
 namespace {
 
-constexpr std::string_view kElementTag = "recflow-cache-element";
-
-std::string EncodeElement(const Element& e) {
-  StateWriter w(kElementTag);
-  w.WriteElement(e);
-  return std::move(w).Finish();
-}
-
-Element DecodeElement(std::string_view blob) {
-  StateReader r(blob, kElementTag);
-  Element e = r.ReadElement();
-  r.Finish();
-  return e;
-}
-
 bool Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -158,7 +143,7 @@ class CacheDataset final : public UnaryDataset {
         pending_.push_back(std::move(copy));
         return;
       }
-      Writer().Write(EncodeElement(e));
+      Writer().Write(EncodeElementRecord(e));
     }
 
     void Publish() {
@@ -214,7 +199,7 @@ class CacheDataset final : public UnaryDataset {
       }
       std::string_view blob;
       if (!reader_->ReadRecord(&blob)) return false;
-      *out = DecodeElement(blob);
+      *out = DecodeElementRecord(blob);
       ++position_read_;
       return true;
     }

@@ -8,6 +8,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "pipeline/state.h"
+
 namespace recflow::pipeline::maps {
 namespace {
 
@@ -265,6 +267,28 @@ MapFn Rename(std::string from, std::string to) {
       if (c.name == from) c.name = to;
     }
     return e;
+  };
+}
+
+MapFn DecodeElement(std::string key) {
+  return [key = std::move(key)](Element e) {
+    const Tensor& t = Component(e, key, "decode_element");
+    if (t.dtype() != DType::kBytes || t.shape().rank() != 0 || t.ragged()) {
+      throw Error(fmt::format(
+          "decode_element('{}'): a {}{} component, not the bytes scalar of a "
+          "record{}",
+          key, DTypeName(t.dtype()), t.shape().ToString(), Where(e)));
+    }
+    Element out;
+    try {
+      out = DecodeElementRecord(t.bytes(0));
+    } catch (const Error& err) {
+      throw Error(
+          fmt::format("decode_element('{}'): not an element record{}: {}", key,
+                      Where(e), err.what()));
+    }
+    out.origin = e.origin;
+    return out;
   };
 }
 

@@ -49,6 +49,12 @@ MapFn Select(std::vector<std::string> keys);
 // empty.
 MapFn Rename(std::string from, std::string to);
 
+// The element a record holds (EncodeElementRecord, as a saved dataset
+// keeps them: Python's Dataset.save / load): the bytes scalar `key` becomes
+// that element, exactly (names, dtypes, shapes, ragged rows), with the
+// record's origin.  Anything else in `key` is an Error naming the record.
+MapFn DecodeElement(std::string key = "record");
+
 }  // namespace recflow::pipeline::maps
 
 #endif  // RECFLOW_PIPELINE_MAPS_H_

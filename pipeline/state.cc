@@ -16,6 +16,9 @@ namespace {
 
 constexpr std::string_view kMagic = "RFIS";
 constexpr uint32_t kVersion = 1;
+// The description of an element record (EncodeElementRecord): the name
+// file caches have always carried.
+constexpr std::string_view kElementRecordTag = "recflow-cache-element";
 // A tensor in a state cannot claim more elements than this; the blob's
 // size bounds it again before anything is allocated.
 constexpr uint64_t kMaxStateValues = uint64_t{1} << 40;
@@ -369,6 +372,19 @@ void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
     default:
       r->Fail("unknown kind of buffered result");
   }
+}
+
+std::string EncodeElementRecord(const Element& e) {
+  StateWriter w(kElementRecordTag);
+  w.WriteElement(e);
+  return std::move(w).Finish();
+}
+
+Element DecodeElementRecord(std::string_view blob) {
+  StateReader r(blob, kElementRecordTag);
+  Element e = r.ReadElement();
+  r.Finish();
+  return e;
 }
 
 }  // namespace recflow::pipeline

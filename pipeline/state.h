@@ -81,6 +81,14 @@ void WriteResult(StateWriter* w, bool end, const std::exception_ptr& error,
 void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
                 Element* element);
 
+// One element as a self-contained, CRC-checked blob (a state of the
+// description "recflow-cache-element" holding the element: its
+// components' names, dtypes, shapes, ragged row lengths and values, and
+// its origin): what a file Cache and a saved dataset keep per record.
+std::string EncodeElementRecord(const Element& e);
+// The element back; an Error (saying what is wrong) for any other bytes.
+Element DecodeElementRecord(std::string_view blob);
+
 }  // namespace recflow::pipeline
 
 #endif  // RECFLOW_PIPELINE_STATE_H_

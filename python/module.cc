@@ -1188,6 +1188,15 @@ recflow.FixedLenFeature / recflow.VarLenFeature build the dict's values.
         return BuiltinMap{pipeline::maps::Rename(from, to), name};
       },
       "old"_a, "new"_a, "Renames a component.");
+  maps.def(
+      "decode_element",
+      [](std::string key) {
+        std::string name = fmt::format("decode_element('{}')", key);
+        return BuiltinMap{pipeline::maps::DecodeElement(std::move(key)), name};
+      },
+      "key"_a = "record",
+      "The element a record of Dataset.save holds, exactly (Dataset.load "
+      "applies it).");
 
   // --- Iterator ---
   py::class_<PyIterator>(m, "Iterator", R"doc(
@@ -1942,6 +1951,50 @@ only on the inputs and seeds, never on the thread count.
           "as the record itself (from_tfrecords(...).shuffle(...) with "
           "record_key='record' reshards). All shards appear together or "
           "none does; returns a summary dict.")
+      .def(
+          "save",
+          [](const PyDataset& d, py::handle path, uint64_t shards,
+             std::string compression, int level, int threads) {
+            if (shards == 0) throw py::value_error("shards must be at least 1");
+            convert::SaveOptions o;
+            o.shards = shards;
+            o.compression = *CompressionArg(compression);
+            o.level = level;
+            o.threads = ThreadsArg(threads, "save()");
+            const std::string directory = Paths(path, "save").at(0);
+            convert::ConvertSummary s;
+            {
+              py::gil_scoped_release release;
+              s = convert::SaveDataset(d.dataset, directory, o);
+            }
+            return SummaryDict(s);
+          },
+          "path"_a, "shards"_a = 1, "compression"_a = "none", "level"_a = 0,
+          "threads"_a = 0,
+          "tf.data's save: runs the dataset once and keeps its elements "
+          "exactly (entries, dtypes, shapes, Ragged) in the directory path: "
+          "elements-00000-of-0000N.tfrecord shards with indexes, then "
+          "dataset.json (the count, the shards). A directory that already "
+          "holds one is refused. Dataset.load reads it back.")
+      .def_static(
+          "load",
+          [](py::handle path, int num_parallel_reads, int num_parallel_calls,
+             bool shuffle_files, const py::object& seed) {
+            pipeline::TFRecordOptions o;
+            o.num_parallel_reads = num_parallel_reads;
+            o.shuffle_files = shuffle_files;
+            o.seed = SeedArg(seed);
+            return Wrap(convert::LoadDataset(Paths(path, "load").at(0), o,
+                                             num_parallel_calls));
+          },
+          "path"_a, "num_parallel_reads"_a = 1, "num_parallel_calls"_a = 1,
+          "shuffle_files"_a = false, "seed"_a = py::none(),
+          "tf.data's load: the elements Dataset.save kept in path, each "
+          "shard in the order saved (num_parallel_reads shards interleaved; "
+          "shuffle_files: in a new order each epoch), decoded on "
+          "num_parallel_calls threads. cardinality() is the count saved, "
+          "checked as they are read: a shard cut short is an error, never "
+          "fewer elements.")
       .def(
           "cardinality",
           [](const PyDataset& d) { return d.dataset.Cardinality(); },

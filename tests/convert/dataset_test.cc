@@ -2,6 +2,7 @@
 // Examples or the records themselves, with the job's contract.
 #include "pipeline/dataset.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "convert_test_util.h"
+#include "pipeline/maps.h"
 #include "records/index.h"
 #include "records/tfrecord_writer.h"
 
@@ -206,6 +208,108 @@ TEST(ConvertDatasetTest,
                               {}, failing),
                pipeline::Error);
   EXPECT_TRUE(std::filesystem::is_empty(other.path()));
+}
+
+// Element i of Mixed(), batched by 7 (the last short) with its vectors
+// ragged: every dtype, batched, ragged and bytes.
+Dataset MixedRaggedBatches(int64_t n) {
+  return MixedElements(n).RaggedBatch(7);
+}
+
+TEST(SaveDatasetTest, LoadGivesBackEveryElementExactly) {
+  const Dataset ds = MixedRaggedBatches(600);
+  const std::vector<Element> saved = All(ds);
+  ASSERT_EQ(saved.size(), 86u);
+  ASSERT_TRUE(saved[0]["f32"].ragged());
+  {  // one shard: the order saved
+    testing::TempDir dir;
+    const ConvertSummary s = SaveDataset(ds, dir.File("saved"));
+    EXPECT_EQ(s.records, 86u);
+    const Dataset loaded = LoadDataset(dir.File("saved"));
+    EXPECT_EQ(loaded.Cardinality(), 86);
+    const std::vector<Element> back = All(loaded);
+    ASSERT_EQ(back.size(), saved.size());
+    for (size_t i = 0; i < back.size(); ++i) {
+      ASSERT_EQ(back[i], saved[i]) << "element " << i;
+      // The origin: where the element's record is now.
+      ASSERT_TRUE(back[i].origin.file);
+      EXPECT_EQ(back[i].origin.record, i);
+    }
+  }
+  // Three compressed shards, read two at a time: the same elements (each
+  // shard in the order saved), and every record is an element record with
+  // an index.
+  testing::TempDir dir;
+  const ConvertSummary s =
+      SaveDataset(ds, dir.File("saved"),
+                  {.shards = 3, .compression = records::Compression::kZstd});
+  ASSERT_EQ(s.shards.size(), 3u);
+  EXPECT_EQ(dir.List(), std::vector<std::string>{"saved"});
+  pipeline::TFRecordOptions two;
+  two.num_parallel_reads = 2;
+  const std::vector<Element> back = All(LoadDataset(dir.File("saved"), two, 2));
+  ASSERT_EQ(back.size(), saved.size());
+  for (const Element& e : saved) {
+    EXPECT_EQ(std::count(back.begin(), back.end(), e), 1);
+  }
+  EXPECT_TRUE(std::filesystem::exists(records::IndexPathFor(s.shards[2].path)));
+  // Saving again into it is refused; nothing is overwritten.
+  EXPECT_EQ(
+      testing::ConvertErrorOf([&] { SaveDataset(ds, dir.File("saved")); }),
+      fmt::format("{}: already holds a saved dataset ({}/dataset.json); "
+                  "remove it or save elsewhere",
+                  dir.File("saved"), dir.File("saved")));
+}
+
+TEST(SaveDatasetTest, LoadRefusesWhatIsNotAWholeSavedDataset) {
+  testing::TempDir dir;
+  const std::string saved = dir.File("saved");
+  SaveDataset(Dataset::Range(0, 600), saved, {.shards = 2});
+  // A shard cut short at a record's end reads as a valid file: the count
+  // saved tells.
+  const std::string shard = saved + "/elements-00001-of-00002.tfrecord";
+  const records::Index index = records::ReadIndex(records::IndexPathFor(shard));
+  ASSERT_EQ(index.entries.size(), 256u);  // the second chunk of 256
+  std::filesystem::resize_file(shard, index.entries.back().offset);
+  std::string error;
+  try {
+    All(LoadDataset(saved));
+  } catch (const pipeline::Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("expected to contain 600 elements but contained only "
+                       "599"),
+            std::string::npos)
+      << error;
+  // A shard gone, a manifest gone or of something else.
+  std::filesystem::remove(shard);
+  EXPECT_EQ(testing::ConvertErrorOf([&] { LoadDataset(saved); }),
+            fmt::format("{}: shard {} of the saved dataset is missing", saved,
+                        shard));
+  testing::WriteFileBytes(saved + "/dataset.json", R"({"format": "other"})");
+  EXPECT_NE(testing::ConvertErrorOf([&] {
+              LoadDataset(saved);
+            }).find("dataset.json: not a recflow-saved-dataset of version 1"),
+            std::string::npos);
+  std::filesystem::remove(saved + "/dataset.json");
+  EXPECT_EQ(testing::ConvertErrorOf([&] { LoadDataset(saved); }),
+            fmt::format("{}: no saved dataset here ({}/dataset.json cannot be "
+                        "read: No such file or directory)",
+                        saved, saved));
+  // Records that are no element records, named.
+  const std::string plain = dir.File("plain.tfrecord");
+  testing::WriteRecords(plain, {"not an element"});
+  std::string decode;
+  try {
+    All(Dataset::FromTFRecords({plain}).Map(pipeline::maps::DecodeElement()));
+  } catch (const pipeline::Error& e) {
+    decode = e.what();
+  }
+  EXPECT_EQ(decode.find(fmt::format("decode_element('record'): not an element "
+                                    "record ({}: record 0 at offset 0): ",
+                                    plain)),
+            0u)
+      << decode;
 }
 
 }  // namespace

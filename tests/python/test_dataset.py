@@ -940,6 +940,41 @@ def test_rejection_resample_as_tf_data():
         skewed.rejection_resample(3, [1.0])
 
 
+def test_save_and_load_keep_elements_exactly_as_tf_data(tmp_path):
+    D = recflow.Dataset
+    ds = D.from_tensor_slices({
+        "x": np.arange(60, dtype=np.int32).reshape(20, 3),
+        "y": np.linspace(0, 1, 20),
+        "name": np.array([b"n%d" % i for i in range(20)], dtype=object),
+    }).ragged_batch(3)
+    summary = ds.save(tmp_path / "saved", shards=2, compression="zstd")
+    assert summary["records"] == 7
+    loaded = D.load(tmp_path / "saved")
+    assert loaded.cardinality() == 7 and len(loaded) == 7
+
+    def rows(d):
+        out = []
+        for e in d:
+            x = e["x"]
+            assert isinstance(x, recflow.Ragged) and x.values.dtype == np.int32
+            out.append((x.values.tolist(), x.row_lengths.tolist(),
+                        e["y"].dtype.name, e["y"].tolist(),
+                        list(e["name"])))
+        return sorted(out)
+    assert rows(loaded) == rows(ds)
+    assert rows(D.load(str(tmp_path / "saved"), num_parallel_reads=2,
+                       num_parallel_calls=2)) == rows(ds)
+    with pytest.raises(ValueError, match="already holds a saved dataset"):
+        ds.save(tmp_path / "saved")
+    with pytest.raises(ValueError, match="no saved dataset here"):
+        D.load(tmp_path)
+    # The records themselves, decoded by the built-in map.
+    shard = tmp_path / "saved" / "elements-00000-of-00002.tfrecord.zst"
+    first = next(iter(D.from_tfrecords(shard).map(
+        recflow.maps.decode_element())))
+    assert sorted(first) == ["name", "x", "y"]
+
+
 def _field(number, payload):
     """A length-delimited protobuf field."""
     def varint(n):
