@@ -69,6 +69,7 @@
 #include "pipeline/block_arena.h"
 #include "pipeline/data_source.h"
 #include "pipeline/dataset.h"
+#include "pipeline/maps.h"
 #include "pipeline/process.h"
 #include "pipeline/stages.h"
 #include "records/example.pb.h"
@@ -515,6 +516,34 @@ void ConsumerArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"threads", "work_us"})->UseRealTime();
 }
 BENCHMARK(BM_ConsumerNext)->Apply(ConsumerArgs);
+
+// A cheap per-element map (a cast, well under a microsecond) with
+// range(0) parallel calls, next to range(0) = 1, the map on the consumer's
+// thread, in the same run: what the parallel map's hand-over costs per
+// element, on range(1) iterator threads.
+void BM_MapCalls(benchmark::State& state) {
+  const int calls = static_cast<int>(state.range(0));
+  MapOptions o;
+  o.num_parallel_calls = calls;
+  constexpr int64_t kElements = 100000;
+  for (auto _ : state) {
+    Iterator it =
+        Dataset::Range(0, kElements)
+            .Map(maps::Cast("value", DType::kInt32), o)
+            .Batch(256)
+            .MakeIterator({.threads = static_cast<int>(state.range(1))});
+    Element e;
+    int64_t n = 0;
+    while (it.Next(&e)) n += e["value"].shape().dims()[0];
+    if (n != kElements) state.SkipWithError("elements lost");
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+BENCHMARK(BM_MapCalls)
+    ->ArgsProduct({{1, 2}, {1, 2}})
+    ->ArgNames({"calls", "threads"})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // What taking an element from a full Prefetch(2) costs the consumer when
 // the input is not the bottleneck (Range -> Batch(128), ~40 us a batch
