@@ -325,18 +325,39 @@ class RepeatDataset final : public UnaryDataset {
   int64_t count_;
 };
 
-// Take (keep the first `count`) and Skip (drop them).
+// Take (keep the first `count`), Skip (drop them) and AssertCardinality
+// (pass them all, an Error when there are more or fewer than `count`):
+// the elements counted so far are their state.
 class CountDataset final : public UnaryDataset {
  public:
-  CountDataset(DatasetPtr input, int64_t count, bool take)
-      : UnaryDataset(std::move(input)), count_(count), take_(take) {}
+  enum class Kind { kTake, kSkip, kAssert };
+  CountDataset(DatasetPtr input, int64_t count, Kind kind)
+      : UnaryDataset(std::move(input)), count_(count), kind_(kind) {}
   std::string Label() const override {
-    return fmt::format("{}({})", take_ ? "Take" : "Skip", count_);
+    if (kind_ == Kind::kAssert) {
+      return fmt::format("AssertCardinality({})",
+                         count_ == kInfiniteCardinality
+                             ? std::string("infinite")
+                             : fmt::format("{}", count_));
+    }
+    return fmt::format("{}({})", kind_ == Kind::kTake ? "Take" : "Skip",
+                       count_);
   }
-  std::string StageName() const override { return take_ ? "take" : "skip"; }
+  std::string StageName() const override {
+    switch (kind_) {
+      case Kind::kTake:
+        return "take";
+      case Kind::kSkip:
+        return "skip";
+      case Kind::kAssert:
+        break;
+    }
+    return "assert_cardinality";
+  }
   int64_t Cardinality() const override {
+    if (kind_ == Kind::kAssert) return count_;
     const int64_t n = input_->Cardinality();
-    if (take_) {
+    if (kind_ == Kind::kTake) {
       if (count_ < 0 || n == kUnknownCardinality) return n;
       return n == kInfiniteCardinality ? count_ : std::min(n, count_);
     }
@@ -349,31 +370,60 @@ class CountDataset final : public UnaryDataset {
   }
 
  private:
+  // tf.data's wording, after the stage's label.
+  std::string Expected() const {
+    return fmt::format(
+        "{}: the input was expected to contain {} but contained", Label(),
+        count_ == kInfiniteCardinality
+            ? std::string("an infinite number of elements")
+            : fmt::format("{} element{}", count_, count_ == 1 ? "" : "s"));
+  }
+
   class It final : public IteratorBase {
    public:
     It(const CountDataset* d, std::unique_ptr<IteratorBase> in)
         : d_(d), in_(std::move(in)) {}
     bool GetNext(Element* out) override {
-      if (d_->take_) {
-        if (d_->count_ >= 0 && seen_ >= d_->count_) return false;
-        if (!in_->GetNext(out)) return false;
-        ++seen_;
-        return true;
+      switch (d_->kind_) {
+        case Kind::kTake:
+          if (d_->count_ >= 0 && seen_ >= d_->count_) return false;
+          if (!in_->GetNext(out)) return false;
+          ++seen_;
+          return true;
+        case Kind::kSkip:
+          while (d_->count_ < 0 || seen_ < d_->count_) {
+            if (!in_->GetNext(out)) return false;
+            ++seen_;
+          }
+          if (d_->count_ < 0) return false;  // Skip(-1) skips everything
+          return in_->GetNext(out);
+        case Kind::kAssert:
+          break;
       }
-      while (d_->count_ < 0 || seen_ < d_->count_) {
-        if (!in_->GetNext(out)) return false;
-        ++seen_;
+      if (!in_->GetNext(out)) {
+        if (seen_ != d_->count_) {
+          throw Error(fmt::format("{} only {}", d_->Expected(), seen_));
+        }
+        return false;
       }
-      if (d_->count_ < 0) return false;  // Skip(-1) skips everything
-      return in_->GetNext(out);
+      ++seen_;
+      if (d_->count_ >= 0 && seen_ > d_->count_) {
+        // The first element too many, where a file says where.
+        throw Error(fmt::format("{} at least {}{}", d_->Expected(), seen_,
+                                out->origin.file
+                                    ? fmt::format(" (the first past them: {})",
+                                                  out->origin.ToString())
+                                    : std::string()));
+      }
+      return true;
     }
     void Save(StateWriter* w) override {
-      w->BeginStage(d_->take_ ? "take" : "skip");
+      w->BeginStage(d_->StageName());
       w->I64(seen_);
       in_->Save(w);
     }
     void Restore(StateReader* r) override {
-      r->BeginStage(d_->take_ ? "take" : "skip");
+      r->BeginStage(d_->StageName());
       seen_ = r->I64();
       if (seen_ < 0 || (d_->count_ >= 0 && seen_ > d_->count_)) {
         r->Fail(fmt::format("{} elements counted by {}", seen_, d_->Label()));
@@ -388,83 +438,7 @@ class CountDataset final : public UnaryDataset {
   };
 
   int64_t count_;
-  bool take_;
-};
-
-// tf.data's assert_cardinality: the input's elements, passed on, with an
-// Error when there turn out to be more or fewer than `expected`.
-class AssertCardinalityDataset final : public UnaryDataset {
- public:
-  AssertCardinalityDataset(DatasetPtr input, int64_t expected)
-      : UnaryDataset(std::move(input)), expected_(expected) {}
-  std::string Label() const override {
-    return fmt::format("AssertCardinality({})", CountText(expected_));
-  }
-  std::string StageName() const override { return "assert_cardinality"; }
-  int64_t Cardinality() const override { return expected_; }
-  std::unique_ptr<IteratorBase> MakeIteratorInternal(
-      IteratorContext* ctx, uint64_t salt) const override {
-    return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
-  }
-
- private:
-  static std::string CountText(int64_t n) {
-    return n == kInfiniteCardinality ? "infinite" : fmt::format("{}", n);
-  }
-  // tf.data's wording, after the stage's label.
-  std::string Expected() const {
-    return fmt::format("{}: the input was expected to contain {} but contained",
-                       Label(),
-                       expected_ == kInfiniteCardinality
-                           ? std::string("an infinite number of elements")
-                           : fmt::format("{} element{}", expected_,
-                                         expected_ == 1 ? "" : "s"));
-  }
-
-  class It final : public IteratorBase {
-   public:
-    It(const AssertCardinalityDataset* d, std::unique_ptr<IteratorBase> in)
-        : d_(d), in_(std::move(in)) {}
-    bool GetNext(Element* out) override {
-      if (!in_->GetNext(out)) {
-        if (seen_ != d_->expected_) {
-          throw Error(fmt::format("{} only {}", d_->Expected(), seen_));
-        }
-        return false;
-      }
-      ++seen_;
-      if (d_->expected_ != kInfiniteCardinality && seen_ > d_->expected_) {
-        // The first element too many, where a file says where.
-        throw Error(fmt::format("{} at least {}{}", d_->Expected(), seen_,
-                                out->origin.file
-                                    ? fmt::format(" (the first past them: {})",
-                                                  out->origin.ToString())
-                                    : std::string()));
-      }
-      return true;
-    }
-    void Save(StateWriter* w) override {
-      w->BeginStage("assert_cardinality");
-      w->I64(seen_);
-      in_->Save(w);
-    }
-    void Restore(StateReader* r) override {
-      r->BeginStage("assert_cardinality");
-      seen_ = r->I64();
-      if (seen_ < 0 ||
-          (d_->expected_ != kInfiniteCardinality && seen_ > d_->expected_)) {
-        r->Fail(fmt::format("{} elements counted by {}", seen_, d_->Label()));
-      }
-      in_->Restore(r);
-    }
-
-   private:
-    const AssertCardinalityDataset* d_;
-    std::unique_ptr<IteratorBase> in_;
-    int64_t seen_ = 0;
-  };
-
-  int64_t expected_;
+  Kind kind_;
 };
 
 class RejectionResampleDataset final : public UnaryDataset {
@@ -730,10 +704,12 @@ DatasetPtr Repeat(DatasetPtr input, int64_t count) {
   return std::make_shared<RepeatDataset>(std::move(input), count);
 }
 DatasetPtr Take(DatasetPtr input, int64_t count) {
-  return std::make_shared<CountDataset>(std::move(input), count, true);
+  return std::make_shared<CountDataset>(std::move(input), count,
+                                        CountDataset::Kind::kTake);
 }
 DatasetPtr AssertCardinality(DatasetPtr input, int64_t expected) {
-  return std::make_shared<AssertCardinalityDataset>(std::move(input), expected);
+  return std::make_shared<CountDataset>(std::move(input), expected,
+                                        CountDataset::Kind::kAssert);
 }
 DatasetPtr RejectionResample(DatasetPtr input, Dataset::KeyFn class_func,
                              ResampleOptions options) {
@@ -741,7 +717,8 @@ DatasetPtr RejectionResample(DatasetPtr input, Dataset::KeyFn class_func,
       std::move(input), std::move(class_func), std::move(options));
 }
 DatasetPtr Skip(DatasetPtr input, int64_t count) {
-  return std::make_shared<CountDataset>(std::move(input), count, false);
+  return std::make_shared<CountDataset>(std::move(input), count,
+                                        CountDataset::Kind::kSkip);
 }
 DatasetPtr Shard(DatasetPtr input, int64_t num_shards, int64_t index) {
   return std::make_shared<ShardDataset>(std::move(input), num_shards, index);
