@@ -1,5 +1,6 @@
 // Element-wise and counting transformations: Filter, TakeWhile, Scan,
-// Unique, Repeat, Take, Skip, Shard, IgnoreErrors.
+// Unique, Repeat, Take, Skip, AssertCardinality, RejectionResample, Shard,
+// IgnoreErrors.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
