@@ -38,15 +38,11 @@
 #include <string_view>
 #include <vector>
 
+#include "pipeline/dataset.h"
 #include "records/errors.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
 #include "records/tfrecord_writer.h"
-
-namespace recflow::pipeline {
-class Dataset;
-struct TFRecordOptions;
-}  // namespace recflow::pipeline
 
 namespace recflow::convert {
 
@@ -219,15 +215,22 @@ ConvertSummary SaveDataset(const pipeline::Dataset& dataset,
                            const SaveOptions& options = {});
 // What SaveDataset kept, read back: its shards in order (with `reading`'s
 // options: parallel reads, shuffled files), each record decoded
-// (pipeline::maps::DecodeElement, on `num_parallel_calls` threads), with
+// (pipeline::maps::DecodeElement, on `num_parallel_calls` calls), with
 // Cardinality() the count saved, checked as it is read
 // (Dataset::AssertCardinality: a shard cut short at a record's end is an
 // Error, not fewer elements).  ConvertError for a directory without a
 // dataset.json, one of another format, or a shard it names that is gone.
+struct LoadOptions {
+  pipeline::TFRecordOptions reading = {};
+  // Set: the shards read through FromTFRecordsGlobalShuffle with these
+  // options instead (every element once per epoch, in a uniform random
+  // order, by the indexes saved with them; `reading` is not used).  The
+  // count is then checked as the dataset is made, by the indexes.
+  std::optional<pipeline::GlobalShuffleOptions> global_shuffle = {};
+  int num_parallel_calls = 1;
+};
 pipeline::Dataset LoadDataset(const std::string& directory,
-                              const pipeline::TFRecordOptions& reading,
-                              int num_parallel_calls = 1);
-pipeline::Dataset LoadDataset(const std::string& directory);
+                              const LoadOptions& options = {});
 
 // For the images format: the class names in label order (sorted folder
 // names), written beside the shards as PREFIX-labels.txt ("0:name" lines,

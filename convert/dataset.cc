@@ -204,8 +204,7 @@ ConvertSummary SaveDataset(const pipeline::Dataset& dataset,
 }
 
 pipeline::Dataset LoadDataset(const std::string& directory,
-                              const pipeline::TFRecordOptions& reading,
-                              int num_parallel_calls) {
+                              const LoadOptions& options) {
   const std::string manifest = ManifestPath(directory);
   std::ifstream in(manifest);
   if (!in) {
@@ -247,15 +246,24 @@ pipeline::Dataset LoadDataset(const std::string& directory,
     }
   }
   pipeline::MapOptions map;
-  map.num_parallel_calls = num_parallel_calls;
+  map.num_parallel_calls = options.num_parallel_calls;
   map.name = "decode_element";
-  return pipeline::Dataset::FromTFRecords(files, reading)
+  if (options.global_shuffle) {
+    // The indexes count the records, once, as the source is made.
+    const int64_t indexed =
+        pipeline::Dataset::FromTFRecordsGlobalShuffle(files).Cardinality();
+    if (indexed != static_cast<int64_t>(elements)) {
+      InputError(fmt::format(
+          "{}: its shards' indexes hold {} records; dataset.json says {}",
+          directory, indexed, elements));
+    }
+    return pipeline::Dataset::FromTFRecordsGlobalShuffle(
+               files, *options.global_shuffle)
+        .Map(pipeline::maps::DecodeElement(), map);
+  }
+  return pipeline::Dataset::FromTFRecords(files, options.reading)
       .Map(pipeline::maps::DecodeElement(), map)
       .AssertCardinality(static_cast<int64_t>(elements));
-}
-
-pipeline::Dataset LoadDataset(const std::string& directory) {
-  return LoadDataset(directory, {});
 }
 
 }  // namespace recflow::convert

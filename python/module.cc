@@ -1979,20 +1979,42 @@ only on the inputs and seeds, never on the thread count.
       .def_static(
           "load",
           [](py::handle path, int num_parallel_reads, int num_parallel_calls,
-             bool shuffle_files, const py::object& seed) {
-            pipeline::TFRecordOptions o;
-            o.num_parallel_reads = num_parallel_reads;
-            o.shuffle_files = shuffle_files;
-            o.seed = SeedArg(seed);
-            return Wrap(convert::LoadDataset(Paths(path, "load").at(0), o,
-                                             num_parallel_calls));
+             bool shuffle_files, const py::object& seed, bool global_shuffle,
+             bool reshuffle_each_iteration) {
+            convert::LoadOptions o;
+            o.num_parallel_calls = num_parallel_calls;
+            if (global_shuffle) {
+              if (shuffle_files || num_parallel_reads != 1) {
+                throw py::value_error(
+                    "load(global_shuffle=True) reads by index: "
+                    "shuffle_files and num_parallel_reads do not apply");
+              }
+              o.global_shuffle = pipeline::GlobalShuffleOptions{
+                  .seed = SeedArg(seed),
+                  .reshuffle_each_iteration = reshuffle_each_iteration};
+            } else {
+              o.reading.num_parallel_reads = num_parallel_reads;
+              o.reading.shuffle_files = shuffle_files;
+              o.reading.seed = SeedArg(seed);
+              o.reading.reshuffle_each_iteration = reshuffle_each_iteration;
+            }
+            std::string directory = Paths(path, "load").at(0);
+            std::optional<pipeline::Dataset> loaded;
+            {
+              py::gil_scoped_release release;  // a global shuffle indexes
+              loaded.emplace(convert::LoadDataset(directory, o));
+            }
+            return Wrap(std::move(*loaded));
           },
           "path"_a, "num_parallel_reads"_a = 1, "num_parallel_calls"_a = 1,
           "shuffle_files"_a = false, "seed"_a = py::none(),
+          "global_shuffle"_a = false, "reshuffle_each_iteration"_a = true,
           "tf.data's load: the elements Dataset.save kept in path, each "
           "shard in the order saved (num_parallel_reads shards interleaved; "
           "shuffle_files: in a new order each epoch), decoded on "
-          "num_parallel_calls threads. cardinality() is the count saved, "
+          "num_parallel_calls threads; global_shuffle: every element once "
+          "per epoch in a uniform random order (seed), read by the indexes "
+          "saved. cardinality() is the count saved, "
           "checked as they are read: a shard cut short is an error, never "
           "fewer elements.")
       .def(

@@ -245,12 +245,26 @@ TEST(SaveDatasetTest, LoadGivesBackEveryElementExactly) {
                   {.shards = 3, .compression = records::Compression::kZstd});
   ASSERT_EQ(s.shards.size(), 3u);
   EXPECT_EQ(dir.List(), std::vector<std::string>{"saved"});
-  pipeline::TFRecordOptions two;
-  two.num_parallel_reads = 2;
-  const std::vector<Element> back = All(LoadDataset(dir.File("saved"), two, 2));
+  LoadOptions two;
+  two.reading.num_parallel_reads = 2;
+  two.num_parallel_calls = 2;
+  const std::vector<Element> back = All(LoadDataset(dir.File("saved"), two));
   ASSERT_EQ(back.size(), saved.size());
   for (const Element& e : saved) {
     EXPECT_EQ(std::count(back.begin(), back.end(), e), 1);
+  }
+  // In a uniform random order each epoch, by the indexes saved.
+  LoadOptions global;
+  global.global_shuffle =
+      pipeline::GlobalShuffleOptions{.seed = 4, .num_epochs = 2};
+  const Dataset shuffled = LoadDataset(dir.File("saved"), global);
+  EXPECT_EQ(shuffled.Cardinality(), 2 * 86);
+  const std::vector<Element> epochs = All(shuffled);
+  ASSERT_EQ(epochs.size(), 2 * saved.size());
+  const std::vector<Element> first(epochs.begin(), epochs.begin() + 86);
+  EXPECT_NE(first, saved);
+  for (const Element& e : saved) {
+    EXPECT_EQ(std::count(first.begin(), first.end(), e), 1);
   }
   EXPECT_TRUE(std::filesystem::exists(records::IndexPathFor(s.shards[2].path)));
   // Saving again into it is refused; nothing is overwritten.
@@ -281,6 +295,16 @@ TEST(SaveDatasetTest, LoadRefusesWhatIsNotAWholeSavedDataset) {
                        "599"),
             std::string::npos)
       << error;
+  // A global shuffle counts the records as it is made: without its index,
+  // the cut shard is indexed by reading it, 255 records.
+  std::filesystem::remove(records::IndexPathFor(shard));
+  EXPECT_EQ(testing::ConvertErrorOf([&] {
+              LoadDataset(saved,
+                          {.global_shuffle = pipeline::GlobalShuffleOptions{}});
+            }),
+            fmt::format("{}: its shards' indexes hold 599 records; "
+                        "dataset.json says 600",
+                        saved));
   // A shard gone, a manifest gone or of something else.
   std::filesystem::remove(shard);
   EXPECT_EQ(testing::ConvertErrorOf([&] { LoadDataset(saved); }),

@@ -964,6 +964,14 @@ def test_save_and_load_keep_elements_exactly_as_tf_data(tmp_path):
     assert rows(loaded) == rows(ds)
     assert rows(D.load(str(tmp_path / "saved"), num_parallel_reads=2,
                        num_parallel_calls=2)) == rows(ds)
+    # Every element once per epoch, in a uniform order the seed fixes.
+    shuffled = D.load(tmp_path / "saved", global_shuffle=True, seed=3)
+    assert rows(shuffled) == rows(ds)
+    order = [e["x"].values.tolist() for e in shuffled]
+    assert order == [e["x"].values.tolist() for e in D.load(
+        tmp_path / "saved", global_shuffle=True, seed=3)]
+    with pytest.raises(ValueError, match="reads by index"):
+        D.load(tmp_path / "saved", global_shuffle=True, num_parallel_reads=2)
     with pytest.raises(ValueError, match="already holds a saved dataset"):
         ds.save(tmp_path / "saved")
     with pytest.raises(ValueError, match="no saved dataset here"):
