@@ -337,11 +337,8 @@ class SampleFromDataset final : public DatasetBase {
       IteratorContext* ctx, uint64_t salt) const override {
     // Seeded as Shuffle: unseeded, the iterator's random seed told apart
     // per stage.  The inputs get the salt as Zip's do.
-    const uint64_t base = options_.seed
-                              ? *options_.seed
-                              : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    const uint64_t seed =
-        options_.rerandomize_each_iteration ? MixSeed(base, salt) : base;
+    const uint64_t seed = StageSeed(*this, options_.seed, *ctx, salt,
+                                    options_.rerandomize_each_iteration);
     return std::make_unique<It>(this, MakeAll(inputs_, ctx, salt), seed);
   }
 

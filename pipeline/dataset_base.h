@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <typeindex>
@@ -334,6 +335,19 @@ inline uint64_t MixSeed(uint64_t a, uint64_t b) {
 }
 // FNV-1a of `s`: stable across processes and builds.
 uint64_t Fingerprint(std::string_view s);
+
+// The seed an iterator of `stage` made with `salt` draws with: `seed` when
+// given, else the iterator's random seed told apart per stage (by its
+// description); mixed with the salt when `each_epoch`, so that each epoch
+// under Repeat draws afresh.  The shuffles, the samplers and Random.
+inline uint64_t StageSeed(const DatasetBase& stage,
+                          const std::optional<uint64_t>& seed,
+                          const IteratorContext& ctx, uint64_t salt,
+                          bool each_epoch) {
+  const uint64_t base =
+      seed ? *seed : MixSeed(ctx.seed(), Fingerprint(stage.Describe()));
+  return each_epoch ? MixSeed(base, salt) : base;
+}
 
 // A small seeded generator whose whole state is one integer, so that it
 // goes into iterator states as is (SplitMix64).

@@ -311,9 +311,7 @@ class GlobalShuffleDataset final : public DatasetBase {
  private:
   uint64_t Seed(IteratorContext* ctx, uint64_t salt) const {
     const GlobalShuffleOptions& o = source_.options;
-    const uint64_t base =
-        o.seed ? *o.seed : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    return o.reshuffle_each_iteration ? MixSeed(base, salt) : base;
+    return StageSeed(*this, o.seed, *ctx, salt, o.reshuffle_each_iteration);
   }
 
   class It final : public IteratorBase {

@@ -121,9 +121,7 @@ class ShuffleDataset final : public UnaryDataset {
   // The seed of an iterator made with `salt`.  Unseeded: the iterator's
   // random seed, told apart per stage.
   uint64_t SeedFor(IteratorContext* ctx, uint64_t salt) const {
-    const uint64_t base =
-        seed_ ? *seed_ : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    return reshuffle_ ? MixSeed(base, salt) : base;
+    return StageSeed(*this, seed_, *ctx, salt, reshuffle_);
   }
 
   bool DescribeForFusion(FusableStage* out) const override {

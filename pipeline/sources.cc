@@ -183,11 +183,8 @@ class RandomDataset final : public DatasetBase {
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    // As Shuffle's seed: unseeded, the iterator's random seed told apart
-    // per stage; rerandomized, a new one for each epoch's salt.
-    const uint64_t base =
-        seed_ ? *seed_ : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    return std::make_unique<It>(rerandomize_ ? MixSeed(base, salt) : base);
+    return std::make_unique<It>(
+        StageSeed(*this, seed_, *ctx, salt, rerandomize_));
   }
   std::string Describe() const override {
     return fmt::format("Random(seed={}, rerandomize_each_iteration={})",

@@ -344,10 +344,8 @@ class TFRecordDataset final : public DatasetBase {
   // one each file's shuffle seed is made from (FileShuffleSeed).
   // Unseeded: the iterator's random seed, told apart per source.
   uint64_t EpochSeed(IteratorContext* ctx, uint64_t salt) const {
-    const uint64_t base = options_.seed
-                              ? *options_.seed
-                              : MixSeed(ctx->seed(), Fingerprint(Describe()));
-    return options_.reshuffle_each_iteration ? MixSeed(base, salt) : base;
+    return StageSeed(*this, options_.seed, *ctx, salt,
+                     options_.reshuffle_each_iteration);
   }
 
   // The order in which an iterator made with `salt` reads the files.

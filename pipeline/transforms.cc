@@ -465,12 +465,9 @@ class RejectionResampleDataset final : public UnaryDataset {
   std::string StageName() const override { return "rejection_resample"; }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    // As Shuffle's seed: unseeded, the iterator's random seed told apart
-    // per stage; each epoch's salt draws afresh.
-    const uint64_t base =
-        o_.seed ? *o_.seed : MixSeed(ctx->seed(), Fingerprint(Describe()));
+    // Each epoch draws afresh.
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt),
-                                MixSeed(base, salt));
+                                StageSeed(*this, o_.seed, *ctx, salt, true));
   }
 
  private:
