@@ -39,11 +39,7 @@ class DatasetSource final : public ExampleSource {
     try {
       if (o_.element_records) {
         for (const auto& c : e.components) {
-          if (!c.tensor.on_host()) {
-            RowError(
-                fmt::format("element {}: component '{}' is not in host memory",
-                            row->line, c.name));
-          }
+          RequireHost(c.name, c.tensor, row->line);
         }
         e.origin = {};
         e.batch_origins.reset();
@@ -65,12 +61,19 @@ class DatasetSource final : public ExampleSource {
   uint64_t total_bytes() const override { return 0; }
 
  private:
-  void Add(const std::string& name, const pipeline::Tensor& tensor,
-           uint64_t element) {
+  // A row-level error for a component whose values are not in host
+  // memory, where an encoder cannot read them.
+  static void RequireHost(const std::string& name,
+                          const pipeline::Tensor& tensor, uint64_t element) {
     if (!tensor.on_host()) {
       RowError(fmt::format("element {}: component '{}' is not in host memory",
                            element, name));
     }
+  }
+
+  void Add(const std::string& name, const pipeline::Tensor& tensor,
+           uint64_t element) {
+    RequireHost(name, tensor, element);
     // A ragged component's values, one after another.
     const pipeline::Tensor t = tensor.FlatValues();
     using pipeline::DType;
