@@ -711,6 +711,16 @@ std::unique_ptr<FileRecords> OpenFileRecords(
           ? *options.compression
           : records::DetectCompression(records::ReadableFile(*path));
   if (c == records::Compression::kNone) {
+    // Each record before `offset` took a whole frame.  A state that says
+    // otherwise was not saved from this file: its record numbers could
+    // reach UINT64_MAX, where the fused reader's chunks (read up to a
+    // record number) came out empty without end.
+    if (index > offset / records::kFrameOverhead) {
+      throw Error(fmt::format(
+          "{}: record {} cannot start at byte {} (a record takes at least {} "
+          "bytes): the position was not saved from this file",
+          *path, index, offset, records::kFrameOverhead));
+    }
     return std::make_unique<BlockFileRecords>(path, offset, index, options);
   }
   return std::make_unique<StreamFileRecords>(path, index, c, options);

@@ -9,6 +9,7 @@ namespace recflow::pipeline {
 namespace {
 
 using testing::Collect;
+using testing::DrainWithErrors;
 
 TEST(CsvDatasetTest, CsvRowsBecomeTypedScalars) {
   testing::TempDir dir;
@@ -32,21 +33,6 @@ TEST(CsvDatasetTest, CsvRowsBecomeTypedScalars) {
   }
 }
 
-// Takes the next element or the error in its place ("!" + message).
-std::string NextOrError(Iterator& it) {
-  try {
-    auto e = it.Next();
-    return e ? e->DebugString() : "<end>";
-  } catch (const recflow::Error& e) {  // the CSV reader's or the stage's
-    return std::string("!") + e.what();
-  }
-}
-std::vector<std::string> Drain(Iterator& it) {
-  std::vector<std::string> out;
-  while (out.empty() || out.back() != "<end>") out.push_back(NextOrError(it));
-  return out;
-}
-
 // Saved after any element or error, a restored iterator gives exactly the
 // rest: rows after a bad row, and the next file after a file that fails
 // (a header unlike the first file's, an unclosed quote) - never that
@@ -60,7 +46,7 @@ TEST(CsvDatasetTest, ARestoredIteratorContinuesAfterEveryElementAndError) {
   const Dataset ds = Dataset::FromCsv({dir.File("a.csv"), dir.File("b.csv"),
                                        dir.File("c.csv"), dir.File("d.csv")});
   Iterator whole = ds.MakeIterator();
-  const std::vector<std::string> all = Drain(whole);
+  const std::vector<std::string> all = DrainWithErrors(whole);
   // 1, the short row's error, 3, b's header, 6, c's quote, 8, 9, the end.
   ASSERT_EQ(all.size(), 9u);
   EXPECT_EQ(all[1], "!" + dir.File("a.csv") + ":3: 3 fields, the header has 2");
@@ -71,15 +57,7 @@ TEST(CsvDatasetTest, ARestoredIteratorContinuesAfterEveryElementAndError) {
   for (size_t i : {0u, 2u, 4u, 6u, 7u}) {
     EXPECT_EQ(all[i].front(), '{') << i << ": " << all[i];
   }
-  for (size_t k = 0; k < all.size(); ++k) {
-    Iterator it = ds.MakeIterator();
-    for (size_t i = 0; i < k; ++i) NextOrError(it);
-    Iterator restored = ds.MakeIterator();
-    restored.Restore(it.Save());
-    EXPECT_EQ(Drain(restored),
-              std::vector<std::string>(all.begin() + k, all.end()))
-        << "saved after " << k;
-  }
+  testing::ExpectRestoresAfterEveryElement(ds, all);
   // Skipping errors: every good row, once.
   std::vector<int64_t> ids;
   for (const Element& e : Collect(ds.IgnoreErrors())) {

@@ -2,8 +2,11 @@
 #ifndef RECFLOW_TESTS_PIPELINE_PIPELINE_TEST_UTIL_H_
 #define RECFLOW_TESTS_PIPELINE_PIPELINE_TEST_UTIL_H_
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -15,6 +18,8 @@
 #include "pipeline/dataset.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
+#include "records/tfrecord_format.h"
+#include "test_util.h"
 
 namespace recflow::testing {
 
@@ -124,6 +129,80 @@ inline std::vector<pipeline::Element> Collect(const pipeline::Dataset& ds,
   pipeline::Element e;
   while (out.size() < limit && it.Next(&e)) out.push_back(std::move(e));
   return out;
+}
+
+// The next element's DebugString, "<end>", or the error in its place as
+// "!" + its message.
+inline std::string NextOrError(pipeline::Iterator& it) {
+  try {
+    auto e = it.Next();
+    return e ? e->DebugString() : "<end>";
+  } catch (const recflow::Error& e) {  // a reader's (records::) or a stage's
+    return std::string("!") + e.what();
+  }
+}
+// NextOrError until the end, "<end>" last.
+inline std::vector<std::string> DrainWithErrors(pipeline::Iterator& it) {
+  std::vector<std::string> out;
+  while (out.empty() || out.back() != "<end>") out.push_back(NextOrError(it));
+  return out;
+}
+
+// `all`, what one whole iteration of `ds` gave (DrainWithErrors): saved
+// after each of its elements and errors, a new iterator restored from the
+// state gives exactly the rest.
+inline void ExpectRestoresAfterEveryElement(
+    const pipeline::Dataset& ds, const std::vector<std::string>& all) {
+  for (size_t k = 0; k < all.size(); ++k) {
+    pipeline::Iterator it = ds.MakeIterator();
+    for (size_t i = 0; i < k; ++i) NextOrError(it);
+    pipeline::Iterator restored = ds.MakeIterator();
+    restored.Restore(it.Save());
+    ASSERT_EQ(
+        DrainWithErrors(restored),
+        std::vector<std::string>(all.begin() + static_cast<long>(k), all.end()))
+        << "saved after " << k;
+  }
+}
+
+// Fields of a state as the StateWriter writes them (8-byte little-endian
+// integers; a string is its length, then its bytes).
+inline std::string U64s(std::initializer_list<uint64_t> values) {
+  std::string out;
+  for (uint64_t v : values) {
+    char b[8];
+    records::EncodeLittleEndian<uint64_t>(b, v);
+    out.append(b, 8);
+  }
+  return out;
+}
+inline std::string StateString(std::string_view s) {
+  return U64s({s.size()}) + std::string(s);
+}
+
+// `state` with the first `fields` replaced by `replacement` and the CRC made
+// right again: a forged state that only the stages' own checks can refuse.
+inline std::string Forged(const std::string& state, const std::string& fields,
+                          const std::string& replacement) {
+  const size_t at = state.find(fields);
+  EXPECT_NE(at, std::string::npos);
+  if (at == std::string::npos) return state;
+  return WithStateCrc(state.substr(0, at) + replacement +
+                      state.substr(at + fields.size()));
+}
+
+// Restoring `state` into a new iterator of `ds` throws an Error whose
+// message holds `expected`.
+inline void ExpectRefused(const pipeline::Dataset& ds, const std::string& state,
+                          const std::string& expected) {
+  pipeline::Iterator b = ds.MakeIterator();
+  try {
+    b.Restore(state);
+    FAIL() << "accepted; expected " << expected;
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find(expected), std::string::npos)
+        << err.what();
+  }
 }
 
 // [a, b) as int64s.

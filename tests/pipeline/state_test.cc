@@ -23,6 +23,10 @@ namespace recflow::pipeline {
 namespace {
 
 using testing::Collect;
+using testing::ExpectRefused;
+using testing::Forged;
+using testing::StateString;
+using testing::U64s;
 
 std::string Key(const Element& e) { return e.DebugString(); }
 
@@ -507,44 +511,6 @@ TEST(StateTest, DamagedStatesAreRefused) {
   }
 }
 
-// Fields of a state as the StateWriter writes them (8-byte little-endian
-// integers; a string is its length, then its bytes).
-std::string U64s(std::initializer_list<uint64_t> values) {
-  std::string out;
-  for (uint64_t v : values) {
-    char b[8];
-    records::EncodeLittleEndian<uint64_t>(b, v);
-    out.append(b, 8);
-  }
-  return out;
-}
-std::string StateString(std::string_view s) {
-  return U64s({s.size()}) + std::string(s);
-}
-
-// `state` with the first `fields` replaced by `replacement` and the CRC made
-// right again: a forged state that only the stages' own checks can refuse.
-std::string Forged(const std::string& state, const std::string& fields,
-                   const std::string& replacement) {
-  const size_t at = state.find(fields);
-  EXPECT_NE(at, std::string::npos);
-  if (at == std::string::npos) return state;
-  return testing::WithStateCrc(state.substr(0, at) + replacement +
-                               state.substr(at + fields.size()));
-}
-
-void ExpectRefused(const Dataset& ds, const std::string& state,
-                   const std::string& expected) {
-  Iterator b = ds.MakeIterator();
-  try {
-    b.Restore(state);
-    FAIL() << "accepted; expected " << expected;
-  } catch (const Error& err) {
-    EXPECT_NE(std::string(err.what()).find(expected), std::string::npos)
-        << err.what();
-  }
-}
-
 // A state whose CRC is right but whose prefetch buffer contradicts its
 // "input ended" flag once made Next() wait forever: the driver stops at an
 // end the consumer never sees (fuzz/regressions/iterator_state/).
@@ -635,6 +601,58 @@ TEST(StateTest, PositionsOutsideAStagesRangeAreRefused) {
   const std::string batch = StateString("batch") + U64s({0, 0});
   ExpectRefused(ds, Forged(state, batch, StateString("batch") + U64s({0, 4})),
                 "4 pending elements for batches of 4");
+}
+
+// A file position no file could hold (a record number greater than the
+// bytes before it have room for, 16 a record) is refused as the file is
+// opened, by the TFRecord stage and by the fused path.  The fused reader
+// read empty chunks forever from record UINT64_MAX (found by the
+// iterator_state fuzzer).
+TEST(StateTest, ARecordNumberTheBytesBeforeItCannotHoldIsRefused) {
+  testing::TempDir dir;
+  const std::string path = dir.File("a.tfrecord");
+  std::vector<std::string> payloads;
+  std::vector<uint64_t> offsets = {0};  // of record k
+  // Enough records that the fused reader is still in the file after a
+  // batch.
+  for (int i = 0; i < 5000; ++i) {
+    records::ExampleBuilder b;
+    b.AddInt64("id", i);
+    payloads.emplace_back(b.Serialize());
+    offsets.push_back(offsets.back() + 16 + payloads.back().size());
+  }
+  testing::WriteRecords(path, payloads);
+  const auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
+      "id": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+  ParseOptions two;
+  two.num_parallel_calls = 2;
+  for (const Dataset& ds :
+       {Dataset::FromTFRecords({path}),
+        Dataset::FromTFRecords({path}).Batch(4).Parse(spec, two)}) {
+    SCOPED_TRACE(ds.Describe());
+    Iterator a = ds.MakeIterator();
+    Element e;
+    ASSERT_TRUE(a.Next(&e));
+    const std::string state = a.Save();
+    // The open file's slot: open, file 0, offset, record number.
+    std::string fields;
+    size_t k = 0;
+    for (; k < offsets.size(); ++k) {
+      fields = U64s({1, 0, offsets[k], k});
+      if (state.find(fields) != std::string::npos) break;
+    }
+    ASSERT_LT(k, offsets.size()) << "no file position in the state";
+    {  // unchanged, it restores
+      Iterator b = ds.MakeIterator();
+      b.Restore(Forged(state, fields, fields));
+      ASSERT_TRUE(b.Next(&e));
+    }
+    for (uint64_t bad : {offsets[k] / 16 + 1, ~uint64_t{0}}) {
+      ExpectRefused(ds, Forged(state, fields, U64s({1, 0, offsets[k], bad})),
+                    fmt::format("{}: record {} cannot start at byte {}", path,
+                                bad, offsets[k]));
+    }
+  }
 }
 
 TEST(StateTest, WindowGroupAndScanStatesTheyCouldNotHaveSavedAreRefused) {
