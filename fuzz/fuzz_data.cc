@@ -11,6 +11,7 @@
 #include "records/index.h"
 #include "records/tfrecord_format.h"
 #include "records/tfrecord_writer.h"
+#include "test_util.h"
 
 namespace recflow::fuzz {
 namespace {
@@ -169,6 +170,38 @@ std::vector<pipeline::Dataset> StatePipelines() {
               [value](const pipeline::Element& e) { return value(e) % 3; },
               {.target_dist = {0.2, 0.3, 0.5}})
           .Repeat(2));
+  // The plain-file sources: lines of a plain and a gzip file (restored by
+  // seeking, and by decoding up to the position), interleaved and not;
+  // fixed-length records of a zstd file between a header and a footer.
+  std::vector<std::string> texts;
+  for (const records::Compression c :
+       {records::Compression::kNone, records::Compression::kGzip}) {
+    texts.push_back(
+        Ensure(c == records::Compression::kNone ? "lines.txt" : "lines.txt.gz",
+               [c](const std::string& path) {
+                 std::string text;
+                 for (int i = 0; i < 30; ++i) {
+                   text += std::string(static_cast<size_t>(i % 5), 'x') +
+                           std::to_string(i) + (i % 4 == 0 ? "\r\n" : "\n");
+                 }
+                 testing::WriteFileBytes(path, testing::Compressed(text, c));
+               }));
+  }
+  pipeline::PlainFileOptions two_open;
+  two_open.num_parallel_reads = 2;
+  out.push_back(Dataset::FromTextLines(texts, two_open).Repeat(2));
+  out.push_back(Dataset::FromTextLines(texts).Take(40));
+  const std::string fixed =
+      Ensure("records.bin.zst", [](const std::string& path) {
+        std::string bytes = "HDR";
+        for (int i = 0; i < 20; ++i) bytes += std::string(5, 'a' + i);
+        testing::WriteFileBytes(
+            path,
+            testing::Compressed(bytes + "FT", records::Compression::kZstd));
+      });
+  out.push_back(Dataset::FromFixedLengthRecords({fixed}, 5, 3, 2)
+                    .Shuffle(4, 1)
+                    .Repeat(2));
   return out;
 }
 

@@ -4,7 +4,8 @@
 // the index-based global shuffle (sharded), shuffle buffers holding
 // elements, batch, repeat, take/skip, cache, prefetch, parallel map,
 // window, rebatch, scan, unique, take_while, group_by_window,
-// assert_cardinality, rejection_resample, counter and random.
+// assert_cardinality, rejection_resample, counter and random, and the
+// plain-file sources (text lines, fixed-length records).
 // After a restore that is accepted, up to 16 elements are drawn.  Any
 // records::Error (which pipeline errors derive from) is a correct answer.
 #include <cstdint>

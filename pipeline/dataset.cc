@@ -306,6 +306,67 @@ Dataset Dataset::ListFiles(const std::vector<std::string>& patterns,
 Dataset Dataset::FromGenerator(GeneratorFn generator, std::string name) {
   return Dataset(stages::Generator(std::move(generator), std::move(name)));
 }
+namespace {
+// FromTextLines and FromFixedLengthRecords: one stage reading every file in
+// turn, or, with num_parallel_reads > 1, one per file under an interleave
+// (the order of tf.data's readers, which are built the same way).
+Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
+                   PlainFileOptions options, std::string_view who) {
+  if (options.num_parallel_reads == kAutotune) {
+    options.num_parallel_reads = MachineCores();
+  }
+  if (options.num_parallel_reads <= 0) {
+    throw Error(fmt::format(
+        "{}: num_parallel_reads must be positive, or -1 for one file per "
+        "core, not {}",
+        who, options.num_parallel_reads));
+  }
+  if (options.buffer_bytes == 0) {
+    throw Error(fmt::format("{}: buffer_bytes must be positive", who));
+  }
+  std::vector<std::string> files = stages::ExpandFiles(paths, who);
+  const int64_t cycle = std::min<int64_t>(options.num_parallel_reads,
+                                          static_cast<int64_t>(files.size()));
+  if (cycle <= 1) {
+    return Dataset(stages::PlainFile(std::move(files), framing, options));
+  }
+  Element names;
+  names.components.push_back(
+      {"filename",
+       Tensor::FromStrings(files, Shape{static_cast<int64_t>(files.size())})});
+  return Dataset::FromTensorSlices(std::move(names))
+      .Interleave(
+          [framing, options](const Element& e) {
+            return Dataset(stages::PlainFile(
+                {std::string(e["filename"].bytes(0))}, framing, options));
+          },
+          cycle, /*block_length=*/1,
+          framing.record_bytes == 0 ? "text_line" : "fixed_length_record");
+}
+}  // namespace
+
+Dataset Dataset::FromTextLines(std::vector<std::string> paths,
+                               PlainFileOptions options) {
+  return PlainFiles(std::move(paths), {}, options, "FromTextLines");
+}
+Dataset Dataset::FromFixedLengthRecords(std::vector<std::string> paths,
+                                        uint64_t record_bytes,
+                                        uint64_t header_bytes,
+                                        uint64_t footer_bytes,
+                                        PlainFileOptions options) {
+  // A record and the footer after it are held in memory at once.
+  constexpr uint64_t kMaxHeld = uint64_t{1} << 30;
+  if (record_bytes == 0 || record_bytes > kMaxHeld ||
+      footer_bytes > kMaxHeld - record_bytes) {
+    throw Error(fmt::format(
+        "FromFixedLengthRecords: record_bytes must be positive and, with "
+        "footer_bytes, at most {} bytes; got {} and {}",
+        kMaxHeld, record_bytes, footer_bytes));
+  }
+  return PlainFiles(std::move(paths),
+                    {record_bytes, header_bytes, footer_bytes}, options,
+                    "FromFixedLengthRecords");
+}
 Dataset Dataset::FromCsv(std::vector<std::string> paths, CsvOptions options) {
   return Dataset(stages::Csv(std::move(paths), std::move(options)));
 }

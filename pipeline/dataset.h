@@ -231,6 +231,28 @@ struct WindowOptions {
   bool drop_remainder = false;
 };
 
+// Dataset::FromTextLines and FromFixedLengthRecords (tf.data's
+// TextLineDataset and FixedLengthRecordDataset).
+struct PlainFileOptions {
+  // zlib, gzip or zstd: every file is one stream of it, decoded whole.
+  // std::nullopt: each file's by its name (records::CompressionFromSuffix:
+  // .gz, .zz or .zlib, .zst or .zstd; otherwise none), not by its first
+  // bytes, which in a text or binary file may look like a codec's magic.
+  // (tf.data's compression_type is none unless given.)
+  std::optional<records::Compression> compression;
+  // Files open at once, their elements taken one from each in turn
+  // (tf.data's num_parallel_reads, whose order this is:
+  // FromTensorSlices(files).Interleave(f -> one file, num_parallel_reads));
+  // kAutotune: one per core of this machine, at most one per file.  The
+  // files are read in turn on the stage's thread, not at once: a line or
+  // fixed-length record costs a copy, and the work worth spreading over
+  // cores comes after (a parallel Map, or Batch then Map).
+  int num_parallel_reads = 1;
+  // Bytes asked of the file (or decoder) per read (tf.data's
+  // buffer_size); a buffer grows to hold a longer line or record.
+  size_t buffer_bytes = size_t{256} << 10;
+};
+
 struct CsvOptions {
   // The field delimiter: any byte but a quote, CR or LF ('\t' for TSV).
   char delimiter = ',';
@@ -307,6 +329,26 @@ class Dataset {
                            std::optional<uint64_t> seed = {});
   static Dataset FromGenerator(GeneratorFn generator,
                                std::string name = "generator");
+  // tf.data's TextLineDataset: {"line": bytes scalar} for each line of
+  // each file in turn (paths and globs, as FromCsv), without its '\n' and
+  // with every '\r' removed, as TensorFlow's line reader does; a last line
+  // without '\n' counts when it is not empty.  An element's origin is its
+  // file, line number and offset (in the decoded stream of a compressed
+  // file).  A file that cannot be read or decoded is an error after the
+  // lines before the damage; the next file follows.
+  static Dataset FromTextLines(std::vector<std::string> paths,
+                               PlainFileOptions options = {});
+  // tf.data's FixedLengthRecordDataset: {"record": bytes scalar} of
+  // `record_bytes` bytes each, after each file's `header_bytes` and before
+  // its `footer_bytes` (tf.data's names).  A file whose body is not a whole
+  // number of records is an error naming its sizes: uncompressed, before
+  // any of its records (the file's size tells), as tf.data's; compressed,
+  // after its whole records, where the decoded stream ends.
+  static Dataset FromFixedLengthRecords(std::vector<std::string> paths,
+                                        uint64_t record_bytes,
+                                        uint64_t header_bytes = 0,
+                                        uint64_t footer_bytes = 0,
+                                        PlainFileOptions options = {});
   // CSV files with a header row (RFC 4180 quoting); one scalar per column.
   static Dataset FromCsv(std::vector<std::string> paths,
                          CsvOptions options = {});

@@ -499,6 +499,17 @@ DatasetPtr Random(std::optional<uint64_t> seed, bool rerandomize);
 DatasetPtr Generator(GeneratorFn fn, std::string name);
 DatasetPtr Csv(std::vector<std::string> files, CsvOptions options);
 
+// plain_file_dataset.cc: the lines (record_bytes 0) or fixed-length records
+// of `files` (expanded: ExpandFiles), read in turn; Dataset::FromTextLines
+// and FromFixedLengthRecords interleave one per file for num_parallel_reads.
+struct PlainFraming {
+  uint64_t record_bytes = 0;  // 0: lines
+  uint64_t header_bytes = 0;
+  uint64_t footer_bytes = 0;
+};
+DatasetPtr PlainFile(std::vector<std::string> files, PlainFraming framing,
+                     PlainFileOptions options);
+
 // tfrecord_dataset.cc
 DatasetPtr TFRecord(std::vector<std::string> files, TFRecordOptions options);
 

@@ -98,6 +98,17 @@ std::optional<records::Compression> CompressionArg(
   return c;
 }
 
+// from_text_lines' and from_fixed_length_records' shared arguments.
+pipeline::PlainFileOptions PlainFileArgs(
+    const std::optional<std::string>& compression, int num_parallel_reads,
+    size_t buffer_size) {
+  pipeline::PlainFileOptions o;
+  o.compression = CompressionArg(compression);
+  o.num_parallel_reads = num_parallel_reads;
+  o.buffer_bytes = buffer_size;
+  return o;
+}
+
 // A dtype given as a name ("float32") or anything numpy.dtype() takes.
 pipeline::DType DTypeArg(py::handle value) {
   std::string name =
@@ -1339,6 +1350,43 @@ only on the inputs and seeds, never on the thread count.
           "sorted; shuffled each epoch unless shuffle=False. Matching "
           "nothing is a FileNotFoundError. Read them with interleave("
           "lambda e: Dataset.from_tfrecords(e['filename']), ...).")
+      .def_static(
+          "from_text_lines",
+          [](py::handle files, std::optional<std::string> compression,
+             int num_parallel_reads, size_t buffer_size) {
+            return Wrap(Dataset::FromTextLines(
+                records::ExpandRecordPaths(Paths(files, "from_text_lines")),
+                PlainFileArgs(compression, num_parallel_reads, buffer_size)));
+          },
+          "files"_a, "compression"_a = py::none(), "num_parallel_reads"_a = 1,
+          "buffer_size"_a = size_t{256} << 10,
+          "tf.data's TextLineDataset: {'line': bytes}, each line of each "
+          "file (paths, globs) without its newline and with every '\\r' "
+          "removed, as TensorFlow's reader. compression: None takes each "
+          "file's from its name (.gz, .zz/.zlib, .zst/.zstd; else none). "
+          "num_parallel_reads: files open at once, one line from each in "
+          "turn (tf.data's order); they are read in turn on one thread. "
+          "buffer_size: bytes per read.")
+      .def_static(
+          "from_fixed_length_records",
+          [](py::handle files, uint64_t record_bytes, uint64_t header_bytes,
+             uint64_t footer_bytes, std::optional<std::string> compression,
+             int num_parallel_reads, size_t buffer_size) {
+            return Wrap(Dataset::FromFixedLengthRecords(
+                records::ExpandRecordPaths(
+                    Paths(files, "from_fixed_length_records")),
+                record_bytes, header_bytes, footer_bytes,
+                PlainFileArgs(compression, num_parallel_reads, buffer_size)));
+          },
+          "files"_a, "record_bytes"_a, "header_bytes"_a = 0,
+          "footer_bytes"_a = 0, "compression"_a = py::none(),
+          "num_parallel_reads"_a = 1, "buffer_size"_a = size_t{256} << 10,
+          "tf.data's FixedLengthRecordDataset: {'record': bytes} of "
+          "record_bytes each, between each file's header_bytes and "
+          "footer_bytes (CIFAR-10's binary files: record_bytes=3073, then "
+          "maps.decode_raw). A body that is not whole records is an error "
+          "naming the sizes. compression, num_parallel_reads and "
+          "buffer_size as from_text_lines'.")
       .def_static(
           "from_csv",
           [](py::handle files, std::string delimiter,

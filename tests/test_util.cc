@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -253,6 +254,41 @@ std::string Zip(const std::vector<std::pair<std::string, std::string>>& files,
   le32(out, dir_offset);
   le16(out, 0);
   return out;
+}
+
+std::string Compressed(const std::string& data,
+                       records::Compression compression) {
+  switch (compression) {
+    case records::Compression::kNone:
+      return data;
+    case records::Compression::kZstd: {
+      std::string out(ZSTD_compressBound(data.size()), '\0');
+      const size_t n =
+          ZSTD_compress(out.data(), out.size(), data.data(), data.size(), 3);
+      if (ZSTD_isError(n)) throw std::runtime_error(ZSTD_getErrorName(n));
+      out.resize(n);
+      return out;
+    }
+    case records::Compression::kZlib:
+    case records::Compression::kGzip: {
+      z_stream z{};
+      // 15: a zlib header; 15 + 16: a gzip one.
+      const int bits =
+          compression == records::Compression::kGzip ? 15 + 16 : 15;
+      deflateInit2(&z, 6, Z_DEFLATED, bits, 8, Z_DEFAULT_STRATEGY);
+      std::string out(deflateBound(&z, data.size()) + 32, '\0');
+      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+      z.avail_in = static_cast<uInt>(data.size());
+      z.next_out = reinterpret_cast<Bytef*>(out.data());
+      z.avail_out = static_cast<uInt>(out.size());
+      const int rc = deflate(&z, Z_FINISH);
+      out.resize(z.total_out);
+      deflateEnd(&z);
+      if (rc != Z_STREAM_END) throw std::runtime_error("deflate did not end");
+      return out;
+    }
+  }
+  return data;
 }
 
 std::string Be32(uint32_t v) {

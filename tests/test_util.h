@@ -93,6 +93,10 @@ std::string Raw(const std::vector<T>& v) {
 // (deflated), built by hand.
 std::string Zip(const std::vector<std::pair<std::string, std::string>>& files,
                 bool compress);
+// `data` as one whole stream of `compression` (zlib, gzip, zstd; none: as
+// is), written with the codec libraries directly, not through records/.
+std::string Compressed(const std::string& data,
+                       records::Compression compression);
 // `v` as 4 big-endian bytes (IDX headers).
 std::string Be32(uint32_t v);
 // The smallest headers the images converter sizes: a PNG of 4 x 3 pixels

@@ -87,6 +87,17 @@ class Dataset:
     def list_files(file_pattern: _Paths, shuffle: Optional[bool] = ...,
                    seed: Optional[Union[int, np.integer]] = ...) -> "Dataset": ...
     @staticmethod
+    def from_text_lines(files: _Paths, compression: Optional[str] = ...,
+                        num_parallel_reads: int = ...,
+                        buffer_size: int = ...) -> "Dataset": ...
+    @staticmethod
+    def from_fixed_length_records(files: _Paths, record_bytes: int,
+                                  header_bytes: int = ...,
+                                  footer_bytes: int = ...,
+                                  compression: Optional[str] = ...,
+                                  num_parallel_reads: int = ...,
+                                  buffer_size: int = ...) -> "Dataset": ...
+    @staticmethod
     def from_csv(files: _Paths, delimiter: str = ...,
                  column_types: Mapping[str, _DType] = ...,
                  select_columns: Sequence[str] = ...) -> "Dataset": ...

@@ -1029,3 +1029,41 @@ def test_parse_sequence_as_tf_io_parse_sequence_example(tmp_path):
     assert batch["tokens"].row_lengths.tolist() == [3, 3]
     assert batch["tokens/step_lengths"].values.tolist() == [1, 2, 3]
     assert batch["tokens/step_lengths"].row_lengths.tolist() == [2, 1]
+
+
+def test_text_lines_and_fixed_length_records_as_tf_data(tmp_path):
+    import gzip
+    D = recflow.Dataset
+    (tmp_path / "a.txt").write_bytes(b"one\r\n\ntwo\rparts\nlast")
+    with gzip.open(tmp_path / "b.txt.gz", "wb") as f:  # gzip by its name
+        f.write(b"".join(b"line %d\n" % i for i in range(1000)))
+    lines = D.from_text_lines([tmp_path / "a.txt", tmp_path / "b.txt.gz"])
+    got = [e["line"] for e in lines]
+    assert got[:4] == [b"one", b"", b"twoparts", b"last"]
+    assert got[4:] == [b"line %d" % i for i in range(1000)]
+    # Restored after 500 lines, in the middle of the gzip stream: the rest.
+    it = lines.iterator()
+    for _ in range(500):
+        next(it)
+    assert [e["line"] for e in lines.restore(it.save())] == got[500:]
+    interleaved = D.from_text_lines(str(tmp_path / "*.txt*"),
+                                    num_parallel_reads=2, buffer_size=7)
+    assert [e["line"] for e in interleaved][:6] == [
+        b"one", b"line 0", b"", b"line 1", b"twoparts", b"line 2"]
+
+    # CIFAR-10's binary layout: a label byte, then 3 x 32 x 32 pixels.
+    rows = np.arange(5 * 3073, dtype=np.int64).astype(np.uint8).reshape(5, -1)
+    (tmp_path / "cifar.bin").write_bytes(rows.tobytes())
+    images = D.from_fixed_length_records(
+        tmp_path / "cifar.bin", 3073).map(
+            recflow.maps.decode_raw("record", "uint8", [3073])).batch(5)
+    np.testing.assert_array_equal(next(iter(images))["record"], rows)
+    (tmp_path / "short.bin").write_bytes(rows.tobytes()[:-1])
+    with pytest.raises(ValueError, match=r"short.bin: without its header "
+                       r"\(0 bytes\) and footer \(0 bytes\), its body is "
+                       r"15364 bytes, not a whole number of records of 3073"):
+        list(D.from_fixed_length_records(tmp_path / "short.bin", 3073))
+    with pytest.raises(ValueError, match="record_bytes must be positive"):
+        D.from_fixed_length_records(tmp_path / "cifar.bin", 0)
+    with pytest.raises(FileNotFoundError):
+        D.from_text_lines(str(tmp_path / "nothing*.txt"))
