@@ -7,6 +7,7 @@
 
 #include "convert/sources.h"
 #include "records/csv_reader.h"
+#include "records/input_stream.h"
 #include "records/wire_format.h"
 
 namespace recflow::convert {
@@ -119,10 +120,10 @@ class JsonlSource final : public ExampleSource {
     InexactIntegers inexact;
     std::map<std::string, size_t> slots;  // of keys with such integers
     for (const auto& path : files_) {
-      File file(path);
+      const std::unique_ptr<records::ByteReader> file = OpenText(path);
       std::string line;
       uint64_t line_number = 0;
-      while (ReadLine(file.f, &line)) {
+      while (ReadLine(*file, &line)) {
         ++line_number;
         if (IsBlank(line)) continue;
         ++rows_;
@@ -215,15 +216,15 @@ class JsonlSource final : public ExampleSource {
     r->error.clear();
     while (true) {
       if (file_ == nullptr) return false;
-      if (ReadLine(file_->f, &r->text)) {
+      if (ReadLine(*file_, &r->text)) {
         ++line_number_;
         if (!IsBlank(r->text)) break;
         continue;
       }
-      bytes_done_ += FileSize(file_->path);
+      bytes_done_ += FileSize(file_->path());
       Open(file_index_ + 1);
     }
-    r->path = file_->path;
+    r->path = file_->path();
     r->line = line_number_;
     return true;
   }
@@ -334,20 +335,37 @@ class JsonlSource final : public ExampleSource {
 
   std::optional<uint64_t> rows() const override { return rows_; }
   uint64_t bytes_read() const override {
-    return bytes_done_ +
-           (file_ ? static_cast<uint64_t>(std::ftell(file_->f)) : 0);
+    return bytes_done_ + (file_ ? file_->file_position() : 0);
   }
   uint64_t total_bytes() const override { return total_bytes_; }
   std::vector<std::string> warnings() const override { return warnings_; }
 
  private:
-  static bool ReadLine(FILE* f, std::string* line) {
+  // A file plain or compressed (by its name's suffix: .gz, .zz or .zlib,
+  // .zst or .zstd), as the CSV reader's.
+  static std::unique_ptr<records::ByteReader> OpenText(
+      const std::string& path) {
+    try {
+      return std::make_unique<records::ByteReader>(path);
+    } catch (const records::IoError& e) {
+      InputError(e.what());
+    }
+  }
+  // A file that cannot be read or decoded is an error naming it after the
+  // lines before, never an early end.
+  static bool ReadLine(records::ByteReader& in, std::string* line) {
     line->clear();
     int c;
-    while ((c = getc_unlocked(f)) != EOF && c != '\n') {
-      line->push_back(static_cast<char>(c));
+    try {
+      while ((c = in.Get()) != -1 && c != '\n') {
+        line->push_back(static_cast<char>(c));
+      }
+    } catch (const records::IoError& e) {
+      InputError(e.what());
+    } catch (const records::DecompressionError& e) {
+      InputError(fmt::format("{}: {}", in.path(), e.what()));
     }
-    return c != EOF || !line->empty();
+    return c != -1 || !line->empty();
   }
   static bool IsBlank(const std::string& s) {
     return s.find_first_not_of(" \t\r") == std::string::npos;
@@ -356,7 +374,7 @@ class JsonlSource final : public ExampleSource {
     file_index_ = index;
     file_.reset();
     line_number_ = 0;
-    if (index < files_.size()) file_ = std::make_unique<File>(files_[index]);
+    if (index < files_.size()) file_ = OpenText(files_[index]);
   }
 
   static constexpr size_t kKeysNamed = 20;  // in an error, at most
@@ -364,7 +382,7 @@ class JsonlSource final : public ExampleSource {
   std::vector<std::string> files_;
   std::map<std::string, CellType> types_;
   std::vector<std::string> warnings_;
-  std::unique_ptr<File> file_;
+  std::unique_ptr<records::ByteReader> file_;
   size_t file_index_ = 0;
   uint64_t line_number_ = 0;
   uint64_t rows_ = 0;

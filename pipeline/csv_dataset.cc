@@ -27,7 +27,8 @@ class CsvDataset final : public DatasetBase {
       throw Error(fmt::format("FromCsv: {}", e.what()));
     }
     records::RequireRegularFiles({files_[0]}, kSourcesNeedRegularFiles);
-    records::CsvReader reader(files_[0], options_.delimiter);
+    records::CsvReader reader(files_[0], options_.delimiter,
+                              options_.compression);
     std::vector<std::string> header, row;
     uint64_t line;
     if (!reader.ReadRecord(&header, &line)) {
@@ -83,8 +84,12 @@ class CsvDataset final : public DatasetBase {
     for (const auto& c : columns_) {
       cols.push_back(fmt::format("{}:{}", c.name, DTypeName(c.dtype)));
     }
-    return fmt::format("Csv({} files {:016x}, {})", files_.size(),
-                       FilesFingerprint(files_), fmt::join(cols, " "));
+    return fmt::format("Csv({} files {:016x}, {}{})", files_.size(),
+                       FilesFingerprint(files_), fmt::join(cols, " "),
+                       options_.compression
+                           ? fmt::format(", {}", records::CompressionName(
+                                                     *options_.compression))
+                           : std::string());
   }
   std::string StageName() const override { return "csv"; }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
@@ -159,7 +164,7 @@ class CsvDataset final : public DatasetBase {
       records::RequireRegularFiles({d_->files_[index]},
                                    kSourcesNeedRegularFiles);
       auto reader = std::make_unique<records::CsvReader>(
-          d_->files_[index], d_->options_.delimiter);
+          d_->files_[index], d_->options_.delimiter, d_->options_.compression);
       std::vector<std::string> header;
       uint64_t line;
       if (!reader->ReadRecord(&header, &line) || header != d_->header_) {

@@ -262,6 +262,10 @@ struct CsvOptions {
   std::vector<std::pair<std::string, DType>> column_types;
   // Only these columns, in the header's order (empty: all).
   std::vector<std::string> select_columns;
+  // zlib, gzip or zstd (tf.data's compression_type); std::nullopt: each
+  // file's by its name's suffix (.gz, .zz or .zlib, .zst or .zstd;
+  // otherwise none), as PlainFileOptions::compression.
+  std::optional<records::Compression> compression;
 };
 
 using MapFn = std::function<Element(Element)>;

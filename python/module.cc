@@ -1391,7 +1391,8 @@ only on the inputs and seeds, never on the thread count.
           "from_csv",
           [](py::handle files, std::string delimiter,
              std::map<std::string, py::object> column_types,
-             std::vector<std::string> select_columns) {
+             std::vector<std::string> select_columns,
+             std::optional<std::string> compression) {
             if (delimiter.size() != 1) {
               throw py::value_error("delimiter must be one character");
             }
@@ -1401,12 +1402,16 @@ only on the inputs and seeds, never on the thread count.
               o.column_types.emplace_back(name, DTypeArg(dtype));
             }
             o.select_columns = std::move(select_columns);
+            o.compression = CompressionArg(compression);
             return Wrap(Dataset::FromCsv(Paths(files, "from_csv"), o));
           },
           "files"_a, "delimiter"_a = ",",
           "column_types"_a = std::map<std::string, py::object>{},
           "select_columns"_a = std::vector<std::string>{},
-          "CSV files with a header row: one scalar per column.")
+          "compression"_a = py::none(),
+          "CSV files with a header row: one scalar per column. "
+          "compression: None takes each file's from its name (.gz, "
+          ".zz/.zlib, .zst/.zstd; else none).")
       .def_static(
           "zip",
           [](const py::args& args) {

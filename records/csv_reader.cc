@@ -120,27 +120,38 @@ std::string CsvDelimiterName(char delimiter) {
   return fmt::format("byte {:#04x}", byte);
 }
 
-CsvReader::CsvReader(std::string path, char delimiter)
+namespace {
+ByteReader OpenCsv(const std::string& path,
+                   std::optional<Compression> compression) {
+  try {
+    return ByteReader(path, compression);
+  } catch (const IoError& e) {
+    throw CsvError(e.what(), /*row_level=*/false);
+  }
+}
+}  // namespace
+
+CsvReader::CsvReader(std::string path, char delimiter,
+                     std::optional<Compression> compression)
     : path_(std::move(path)),
-      delimiter_(static_cast<unsigned char>(delimiter)) {
+      delimiter_(static_cast<unsigned char>(delimiter)),
+      in_(OpenCsv(path_, compression)) {
   CheckCsvDelimiter(delimiter);
-  f_ = std::fopen(path_.c_str(), "rb");
-  if (f_ == nullptr) {
-    throw CsvError(
-        fmt::format("{}: cannot open: {}", path_, std::strerror(errno)),
-        /*row_level=*/false);
+}
+
+CsvReader::~CsvReader() = default;
+
+bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
+  try {
+    return ReadFields(fields, line);
+  } catch (const IoError& e) {  // names the file
+    throw CsvError(e.what(), /*row_level=*/false);
+  } catch (const DecompressionError& e) {
+    throw CsvError(fmt::format("{}: {}", path_, e.what()), /*row_level=*/false);
   }
 }
 
-CsvReader::~CsvReader() {
-  if (f_) std::fclose(f_);
-}
-
-uint64_t CsvReader::position() const {
-  return static_cast<uint64_t>(std::ftell(f_));
-}
-
-bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
+bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
   fields->clear();
   int c = Get();
   if (c == EOF) return false;
@@ -159,7 +170,7 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
   while (c == '\n' || c == '\r') {
     if (c == '\r') {
       c = Get();
-      if (c != '\n' && c != EOF) std::ungetc(c, f_);
+      if (c != '\n' && c != EOF) in_.Unget();
     }
     ++line_;
     c = Get();
@@ -215,7 +226,7 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
     }
     if (c == '\r') {
       c = Get();
-      if (c != '\n' && c != EOF) std::ungetc(c, f_);
+      if (c != '\n' && c != EOF) in_.Unget();
     }
     ++line_;
     return true;

@@ -7,13 +7,15 @@
 #define RECFLOW_RECORDS_CSV_READER_H_
 
 #include <cstdint>
-#include <cstdio>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "records/compression.h"
 #include "records/dtype.h"
 #include "records/errors.h"
+#include "records/input_stream.h"
 
 namespace recflow::records {
 
@@ -71,25 +73,30 @@ DType CellDType(CellType t);
 class CsvReader {
  public:
   // Throws CsvError when the file cannot be opened, and Error for a
-  // delimiter that cannot separate fields (a quote, CR or LF).
-  explicit CsvReader(std::string path, char delimiter = ',');
+  // delimiter that cannot separate fields (a quote, CR or LF).  The file
+  // may be compressed: `compression`, or by its name's suffix (.gz, .zz or
+  // .zlib, .zst or .zstd) when std::nullopt (ByteReader).
+  explicit CsvReader(std::string path, char delimiter = ',',
+                     std::optional<Compression> compression = std::nullopt);
   ~CsvReader();
   CsvReader(const CsvReader&) = delete;
   CsvReader& operator=(const CsvReader&) = delete;
 
   // Reads one record's fields; false at the end of the file.  `line` is
-  // the line the record starts on.
+  // the line the record starts on.  A file that cannot be read or decoded
+  // is a CsvError (not row-level) naming it, after the rows before.
   bool ReadRecord(std::vector<std::string>* fields, uint64_t* line);
-  // Bytes of the file consumed so far.
-  uint64_t position() const;
+  // Bytes of the file consumed so far (ByteReader::file_position).
+  uint64_t position() const { return in_.file_position(); }
   const std::string& path() const { return path_; }
 
  private:
-  int Get() { return getc_unlocked(f_); }
+  bool ReadFields(std::vector<std::string>* fields, uint64_t* line);
+  int Get() { return in_.Get(); }
 
   std::string path_;
   int delimiter_;  // as Get() returns bytes: 0-255
-  FILE* f_ = nullptr;
+  ByteReader in_;
   uint64_t line_ = 1;
   bool first_ = true;
 };

@@ -224,4 +224,28 @@ std::unique_ptr<InputStream> OpenInputStream(ReadableFile* file,
   throw IoError(file->path(), "unknown compression");
 }
 
+namespace {
+constexpr size_t kByteReaderBuffer = 64 << 10;
+}  // namespace
+
+ByteReader::ByteReader(std::string path, std::optional<Compression> compression)
+    : file_(std::move(path)),
+      compression_(compression.value_or(CompressionFromSuffix(file_.path()))),
+      stream_(OpenInputStream(&file_, compression_)),
+      buffer_(new char[kByteReaderBuffer]) {}
+
+ByteReader::~ByteReader() = default;
+
+bool ByteReader::Refill() {
+  pos_ = 0;
+  end_ = stream_->Read(buffer_.get(), kByteReaderBuffer);
+  return end_ > 0;
+}
+
+uint64_t ByteReader::file_position() const {
+  const uint64_t read = stream_->file_position();
+  // Uncompressed, the unread part of the buffer is the file's too.
+  return compression_ == Compression::kNone ? read - (end_ - pos_) : read;
+}
+
 }  // namespace recflow::records

@@ -1,6 +1,6 @@
 // The uncompressed byte stream of a record file: the file itself, or its
-// content decoded through zlib, gzip or zstd.  Used by TFRecordReader; not
-// thread-safe.
+// content decoded through zlib, gzip or zstd.  Used by TFRecordReader and,
+// through ByteReader, by the text formats' readers; not thread-safe.
 #ifndef RECFLOW_RECORDS_INPUT_STREAM_H_
 #define RECFLOW_RECORDS_INPUT_STREAM_H_
 
@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,45 @@ class InputStream {
 std::unique_ptr<InputStream> OpenInputStream(ReadableFile* file,
                                              Compression compression,
                                              bool track_zstd_frames = false);
+
+// A file's decoded bytes one at a time, through a buffer: for the text
+// formats read byte by byte (CSV, JSON Lines), plain or compressed.  Not
+// thread-safe.
+class ByteReader {
+ public:
+  // Opens `path` (throws IoError), decoding `compression`; std::nullopt:
+  // the one its name's suffix says (CompressionFromSuffix: .gz, .zz or
+  // .zlib, .zst or .zstd; otherwise none).
+  explicit ByteReader(std::string path,
+                      std::optional<Compression> compression = std::nullopt);
+  ~ByteReader();
+  ByteReader(const ByteReader&) = delete;
+  ByteReader& operator=(const ByteReader&) = delete;
+
+  // The next byte (0-255), or -1 at the end.  Throws IoError or
+  // DecompressionError where the file cannot be read or decoded, after
+  // the bytes before the damage.
+  int Get() {
+    if (pos_ == end_ && !Refill()) return -1;
+    return static_cast<unsigned char>(buffer_[pos_++]);
+  }
+  // Puts back the byte the last Get() returned (not -1), once.
+  void Unget() { --pos_; }
+  // Bytes of the file consumed so far (of the compressed file, read ahead
+  // by the decoder's chunk, when it is compressed): for progress.
+  uint64_t file_position() const;
+  const std::string& path() const { return file_.path(); }
+  Compression compression() const { return compression_; }
+
+ private:
+  bool Refill();
+
+  ReadableFile file_;
+  Compression compression_;
+  std::unique_ptr<InputStream> stream_;
+  std::unique_ptr<char[]> buffer_;
+  size_t pos_ = 0, end_ = 0;
+};
 
 }  // namespace recflow::records
 

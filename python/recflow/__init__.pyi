@@ -100,7 +100,8 @@ class Dataset:
     @staticmethod
     def from_csv(files: _Paths, delimiter: str = ...,
                  column_types: Mapping[str, _DType] = ...,
-                 select_columns: Sequence[str] = ...) -> "Dataset": ...
+                 select_columns: Sequence[str] = ...,
+                 compression: Optional[str] = ...) -> "Dataset": ...
     @staticmethod
     def zip(*datasets: Union["Dataset", Sequence["Dataset"]]) -> "Dataset": ...
     @staticmethod

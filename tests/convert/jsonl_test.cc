@@ -26,6 +26,43 @@ TEST(JsonlTest, ListsNullsBooleansAndWidening) {
   EXPECT_EQ(Get(ex[1], "b"), nullptr);
 }
 
+// Compressed inputs (by their name's suffix) convert as the plain file
+// does, with the CSV converter's reader too; a cut stream is an error
+// naming the file after the rows before it, not an early end.
+TEST(JsonlTest, CompressedFilesConvertAsPlainOnesAndACutOneIsAnError) {
+  testing::TempDir dir;
+  std::string jsonl, csv = "x,s\n";
+  for (int i = 0; i < 3000; ++i) {
+    jsonl += "{\"x\": " + std::to_string(i) + ", \"s\": \"r" +
+             std::to_string(i) + "\"}\n";
+    csv += std::to_string(i) + ",r" + std::to_string(i) + "\n";
+  }
+  for (const auto c :
+       {records::Compression::kGzip, records::Compression::kZstd}) {
+    const std::string suffix(records::CompressionSuffix(c));
+    testing::WriteFileBytes(dir.File("in.jsonl" + suffix),
+                            testing::Compressed(jsonl, c));
+    testing::WriteFileBytes(dir.File("in.csv" + suffix),
+                            testing::Compressed(csv, c));
+    for (const std::string format : {"jsonl", "csv"}) {
+      SCOPED_TRACE(format + suffix);
+      const auto ex = SourceExamples(
+          format, {.files = {dir.File("in." + format + suffix)}});
+      ASSERT_EQ(ex.size(), 3000u);
+      EXPECT_EQ(Get(ex[2999], "x")->int64_list().value(0), 2999);
+      EXPECT_EQ(Get(ex[2999], "s")->bytes_list().value(0), "r2999");
+    }
+  }
+  const std::string gz =
+      testing::Compressed(jsonl, records::Compression::kGzip);
+  testing::WriteFileBytes(dir.File("cut.jsonl.gz"),
+                          gz.substr(0, gz.size() / 2));
+  EXPECT_EQ(ConvertErrorOf([&] {
+              SourceExamples("jsonl", {.files = {dir.File("cut.jsonl.gz")}});
+            }).rfind(dir.File("cut.jsonl.gz") + ": ", 0),
+            0u);
+}
+
 TEST(JsonlTest, ALineThatIsNotAnObjectNamesTheFileAndLine) {
   testing::TempDir dir;
   testing::WriteFileBytes(dir.File("bad.jsonl"), "{\"x\": 1}\n[1, 2]\n");

@@ -33,6 +33,31 @@ TEST(CsvDatasetTest, CsvRowsBecomeTypedScalars) {
   }
 }
 
+// Compressed CSV files (tf.data's compression_type): by each name's suffix,
+// or as told; a state restores into the decoded stream.
+TEST(CsvDatasetTest, CompressedFilesByNameOrAsTold) {
+  testing::TempDir dir;
+  const std::string text = "id,v\n1,x\n2,y\n3,z\n";
+  testing::WriteFileBytes(
+      dir.File("a.csv.zst"),
+      testing::Compressed(text, records::Compression::kZstd));
+  testing::WriteFileBytes(
+      dir.File("b.data"),
+      testing::Compressed(text, records::Compression::kGzip));
+  const Dataset by_name = Dataset::FromCsv({dir.File("a.csv.zst")});
+  EXPECT_EQ(testing::Ints(Collect(by_name), "id"),
+            (std::vector<int64_t>{1, 2, 3}));
+  CsvOptions gzip;
+  gzip.compression = records::Compression::kGzip;
+  const Dataset told = Dataset::FromCsv({dir.File("b.data")}, gzip);
+  EXPECT_EQ(testing::Ints(Collect(told), "id"),
+            (std::vector<int64_t>{1, 2, 3}));
+  Iterator whole = told.MakeIterator();
+  testing::ExpectRestoresAfterEveryElement(told, DrainWithErrors(whole));
+  EXPECT_NE(told.Describe().find(", gzip)"), std::string::npos)
+      << told.Describe();
+}
+
 // Saved after any element or error, a restored iterator gives exactly the
 // rest: rows after a bad row, and the next file after a file that fails
 // (a header unlike the first file's, an unclosed quote) - never that

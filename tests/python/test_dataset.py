@@ -486,6 +486,14 @@ def test_csv_padded_batch_take_shard_cache_and_rename(tmp_path):
         recflow.Dataset.from_csv(str(csv), select_columns=["nope"])
     with pytest.raises(ValueError, match="one character"):
         recflow.Dataset.from_csv(str(csv), delimiter=";;")
+    import gzip
+    packed = tmp_path / "packed"  # no suffix: compression given
+    packed.write_bytes(gzip.compress(csv.read_bytes()))
+    assert [int(r["id"]) for r in recflow.Dataset.from_csv(
+        str(packed), compression="gzip")] == [1, 2, 3, 4]
+    (tmp_path / "a.csv.gz").write_bytes(packed.read_bytes())  # by its name
+    assert [int(r["id"]) for r in recflow.Dataset.from_csv(
+        str(tmp_path / "a.csv.gz"))] == [1, 2, 3, 4]
 
     # Shard then take: every 2nd row from the 2nd on, the first two of them.
     ids = [int(r["id"]) for r in

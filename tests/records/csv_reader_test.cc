@@ -92,6 +92,79 @@ TEST(CsvReaderTest, QuotedFieldsLineNumbersAndARowLevelError) {
   EXPECT_THROW(CsvReader(dir.File("missing.csv")), CsvError);
 }
 
+// Compressed files read as their plain bytes, by their name's suffix or as
+// told; a stream damaged part-way gives the rows before it, then an error
+// naming the file (never an early end).  Bare \r line ends put back the
+// byte after them.  Its \r\n, split across the
+// reader's 64 KiB buffers, still ends one row.
+TEST(CsvReaderTest, CompressedFilesReadAsPlainOnesAndDamageIsAnError) {
+  testing::TempDir dir;
+  std::string rows_text;
+  for (int i = 0; i < 20000; ++i) {
+    rows_text += std::to_string(i) + ",\"n " + std::to_string(i) + "\"\r\n";
+  }
+  // The header's second name is padded so that a row's \r is the last byte
+  // of the first buffer and its \n the first of the next.
+  const std::string header = "id,name\r\n";
+  const size_t last_cr = rows_text.rfind('\r', (64 << 10) - 1 - header.size());
+  const std::string text =
+      "id,name" + std::string((64 << 10) - 1 - header.size() - last_cr, 'x') +
+      "\r\n" + rows_text;
+  ASSERT_EQ(text.substr((64 << 10) - 1, 2), "\r\n");
+  const auto rows = [](CsvReader& reader) {
+    std::vector<std::string> fields;
+    uint64_t line = 0;
+    int64_t n = 0;
+    while (reader.ReadRecord(&fields, &line)) {
+      EXPECT_EQ(fields.size(), 2u) << line;
+      EXPECT_EQ(line, static_cast<uint64_t>(n + 1));
+      ++n;
+    }
+    return n;
+  };
+  for (const Compression c : testing::kAllCompressions) {
+    SCOPED_TRACE(std::string(CompressionName(c)));
+    const std::string named =
+        dir.File("a.csv" + std::string(CompressionSuffix(c)));
+    testing::WriteFileBytes(named, testing::Compressed(text, c));
+    CsvReader by_name(named);
+    EXPECT_EQ(rows(by_name), 20001);
+    testing::WriteFileBytes(dir.File("data"), testing::Compressed(text, c));
+    CsvReader told(dir.File("data"), ',', c);
+    EXPECT_EQ(rows(told), 20001);
+  }
+  {  // old Mac line ends (a bare \r), and where the reader has got to
+    testing::WriteFileBytes(dir.File("cr.csv"), "a,b\r1,2\r\r3,4");
+    CsvReader reader(dir.File("cr.csv"));
+    std::vector<std::string> fields;
+    uint64_t line = 0;
+    ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+    EXPECT_EQ(reader.position(), 4u);  // the header and its \r
+    ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+    EXPECT_EQ(fields, (std::vector<std::string>{"1", "2"}));
+    ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+    EXPECT_EQ(fields, (std::vector<std::string>{"3", "4"}));
+    EXPECT_EQ(line, 4u);
+    EXPECT_EQ(reader.position(), 12u);  // the whole file
+    EXPECT_FALSE(reader.ReadRecord(&fields, &line));
+  }
+  const std::string gz = testing::Compressed(text, Compression::kGzip);
+  testing::WriteFileBytes(dir.File("cut.csv.gz"), gz.substr(0, gz.size() / 2));
+  CsvReader cut(dir.File("cut.csv.gz"));
+  std::vector<std::string> fields;
+  uint64_t line = 0;
+  int64_t n = 0;
+  try {
+    while (cut.ReadRecord(&fields, &line)) ++n;
+    FAIL() << "a cut gzip stream ended without an error after " << n;
+  } catch (const CsvError& e) {
+    EXPECT_FALSE(e.row_level());
+    EXPECT_EQ(std::string(e.what()).rfind(dir.File("cut.csv.gz") + ": ", 0), 0u)
+        << e.what();
+    EXPECT_GT(n, 5000);
+  }
+}
+
 TEST(CsvReaderTest, BlankLinesAreNoRows) {
   // An editor's trailing empty line made "1 fields, the header has 2", and
   // in a one-column file an empty Example: blank lines (LF, CRLF or CR)
