@@ -44,18 +44,25 @@
 //                    its offsets (the floor), 1, decode_raw's length check
 //                    (FirstBytesNotOfLength), 2, BytesAsUInt8 (HostNumeric,
 //                    Prefetch's KeyOf); three of these a step
+//   TextLines/gzip:G FromTextLines over 400,000 lines of 10-90 bytes (~20
+//                    MB; G = 1: the same gzipped), next to GetLine/gzip:G,
+//                    the floor: the same lines read with std::getline
+//                    (G = 0) or zlib's gzgets (G = 1) into one reused
+//                    buffer, with no element made per line
 //
 // The files: 4 x 8,192 MNIST-like Examples (784 floats and an int64 label,
 // about 3.2 KB each, ~100 MB) written once under $TMPDIR.  Items are
 // records; compare ratios within one run (docs/PERFORMANCE.md).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -683,6 +690,87 @@ void FusedPlannerArgs(benchmark::internal::Benchmark* b) {
       ->UseRealTime();
 }
 BENCHMARK(BM_FusedPlanner)->Apply(FusedPlannerArgs);
+
+constexpr int64_t kTextLines = 400000;
+
+// [plain, gzipped]: kTextLines lines of 10-90 bytes, written once under
+// $TMPDIR/recflow_pipeline_bench (through a temporary name, so that a file
+// there is whole).
+const std::vector<std::string>& TextFiles() {
+  static const std::vector<std::string> files = [] {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::filesystem::path dir =
+        std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
+    std::filesystem::create_directories(dir);
+    const std::vector<std::string> out = {(dir / "lines.txt").string(),
+                                          (dir / "lines.txt.gz").string()};
+    if (std::filesystem::exists(out[0]) && std::filesystem::exists(out[1])) {
+      return out;
+    }
+    std::mt19937_64 rng(5);
+    std::string text;
+    for (int64_t i = 0; i < kTextLines; ++i) {
+      std::string line(10 + rng() % 81, ' ');
+      for (char& c : line) c = static_cast<char>('a' + rng() % 26);
+      text += line + "\n";
+    }
+    std::ofstream(out[0] + ".tmp", std::ios::binary) << text;
+    std::filesystem::rename(out[0] + ".tmp", out[0]);
+    gzFile gz = gzopen((out[1] + ".tmp").c_str(), "wb");
+    gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(gz);
+    std::filesystem::rename(out[1] + ".tmp", out[1]);
+    return out;
+  }();
+  return files;
+}
+
+void BM_TextLines(benchmark::State& state) {
+  const std::string& path = TextFiles()[static_cast<size_t>(state.range(0))];
+  const Dataset ds = Dataset::FromTextLines({path});
+  int64_t lines = 0;
+  for (auto _ : state) {
+    Iterator it = ds.MakeIterator({.threads = 1});
+    Element e;
+    int64_t n = 0;
+    while (it.Next(&e)) ++n;
+    if (n != kTextLines) state.SkipWithError("lines lost");
+    lines += n;
+  }
+  state.SetItemsProcessed(lines);
+}
+BENCHMARK(BM_TextLines)
+    ->ArgName("gzip")
+    ->DenseRange(0, 1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_GetLine(benchmark::State& state) {
+  const std::string& path = TextFiles()[static_cast<size_t>(state.range(0))];
+  int64_t lines = 0;
+  for (auto _ : state) {
+    int64_t n = 0;
+    if (state.range(0) == 0) {
+      std::ifstream in(path, std::ios::binary);
+      std::string line;
+      while (std::getline(in, line)) ++n;
+    } else {
+      gzFile gz = gzopen(path.c_str(), "rb");
+      gzbuffer(gz, 256 << 10);
+      char line[4096];
+      while (gzgets(gz, line, sizeof line) != nullptr) ++n;
+      gzclose(gz);
+    }
+    if (n != kTextLines) state.SkipWithError("lines lost");
+    lines += n;
+  }
+  state.SetItemsProcessed(lines);
+}
+BENCHMARK(BM_GetLine)
+    ->ArgName("gzip")
+    ->DenseRange(0, 1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace recflow::pipeline

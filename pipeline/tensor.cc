@@ -301,12 +301,17 @@ Tensor Tensor::BytesView(const char* data, size_t n,
 }
 
 Tensor Tensor::BytesScalar(std::string_view value) {
-  auto storage = std::make_shared<std::string>(value);
+  // One allocation for the bytes and the count (a shared std::string took
+  // a second for any value past its 15 in-place bytes): a line, a CSV cell
+  // or a fixed-length record is one of these per element.
+  std::shared_ptr<char[]> storage =
+      std::make_shared_for_overwrite<char[]>(std::max<size_t>(value.size(), 1));
+  std::memcpy(storage.get(), value.data(), value.size());
   Tensor t;
   t.dtype_ = DType::kBytes;
-  t.data_ = storage->data();
-  t.scalar_bytes_ = storage->size();
-  t.storage_bytes_ = storage->size();
+  t.data_ = storage.get();
+  t.scalar_bytes_ = value.size();
+  t.storage_bytes_ = value.size();
   t.Own(std::move(storage));
   return t;
 }
