@@ -360,10 +360,8 @@ class JsonlSource final : public ExampleSource {
       while ((c = in.Get()) != -1 && c != '\n') {
         line->push_back(static_cast<char>(c));
       }
-    } catch (const records::IoError& e) {
+    } catch (const records::IoError& e) {  // read or decoding; names it
       InputError(e.what());
-    } catch (const records::DecompressionError& e) {
-      InputError(fmt::format("{}: {}", in.path(), e.what()));
     }
     return c != -1 || !line->empty();
   }

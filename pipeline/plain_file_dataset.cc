@@ -216,8 +216,12 @@ class PlainFileDataset final : public DatasetBase {
         begin_ = 0;
       }
       if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
-      const size_t got =
-          stream_->Read(buffer_.data() + end_, buffer_.size() - end_);
+      size_t got;
+      try {
+        got = stream_->Read(buffer_.data() + end_, buffer_.size() - end_);
+      } catch (const records::DecompressionError& e) {
+        throw records::UndecodableFile(*path_, compression_, e);
+      }
       if (got == 0) {
         eof_ = true;
         return false;

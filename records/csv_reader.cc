@@ -121,8 +121,9 @@ std::string CsvDelimiterName(char delimiter) {
 }
 
 namespace {
-ByteReader OpenCsv(const std::string& path,
+ByteReader OpenCsv(const std::string& path, char delimiter,
                    std::optional<Compression> compression) {
+  CheckCsvDelimiter(delimiter);  // before the file is looked at
   try {
     return ByteReader(path, compression);
   } catch (const IoError& e) {
@@ -135,19 +136,15 @@ CsvReader::CsvReader(std::string path, char delimiter,
                      std::optional<Compression> compression)
     : path_(std::move(path)),
       delimiter_(static_cast<unsigned char>(delimiter)),
-      in_(OpenCsv(path_, compression)) {
-  CheckCsvDelimiter(delimiter);
-}
+      in_(OpenCsv(path_, delimiter, compression)) {}
 
 CsvReader::~CsvReader() = default;
 
 bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
   try {
     return ReadFields(fields, line);
-  } catch (const IoError& e) {  // names the file
+  } catch (const IoError& e) {  // read or decoding; names the file
     throw CsvError(e.what(), /*row_level=*/false);
-  } catch (const DecompressionError& e) {
-    throw CsvError(fmt::format("{}: {}", path_, e.what()), /*row_level=*/false);
   }
 }
 

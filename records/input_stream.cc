@@ -228,6 +228,12 @@ namespace {
 constexpr size_t kByteReaderBuffer = 64 << 10;
 }  // namespace
 
+IoError UndecodableFile(const std::string& path, Compression compression,
+                        const DecompressionError& e) {
+  return IoError(path, fmt::format("cannot be decoded as {}: {}",
+                                   CompressionName(compression), e.what()));
+}
+
 ByteReader::ByteReader(std::string path, std::optional<Compression> compression)
     : file_(std::move(path)),
       compression_(compression.value_or(CompressionFromSuffix(file_.path()))),
@@ -237,8 +243,12 @@ ByteReader::ByteReader(std::string path, std::optional<Compression> compression)
 ByteReader::~ByteReader() = default;
 
 bool ByteReader::Refill() {
-  pos_ = 0;
-  end_ = stream_->Read(buffer_.get(), kByteReaderBuffer);
+  pos_ = end_ = 0;
+  try {
+    end_ = stream_->Read(buffer_.get(), kByteReaderBuffer);
+  } catch (const DecompressionError& e) {
+    throw UndecodableFile(file_.path(), compression_, e);
+  }
   return end_ > 0;
 }
 

@@ -69,6 +69,11 @@ std::unique_ptr<InputStream> OpenInputStream(ReadableFile* file,
                                              Compression compression,
                                              bool track_zstd_frames = false);
 
+// `e`, met decoding `path` as `compression`, as an IoError that names the
+// file: "PATH: cannot be decoded as gzip: DETAIL (at compressed byte N)".
+IoError UndecodableFile(const std::string& path, Compression compression,
+                        const DecompressionError& e);
+
 // A file's decoded bytes one at a time, through a buffer: for the text
 // formats read byte by byte (CSV, JSON Lines), plain or compressed.  Not
 // thread-safe.
@@ -83,9 +88,9 @@ class ByteReader {
   ByteReader(const ByteReader&) = delete;
   ByteReader& operator=(const ByteReader&) = delete;
 
-  // The next byte (0-255), or -1 at the end.  Throws IoError or
-  // DecompressionError where the file cannot be read or decoded, after
-  // the bytes before the damage.
+  // The next byte (0-255), or -1 at the end.  Throws IoError naming the
+  // file where it cannot be read or decoded, after the bytes before the
+  // damage.
   int Get() {
     if (pos_ == end_ && !Refill()) return -1;
     return static_cast<unsigned char>(buffer_[pos_++]);

@@ -130,6 +130,14 @@ TEST(PlainFileDatasetTest, ARestoredIteratorContinuesAfterEveryLineAndError) {
         std::count_if(all.begin(), all.end(),
                       [](const std::string& s) { return s[0] == '!'; }));
     EXPECT_EQ(errors, c == Compression::kNone ? 0u : 1u);
+    for (const std::string& s : all) {  // the damage names the file
+      if (s[0] != '!') continue;
+      EXPECT_EQ(s.rfind("!" + dir.File("cut") + ": cannot be decoded as " +
+                            std::string(records::CompressionName(c)) + ": ",
+                        0),
+                0u)
+          << s;
+    }
     EXPECT_GE(all.size(), 44u);  // 43 lines, the end (and cut's lines)
     EXPECT_NE(all[all.size() - 2].find("b2"), std::string::npos);
     testing::ExpectRestoresAfterEveryElement(ds, all);
