@@ -363,6 +363,15 @@ Dataset Dataset::FromFixedLengthRecords(std::vector<std::string> paths,
         "footer_bytes, at most {} bytes; got {} and {}",
         kMaxHeld, record_bytes, footer_bytes));
   }
+  // No file is larger; and header + footer + offsets stay far from
+  // wrapping around.
+  constexpr uint64_t kMaxHeader = uint64_t{1} << 62;
+  if (header_bytes > kMaxHeader) {
+    throw Error(fmt::format(
+        "FromFixedLengthRecords: header_bytes {} is more than any file holds "
+        "(at most {})",
+        header_bytes, kMaxHeader));
+  }
   return PlainFiles(std::move(paths),
                     {record_bytes, header_bytes, footer_bytes}, options,
                     "FromFixedLengthRecords");

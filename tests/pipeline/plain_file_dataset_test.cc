@@ -245,6 +245,9 @@ TEST(PlainFileDatasetTest, ABodyOfPartRecordsIsAnError) {
                                  ": 3 bytes, fewer than its header (5 bytes) "
                                  "and footer (2 bytes)");
   EXPECT_THROW(Dataset::FromFixedLengthRecords({dir.File("short")}, 0), Error);
+  EXPECT_THROW(Dataset::FromFixedLengthRecords({dir.File("short")}, 4,
+                                               ~uint64_t{0} - 1, 2),
+               Error);
 }
 
 // Forged states (an offset between records or before the header, a count
