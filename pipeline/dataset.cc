@@ -259,6 +259,15 @@ namespace {
 void CheckPositive(int64_t v, std::string_view what) {
   if (v <= 0) throw Error(fmt::format("{} must be positive, not {}", what, v));
 }
+// {"filename": bytes [n]}: the n names, for FromTensorSlices (ListFiles,
+// and the plain-file sources' interleave).
+Element FileNames(const std::vector<std::string>& files) {
+  Element names;
+  names.components.push_back(
+      {"filename",
+       Tensor::FromStrings(files, Shape{static_cast<int64_t>(files.size())})});
+  return names;
+}
 }  // namespace
 
 Dataset Dataset::FromTFRecords(std::vector<std::string> paths,
@@ -295,11 +304,7 @@ Dataset Dataset::ListFiles(const std::vector<std::string>& patterns,
         patterns.empty() ? std::string("(no patterns given)")
                          : fmt::format("'{}'", fmt::join(patterns, "', '"))));
   }
-  Element names;
-  names.components.push_back(
-      {"filename",
-       Tensor::FromStrings(files, Shape{static_cast<int64_t>(files.size())})});
-  Dataset d = FromTensorSlices(std::move(names));
+  Dataset d = FromTensorSlices(FileNames(files));
   if (!shuffle) return d;
   return d.Shuffle(static_cast<int64_t>(files.size()), seed);
 }
@@ -330,11 +335,7 @@ Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
   if (cycle <= 1) {
     return Dataset(stages::PlainFile(std::move(files), framing, options));
   }
-  Element names;
-  names.components.push_back(
-      {"filename",
-       Tensor::FromStrings(files, Shape{static_cast<int64_t>(files.size())})});
-  return Dataset::FromTensorSlices(std::move(names))
+  return Dataset::FromTensorSlices(FileNames(files))
       .Interleave(
           [framing, options](const Element& e) {
             return Dataset(stages::PlainFile(

@@ -49,13 +49,9 @@ class PlainFileDataset final : public DatasetBase {
   }
   std::shared_ptr<const DatasetBase> ShardByFiles(
       int64_t num_shards, int64_t index) const override {
-    if (static_cast<int64_t>(files_.size()) < num_shards) return nullptr;
-    std::vector<std::string> mine;
-    for (size_t i = static_cast<size_t>(index); i < files_.size();
-         i += static_cast<size_t>(num_shards)) {
-      mine.push_back(files_[i]);
-    }
-    return std::make_shared<PlainFileDataset>(std::move(mine), framing_,
+    auto mine = FilesOfShard(files_, num_shards, index);
+    if (!mine) return nullptr;
+    return std::make_shared<PlainFileDataset>(std::move(*mine), framing_,
                                               options_);
   }
 

@@ -240,6 +240,11 @@ class RepeatEpochs {
 // records::ExpandRecordPaths, its errors as Errors prefixed with `who`.
 std::vector<std::string> ExpandFiles(const std::vector<std::string>& paths,
                                      std::string_view who);
+// The files of shard `index` of `num_shards` (DatasetBase::ShardByFiles):
+// files[index], files[index + num_shards], ...; std::nullopt when there are
+// fewer files than shards (the shard then goes by element).
+std::optional<std::vector<std::string>> FilesOfShard(
+    const std::vector<std::string>& files, int64_t num_shards, int64_t index);
 // A fingerprint of a file list, for descriptions.
 uint64_t FilesFingerprint(const std::vector<std::string>& files);
 // Makes `out` the element {"record": record} from `path` at `offset`, the

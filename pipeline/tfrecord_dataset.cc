@@ -362,13 +362,9 @@ class TFRecordDataset final : public DatasetBase {
   }
 
   DatasetPtr ShardByFiles(int64_t num_shards, int64_t index) const override {
-    if (static_cast<int64_t>(files_.size()) < num_shards) return nullptr;
-    std::vector<std::string> mine;
-    for (size_t i = static_cast<size_t>(index); i < files_.size();
-         i += static_cast<size_t>(num_shards)) {
-      mine.push_back(files_[i]);
-    }
-    return std::make_shared<TFRecordDataset>(std::move(mine), options_);
+    auto mine = FilesOfShard(files_, num_shards, index);
+    if (!mine) return nullptr;
+    return std::make_shared<TFRecordDataset>(std::move(*mine), options_);
   }
 
  private:
@@ -756,6 +752,17 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& paths,
   } catch (const records::FileListError& e) {
     throw Error(fmt::format("{}: {}", who, e.what()));
   }
+}
+
+std::optional<std::vector<std::string>> FilesOfShard(
+    const std::vector<std::string>& files, int64_t num_shards, int64_t index) {
+  if (static_cast<int64_t>(files.size()) < num_shards) return std::nullopt;
+  std::vector<std::string> mine;
+  for (size_t i = static_cast<size_t>(index); i < files.size();
+       i += static_cast<size_t>(num_shards)) {
+    mine.push_back(files[i]);
+  }
+  return mine;
 }
 
 uint64_t FilesFingerprint(const std::vector<std::string>& files) {
