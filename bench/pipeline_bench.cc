@@ -49,6 +49,11 @@
 //                    the floor: the same lines read with std::getline
 //                    (G = 0) or zlib's gzgets (G = 1) into one reused
 //                    buffer, with no element made per line
+//   TextLinesParallel/reads:R  the same lines as 4 gzipped files, through
+//                    FromTextLines with num_parallel_reads R (1: one file
+//                    after another; 2, 4: a parallel Interleave)
+//   FixedLengthParallel/reads:R  the same over 4 gzipped files of 2,500
+//                    CIFAR-10-sized records (3,073 bytes)
 //
 // The files: 4 x 8,192 MNIST-like Examples (784 floats and an int64 label,
 // about 3.2 KB each, ~100 MB) written once under $TMPDIR.  Items are
@@ -693,6 +698,31 @@ BENCHMARK(BM_FusedPlanner)->Apply(FusedPlannerArgs);
 
 constexpr int64_t kTextLines = 400000;
 
+// `data` gzipped into `path`, through a temporary name (so that a file
+// there is whole).
+void WriteGzip(const std::string& path, const std::string& data) {
+  gzFile gz = gzopen((path + ".tmp").c_str(), "wb");
+  gzwrite(gz, data.data(), static_cast<unsigned>(data.size()));
+  gzclose(gz);
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+// Iterates `ds` on one thread, counting its elements as the items; an
+// iteration that gives other than `expected` is an error.
+void CountElements(benchmark::State& state, const Dataset& ds,
+                   int64_t expected) {
+  int64_t total = 0;
+  for (auto _ : state) {
+    Iterator it = ds.MakeIterator({.threads = 1});
+    Element e;
+    int64_t n = 0;
+    while (it.Next(&e)) ++n;
+    if (n != expected) state.SkipWithError("elements lost");
+    total += n;
+  }
+  state.SetItemsProcessed(total);
+}
+
 // [plain, gzipped]: kTextLines lines of 10-90 bytes, written once under
 // $TMPDIR/recflow_pipeline_bench (through a temporary name, so that a file
 // there is whole).
@@ -716,10 +746,7 @@ const std::vector<std::string>& TextFiles() {
     }
     std::ofstream(out[0] + ".tmp", std::ios::binary) << text;
     std::filesystem::rename(out[0] + ".tmp", out[0]);
-    gzFile gz = gzopen((out[1] + ".tmp").c_str(), "wb");
-    gzwrite(gz, text.data(), static_cast<unsigned>(text.size()));
-    gzclose(gz);
-    std::filesystem::rename(out[1] + ".tmp", out[1]);
+    WriteGzip(out[1], text);
     return out;
   }();
   return files;
@@ -727,17 +754,7 @@ const std::vector<std::string>& TextFiles() {
 
 void BM_TextLines(benchmark::State& state) {
   const std::string& path = TextFiles()[static_cast<size_t>(state.range(0))];
-  const Dataset ds = Dataset::FromTextLines({path});
-  int64_t lines = 0;
-  for (auto _ : state) {
-    Iterator it = ds.MakeIterator({.threads = 1});
-    Element e;
-    int64_t n = 0;
-    while (it.Next(&e)) ++n;
-    if (n != kTextLines) state.SkipWithError("lines lost");
-    lines += n;
-  }
-  state.SetItemsProcessed(lines);
+  CountElements(state, Dataset::FromTextLines({path}), kTextLines);
 }
 BENCHMARK(BM_TextLines)
     ->ArgName("gzip")
@@ -769,6 +786,112 @@ void BM_GetLine(benchmark::State& state) {
 BENCHMARK(BM_GetLine)
     ->ArgName("gzip")
     ->DenseRange(0, 1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The same lines gzipped as kTextFiles files of kTextLines / kTextFiles
+// lines each, written once as TextFiles' are.
+constexpr int kTextFiles = 4;
+// `paths`, written by `write` unless every one is there.
+std::vector<std::string> EnsureFiles(
+    std::vector<std::string> paths,
+    const std::function<void(const std::vector<std::string>&)>& write) {
+  if (!std::all_of(paths.begin(), paths.end(), [](const std::string& path) {
+        return std::filesystem::exists(path);
+      })) {
+    write(paths);
+  }
+  return paths;
+}
+
+const std::vector<std::string>& GzipTextShards() {
+  static const std::vector<std::string> files = [] {
+    std::vector<std::string> paths;
+    for (int f = 0; f < kTextFiles; ++f) {
+      paths.push_back(
+          fmt::format("{}.{}-of-{}.gz", TextFiles()[0], f, kTextFiles));
+    }
+    return EnsureFiles(paths, [](const std::vector<std::string>& out) {
+      std::ifstream in(TextFiles()[0], std::ios::binary);
+      std::string line;
+      for (const std::string& path : out) {
+        std::string text;
+        for (int64_t i = 0; i < kTextLines / kTextFiles; ++i) {
+          std::getline(in, line);
+          text += line + "\n";
+        }
+        WriteGzip(path, text);
+      }
+    });
+  }();
+  return files;
+}
+
+// FromTextLines over the gzipped shards with num_parallel_reads R: R = 1
+// reads the files one after another on the consumer's thread, R > 1 reads
+// and decodes R files at once, each on a thread of its own (a parallel
+// Interleave), in the same order.
+void BM_TextLinesParallel(benchmark::State& state) {
+  CountElements(state,
+                Dataset::FromTextLines(
+                    GzipTextShards(),
+                    {.compression = std::nullopt,
+                     .num_parallel_reads = static_cast<int>(state.range(0)),
+                     .buffer_bytes = size_t{256} << 10}),
+                kTextLines);
+}
+BENCHMARK(BM_TextLinesParallel)
+    ->ArgName("reads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// CIFAR-10's layout: kRecordFiles gzipped files of kFixedRecords records
+// of 3,073 bytes (a label byte and 32x32x3 pixels of 16 levels, so that
+// gzip has work to do), written once as TextFiles' are.
+constexpr int kRecordFiles = 4;
+constexpr int64_t kFixedRecords = 2500;
+constexpr uint64_t kFixedRecordBytes = 3073;
+const std::vector<std::string>& GzipRecordShards() {
+  static const std::vector<std::string> files = [] {
+    const std::filesystem::path dir =
+        std::filesystem::path(TextFiles()[0]).parent_path();
+    std::vector<std::string> paths;
+    for (int f = 0; f < kRecordFiles; ++f) {
+      paths.push_back(
+          (dir / fmt::format("records.{}-of-{}.bin.gz", f, kRecordFiles))
+              .string());
+    }
+    return EnsureFiles(paths, [](const std::vector<std::string>& out) {
+      std::mt19937_64 rng(11);
+      for (const std::string& path : out) {
+        std::string data(kFixedRecords * kFixedRecordBytes, '\0');
+        for (char& c : data) c = static_cast<char>((rng() & 15) * 16);
+        WriteGzip(path, data);
+      }
+    });
+  }();
+  return files;
+}
+
+// FromFixedLengthRecords over those files with num_parallel_reads R, as
+// TextLinesParallel: elements that cost more to read than to hand over.
+void BM_FixedLengthParallel(benchmark::State& state) {
+  CountElements(state,
+                Dataset::FromFixedLengthRecords(
+                    GzipRecordShards(), kFixedRecordBytes, 0, 0,
+                    {.compression = std::nullopt,
+                     .num_parallel_reads = static_cast<int>(state.range(0)),
+                     .buffer_bytes = size_t{256} << 10}),
+                kRecordFiles * kFixedRecords);
+}
+BENCHMARK(BM_FixedLengthParallel)
+    ->ArgName("reads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(4)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

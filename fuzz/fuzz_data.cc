@@ -202,6 +202,24 @@ std::vector<pipeline::Dataset> StatePipelines() {
   out.push_back(Dataset::FromFixedLengthRecords({fixed}, 5, 3, 2)
                     .Shuffle(4, 1)
                     .Repeat(2));
+  // A parallel Interleave: inputs read ahead (their buffers in the state),
+  // two reading at once of three open, an input that fails, not
+  // deterministic.
+  pipeline::InterleaveOptions ahead;
+  ahead.block_length = 2;
+  ahead.num_parallel_calls = 2;
+  ahead.deterministic = false;
+  ahead.buffer_output_elements = 3;
+  out.push_back(Dataset::Range(0, 7).Interleave(
+      [](const pipeline::Element& e) {
+        // A restored state gives back the input element it holds, which
+        // a forged one may make any value.
+        const auto v = static_cast<int64_t>(
+            static_cast<uint64_t>(e["value"].scalar<int64_t>()) % 7);
+        if (v == 4) throw pipeline::Error("no dataset for input 4");
+        return Dataset::Range(v * 10, v * 10 + v % 4);
+      },
+      3, ahead));
   return out;
 }
 

@@ -335,14 +335,17 @@ Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
   if (cycle <= 1) {
     return Dataset(stages::PlainFile(std::move(files), framing, options));
   }
+  InterleaveOptions interleave;
+  interleave.num_parallel_calls = static_cast<int>(cycle);
+  interleave.name =
+      framing.record_bytes == 0 ? "text_line" : "fixed_length_record";
   return Dataset::FromTensorSlices(FileNames(files))
       .Interleave(
           [framing, options](const Element& e) {
             return Dataset(stages::PlainFile(
                 {std::string(e["filename"].bytes(0))}, framing, options));
           },
-          cycle, /*block_length=*/1,
-          framing.record_bytes == 0 ? "text_line" : "fixed_length_record");
+          cycle, std::move(interleave));
 }
 }  // namespace
 
@@ -688,6 +691,13 @@ Dataset Dataset::FlatMap(InterleaveFn fn) const {
 }
 Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
                             int64_t block_length, std::string name) const {
+  InterleaveOptions options;
+  options.block_length = block_length;
+  options.name = std::move(name);
+  return Interleave(std::move(fn), cycle_length, std::move(options));
+}
+Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
+                            InterleaveOptions options) const {
   if (cycle_length == kAutotune) {
     cycle_length = MachineCores();
   }
@@ -697,9 +707,23 @@ Dataset Dataset::Interleave(InterleaveFn fn, int64_t cycle_length,
         "core, not {}",
         cycle_length));
   }
-  CheckPositive(block_length, "Interleave: block_length");
+  CheckPositive(options.block_length, "Interleave: block_length");
+  if (options.num_parallel_calls == kAutotune) {
+    options.num_parallel_calls = static_cast<int>(
+        std::min<int64_t>(cycle_length, std::numeric_limits<int>::max()));
+  }
+  if (options.num_parallel_calls <= 0) {
+    throw Error(fmt::format(
+        "Interleave: num_parallel_calls must be positive, or -1 for "
+        "cycle_length, not {}",
+        options.num_parallel_calls));
+  }
+  if (options.buffer_output_elements != kAutotune) {
+    CheckPositive(options.buffer_output_elements,
+                  "Interleave: buffer_output_elements (or -1 to autotune it)");
+  }
   return Dataset(stages::Interleave(base_, std::move(fn), cycle_length,
-                                    block_length, std::move(name)));
+                                    std::move(options)));
 }
 Dataset Dataset::Prefetch(int64_t buffer_size, uint64_t max_bytes) const {
   if (buffer_size <= 0 && buffer_size != kAutotune) {

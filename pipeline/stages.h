@@ -765,8 +765,10 @@ class ReferenceReader {
 };
 
 // interleave.cc
+// options are checked (Dataset::Interleave); num_parallel_calls kAutotune
+// already made a count.
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
-                      int64_t block_length, std::string name);
+                      InterleaveOptions options);
 
 // map.cc
 DatasetPtr Prefetch(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes);

@@ -1365,7 +1365,7 @@ only on the inputs and seeds, never on the thread count.
           "removed, as TensorFlow's reader. compression: None takes each "
           "file's from its name (.gz, .zz/.zlib, .zst/.zstd; else none). "
           "num_parallel_reads: files open at once, one line from each in "
-          "turn (tf.data's order); they are read in turn on one thread. "
+          "turn (tf.data's order), each read ahead on a thread of its own. "
           "buffer_size: bytes per read.")
       .def_static(
           "from_fixed_length_records",
@@ -1858,15 +1858,28 @@ only on the inputs and seeds, never on the thread count.
       .def(
           "interleave",
           [](const PyDataset& d, py::function fn, int64_t cycle_length,
-             int64_t block_length) {
+             int64_t block_length, int num_parallel_calls, bool deterministic,
+             int64_t buffer_output_elements) {
+            pipeline::InterleaveOptions o;
+            o.block_length = block_length;
+            o.num_parallel_calls = num_parallel_calls;
+            o.deterministic = deterministic;
+            o.buffer_output_elements = buffer_output_elements;
             return Wrap(d.dataset.Interleave(
                 PythonInterleaveFn(std::move(fn), "interleave"), cycle_length,
-                block_length, "interleave"));
+                std::move(o)));
           },
           "fn"_a, "cycle_length"_a = pipeline::kAutotune, "block_length"_a = 1,
+          "num_parallel_calls"_a = 1, "deterministic"_a = true,
+          "buffer_output_elements"_a = pipeline::kAutotune,
           "fn(element dict) -> Dataset; cycle_length of them at once "
           "(default recflow.AUTOTUNE: one per core, as tf.data's), their "
-          "elements interleaved block_length at a time.")
+          "elements interleaved block_length at a time. num_parallel_calls "
+          "> 1 (or AUTOTUNE: cycle_length): each open dataset read ahead on "
+          "a thread of its own, up to buffer_output_elements elements "
+          "(AUTOTUNE: a buffer that deepens as needed), in the same order "
+          "unless deterministic=False, which takes an element another "
+          "dataset has ready when the one whose turn it is has none.")
       .def(
           "flat_map",
           [](const PyDataset& d, py::function fn) {

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "pipeline/dataset.h"
@@ -13,7 +15,36 @@ namespace recflow::pipeline {
 namespace {
 
 using testing::Collect;
+using testing::DrainWithErrors;
 using testing::Ints;
+
+// Twelve inputs with a bit of everything: input v opens v % 4 elements
+// v * 100 + j (input 5 three more), element 502 is an error, input 7 is
+// an error of the interleave's input and input 9 one of `fn`.
+Dataset Mixed(int64_t cycle_length, InterleaveOptions options) {
+  return Dataset::Range(0, 12)
+      .Map([](Element e) {
+        if (e["value"].scalar<int64_t>() == 7) throw Error("input 7 is bad");
+        return e;
+      })
+      .Interleave(
+          [](const Element& e) {
+            const int64_t v = e["value"].scalar<int64_t>();
+            if (v == 9) throw Error("no dataset for input 9");
+            return Dataset::Range(v * 100, v * 100 + v % 4 + (v == 5 ? 3 : 0))
+                .Map([](Element x) {
+                  if (x["value"].scalar<int64_t>() == 502) {
+                    throw Error("element 502 is bad");
+                  }
+                  return x;
+                });
+          },
+          cycle_length, std::move(options));
+}
+std::vector<std::string> Drain(const Dataset& ds) {
+  Iterator it = ds.MakeIterator({.threads = 2});
+  return DrainWithErrors(it);
+}
 
 TEST(InterleaveTest, InterleaveFollowsTensorFlowsExample) {
   // tf.data.Dataset.interleave's documented example.
@@ -64,6 +95,159 @@ TEST(InterleaveTest, AnAutotunedCycleIsOneInputPerCore) {
       << tuned.Describe();
   EXPECT_THROW(Dataset::Range(0, 5).Interleave(fn, -2), Error);
   EXPECT_THROW(Dataset::Range(0, 5).Interleave(fn, 0), Error);
+}
+
+TEST(InterleaveTest, ParallelGivesTheSequentialElementsOrderAndErrors) {
+  for (const int64_t cycle : {1, 2, 3, 5}) {
+    for (const int64_t block : {1, 2}) {
+      const auto sequential = Drain(Mixed(cycle, {.block_length = block}));
+      ASSERT_EQ(sequential.size(), 20u);  // 16 elements, 3 errors, the end
+      for (const int calls : {2, 3, kAutotune}) {
+        for (const int64_t buffer : {int64_t{1}, int64_t{kAutotune}}) {
+          SCOPED_TRACE(fmt::format("cycle {} block {} calls {} buffer {}",
+                                   cycle, block, calls, buffer));
+          EXPECT_EQ(Drain(Mixed(cycle, {.block_length = block,
+                                        .num_parallel_calls = calls,
+                                        .buffer_output_elements = buffer})),
+                    sequential);
+        }
+      }
+    }
+  }
+  const auto errors = Drain(Mixed(3, {}));
+  for (const char* what :
+       {"input 7 is bad", "no dataset for input 9", "element 502 is bad"}) {
+    EXPECT_EQ(std::count_if(errors.begin(), errors.end(),
+                            [&](const std::string& s) {
+                              return s.find(what) != std::string::npos;
+                            }),
+              1)
+        << what;
+  }
+}
+
+TEST(InterleaveTest, ParallelRestoresAfterEveryElementAndError) {
+  for (const int64_t block : {1, 2}) {
+    const Dataset ds = Mixed(3, {.block_length = block,
+                                 .num_parallel_calls = 2,
+                                 .buffer_output_elements = 2});
+    testing::ExpectRestoresAfterEveryElement(ds, Drain(ds));
+  }
+  // The state holds the read-ahead buffers, so the forms do not mix.
+  Iterator sequential = Mixed(3, {}).MakeIterator();
+  sequential.Next();
+  Iterator parallel = Mixed(3, {.num_parallel_calls = 2}).MakeIterator();
+  EXPECT_THROW(parallel.Restore(sequential.Save()), Error);
+}
+
+TEST(InterleaveTest, ParallelReadsInputsAtOnceAndHoldsTheLimit) {
+  // Each element takes 2 ms inside its input's read: at most
+  // num_parallel_calls reads at once, and that many do overlap.
+  std::atomic<int> inside{0};
+  std::atomic<int> most{0};
+  const auto make = [&](int calls) {
+    return Dataset::Range(0, 8).Interleave(
+        [&](const Element& e) {
+          const int64_t v = e["value"].scalar<int64_t>();
+          return Dataset::Range(v * 10, v * 10 + 6).Map([&](Element x) {
+            const int now = ++inside;
+            int seen = most.load();
+            while (now > seen && !most.compare_exchange_weak(seen, now)) {
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            --inside;
+            return x;
+          });
+        },
+        /*cycle_length=*/4, InterleaveOptions{.num_parallel_calls = calls});
+  };
+  const auto sequential = Ints(Collect(make(1)));
+  EXPECT_EQ(most.load(), 1);
+  for (const int calls : {2, 3}) {
+    most = 0;
+    EXPECT_EQ(Ints(Collect(make(calls))), sequential);
+    EXPECT_EQ(most.load(), calls);
+  }
+}
+
+TEST(InterleaveTest, NotDeterministicTakesWhatAnotherInputHasReady) {
+  // Input 0's first element waits until the consumer has had all of
+  // inputs 1 and 2 (or 10 s): in turn it would come first.
+  std::atomic<int> others_taken{0};
+  const auto ds = Dataset::Range(0, 3).Interleave(
+      [&](const Element& e) {
+        const int64_t v = e["value"].scalar<int64_t>();
+        Dataset d = Dataset::Range(v * 10, v * 10 + 3);
+        if (v != 0) return d;
+        return d.Map([&](Element x) {
+          const auto until =
+              std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (others_taken.load() < 6 &&
+                 std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          return x;
+        });
+      },
+      /*cycle_length=*/3,
+      InterleaveOptions{.num_parallel_calls = 3, .deterministic = false});
+  Iterator it = ds.MakeIterator();
+  std::vector<int64_t> got;
+  while (auto e = it.Next()) {
+    got.push_back((*e)["value"].scalar<int64_t>());
+    if (got.back() >= 10) ++others_taken;
+  }
+  ASSERT_EQ(got.size(), 9u);
+  EXPECT_EQ(std::vector<int64_t>(got.begin() + 6, got.end()),
+            (std::vector<int64_t>{0, 1, 2}));
+  // Each input's own elements keep their order.
+  for (const int64_t input : {1, 2}) {
+    std::vector<int64_t> own;
+    for (const int64_t v : got) {
+      if (v / 10 == input) own.push_back(v);
+    }
+    EXPECT_EQ(own, (std::vector<int64_t>{input * 10, input * 10 + 1,
+                                         input * 10 + 2}));
+  }
+}
+
+TEST(InterleaveTest, AParallelIteratorDestroyedMidwayStopsItsReaders) {
+  // Readers blocked on the limit of calls, or with full buffers, end when
+  // the iterator goes: this returns instead of hanging (ctest's timeout).
+  const auto ds = Dataset::Range(0, 16).Interleave(
+      [](const Element& e) {
+        const int64_t v = e["value"].scalar<int64_t>();
+        return Dataset::Range(v * 1000, v * 1000 + 1000).Map([](Element x) {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+          return x;
+        });
+      },
+      /*cycle_length=*/8,
+      InterleaveOptions{.num_parallel_calls = 2, .buffer_output_elements = 4});
+  for (int taken : {0, 1, 7, 30}) {
+    Iterator it = ds.MakeIterator();
+    for (int i = 0; i < taken; ++i) ASSERT_TRUE(it.Next());
+  }
+}
+
+TEST(InterleaveTest, ParallelOptionsAreChecked) {
+  const auto fn = [](const Element&) { return Dataset::Range(0, 1); };
+  const auto ds = Dataset::Range(0, 5);
+  EXPECT_THROW(ds.Interleave(fn, 2, InterleaveOptions{.num_parallel_calls = 0}),
+               Error);
+  EXPECT_THROW(
+      ds.Interleave(fn, 2, InterleaveOptions{.num_parallel_calls = -2}), Error);
+  EXPECT_THROW(ds.Interleave(fn, 2,
+                             InterleaveOptions{.num_parallel_calls = 2,
+                                               .buffer_output_elements = 0}),
+               Error);
+  const auto tuned =
+      ds.Interleave(fn, 3, InterleaveOptions{.num_parallel_calls = kAutotune});
+  EXPECT_NE(tuned.Describe().find("cycle_length=3, block_length=1, "
+                                  "num_parallel_calls=3"),
+            std::string::npos)
+      << tuned.Describe();
+  EXPECT_EQ(Ints(Collect(tuned)), (std::vector<int64_t>(5, 0)));
 }
 
 }  // namespace

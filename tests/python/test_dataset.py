@@ -194,6 +194,27 @@ def test_python_functions_in_the_pipeline():
                                         int(e["value"]) * 10 + 2),
         cycle_length=3)
     assert [int(e["value"]) for e in inter] == [0, 10, 20, 1, 11, 21]
+    # Read ahead on threads of their own (Python maps inside them take the
+    # GIL there): the same order.
+    parallel = recflow.Dataset.range(5).interleave(
+        lambda e: recflow.Dataset.range(int(e["value"]) * 10,
+                                        int(e["value"]) * 10 + 3).map(
+            lambda x: {"value": x["value"] + 1}),
+        cycle_length=3, block_length=2, num_parallel_calls=2,
+        buffer_output_elements=1)
+    assert [int(e["value"]) for e in parallel] == [
+        1, 2, 11, 12, 21, 22, 3, 13, 23, 31, 32, 41, 42, 33, 43]
+    unordered = recflow.Dataset.range(5).interleave(
+        lambda e: recflow.Dataset.range(int(e["value"]) * 10,
+                                        int(e["value"]) * 10 + 3),
+        cycle_length=3, num_parallel_calls=recflow.AUTOTUNE,
+        deterministic=False)
+    assert sorted(int(e["value"]) for e in unordered) == [
+        v * 10 + j for v in range(5) for j in range(3)]
+    with pytest.raises(ValueError, match="num_parallel_calls"):
+        recflow.Dataset.range(2).interleave(
+            lambda e: recflow.Dataset.range(1), cycle_length=2,
+            num_parallel_calls=0)
 
     def gen():
         for i in range(5):
@@ -409,6 +430,8 @@ def test_exit_right_after_an_interrupted_iteration_never_aborts():
     "map(slow, num_parallel_calls=2)",
     "filter(lambda e: slow(e) is e)",
     "interleave(lambda e: recflow.Dataset.range(2).map(slow), cycle_length=2)",
+    "interleave(lambda e: recflow.Dataset.range(2).map(slow), cycle_length=2,"
+    " num_parallel_calls=2)",
 ])
 def test_exit_while_python_functions_run_on_pipeline_threads(stage):
     # The program ends while the pipeline's threads are inside Python
