@@ -225,6 +225,11 @@ void Tensor::CheckHost(std::string_view what) const {
   }
 }
 
+void Tensor::ThrowNoValue(std::string_view what) const {
+  throw Error(fmt::format("{}: this {}{} tensor holds no value", what,
+                          DTypeName(dtype_), shape_.ToString()));
+}
+
 template <typename T>
 Tensor Tensor::Adopt(records::AlignedVector<T>&& values, const Shape& shape) {
   return Adopt(

@@ -184,10 +184,14 @@ class Tensor {
     CheckHost("values()");
     return {data<T>(), static_cast<size_t>(num_elements())};
   }
+  // The first value (a scalar's only one); an Error when there is none
+  // (a shape with a 0 in it).
   template <typename T>
   T scalar() const {
     CheckHost("scalar()");
-    return data<T>()[0];
+    const T* values = data<T>();
+    if (shape_.num_elements() == 0) ThrowNoValue("scalar()");
+    return values[0];
   }
   // Value k of a bytes tensor (flat index).  Inline: callers loop over a
   // batch's values (BytesAsUInt8, decode_raw's check) on the thread that
@@ -265,6 +269,7 @@ class Tensor {
 
  private:
   void CheckType(DType want) const;
+  [[noreturn]] void ThrowNoValue(std::string_view what) const;
   // CheckType(kBytes), then CheckHost(what).
   void CheckBytesOnHost(std::string_view what) const;
   // Keeps `storage`, made for this tensor (Exclusive()).

@@ -141,6 +141,17 @@ TEST(PlainFileDatasetTest, ARestoredIteratorContinuesAfterEveryLineAndError) {
     EXPECT_GE(all.size(), 44u);  // 43 lines, the end (and cut's lines)
     EXPECT_NE(all[all.size() - 2].find("b2"), std::string::npos);
     testing::ExpectRestoresAfterEveryElement(ds, all);
+    // Read ahead in parallel: the same lines and error, interleaved, and
+    // a state saved with lines and the error read ahead restores too.
+    o.num_parallel_reads = 2;
+    const Dataset two = Dataset::FromTextLines(files, o);
+    Iterator both = two.MakeIterator();
+    std::vector<std::string> interleaved = DrainWithErrors(both);
+    testing::ExpectRestoresAfterEveryElement(two, interleaved);
+    std::sort(interleaved.begin(), interleaved.end());
+    std::vector<std::string> sorted = all;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(interleaved, sorted);
   }
 }
 

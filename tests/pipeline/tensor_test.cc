@@ -30,6 +30,14 @@ TEST(TensorTest, SlicesAndReshapesShareStorage) {
   EXPECT_THROW(t.data<int64_t>(), Error);  // another dtype
   EXPECT_EQ(t.NumberAt(5), 6.0);
   EXPECT_EQ(Tensor::Scalar<int64_t>(9).scalar<int64_t>(), 9);
+  // A tensor with no value (a restored state may hold one where a scalar
+  // was saved: the fuzzer found that read of a null pointer).
+  try {
+    Tensor::Allocate(DType::kInt64, Shape{0}).scalar<int64_t>();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "scalar(): this int64[0] tensor holds no value");
+  }
 }
 
 // Exclusive: storage recflow made for a tensor and that nothing else
