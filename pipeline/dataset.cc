@@ -5,6 +5,7 @@
 #include <tbb/global_control.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #if defined(__x86_64__)

@@ -276,8 +276,8 @@ struct PlainFileOptions {
   // than one: each open file is read (and decoded) ahead on a thread of
   // its own, as Interleave's num_parallel_calls, in the same order.  That
   // pays where an element costs more to read than to hand from thread to
-  // thread (about 0.2 us): 1.5-1.8x for gzipped 3,073-byte records on two
-  // cores, but 0.6-0.95x for gzipped 50-byte lines there
+  // thread (about 0.25 us): 1.5-1.8x for gzipped 3,073-byte records on
+  // two cores, but 0.63-0.94x for gzipped 50-byte lines there
   // (docs/PERFORMANCE.md).
   int num_parallel_reads = 1;
   // Bytes asked of the file (or decoder) per read (tf.data's

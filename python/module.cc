@@ -1877,7 +1877,7 @@ only on the inputs and seeds, never on the thread count.
           "elements interleaved block_length at a time. num_parallel_calls "
           "> 1 (or AUTOTUNE: cycle_length): each open dataset read ahead on "
           "a thread of its own, up to buffer_output_elements elements "
-          "(AUTOTUNE: a buffer that deepens as needed), in the same order "
+          "(AUTOTUNE: 1,024 and 256 MiB / cycle_length), in the same order "
           "unless deterministic=False, which takes an element another "
           "dataset has ready when the one whose turn it is has none.")
       .def(
