@@ -351,45 +351,27 @@ bool AsyncIterator::DeliverIn(std::shared_ptr<Allocator> memory) {
 void AsyncIterator::Restore(StateReader* r) {
   if (started_) throw Error("cannot restore a running asynchronous stage");
   r->BeginStage(config_.stage);
-  input_end_ = r->Bool();
-  const uint64_t n = r->U64();
-  if (n > config_.max_elements) {
-    throw Error(
-        fmt::format("{} state holds {} elements, more than its "
-                    "buffer of {}",
-                    config_.stage, n, config_.max_elements));
-  }
   slots_.clear();
   bytes_ = 0;
+  input_end_ =
+      ReadResults(r, config_.max_elements,
+                  [this](bool end, std::exception_ptr error, Element element) {
+                    auto slot = std::make_unique<Slot>();
+                    slot->ready = true;
+                    slot->end = end;
+                    slot->error = std::move(error);
+                    slot->element = std::move(element);
+                    if (!slot->end && !slot->error) {
+                      if (output_memory_)
+                        slot->element.CopyInto(output_memory_);
+                      if (prepare_) prepare_(slot->element);
+                      slot->bytes = slot->element.byte_size();
+                    }
+                    bytes_ += slot->bytes;
+                    slots_.push_back(std::move(slot));
+                  });
   // An autotuned buffer resumes as deep as it was (at least).
-  limit_ = std::max<size_t>(limit_, static_cast<size_t>(n));
-  for (uint64_t i = 0; i < n; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->ready = true;
-    ReadResult(r, &slot->end, &slot->error, &slot->element);
-    if (slot->end && i + 1 != n) {
-      throw Error(
-          fmt::format("{} state: the end of the input at slot {} "
-                      "of {}, not the last",
-                      config_.stage, i, n));
-    }
-    if (!slot->end && !slot->error) {
-      if (output_memory_) slot->element.CopyInto(output_memory_);
-      if (prepare_) prepare_(slot->element);
-      slot->bytes = slot->element.byte_size();
-    }
-    bytes_ += slot->bytes;
-    slots_.push_back(std::move(slot));
-  }
-  // The driver stops pulling once the input has ended, so the consumer
-  // would wait forever for an end slot that is not there.
-  const bool has_end = !slots_.empty() && slots_.back()->end;
-  if (input_end_ != has_end) {
-    throw Error(fmt::format(
-        "{} state: the input is marked {}ended but the "
-        "buffer {} its end",
-        config_.stage, input_end_ ? "" : "not ", has_end ? "holds" : "lacks"));
-  }
+  limit_ = std::max(limit_, slots_.size());
   input_->Restore(r);
 }
 

@@ -2075,33 +2075,22 @@ class FusedBatchParse final : public IteratorBase {
   void Restore(StateReader* r) override {
     if (started_) throw Error("cannot restore a running batch-parse stage");
     r->BeginStage("batch_parse");
-    input_end_ = r->Bool();
     // A state saved with more parse calls holds more finished batches than
     // this iterator plans ahead; they are delivered before it plans again.
-    const uint64_t n = r->U64();
-    if (n > kMaxSavedBatches) {
-      r->Fail(fmt::format("{} batches, more than any iterator holds", n));
-    }
     slots_.clear();
-    for (uint64_t i = 0; i < n; ++i) {
-      auto slot = std::make_unique<Slot>();
-      slot->ready = true;
-      ReadResult(r, &slot->end, &slot->error, &slot->element);
-      if (slot->end && i + 1 != n) {
-        r->Fail("the end of the input before the last batch");
-      }
-      if (output_memory_ && !slot->end && !slot->error) {
-        slot->element.CopyInto(output_memory_);
-      }
-      slots_.push_back(std::move(slot));
-    }
-    const bool has_end = !slots_.empty() && slots_.back()->end;
-    if (input_end_ != has_end) {
-      r->Fail(
-          fmt::format("the input is marked {}ended but the buffer {} "
-                      "its end",
-                      input_end_ ? "" : "not ", has_end ? "holds" : "lacks"));
-    }
+    input_end_ = ReadResults(
+        r, kMaxSavedBatches,
+        [this](bool end, std::exception_ptr error, Element element) {
+          auto slot = std::make_unique<Slot>();
+          slot->ready = true;
+          slot->end = end;
+          slot->error = std::move(error);
+          slot->element = std::move(element);
+          if (output_memory_ && !slot->end && !slot->error) {
+            slot->element.CopyInto(output_memory_);
+          }
+          slots_.push_back(std::move(slot));
+        });
     batch_end_ = r->Bool();
     const uint64_t pending = r->U64();
     if (pending >= static_cast<uint64_t>(batch_.batch_size)) {

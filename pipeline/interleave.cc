@@ -243,32 +243,24 @@ class ReadAhead final : public IteratorBase {
       throw Error("cannot restore an interleave input read ahead");
     }
     r->BeginStage("interleave_ahead");
-    input_end_ = r->Bool();
-    const uint64_t n = r->U64();
-    if (n > max_elements_) {
-      r->Fail(fmt::format("{} results read ahead, more than its buffer of {}",
-                          n, max_elements_));
-    }
     run_.clear();
     run_pos_ = 0;
     shared_.clear();
     uint64_t bytes = 0;
-    for (uint64_t i = 0; i < n; ++i) {
-      Result result;
-      ReadResult(r, &result.end, &result.error, &result.element);
-      if (result.end && i + 1 != n) {
-        r->Fail(fmt::format("the input's end at result {} of {}", i, n));
-      }
-      if (!result.end && !result.error) {
-        result.bytes = result.element.byte_size();
-      }
-      bytes += result.bytes;
-      run_.push_back(std::move(result));
-    }
-    if (input_end_ != (!run_.empty() && run_.back().end)) {
-      r->Fail("an input marked ended without its end, or its end unmarked");
-    }
-    held_.store(n);
+    input_end_ =
+        ReadResults(r, max_elements_,
+                    [&](bool end, std::exception_ptr error, Element element) {
+                      Result result;
+                      result.end = end;
+                      result.error = std::move(error);
+                      result.element = std::move(element);
+                      if (!result.end && !result.error && max_bytes_ != 0) {
+                        result.bytes = result.element.byte_size();
+                      }
+                      bytes += result.bytes;
+                      run_.push_back(std::move(result));
+                    });
+    held_.store(run_.size());
     held_bytes_.store(bytes);
     input_->Restore(r);
   }
@@ -386,7 +378,7 @@ class ReadAhead final : public IteratorBase {
           result.error = std::current_exception();
         }
         result.end = !got && !result.error;
-        if (got) result.bytes = result.element.byte_size();
+        if (got && max_bytes_ != 0) result.bytes = result.element.byte_size();
         unpublished_bytes += result.bytes;
         unpublished.push_back(std::move(result));
         if (!got) break;

@@ -374,6 +374,35 @@ void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
   }
 }
 
+bool ReadResults(StateReader* r, uint64_t max_results,
+                 const std::function<void(bool end, std::exception_ptr error,
+                                          Element element)>& add) {
+  const bool input_end = r->Bool();
+  const uint64_t n = r->U64();
+  if (n > max_results) {
+    r->Fail(fmt::format("{} results held, more than the {} it holds at most", n,
+                        max_results));
+  }
+  bool has_end = false;
+  for (uint64_t i = 0; i < n; ++i) {
+    bool end = false;
+    std::exception_ptr error;
+    Element element;
+    ReadResult(r, &end, &error, &element);
+    if (end && i + 1 != n) {
+      r->Fail(fmt::format("the end of the input at slot {} of {}, not the last",
+                          i, n));
+    }
+    has_end = end;
+    add(end, std::move(error), std::move(element));
+  }
+  if (input_end != has_end) {
+    r->Fail(fmt::format("the input is marked {}ended but the buffer {} its end",
+                        input_end ? "" : "not ", has_end ? "holds" : "lacks"));
+  }
+  return input_end;
+}
+
 std::string EncodeElementRecord(const Element& e) {
   StateWriter w(kElementRecordTag);
   w.WriteElement(e);

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -80,6 +81,17 @@ void WriteResult(StateWriter* w, bool end, const std::exception_ptr& error,
 // another kind.
 void ReadResult(StateReader* r, bool* end, std::exception_ptr* error,
                 Element* element);
+// A stage's buffer of finished results, as the stages that keep one save
+// it: Bool(its input ended), U64(count), then each result (WriteResult),
+// oldest first.  Reads them, calling add(end, error, element) on each in
+// order, and returns whether the input ended.  Refuses (Fail) more than
+// `max_results` results, an end that is not the last result, and an input
+// marked ended without its end as the last result or the other way round:
+// a driver stops once its input has ended, so its consumer would wait
+// forever for an end that is not there.
+bool ReadResults(StateReader* r, uint64_t max_results,
+                 const std::function<void(bool end, std::exception_ptr error,
+                                          Element element)>& add);
 
 // One element as a self-contained, CRC-checked blob (a state of the
 // description "recflow-cache-element" holding the element: its
