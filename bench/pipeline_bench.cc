@@ -98,16 +98,23 @@ constexpr int kRecordsPerFile = 8192;
 constexpr int64_t kBatch = 256;
 constexpr int64_t kShuffle = 10000;
 
-// `files` files STEM-F.tfrecord under $TMPDIR/recflow_pipeline_bench,
-// each written by `write` unless it is there already (from an earlier
-// run; the writer is atomic, so a file there is whole).
-std::vector<std::string> WrittenOnce(
-    std::string_view stem, int files,
-    const std::function<void(records::TFRecordWriter&)>& write) {
+// $TMPDIR/recflow_pipeline_bench (made if missing), where the benchmarks'
+// files are written once and kept for later runs.
+std::filesystem::path BenchDir() {
   const char* tmp = std::getenv("TMPDIR");
   const std::filesystem::path dir =
       std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
   std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `files` files STEM-F.tfrecord under BenchDir(), each written by `write`
+// unless it is there already (from an earlier run; the writer is atomic,
+// so a file there is whole).
+std::vector<std::string> WrittenOnce(
+    std::string_view stem, int files,
+    const std::function<void(records::TFRecordWriter&)>& write) {
+  const std::filesystem::path dir = BenchDir();
   std::vector<std::string> out;
   for (int f = 0; f < files; ++f) {
     out.push_back((dir / fmt::format("{}-{}.tfrecord", stem, f)).string());
@@ -723,32 +730,38 @@ void CountElements(benchmark::State& state, const Dataset& ds,
   state.SetItemsProcessed(total);
 }
 
+// The files `names` under BenchDir(), written by `write` (given their
+// paths) unless every one is there.
+std::vector<std::string> EnsureFiles(
+    const std::vector<std::string>& names,
+    const std::function<void(const std::vector<std::string>&)>& write) {
+  const std::filesystem::path dir = BenchDir();
+  std::vector<std::string> paths;
+  for (const std::string& name : names) paths.push_back((dir / name).string());
+  if (!std::all_of(paths.begin(), paths.end(), [](const std::string& path) {
+        return std::filesystem::exists(path);
+      })) {
+    write(paths);
+  }
+  return paths;
+}
+
 // [plain, gzipped]: kTextLines lines of 10-90 bytes, written once under
-// $TMPDIR/recflow_pipeline_bench (through a temporary name, so that a file
-// there is whole).
+// BenchDir() (through a temporary name, so that a file there is whole).
 const std::vector<std::string>& TextFiles() {
-  static const std::vector<std::string> files = [] {
-    const char* tmp = std::getenv("TMPDIR");
-    const std::filesystem::path dir =
-        std::filesystem::path(tmp ? tmp : "/tmp") / "recflow_pipeline_bench";
-    std::filesystem::create_directories(dir);
-    const std::vector<std::string> out = {(dir / "lines.txt").string(),
-                                          (dir / "lines.txt.gz").string()};
-    if (std::filesystem::exists(out[0]) && std::filesystem::exists(out[1])) {
-      return out;
-    }
-    std::mt19937_64 rng(5);
-    std::string text;
-    for (int64_t i = 0; i < kTextLines; ++i) {
-      std::string line(10 + rng() % 81, ' ');
-      for (char& c : line) c = static_cast<char>('a' + rng() % 26);
-      text += line + "\n";
-    }
-    std::ofstream(out[0] + ".tmp", std::ios::binary) << text;
-    std::filesystem::rename(out[0] + ".tmp", out[0]);
-    WriteGzip(out[1], text);
-    return out;
-  }();
+  static const std::vector<std::string> files = EnsureFiles(
+      {"lines.txt", "lines.txt.gz"}, [](const std::vector<std::string>& out) {
+        std::mt19937_64 rng(5);
+        std::string text;
+        for (int64_t i = 0; i < kTextLines; ++i) {
+          std::string line(10 + rng() % 81, ' ');
+          for (char& c : line) c = static_cast<char>('a' + rng() % 26);
+          text += line + "\n";
+        }
+        std::ofstream(out[0] + ".tmp", std::ios::binary) << text;
+        std::filesystem::rename(out[0] + ".tmp", out[0]);
+        WriteGzip(out[1], text);
+      });
   return files;
 }
 
@@ -789,42 +802,50 @@ BENCHMARK(BM_GetLine)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// names[f]: `pattern` formatted with f and `files`.
+std::vector<std::string> ShardNames(std::string_view pattern, int files) {
+  std::vector<std::string> names;
+  for (int f = 0; f < files; ++f) {
+    names.push_back(fmt::format(fmt::runtime(pattern), f, files));
+  }
+  return names;
+}
+
 // The same lines gzipped as kTextFiles files of kTextLines / kTextFiles
 // lines each, written once as TextFiles' are.
 constexpr int kTextFiles = 4;
-// `paths`, written by `write` unless every one is there.
-std::vector<std::string> EnsureFiles(
-    std::vector<std::string> paths,
-    const std::function<void(const std::vector<std::string>&)>& write) {
-  if (!std::all_of(paths.begin(), paths.end(), [](const std::string& path) {
-        return std::filesystem::exists(path);
-      })) {
-    write(paths);
-  }
-  return paths;
+const std::vector<std::string>& GzipTextShards() {
+  static const std::vector<std::string> files =
+      EnsureFiles(ShardNames("lines.txt.{}-of-{}.gz", kTextFiles),
+                  [](const std::vector<std::string>& out) {
+                    std::ifstream in(TextFiles()[0], std::ios::binary);
+                    std::string line;
+                    for (const std::string& path : out) {
+                      std::string text;
+                      for (int64_t i = 0; i < kTextLines / kTextFiles; ++i) {
+                        std::getline(in, line);
+                        text += line + "\n";
+                      }
+                      WriteGzip(path, text);
+                    }
+                  });
+  return files;
 }
 
-const std::vector<std::string>& GzipTextShards() {
-  static const std::vector<std::string> files = [] {
-    std::vector<std::string> paths;
-    for (int f = 0; f < kTextFiles; ++f) {
-      paths.push_back(
-          fmt::format("{}.{}-of-{}.gz", TextFiles()[0], f, kTextFiles));
-    }
-    return EnsureFiles(paths, [](const std::vector<std::string>& out) {
-      std::ifstream in(TextFiles()[0], std::ios::binary);
-      std::string line;
-      for (const std::string& path : out) {
-        std::string text;
-        for (int64_t i = 0; i < kTextLines / kTextFiles; ++i) {
-          std::getline(in, line);
-          text += line + "\n";
-        }
-        WriteGzip(path, text);
-      }
-    });
-  }();
-  return files;
+// The options of a benchmark's plain-file source: compression by each
+// file's name, num_parallel_reads its argument.
+PlainFileOptions ParallelReads(const benchmark::State& state) {
+  return {.compression = std::nullopt,
+          .num_parallel_reads = static_cast<int>(state.range(0)),
+          .buffer_bytes = size_t{256} << 10};
+}
+void ParallelReadsArgs(benchmark::internal::Benchmark* b) {
+  b->ArgName("reads")
+      ->Arg(1)
+      ->Arg(2)
+      ->Arg(4)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime();
 }
 
 // FromTextLines over the gzipped shards with num_parallel_reads R: R = 1
@@ -833,20 +854,10 @@ const std::vector<std::string>& GzipTextShards() {
 // Interleave), in the same order.
 void BM_TextLinesParallel(benchmark::State& state) {
   CountElements(state,
-                Dataset::FromTextLines(
-                    GzipTextShards(),
-                    {.compression = std::nullopt,
-                     .num_parallel_reads = static_cast<int>(state.range(0)),
-                     .buffer_bytes = size_t{256} << 10}),
+                Dataset::FromTextLines(GzipTextShards(), ParallelReads(state)),
                 kTextLines);
 }
-BENCHMARK(BM_TextLinesParallel)
-    ->ArgName("reads")
-    ->Arg(1)
-    ->Arg(2)
-    ->Arg(4)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_TextLinesParallel)->Apply(ParallelReadsArgs);
 
 // CIFAR-10's layout: kRecordFiles gzipped files of kFixedRecords records
 // of 3,073 bytes (a label byte and 32x32x3 pixels of 16 levels, so that
@@ -855,45 +866,30 @@ constexpr int kRecordFiles = 4;
 constexpr int64_t kFixedRecords = 2500;
 constexpr uint64_t kFixedRecordBytes = 3073;
 const std::vector<std::string>& GzipRecordShards() {
-  static const std::vector<std::string> files = [] {
-    const std::filesystem::path dir =
-        std::filesystem::path(TextFiles()[0]).parent_path();
-    std::vector<std::string> paths;
-    for (int f = 0; f < kRecordFiles; ++f) {
-      paths.push_back(
-          (dir / fmt::format("records.{}-of-{}.bin.gz", f, kRecordFiles))
-              .string());
-    }
-    return EnsureFiles(paths, [](const std::vector<std::string>& out) {
-      std::mt19937_64 rng(11);
-      for (const std::string& path : out) {
-        std::string data(kFixedRecords * kFixedRecordBytes, '\0');
-        for (char& c : data) c = static_cast<char>((rng() & 15) * 16);
-        WriteGzip(path, data);
-      }
-    });
-  }();
+  static const std::vector<std::string> files =
+      EnsureFiles(ShardNames("records.{}-of-{}.bin.gz", kRecordFiles),
+                  [](const std::vector<std::string>& out) {
+                    std::mt19937_64 rng(11);
+                    for (const std::string& path : out) {
+                      std::string data(kFixedRecords * kFixedRecordBytes, '\0');
+                      for (char& c : data)
+                        c = static_cast<char>((rng() & 15) * 16);
+                      WriteGzip(path, data);
+                    }
+                  });
   return files;
 }
 
 // FromFixedLengthRecords over those files with num_parallel_reads R, as
 // TextLinesParallel: elements that cost more to read than to hand over.
 void BM_FixedLengthParallel(benchmark::State& state) {
-  CountElements(state,
-                Dataset::FromFixedLengthRecords(
-                    GzipRecordShards(), kFixedRecordBytes, 0, 0,
-                    {.compression = std::nullopt,
-                     .num_parallel_reads = static_cast<int>(state.range(0)),
-                     .buffer_bytes = size_t{256} << 10}),
-                kRecordFiles * kFixedRecords);
+  CountElements(
+      state,
+      Dataset::FromFixedLengthRecords(GzipRecordShards(), kFixedRecordBytes, 0,
+                                      0, ParallelReads(state)),
+      kRecordFiles * kFixedRecords);
 }
-BENCHMARK(BM_FixedLengthParallel)
-    ->ArgName("reads")
-    ->Arg(1)
-    ->Arg(2)
-    ->Arg(4)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK(BM_FixedLengthParallel)->Apply(ParallelReadsArgs);
 
 }  // namespace
 }  // namespace recflow::pipeline
