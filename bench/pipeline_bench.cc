@@ -63,6 +63,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -108,18 +109,21 @@ std::filesystem::path BenchDir() {
   return dir;
 }
 
-// `files` files STEM-F.tfrecord under BenchDir(), each written by `write`
-// unless it is there already (from an earlier run; the writer is atomic,
-// so a file there is whole).
+// `files` files STEM-F.tfrecord (with `compression`'s suffix) under
+// BenchDir(), each written by `write` unless it is there already (from an
+// earlier run; the writer is atomic, so a file there is whole).
 std::vector<std::string> WrittenOnce(
     std::string_view stem, int files,
-    const std::function<void(records::TFRecordWriter&)>& write) {
+    const std::function<void(records::TFRecordWriter&)>& write,
+    records::Compression compression = records::Compression::kNone) {
   const std::filesystem::path dir = BenchDir();
   std::vector<std::string> out;
   for (int f = 0; f < files; ++f) {
-    out.push_back((dir / fmt::format("{}-{}.tfrecord", stem, f)).string());
+    out.push_back((dir / fmt::format("{}-{}.tfrecord{}", stem, f,
+                                     records::CompressionSuffix(compression)))
+                      .string());
     if (std::filesystem::exists(out.back())) continue;
-    records::TFRecordWriter w(out.back());
+    records::TFRecordWriter w(out.back(), {.compression = compression});
     write(w);
     w.Close();
   }
@@ -890,6 +894,64 @@ void BM_FixedLengthParallel(benchmark::State& state) {
       kRecordFiles * kFixedRecords);
 }
 BENCHMARK(BM_FixedLengthParallel)->Apply(ParallelReadsArgs);
+
+// kLevelFiles TFRecord files of kLevelRecords Fashion-MNIST-like Examples
+// (~850 bytes; pixels of 16 levels, so that gzip has work to do), written
+// once uncompressed (gzip 0) or gzipped (1).
+constexpr int kLevelFiles = 4;
+constexpr int kLevelRecords = 8192;
+const std::vector<std::string>& LevelFiles(bool gzip) {
+  static const std::array<std::vector<std::string>, 2> files = [] {
+    TuneAllocatorForBatches();  // as the CLI does
+    std::array<std::vector<std::string>, 2> out;
+    for (int z : {0, 1}) {
+      std::mt19937_64 rng(13);
+      records::ExampleBuilder b;
+      std::string image(784, '\0');
+      out[z] = WrittenOnce(
+          "levels", kLevelFiles,
+          [&](records::TFRecordWriter& w) {
+            for (int r = 0; r < kLevelRecords; ++r) {
+              for (char& c : image) c = static_cast<char>((rng() % 16) * 16);
+              b.Clear();
+              b.AddBytes("image", image);
+              b.AddInt64("label", static_cast<int64_t>(rng() % 10));
+              w.Write(b.Serialize());
+            }
+          },
+          z ? records::Compression::kGzip : records::Compression::kNone);
+    }
+    return out;
+  }();
+  return files[gzip ? 1 : 0];
+}
+
+// FromTFRecords over those files with num_parallel_reads R (range 0) and
+// gzip (range 1), the records counted on the consumer's thread (parse 0)
+// or each parsed there first (1: Parse with one call, a stage of its
+// own): R = 1 reads the files one after another; R > 1 reads them in
+// turn on the consumer's thread (read_ahead 0, the baseline) or each open
+// file on a thread of its own (1, the default), in the same order either
+// way.
+void BM_TFRecordsParallel(benchmark::State& state) {
+  stages::SetTFRecordReadAhead(state.range(2) != 0);
+  TFRecordOptions o;
+  o.num_parallel_reads = static_cast<int>(state.range(0));
+  Dataset ds = Dataset::FromTFRecords(LevelFiles(state.range(1) != 0), o);
+  if (state.range(3) != 0) {
+    ds = ds.Parse(records::FeatureSpec::FromJsonText(R"({"features": {
+        "image": {"kind": "fixed", "dtype": "string", "shape": []},
+        "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})"));
+  }
+  CountElements(state, ds, int64_t{kLevelFiles} * kLevelRecords);
+  stages::SetTFRecordReadAhead(true);
+}
+BENCHMARK(BM_TFRecordsParallel)
+    ->ArgNames({"reads", "gzip", "read_ahead", "parse"})
+    ->ArgsProduct({{1}, {0, 1}, {0}, {0, 1}})
+    ->ArgsProduct({{2, 4}, {0, 1}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace recflow::pipeline

@@ -64,12 +64,17 @@ struct TFRecordOptions {
   // everywhere.
   int num_parallel_reads = 1;
   int block_length = 1;
+  // With more than one, the files are read at once: as stages, each
+  // open file ahead on a thread of its own (up to 8,192 records and 256
+  // MiB / num_parallel_reads of records ahead); fused (Parse after Batch,
+  // more than one parse call), by the fused path's tasks.  The order,
+  // the errors' places and the states are those of reading in turn.
+  //
   // false (tf.data's deterministic=false): when the file whose turn it is
   // has no record read yet, take the next record of another open file that
   // has one; each file's records keep their order, the interleaving then
-  // depends on timing.  Only the fused path (Parse after Batch, more than
-  // one parse call) reads ahead, so only it has records ready early; the
-  // stages run one by one read in turn either way.  States save and
+  // depends on timing.  (A file that has a shuffle buffer counts as having
+  // one when its reader has: drawing may read more.)  States save and
   // restore exactly in both modes.
   bool deterministic = true;
   // Shuffle the order of the files, afresh each epoch (under Repeat) when

@@ -87,57 +87,6 @@ class GatedIterator final : public IteratorBase {
   CallGate* gate_;
 };
 
-// Tells the consumer of several ReadAheads that one of them has results
-// to take (ReadAhead's wake rule): a count, and a wait for it to pass a
-// value.  Thread-safe.
-class ReadySignal {
- public:
-  uint64_t count() const {
-    std::lock_guard<std::mutex> lock(mu_);
-    return count_;
-  }
-  void Notify() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++count_;
-    }
-    cv_.notify_all();
-  }
-  // Until count() != seen, `timeout` passed (when given) or `ctx` is
-  // cancelled (its wake-up calls Wake).
-  void WaitPast(uint64_t seen, const IteratorContext& ctx,
-                std::optional<std::chrono::microseconds> timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto passed = [&] { return count_ != seen || ctx.cancelled(); };
-    if (timeout) {
-      cv_.wait_for(lock, *timeout, passed);
-    } else {
-      cv_.wait(lock, passed);
-    }
-  }
-  void Wake() {
-    std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
-  }
-  // Set by a consumer that found nothing after its timed wait: readers
-  // then notify on every result, not on runs.
-  std::atomic<bool> wants_any{false};
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t count_ = 0;
-};
-
-// How a ReadAhead's reader and consumer wake each other (each wake a
-// system call and, on a busy machine, a switch of threads): a consumer
-// that ran out waits for a run of kWakeRun results (or the input's end,
-// an error, a full buffer), at most kRunWait, and then for any result;
-// a reader that filled the buffer waits until the consumer has taken
-// half of it.
-constexpr size_t kWakeRun = 32;
-constexpr std::chrono::microseconds kRunWait{100};
-
 // InterleaveOptions::buffer_output_elements kAutotune's count.
 constexpr size_t kAutotuneReadAheadElements = 1024;
 
@@ -146,7 +95,8 @@ constexpr size_t kAutotuneReadAheadElements = 1024;
 // line) as much as for large: the reader hands its results over in runs
 // and the consumer takes a whole run at once, so that most reads and
 // takes touch no lock and no shared line; each wakes the other by the
-// wake rule above; and the elements the consumer is done with go back to
+// wake rule (stages.h; a reader that filled the buffer waits until half
+// of it is taken); and the elements the consumer is done with go back to
 // the reader (Retire), to be freed on the thread whose malloc arena they
 // came from.  (Handing over each element under a lock, as Prefetch's
 // AsyncIterator does, was 3-5x slower than one thread for 50-byte lines.)

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -360,6 +362,12 @@ int TakeFusedTasksAtOnceMost();
 // task it waited for read another, in this process (for tests).
 uint64_t PlannerHelpReads();
 
+// Whether FromTFRecords' stage, with num_parallel_reads > 1, reads each
+// open file ahead on a thread of its own (the default) or reads them in
+// turn on the consumer's thread: for benchmarks and tests that compare
+// the two.  Iterators made afterwards follow it.
+void SetTFRecordReadAhead(bool on);
+
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.
 void OwnBytes(RecordView* v, std::string_view bytes);
@@ -493,6 +501,59 @@ class ShuffledFileRecords final : public FileRecords {
   std::exception_ptr error_;  // kept for after the buffer
   CompactionClock clock_;
   RecordArena compacted_;
+};
+
+// Inputs read ahead, each on a thread of its own (interleave.cc's
+// ReadAhead, tfrecord_dataset.cc's FileReadAhead), and their consumer.
+//
+// How a reader and the consumer wake each other (each wake a system call
+// and, on a busy machine, a switch of threads): a consumer that ran out
+// waits for a run of kWakeRun results (or the input's end, an error, a
+// full buffer), at most kRunWait, and then for any result; a reader that
+// filled its buffer waits until the consumer has taken from it.
+constexpr size_t kWakeRun = 32;
+constexpr std::chrono::microseconds kRunWait{100};
+
+// Tells the consumer of several read-ahead inputs that one of them has
+// results to take (the wake rule above): a count, and a wait for it to
+// pass a value.  Thread-safe.
+class ReadySignal {
+ public:
+  uint64_t count() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+  void Notify() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++count_;
+    }
+    cv_.notify_all();
+  }
+  // Until count() != seen, `timeout` passed (when given) or `ctx` is
+  // cancelled (its wake-up calls Wake).
+  void WaitPast(uint64_t seen, const IteratorContext& ctx,
+                std::optional<std::chrono::microseconds> timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto passed = [&] { return count_ != seen || ctx.cancelled(); };
+    if (timeout) {
+      cv_.wait_for(lock, *timeout, passed);
+    } else {
+      cv_.wait(lock, passed);
+    }
+  }
+  void Wake() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  // Set by a consumer that found nothing after its timed wait: readers
+  // then notify on every result, not on runs.
+  std::atomic<bool> wants_any{false};
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t count_ = 0;
 };
 
 // sources.cc

@@ -12,6 +12,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <thread>
+#include <utility>
 
 #include "pipeline/io.h"
 #include "pipeline/stages.h"
@@ -24,6 +27,12 @@
 
 namespace recflow::pipeline::stages {
 namespace {
+
+std::atomic<bool> read_ahead_enabled{true};
+// What FileReadAhead holds at most per file (half handed over, half
+// taken), the bytes over all the files of an iterator.
+constexpr size_t kReadAheadRecords = 8192;
+constexpr uint64_t kReadAheadBytes = uint64_t{256} << 20;
 
 using records::DamageKind;
 using records::RecordError;
@@ -270,6 +279,192 @@ class StreamFileRecords final : public FileRecords {
   uint64_t next_index_ = 0;
 };
 
+// One file's records read ahead on a thread of its own, for the consumer
+// to take in the same order: the unfused source's num_parallel_reads > 1.
+// Its position (next_offset, next_index) is that of the next record the
+// consumer has not taken, so a saved state names the records read ahead
+// by where they are, as the source reading in turn does (the same state,
+// byte for byte), and a restore reads them again.  The reader hands its
+// records over in runs, and the consumer takes all that were handed over
+// at once, by the wake rule (stages.h).  Bounds: the reader stops while
+// max_records records, or max_bytes of records' bytes, are handed over and
+// not taken; the consumer's run, taken whole, holds as many again.
+// NextView, WhatIsReady and the positions are the consumer's (one thread).
+class FileReadAhead final : public FileRecords {
+ public:
+  enum class Readiness { kNothing, kRecord, kEnd };  // kRecord: or error
+
+  FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
+                size_t max_records, uint64_t max_bytes, ReadySignal* signal)
+      : ctx_(ctx),
+        in_(std::move(in)),
+        max_records_(max_records),
+        max_bytes_(max_bytes),
+        signal_(signal),
+        next_offset_(in_->next_offset()),
+        next_index_(in_->next_index()) {
+    wake_up_id_ = ctx_->AddWakeUp([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      consumer_cv_.notify_all();
+    });
+    reader_ = std::thread([this] { ReaderLoop(); });
+  }
+  ~FileReadAhead() override {
+    ctx_->RemoveWakeUp(wake_up_id_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    reader_cv_.notify_all();
+    reader_.join();
+  }
+
+  bool NextView(RecordView* out) override {
+    if (run_pos_ == run_.size() && !TakeRun()) throw Cancelled();
+    Item& item = run_[run_pos_];
+    if (item.end) return false;  // stays, so that later calls end too
+    if (item.error) {
+      item.end = true;  // the file is finished
+      std::rethrow_exception(std::exchange(item.error, nullptr));
+    }
+    *out = std::move(item.view);
+    next_offset_ = item.next_offset;
+    next_index_ = item.next_index;
+    ++run_pos_;
+    return true;
+  }
+  uint64_t next_offset() const override { return next_offset_; }
+  uint64_t next_index() const override { return next_index_; }
+
+  // What NextView would give now, without waiting.
+  Readiness WhatIsReady() {
+    if (run_pos_ == run_.size()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (shared_.empty()) return Readiness::kNothing;
+      SwapRunLocked();
+    }
+    return run_[run_pos_].end ? Readiness::kEnd : Readiness::kRecord;
+  }
+
+ private:
+  struct Item {
+    RecordView view;
+    std::exception_ptr error;
+    bool end = false;
+    uint64_t next_offset = 0;  // in_'s position after the record
+    uint64_t next_index = 0;
+  };
+
+  // Whether the records handed over and not taken, with `extra` more of
+  // `extra_bytes`, leave room.
+  bool HasRoom(size_t extra, uint64_t extra_bytes) const {
+    return shared_count_.load() + extra < max_records_ &&
+           shared_bytes_.load() + extra_bytes < max_bytes_;
+  }
+
+  // Under mu_: the shared items become the consumer's run (the vectors
+  // change places, so that neither allocates once grown).
+  void SwapRunLocked() {
+    run_.clear();
+    run_pos_ = 0;
+    run_.swap(shared_);
+    shared_count_.store(0);
+    shared_bytes_.store(0);
+    if (reader_waits_) reader_cv_.notify_one();
+  }
+
+  // Waits for items by the wake rule and makes them the run; false when
+  // the Iterator is being destroyed.
+  bool TakeRun() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (shared_.empty()) {
+      const auto woken = [this] {
+        return (!shared_.empty() && (shared_.size() >= consumer_wants_.load() ||
+                                     reader_done_ || !HasRoom(0, 0))) ||
+               ctx_->cancelled();
+      };
+      consumer_wants_.store(kWakeRun);
+      consumer_cv_.wait_for(lock, kRunWait, woken);
+      if (shared_.empty()) {
+        consumer_wants_.store(1);
+        consumer_cv_.wait(lock, woken);
+      }
+      consumer_wants_.store(0);
+      if (shared_.empty()) return false;
+    }
+    SwapRunLocked();
+    return true;
+  }
+
+  void ReaderLoop() {
+    std::vector<Item> unpublished;
+    uint64_t unpublished_bytes = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!reader_done_) {
+      reader_waits_ = true;
+      reader_cv_.wait(lock, [this] { return stop_ || HasRoom(0, 0); });
+      reader_waits_ = false;
+      if (stop_) return;
+      lock.unlock();
+      // A run: up to kWakeRun items, fewer when the room runs out, the
+      // file ends or errs, or the consumer (or the iterator, for any
+      // file's) waits for one.
+      bool done = false;
+      do {
+        Item item;
+        try {
+          done = !in_->NextView(&item.view);
+        } catch (...) {
+          item.error = std::current_exception();
+          done = true;
+        }
+        item.end = done && !item.error;
+        item.next_offset = in_->next_offset();
+        item.next_index = in_->next_index();
+        unpublished_bytes += item.view.size;
+        unpublished.push_back(std::move(item));
+      } while (!done && unpublished.size() < kWakeRun &&
+               HasRoom(unpublished.size(), unpublished_bytes) &&
+               consumer_wants_.load() != 1 &&
+               !(signal_ != nullptr && signal_->wants_any.load()));
+      lock.lock();
+      reader_done_ = done;
+      std::move(unpublished.begin(), unpublished.end(),
+                std::back_inserter(shared_));
+      shared_count_.store(shared_.size());
+      shared_bytes_.fetch_add(unpublished_bytes);
+      unpublished.clear();
+      unpublished_bytes = 0;
+      if (consumer_wants_.load() > 0) consumer_cv_.notify_one();
+      if (signal_ != nullptr) signal_->Notify();
+    }
+  }
+
+  IteratorContext* ctx_;
+  std::unique_ptr<FileRecords> in_;  // the reader's, once it runs
+  const size_t max_records_;
+  const uint64_t max_bytes_;
+  ReadySignal* signal_;  // null: deterministic
+  uint64_t wake_up_id_;
+  // The consumer's.
+  std::vector<Item> run_;
+  size_t run_pos_ = 0;
+  uint64_t next_offset_;
+  uint64_t next_index_;
+  // Shared, under mu_ (the counts also read without it).
+  std::mutex mu_;
+  std::condition_variable consumer_cv_;
+  std::condition_variable reader_cv_;
+  std::vector<Item> shared_;
+  std::atomic<size_t> shared_count_{0};
+  std::atomic<uint64_t> shared_bytes_{0};
+  std::atomic<size_t> consumer_wants_{0};  // waiting for this many
+  bool reader_waits_ = false;
+  bool reader_done_ = false;  // the file ended or erred
+  bool stop_ = false;
+  std::thread reader_;  // last: starts once the rest is made
+};
+
 class TFRecordDataset final : public DatasetBase {
  public:
   TFRecordDataset(std::vector<std::string> files, TFRecordOptions options)
@@ -323,7 +518,7 @@ class TFRecordDataset final : public DatasetBase {
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    return std::make_unique<It>(this, FileOrder(ctx, salt),
+    return std::make_unique<It>(this, ctx, FileOrder(ctx, salt),
                                 EpochSeed(ctx, salt));
   }
 
@@ -371,20 +566,40 @@ class TFRecordDataset final : public DatasetBase {
   // tf.data's interleave with cycle_length = num_parallel_reads and its
   // block_length: block_length records from each open file in turn (fewer
   // where the file ends); a finished file's slot takes the next file when
-  // the cycle comes back to it.
+  // the cycle comes back to it.  With more than one slot, each open file
+  // is read ahead on a thread of its own (FileReadAhead), below its
+  // shuffle buffer if it has one: the records, their order, the errors'
+  // places and the states are those of reading in turn.  Not
+  // deterministic: when the file whose turn it is has nothing read, the
+  // next open file (in the cycle's order) that has a record (or error)
+  // read gives it, and the turns stay as they were.
   class It final : public IteratorBase {
    public:
-    It(const TFRecordDataset* d, std::vector<size_t> order, uint64_t epoch_seed)
+    It(const TFRecordDataset* d, IteratorContext* ctx,
+       std::vector<size_t> order, uint64_t epoch_seed)
         : d_(d),
+          ctx_(ctx),
           order_(std::move(order)),
           epoch_seed_(epoch_seed),
-          slots_(d->options_.num_parallel_reads) {}
+          read_ahead_(d->options_.num_parallel_reads > 1 &&
+                      read_ahead_enabled.load()),
+          slots_(d->options_.num_parallel_reads) {
+      if (read_ahead_ && !d->options_.deterministic) {
+        signal_ = std::make_unique<ReadySignal>();
+        wake_up_id_ = ctx_->AddWakeUp([this] { signal_->Wake(); });
+      }
+    }
+    ~It() override {
+      slots_.clear();  // the readers, before the signal they notify
+      if (signal_) ctx_->RemoveWakeUp(wake_up_id_);
+    }
 
     bool GetNext(Element* out) override {
       while (true) {
         if (open_ == 0 && next_file_ >= order_.size()) return false;
         Slot& slot = slots_[cycle_];
         if (slot.records) {
+          if (signal_ && TakeOutOfTurn(slot, out)) return true;
           bool got;
           try {
             got = slot.records->Next(out);
@@ -433,10 +648,8 @@ class TFRecordDataset final : public DatasetBase {
           block_index_ >= static_cast<uint64_t>(d_->options_.block_length)) {
         throw Error("tfrecord state: position out of range");
       }
-      open_ = 0;
       for (Slot& slot : slots_) {
-        slot.records.reset();
-        slot.shuffled = nullptr;
+        if (slot.records) Close(slot, false);
         if (!r->Bool()) continue;
         const uint64_t index = r->U64();
         const uint64_t offset = r->U64();
@@ -453,6 +666,7 @@ class TFRecordDataset final : public DatasetBase {
     struct Slot {
       std::unique_ptr<FileRecords> records;
       ShuffledFileRecords* shuffled = nullptr;  // records, when shuffled
+      FileReadAhead* ahead = nullptr;  // records, or the shuffle's input
       size_t order_index = 0;
     };
 
@@ -462,6 +676,18 @@ class TFRecordDataset final : public DatasetBase {
       const auto& path = d_->paths_[file];
       slot.records = OpenFileRecords(path, offset, record, d_->options_);
       slot.shuffled = nullptr;
+      slot.ahead = nullptr;
+      if (read_ahead_) {
+        // Records ahead enough to cover tens of milliseconds of a reader
+        // descheduled (8,192 records of ~850 bytes gzipped: 40 ms here;
+        // with 1,024 two files gave 1.36x of one, with 8,192 1.70x:
+        // docs/PERFORMANCE.md), and at most 256 MiB for all the files.
+        auto ahead = std::make_unique<FileReadAhead>(
+            ctx_, std::move(slot.records), kReadAheadRecords / 2,
+            kReadAheadBytes / 2 / slots_.size(), signal_.get());
+        slot.ahead = ahead.get();
+        slot.records = std::move(ahead);
+      }
       if (d_->options_.shuffle_buffer_per_file > 0) {
         auto shuffled = std::make_unique<ShuffledFileRecords>(
             path, std::move(slot.records), d_->options_.shuffle_buffer_per_file,
@@ -472,11 +698,60 @@ class TFRecordDataset final : public DatasetBase {
       slot.order_index = order_index;
       ++open_;
     }
-    void Close(Slot& slot) {
+    void Close(Slot& slot, bool advance = true) {
       slot.records.reset();
       slot.shuffled = nullptr;
+      slot.ahead = nullptr;
       --open_;
-      Advance();
+      if (advance) Advance();
+    }
+    // Not deterministic, `turn` the open slot whose turn it is: waits
+    // until it or another open file has a record (or error) read.  false:
+    // `turn` has one, or its end (the caller takes it in turn); true: *out
+    // is a record another file had ready (or its error is thrown), from
+    // the next slot on; the turns stay as they were.  A file with a
+    // shuffle buffer counts as ready when its reader has a record: drawing
+    // may then read more.
+    bool TakeOutOfTurn(Slot& turn, Element* out) {
+      struct WantRuns {
+        ReadySignal* signal;
+        ~WantRuns() { signal->wants_any.store(false); }
+      } want_runs{signal_.get()};
+      bool waited_for_run = false;
+      while (true) {
+        const uint64_t seen = signal_->count();
+        if (turn.ahead->WhatIsReady() != FileReadAhead::Readiness::kNothing) {
+          return false;
+        }
+        bool closed = false;
+        for (size_t i = 1; i < slots_.size() && !closed; ++i) {
+          Slot& slot = slots_[(cycle_ + i) % slots_.size()];
+          if (slot.ahead &&
+              slot.ahead->WhatIsReady() == FileReadAhead::Readiness::kRecord) {
+            try {
+              if (slot.records->Next(out)) return true;
+            } catch (...) {
+              Close(slot, false);
+              throw;
+            }
+            // A shuffle buffer's file that ended while it drew.
+            Close(slot, false);
+            closed = true;
+          }
+        }
+        if (closed) continue;
+        if (ctx_->cancelled()) throw Cancelled();
+        // The wake rule: a run's wait, then (nothing anywhere) any
+        // record's, after one more look once the readers know.
+        if (!waited_for_run) {
+          signal_->WaitPast(seen, *ctx_, kRunWait);
+          waited_for_run = true;
+        } else if (!signal_->wants_any.load()) {
+          signal_->wants_any.store(true);
+        } else {
+          signal_->WaitPast(seen, *ctx_, std::nullopt);
+        }
+      }
     }
     void Advance() {
       cycle_ = (cycle_ + 1) % slots_.size();
@@ -484,8 +759,12 @@ class TFRecordDataset final : public DatasetBase {
     }
 
     const TFRecordDataset* d_;
+    IteratorContext* ctx_;
     std::vector<size_t> order_;
     uint64_t epoch_seed_;
+    const bool read_ahead_;
+    std::unique_ptr<ReadySignal> signal_;  // read ahead, not deterministic
+    uint64_t wake_up_id_ = 0;
     std::vector<Slot> slots_;
     size_t cycle_ = 0;
     uint64_t block_index_ = 0;  // records taken from slots_[cycle_]
@@ -499,6 +778,8 @@ class TFRecordDataset final : public DatasetBase {
 };
 
 }  // namespace
+
+void SetTFRecordReadAhead(bool on) { read_ahead_enabled.store(on); }
 
 uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file) {
   // A domain of its own ("fileshuf"), apart from the file order's

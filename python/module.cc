@@ -1282,7 +1282,9 @@ only on the inputs and seeds, never on the thread count.
           "shuffle_buffer_per_file"_a = 0,
           "TFRecord files (paths, globs, directories): elements "
           "{'record': bytes}. compression: None detects it per file. "
-          "num_parallel_reads: files read at once, interleaved; "
+          "num_parallel_reads: files read at once, each on a thread of "
+          "its own, interleaved in a fixed order (deterministic=False: "
+          "whichever file has a record read); "
           "recflow.AUTOTUNE (-1): one per core, at most one per file. "
           "shuffle_buffer_per_file: each file's records shuffled in a "
           "buffer of that many of its own before the interleave (tf.data's "

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -26,6 +28,8 @@ namespace {
 using stages::OpenFileRecords;
 using stages::RecordView;
 using testing::Collect;
+using testing::DrainWithErrors;
+using testing::NextOrError;
 using testing::Records;
 
 // The records `ds` delivers up to its first RecordError, and that error
@@ -841,6 +845,160 @@ TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileLosesNoRecordBeforeDamage) {
   EXPECT_EQ(
       Records(Collect(Dataset::FromTFRecords(files_, o).IgnoreErrors())).size(),
       all_[0].size() + 20 + all_[2].size());
+}
+
+// Reading each open file ahead on a thread of its own (num_parallel_reads
+// > 1) changes only where the reading happens: the records, the errors'
+// places and the states after every one of them are those of reading the
+// files in turn, byte for byte, for a compressed and a damaged file,
+// blocks and shuffle buffers per file, over two epochs; and a restored
+// iterator gives the rest.
+TEST_F(TFRecordDatasetTest, ReadingAheadGivesWhatReadingInTurnGives) {
+  std::vector<std::string> files = files_;
+  files[1] = dir_.File("part-1.tfrecord.gz");
+  testing::WriteRecords(files[1], all_[1], records::Compression::kGzip);
+  std::string bytes = testing::ReadFileBytes(files_[2]);
+  uint64_t offset = 0;
+  for (size_t r = 0; r < 25; ++r) offset += all_[2][r].size() + 16;
+  bytes[offset + 12 + 1] ^= 0x20;
+  testing::WriteFileBytes(files_[2], bytes);
+  struct ReadAheadAgain {
+    ~ReadAheadAgain() { stages::SetTFRecordReadAhead(true); }
+  } read_ahead_again;
+  const IteratorOptions one{.threads = 1};
+  for (int cycle : {2, 3}) {
+    for (int block : {1, 2}) {
+      for (int64_t buffer : {0, 5}) {
+        TFRecordOptions o;
+        o.num_parallel_reads = cycle;
+        o.block_length = block;
+        o.shuffle_buffer_per_file = buffer;
+        const auto ds = Dataset::FromTFRecords(files, o).Repeat(2);
+        std::vector<std::string> got[2];
+        std::vector<std::string> states[2];
+        for (int ahead : {0, 1}) {
+          stages::SetTFRecordReadAhead(ahead == 1);
+          Iterator it = ds.MakeIterator(one);
+          // The same seed (the state's) for both.
+          if (ahead == 1) it.Restore(states[0][0]);
+          states[ahead].push_back(it.Save());
+          do {
+            got[ahead].push_back(NextOrError(it));
+            states[ahead].push_back(it.Save());
+          } while (got[ahead].back() != "<end>");
+        }
+        const std::string config =
+            fmt::format("cycle {} block {} buffer {}", cycle, block, buffer);
+        EXPECT_EQ(std::count_if(
+                      got[1].begin(), got[1].end(),
+                      [](const std::string& g) { return g.starts_with("!"); }),
+                  2)
+            << config;
+        EXPECT_EQ(got[1].size(), 2 * (all_[0].size() + all_[1].size() + 25) + 3)
+            << config;
+        EXPECT_EQ(got[1], got[0]) << config;
+        EXPECT_EQ(states[1], states[0]) << config;
+        for (size_t k = 0; k < got[1].size(); k += 9) {
+          Iterator restored = ds.MakeIterator(one);
+          restored.Restore(states[1][k]);
+          EXPECT_EQ(
+              DrainWithErrors(restored),
+              std::vector<std::string>(
+                  got[1].begin() + static_cast<ptrdiff_t>(k), got[1].end()))
+              << config << " saved after " << k;
+        }
+      }
+    }
+  }
+}
+
+// The threads of this process (Linux: /proc/self/task).
+size_t ThreadsNow() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& t :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
+}
+
+// Each open file has a reader thread while it is being read (files of
+// more records than a reader reads ahead), none once the iterator is
+// gone; reading in turn has none.
+TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
+  struct ReadAheadAgain {
+    ~ReadAheadAgain() { stages::SetTFRecordReadAhead(true); }
+  } read_ahead_again;
+  std::vector<std::string> files;
+  for (int f = 0; f < 3; ++f) {
+    files.push_back(dir_.File(fmt::format("long-{}.tfrecord", f)));
+    testing::WriteRecords(files.back(),
+                          std::vector<std::string>(20000, "record"));
+  }
+  TFRecordOptions o;
+  o.num_parallel_reads = 3;
+  const auto ds = Dataset::FromTFRecords(files, o);
+  // Threads the process keeps once an iterator was made (TBB's) are made.
+  ds.MakeIterator({.threads = 1}).Next();
+  for (bool ahead : {true, false}) {
+    stages::SetTFRecordReadAhead(ahead);
+    const size_t before = ThreadsNow();
+    {
+      Iterator it = ds.MakeIterator({.threads = 1});
+      const size_t made = ThreadsNow();
+      Element e;
+      for (int i = 0; i < 3; ++i) ASSERT_TRUE(it.Next(&e));  // 3 files open
+      EXPECT_EQ(ThreadsNow(), made + (ahead ? 3 : 0)) << ahead;
+    }
+    EXPECT_EQ(ThreadsNow(), before) << ahead;
+  }
+}
+
+// deterministic = false: when the file whose turn it is has nothing read
+// yet, an open file that has a record gives it.  File 0's reader decodes
+// a record of 64 MiB (gzipped, tens of milliseconds) after its first 40,
+// while file 1's 200 small records are read at once: in turn the large
+// record comes after file 1's 40th, out of turn after (nearly) all of
+// file 1.  Each file's records keep their order, none is lost or
+// repeated, and deterministic reads give the order of reading in turn.
+TEST_F(TFRecordDatasetTest, NondeterministicReadsTakeARecordReadyOutOfTurn) {
+  std::vector<std::string> slow;
+  for (int r = 0; r < 40; ++r) slow.push_back(fmt::format("slow-{}", r));
+  slow.push_back(std::string(size_t{64} << 20, 'z'));
+  slow.push_back("slow-last");
+  std::vector<std::string> fast;
+  for (int r = 0; r < 200; ++r) fast.push_back(fmt::format("fast-{}", r));
+  const std::vector<std::string> files = {dir_.File("slow.tfrecord.gz"),
+                                          dir_.File("fast.tfrecord")};
+  testing::WriteRecords(files[0], slow, records::Compression::kGzip);
+  testing::WriteRecords(files[1], fast);
+  std::vector<std::string> in_turn;
+  for (size_t r = 0; r < fast.size(); ++r) {
+    if (r < slow.size()) in_turn.push_back(slow[r]);
+    in_turn.push_back(fast[r]);
+  }
+  for (bool deterministic : {true, false}) {
+    TFRecordOptions o;
+    o.num_parallel_reads = 2;
+    o.deterministic = deterministic;
+    const auto got =
+        Records(Collect(Dataset::FromTFRecords(files, o), {.threads = 1}));
+    ASSERT_EQ(got.size(), slow.size() + fast.size());
+    if (deterministic) {
+      EXPECT_TRUE(got == in_turn);
+      continue;
+    }
+    std::vector<std::string> of[2];
+    for (const std::string& g : got) {
+      of[g.starts_with("fast") ? 1 : 0].push_back(g);
+    }
+    EXPECT_TRUE(of[0] == slow);
+    EXPECT_EQ(of[1], fast);
+    const auto at = [&](const std::string& r) {
+      return std::find(got.begin(), got.end(), r) - got.begin();
+    };
+    EXPECT_GT(at(slow[40]), at(fast[150]));
+  }
 }
 
 }  // namespace
