@@ -220,6 +220,13 @@ std::vector<pipeline::Dataset> StatePipelines() {
         return Dataset::Range(v * 10, v * 10 + v % 4);
       },
       3, ahead));
+  // TFRecord files each read ahead on a thread of its own, two blocks of
+  // two at a time, shuffled per file, not deterministic.
+  pipeline::TFRecordOptions out_of_turn = per_file;
+  out_of_turn.block_length = 2;
+  out_of_turn.shuffle_buffer_per_file = 3;
+  out_of_turn.deterministic = false;
+  out.push_back(Dataset::FromTFRecords(files, out_of_turn).Repeat(2));
   return out;
 }
 

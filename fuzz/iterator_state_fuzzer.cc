@@ -1,6 +1,7 @@
 // Iterator::Restore() with arbitrary state blobs, for pipelines that cover
-// every stage with state: TFRecord files (interleaved, shuffled per epoch,
-// each shuffled in a buffer of its own, stage by stage and fused),
+// every stage with state: TFRecord files (interleaved, read ahead in or
+// out of turn, shuffled per epoch, each shuffled in a buffer of its own,
+// stage by stage and fused),
 // the index-based global shuffle (sharded), shuffle buffers holding
 // elements, batch, repeat, take/skip, cache, prefetch, parallel map,
 // window, rebatch, scan, unique, take_while, group_by_window,
