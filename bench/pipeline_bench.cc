@@ -895,23 +895,27 @@ void BM_FixedLengthParallel(benchmark::State& state) {
 }
 BENCHMARK(BM_FixedLengthParallel)->Apply(ParallelReadsArgs);
 
-// kLevelFiles TFRecord files of kLevelRecords Fashion-MNIST-like Examples
-// (~850 bytes; pixels of 16 levels, so that gzip has work to do), written
-// once uncompressed (gzip 0) or gzipped (1).
+// TFRecord files of Fashion-MNIST-like Examples (~850 bytes; pixels of
+// 16 levels, so that gzip has work to do), written once uncompressed
+// (gzip 0) or gzipped (1): kLevelFiles of kLevelRecords, or (small)
+// kSmallFiles of kSmallRecords, the same records.
 constexpr int kLevelFiles = 4;
 constexpr int kLevelRecords = 8192;
-const std::vector<std::string>& LevelFiles(bool gzip) {
-  static const std::array<std::vector<std::string>, 2> files = [] {
+constexpr int kSmallFiles = 256;
+constexpr int kSmallRecords = 128;
+const std::vector<std::string>& LevelFiles(bool gzip, bool small = false) {
+  static const std::array<std::vector<std::string>, 4> files = [] {
     TuneAllocatorForBatches();  // as the CLI does
-    std::array<std::vector<std::string>, 2> out;
-    for (int z : {0, 1}) {
+    std::array<std::vector<std::string>, 4> out;
+    for (int i = 0; i < 4; ++i) {
+      const bool z = i % 2 == 1, few = i < 2;
       std::mt19937_64 rng(13);
       records::ExampleBuilder b;
       std::string image(784, '\0');
-      out[z] = WrittenOnce(
-          "levels", kLevelFiles,
+      out[i] = WrittenOnce(
+          few ? "levels" : "small", few ? kLevelFiles : kSmallFiles,
           [&](records::TFRecordWriter& w) {
-            for (int r = 0; r < kLevelRecords; ++r) {
+            for (int r = 0; r < (few ? kLevelRecords : kSmallRecords); ++r) {
               for (char& c : image) c = static_cast<char>((rng() % 16) * 16);
               b.Clear();
               b.AddBytes("image", image);
@@ -923,7 +927,7 @@ const std::vector<std::string>& LevelFiles(bool gzip) {
     }
     return out;
   }();
-  return files[gzip ? 1 : 0];
+  return files[(small ? 2 : 0) + (gzip ? 1 : 0)];
 }
 
 // FromTFRecords over those files with num_parallel_reads R (range 0) and
@@ -950,6 +954,24 @@ BENCHMARK(BM_TFRecordsParallel)
     ->ArgNames({"reads", "gzip", "read_ahead", "parse"})
     ->ArgsProduct({{1}, {0, 1}, {0}, {0, 1}})
     ->ArgsProduct({{2, 4}, {0, 1}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The same records as kSmallFiles gzipped files of kSmallRecords: a file
+// opened every 128 records, where a reader's start (its thread, the
+// file's first records) is paid often.
+void BM_TFRecordsSmallFiles(benchmark::State& state) {
+  stages::SetTFRecordReadAhead(state.range(1) != 0);
+  TFRecordOptions o;
+  o.num_parallel_reads = static_cast<int>(state.range(0));
+  CountElements(state, Dataset::FromTFRecords(LevelFiles(true, true), o),
+                int64_t{kSmallFiles} * kSmallRecords);
+  stages::SetTFRecordReadAhead(true);
+}
+BENCHMARK(BM_TFRecordsSmallFiles)
+    ->ArgNames({"reads", "read_ahead"})
+    ->Args({1, 0})
+    ->ArgsProduct({{2, 4}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -30,7 +30,8 @@ namespace {
 
 std::atomic<bool> read_ahead_enabled{true};
 // What FileReadAhead holds at most per file (half handed over, half
-// taken), the bytes over all the files of an iterator.
+// taken), the bytes over all the files of an iterator (the open ones and
+// as many upcoming).
 constexpr size_t kReadAheadRecords = 8192;
 constexpr uint64_t kReadAheadBytes = uint64_t{256} << 20;
 
@@ -289,26 +290,25 @@ class StreamFileRecords final : public FileRecords {
 // at once, by the wake rule (stages.h).  Bounds: the reader stops while
 // max_records records, or max_bytes of records' bytes, are handed over and
 // not taken; the consumer's run, taken whole, holds as many again.
-// NextView, WhatIsReady and the positions are the consumer's (one thread).
+// The file is opened by `open` on the reader's thread (opening a
+// compressed file decodes its start), or given open (`in`, with `open`
+// empty).  An error of `open` is thrown by the first NextView, and
+// open_failed() then says so.  NextView, WhatIsReady, open_failed and the
+// positions are the consumer's (one thread).
 class FileReadAhead final : public FileRecords {
  public:
   enum class Readiness { kNothing, kRecord, kEnd };  // kRecord: or error
+  using Opener = std::function<std::unique_ptr<FileRecords>()>;
 
+  // `open` opens the file at record 0.
+  FileReadAhead(IteratorContext* ctx, Opener open, size_t max_records,
+                uint64_t max_bytes, ReadySignal* signal)
+      : FileReadAhead(ctx, nullptr, std::move(open), max_records, max_bytes,
+                      signal) {}
   FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
                 size_t max_records, uint64_t max_bytes, ReadySignal* signal)
-      : ctx_(ctx),
-        in_(std::move(in)),
-        max_records_(max_records),
-        max_bytes_(max_bytes),
-        signal_(signal),
-        next_offset_(in_->next_offset()),
-        next_index_(in_->next_index()) {
-    wake_up_id_ = ctx_->AddWakeUp([this] {
-      std::lock_guard<std::mutex> lock(mu_);
-      consumer_cv_.notify_all();
-    });
-    reader_ = std::thread([this] { ReaderLoop(); });
-  }
+      : FileReadAhead(ctx, std::move(in), nullptr, max_records, max_bytes,
+                      signal) {}
   ~FileReadAhead() override {
     ctx_->RemoveWakeUp(wake_up_id_);
     {
@@ -325,6 +325,7 @@ class FileReadAhead final : public FileRecords {
     if (item.end) return false;  // stays, so that later calls end too
     if (item.error) {
       item.end = true;  // the file is finished
+      open_failed_ = item.open_failed;
       std::rethrow_exception(std::exchange(item.error, nullptr));
     }
     *out = std::move(item.view);
@@ -335,6 +336,8 @@ class FileReadAhead final : public FileRecords {
   }
   uint64_t next_offset() const override { return next_offset_; }
   uint64_t next_index() const override { return next_index_; }
+  // Whether the error NextView threw was the opening's.
+  bool open_failed() const { return open_failed_; }
 
   // What NextView would give now, without waiting.
   Readiness WhatIsReady() {
@@ -350,10 +353,29 @@ class FileReadAhead final : public FileRecords {
   struct Item {
     RecordView view;
     std::exception_ptr error;
+    bool open_failed = false;  // the error is the opening's
     bool end = false;
     uint64_t next_offset = 0;  // in_'s position after the record
     uint64_t next_index = 0;
   };
+
+  FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
+                Opener open, size_t max_records, uint64_t max_bytes,
+                ReadySignal* signal)
+      : ctx_(ctx),
+        open_(std::move(open)),
+        in_(std::move(in)),
+        max_records_(max_records),
+        max_bytes_(max_bytes),
+        signal_(signal),
+        next_offset_(in_ ? in_->next_offset() : 0),
+        next_index_(in_ ? in_->next_index() : 0) {
+    wake_up_id_ = ctx_->AddWakeUp([this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      consumer_cv_.notify_all();
+    });
+    reader_ = std::thread([this] { ReaderLoop(); });
+  }
 
   // Whether the records handed over and not taken, with `extra` more of
   // `extra_bytes`, leave room.
@@ -399,7 +421,21 @@ class FileReadAhead final : public FileRecords {
   void ReaderLoop() {
     std::vector<Item> unpublished;
     uint64_t unpublished_bytes = 0;
+    if (open_) {
+      try {
+        in_ = open_();
+      } catch (...) {
+        Item item;
+        item.error = std::current_exception();
+        item.open_failed = true;
+        unpublished.push_back(std::move(item));
+      }
+    }
     std::unique_lock<std::mutex> lock(mu_);
+    if (!unpublished.empty()) {
+      Publish(&unpublished, &unpublished_bytes, true);
+      return;
+    }
     while (!reader_done_) {
       reader_waits_ = true;
       reader_cv_.wait(lock, [this] { return stop_ || HasRoom(0, 0); });
@@ -428,19 +464,24 @@ class FileReadAhead final : public FileRecords {
                consumer_wants_.load() != 1 &&
                !(signal_ != nullptr && signal_->wants_any.load()));
       lock.lock();
-      reader_done_ = done;
-      std::move(unpublished.begin(), unpublished.end(),
-                std::back_inserter(shared_));
-      shared_count_.store(shared_.size());
-      shared_bytes_.fetch_add(unpublished_bytes);
-      unpublished.clear();
-      unpublished_bytes = 0;
-      if (consumer_wants_.load() > 0) consumer_cv_.notify_one();
-      if (signal_ != nullptr) signal_->Notify();
+      Publish(&unpublished, &unpublished_bytes, done);
     }
   }
 
+  // Under mu_: the reader's items join the shared ones.
+  void Publish(std::vector<Item>* items, uint64_t* bytes, bool done) {
+    reader_done_ = done;
+    std::move(items->begin(), items->end(), std::back_inserter(shared_));
+    shared_count_.store(shared_.size());
+    shared_bytes_.fetch_add(*bytes);
+    items->clear();
+    *bytes = 0;
+    if (consumer_wants_.load() > 0) consumer_cv_.notify_one();
+    if (signal_ != nullptr) signal_->Notify();
+  }
+
   IteratorContext* ctx_;
+  Opener open_;
   std::unique_ptr<FileRecords> in_;  // the reader's, once it runs
   const size_t max_records_;
   const uint64_t max_bytes_;
@@ -451,6 +492,7 @@ class FileReadAhead final : public FileRecords {
   size_t run_pos_ = 0;
   uint64_t next_offset_;
   uint64_t next_index_;
+  bool open_failed_ = false;
   // Shared, under mu_ (the counts also read without it).
   std::mutex mu_;
   std::condition_variable consumer_cv_;
@@ -568,8 +610,10 @@ class TFRecordDataset final : public DatasetBase {
   // where the file ends); a finished file's slot takes the next file when
   // the cycle comes back to it.  With more than one slot, each open file
   // is read ahead on a thread of its own (FileReadAhead), below its
-  // shuffle buffer if it has one: the records, their order, the errors'
-  // places and the states are those of reading in turn.  Not
+  // shuffle buffer if it has one, and so are as many upcoming files, each
+  // given to the slot that would take it (FillEmptySlots): the records,
+  // their order, the errors' places and the states are those of reading
+  // in turn.  Not
   // deterministic: when the file whose turn it is has nothing read, the
   // next open file (in the cycle's order) that has a record (or error)
   // read gives it, and the turns stay as they were.
@@ -590,21 +634,27 @@ class TFRecordDataset final : public DatasetBase {
       }
     }
     ~It() override {
-      slots_.clear();  // the readers, before the signal they notify
+      // The readers, before the signal they notify.
+      slots_.clear();
+      upcoming_.clear();
       if (signal_) ctx_->RemoveWakeUp(wake_up_id_);
     }
 
     bool GetNext(Element* out) override {
       while (true) {
+        if (read_ahead_ && open_ < slots_.size()) FillEmptySlots();
         if (open_ == 0 && next_file_ >= order_.size()) return false;
         Slot& slot = slots_[cycle_];
         if (slot.records) {
           if (signal_ && TakeOutOfTurn(slot, out)) return true;
+          slot.early = false;
           bool got;
           try {
             got = slot.records->Next(out);
           } catch (...) {
-            Close(slot);
+            // A file that could not be opened was never open, reading in
+            // turn: the next file takes its slot at once.
+            Close(slot, !(slot.ahead && slot.ahead->open_failed()));
             throw;
           }
           if (got) {
@@ -616,21 +666,31 @@ class TFRecordDataset final : public DatasetBase {
           }
           Close(slot);
         } else if (next_file_ < order_.size()) {
-          Open(slot, next_file_++, 0, 0);
+          Open(slot, next_file_++, /*at_start=*/true);
+          ++open_;
         } else {
           Advance();
         }
       }
     }
 
+    // The upcoming files are saved as not opened yet.  Deterministic, so
+    // are the files opened early into slots and not read from since, as
+    // the sequential loop has them (they are the files opened last before
+    // the upcoming ones, in the order it opens them).  Not deterministic,
+    // records may have been taken from files opened after them.
     void Save(StateWriter* w) override {
+      const bool as_in_turn = d_->options_.deterministic;
+      size_t early = 0;
+      for (const Slot& slot : slots_) early += slot.early ? 1 : 0;
       w->BeginStage("tfrecord");
       w->U64(cycle_);
       if (d_->options_.block_length != 1) w->U64(block_index_);
-      w->U64(next_file_);
+      w->U64(next_file_ - (as_in_turn ? early : 0) - upcoming_.size());
       for (const Slot& slot : slots_) {
-        w->Bool(slot.records != nullptr);
-        if (slot.records) {
+        const bool open = slot.records && !(as_in_turn && slot.early);
+        w->Bool(open);
+        if (open) {
           w->U64(slot.order_index);
           w->U64(slot.records->next_offset());
           w->U64(slot.records->next_index());
@@ -648,6 +708,7 @@ class TFRecordDataset final : public DatasetBase {
           block_index_ >= static_cast<uint64_t>(d_->options_.block_length)) {
         throw Error("tfrecord state: position out of range");
       }
+      upcoming_.clear();
       for (Slot& slot : slots_) {
         if (slot.records) Close(slot, false);
         if (!r->Bool()) continue;
@@ -657,7 +718,8 @@ class TFRecordDataset final : public DatasetBase {
         if (index >= order_.size()) {
           throw Error("tfrecord state: file out of range");
         }
-        Open(slot, index, offset, record);
+        Open(slot, index, /*at_start=*/false, offset, record);
+        ++open_;
         if (slot.shuffled != nullptr) slot.shuffled->Restore(r);
       }
     }
@@ -668,25 +730,76 @@ class TFRecordDataset final : public DatasetBase {
       ShuffledFileRecords* shuffled = nullptr;  // records, when shuffled
       FileReadAhead* ahead = nullptr;  // records, or the shuffle's input
       size_t order_index = 0;
+      // Opened before its turn by FillEmptySlots, and not read from since.
+      bool early = false;
     };
 
-    void Open(Slot& slot, size_t order_index, uint64_t offset,
-              uint64_t record) {
+    // Read ahead: gives the empty slots their next files now, in the
+    // order the sequential loop reaches them (the cycle's order from the
+    // current turn: a slot emptied earlier is reached again only after a
+    // whole cycle), so that each gets the file it would get there, and
+    // its reading starts before its turn; then opens as many upcoming
+    // files as there are slots (tf.data's parallel interleave reads as
+    // many future inputs ahead), so that a slot's next file has been read
+    // ahead when its last one ends.  A file that cannot be opened throws
+    // at its turn.
+    void FillEmptySlots() {
+      for (size_t i = 0; i < slots_.size(); ++i) {
+        Slot& slot = slots_[(cycle_ + i) % slots_.size()];
+        if (slot.records) continue;
+        if (!upcoming_.empty()) {
+          slot = std::move(upcoming_.front());
+          upcoming_.pop_front();
+        } else if (next_file_ < order_.size()) {
+          Open(slot, next_file_++, /*at_start=*/true);
+        } else {
+          break;
+        }
+        slot.early = true;
+        ++open_;
+      }
+      while (upcoming_.size() < slots_.size() && next_file_ < order_.size()) {
+        upcoming_.emplace_back();
+        Open(upcoming_.back(), next_file_++, /*at_start=*/true);
+      }
+    }
+
+    // Opens the file at a position, here (a restore: so that a file that
+    // cannot be opened there fails the restore), or at its start
+    // (`at_start`), where read ahead, on the reader's thread: its opening
+    // (a compressed file's first blocks decoded) then overlaps the other
+    // files' reading.
+    void Open(Slot& slot, size_t order_index, bool at_start,
+              uint64_t offset = 0, uint64_t record = 0) {
       const size_t file = order_[order_index];
       const auto& path = d_->paths_[file];
-      slot.records = OpenFileRecords(path, offset, record, d_->options_);
       slot.shuffled = nullptr;
       slot.ahead = nullptr;
+      slot.early = false;
       if (read_ahead_) {
         // Records ahead enough to cover tens of milliseconds of a reader
         // descheduled (8,192 records of ~850 bytes gzipped: 40 ms here;
         // with 1,024 two files gave 1.36x of one, with 8,192 1.70x:
         // docs/PERFORMANCE.md), and at most 256 MiB for all the files.
-        auto ahead = std::make_unique<FileReadAhead>(
-            ctx_, std::move(slot.records), kReadAheadRecords / 2,
-            kReadAheadBytes / 2 / slots_.size(), signal_.get());
+        const size_t records = kReadAheadRecords / 2;
+        const uint64_t bytes = kReadAheadBytes / 2 / (2 * slots_.size());
+        std::unique_ptr<FileReadAhead> ahead;
+        if (at_start) {
+          ahead = std::make_unique<FileReadAhead>(
+              ctx_,
+              [&path, options = &d_->options_] {
+                return OpenFileRecords(path, 0, 0, *options);
+              },
+              records, bytes, signal_.get());
+        } else {
+          ahead = std::make_unique<FileReadAhead>(
+              ctx_, OpenFileRecords(path, offset, record, d_->options_),
+              records, bytes, signal_.get());
+        }
         slot.ahead = ahead.get();
         slot.records = std::move(ahead);
+      } else {
+        slot.records = OpenFileRecords(path, offset, record, d_->options_);
       }
       if (d_->options_.shuffle_buffer_per_file > 0) {
         auto shuffled = std::make_unique<ShuffledFileRecords>(
@@ -696,7 +809,6 @@ class TFRecordDataset final : public DatasetBase {
         slot.records = std::move(shuffled);
       }
       slot.order_index = order_index;
-      ++open_;
     }
     void Close(Slot& slot, bool advance = true) {
       slot.records.reset();
@@ -728,6 +840,7 @@ class TFRecordDataset final : public DatasetBase {
           Slot& slot = slots_[(cycle_ + i) % slots_.size()];
           if (slot.ahead &&
               slot.ahead->WhatIsReady() == FileReadAhead::Readiness::kRecord) {
+            slot.early = false;
             try {
               if (slot.records->Next(out)) return true;
             } catch (...) {
@@ -766,6 +879,7 @@ class TFRecordDataset final : public DatasetBase {
     std::unique_ptr<ReadySignal> signal_;  // read ahead, not deterministic
     uint64_t wake_up_id_ = 0;
     std::vector<Slot> slots_;
+    std::deque<Slot> upcoming_;  // read ahead: the next files, opened
     size_t cycle_ = 0;
     uint64_t block_index_ = 0;  // records taken from slots_[cycle_]
     size_t next_file_ = 0;

@@ -847,15 +847,18 @@ TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileLosesNoRecordBeforeDamage) {
       all_[0].size() + 20 + all_[2].size());
 }
 
-// Reading each open file ahead on a thread of its own (num_parallel_reads
-// > 1) changes only where the reading happens: the records, the errors'
-// places and the states after every one of them are those of reading the
-// files in turn, byte for byte, for a compressed and a damaged file,
-// blocks and shuffle buffers per file, over two epochs; and a restored
-// iterator gives the rest.
+// Reading each open file, and as many upcoming ones, ahead on a thread of
+// its own (num_parallel_reads > 1) changes only where the reading happens:
+// the records, the errors' places and the states after every one of them
+// are those of reading the files in turn, byte for byte, for a compressed
+// file, one that cannot be opened (a pipe) and a damaged one, blocks and
+// shuffle buffers per file, over two epochs; and a restored iterator
+// gives the rest.
 TEST_F(TFRecordDatasetTest, ReadingAheadGivesWhatReadingInTurnGives) {
-  std::vector<std::string> files = files_;
-  files[1] = dir_.File("part-1.tfrecord.gz");
+  const std::string fifo = dir_.File("pipe.tfrecord");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::string> files = {
+      files_[0], dir_.File("part-1.tfrecord.gz"), fifo, files_[2], files_[1]};
   testing::WriteRecords(files[1], all_[1], records::Compression::kGzip);
   std::string bytes = testing::ReadFileBytes(files_[2]);
   uint64_t offset = 0;
@@ -892,9 +895,10 @@ TEST_F(TFRecordDatasetTest, ReadingAheadGivesWhatReadingInTurnGives) {
         EXPECT_EQ(std::count_if(
                       got[1].begin(), got[1].end(),
                       [](const std::string& g) { return g.starts_with("!"); }),
-                  2)
+                  4)
             << config;
-        EXPECT_EQ(got[1].size(), 2 * (all_[0].size() + all_[1].size() + 25) + 3)
+        EXPECT_EQ(got[1].size(),
+                  2 * (all_[0].size() + 2 * all_[1].size() + 25 + 2) + 1)
             << config;
         EXPECT_EQ(got[1], got[0]) << config;
         EXPECT_EQ(states[1], states[0]) << config;
@@ -922,15 +926,15 @@ size_t ThreadsNow() {
   return n;
 }
 
-// Each open file has a reader thread while it is being read (files of
-// more records than a reader reads ahead), none once the iterator is
-// gone; reading in turn has none.
+// Each open file, and each of as many upcoming ones, has a reader thread
+// while it is being read (files of more records than a reader reads
+// ahead), none once the iterator is gone; reading in turn has none.
 TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
   struct ReadAheadAgain {
     ~ReadAheadAgain() { stages::SetTFRecordReadAhead(true); }
   } read_ahead_again;
   std::vector<std::string> files;
-  for (int f = 0; f < 3; ++f) {
+  for (int f = 0; f < 6; ++f) {
     files.push_back(dir_.File(fmt::format("long-{}.tfrecord", f)));
     testing::WriteRecords(files.back(),
                           std::vector<std::string>(20000, "record"));
@@ -948,7 +952,7 @@ TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
       const size_t made = ThreadsNow();
       Element e;
       for (int i = 0; i < 3; ++i) ASSERT_TRUE(it.Next(&e));  // 3 files open
-      EXPECT_EQ(ThreadsNow(), made + (ahead ? 3 : 0)) << ahead;
+      EXPECT_EQ(ThreadsNow(), made + (ahead ? 6 : 0)) << ahead;
     }
     EXPECT_EQ(ThreadsNow(), before) << ahead;
   }
