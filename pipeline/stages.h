@@ -314,6 +314,10 @@ class FileRecords {
   // blocks ignore it.
   virtual void KeepBlocksIn(
       std::vector<std::shared_ptr<const void>>* /*blocks*/) {}
+  // Whether the records are decoded from a compressed stream (each costs
+  // microseconds to read, where a frame of an uncompressed file costs a
+  // fraction of one).
+  virtual bool decodes() const { return false; }
 };
 // Opens `path` (kept by reference: it must outlive the reader) at a
 // record boundary: uncompressed files through io.h's block readers, with

@@ -32,7 +32,8 @@ std::atomic<bool> read_ahead_enabled{true};
 // What FileReadAhead holds at most per file (half handed over, half
 // taken), the bytes over all the files of an iterator (the open ones and
 // as many upcoming).
-constexpr size_t kReadAheadRecords = 8192;
+constexpr size_t kReadAheadRecords = 1024;
+constexpr size_t kReadAheadDecodedRecords = 8192;
 constexpr uint64_t kReadAheadBytes = uint64_t{256} << 20;
 
 using records::DamageKind;
@@ -272,6 +273,7 @@ class StreamFileRecords final : public FileRecords {
   }
   uint64_t next_offset() const override { return 0; }
   uint64_t next_index() const override { return next_index_; }
+  bool decodes() const override { return true; }
 
  private:
   const std::shared_ptr<const std::string>& path_;
@@ -289,7 +291,9 @@ class StreamFileRecords final : public FileRecords {
 // records over in runs, and the consumer takes all that were handed over
 // at once, by the wake rule (stages.h).  Bounds: the reader stops while
 // max_records records, or max_bytes of records' bytes, are handed over and
-// not taken; the consumer's run, taken whole, holds as many again.
+// not taken (max_records for an uncompressed file's records, which cost
+// less to read than to parse, max_decoded_records for decoded ones); the
+// consumer's run, taken whole, holds as many again.
 // The file is opened by `open` on the reader's thread (opening a
 // compressed file decodes its start), or given open (`in`, with `open`
 // empty).  An error of `open` is thrown by the first NextView, and
@@ -300,15 +304,19 @@ class FileReadAhead final : public FileRecords {
   enum class Readiness { kNothing, kRecord, kEnd };  // kRecord: or error
   using Opener = std::function<std::unique_ptr<FileRecords>()>;
 
+  struct Bounds {
+    size_t max_records;
+    size_t max_decoded_records;
+    uint64_t max_bytes;
+  };
+
   // `open` opens the file at record 0.
-  FileReadAhead(IteratorContext* ctx, Opener open, size_t max_records,
-                uint64_t max_bytes, ReadySignal* signal)
-      : FileReadAhead(ctx, nullptr, std::move(open), max_records, max_bytes,
-                      signal) {}
+  FileReadAhead(IteratorContext* ctx, Opener open, Bounds bounds,
+                ReadySignal* signal)
+      : FileReadAhead(ctx, nullptr, std::move(open), bounds, signal) {}
   FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
-                size_t max_records, uint64_t max_bytes, ReadySignal* signal)
-      : FileReadAhead(ctx, std::move(in), nullptr, max_records, max_bytes,
-                      signal) {}
+                Bounds bounds, ReadySignal* signal)
+      : FileReadAhead(ctx, std::move(in), nullptr, bounds, signal) {}
   ~FileReadAhead() override {
     ctx_->RemoveWakeUp(wake_up_id_);
     {
@@ -360,13 +368,13 @@ class FileReadAhead final : public FileRecords {
   };
 
   FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
-                Opener open, size_t max_records, uint64_t max_bytes,
-                ReadySignal* signal)
+                Opener open, Bounds bounds, ReadySignal* signal)
       : ctx_(ctx),
         open_(std::move(open)),
         in_(std::move(in)),
-        max_records_(max_records),
-        max_bytes_(max_bytes),
+        bounds_(bounds),
+        max_records_(bounds.max_records),
+        max_bytes_(bounds.max_bytes),
         signal_(signal),
         next_offset_(in_ ? in_->next_offset() : 0),
         next_index_(in_ ? in_->next_index() : 0) {
@@ -436,6 +444,7 @@ class FileReadAhead final : public FileRecords {
       Publish(&unpublished, &unpublished_bytes, true);
       return;
     }
+    if (in_->decodes()) max_records_.store(bounds_.max_decoded_records);
     while (!reader_done_) {
       reader_waits_ = true;
       reader_cv_.wait(lock, [this] { return stop_ || HasRoom(0, 0); });
@@ -483,7 +492,8 @@ class FileReadAhead final : public FileRecords {
   IteratorContext* ctx_;
   Opener open_;
   std::unique_ptr<FileRecords> in_;  // the reader's, once it runs
-  const size_t max_records_;
+  const Bounds bounds_;
+  std::atomic<size_t> max_records_;  // set once the file is open
   const uint64_t max_bytes_;
   ReadySignal* signal_;  // null: deterministic
   uint64_t wake_up_id_;
@@ -613,10 +623,9 @@ class TFRecordDataset final : public DatasetBase {
   // shuffle buffer if it has one, and so are as many upcoming files, each
   // given to the slot that would take it (FillEmptySlots): the records,
   // their order, the errors' places and the states are those of reading
-  // in turn.  Not
-  // deterministic: when the file whose turn it is has nothing read, the
-  // next open file (in the cycle's order) that has a record (or error)
-  // read gives it, and the turns stay as they were.
+  // in turn.  Not deterministic: when the file whose turn it is has
+  // nothing read, the next open file (in the cycle's order) that has a
+  // record (or error) read gives it, and the turns stay as they were.
   class It final : public IteratorBase {
    public:
     It(const TFRecordDataset* d, IteratorContext* ctx,
@@ -718,7 +727,11 @@ class TFRecordDataset final : public DatasetBase {
         if (index >= order_.size()) {
           throw Error("tfrecord state: file out of range");
         }
-        Open(slot, index, /*at_start=*/false, offset, record);
+        // At its start (a state saved not deterministic, with a file
+        // opened early), read ahead, a file that cannot be opened throws
+        // at its turn, as it would have.
+        Open(slot, index, /*at_start=*/offset == 0 && record == 0, offset,
+             record);
         ++open_;
         if (slot.shuffled != nullptr) slot.shuffled->Restore(r);
       }
@@ -766,9 +779,9 @@ class TFRecordDataset final : public DatasetBase {
 
     // Opens the file at a position, here (a restore: so that a file that
     // cannot be opened there fails the restore), or at its start
-    // (`at_start`), where read ahead, on the reader's thread: its opening
-    // (a compressed file's first blocks decoded) then overlaps the other
-    // files' reading.
+    // (`at_start`; the position is then 0), where read ahead, on the
+    // reader's thread: its opening (a compressed file's first blocks
+    // decoded) then overlaps the other files' reading.
     void Open(Slot& slot, size_t order_index, bool at_start,
               uint64_t offset = 0, uint64_t record = 0) {
       const size_t file = order_[order_index];
@@ -777,12 +790,18 @@ class TFRecordDataset final : public DatasetBase {
       slot.ahead = nullptr;
       slot.early = false;
       if (read_ahead_) {
-        // Records ahead enough to cover tens of milliseconds of a reader
-        // descheduled (8,192 records of ~850 bytes gzipped: 40 ms here;
-        // with 1,024 two files gave 1.36x of one, with 8,192 1.70x:
-        // docs/PERFORMANCE.md), and at most 256 MiB for all the files.
-        const size_t records = kReadAheadRecords / 2;
-        const uint64_t bytes = kReadAheadBytes / 2 / (2 * slots_.size());
+        // Decoded records ahead enough to cover tens of milliseconds of
+        // a reader descheduled (8,192 of ~850 bytes gzipped: 40 ms here;
+        // with 1,024 two files gave 1.36x of one, with 8,192 1.70x);
+        // uncompressed ones, read in a fraction of that, 1,024, so that
+        // they are still in the cache when parsed (with 8,192, parsed on
+        // the consumer's thread, they ran at 0.66-1.04x of reading in
+        // turn; with 1,024, 1.11-1.41x: docs/PERFORMANCE.md); and at most
+        // 256 MiB for all the files.
+        const FileReadAhead::Bounds bounds{
+            .max_records = kReadAheadRecords / 2,
+            .max_decoded_records = kReadAheadDecodedRecords / 2,
+            .max_bytes = kReadAheadBytes / 2 / (2 * slots_.size())};
         std::unique_ptr<FileReadAhead> ahead;
         if (at_start) {
           ahead = std::make_unique<FileReadAhead>(
@@ -790,11 +809,11 @@ class TFRecordDataset final : public DatasetBase {
               [&path, options = &d_->options_] {
                 return OpenFileRecords(path, 0, 0, *options);
               },
-              records, bytes, signal_.get());
+              bounds, signal_.get());
         } else {
           ahead = std::make_unique<FileReadAhead>(
-              ctx_, OpenFileRecords(path, offset, record, d_->options_),
-              records, bytes, signal_.get());
+              ctx_, OpenFileRecords(path, offset, record, d_->options_), bounds,
+              signal_.get());
         }
         slot.ahead = ahead.get();
         slot.records = std::move(ahead);
