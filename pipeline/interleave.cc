@@ -271,16 +271,10 @@ class ReadAhead final : public IteratorBase {
   bool TakeRun() {
     std::unique_lock<std::mutex> lock(mu_);
     if (shared_.empty()) {
-      const auto woken = [this] {
-        return RunReadyLocked() || ctx_->cancelled();
-      };
-      consumer_wants_.store(kWakeRun);
-      consumer_cv_.wait_for(lock, kRunWait, woken);
-      if (shared_.empty()) {
-        consumer_wants_.store(1);
-        consumer_cv_.wait(lock, woken);
-      }
-      consumer_wants_.store(0);
+      WaitForRun(
+          lock, consumer_cv_, consumer_wants_, *ctx_,
+          [this] { return RunReadyLocked(); },
+          [this] { return !shared_.empty(); });
       if (shared_.empty()) return false;
     }
     SwapRunLocked();

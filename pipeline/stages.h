@@ -518,6 +518,26 @@ class ShuffledFileRecords final : public FileRecords {
 constexpr size_t kWakeRun = 32;
 constexpr std::chrono::microseconds kRunWait{100};
 
+// The consumer's wait of the wake rule, under `lock` (the reader's
+// mutex), for a reader that notifies `cv` on handing results over while
+// `wants` > 0: for a run (`run_ready()`: kWakeRun results, or fewer that
+// end with the input's end or an error or fill the buffer) at most
+// kRunWait, then for any result (`any()`), until `ctx` is cancelled.
+// `wants` tells the reader which (kWakeRun, then 1), and is 0 after.
+template <typename RunReady, typename Any>
+void WaitForRun(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                std::atomic<size_t>& wants, const IteratorContext& ctx,
+                RunReady run_ready, Any any) {
+  const auto woken = [&] { return run_ready() || ctx.cancelled(); };
+  wants.store(kWakeRun);
+  cv.wait_for(lock, kRunWait, woken);
+  if (!any()) {
+    wants.store(1);
+    cv.wait(lock, woken);
+  }
+  wants.store(0);
+}
+
 // Tells the consumer of several read-ahead inputs that one of them has
 // results to take (the wake rule above): a count, and a wait for it to
 // pass a value.  Thread-safe.

@@ -408,18 +408,14 @@ class FileReadAhead final : public FileRecords {
   bool TakeRun() {
     std::unique_lock<std::mutex> lock(mu_);
     if (shared_.empty()) {
-      const auto woken = [this] {
-        return (!shared_.empty() && (shared_.size() >= consumer_wants_.load() ||
-                                     reader_done_ || !HasRoom(0, 0))) ||
-               ctx_->cancelled();
-      };
-      consumer_wants_.store(kWakeRun);
-      consumer_cv_.wait_for(lock, kRunWait, woken);
-      if (shared_.empty()) {
-        consumer_wants_.store(1);
-        consumer_cv_.wait(lock, woken);
-      }
-      consumer_wants_.store(0);
+      WaitForRun(
+          lock, consumer_cv_, consumer_wants_, *ctx_,
+          [this] {
+            return !shared_.empty() &&
+                   (shared_.size() >= consumer_wants_.load() || reader_done_ ||
+                    !HasRoom(0, 0));
+          },
+          [this] { return !shared_.empty(); });
       if (shared_.empty()) return false;
     }
     SwapRunLocked();

@@ -67,6 +67,16 @@ class TFRecordDatasetTest : public ::testing::Test {
       all_.push_back(recs);
     }
   }
+  // Files 0 and 1, file 1 gzipped, a pipe (which the source refuses as
+  // it opens it), file 2, and file 1 as it is.
+  std::vector<std::string> FilesWithAPipe() {
+    const std::string fifo = dir_.File("pipe.tfrecord");
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    const std::vector<std::string> files = {
+        files_[0], dir_.File("part-1.tfrecord.gz"), fifo, files_[2], files_[1]};
+    testing::WriteRecords(files[1], all_[1], records::Compression::kGzip);
+    return files;
+  }
   std::vector<std::string> Sequential() const {
     std::vector<std::string> v;
     for (const auto& f : all_) v.insert(v.end(), f.begin(), f.end());
@@ -855,11 +865,7 @@ TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileLosesNoRecordBeforeDamage) {
 // shuffle buffers per file, over two epochs; and a restored iterator
 // gives the rest.
 TEST_F(TFRecordDatasetTest, ReadingAheadGivesWhatReadingInTurnGives) {
-  const std::string fifo = dir_.File("pipe.tfrecord");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const std::vector<std::string> files = {
-      files_[0], dir_.File("part-1.tfrecord.gz"), fifo, files_[2], files_[1]};
-  testing::WriteRecords(files[1], all_[1], records::Compression::kGzip);
+  const std::vector<std::string> files = FilesWithAPipe();
   std::string bytes = testing::ReadFileBytes(files_[2]);
   uint64_t offset = 0;
   for (size_t r = 0; r < 25; ++r) offset += all_[2][r].size() + 16;
@@ -923,11 +929,7 @@ TEST_F(TFRecordDatasetTest, ReadingAheadGivesWhatReadingInTurnGives) {
 // saved opened early and not read from, throws at its turn, not when
 // the state is restored.
 TEST_F(TFRecordDatasetTest, NondeterministicReadsSaveAndRestoreExactly) {
-  const std::string fifo = dir_.File("pipe.tfrecord");
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  const std::vector<std::string> files = {
-      files_[0], dir_.File("part-1.tfrecord.gz"), fifo, files_[2], files_[1]};
-  testing::WriteRecords(files[1], all_[1], records::Compression::kGzip);
+  const std::vector<std::string> files = FilesWithAPipe();
   TFRecordOptions o;
   o.num_parallel_reads = 2;
   o.deterministic = false;
