@@ -129,6 +129,29 @@ def test_block_length_and_a_batched_global_shuffle(tmp_path):
     assert ids != sorted(ids)
 
 
+def test_parallel_reads_feed_a_python_map_in_turn_or_out_of_turn(tmp_path):
+    # Unfused (a Python map between the files and the parse), each open
+    # file is read on a thread of its own; gzipped and plain files mixed.
+    paths = [str(write_records(tmp_path / f"p{i}.tfrecord.gz", 20 + 5 * i,
+                               compression="GZIP")) for i in range(2)]
+    paths.append(str(write_records(tmp_path / "p2.tfrecord", 30)))
+
+    def read(deterministic):
+        ds = (recflow.Dataset.from_tfrecords(
+            paths, num_parallel_reads=2, deterministic=deterministic)
+              .map(lambda e: {"record": e["record"]})
+              .parse(SMALL_SPEC))
+        return [(e["name"], int(e["id"])) for e in ds]
+
+    in_turn = read(True)
+    # Files 0 and 1 in turn, then file 2 in file 0's slot.
+    assert [i for _, i in in_turn[:6]] == [0, 0, 1, 1, 2, 2]
+    assert len(in_turn) == 20 + 25 + 30
+    assert read(True) == in_turn
+    out_of_turn = read(False)
+    assert sorted(out_of_turn) == sorted(in_turn)
+
+
 def test_a_shuffle_buffer_per_file(tmp_path):
     paths = [str(write_records(tmp_path / f"s{i}.tfrecord", 30))
              for i in range(2)]
