@@ -857,6 +857,12 @@ TEST_F(TFRecordDatasetTest, AShuffleBufferPerFileLosesNoRecordBeforeDamage) {
       all_[0].size() + 20 + all_[2].size());
 }
 
+// Sets stages::SetTFRecordReadAhead back to its default when a test that
+// turned it off ends.
+struct ReadAheadAgain {
+  ~ReadAheadAgain() { stages::SetTFRecordReadAhead(true); }
+};
+
 // Reading each open file, and as many upcoming ones, ahead on a thread of
 // its own (num_parallel_reads > 1) changes only where the reading happens:
 // the records, the errors' places and the states after every one of them
@@ -871,9 +877,7 @@ TEST_F(TFRecordDatasetTest, ReadingAheadGivesWhatReadingInTurnGives) {
   for (size_t r = 0; r < 25; ++r) offset += all_[2][r].size() + 16;
   bytes[offset + 12 + 1] ^= 0x20;
   testing::WriteFileBytes(files_[2], bytes);
-  struct ReadAheadAgain {
-    ~ReadAheadAgain() { stages::SetTFRecordReadAhead(true); }
-  } read_ahead_again;
+  ReadAheadAgain read_ahead_again;
   const IteratorOptions one{.threads = 1};
   for (int cycle : {2, 3}) {
     for (int block : {1, 2}) {
@@ -975,9 +979,7 @@ size_t ThreadsNow() {
 // while it is being read (files of more records than a reader reads
 // ahead), none once the iterator is gone; reading in turn has none.
 TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
-  struct ReadAheadAgain {
-    ~ReadAheadAgain() { stages::SetTFRecordReadAhead(true); }
-  } read_ahead_again;
+  ReadAheadAgain read_ahead_again;
   std::vector<std::string> files;
   for (int f = 0; f < 6; ++f) {
     files.push_back(dir_.File(fmt::format("long-{}.tfrecord", f)));
