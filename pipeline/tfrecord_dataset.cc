@@ -647,7 +647,11 @@ class TFRecordDataset final : public DatasetBase {
 
     bool GetNext(Element* out) override {
       while (true) {
-        if (read_ahead_ && open_ < slots_.size()) FillEmptySlots();
+        if (read_ahead_ &&
+            (open_ < slots_.size() || (upcoming_.size() < slots_.size() &&
+                                       next_file_ < order_.size()))) {
+          FillEmptySlots();  // (after a restore: the upcoming files)
+        }
         if (open_ == 0 && next_file_ >= order_.size()) return false;
         Slot& slot = slots_[cycle_];
         if (slot.records) {

@@ -977,7 +977,8 @@ size_t ThreadsNow() {
 
 // Each open file, and each of as many upcoming ones, has a reader thread
 // while it is being read (files of more records than a reader reads
-// ahead), none once the iterator is gone; reading in turn has none.
+// ahead), also after a restore, and none once the iterator is gone;
+// reading in turn has none.
 TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
   ReadAheadAgain read_ahead_again;
   std::vector<std::string> files;
@@ -1000,6 +1001,11 @@ TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
       Element e;
       for (int i = 0; i < 3; ++i) ASSERT_TRUE(it.Next(&e));  // 3 files open
       EXPECT_EQ(ThreadsNow(), made + (ahead ? 6 : 0)) << ahead;
+      // Restored with every slot open, the upcoming files too.
+      Iterator restored = ds.MakeIterator({.threads = 1});
+      restored.Restore(it.Save());
+      ASSERT_TRUE(restored.Next(&e));
+      EXPECT_EQ(ThreadsNow(), made + (ahead ? 12 : 0)) << ahead;
     }
     EXPECT_EQ(ThreadsNow(), before) << ahead;
   }
