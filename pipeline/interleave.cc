@@ -619,11 +619,7 @@ class InterleaveDataset final : public UnaryDataset {
     // input had ready (or its error is thrown), from the next slot on;
     // the turns stay as they were.
     bool TakeOutOfTurn(Slot& turn, Element* out) {
-      struct WantRuns {
-        ReadySignal* signal;
-        ~WantRuns() { signal->wants_any.store(false); }
-      } want_runs{signal_.get()};
-      bool waited_for_run = false;
+      ReadySignal::Waiter waiter(signal_.get(), ctx_);
       while (true) {
         const uint64_t seen = signal_->count();
         if (turn.ahead->WhatIsReady() != ReadAhead::Readiness::kNothing) {
@@ -637,17 +633,7 @@ class InterleaveDataset final : public UnaryDataset {
           }
         }
         if (ctx_->cancelled()) throw Cancelled();
-        // The wake rule: a run's wait, then (nothing anywhere) any
-        // result's, after one more look once the readers know (a result
-        // pushed before they did is seen by it).
-        if (!waited_for_run) {
-          signal_->WaitPast(seen, *ctx_, kRunWait);
-          waited_for_run = true;
-        } else if (!signal_->wants_any.load()) {
-          signal_->wants_any.store(true);
-        } else {
-          signal_->WaitPast(seen, *ctx_, std::nullopt);
-        }
+        waiter.Wait(seen);
       }
     }
     // The slot's next element into *out.  Parallel: the element *out held

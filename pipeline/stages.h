@@ -574,6 +574,38 @@ class ReadySignal {
   // then notify on every result, not on runs.
   std::atomic<bool> wants_any{false};
 
+  // One consumer's waits for a result of any input, by the wake rule:
+  // Wait(seen) is called each time the consumer has looked at every
+  // input (having read `seen` = count() before) and found nothing; it
+  // waits for a run, then (nothing anywhere) sets wants_any and returns
+  // for one more look (a result published before the readers knew is
+  // seen by it), then waits for any result.  wants_any is cleared when
+  // the Waiter goes.
+  class Waiter {
+   public:
+    Waiter(ReadySignal* signal, const IteratorContext* ctx)
+        : signal_(signal), ctx_(ctx) {}
+    ~Waiter() { signal_->wants_any.store(false); }
+    Waiter(const Waiter&) = delete;
+    Waiter& operator=(const Waiter&) = delete;
+
+    void Wait(uint64_t seen) {
+      if (!waited_for_run_) {
+        signal_->WaitPast(seen, *ctx_, kRunWait);
+        waited_for_run_ = true;
+      } else if (!signal_->wants_any.load()) {
+        signal_->wants_any.store(true);
+      } else {
+        signal_->WaitPast(seen, *ctx_, std::nullopt);
+      }
+    }
+
+   private:
+    ReadySignal* signal_;
+    const IteratorContext* ctx_;
+    bool waited_for_run_ = false;
+  };
+
  private:
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -844,11 +844,7 @@ class TFRecordDataset final : public DatasetBase {
     // shuffle buffer counts as ready when its reader has a record: drawing
     // may then read more.
     bool TakeOutOfTurn(Slot& turn, Element* out) {
-      struct WantRuns {
-        ReadySignal* signal;
-        ~WantRuns() { signal->wants_any.store(false); }
-      } want_runs{signal_.get()};
-      bool waited_for_run = false;
+      ReadySignal::Waiter waiter(signal_.get(), ctx_);
       while (true) {
         const uint64_t seen = signal_->count();
         if (turn.ahead->WhatIsReady() != FileReadAhead::Readiness::kNothing) {
@@ -873,16 +869,7 @@ class TFRecordDataset final : public DatasetBase {
         }
         if (closed) continue;
         if (ctx_->cancelled()) throw Cancelled();
-        // The wake rule: a run's wait, then (nothing anywhere) any
-        // record's, after one more look once the readers know.
-        if (!waited_for_run) {
-          signal_->WaitPast(seen, *ctx_, kRunWait);
-          waited_for_run = true;
-        } else if (!signal_->wants_any.load()) {
-          signal_->wants_any.store(true);
-        } else {
-          signal_->WaitPast(seen, *ctx_, std::nullopt);
-        }
+        waiter.Wait(seen);
       }
     }
     void Advance() {
