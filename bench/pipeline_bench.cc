@@ -720,8 +720,8 @@ void WriteGzip(const std::string& path, const std::string& data) {
 
 // Iterates `ds` on one thread, counting its elements as the items; an
 // iteration that gives other than `expected` is an error.
-void CountElements(benchmark::State& state, const Dataset& ds,
-                   int64_t expected) {
+void CountElements(benchmark::State& state, const Dataset& ds, int64_t expected,
+                   int64_t items_per_element = 1) {
   int64_t total = 0;
   for (auto _ : state) {
     Iterator it = ds.MakeIterator({.threads = 1});
@@ -731,7 +731,7 @@ void CountElements(benchmark::State& state, const Dataset& ds,
     if (n != expected) state.SkipWithError("elements lost");
     total += n;
   }
-  state.SetItemsProcessed(total);
+  state.SetItemsProcessed(total * items_per_element);
 }
 
 // The files `names` under BenchDir(), written by `write` (given their
@@ -932,29 +932,36 @@ const std::vector<std::string>& LevelFiles(bool gzip, bool small = false) {
 }
 
 // FromTFRecords over those files with num_parallel_reads R (range 0) and
-// gzip (range 1), the records counted on the consumer's thread (parse 0)
+// gzip (range 1), the records counted on the consumer's thread (parse 0),
 // or each parsed there first (1: Parse with one call, a stage of its
-// own): R = 1 reads the files one after another; R > 1 reads them in
-// turn on the consumer's thread (read_ahead 0, the baseline) or each open
-// file on a thread of its own (1, the default), in the same order either
-// way.
+// own), or batched by 256 and parsed by one call (2: the fused batch-parse
+// path; items are records): R = 1 reads the files one after another;
+// R > 1 reads them in turn on the consumer's thread (read_ahead 0, the
+// baseline) or each open file ahead (1, the default: on a thread of its
+// own, or fused on reader tasks), in the same order either way.
 void BM_TFRecordsParallel(benchmark::State& state) {
   stages::SetTFRecordReadAhead(state.range(2) != 0);
   TFRecordOptions o;
   o.num_parallel_reads = static_cast<int>(state.range(0));
   Dataset ds = Dataset::FromTFRecords(LevelFiles(state.range(1) != 0), o);
-  if (state.range(3) != 0) {
-    ds = ds.Parse(records::FeatureSpec::FromJsonText(R"({"features": {
-        "image": {"kind": "fixed", "dtype": "string", "shape": []},
-        "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})"));
+  const auto spec = records::FeatureSpec::FromJsonText(R"({"features": {
+      "image": {"kind": "fixed", "dtype": "string", "shape": []},
+      "label": {"kind": "fixed", "dtype": "int64", "shape": []}}})");
+  constexpr int64_t kRecords = int64_t{kLevelFiles} * kLevelRecords;
+  constexpr int64_t kBatch = 256;
+  static_assert(kRecords % kBatch == 0);
+  if (state.range(3) == 2) {
+    CountElements(state, ds.Batch(kBatch).Parse(spec), kRecords / kBatch,
+                  kBatch);
+  } else {
+    CountElements(state, state.range(3) == 1 ? ds.Parse(spec) : ds, kRecords);
   }
-  CountElements(state, ds, int64_t{kLevelFiles} * kLevelRecords);
   stages::SetTFRecordReadAhead(true);
 }
 BENCHMARK(BM_TFRecordsParallel)
     ->ArgNames({"reads", "gzip", "read_ahead", "parse"})
-    ->ArgsProduct({{1}, {0, 1}, {0}, {0, 1}})
-    ->ArgsProduct({{2, 4}, {0, 1}, {0, 1}, {0, 1}})
+    ->ArgsProduct({{1}, {0, 1}, {0}, {0, 1, 2}})
+    ->ArgsProduct({{2, 4}, {0, 1}, {0, 1}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

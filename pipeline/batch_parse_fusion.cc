@@ -20,8 +20,10 @@
 //     that no free task would reach (QueuedPastFreeTasks)
 //   consumer: takes the batches in planned order
 //
-// With one parse call there are no tasks: the consumer's thread reads,
-// plans and parses, as an unfused pipeline of one call runs.
+// With one parse call there are no parse tasks: the consumer's thread
+// plans and parses, as an unfused pipeline of one call runs.  It reads
+// too, unless files are read in parallel (num_parallel_reads > 1): then
+// reader tasks read ahead, as the unfused source's reader threads do.
 //
 // Over a global shuffle (uncompressed, indexed files) there are no reader
 // tasks: the planner takes the permutation's next records from the indexes
@@ -1962,7 +1964,13 @@ class FusedBatchParse final : public IteratorBase {
         std::make_shared<const BatchOrigins::Files>(*source.paths);
     env_.options = source.tfrecord;
     env_.global = source.global;
-    env_.read_ahead = calls > 1;
+    // One parse call reads ahead too where files are read in parallel (as
+    // the stages do, FileReadAhead; as tf.data's interleave does whatever
+    // the map's parallelism): else gzipped files decode at one core's
+    // speed however many are read at once.
+    env_.read_ahead = calls > 1 || (source.tfrecord != nullptr &&
+                                    source.tfrecord->num_parallel_reads > 1 &&
+                                    TFRecordReadAhead());
     env_.help_read = env_.read_ahead && !plan_in_task_;
     env_.threads = static_cast<size_t>(ctx->threads());
     if (source.tfrecord != nullptr) {
@@ -2168,8 +2176,9 @@ class FusedBatchParse final : public IteratorBase {
     return slot;
   }
 
-  // One parse call: everything on the consumer's thread, as an unfused
-  // Map of one call runs, with no task and no reading ahead.
+  // One parse call: planned and parsed on the consumer's thread, as an
+  // unfused Map of one call runs, with no parse task; reader tasks read
+  // ahead only where files are read in parallel (env_.read_ahead).
   bool GetNextInline(Element* out) {
     if (slots_.empty()) {
       if (input_end_) return false;

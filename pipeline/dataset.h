@@ -67,9 +67,10 @@ struct TFRecordOptions {
   // With more than one, the files are read at once: as stages, each
   // open file and as many upcoming ones (tf.data's future inputs) ahead
   // on a thread of its own (up to 8,192 records a file, 1,024 when
-  // uncompressed, and 256 MiB of records in all); fused (Parse after Batch,
-  // more than one parse call), by the fused path's tasks.  The order, the
-  // errors' places and the states are those of reading in turn.
+  // uncompressed, and 256 MiB of records in all); fused (Parse after
+  // Batch), by the fused path's reader tasks, also with one parse call.
+  // The order, the errors' places and the states are those of reading in
+  // turn.
   //
   // false (tf.data's deterministic=false): when the file whose turn it is
   // has no record read yet, take the next record of another open file that

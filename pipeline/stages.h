@@ -369,8 +369,11 @@ uint64_t PlannerHelpReads();
 // Whether FromTFRecords' stage, with num_parallel_reads > 1, reads each
 // open file ahead on a thread of its own (the default) or reads them in
 // turn on the consumer's thread: for benchmarks and tests that compare
-// the two.  Iterators made afterwards follow it.
+// the two.  Iterators made afterwards follow it.  The fused batch-parse
+// path follows it where it has one parse call (with more, its parse
+// tasks need the records read ahead, and its reader tasks always do).
 void SetTFRecordReadAhead(bool on);
+bool TFRecordReadAhead();
 
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.

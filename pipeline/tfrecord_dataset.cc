@@ -900,6 +900,7 @@ class TFRecordDataset final : public DatasetBase {
 }  // namespace
 
 void SetTFRecordReadAhead(bool on) { read_ahead_enabled.store(on); }
+bool TFRecordReadAhead() { return read_ahead_enabled.load(); }
 
 uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file) {
   // A domain of its own ("fileshuf"), apart from the file order's

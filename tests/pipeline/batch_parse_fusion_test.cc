@@ -134,6 +134,9 @@ class BatchParseFusionTest : public ::testing::Test {
 
   // SavedStatesContinueTheSameStream's checks of one pipeline.
   static void SavedStatesContinue(const Dataset& ds);
+  // NondeterministicReadsLoseAndRepeatNothing's checks with `calls` parse
+  // calls.
+  void NondeterministicReadsLoseAndRepeatNothingWith(int calls);
 
   // `ds` fails `errors` times, stage by stage, and fused at 1, 2, 4 and 8
   // threads gives the same outcomes, errors at the same places; so does
@@ -553,6 +556,37 @@ TEST_F(BatchParseFusionTest, TheConsumersThreadCountsAmongTheThreads) {
       EXPECT_GE(most, 1);
     }
   }
+}
+
+// With one parse call the consumer's thread plans and parses.  Where files
+// are read in parallel, reader tasks read them ahead, as the unfused
+// source's reader threads do, and the elements are the same; read one at a
+// time, or with stages::SetTFRecordReadAhead(false), the consumer's thread
+// reads them in turn and no task runs.
+TEST_F(BatchParseFusionTest,
+       OneParseCallReadsAheadWhereFilesAreReadInParallel) {
+  struct Again {
+    ~Again() { stages::SetTFRecordReadAhead(true); }
+  } again;
+  // The most tasks at once over the runs of ExpectSameAsUnfused (1, 2, 4
+  // and 8 threads).
+  auto most_tasks = [&](int reads, bool ahead) {
+    stages::SetTFRecordReadAhead(ahead);
+    TFRecordOptions o;
+    o.num_parallel_reads = reads;
+    const Dataset ds =
+        Dataset::FromTFRecords(files_, o).Repeat(2).Batch(8).Parse(Spec(),
+                                                                   Calls(1));
+    stages::TakeFusedTasksAtOnceMost();
+    ExpectSameAsUnfused(ds,
+                        fmt::format("{} reads, read ahead {}", reads, ahead));
+    return stages::TakeFusedTasksAtOnceMost();
+  };
+  EXPECT_GE(most_tasks(2, true), 1);
+  EXPECT_GE(most_tasks(4, true), 1);
+  EXPECT_EQ(most_tasks(1, true), 0);
+  EXPECT_EQ(most_tasks(2, false), 0);
+  EXPECT_EQ(most_tasks(4, false), 0);
 }
 
 // Where the consumer's thread plans and waits for a reader task mid-chunk
@@ -1153,11 +1187,18 @@ TEST_F(BatchParseFusionTest, GlobalShuffleDamagedRecordFailsItsBatch) {
 // record ready; every record still comes once, each file's in its order,
 // and a state saved midway continues without a record lost or repeated.
 TEST_F(BatchParseFusionTest, NondeterministicReadsLoseAndRepeatNothing) {
+  for (int calls : {kAutotune, 1}) {
+    SCOPED_TRACE(fmt::format("{} calls", calls));
+    NondeterministicReadsLoseAndRepeatNothingWith(calls);
+  }
+}
+void BatchParseFusionTest::NondeterministicReadsLoseAndRepeatNothingWith(
+    int calls) {
   TFRecordOptions o;
   o.num_parallel_reads = 3;
   o.deterministic = false;
-  const Dataset ds = Dataset::FromTFRecords(files_, o).Batch(16).Parse(
-      Spec(), Calls(kAutotune));
+  const Dataset ds =
+      Dataset::FromTFRecords(files_, o).Batch(16).Parse(Spec(), Calls(calls));
   auto labels_of = [](const Element& e, std::vector<int64_t>* out) {
     const Tensor& t = e["label"];
     for (int64_t i = 0; i < t.num_rows(); ++i) {
