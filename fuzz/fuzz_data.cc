@@ -227,6 +227,10 @@ std::vector<pipeline::Dataset> StatePipelines() {
   out_of_turn.shuffle_buffer_per_file = 3;
   out_of_turn.deterministic = false;
   out.push_back(Dataset::FromTFRecords(files, out_of_turn).Repeat(2));
+  // The same fused under one parse call: the reader tasks read ahead
+  // while the consumer's thread plans and parses.
+  out.push_back(
+      Dataset::FromTFRecords(files, out_of_turn).Batch(3).Parse(spec));
   return out;
 }
 

@@ -839,7 +839,17 @@ TEST_F(BatchParseFusionTest, SavedStatesContinueTheSameStream) {
                             Dataset::FromTFRecords(files_, per_file)
                                 .Repeat(3)
                                 .Batch(24)
-                                .Parse(Spec(), Calls(kAutotune))}) {
+                                .Parse(Spec(), Calls(kAutotune)),
+                            // One call, the files read ahead by tasks.
+                            Dataset::FromTFRecords(files_, per_file)
+                                .Repeat(2)
+                                .Batch(24)
+                                .Parse(Spec(), Calls(1)),
+                            Dataset::FromTFRecords(files_, interleaved)
+                                .Shuffle(120, 8)
+                                .Repeat(2)
+                                .Batch(24)
+                                .Parse(Spec(), Calls(1))}) {
     SavedStatesContinue(ds);
   }
 }
@@ -967,18 +977,23 @@ TEST_F(BatchParseFusionTest, ADamagedRecordFailsAtItsPlace) {
     }
   }
   // Each file shuffled: the error after the records buffered before it,
-  // read ahead by a reader task (2 calls) or not (1); a state saved after
-  // the error goes on past it, and one saved before meets it again.
+  // read ahead by a reader task (2 calls, or 2 files at once) or not (one
+  // call and one file at once); a state saved after the error goes on past
+  // it, and one saved before meets it again.
   TFRecordOptions per_file;
-  per_file.num_parallel_reads = 2;
   per_file.shuffle_buffer_per_file = 30;
   per_file.seed = 8;
-  for (int calls : {1, 2}) {
-    ExpectErrorsWhereTheStagesHaveThem(
-        Dataset::FromTFRecords(files_, per_file)
-            .Batch(25)
-            .Parse(Spec(), Calls(calls)),
-        1, fmt::format("a shuffle buffer per file, calls {}", calls));
+  for (int reads : {1, 2}) {
+    per_file.num_parallel_reads = reads;
+    for (int calls : {1, 2}) {
+      ExpectErrorsWhereTheStagesHaveThem(
+          Dataset::FromTFRecords(files_, per_file)
+              .Batch(25)
+              .Parse(Spec(), Calls(calls)),
+          1,
+          fmt::format("a shuffle buffer per file, {} reads, {} calls", reads,
+                      calls));
+    }
   }
 }
 
