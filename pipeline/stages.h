@@ -354,14 +354,17 @@ void SetFusedCores(int cores);
 // Where the fused path plans from then on, for benchmarks that compare the
 // two: 1 in a task of its own, 0 or -1 (the default) on the consumer's
 // thread (on 16 cores the task was 2-20% slower at 8 and 16 threads:
-// batch_parse_fusion.cc).  With one parse call there is no task either
-// way.
+// batch_parse_fusion.cc).  With one parse call there is no planner task
+// either way.
 void SetPlanInTask(int mode);
 // The most tasks (readers, parses, the planner) the fused path ran at once
 // in this process since the last call (for tests: where the consumer's
 // thread plans, the workers are one fewer than the threads once they
 // would take every core).
 int TakeFusedTasksAtOnceMost();
+// The workers of the arena of the fused stage made last in this process
+// (for tests; 0 before the first).
+int LastFusedWorkers();
 // Chunks the fused path's planner has read for one file while a reader
 // task it waited for read another, in this process (for tests).
 uint64_t PlannerHelpReads();

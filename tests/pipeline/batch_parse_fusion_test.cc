@@ -528,32 +528,38 @@ TEST_F(BatchParseFusionTest, APlannerTaskPlansAheadWhileTheConsumerIsAway) {
 // many workers as threads would take every core, the fused stage's tasks
 // get one worker fewer, so that as many threads work as asked (4 here,
 // the consumer's one of them).  With cores to spare, or the planner in a
-// task of its own, a worker per thread.
+// task of its own, a worker per thread.  With one parse call the
+// consumer's thread plans and parses, and the tasks read ahead (the files
+// read at once): one worker fewer too, the planner never in a task.
 TEST_F(BatchParseFusionTest, TheConsumersThreadCountsAmongTheThreads) {
   TFRecordOptions all_at_once;
   all_at_once.num_parallel_reads = static_cast<int>(files_.size());
-  const Dataset ds = Dataset::FromTFRecords(files_, all_at_once)
-                         .Shuffle(200, 3)
-                         .Repeat(8)
-                         .Batch(8)
-                         .Parse(Spec(), Calls(4));
   struct Reset {
     ~Reset() { stages::SetPlanInTask(-1); }
   } reset;
   struct Case {
-    int cores, mode;  // mode: SetPlanInTask's
-    int most;         // tasks at once, at most
+    int calls, cores, mode;  // mode: SetPlanInTask's
+    int workers;             // of the fused stage: its tasks at once, at most
   };
-  for (const Case c : {Case{4, 0, 3}, Case{2, 0, 3}, Case{4, 1, 4}}) {
+  for (const Case c : {Case{4, 4, 0, 3}, Case{4, 2, 0, 3}, Case{4, 4, 1, 4},
+                       Case{1, 4, 0, 3}, Case{1, 2, 0, 3}, Case{1, 4, 1, 3}}) {
+    const Dataset ds = Dataset::FromTFRecords(files_, all_at_once)
+                           .Shuffle(200, 3)
+                           .Repeat(8)
+                           .Batch(8)
+                           .Parse(Spec(), Calls(c.calls));
     stages::SetFusedCores(c.cores);
     stages::SetPlanInTask(c.mode);
+    const std::string what =
+        fmt::format("{} calls, {} cores, mode {}", c.calls, c.cores, c.mode);
     for (int run = 0; run < 3; ++run) {
       stages::TakeFusedTasksAtOnceMost();
       // 8 epochs of the fixture's 822 records, in batches of 8.
-      EXPECT_EQ(Collect(ds, {.threads = 4}).size(), 822u);
+      EXPECT_EQ(Collect(ds, {.threads = 4}).size(), 822u) << what;
+      EXPECT_EQ(stages::LastFusedWorkers(), c.workers) << what;
       const int most = stages::TakeFusedTasksAtOnceMost();
-      EXPECT_LE(most, c.most) << c.cores << " cores, mode " << c.mode;
-      EXPECT_GE(most, 1);
+      EXPECT_LE(most, c.workers) << what;
+      EXPECT_GE(most, 1) << what;
     }
   }
 }
