@@ -373,8 +373,8 @@ uint64_t PlannerHelpReads();
 // open file ahead on a thread of its own (the default) or reads them in
 // turn on the consumer's thread: for benchmarks and tests that compare
 // the two.  Iterators made afterwards follow it.  The fused batch-parse
-// path follows it where it has one parse call (with more, its parse
-// tasks need the records read ahead, and its reader tasks always do).
+// path follows it only where it has one parse call; with more, its reader
+// tasks always read ahead.  TFRecordReadAhead() says which is set.
 void SetTFRecordReadAhead(bool on);
 bool TFRecordReadAhead();
 
