@@ -151,6 +151,20 @@ def test_parallel_reads_feed_a_python_map_in_turn_or_out_of_turn(tmp_path):
     out_of_turn = read(False)
     assert sorted(out_of_turn) == sorted(in_turn)
 
+    # Batched and parsed by one call (fused: reader tasks read the files
+    # ahead), the same records in the same order, and in and out of turn
+    # each once; optimize=False runs the stages one by one.
+    def batched(deterministic, optimize):
+        ds = (recflow.Dataset.from_tfrecords(
+            paths, num_parallel_reads=2, deterministic=deterministic)
+              .batch(4).parse(SMALL_SPEC))
+        return [(n, int(i)) for b in ds.iterator(threads=1, optimize=optimize)
+                for n, i in zip(b["name"].tolist(), b["id"].tolist())]
+
+    assert batched(True, True) == in_turn
+    assert batched(True, False) == in_turn
+    assert sorted(batched(False, True)) == sorted(in_turn)
+
 
 def test_a_shuffle_buffer_per_file(tmp_path):
     paths = [str(write_records(tmp_path / f"s{i}.tfrecord", 30))
