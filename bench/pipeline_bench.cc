@@ -718,8 +718,9 @@ void WriteGzip(const std::string& path, const std::string& data) {
   std::filesystem::rename(path + ".tmp", path);
 }
 
-// Iterates `ds` on one thread, counting its elements as the items; an
-// iteration that gives other than `expected` is an error.
+// Iterates `ds` on one thread, counting its elements, each as
+// `items_per_element` items (a batch's records); an iteration that gives
+// other than `expected` elements is an error.
 void CountElements(benchmark::State& state, const Dataset& ds, int64_t expected,
                    int64_t items_per_element = 1) {
   int64_t total = 0;
