@@ -1977,8 +1977,7 @@ class FusedBatchParse final : public IteratorBase {
     // the map's parallelism): else gzipped files decode at one core's
     // speed however many are read at once.
     env_.read_ahead = calls > 1 || (source.tfrecord != nullptr &&
-                                    source.tfrecord->num_parallel_reads > 1 &&
-                                    TFRecordReadAhead());
+                                    ReadsFilesAhead(*source.tfrecord));
     env_.help_read = env_.read_ahead && !plan_in_task_;
     env_.threads = static_cast<size_t>(ctx->threads());
     if (source.tfrecord != nullptr) {

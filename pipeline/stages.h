@@ -374,9 +374,11 @@ uint64_t PlannerHelpReads();
 // turn on the consumer's thread: for benchmarks and tests that compare
 // the two.  Iterators made afterwards follow it.  The fused batch-parse
 // path follows it only where it has one parse call; with more, its reader
-// tasks always read ahead.  TFRecordReadAhead() says which is set.
+// tasks always read ahead.
 void SetTFRecordReadAhead(bool on);
-bool TFRecordReadAhead();
+// The rule both paths follow: whether FromTFRecords with `options` reads
+// its open files ahead (num_parallel_reads > 1, the switch above on).
+bool ReadsFilesAhead(const TFRecordOptions& options);
 
 // Makes `v` hold a copy of `bytes` in a buffer of their size, so that it
 // stops keeping a larger one (a read block) alive.

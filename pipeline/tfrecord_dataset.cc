@@ -630,8 +630,7 @@ class TFRecordDataset final : public DatasetBase {
           ctx_(ctx),
           order_(std::move(order)),
           epoch_seed_(epoch_seed),
-          read_ahead_(d->options_.num_parallel_reads > 1 &&
-                      read_ahead_enabled.load()),
+          read_ahead_(ReadsFilesAhead(d->options_)),
           slots_(d->options_.num_parallel_reads) {
       if (read_ahead_ && !d->options_.deterministic) {
         signal_ = std::make_unique<ReadySignal>();
@@ -900,7 +899,9 @@ class TFRecordDataset final : public DatasetBase {
 }  // namespace
 
 void SetTFRecordReadAhead(bool on) { read_ahead_enabled.store(on); }
-bool TFRecordReadAhead() { return read_ahead_enabled.load(); }
+bool ReadsFilesAhead(const TFRecordOptions& options) {
+  return options.num_parallel_reads > 1 && read_ahead_enabled.load();
+}
 
 uint64_t FileShuffleSeed(uint64_t epoch_seed, size_t file) {
   // A domain of its own ("fileshuf"), apart from the file order's
