@@ -39,6 +39,7 @@ constexpr size_t kChunksInFlight = 16;
 
 struct RowChunk {
   std::vector<Row> rows;
+  uint64_t bytes_read = 0;  // the source's, once these rows were read
 };
 
 struct Chunk {
@@ -97,6 +98,7 @@ ConvertSummary Convert(const ConvertJob& job) {
 ConvertSummary ConvertSource(const ConvertJob& job,
                              std::unique_ptr<ExampleSource> source) {
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t total_bytes = source->total_bytes();
   if (const auto problem = ShardPrefixProblem(job.output, job.shards)) {
     throw ConvertError("output " + *problem, /*row_level=*/false);
   }
@@ -168,6 +170,9 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       return nullptr;
     }
     chunk->rows.resize(n);
+    // Read here: the source is only ever touched by the reading stage,
+    // which runs on while later stages report progress.
+    chunk->bytes_read = source->bytes_read();
     std::lock_guard<std::mutex> lock(live_mu);
     live.emplace(chunk, std::move(owned));
     return chunk;
@@ -202,6 +207,7 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       }
       chunk->records.push_back(std::move(row.example));
     }
+    const uint64_t bytes_read = rows->bytes_read;
     {
       std::lock_guard<std::mutex> lock(live_mu);
       live.erase(rows);
@@ -211,7 +217,7 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       queues[chunk->shard % threads].Push(std::move(chunk));
       ++chunk_index;
     }
-    if (job.progress) job.progress(summary.records, *source);
+    if (job.progress) job.progress({summary.records, bytes_read, total_bytes});
   };
   try {
     tbb::parallel_pipeline(

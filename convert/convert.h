@@ -88,7 +88,8 @@ class ExampleSource {
   // The number of rows, when known before reading (for balanced shards
   // and an ETA), counting rows that may turn out bad.
   virtual std::optional<uint64_t> rows() const { return std::nullopt; }
-  // Bytes of input consumed so far, and in all (for progress).
+  // Bytes of input consumed so far, and in all (for progress).  Like
+  // NextRow, on the reading thread: bytes_read changes as rows are read.
   virtual uint64_t bytes_read() const = 0;
   virtual uint64_t total_bytes() const = 0;
   // What the user should hear about the input that is no error (a key
@@ -135,6 +136,15 @@ struct ShardResult {
   uint64_t bytes;  // file bytes
 };
 
+// Where a conversion stands.  bytes_read is the source's, taken on the
+// reading thread when the last chunk handed over was read: it never falls,
+// and is total_bytes once the input is read to its end.
+struct ConvertProgress {
+  uint64_t records = 0;  // handed to the writers so far
+  uint64_t bytes_read = 0;
+  uint64_t total_bytes = 0;
+};
+
 struct ConvertJob {
   std::string format;
   ConvertInputs inputs;
@@ -147,9 +157,10 @@ struct ConvertJob {
   // min(shards, threads), at least 1.
   int compression_threads = 0;
   bool skip_bad = false;
-  // Called on the reading thread after each chunk of rows is handed to
-  // the writers: records so far, and the source (bytes_read, total_bytes).
-  std::function<void(uint64_t records, const ExampleSource& source)> progress;
+  // Called after each chunk of rows is handed to the writers, in input
+  // order, on one thread at a time (not the one reading the source, which
+  // reads on meanwhile: hence a snapshot, not the source).
+  std::function<void(const ConvertProgress& progress)> progress;
 };
 
 struct ConvertSummary {

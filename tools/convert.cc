@@ -18,8 +18,8 @@ namespace recflow::tools {
 namespace {
 
 using convert::ConvertJob;
+using convert::ConvertProgress;
 using convert::ConvertSummary;
-using convert::ExampleSource;
 
 struct ConvertOptions {
   std::string format;
@@ -42,19 +42,19 @@ class Progress {
  public:
   Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
   ~Progress() { Finish(); }
-  void Update(uint64_t records, const ExampleSource& source) {
+  void Update(const ConvertProgress& p) {
     if (!tty_) return;
     const auto now = std::chrono::steady_clock::now();
     if (now - last_ < std::chrono::milliseconds(250)) return;
     last_ = now;
     const double s = std::chrono::duration<double>(now - start_).count();
-    const double done = static_cast<double>(source.bytes_read());
-    const double total = static_cast<double>(source.total_bytes());
+    const double done = static_cast<double>(p.bytes_read);
+    const double total = static_cast<double>(p.total_bytes);
     const double rate = s > 0 ? done / s : 0;
     std::string eta = "-";
     if (rate > 0 && total > done)
       eta = fmt::format("{:.0f} s", (total - done) / rate);
-    fmt::print(stderr, "\r{:>12} records  {:>8.1f} MB/s  ETA {:<8}", records,
+    fmt::print(stderr, "\r{:>12} records  {:>8.1f} MB/s  ETA {:<8}", p.records,
                rate / 1e6, eta);
   }
   void Finish() {
@@ -125,9 +125,7 @@ int RunConvert(const ConvertOptions& o) {
   job.threads = o.threads;
   job.skip_bad = o.skip_bad;
   Progress progress;
-  job.progress = [&](uint64_t records, const ExampleSource& source) {
-    progress.Update(records, source);
-  };
+  job.progress = [&](const ConvertProgress& p) { progress.Update(p); };
   const ConvertSummary s = convert::Convert(job);
   progress.Finish();
   const double rate = s.seconds > 0 ? s.records / s.seconds : 0;

@@ -3,13 +3,18 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "convert/sources.h"
 #include "convert_test_util.h"
+#include "records/example_builder.h"
 #include "records/index.h"
 #include "records/io_faults.h"
 
@@ -39,16 +44,21 @@ TEST(ConvertJobTest, ShardsHoldEveryRowInOrderWithTheirIndexes) {
   std::filesystem::create_directories(dir.File("out"));
   job.shards = 3;
   job.writer.build_index = true;
-  uint64_t last = 0, calls = 0;
-  job.progress = [&](uint64_t records, const ExampleSource& source) {
-    EXPECT_GE(records, last);
-    EXPECT_LE(source.bytes_read(), source.total_bytes());
-    last = records;
+  ConvertProgress last;
+  uint64_t calls = 0;
+  job.progress = [&](const ConvertProgress& p) {
+    EXPECT_GT(p.records, last.records);
+    EXPECT_GT(p.bytes_read, last.bytes_read);
+    EXPECT_LE(p.bytes_read, p.total_bytes);
+    last = p;
     ++calls;
   };
   const ConvertSummary s = Convert(job);
   EXPECT_EQ(s.records, 2000u);
-  EXPECT_EQ(last, 2000u);
+  EXPECT_EQ(last.records, 2000u);
+  // The last chunk was read to the end of the input.
+  EXPECT_EQ(last.total_bytes, Csv(2000).size());
+  EXPECT_EQ(last.bytes_read, last.total_bytes);
   EXPECT_GT(calls, 1u);
   ASSERT_EQ(s.shards.size(), 3u);
   EXPECT_EQ(s.shards[1].path, dir.File("out/part-00001-of-00003.tfrecord"));
@@ -72,6 +82,66 @@ TEST(ConvertJobTest, ShardsHoldEveryRowInOrderWithTheirIndexes) {
     EXPECT_GT(id, prev);
     prev = id;
     EXPECT_EQ(id / 256 % 3, 0) << id;
+  }
+}
+
+// A source whose reading is slow, and that counts any look at its progress
+// while it is reading a row: the job reads on while it hands earlier
+// chunks to the writers, so a look from there would race the reading.
+class SlowSource final : public ExampleSource {
+ public:
+  // `looks_while_reading` outlives the source, which the job owns.
+  SlowSource(uint64_t rows, std::atomic<int>* looks_while_reading)
+      : rows_(rows), looks_while_reading_(looks_while_reading) {}
+  bool NextRow(Row* row) override {
+    reading_ = true;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    const bool more = done_ < rows_;
+    if (more) {
+      row->fields = {std::to_string(done_)};
+      ++done_;
+    }
+    reading_ = false;
+    return more;
+  }
+  // As slow, on the building threads: while one builds a chunk, another
+  // reads the next.
+  void Build(const Row& row, records::ExampleBuilder* b) const override {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    b->AddInt64("id", std::stoll(row.fields[0]));
+  }
+  uint64_t bytes_read() const override {
+    if (reading_) ++*looks_while_reading_;
+    return done_ * 10;
+  }
+  uint64_t total_bytes() const override { return rows_ * 10; }
+
+ private:
+  const uint64_t rows_;
+  std::atomic<int>* const looks_while_reading_;
+  std::atomic<bool> reading_{false};
+  std::atomic<uint64_t> done_{0};
+};
+
+TEST(ConvertJobTest, ProgressIsTakenWhereTheSourceIsRead) {
+  testing::TempDir dir;
+  ConvertJob job;
+  job.output = dir.File("part");
+  job.shards = 2;
+  std::vector<ConvertProgress> reports;
+  job.progress = [&](const ConvertProgress& p) { reports.push_back(p); };
+  std::atomic<int> looks_while_reading{0};
+  const ConvertSummary s = ConvertSource(
+      job, std::make_unique<SlowSource>(3000, &looks_while_reading));
+  EXPECT_EQ(s.records, 3000u);
+  EXPECT_EQ(looks_while_reading, 0);
+  // A report per chunk of 256 rows, each of the rows read by then.
+  ASSERT_EQ(reports.size(), 12u);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const uint64_t rows = std::min<uint64_t>(3000, (i + 1) * 256);
+    EXPECT_EQ(reports[i].records, rows);
+    EXPECT_EQ(reports[i].bytes_read, rows * 10) << i;
+    EXPECT_EQ(reports[i].total_bytes, 30000u);
   }
 }
 
