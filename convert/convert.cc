@@ -23,6 +23,7 @@
 #include "records/file.h"
 #include "records/index.h"
 #include "records/tfrecord_writer.h"
+#include "records/tsan.h"
 
 namespace recflow::convert {
 namespace {
@@ -38,30 +39,13 @@ constexpr size_t kQueuedChunks = 8;
 constexpr size_t kChunksInFlight = 16;
 
 // ThreadSanitizer does not see the order oneTBB's parallel_pipeline keeps
-// (inside libtbb.so, which Debian does not build with TSan), so under TSan
-// the job states it: what the set-up wrote comes before every stage call;
-// a serial stage's calls come one after another; a chunk's stage comes
-// after its previous stage; and every stage call comes before what follows
-// the pipeline.  Races between calls that may overlap are still seen.
-// Without TSan these are empty.
-#if defined(__SANITIZE_THREAD__)
-#define RECFLOW_CONVERT_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RECFLOW_CONVERT_TSAN 1
-#endif
-#endif
-#ifdef RECFLOW_CONVERT_TSAN
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-void HappensAfter(const void* sync) { __tsan_acquire(const_cast<void*>(sync)); }
-void HappensBefore(const void* sync) {
-  __tsan_release(const_cast<void*>(sync));
-}
-#else
-void HappensAfter(const void*) {}
-void HappensBefore(const void*) {}
-#endif
+// (records/tsan.h), so the job states it: what the set-up wrote comes
+// before every stage call; a serial stage's calls come one after another; a
+// chunk's stage comes after its previous stage; and every stage call comes
+// before what follows the pipeline.  Races between calls that may overlap
+// are still seen.
+using records::HappensAfter;
+using records::HappensBefore;
 
 // The order's places.  They are not the job's own: a stage's first read of
 // its captures must already come after the set-up.  Jobs that run at once

@@ -4,7 +4,8 @@
 #      AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/;
 #   2. every fuzz target (fuzz/, libFuzzer, same build) for FUZZ_SECONDS
 #      each (default 60), two at a time, from the seed corpora;
-#   3. the pipeline and convert tests under ThreadSanitizer, in build-tsan/.
+#   3. the records, pipeline and convert tests under ThreadSanitizer, in
+#      build-tsan/.
 # Any sanitizer report, fuzzer crash, leak, timeout or out-of-memory fails.
 # Run one part with: bash scripts/sanitize.sh asan|fuzz|tsan
 set -euo pipefail
@@ -78,15 +79,15 @@ for part in "${parts[@]}"; do
         fi'
       ;;
     tsan)
-      echo "== pipeline and convert tests under ThreadSanitizer"
+      echo "== records, pipeline and convert tests under ThreadSanitizer"
       cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None \
         -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF -DRECFLOW_MPI=OFF \
         -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_TEST_OPTIMIZATION=-O0 \
         -DCMAKE_CXX_FLAGS="-O1 -g1 -fno-omit-frame-pointer -fsanitize=thread" >/dev/null
-      cmake --build build-tsan --target pipeline_tests convert_tests
+      cmake --build build-tsan --target records_tests pipeline_tests convert_tests
       TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/scripts/tsan.supp" \
         ctest --test-dir build-tsan --output-on-failure -j "$jobs" \
-        -L '^(pipeline|convert)$' -E StreamingMemoryTest
+        -L '^(records|pipeline|convert)$' -E 'StreamingMemoryTest|HostileInput'
       ;;
     *)
       echo "unknown part: $part (asan, fuzz or tsan)" >&2
