@@ -158,8 +158,9 @@ struct ConvertJob {
   int compression_threads = 0;
   bool skip_bad = false;
   // Called after each chunk of rows is handed to the writers, in input
-  // order, on one thread at a time (not the one reading the source, which
-  // reads on meanwhile: hence a snapshot, not the source).
+  // order, one call at a time, on any of the job's threads.  The source
+  // reads on meanwhile, maybe on another thread: hence a snapshot, not the
+  // source.
   std::function<void(const ConvertProgress& progress)> progress;
 };
 
