@@ -230,13 +230,34 @@ void IteratorContext::RemoveWakeUp(uint64_t id) {
   wake_ups_.erase(id);
 }
 
+namespace {
+// Whether two weak_ptrs share one owner (both empty included).
+bool SameOwner(const std::weak_ptr<const DatasetBase>& a,
+               const std::weak_ptr<const DatasetBase>& b) {
+  return !a.owner_before(b) && !b.owner_before(a);
+}
+}  // namespace
+
 std::shared_ptr<void> IteratorContext::SharedSlot(
-    const void* key, std::type_index type,
+    const DatasetBase* key, std::type_index type,
     const std::function<std::shared_ptr<void>()>& make) {
+  std::weak_ptr<const DatasetBase> owner = key->weak_from_this();
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = shared_[{key, type}];
-  if (!slot) slot = make();
-  return slot;
+  auto it = shared_.find({key, type});
+  if (it != shared_.end() && SameOwner(it->second.owner, owner)) {
+    return it->second.state;
+  }
+  // New state (for a new dataset, or one at a destroyed one's address):
+  // first the state of the datasets destroyed since goes, so that the
+  // entries stay as many as the live datasets.
+  std::erase_if(shared_, [](const auto& kv) {
+    const std::weak_ptr<const DatasetBase>& o = kv.second.owner;
+    return o.expired() && !SameOwner(o, {});
+  });
+  SharedEntry& entry = shared_[{key, type}];
+  entry.owner = std::move(owner);
+  entry.state = make();
+  return entry.state;
 }
 
 std::unique_ptr<IteratorBase> DatasetBase::MakeIterator(IteratorContext* ctx,

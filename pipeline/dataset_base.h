@@ -126,6 +126,7 @@ struct IteratorOptions {
 // Shared by all stages of one Iterator: the task arena, statistics,
 // caches, and cancellation.  Thread-safe.
 class BlockSlabKeeper;  // block_arena.h
+class DatasetBase;
 
 class IteratorContext {
  public:
@@ -157,9 +158,14 @@ class IteratorContext {
   // State of type T shared by the iterators one dataset (`key`) makes over
   // its epochs (the memory cache, the shuffle's slot pool); made with
   // std::make_shared<T>() on first use.  Keyed by (key, T), so a slot is
-  // only ever handed out as the type it was made as.
+  // only ever handed out as the type it was made as.  A dataset's state
+  // is its own, never another's made at the address of one destroyed
+  // (Interleave makes and frees one per input): for a dataset owned by a
+  // shared_ptr (as every Dataset is), the state of a destroyed one is
+  // dropped when the next state is made (its users hold their own
+  // references).
   template <typename T>
-  std::shared_ptr<T> Shared(const void* key) {
+  std::shared_ptr<T> Shared(const DatasetBase* key) {
     return std::static_pointer_cast<T>(SharedSlot(
         key, std::type_index(typeid(T)),
         [] { return std::static_pointer_cast<void>(std::make_shared<T>()); }));
@@ -167,8 +173,12 @@ class IteratorContext {
 
  private:
   std::shared_ptr<void> SharedSlot(
-      const void* key, std::type_index type,
+      const DatasetBase* key, std::type_index type,
       const std::function<std::shared_ptr<void>()>& make);
+  struct SharedEntry {
+    std::weak_ptr<const DatasetBase> owner;  // empty: not owned by one
+    std::shared_ptr<void> state;
+  };
 
   // First, so destroyed last: the read blocks' empty slabs stay mapped
   // while the iterator lives (block_arena.h), from epoch to epoch.
@@ -183,8 +193,7 @@ class IteratorContext {
   std::map<const void*, std::unique_ptr<StageCounter>> counters_;
   std::map<uint64_t, WakeUp> wake_ups_;
   uint64_t next_wake_up_ = 0;
-  std::map<std::pair<const void*, std::type_index>, std::shared_ptr<void>>
-      shared_;
+  std::map<std::pair<const DatasetBase*, std::type_index>, SharedEntry> shared_;
   std::atomic<bool> cancelled_{false};
 };
 

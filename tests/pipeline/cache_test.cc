@@ -1,6 +1,7 @@
 // Cache (cache.cc) against tf.data's documented behaviour.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "pipeline/dataset.h"
@@ -47,6 +48,27 @@ TEST(CacheTest, FileCacheServesLaterIteratorsAndOtherPipelinesAreRefused) {
   EXPECT_EQ(calls.load(), after_first);
   auto other = Dataset::Range(0, 31).Cache(cache);
   EXPECT_THROW(Collect(other), Error);
+}
+
+// A memory cache belongs to its dataset.  Interleave makes a dataset for
+// each input and frees it when the input ends, so the next input's cache
+// is often made at the same address: it must start empty, not replay the
+// earlier input's elements (it did, keyed by address: 0, 1, 2, 0, 1, 2...).
+// One input at a time, and two.
+TEST(CacheTest, EachInterleaveInputCachesItsOwnElements) {
+  std::vector<int64_t> want;
+  for (int64_t v = 0; v < 40; ++v) {
+    for (int64_t j = 0; j < 3; ++j) want.push_back(v * 10 + j);
+  }
+  const InterleaveFn fn = [](const Element& e) {
+    const int64_t v = e["value"].scalar<int64_t>();
+    return Dataset::Range(v * 10, v * 10 + 3).Cache();
+  };
+  EXPECT_EQ(Ints(Collect(Dataset::Range(0, 40).FlatMap(fn))), want);
+  std::vector<int64_t> two_at_once =
+      Ints(Collect(Dataset::Range(0, 40).Interleave(fn, /*cycle_length=*/2)));
+  std::sort(two_at_once.begin(), two_at_once.end());
+  EXPECT_EQ(two_at_once, want);
 }
 
 }  // namespace

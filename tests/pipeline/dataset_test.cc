@@ -337,7 +337,8 @@ TEST(DatasetTest, StatsGiveEachStageItsOwnBusySeconds) {
 }
 
 // State shared across an iterator's epochs is one object per dataset and
-// type: asking again gives the same one, another type another one.
+// type: asking again gives the same one, another type or dataset another
+// one.  A destroyed dataset's state is dropped when the next is made.
 TEST(DatasetTest, SharedStateIsOnePerDatasetAndType) {
   struct A {
     int value = 1;
@@ -346,13 +347,24 @@ TEST(DatasetTest, SharedStateIsOnePerDatasetAndType) {
     double value = 2;
   };
   IteratorContext ctx(IteratorOptions{});
-  int key1 = 0, key2 = 0;
-  std::shared_ptr<A> a = ctx.Shared<A>(&key1);
+  const Dataset d1 = Dataset::Range(0, 1), d2 = Dataset::Range(0, 2);
+  const DatasetBase* key1 = d1.base().get();
+  std::shared_ptr<A> a = ctx.Shared<A>(key1);
   a->value = 7;
-  EXPECT_EQ(ctx.Shared<A>(&key1), a);
-  EXPECT_EQ(ctx.Shared<A>(&key1)->value, 7);
-  EXPECT_EQ(ctx.Shared<B>(&key1)->value, 2.0);
-  EXPECT_NE(ctx.Shared<A>(&key2), a);
+  EXPECT_EQ(ctx.Shared<A>(key1), a);
+  EXPECT_EQ(ctx.Shared<A>(key1)->value, 7);
+  EXPECT_EQ(ctx.Shared<B>(key1)->value, 2.0);
+  EXPECT_NE(ctx.Shared<A>(d2.base().get()), a);
+  std::weak_ptr<A> gone;
+  {
+    const Dataset d3 = Dataset::Range(0, 3);
+    gone = ctx.Shared<A>(d3.base().get());
+    EXPECT_FALSE(gone.expired());
+  }
+  EXPECT_FALSE(gone.expired());  // until the next state is made
+  ctx.Shared<B>(d2.base().get());
+  EXPECT_TRUE(gone.expired());
+  EXPECT_EQ(ctx.Shared<A>(key1), a);
 }
 
 }  // namespace
