@@ -12,6 +12,7 @@ AsyncIterator::AsyncIterator(IteratorContext* ctx,
                              std::unique_ptr<IteratorBase> input,
                              StageCounter* counter, Config config)
     : ctx_(ctx),
+      nesting_(CounterNesting::Current()),
       input_(std::move(input)),
       counter_(counter),
       config_(std::move(config)),
@@ -61,6 +62,7 @@ void AsyncIterator::Start() {
     // Its timed waits for room (WaitForRoom) end when they say, not up to
     // the default 50 us later: half a take's interval may be 50 us.
     if (polls_) prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    CounterNesting nesting(nesting_);  // the input's, where it was made
     DriverLoop();
   });
 }

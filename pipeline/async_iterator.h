@@ -120,6 +120,7 @@ class AsyncIterator final : public IteratorBase {
   std::deque<std::unique_ptr<Slot>>::iterator Takeable();
 
   IteratorContext* ctx_;
+  const CounterNesting::Frame nesting_;  // where it was made
   std::unique_ptr<IteratorBase> input_;
   StageCounter* counter_;
   const Config config_;

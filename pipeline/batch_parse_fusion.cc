@@ -2286,6 +2286,7 @@ class FusedBatchParse final : public IteratorBase {
   // The planner task: plans batches until kBatchesAhead per call are in
   // flight (one planner at a time: planning_).
   void PlanTask() {
+    CounterNesting nesting(nesting_);  // the streams', where they were made
     // Ends before planning_ does (which the destructor waits for).
     std::optional<TaskRunning> running(std::in_place);
     std::unique_lock<std::mutex> lock(mu_);
@@ -2481,6 +2482,9 @@ class FusedBatchParse final : public IteratorBase {
   // taken (on 16 cores, of the ~18 us the consumer's thread spent a
   // shuffled Fashion-MNIST batch, ~10 were planning and 2.3 retiring).
   const bool plan_in_task_;
+  // Where this stage was made (an interleave's input: CounterNesting), for
+  // the planner task, which may make the streams of later epochs.
+  const CounterNesting::Frame nesting_ = CounterNesting::Current();
   const size_t plan_burst_;
   // Where the reader, parse and planner tasks run: its own workers
   // (FusedWorkers), from the process's pool as every arena's.  Its tasks

@@ -177,25 +177,44 @@ IteratorContext::IteratorContext(const IteratorOptions& options)
 
 IteratorContext::~IteratorContext() = default;
 
+namespace {
+thread_local CounterNesting::Frame current_nesting;
+}  // namespace
+
+CounterNesting::CounterNesting(Frame frame) : previous_(current_nesting) {
+  current_nesting = frame;
+}
+CounterNesting::~CounterNesting() { current_nesting = previous_; }
+CounterNesting::Frame CounterNesting::Current() { return current_nesting; }
+
 StageCounter* IteratorContext::Counter(const void* key, std::string_view name,
                                        int parallelism) {
+  const CounterNesting::Frame nesting = CounterNesting::Current();
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = counters_[key];
-  if (!slot) {
-    slot = std::make_unique<StageCounter>();
-    slot->name = std::string(name);
-    slot->parallelism = parallelism;
-    order_.push_back(key);
+  std::unique_ptr<StageCounter>* slot;
+  if (nesting.ctx == this && nesting.parent != nullptr) {
+    slot = &nested_counters_[{nesting.parent, std::string(name)}];
+    if (*slot) return slot->get();
+    *slot = std::make_unique<StageCounter>();
+    (*slot)->name = fmt::format("{}/{}", nesting.parent->name, name);
+    (*slot)->parallelism = parallelism * nesting.at_once;
+  } else {
+    slot = &counters_[key];
+    if (*slot) return slot->get();
+    *slot = std::make_unique<StageCounter>();
+    (*slot)->name = std::string(name);
+    (*slot)->parallelism = parallelism;
   }
-  return slot.get();
+  order_.push_back(slot->get());
+  return slot->get();
 }
 
 std::vector<StageStats> IteratorContext::Stats() const {
   const double seconds_per_tick = SecondsPerTick();
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<StageStats> out;
-  for (const void* key : order_) {
-    const StageCounter& c = *counters_.at(key);
+  for (const StageCounter* counter : order_) {
+    const StageCounter& c = *counter;
     StageStats s;
     s.name = c.name;
     s.elements = c.elements.load();

@@ -78,6 +78,36 @@ struct StageCounter {
   std::atomic<uint64_t> wakes{0};
 };
 
+class IteratorContext;
+
+// The stages of the datasets an Interleave makes, one per input element
+// (tf.data's interleave and flat_map), are counted per name under it: one
+// row "interleave:NAME/STAGE" for all its inputs, not one per dataset
+// made.  While a CounterNesting is alive on a thread,
+// IteratorContext::Counter there (for that context) gives the counter of
+// (parent, name), named "<parent's name>/<name>", its parallelism the
+// stage's times `at_once` (the threads the parent's inputs run on at
+// once).  Threads that run those stages for the interleave enter the
+// nesting they were made under (Current()): its readers, an async stage's
+// driver, a fused stage's planner task.
+class CounterNesting {
+ public:
+  struct Frame {
+    const IteratorContext* ctx = nullptr;  // null: not nested
+    StageCounter* parent = nullptr;
+    int at_once = 1;
+  };
+  explicit CounterNesting(Frame frame);
+  ~CounterNesting();
+  CounterNesting(const CounterNesting&) = delete;
+  CounterNesting& operator=(const CounterNesting&) = delete;
+  // This thread's nesting now.
+  static Frame Current();
+
+ private:
+  Frame previous_;
+};
+
 struct IteratorOptions {
   // Threads of the task arena that runs parallel stages; 0 = all cores.
   // A fused Parse whose planner runs on the consumer's thread counts that
@@ -142,7 +172,8 @@ class IteratorContext {
   tbb::task_arena& arena() { return *arena_; }
 
   // The counter of the stage `key` (a dataset), made on first use; the
-  // pointer stays valid as long as the context.
+  // pointer stays valid as long as the context.  Under a CounterNesting
+  // of this context: the counter of (its parent, name) instead.
   StageCounter* Counter(const void* key, std::string_view name,
                         int parallelism = 1);
   std::vector<StageStats> Stats() const;
@@ -189,8 +220,11 @@ class IteratorContext {
   uint64_t seed_;
   std::unique_ptr<tbb::task_arena> arena_;
   mutable std::mutex mu_;
-  std::vector<const void*> order_;
+  std::vector<const StageCounter*> order_;  // Stats()'s
   std::map<const void*, std::unique_ptr<StageCounter>> counters_;
+  std::map<std::pair<const StageCounter*, std::string>,
+           std::unique_ptr<StageCounter>>
+      nested_counters_;
   std::map<uint64_t, WakeUp> wake_ups_;
   uint64_t next_wake_up_ = 0;
   std::map<std::pair<const DatasetBase*, std::type_index>, SharedEntry> shared_;
@@ -261,8 +295,8 @@ class DatasetBase : public std::enable_shared_from_this<DatasetBase> {
   // each iteration derive their seeds from it.
   std::unique_ptr<IteratorBase> MakeIterator(IteratorContext* ctx,
                                              uint64_t salt) const;
-  // The same without counting (for datasets made per element, e.g. by
-  // Interleave, whose time is their parent's).
+  // The stage's own iterator, which MakeIterator counts (each stage makes
+  // its own; callers use MakeIterator).
   virtual std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const = 0;
 

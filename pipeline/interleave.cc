@@ -112,6 +112,7 @@ class ReadAhead final : public IteratorBase {
   ReadAhead(IteratorContext* ctx, std::unique_ptr<IteratorBase> input,
             size_t max_elements, uint64_t max_bytes, ReadySignal* signal)
       : ctx_(ctx),
+        nesting_(CounterNesting::Current()),
         input_(std::move(input)),
         max_elements_(max_elements),
         max_bytes_(max_bytes),
@@ -271,6 +272,8 @@ class ReadAhead final : public IteratorBase {
   bool TakeRun() {
     std::unique_lock<std::mutex> lock(mu_);
     if (shared_.empty()) {
+      // The consumer waits on its input: the interleave's wait, not work.
+      WaitScope wait(nesting_.parent);
       WaitForRun(
           lock, consumer_cv_, consumer_wants_, *ctx_,
           [this] { return RunReadyLocked(); },
@@ -282,6 +285,8 @@ class ReadAhead final : public IteratorBase {
   }
 
   void ReaderLoop() {
+    // The input's stages count under the interleave, as where it was made.
+    CounterNesting nesting(nesting_);
     std::vector<Result> unpublished;
     uint64_t unpublished_bytes = 0;
     std::vector<Element> to_free;
@@ -351,6 +356,9 @@ class ReadAhead final : public IteratorBase {
   }
 
   IteratorContext* ctx_;
+  // Made under the interleave's CounterNesting: its parent is the
+  // interleave's counter.
+  const CounterNesting::Frame nesting_;
   std::unique_ptr<IteratorBase> input_;
   const size_t max_elements_;
   const uint64_t max_bytes_;
@@ -422,6 +430,7 @@ class InterleaveDataset final : public UnaryDataset {
           ctx_(ctx),
           salt_(salt),
           input_(d->input_->MakeIterator(ctx, salt)),
+          counter_(ctx->Counter(d, d->StageName(), d->Parallelism(*ctx))),
           slots_(static_cast<size_t>(d->cycle_length_)) {
       if (d_->parallel() &&
           d_->options_.num_parallel_calls < d->cycle_length_) {
@@ -542,6 +551,7 @@ class InterleaveDataset final : public UnaryDataset {
         }
         const uint64_t number = r->U64();
         Open(slot, r->ReadElement(), number);
+        CounterNesting nesting(InputsNesting());
         slot.iterator->Restore(r);
       }
       input_->Restore(r);
@@ -560,10 +570,21 @@ class InterleaveDataset final : public UnaryDataset {
       std::exception_ptr pending;
     };
 
+    // Where the inputs' stages count: under this stage, on as many
+    // threads at once as read inputs (CounterNesting).
+    CounterNesting::Frame InputsNesting() const {
+      const int at_once =
+          d_->parallel() ? static_cast<int>(std::min<int64_t>(
+                               d_->options_.num_parallel_calls, slots_.size()))
+                         : 1;
+      return {ctx_, counter_, at_once * counter_->parallelism};
+    }
+
     void Open(Slot& slot, Element input, uint64_t number) {
       slot.dataset = d_->fn_(input).base();
+      CounterNesting nesting(InputsNesting());
       std::unique_ptr<IteratorBase> iterator =
-          slot.dataset->MakeIteratorInternal(ctx_, MixSeed(salt_, number));
+          slot.dataset->MakeIterator(ctx_, MixSeed(salt_, number));
       if (d_->parallel()) {
         if (gate_) {
           iterator =
@@ -633,6 +654,7 @@ class InterleaveDataset final : public UnaryDataset {
           }
         }
         if (ctx_->cancelled()) throw Cancelled();
+        WaitScope wait(counter_);
         waiter.Wait(seen);
       }
     }
@@ -640,7 +662,10 @@ class InterleaveDataset final : public UnaryDataset {
     // goes back to the input that gave it (ReadAhead::Retire), to be
     // freed on its reader's thread.
     bool TakeFrom(Slot& slot, Element* out) {
-      if (!slot.ahead) return slot.iterator->GetNext(out);
+      if (!slot.ahead) {
+        CounterNesting nesting(InputsNesting());
+        return slot.iterator->GetNext(out);
+      }
       Element next;
       if (!slot.ahead->GetNext(&next)) return false;
       if (last_ahead_) last_ahead_->Retire(std::move(*out));
@@ -660,6 +685,7 @@ class InterleaveDataset final : public UnaryDataset {
     IteratorContext* ctx_;
     uint64_t salt_;
     std::unique_ptr<IteratorBase> input_;
+    StageCounter* counter_;  // this stage's
     // Before slots_: destroyed after the iterators that use them.
     std::unique_ptr<CallGate> gate_;
     std::unique_ptr<ReadySignal> signal_;  // parallel, not deterministic

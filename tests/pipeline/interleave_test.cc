@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "pipeline/dataset.h"
@@ -248,6 +249,65 @@ TEST(InterleaveTest, ParallelOptionsAreChecked) {
             std::string::npos)
       << tuned.Describe();
   EXPECT_EQ(Ints(Collect(tuned)), (std::vector<int64_t>(5, 0)));
+}
+
+// Statistics: the stages of the datasets made for the inputs are counted
+// per name under the interleave, one row each for all the inputs (not a
+// row per dataset made, and not under the name of another stage made
+// earlier at the same address), also those made mid-way (Repeat's next
+// epoch, on a Prefetch's driver for a third of them); on the consumer's
+// thread (1) or on the readers' (2 at once); an interleave inside an
+// input's dataset nests again.
+TEST(InterleaveTest, StatsCountTheInputsStagesPerNameUnderTheInterleave) {
+  for (int calls : {1, 2}) {
+    SCOPED_TRACE(calls);
+    InterleaveOptions outer;
+    outer.name = "outer";
+    outer.num_parallel_calls = calls;
+    InterleaveOptions inner;
+    inner.name = "inner";
+    const auto ds = Dataset::Range(0, 300).Interleave(
+        [&](const Element& e) {
+          const int64_t v = e["value"].scalar<int64_t>();
+          MapOptions m;
+          m.name = "copy";
+          // Repeat makes its input's iterator again mid-way.
+          auto input = Dataset::Range(v, v + 1).Repeat(2).Map(
+              [](Element x) { return x; }, m);
+          if (v % 3 == 1) return input.Prefetch(1).Batch(2);
+          if (v % 3 == 2) return input.Batch(2);
+          return input.Interleave(
+              [](const Element& x) {
+                const int64_t w = x["value"].scalar<int64_t>();
+                return Dataset::Range(w, w + 1);
+              },
+              /*cycle_length=*/1, inner);
+        },
+        /*cycle_length=*/4, outer);
+    Iterator it = ds.MakeIterator({.threads = 2});
+    Element e;
+    while (it.Next(&e)) {
+    }
+    std::map<std::string, std::pair<uint64_t, int>> rows;
+    for (const StageStats& s : it.Stats()) {
+      EXPECT_TRUE(
+          rows.emplace(s.name, std::pair{s.elements, s.parallelism}).second)
+          << s.name << " twice";
+    }
+    // 300 inputs: 200 batch their 2 elements, 100 interleave theirs.
+    const std::map<std::string, std::pair<uint64_t, int>> want = {
+        {"range", {300, 1}},
+        {"interleave:outer", {400, 1}},
+        {"interleave:outer/range", {600, calls}},
+        {"interleave:outer/repeat", {600, calls}},
+        {"interleave:outer/map:copy", {600, calls}},
+        {"interleave:outer/batch", {200, calls}},
+        {"interleave:outer/prefetch", {200, calls}},
+        {"interleave:outer/interleave:inner", {200, calls}},
+        {"interleave:outer/interleave:inner/range", {200, calls}},
+    };
+    EXPECT_EQ(rows, want);
+  }
 }
 
 }  // namespace
