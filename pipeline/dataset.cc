@@ -190,23 +190,19 @@ CounterNesting::Frame CounterNesting::Current() { return current_nesting; }
 StageCounter* IteratorContext::Counter(const void* key, std::string_view name,
                                        int parallelism) {
   const CounterNesting::Frame nesting = CounterNesting::Current();
+  const bool nested = nesting.ctx == this && nesting.parent != nullptr;
   std::lock_guard<std::mutex> lock(mu_);
-  std::unique_ptr<StageCounter>* slot;
-  if (nesting.ctx == this && nesting.parent != nullptr) {
-    slot = &nested_counters_[{nesting.parent, std::string(name)}];
-    if (*slot) return slot->get();
-    *slot = std::make_unique<StageCounter>();
-    (*slot)->name = fmt::format("{}/{}", nesting.parent->name, name);
-    (*slot)->parallelism = parallelism * nesting.at_once;
-  } else {
-    slot = &counters_[key];
-    if (*slot) return slot->get();
-    *slot = std::make_unique<StageCounter>();
-    (*slot)->name = std::string(name);
-    (*slot)->parallelism = parallelism;
+  std::unique_ptr<StageCounter>& slot =
+      nested ? nested_counters_[{nesting.parent, std::string(name)}]
+             : counters_[key];
+  if (!slot) {
+    slot = std::make_unique<StageCounter>();
+    slot->name = nested ? fmt::format("{}/{}", nesting.parent->name, name)
+                        : std::string(name);
+    slot->parallelism = nested ? parallelism * nesting.at_once : parallelism;
+    order_.push_back(slot.get());
   }
-  order_.push_back(slot->get());
-  return slot->get();
+  return slot.get();
 }
 
 std::vector<StageStats> IteratorContext::Stats() const {
