@@ -298,7 +298,11 @@ class StreamFileRecords final : public FileRecords {
 // compressed file decodes its start), or given open (`in`, with `open`
 // empty).  An error of `open` is thrown by the first NextView, and
 // open_failed() then says so.  NextView, WhatIsReady, open_failed and the
-// positions are the consumer's (one thread).
+// positions are the consumer's (one thread).  `counter` (the tfrecord
+// stage's; it outlives this) gets the reader's opening and reading as
+// busy time, and the consumer's waits for a run as wait time: the
+// consumer's NextView runs in the stage's BusyScope, and waiting is not
+// the stage's work.
 class FileReadAhead final : public FileRecords {
  public:
   enum class Readiness { kNothing, kRecord, kEnd };  // kRecord: or error
@@ -311,12 +315,13 @@ class FileReadAhead final : public FileRecords {
   };
 
   // `open` opens the file at record 0.
-  FileReadAhead(IteratorContext* ctx, Opener open, Bounds bounds,
-                ReadySignal* signal)
-      : FileReadAhead(ctx, nullptr, std::move(open), bounds, signal) {}
-  FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
+  FileReadAhead(IteratorContext* ctx, StageCounter* counter, Opener open,
                 Bounds bounds, ReadySignal* signal)
-      : FileReadAhead(ctx, std::move(in), nullptr, bounds, signal) {}
+      : FileReadAhead(ctx, counter, nullptr, std::move(open), bounds, signal) {}
+  FileReadAhead(IteratorContext* ctx, StageCounter* counter,
+                std::unique_ptr<FileRecords> in, Bounds bounds,
+                ReadySignal* signal)
+      : FileReadAhead(ctx, counter, std::move(in), nullptr, bounds, signal) {}
   ~FileReadAhead() override {
     ctx_->RemoveWakeUp(wake_up_id_);
     {
@@ -367,9 +372,11 @@ class FileReadAhead final : public FileRecords {
     uint64_t next_index = 0;
   };
 
-  FileReadAhead(IteratorContext* ctx, std::unique_ptr<FileRecords> in,
-                Opener open, Bounds bounds, ReadySignal* signal)
+  FileReadAhead(IteratorContext* ctx, StageCounter* counter,
+                std::unique_ptr<FileRecords> in, Opener open, Bounds bounds,
+                ReadySignal* signal)
       : ctx_(ctx),
+        counter_(counter),
         open_(std::move(open)),
         in_(std::move(in)),
         bounds_(bounds),
@@ -408,6 +415,7 @@ class FileReadAhead final : public FileRecords {
   bool TakeRun() {
     std::unique_lock<std::mutex> lock(mu_);
     if (shared_.empty()) {
+      WaitScope wait(counter_);
       WaitForRun(
           lock, consumer_cv_, consumer_wants_, *ctx_,
           [this] {
@@ -426,6 +434,7 @@ class FileReadAhead final : public FileRecords {
     std::vector<Item> unpublished;
     uint64_t unpublished_bytes = 0;
     if (open_) {
+      BusyScope busy(counter_);
       try {
         in_ = open_();
       } catch (...) {
@@ -451,23 +460,26 @@ class FileReadAhead final : public FileRecords {
       // file ends or errs, or the consumer (or the iterator, for any
       // file's) waits for one.
       bool done = false;
-      do {
-        Item item;
-        try {
-          done = !in_->NextView(&item.view);
-        } catch (...) {
-          item.error = std::current_exception();
-          done = true;
-        }
-        item.end = done && !item.error;
-        item.next_offset = in_->next_offset();
-        item.next_index = in_->next_index();
-        unpublished_bytes += item.view.size;
-        unpublished.push_back(std::move(item));
-      } while (!done && unpublished.size() < kWakeRun &&
-               HasRoom(unpublished.size(), unpublished_bytes) &&
-               consumer_wants_.load() != 1 &&
-               !(signal_ != nullptr && signal_->wants_any.load()));
+      {
+        BusyScope busy(counter_);  // not the lock's wait below
+        do {
+          Item item;
+          try {
+            done = !in_->NextView(&item.view);
+          } catch (...) {
+            item.error = std::current_exception();
+            done = true;
+          }
+          item.end = done && !item.error;
+          item.next_offset = in_->next_offset();
+          item.next_index = in_->next_index();
+          unpublished_bytes += item.view.size;
+          unpublished.push_back(std::move(item));
+        } while (!done && unpublished.size() < kWakeRun &&
+                 HasRoom(unpublished.size(), unpublished_bytes) &&
+                 consumer_wants_.load() != 1 &&
+                 !(signal_ != nullptr && signal_->wants_any.load()));
+      }
       lock.lock();
       Publish(&unpublished, &unpublished_bytes, done);
     }
@@ -486,6 +498,7 @@ class FileReadAhead final : public FileRecords {
   }
 
   IteratorContext* ctx_;
+  StageCounter* counter_;
   Opener open_;
   std::unique_ptr<FileRecords> in_;  // the reader's, once it runs
   const Bounds bounds_;
@@ -563,6 +576,11 @@ class TFRecordDataset final : public DatasetBase {
         options_.seed ? fmt::format("{}", *options_.seed) : "none");
   }
   std::string StageName() const override { return "tfrecord"; }
+  // Read ahead, the files read at once (each on a reader thread; the
+  // upcoming files' readers, mostly waiting for room, not counted).
+  int Parallelism(const IteratorContext&) const override {
+    return ReadsFilesAhead(options_) ? options_.num_parallel_reads : 1;
+  }
 
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
@@ -630,6 +648,7 @@ class TFRecordDataset final : public DatasetBase {
           ctx_(ctx),
           order_(std::move(order)),
           epoch_seed_(epoch_seed),
+          counter_(ctx->Counter(d, d->StageName(), d->Parallelism(*ctx))),
           read_ahead_(ReadsFilesAhead(d->options_)),
           slots_(d->options_.num_parallel_reads) {
       if (read_ahead_ && !d->options_.deterministic) {
@@ -804,14 +823,15 @@ class TFRecordDataset final : public DatasetBase {
         std::unique_ptr<FileReadAhead> ahead;
         if (at_start) {
           ahead = std::make_unique<FileReadAhead>(
-              ctx_,
+              ctx_, counter_,
               [&path, options = &d_->options_] {
                 return OpenFileRecords(path, 0, 0, *options);
               },
               bounds, signal_.get());
         } else {
           ahead = std::make_unique<FileReadAhead>(
-              ctx_, OpenFileRecords(path, offset, record, d_->options_), bounds,
+              ctx_, counter_,
+              OpenFileRecords(path, offset, record, d_->options_), bounds,
               signal_.get());
         }
         slot.ahead = ahead.get();
@@ -868,6 +888,7 @@ class TFRecordDataset final : public DatasetBase {
         }
         if (closed) continue;
         if (ctx_->cancelled()) throw Cancelled();
+        WaitScope wait(counter_);
         waiter.Wait(seen);
       }
     }
@@ -880,6 +901,7 @@ class TFRecordDataset final : public DatasetBase {
     IteratorContext* ctx_;
     std::vector<size_t> order_;
     uint64_t epoch_seed_;
+    StageCounter* counter_;  // this stage's (its readers count in it)
     const bool read_ahead_;
     std::unique_ptr<ReadySignal> signal_;  // read ahead, not deterministic
     uint64_t wake_up_id_ = 0;

@@ -1011,6 +1011,55 @@ TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
   }
 }
 
+// Read ahead, the files' reading is the tfrecord stage's work wherever it
+// runs: every read sleeps 20 ms on the reader threads, and the stage's
+// busy time holds all those sleeps (three files read at once: some three
+// times the time the iterator ran), while the consumer's time waiting for
+// a reader, in turn (deterministic) or for any file (not), is its wait
+// time, not its work.  Its parallelism is the files read at once.
+TEST_F(TFRecordDatasetTest, ReadingAheadIsTheStagesBusyTimeOnItsReaders) {
+  class SlowReads final : public records::IoFaultInjector {
+   public:
+    records::IoFault Before(records::IoOp op, std::string_view,
+                            size_t) override {
+      if (op == records::IoOp::kRead &&
+          std::this_thread::get_id() != consumer_) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        slept_ms_.fetch_add(20);
+      }
+      return {};
+    }
+    double slept_seconds() const { return slept_ms_.load() / 1000.0; }
+
+   private:
+    const std::thread::id consumer_ = std::this_thread::get_id();
+    std::atomic<uint64_t> slept_ms_{0};
+  };
+  for (bool deterministic : {true, false}) {
+    SCOPED_TRACE(deterministic);
+    SlowReads slow;
+    records::ScopedIoFaults faults(&slow);
+    TFRecordOptions o;
+    o.num_parallel_reads = 2;
+    o.deterministic = deterministic;
+    Iterator it =
+        Dataset::FromTFRecords(files_, o).MakeIterator({.threads = 1});
+    Element e;
+    size_t records = 0;
+    while (it.Next(&e)) ++records;
+    EXPECT_EQ(records, 40u + 50u + 60u);
+    ASSERT_GE(slow.slept_seconds(), 0.06);  // a read of each file at least
+    std::optional<StageStats> tfrecord;
+    for (const StageStats& s : it.Stats()) {
+      if (s.name == "tfrecord") tfrecord = s;
+    }
+    ASSERT_TRUE(tfrecord.has_value());
+    EXPECT_EQ(tfrecord->parallelism, 2);
+    EXPECT_GE(tfrecord->busy_seconds, 0.95 * slow.slept_seconds());
+    EXPECT_GE(tfrecord->wait_seconds, 0.015);
+  }
+}
+
 // deterministic = false: when the file whose turn it is has nothing read
 // yet, an open file that has a record gives it.  File 0's reader decodes
 // a record of 64 MiB (gzipped, tens of milliseconds) after its first 40,
