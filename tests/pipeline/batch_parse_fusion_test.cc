@@ -477,6 +477,54 @@ TEST_F(BatchParseFusionTest, CountsEveryRecordRead) {
   EXPECT_EQ(batches, (rows + 63) / 64);
 }
 
+// A fused stage an interleave's function makes counts its stages under
+// the interleave (CounterNesting), wherever they count: the shuffle of
+// each epoch after the first is made by the planner, on the consumer's
+// thread or in a task of its own (SetPlanInTask(1)), and the readers and
+// parse calls run in tasks.  No row of theirs is left at the top.
+TEST_F(BatchParseFusionTest, AFusedStageInAnInterleaveCountsUnderIt) {
+  struct ResetMode {
+    ~ResetMode() { stages::SetPlanInTask(-1); }
+  } reset;
+  uint64_t records = 0;
+  for (int f = 0; f < 4; ++f) records += 2 * RecordsInFile(f);
+  for (int mode : {0, 1}) {
+    SCOPED_TRACE(mode);
+    stages::SetPlanInTask(mode);
+    InterleaveOptions files;
+    files.name = "files";
+    files.num_parallel_calls = 2;
+    const Dataset ds = Dataset::Range(0, 4).Interleave(
+        [this](const Element& e) {
+          const int64_t f = e["value"].scalar<int64_t>();
+          return Dataset::FromTFRecords({files_[f]})
+              .Shuffle(30, f)
+              .Repeat(2)
+              .Batch(8)
+              .Parse(Spec(), Calls(2));
+        },
+        /*cycle_length=*/2, files);
+    Iterator it = ds.MakeIterator({.threads = 4});
+    Element e;
+    uint64_t rows = 0, batches = 0;
+    while (it.Next(&e)) {
+      rows += static_cast<uint64_t>(e["label"].num_rows());
+      ++batches;
+    }
+    EXPECT_EQ(rows, records);
+    std::map<std::string, uint64_t> elements;
+    for (const StageStats& s : it.Stats()) elements[s.name] = s.elements;
+    const std::map<std::string, uint64_t> want = {
+        {"range", 4},
+        {"interleave:files", batches},
+        {"interleave:files/tfrecord", records},
+        {"interleave:files/shuffle", records},
+        {"interleave:files/batch", batches},
+        {"interleave:files/parse", batches}};
+    EXPECT_EQ(elements, want);
+  }
+}
+
 // A planner in a task of its own (SetPlanInTask(1)) plans while the
 // consumer is away: the batches taken are planned again, up to
 // kBatchesAhead (2) per parse call and no more.  Planned on the consumer's
