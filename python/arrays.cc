@@ -294,13 +294,15 @@ py::dict ElementToDict(const pipeline::Element& element) {
   return d;
 }
 
-Tensor TensorFromPython(py::handle value, const std::string& what) {
+Tensor TensorFromPython(py::handle value, const std::string& what,
+                        Arrays arrays) {
   if (py::isinstance(value, py::handle(RaggedClass()))) {
-    Tensor values = TensorFromPython(value.attr("values"), what + ".values");
+    Tensor values =
+        TensorFromPython(value.attr("values"), what + ".values", arrays);
     py::object lengths = py::module_::import("numpy").attr("asarray")(
         value.attr("row_lengths"), py::arg("dtype") = "int64");
-    return Tensor::Ragged(values,
-                          TensorFromPython(lengths, what + ".row_lengths"));
+    return Tensor::Ragged(
+        values, TensorFromPython(lengths, what + ".row_lengths", arrays));
   }
   if (PyBytes_Check(value.ptr()) || PyUnicode_Check(value.ptr())) {
     return Tensor::BytesScalar(py::cast<std::string>(value));
@@ -345,13 +347,22 @@ Tensor TensorFromPython(py::handle value, const std::string& what) {
   if (!(array.flags() & npy::NPY_ARRAY_C_CONTIGUOUS_)) {
     array = np.attr("ascontiguousarray")(array);
   }
+  // Made here: a new array that owns its memory (np.asarray of a list, a
+  // conversion); nothing else holds it.
+  const bool made_here = !array.is(value) && array.owndata();
+  if (arrays == Arrays::kCopyUnlessImmutable && !made_here &&
+      TensorBehind(array) == nullptr) {
+    array =
+        np.attr("array")(array, py::arg("copy") = true, py::arg("order") = "C");
+  }
   std::vector<int64_t> dims(array.shape(), array.shape() + array.ndim());
   const void* data = array.data();
   return Tensor::View(*dtype, pipeline::Shape(dims), data,
                       KeepAlive(std::move(array)));
 }
 
-pipeline::Element DictToElement(py::handle dict, const std::string& what) {
+pipeline::Element DictToElement(py::handle dict, const std::string& what,
+                                Arrays arrays) {
   if (!PyDict_Check(dict.ptr())) {
     throw py::type_error(fmt::format("{} must be a dict of arrays, not {}",
                                      what, TypeName(dict)));
@@ -362,7 +373,8 @@ pipeline::Element DictToElement(py::handle dict, const std::string& what) {
       throw py::type_error(fmt::format("{}: keys must be str", what));
     }
     std::string name = py::cast<std::string>(key);
-    e.Set(name, TensorFromPython(value, fmt::format("{}['{}']", what, name)));
+    e.Set(name,
+          TensorFromPython(value, fmt::format("{}['{}']", what, name), arrays));
   }
   return e;
 }

@@ -79,10 +79,27 @@ py::dict ElementToDict(const pipeline::Element& element);
 // Throws py::type_error naming `what` for anything else (a list mixing
 // numbers and bytes/str included), py::value_error for an int outside
 // int64.
-pipeline::Tensor TensorFromPython(py::handle value, const std::string& what);
+//
+// `arrays` says whether a numpy array given is viewed or copied:
+enum class Arrays {
+  // Viewed as it is (from_tensor_slices, from_tensors, which document it:
+  // the arrays must not change while the dataset is used).
+  kView,
+  // Viewed only where nothing can change it: the memory of a recflow
+  // tensor (immutable; a map that returns its input's arrays), or an
+  // array made here (from a list, a dtype or layout converted); any other
+  // is copied, as tf.data copies what a py_function returns.  For what
+  // Python functions return: a map or generator that fills one buffer
+  // again for each element would otherwise change the elements it gave
+  // before, batched or buffered, silently.
+  kCopyUnlessImmutable,
+};
+pipeline::Tensor TensorFromPython(py::handle value, const std::string& what,
+                                  Arrays arrays);
 
 // A dict {name: value} as an element (TensorFromPython per value).
-pipeline::Element DictToElement(py::handle dict, const std::string& what);
+pipeline::Element DictToElement(py::handle dict, const std::string& what,
+                                Arrays arrays);
 
 // A DLPack capsule ("dltensor") viewing `array` (any numpy array of a
 // numeric dtype, read-only or not), keeping it alive until the consumer

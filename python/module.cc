@@ -139,7 +139,8 @@ pipeline::MapFn PythonMap(py::function fn, std::string name) {
       [holder = KeepAlive(std::move(fn)), name = std::move(name)](Element e) {
         PythonCall python;
         py::object out = Callable(holder)(ElementToDict(e));
-        Element result = DictToElement(out, "the result of " + name);
+        Element result = DictToElement(out, "the result of " + name,
+                                       Arrays::kCopyUnlessImmutable);
         result.origin = e.origin;
         result.batch_origins = e.batch_origins;
         return result;
@@ -1296,7 +1297,7 @@ only on the inputs and seeds, never on the thread count.
           "from_tensor_slices",
           [](py::dict arrays) {
             return Wrap(Dataset::FromTensorSlices(
-                DictToElement(arrays, "from_tensor_slices")));
+                DictToElement(arrays, "from_tensor_slices", Arrays::kView)));
           },
           "arrays"_a,
           "Rows of in-memory arrays (a dict), viewed without a copy: do not "
@@ -1304,8 +1305,8 @@ only on the inputs and seeds, never on the thread count.
       .def_static(
           "from_tensors",
           [](py::dict arrays) {
-            return Wrap(
-                Dataset::FromTensors(DictToElement(arrays, "from_tensors")));
+            return Wrap(Dataset::FromTensors(
+                DictToElement(arrays, "from_tensors", Arrays::kView)));
           },
           "arrays"_a,
           "tf.data's from_tensors: the arrays (a dict) as one element, "
@@ -1480,7 +1481,8 @@ only on the inputs and seeds, never on the thread count.
                       return std::nullopt;
                     }
                     py::object value = py::reinterpret_steal<py::object>(next);
-                    return DictToElement(value, "a generator's element");
+                    return DictToElement(value, "a generator's element",
+                                         Arrays::kCopyUnlessImmutable);
                   });
             };
             return Wrap(Dataset::FromGenerator(gen, "from_generator"));
@@ -1572,7 +1574,8 @@ only on the inputs and seeds, never on the thread count.
                 py::str(py::getattr(scan_func, "__name__", py::str("scan")));
             auto holder = KeepAlive(std::move(scan_func));
             return Wrap(d.dataset.Scan(
-                DictToElement(initial_state, "scan's initial_state"),
+                DictToElement(initial_state, "scan's initial_state",
+                              Arrays::kCopyUnlessImmutable),
                 [holder, name](const Element& state, Element e) {
                   PythonCall python;
                   py::object out =
@@ -1586,8 +1589,10 @@ only on the inputs and seeds, never on the thread count.
                   }
                   auto t = out.cast<py::tuple>();
                   return std::pair<Element, Element>{
-                      DictToElement(t[0], "the state " + name + " returned"),
-                      DictToElement(t[1], "the output " + name + " returned")};
+                      DictToElement(t[0], "the state " + name + " returned",
+                                    Arrays::kCopyUnlessImmutable),
+                      DictToElement(t[1], "the output " + name + " returned",
+                                    Arrays::kCopyUnlessImmutable)};
                 },
                 name));
           },

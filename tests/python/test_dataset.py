@@ -55,6 +55,55 @@ def test_arrays_are_read_only_zero_copy_and_dlpack():
     assert ty.tolist() == [2, 4, 6]
 
 
+def test_arrays_python_functions_return_are_copied_unless_immutable():
+    # A map or generator that fills one buffer again for each element (or
+    # returns a read-only view of it) gives each element its own values,
+    # batched, buffered or kept, as tf.data copies a py_function's result.
+    buf = np.zeros(3, np.float32)
+
+    def fill(e):
+        buf[:] = e["value"]
+        return {"x": buf}
+
+    def fill_read_only_view(e):
+        buf[:] = e["value"]
+        view = buf.view()
+        view.flags.writeable = False
+        return {"x": view}
+
+    def fill_ragged(e):
+        buf[:] = e["value"]
+        return {"r": recflow.Ragged(buf, [1, 2])}
+
+    def generate():
+        for v in range(4):
+            buf[:] = v
+            yield {"x": buf}
+
+    def scan(state, e):
+        buf[:] = e["value"]
+        return state, {"x": buf}
+
+    want = [[float(v)] * 3 for v in range(4)]
+    for ds in (recflow.Dataset.range(4).map(fill),
+               recflow.Dataset.range(4).map(fill_read_only_view),
+               recflow.Dataset.from_generator(generate),
+               recflow.Dataset.range(4).scan({"s": np.zeros(1)}, scan)):
+        assert [x.tolist() for b in ds.batch(2) for x in b["x"]] == want
+        assert [e["x"].tolist() for e in ds.prefetch(4)] == want
+        kept = [e["x"] for e in ds]
+        assert [x.tolist() for x in kept] == want
+    ragged = [e["r"].values.tolist()
+              for e in recflow.Dataset.range(2).map(fill_ragged)]
+    assert ragged == [[0.0] * 3, [1.0] * 3]
+    # A map that returns its input's arrays (a recflow tensor's memory,
+    # which nothing changes) passes them on without a copy.
+    a = np.arange(6, dtype=np.float32)
+    x = next(iter(recflow.Dataset.from_tensors({"x": a}).map(lambda e: e)))
+    assert x["x"].ctypes.data == a.ctypes.data
+    assert x["x"].tolist() == a.tolist()
+
+
 def test_save_and_restore_continue_exactly_in_another_process(tmp_path):
     path = write_records(tmp_path / "d.tfrecord", 500)
     program = textwrap.dedent(f"""
