@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The reliability checks CI runs after the test suite (docs/RELIABILITY.md):
 #   1. the whole test suite (but the slow tests) built with clang under
-#      AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/;
+#      AddressSanitizer + UndefinedBehaviorSanitizer, in build-asan/, the
+#      Python module's tests included (its runtime preloaded);
 #   2. every fuzz target (fuzz/, libFuzzer, same build) for FUZZ_SECONDS
 #      each (default 60), two at a time, from the seed corpora;
 #   3. the records, pipeline, convert, train and tools tests under
@@ -29,8 +30,14 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 build_asan() {
   # RECFLOW_CUDA=OFF: the sanitizers instrument host code only, and this
   # is where CI builds and tests the configuration without the CUDA backend.
+  # The Python module too: its tests run in Debian's interpreter with
+  # clang's shared ASan runtime preloaded (tests/CMakeLists.txt).
+  local preload
+  preload="$(clang++ -print-file-name=libclang_rt.asan-x86_64.so)"
+  preload+=" $(g++ -print-file-name=libstdc++.so)"
   CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=None \
-    -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=OFF -DRECFLOW_MPI=OFF \
+    -DRECFLOW_CUDA=OFF -DRECFLOW_PYTHON=ON -DRECFLOW_MPI=OFF \
+    -DRECFLOW_PYTHON_TEST_PRELOAD="$preload" \
     -DRECFLOW_BUILD_BENCH=OFF -DRECFLOW_FUZZ=ON -DRECFLOW_TEST_OPTIMIZATION=-O0 \
     -DCMAKE_CXX_FLAGS="$san_flags" >/dev/null
   cmake --build build-asan
