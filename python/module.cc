@@ -1489,7 +1489,9 @@ only on the inputs and seeds, never on the thread count.
           },
           "generator"_a,
           "Elements from generator(), called once per epoch; each element "
-          "a dict of arrays. Restoring needs the same elements each call.")
+          "a dict of arrays (copied where they could change later: a buffer "
+          "filled again for each element is safe). Restoring needs the same "
+          "elements each call.")
       .def(
           "global_shuffle",
           [](const PyDataset& d, const py::object& seed,
@@ -1541,7 +1543,9 @@ only on the inputs and seeds, never on the thread count.
           "fn"_a, "num_parallel_calls"_a = 1, "deterministic"_a = true,
           "name"_a = py::none(),
           "fn: a recflow.maps function (C++, no GIL) or a Python callable "
-          "taking and returning a dict of arrays (runs under the GIL). "
+          "taking and returning a dict of arrays (runs under the GIL; the "
+          "arrays it returns are copied unless it made them or they are its "
+          "input's, so a buffer it fills again is safe). "
           "num_parallel_calls: -1 for every thread.")
       .def(
           "filter",
