@@ -1799,7 +1799,9 @@ only on the inputs and seeds, never on the thread count.
             o.shift = shift.value_or(size);
             o.stride = stride;
             o.drop_remainder = drop_remainder;
-            if (o.shift == 0) {
+            // (shift 0 means "size" in C++; here None does.  A size of 0
+            // is refused by name below, not as the shift it stands for.)
+            if (shift == 0) {
               throw py::value_error("window(): shift must be positive, not 0");
             }
             return Wrap(d.dataset.Window(size, o));

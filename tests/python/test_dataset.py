@@ -848,6 +848,8 @@ def test_window_take_while_and_scan_as_tf_data():
     assert len(D.range(7).window(3, shift=1)) == 7
     with pytest.raises(ValueError, match="shift must be positive"):
         D.range(7).window(3, shift=0)
+    with pytest.raises(ValueError, match="size must be positive, not 0"):
+        D.range(7).window(0)
     # take_while ends at the first element the predicate rejects.
     dip = D.from_tensor_slices({"v": np.array([1, 2, 9, 3, 4], np.int64)})
     assert [int(e["v"]) for e in dip.take_while(lambda e: e["v"] < 5)] == [
