@@ -192,19 +192,22 @@ BENCHMARK(BM_Parse)
     ->UseRealTime();
 
 // Parse's pipeline with its files split in two datasets and mixed again by
-// SampleFromDatasets (weights alike, every record once), next to the same
-// pipeline unmixed and unfused (mixed:0; IteratorOptions::optimize false),
-// which is the mixture's path without the draws: the mixture is not a
-// stage the fused batch-parse path takes over (BM_Parse's), so each input
-// is read record by record and batched on the consumer's thread.
+// SampleFromDatasets (weights alike, every record once): mixed:1 fused
+// (each input read by reader tasks, the draws planned, the batches parsed
+// straight from the read buffers), next to the same pipeline unmixed
+// (mixed:0, BM_Parse's) and to the mixture run stage by stage (mixed:2,
+// IteratorOptions::optimize false: each input read record by record, the
+// batch stacked, then parsed), which is how a mixture ran before it was
+// fused.
 void BM_SampleFromDatasets(benchmark::State& state) {
   const int threads = static_cast<int>(state.range(0));
+  const int64_t mixed = state.range(1);
   const std::vector<std::string>& files = Files();
-  if (state.range(1) == 0) {
+  if (mixed == 0) {
     Drain(state,
           Dataset::FromTFRecords(files).Batch(kBatch).Parse(Spec(),
                                                             Calls(threads)),
-          threads, nullptr, /*optimize=*/false);
+          threads);
     return;
   }
   const auto half = static_cast<std::ptrdiff_t>(files.size() / 2);
@@ -215,11 +218,11 @@ void BM_SampleFromDatasets(benchmark::State& state) {
         Dataset::SampleFromDatasets({a, b}, {.seed = 1})
             .Batch(kBatch)
             .Parse(Spec(), Calls(threads)),
-        threads);
+        threads, nullptr, /*optimize=*/mixed == 1);
 }
 BENCHMARK(BM_SampleFromDatasets)
     ->ArgNames({"threads", "mixed"})
-    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->ArgsProduct({{1, 2}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

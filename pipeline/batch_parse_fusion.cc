@@ -2,7 +2,10 @@
 // through the shuffle and the reading below it.
 //
 // For Parse(Batch(S1(S2(...(FromTFRecords))))) with each S a Shuffle or a
-// Repeat, the stages run as one, so that per-record work is on every core:
+// Repeat, the stages run as one, so that per-record work is on every core.
+// The chain may end in a SampleFromDatasets instead of the source, each of
+// whose inputs is such a chain (SampleStream; the files of all its
+// sources are read by reader tasks alike, each source with its options):
 //
 //   reader tasks (one per open file, in the arena, kChunksAhead ahead;
 //     smaller chunks when many files are open at once):
@@ -349,12 +352,24 @@ class ViewLedger {
 
 class FileReader;
 
+// One TFRecord source of the fused stages (a mixture has several): its
+// options, where its files start in Env::paths, and its stage's counter.
+struct FileSource {
+  const TFRecordOptions* options = nullptr;
+  size_t first_file = 0;
+  StageCounter* counter = nullptr;
+};
+
 // What the parts of one fused iterator share.
 struct Env {
   IteratorContext* ctx;
+  // The files of every source, each source's in its own order (a source
+  // listed twice in a mixture, once); records name them by index here.
   const std::vector<std::shared_ptr<const std::string>>* paths;
-  const TFRecordOptions* options;
-  StageCounter* read_counter;
+  // The TFRecord sources, by stage (empty over a global shuffle).
+  std::map<const DatasetBase*, FileSource> sources;
+  // The global shuffle's reads (null for TFRecord sources).
+  StageCounter* global_counter = nullptr;
   // The planner's ("batch"): the streams' work that no stage of its own
   // counts (a shuffle counts its own draws, ShuffleStream).
   StageCounter* plan_counter = nullptr;
@@ -416,6 +431,9 @@ struct Env {
 
   uint64_t FileId(const RecordView& v) const {
     return static_cast<uint64_t>(v.path - paths->data());
+  }
+  const FileSource& Source(const DatasetBase* stage) const {
+    return sources.at(stage);
   }
 };
 
@@ -642,17 +660,22 @@ class FileReader {
  public:
   // `shuffle_seed`: the file's (FileShuffleSeed), where each file is
   // shuffled (TFRecordOptions::shuffle_buffer_per_file).
-  FileReader(Env* env, const std::shared_ptr<const std::string>& path,
-             uint64_t offset, uint64_t index, uint64_t shuffle_seed = 0)
+  FileReader(Env* env, const FileSource* source,
+             const std::shared_ptr<const std::string>& path, uint64_t offset,
+             uint64_t index, uint64_t shuffle_seed = 0)
       : env_(env),
+        source_(source),
         path_(path),
         piece_offset_(offset),
         piece_index_(index),
         shuffle_seed_(shuffle_seed) {
     readers_made.fetch_add(1, std::memory_order_relaxed);
     env_->readers.push_back(this);
-    if (env_->ranges == nullptr) return;
-    ranges_ = env_->ranges->Get(*path_, *env_->options, env_->chunk_bytes);
+    // Where each file is shuffled, its buffer takes its records in order.
+    if (env_->ranges == nullptr || options().shuffle_buffer_per_file > 0) {
+      return;
+    }
+    ranges_ = env_->ranges->Get(*path_, options(), env_->chunk_bytes);
     if (ranges_ == nullptr) return;
     // Ranges from where the file is opened when a range starts there (its
     // start, or a state saved between ranges).  Opened inside a range (a
@@ -780,8 +803,8 @@ class FileReader {
   // (quiesced).
   void SaveShuffle(StateWriter* w) const {
     if (shuffled_ == nullptr) {  // not opened yet: as made
-      ShuffledFileRecords(path_, nullptr,
-                          env_->options->shuffle_buffer_per_file, shuffle_seed_)
+      ShuffledFileRecords(path_, nullptr, options().shuffle_buffer_per_file,
+                          shuffle_seed_)
           .Save(w);
       return;
     }
@@ -806,7 +829,7 @@ class FileReader {
   // The offset and index of the next record Next() returns (quiesced);
   // where each file is shuffled, where its buffer reads on.
   std::pair<uint64_t, uint64_t> Position() const {
-    if (env_->options->shuffle_buffer_per_file > 0) {
+    if (options().shuffle_buffer_per_file > 0) {
       if (!records_) return {piece_offset_, piece_index_};
       return {records_->next_offset(), records_->next_index()};
     }
@@ -847,12 +870,11 @@ class FileReader {
 
   void Open() {
     if (records_) return;
-    records_ =
-        OpenFileRecords(path_, piece_offset_, piece_index_, *env_->options);
-    if (env_->options->shuffle_buffer_per_file > 0) {
+    records_ = OpenFileRecords(path_, piece_offset_, piece_index_, options());
+    if (options().shuffle_buffer_per_file > 0) {
       // The shuffle runs here, on the reader task that fills the chunk.
       auto shuffled = std::make_unique<ShuffledFileRecords>(
-          path_, std::move(records_), env_->options->shuffle_buffer_per_file,
+          path_, std::move(records_), options().shuffle_buffer_per_file,
           shuffle_seed_);
       shuffled_ = shuffled.get();
       records_ = std::move(shuffled);
@@ -862,7 +884,7 @@ class FileReader {
   // Reads one chunk of the file in one piece (by the thread that set
   // filling_), ending before record `stop_at`.
   void Fill(Chunk* c, uint64_t stop_at) {
-    BusyScope busy(env_->read_counter);
+    BusyScope busy(source_->counter);
     uint64_t bytes = 0;
     try {
       if (!records_) {
@@ -895,13 +917,12 @@ class FileReader {
   // Reads a range (by the thread that claimed it): sound when every one of
   // its records was read and the last ended where the next range starts.
   void FillRange(Chunk* c) {
-    BusyScope busy(env_->read_counter);
+    BusyScope busy(source_->counter);
     uint64_t bytes = 0;
     const uint64_t n = c->range_end - c->start.second;
     try {
-      std::unique_ptr<FileRecords> r =
-          OpenFileRange(path_, c->start.first, c->start.second, c->next_offset,
-                        *env_->options);
+      std::unique_ptr<FileRecords> r = OpenFileRange(
+          path_, c->start.first, c->start.second, c->next_offset, options());
       r->KeepBlocksIn(&c->blocks);
       c->views.resize(n);
       for (RecordView& v : c->views) {
@@ -918,7 +939,7 @@ class FileReader {
   }
 
   void Count(uint64_t records, uint64_t bytes) {
-    StageCounter* counter = env_->read_counter;
+    StageCounter* counter = source_->counter;
     counter->elements.fetch_add(records, std::memory_order_relaxed);
     counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
   }
@@ -1097,7 +1118,7 @@ class FileReader {
         lock.lock();
         if (helped) continue;
       }
-      WaitScope wait(env_->read_counter);
+      WaitScope wait(source_->counter);
       Wait(lock, [this] {
         return ready_.empty() ? !filling_ : ready_.front().filled;
       });
@@ -1138,7 +1159,10 @@ class FileReader {
     return true;
   }
 
+  const TFRecordOptions& options() const { return *source_->options; }
+
   Env* env_;
+  const FileSource* const source_;
   const std::shared_ptr<const std::string>& path_;
   // Where reading in one piece starts: where the file is opened, or where
   // ranges stopped.
@@ -1287,6 +1311,7 @@ class SourceStream final : public RecordStream {
  public:
   SourceStream(Env* env, const FusableStage& stage, uint64_t salt)
       : RecordStream(env),
+        source_(&env->Source(stage.dataset)),
         order_(stage.file_order(env->ctx, salt)),
         epoch_seed_(stage.tfrecord->shuffle_buffer_per_file > 0
                         ? stage.shuffle_seed(env->ctx, salt)
@@ -1298,7 +1323,7 @@ class SourceStream final : public RecordStream {
     while (true) {
       if (open_ == 0 && next_file_ >= order_.size()) return false;
       Slot& slot = slots_[cycle_];
-      if (!env_->options->deterministic && slot.reader &&
+      if (!source_->options->deterministic && slot.reader &&
           TakeReadyElsewhere(out)) {
         return true;
       }
@@ -1312,7 +1337,7 @@ class SourceStream final : public RecordStream {
         }
         if (got) {
           if (++block_index_ ==
-              static_cast<uint64_t>(env_->options->block_length)) {
+              static_cast<uint64_t>(source_->options->block_length)) {
             Advance();
           }
           return true;
@@ -1354,7 +1379,7 @@ class SourceStream final : public RecordStream {
       return true;
     }
     const auto block_length =
-        static_cast<uint64_t>(env_->options->block_length);
+        static_cast<uint64_t>(source_->options->block_length);
     Slot& slot = slots_[0];
     while (n > 0) {
       if (!slot.reader) {
@@ -1405,7 +1430,7 @@ class SourceStream final : public RecordStream {
   void Save(StateWriter* w) override {
     w->BeginStage("tfrecord");
     w->U64(cycle_);
-    if (env_->options->block_length != 1) w->U64(block_index_);
+    if (source_->options->block_length != 1) w->U64(block_index_);
     w->U64(next_file_);
     for (const Slot& slot : slots_) {
       w->Bool(slot.reader != nullptr);
@@ -1421,10 +1446,10 @@ class SourceStream final : public RecordStream {
   void Restore(StateReader* r) override {
     r->BeginStage("tfrecord");
     cycle_ = r->U64();
-    block_index_ = env_->options->block_length != 1 ? r->U64() : 0;
+    block_index_ = source_->options->block_length != 1 ? r->U64() : 0;
     next_file_ = r->U64();
     if (cycle_ >= slots_.size() || next_file_ > order_.size() ||
-        block_index_ >= static_cast<uint64_t>(env_->options->block_length)) {
+        block_index_ >= static_cast<uint64_t>(source_->options->block_length)) {
       throw Error("tfrecord state: position out of range");
     }
     ahead_.reset();
@@ -1456,13 +1481,15 @@ class SourceStream final : public RecordStream {
   };
 
   const std::shared_ptr<const std::string>& Path(size_t order_index) const {
-    return (*env_->paths)[order_[order_index]];
+    return (*env_->paths)[source_->first_file + order_[order_index]];
   }
-  bool Shuffled() const { return env_->options->shuffle_buffer_per_file > 0; }
+  bool Shuffled() const {
+    return source_->options->shuffle_buffer_per_file > 0;
+  }
   std::unique_ptr<FileReader> MakeReader(size_t order_index, uint64_t offset,
                                          uint64_t record) const {
     return std::make_unique<FileReader>(
-        env_, Path(order_index), offset, record,
+        env_, source_, Path(order_index), offset, record,
         Shuffled() ? FileShuffleSeed(epoch_seed_, order_[order_index]) : 0);
   }
   void Open(Slot& slot, size_t order_index) {
@@ -1507,7 +1534,7 @@ class SourceStream final : public RecordStream {
   // order is fixed (deterministic), as many as every file has read and
   // not handed out.  A turn leaves the cycle where it was.
   size_t FullTurns(size_t n) const {
-    const TFRecordOptions& options = *env_->options;
+    const TFRecordOptions& options = *source_->options;
     if (n < slots_.size() || open_ != slots_.size() || !options.deterministic ||
         options.block_length != 1) {
       return 0;
@@ -1542,6 +1569,7 @@ class SourceStream final : public RecordStream {
     return false;
   }
 
+  const FileSource* const source_;
   std::vector<size_t> order_;
   const uint64_t epoch_seed_;  // where each file is shuffled
   std::vector<Slot> slots_;
@@ -1924,7 +1952,70 @@ class RepeatStream final : public RecordStream {
   RepeatEpochs<RecordStream> epochs_;
 };
 
-// Makes the stream of chain[i..] (chain.back() is the source) for `salt`.
+// SampleFromDatasets (its iterator over views): each record from the
+// input its draw picks, with the stage's weights, seed and ends
+// (WeightedDraws, MixEnds), so the same records in the same order.  Its
+// draws count as the planner's work with its inputs' (a few ns a record:
+// timing them apart would cost more than they do); the records it gives
+// count as its stage's elements.
+class SampleStream final : public RecordStream {
+ public:
+  SampleStream(Env* env, const FusableStage& stage, uint64_t salt,
+               std::vector<std::unique_ptr<RecordStream>> in)
+      : RecordStream(env),
+        in_(std::move(in)),
+        weights_(*stage.weights),
+        draws_(*stage.weights, stage.shuffle_seed(env->ctx, salt)),
+        ends_(in_.size(), stage.stop_on_empty),
+        counter_(env->ctx->Counter(stage.dataset, "sample_from_datasets")) {}
+
+  bool Next(RecordRef* out) override {
+    const bool got =
+        ends_.Next([this] { return draws_.Pick(); },
+                   [this, out](size_t i) { return in_[i]->Next(out); },
+                   [this] { draws_.SetEnded(ends_.input_ended()); });
+    if (got) counter_->elements.fetch_add(1, std::memory_order_relaxed);
+    return got;
+  }
+
+  void Quiesce() override {
+    for (auto& in : in_) in->Quiesce();
+  }
+  void Resume() override {
+    for (auto& in : in_) in->Resume();
+  }
+  // An input of weight 0 is never read.
+  void Prepare() override {
+    for (size_t i = 0; i < in_.size(); ++i) {
+      if (weights_[i] > 0) in_[i]->Prepare();
+    }
+  }
+
+  // The stage's layout: the ends, the draws, each input.
+  void Save(StateWriter* w) override {
+    w->BeginStage("sample_from_datasets");
+    ends_.Save(w);
+    w->U64(draws_.state());
+    for (auto& in : in_) in->Save(w);
+  }
+  void Restore(StateReader* r) override {
+    r->BeginStage("sample_from_datasets");
+    ends_.Restore(r);
+    draws_.SetEnded(ends_.input_ended());
+    draws_.set_state(r->U64());
+    for (auto& in : in_) in->Restore(r);
+  }
+
+ private:
+  std::vector<std::unique_ptr<RecordStream>> in_;
+  const std::vector<double>& weights_;  // the stage's
+  WeightedDraws draws_;
+  MixEnds ends_;
+  StageCounter* const counter_;  // "sample_from_datasets"
+};
+
+// Makes the stream of chain[i..] (chain.back() is the source, or a
+// mixture of the chains below it) for `salt`.
 std::unique_ptr<RecordStream> MakeStream(Env* env,
                                          const std::vector<FusableStage>& chain,
                                          size_t i, uint64_t salt) {
@@ -1942,10 +2033,32 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
           env, s, salt, [env, &chain, i](uint64_t epoch_salt) {
             return MakeStream(env, chain, i + 1, epoch_salt);
           });
+    case FusableStage::Kind::kSample: {
+      // Each input gets the salt (as the stage's iterators do).
+      std::vector<std::unique_ptr<RecordStream>> in;
+      for (const auto& input : s.chains) {
+        in.push_back(MakeStream(env, input, 0, salt));
+      }
+      return std::make_unique<SampleStream>(env, s, salt, std::move(in));
+    }
     case FusableStage::Kind::kBatch:
       break;
   }
   throw Error("batch-parse fusion: a Batch below the fused Batch");
+}
+
+// The sources of `chain` and of the chains below its mixtures, each time
+// one is met (a dataset a mixture takes twice is read twice).
+void CollectSources(const std::vector<FusableStage>& chain,
+                    std::vector<const FusableStage*>* out) {
+  for (const FusableStage& s : chain) {
+    if (s.kind == FusableStage::Kind::kSample) {
+      for (const auto& input : s.chains) CollectSources(input, out);
+    } else if (s.kind == FusableStage::Kind::kTFRecord ||
+               s.kind == FusableStage::Kind::kGlobalShuffle) {
+      out->push_back(&s);
+    }
+  }
 }
 
 class FusedBatchParse final : public IteratorBase {
@@ -1964,26 +2077,40 @@ class FusedBatchParse final : public IteratorBase {
         arena_(FusedWorkers(ctx->threads(), plan_in_task_), 0) {
     last_fused_workers.store(arena_.max_concurrency(),
                              std::memory_order_relaxed);
-    const FusableStage& source = chain_.back();
+    std::vector<const FusableStage*> sources;
+    CollectSources(chain_, &sources);
     env_.ctx = ctx;
     env_.arena = &arena_;
-    env_.paths = source.paths;
-    env_.origin_files =
-        std::make_shared<const BatchOrigins::Files>(*source.paths);
-    env_.options = source.tfrecord;
-    env_.global = source.global;
+    // A global shuffle is fused alone (MakeFusedBatchParse).
+    env_.global = sources.front()->global;
     // One parse call reads ahead too where files are read in parallel (as
     // the stages do, FileReadAhead; as tf.data's interleave does whatever
     // the map's parallelism): else gzipped files decode at one core's
     // speed however many are read at once.
-    env_.read_ahead = calls > 1 || (source.tfrecord != nullptr &&
-                                    ReadsFilesAhead(*source.tfrecord));
+    env_.read_ahead = calls > 1;
+    int64_t files_at_once = 0;
+    for (const FusableStage* source : sources) {
+      if (source->tfrecord != nullptr) {
+        env_.read_ahead = env_.read_ahead || ReadsFilesAhead(*source->tfrecord);
+        files_at_once +=
+            std::min<int64_t>(source->tfrecord->num_parallel_reads,
+                              static_cast<int64_t>(source->paths->size()));
+      }
+    }
     env_.help_read = env_.read_ahead && !plan_in_task_;
     env_.threads = static_cast<size_t>(ctx->threads());
-    if (source.tfrecord != nullptr) {
-      const int64_t files_at_once =
-          std::min<int64_t>(source.tfrecord->num_parallel_reads,
-                            static_cast<int64_t>(source.paths->size()));
+    if (env_.global == nullptr) {
+      for (const FusableStage* source : sources) {
+        if (env_.sources.contains(source->dataset)) continue;
+        env_.sources[source->dataset] = {
+            .options = source->tfrecord,
+            .first_file = paths_.size(),
+            .counter = ctx->Counter(source->dataset, "tfrecord",
+                                    env_.read_ahead ? ctx->threads() : 1)};
+        paths_.insert(paths_.end(), source->paths->begin(),
+                      source->paths->end());
+      }
+      env_.paths = &paths_;
       env_.chunk_records = ChunkRecords(files_at_once);
       env_.chunk_bytes = ChunkBytes(env_.chunk_records);
       if (!env_.read_ahead) {
@@ -1991,21 +2118,19 @@ class FusedBatchParse final : public IteratorBase {
       }
       // Fewer files read at once than threads: the files with an index
       // are read by ranges, so that each file is read on several (not
-      // where each file is shuffled: its buffer takes its records in
-      // order).
-      if (env_.read_ahead && files_at_once < ctx->threads() &&
-          source.tfrecord->shuffle_buffer_per_file == 0) {
+      // where each file is shuffled: FileReader).
+      if (env_.read_ahead && files_at_once < ctx->threads()) {
         env_.ranges = &TheRangeIndexes();
       }
-    }
-    if (source.global != nullptr) {
-      // Read by the parse calls, as many at once.
-      unread_files_ = std::make_unique<UnreadFiles>(source.global);
-      env_.read_counter = ctx->Counter(source.dataset, "global_shuffle", calls);
     } else {
-      env_.read_counter = ctx->Counter(source.dataset, "tfrecord",
-                                       env_.read_ahead ? ctx->threads() : 1);
+      env_.paths = sources.front()->paths;  // as UnreadFiles counts them
+      // Read by the parse calls, as many at once.
+      unread_files_ = std::make_unique<UnreadFiles>(env_.global);
+      env_.global_counter =
+          ctx->Counter(sources.front()->dataset, "global_shuffle", calls);
     }
+    env_.origin_files =
+        std::make_shared<const BatchOrigins::Files>(*env_.paths);
     if (calls > 1) {
       env_.ledger.Discard(true);  // the parse tasks free the chunks
       env_.help = [this] {
@@ -2431,16 +2556,16 @@ class FusedBatchParse final : public IteratorBase {
     plan_counter_->bytes.fetch_add(planned_bytes, std::memory_order_relaxed);
     try {
       if (unread_files_) {
-        BusyScope busy(env_.read_counter);
+        BusyScope busy(env_.global_counter);
         unread_files_->Read(&records);
         uint64_t bytes = 0;
         for (size_t i = 0; i < records.size(); ++i) {
           origin(i, records[i]);
           bytes += records[i].size;
         }
-        env_.read_counter->elements.fetch_add(records.size(),
-                                              std::memory_order_relaxed);
-        env_.read_counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
+        env_.global_counter->elements.fetch_add(records.size(),
+                                                std::memory_order_relaxed);
+        env_.global_counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
       }
     } catch (...) {
       slot->element = Element{};
@@ -2490,6 +2615,9 @@ class FusedBatchParse final : public IteratorBase {
   // (FusedWorkers), from the process's pool as every arena's.  Its tasks
   // end before it goes (the destructor waits for them).
   tbb::task_arena arena_;
+  // Every TFRecord source's files (Env::paths), kept while the streams
+  // are.
+  std::vector<std::shared_ptr<const std::string>> paths_;
   Env env_;
   StageCounter* plan_counter_;
   StageCounter* parse_counter_;
@@ -2533,6 +2661,37 @@ class FusedBatchParse final : public IteratorBase {
       HoldParsedBuffers(info_, max_slots_ + 2);
 };
 
+// The stages from `d` down to its source, each described (a mixture's
+// inputs each as a chain of its own, in FusableStage::chains); false
+// where one is not fused.  A global shuffle is fused alone: its reads are
+// planned for the parse calls, not read by streams.
+bool DescribeChain(DatasetPtr d, bool in_mixture,
+                   std::vector<FusableStage>* chain) {
+  while (true) {
+    FusableStage s;
+    s.dataset = d.get();
+    if (!d->DescribeForFusion(&s) || s.kind == FusableStage::Kind::kBatch ||
+        (in_mixture && s.kind == FusableStage::Kind::kGlobalShuffle)) {
+      return false;
+    }
+    if (s.kind == FusableStage::Kind::kSample) {
+      for (const DatasetPtr& input : s.inputs) {
+        if (!DescribeChain(input, true, &s.chains.emplace_back())) {
+          return false;
+        }
+      }
+      chain->push_back(std::move(s));
+      return true;
+    }
+    chain->push_back(s);
+    if (s.kind == FusableStage::Kind::kTFRecord ||
+        s.kind == FusableStage::Kind::kGlobalShuffle) {
+      return true;
+    }
+    d = s.input;
+  }
+}
+
 }  // namespace
 
 uint64_t FusedRangesRead() { return FileReader::RangesRead(); }
@@ -2569,20 +2728,7 @@ std::unique_ptr<IteratorBase> MakeFusedBatchParse(
     return nullptr;
   }
   std::vector<FusableStage> chain;
-  DatasetPtr d = batch.input;
-  while (true) {
-    FusableStage s;
-    s.dataset = d.get();
-    if (!d->DescribeForFusion(&s) || s.kind == FusableStage::Kind::kBatch) {
-      return nullptr;
-    }
-    chain.push_back(s);
-    if (s.kind == FusableStage::Kind::kTFRecord ||
-        s.kind == FusableStage::Kind::kGlobalShuffle) {
-      break;
-    }
-    d = s.input;
-  }
+  if (!DescribeChain(batch.input, /*in_mixture=*/false, &chain)) return nullptr;
   return std::make_unique<FusedBatchParse>(
       ctx, parse, info, std::max(parallel_calls, 1), std::move(batch),
       std::move(chain), salt);

@@ -192,53 +192,36 @@ class ConcatenateDataset final : public DatasetBase {
 };
 
 // What SampleFrom and ChooseFrom share (tf.data's directed interleave):
-// the inputs, which of them have ended, and the check that their elements
-// have the same component names.  Pick() says which input gives the next
-// element.
+// the inputs, which of them have ended (MixEnds), and the check that their
+// elements have the same component names.  Pick() says which input gives
+// the next element.
 class MixIterator : public IteratorBase {
  public:
   MixIterator(std::string_view stage,
               std::vector<std::unique_ptr<IteratorBase>> in, bool stop_on_empty)
       : stage_(stage),
         in_(std::move(in)),
-        stop_on_empty_(stop_on_empty),
-        input_ended_(in_.size(), false),
+        ends_(in_.size(), stop_on_empty),
         checked_(in_.size(), false) {}
 
   bool GetNext(Element* out) final {
-    while (!ended_) {
-      const std::optional<size_t> i = Pick();
-      if (!i) break;
-      if (!input_ended_[*i]) {
-        if (in_[*i]->GetNext(out)) {
-          if (!checked_[*i]) Check(*i, *out);
-          return true;
-        }
-        input_ended_[*i] = true;
-        ++inputs_ended_;
-        InputsChanged();
-      }
-      // The input picked has ended (now or before).
-      if (stop_on_empty_ || inputs_ended_ == in_.size()) break;
-    }
-    ended_ = true;
-    return false;
+    return ends_.Next([this] { return Pick(); },
+                      [this, out](size_t i) {
+                        if (!in_[i]->GetNext(out)) return false;
+                        if (!checked_[i]) Check(i, *out);
+                        return true;
+                      },
+                      [this] { InputsChanged(); });
   }
   void Save(StateWriter* w) final {
     w->BeginStage(stage_);
-    w->Bool(ended_);
-    for (size_t i = 0; i < in_.size(); ++i) w->Bool(input_ended_[i]);
+    ends_.Save(w);
     SavePicker(w);
     for (auto& in : in_) in->Save(w);
   }
   void Restore(StateReader* r) final {
     r->BeginStage(stage_);
-    ended_ = r->Bool();
-    inputs_ended_ = 0;
-    for (size_t i = 0; i < in_.size(); ++i) {
-      input_ended_[i] = r->Bool();
-      inputs_ended_ += input_ended_[i];
-    }
+    ends_.Restore(r);
     InputsChanged();
     RestorePicker(r);
     for (auto& in : in_) in->Restore(r);
@@ -252,7 +235,7 @@ class MixIterator : public IteratorBase {
   virtual void InputsChanged() {}
   virtual void SavePicker(StateWriter* w) = 0;
   virtual void RestorePicker(StateReader* r) = 0;
-  bool input_ended(size_t i) const { return input_ended_[i]; }
+  const std::vector<bool>& input_ended() const { return ends_.input_ended(); }
   size_t num_inputs() const { return in_.size(); }
 
  private:
@@ -276,10 +259,7 @@ class MixIterator : public IteratorBase {
 
   std::string stage_;
   std::vector<std::unique_ptr<IteratorBase>> in_;
-  bool stop_on_empty_;
-  std::vector<bool> input_ended_;
-  size_t inputs_ended_ = 0;
-  bool ended_ = false;
+  MixEnds ends_;
   std::vector<bool> checked_;
   std::optional<std::vector<std::string>> names_;
   size_t names_from_ = 0;
@@ -335,58 +315,44 @@ class SampleFromDataset final : public DatasetBase {
   }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
-    // Seeded as Shuffle: unseeded, the iterator's random seed told apart
-    // per stage.  The inputs get the salt as Zip's do.
-    const uint64_t seed = StageSeed(*this, options_.seed, *ctx, salt,
-                                    options_.rerandomize_each_iteration);
-    return std::make_unique<It>(this, MakeAll(inputs_, ctx, salt), seed);
+    // The inputs get the salt as Zip's do.
+    return std::make_unique<It>(this, MakeAll(inputs_, ctx, salt),
+                                SeedFor(ctx, salt));
+  }
+  bool DescribeForFusion(FusableStage* out) const override {
+    out->kind = FusableStage::Kind::kSample;
+    out->inputs = inputs_;
+    out->weights = &options_.weights;
+    out->stop_on_empty = options_.stop_on_empty_dataset;
+    out->shuffle_seed = [this](IteratorContext* ctx, uint64_t salt) {
+      return SeedFor(ctx, salt);
+    };
+    return true;
   }
 
  private:
+  // The draws' seed for an iterator made with `salt`, as Shuffle's:
+  // unseeded, the iterator's random seed told apart per stage.
+  uint64_t SeedFor(IteratorContext* ctx, uint64_t salt) const {
+    return StageSeed(*this, options_.seed, *ctx, salt,
+                     options_.rerandomize_each_iteration);
+  }
+
   class It final : public MixIterator {
    public:
     It(const SampleFromDataset* d,
        std::vector<std::unique_ptr<IteratorBase>> in, uint64_t seed)
         : MixIterator("sample_from_datasets", std::move(in),
                       d->options_.stop_on_empty_dataset),
-          d_(d),
-          rng_(seed),
-          ends_(num_inputs()) {
-      InputsChanged();
-    }
+          draws_(d->options_.weights, seed) {}
 
    private:
-    // A draw with the inputs' weights, those that have ended left out:
-    // u uniform in [0, total), the input whose share of [0, total) holds
-    // it.  Inputs of weight 0 (or ended) have empty shares.
-    std::optional<size_t> Pick() override {
-      if (!(total_ > 0)) return std::nullopt;
-      const double u =
-          static_cast<double>(rng_.Next() >> 11) * 0x1.0p-53 * total_;
-      const size_t i = static_cast<size_t>(
-          std::upper_bound(ends_.begin(), ends_.end(), u) - ends_.begin());
-      // u rounded up to the total: the last input with a share.
-      return i < ends_.size() ? i : last_;
-    }
-    void InputsChanged() override {
-      double sum = 0;
-      for (size_t i = 0; i < ends_.size(); ++i) {
-        const double w = input_ended(i) ? 0.0 : d_->options_.weights[i];
-        if (w > 0) last_ = i;
-        sum += w;
-        ends_[i] = sum;
-      }
-      total_ = sum;
-    }
-    void SavePicker(StateWriter* w) override { w->U64(rng_.state()); }
-    void RestorePicker(StateReader* r) override { rng_.set_state(r->U64()); }
+    std::optional<size_t> Pick() override { return draws_.Pick(); }
+    void InputsChanged() override { draws_.SetEnded(input_ended()); }
+    void SavePicker(StateWriter* w) override { w->U64(draws_.state()); }
+    void RestorePicker(StateReader* r) override { draws_.set_state(r->U64()); }
 
-    const SampleFromDataset* d_;
-    Rng rng_;
-    // ends_[i]: where input i's share of [0, total_) ends.
-    std::vector<double> ends_;
-    double total_ = 0;
-    size_t last_ = 0;
+    WeightedDraws draws_;
   };
 
   std::vector<DatasetPtr> inputs_;
@@ -528,6 +494,47 @@ class EnumerateDataset final : public UnaryDataset {
 };
 
 }  // namespace
+
+WeightedDraws::WeightedDraws(std::vector<double> weights, uint64_t seed)
+    : weights_(std::move(weights)), rng_(seed), ends_(weights_.size()) {
+  SetEnded(std::vector<bool>(weights_.size(), false));
+}
+
+// u uniform in [0, total), the input whose share of [0, total) holds it.
+// Inputs of weight 0 (or ended) have empty shares.
+std::optional<size_t> WeightedDraws::Pick() {
+  if (!(total_ > 0)) return std::nullopt;
+  const double u = static_cast<double>(rng_.Next() >> 11) * 0x1.0p-53 * total_;
+  const size_t i = static_cast<size_t>(
+      std::upper_bound(ends_.begin(), ends_.end(), u) - ends_.begin());
+  // u rounded up to the total: the last input with a share.
+  return i < ends_.size() ? i : last_;
+}
+
+void WeightedDraws::SetEnded(const std::vector<bool>& ended) {
+  double sum = 0;
+  for (size_t i = 0; i < ends_.size(); ++i) {
+    const double w = ended[i] ? 0.0 : weights_[i];
+    if (w > 0) last_ = i;
+    sum += w;
+    ends_[i] = sum;
+  }
+  total_ = sum;
+}
+
+void MixEnds::Save(StateWriter* w) const {
+  w->Bool(ended_);
+  for (const bool ended : input_ended_) w->Bool(ended);
+}
+
+void MixEnds::Restore(StateReader* r) {
+  ended_ = r->Bool();
+  inputs_ended_ = 0;
+  for (size_t i = 0; i < input_ended_.size(); ++i) {
+    input_ended_[i] = r->Bool();
+    inputs_ended_ += input_ended_[i];
+  }
+}
 
 DatasetPtr Zip(std::vector<DatasetPtr> inputs) {
   return std::make_shared<ZipDataset>(std::move(inputs));

@@ -721,10 +721,17 @@ class UnreadFiles {
 // What a stage tells the fused batch-parse path (batch_parse_fusion.cc)
 // about itself, through DatasetBase::DescribeForFusion.
 struct FusableStage {
-  enum class Kind { kTFRecord, kGlobalShuffle, kShuffle, kRepeat, kBatch };
+  enum class Kind {
+    kTFRecord,
+    kGlobalShuffle,
+    kShuffle,
+    kRepeat,
+    kBatch,
+    kSample
+  };
   Kind kind = Kind::kTFRecord;
   const DatasetBase* dataset = nullptr;
-  DatasetPtr input;  // null for the source
+  DatasetPtr input;  // null for the source and kSample
   // kTFRecord: the files (the dataset's own copies), options and the order
   // an iterator made with a salt reads them in.
   const std::vector<std::shared_ptr<const std::string>>* paths = nullptr;
@@ -735,7 +742,7 @@ struct FusableStage {
   // seed in shuffle_seed.
   const GlobalShuffleSource* global = nullptr;
   // kShuffle: the buffer and the seed of an iterator made with a salt
-  // (kGlobalShuffle: the seed).
+  // (kGlobalShuffle: the seed; kSample: the draws' seed).
   int64_t buffer_size = 0;
   std::function<uint64_t(IteratorContext*, uint64_t salt)> shuffle_seed;
   // kRepeat
@@ -743,6 +750,13 @@ struct FusableStage {
   // kBatch
   int64_t batch_size = 0;
   bool drop_remainder = false;
+  // kSample (SampleFromDatasets): its inputs, their weights, and whether
+  // the draws stop at the first input that ends.  `chains`: each input's
+  // stages, down to its source (the fused path describes them).
+  std::vector<DatasetPtr> inputs;
+  const std::vector<double>* weights = nullptr;
+  bool stop_on_empty = false;
+  std::vector<std::vector<FusableStage>> chains;
 };
 
 // The buffers of a Parse's batches, recycled (parse.cc): a batch's tensors
@@ -820,6 +834,73 @@ DatasetPtr Shard(DatasetPtr input, int64_t num_shards, int64_t index);
 DatasetPtr IgnoreErrors(DatasetPtr input);
 
 // combine.cc
+// SampleFromDatasets' draws (its iterator's, and the fused batch-parse
+// path's stream's): input i with a chance of weights[i] over the sum of
+// the weights of the inputs that have not ended.  Not thread-safe.
+class WeightedDraws {
+ public:
+  WeightedDraws(std::vector<double> weights, uint64_t seed);
+  // The input of the next element; nullopt where every input of weight
+  // > 0 has ended.
+  std::optional<size_t> Pick();
+  // After an input ended, or a restore: ended[i] for each input.
+  void SetEnded(const std::vector<bool>& ended);
+  uint64_t state() const { return rng_.state(); }
+  void set_state(uint64_t s) { rng_.set_state(s); }
+
+ private:
+  std::vector<double> weights_;
+  Rng rng_;
+  // ends_[i]: where input i's share of [0, total_) ends.
+  std::vector<double> ends_;
+  double total_ = 0;
+  size_t last_ = 0;
+};
+
+// What tf.data's directed interleave (SampleFrom, ChooseFrom) keeps of
+// its inputs, and its loop: which inputs have ended, and whether the
+// stream has.  Not thread-safe.
+class MixEnds {
+ public:
+  MixEnds(size_t inputs, bool stop_on_empty)
+      : stop_on_empty_(stop_on_empty), input_ended_(inputs, false) {}
+
+  // The next element: pick() names the input that gives it (nullopt: the
+  // stream ends; an exception it throws is that element's error, the pick
+  // used up); take(i) takes it from input i, false where input i has
+  // ended; inputs_changed() is called when one has.  An input picked that
+  // has ended ends the stream where stop_on_empty, else the picks go on
+  // among the rest, until every input has ended.  False at the end, and
+  // on every call after it.
+  template <typename Pick, typename Take, typename Changed>
+  bool Next(const Pick& pick, const Take& take, const Changed& inputs_changed) {
+    while (!ended_) {
+      const std::optional<size_t> i = pick();
+      if (!i) break;
+      if (!input_ended_[*i]) {
+        if (take(*i)) return true;
+        input_ended_[*i] = true;
+        ++inputs_ended_;
+        inputs_changed();
+      }
+      // The input picked has ended (now or before).
+      if (stop_on_empty_ || inputs_ended_ == input_ended_.size()) break;
+    }
+    ended_ = true;
+    return false;
+  }
+  const std::vector<bool>& input_ended() const { return input_ended_; }
+  // Whether the stream has ended, then each input's flag.
+  void Save(StateWriter* w) const;
+  void Restore(StateReader* r);
+
+ private:
+  bool stop_on_empty_;
+  std::vector<bool> input_ended_;
+  size_t inputs_ended_ = 0;
+  bool ended_ = false;
+};
+
 DatasetPtr Zip(std::vector<DatasetPtr> inputs);
 DatasetPtr Concatenate(DatasetPtr first, DatasetPtr second);
 DatasetPtr SampleFrom(std::vector<DatasetPtr> inputs, SampleOptions options);

@@ -310,11 +310,166 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
   EXPECT_FALSE(take.fused);
   EXPECT_EQ(take.names,
             (std::set<std::string>{"tfrecord", "take", "batch", "parse"}));
+  // A mixture of fusable inputs is fused, its stage counted; one whose
+  // input is not fusable (a Take), or a global shuffle (planned for the
+  // parse calls, not read by streams), is not.
+  const Dataset a = Dataset::FromTFRecords({files_[0], files_[1]});
+  const Run mixed = run(
+      Dataset::SampleFromDatasets({a, Dataset::FromTFRecords({files_[2]})}, {})
+          .Batch(8)
+          .Parse(Spec()),
+      {.threads = 2});
+  EXPECT_TRUE(mixed.fused);
+  EXPECT_EQ(mixed.names,
+            (std::set<std::string>{"tfrecord", "sample_from_datasets", "batch",
+                                   "parse"}));
+  for (const Dataset& other :
+       {a.Take(100), Dataset::FromTFRecordsGlobalShuffle({files_[2]}, {})}) {
+    const Run unfusable =
+        run(Dataset::SampleFromDatasets({a, other}, {}).Batch(8).Parse(Spec()),
+            {.threads = 2});
+    EXPECT_FALSE(unfusable.fused);
+    EXPECT_TRUE(unfusable.names.contains("sample_from_datasets"));
+  }
   // Parse-only, fused, has no shuffle stage.
   const Run plain = run(Dataset::FromTFRecords(files_).Batch(8).Parse(Spec()),
                         {.threads = 2});
   EXPECT_TRUE(plain.fused);
   EXPECT_EQ(plain.names, (std::set<std::string>{"tfrecord", "batch", "parse"}));
+}
+
+// SampleFromDatasets over fusable inputs runs fused, each input a chain of
+// its own (its files read by reader tasks, its shuffles planned): the
+// stages' elements, order and origins, whatever the inputs' options, the
+// draws' weights and ends, and the stages around the mixture.
+TEST_F(BatchParseFusionTest, MixturesGiveTheElementsOfTheStages) {
+  const std::vector<std::string> first(files_.begin(), files_.begin() + 2);
+  // Its second file is gzipped.
+  const std::vector<std::string> last(files_.begin() + 2, files_.end());
+  TFRecordOptions interleaved;
+  interleaved.num_parallel_reads = 2;
+  interleaved.block_length = 3;
+  TFRecordOptions per_file;
+  per_file.shuffle_buffer_per_file = 40;
+  per_file.seed = 5;
+  const Dataset a = Dataset::FromTFRecords(first);
+  const Dataset b = Dataset::FromTFRecords(last, interleaved);
+  const Dataset c = Dataset::FromTFRecords(files_, per_file);
+  const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"two inputs alike",
+       [&] {
+         return Dataset::SampleFromDatasets({a, b}, {.seed = 1});
+       }},
+      {"shuffled inputs, weights, a shuffle after",
+       [&] {
+         return Dataset::SampleFromDatasets(
+                    {a.Shuffle(30, 2), b.Repeat(2).Shuffle(50, 3), c},
+                    {.weights = {0.5, 0.2, 0.3}, .seed = 4})
+             .Shuffle(40, 6);
+       }},
+      {"stop on the first input to end",
+       [&] {
+         return Dataset::SampleFromDatasets(
+             {a, b},
+             {.weights = {3, 1}, .seed = 7, .stop_on_empty_dataset = true});
+       }},
+      {"repeated, the same draws each epoch",
+       [&] {
+         return Dataset::SampleFromDatasets({a, b.Shuffle(20, 1)}, {.seed = 8})
+             .Repeat(3);
+       }},
+      {"repeated, other draws each epoch",
+       [&] {
+         return Dataset::SampleFromDatasets(
+                    {a.Shuffle(20, 3), b},
+                    {.seed = 9, .rerandomize_each_iteration = true})
+             .Repeat(2);
+       }},
+      {"one input twice, one of weight 0, a mixture in a mixture",
+       [&] {
+         return Dataset::SampleFromDatasets(
+             {a, a, Dataset::SampleFromDatasets({b, c}, {.seed = 2}), c},
+             {.weights = {1, 1, 2, 0}, .seed = 10});
+       }},
+  };
+  for (const auto& [what, make] : cases) {
+    for (int calls : {1, 3, kAutotune}) {
+      ExpectSameAsUnfused(make().Batch(32).Parse(Spec(), Calls(calls)),
+                          fmt::format("{}, {} calls", what, calls));
+    }
+  }
+}
+
+// Fused, a mixture counts what its stage does: every record it gives.
+TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
+  uint64_t records = 0;
+  for (int f = 0; f < 4; ++f) records += RecordsInFile(f);
+  const Dataset ds = Dataset::SampleFromDatasets(
+                         {Dataset::FromTFRecords({files_[0], files_[1]}),
+                          Dataset::FromTFRecords({files_[2], files_[3]})},
+                         {.seed = 1})
+                         .Batch(16)
+                         .Parse(Spec());
+  for (const IteratorOptions& o : {IteratorOptions{.threads = 1},
+                                   IteratorOptions{.threads = 4}, Unfused()}) {
+    Iterator it = ds.MakeIterator(o);
+    Element e;
+    while (it.Next(&e)) {
+    }
+    // Each source counts its own records.
+    uint64_t drawn = 0, read = 0;
+    for (const auto& s : it.Stats()) {
+      if (s.name == "sample_from_datasets") drawn += s.elements;
+      if (s.name == "tfrecord") read += s.elements;
+    }
+    EXPECT_EQ(drawn, records) << o.threads;
+    EXPECT_EQ(read, records) << o.threads;
+  }
+}
+
+// A mixture's saved state continues the same stream, taken at any batch:
+// across epochs, and halfway through three inputs, the first of which
+// has ended there (its share of the draws gone to the other two).
+TEST_F(BatchParseFusionTest, MixtureStatesContinueTheSameStream) {
+  TFRecordOptions per_file;
+  per_file.num_parallel_reads = 2;
+  per_file.shuffle_buffer_per_file = 30;
+  per_file.seed = 3;
+  const Dataset a = Dataset::FromTFRecords({files_[0], files_[3]}, per_file);
+  const Dataset b = Dataset::FromTFRecords({files_[1], files_[2]});
+  for (int calls : {1, kAutotune}) {
+    SavedStatesContinue(
+        Dataset::SampleFromDatasets({a, b.Shuffle(60, 4)},
+                                    {.weights = {2, 1}, .seed = 6})
+            .Repeat(2)
+            .Batch(24)
+            .Parse(Spec(), Calls(calls)));
+    // 150 records of weight 4 among 822: drawn out after ~230.
+    SavedStatesContinue(
+        Dataset::SampleFromDatasets(
+            {Dataset::FromTFRecords({files_[0]}),
+             Dataset::FromTFRecords({files_[1], files_[2]}),
+             Dataset::FromTFRecords({files_[3]}).Shuffle(40, 2)},
+            {.weights = {4, 1, 1}, .seed = 7})
+            .Batch(24)
+            .Parse(Spec(), Calls(calls)));
+  }
+}
+
+// A damaged record of one input fails where the stages meet it (the
+// draw that reached it used up), and the draws go on past it.
+TEST_F(BatchParseFusionTest, AMixturesDamagedRecordFailsAtItsPlace) {
+  DamageRecord(files_[1], 60);
+  for (int calls : {1, 2}) {
+    ExpectErrorsWhereTheStagesHaveThem(
+        Dataset::SampleFromDatasets(
+            {Dataset::FromTFRecords({files_[0], files_[1]}).Shuffle(20, 1),
+             Dataset::FromTFRecords({files_[2]})},
+            {.seed = 3})
+            .Batch(25)
+            .Parse(Spec(), Calls(calls)),
+        1, fmt::format("calls {}", calls));
+  }
 }
 
 // The fused shuffle counts what the unfused one does: every record it
