@@ -78,8 +78,29 @@ class BatchParseFusionTest : public ::testing::Test {
   // As on a 16-core machine (the fused path's choices by cores: epochs
   // prepared ahead, the planner task), whatever this one has.
   void TearDown() override { stages::SetFusedCores(0); }
-  // The records of file f (part-f.tfrecord).
+  // The records of file f (part-f.tfrecord), and of all four.
   static int RecordsInFile(int f) { return 150 + 37 * f; }
+  static uint64_t AllRecords() {
+    uint64_t n = 0;
+    for (int f = 0; f < 4; ++f) n += RecordsInFile(f);
+    return n;
+  }
+  // What the statistics tests compare: fused at 1 and 4 threads, and the
+  // stages one by one.
+  static std::vector<IteratorOptions> StatsRuns() {
+    return {{.threads = 1}, {.threads = 4}, Unfused()};
+  }
+  // Runs `ds` to its end with `o`: its stages' statistics, and the
+  // elements it gave in *elements.
+  static std::vector<StageStats> StatsAtTheEnd(const Dataset& ds,
+                                               IteratorOptions o,
+                                               uint64_t* elements) {
+    Iterator it = ds.MakeIterator(o);
+    Element e;
+    *elements = 0;
+    while (it.Next(&e)) ++*elements;
+    return it.Stats();
+  }
   void SetUp() override {
     stages::SetFusedCores(16);
     const records::Compression kinds[] = {
@@ -402,28 +423,22 @@ TEST_F(BatchParseFusionTest, MixturesGiveTheElementsOfTheStages) {
 
 // Fused, a mixture counts what its stage does: every record it gives.
 TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
-  uint64_t records = 0;
-  for (int f = 0; f < 4; ++f) records += RecordsInFile(f);
   const Dataset ds = Dataset::SampleFromDatasets(
                          {Dataset::FromTFRecords({files_[0], files_[1]}),
                           Dataset::FromTFRecords({files_[2], files_[3]})},
                          {.seed = 1})
                          .Batch(16)
                          .Parse(Spec());
-  for (const IteratorOptions& o : {IteratorOptions{.threads = 1},
-                                   IteratorOptions{.threads = 4}, Unfused()}) {
-    Iterator it = ds.MakeIterator(o);
-    Element e;
-    while (it.Next(&e)) {
-    }
+  for (const IteratorOptions& o : StatsRuns()) {
+    uint64_t batches = 0;
     // Each source counts its own records.
     uint64_t drawn = 0, read = 0;
-    for (const auto& s : it.Stats()) {
+    for (const auto& s : StatsAtTheEnd(ds, o, &batches)) {
       if (s.name == "sample_from_datasets") drawn += s.elements;
       if (s.name == "tfrecord") read += s.elements;
     }
-    EXPECT_EQ(drawn, records) << o.threads;
-    EXPECT_EQ(read, records) << o.threads;
+    EXPECT_EQ(drawn, AllRecords()) << o.threads;
+    EXPECT_EQ(read, AllRecords()) << o.threads;
   }
 }
 
@@ -476,25 +491,19 @@ TEST_F(BatchParseFusionTest, AMixturesDamagedRecordFailsAtItsPlace) {
 // draws, its buffer's fill, and its own time (not its input's, which is
 // the planner's "batch").
 TEST_F(BatchParseFusionTest, FusedShuffleCountsItsOwnStage) {
-  uint64_t records = 0;
-  for (int f = 0; f < 4; ++f) records += RecordsInFile(f);
   constexpr int64_t kBuffer = 64;
   const Dataset ds = Dataset::FromTFRecords(files_)
                          .Shuffle(kBuffer, 3)
                          .Repeat(2)
                          .Batch(16)
                          .Parse(Spec());
-  for (const IteratorOptions& o : {IteratorOptions{.threads = 1},
-                                   IteratorOptions{.threads = 4}, Unfused()}) {
-    Iterator it = ds.MakeIterator(o);
-    Element e;
+  for (const IteratorOptions& o : StatsRuns()) {
     uint64_t batches = 0;
-    while (it.Next(&e)) ++batches;
     std::map<std::string, StageStats> by_name;
-    for (const auto& s : it.Stats()) by_name[s.name] = s;
+    for (const auto& s : StatsAtTheEnd(ds, o, &batches)) by_name[s.name] = s;
     ASSERT_TRUE(by_name.contains("shuffle")) << o.threads;
     const StageStats& shuffle = by_name["shuffle"];
-    EXPECT_EQ(shuffle.elements, 2 * records) << o.threads;
+    EXPECT_EQ(shuffle.elements, 2 * AllRecords()) << o.threads;
     EXPECT_GT(shuffle.busy_seconds, 0) << o.threads;
     EXPECT_GE(shuffle.buffered, 0) << o.threads;
     EXPECT_LE(shuffle.buffered, kBuffer) << o.threads;
