@@ -226,6 +226,26 @@ BENCHMARK(BM_SampleFromDatasets)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A hold-out split as tutorials write it: the first 10,000 records
+// skipped (kept for evaluation), the rest shuffled, batched and parsed;
+// fused:1 runs Skip on the fused path, fused:0 stage by stage
+// (IteratorOptions::optimize false), as it ran before Skip was fused.
+void BM_SkipThenShuffle(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  Drain(state,
+        Dataset::FromTFRecords(Files())
+            .Skip(10000)
+            .Shuffle(kShuffle, 1)
+            .Batch(kBatch)
+            .Parse(Spec(), Calls(threads)),
+        threads, nullptr, /*optimize=*/state.range(1) == 1);
+}
+BENCHMARK(BM_SkipThenShuffle)
+    ->ArgNames({"threads", "fused"})
+    ->ArgsProduct({{1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // Host memory that keeps freed blocks by size for the next request, as
 // the CUDA backend's pinned caching allocator does (without pinning).
 class CachingHostMemory final : public Allocator {

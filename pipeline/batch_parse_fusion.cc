@@ -1,8 +1,9 @@
 // The fused batch-parse path: tf.data's map_and_batch fusion, taken down
 // through the shuffle and the reading below it.
 //
-// For Parse(Batch(S1(S2(...(FromTFRecords))))) with each S a Shuffle or a
-// Repeat, the stages run as one, so that per-record work is on every core.
+// For Parse(Batch(S1(S2(...(FromTFRecords))))) with each S a Shuffle, a
+// Repeat, a Take or a Skip, the stages run as one, so that per-record work
+// is on every core.
 // The chain may end in a SampleFromDatasets instead of the source, each of
 // whose inputs is such a chain (SampleStream; the files of all its
 // sources are read by reader tasks alike, each source with its options):
@@ -1952,6 +1953,106 @@ class RepeatStream final : public RecordStream {
   RepeatEpochs<RecordStream> epochs_;
 };
 
+// Take and Skip (CountDataset's iterator over views): the first `count`
+// records kept or dropped (-1: all), the records counted so far its
+// state.  An error met while skipping is thrown there, the records
+// skipped before it counted, as the stage does.
+class CountStream final : public RecordStream {
+ public:
+  CountStream(Env* env, const FusableStage& stage,
+              std::unique_ptr<RecordStream> in)
+      : RecordStream(env),
+        in_(std::move(in)),
+        skip_(stage.kind == FusableStage::Kind::kSkip),
+        count_(stage.count),
+        counter_(env->ctx->Counter(stage.dataset, skip_ ? "skip" : "take")) {}
+
+  bool Next(RecordRef* out) override {
+    one_.clear();
+    if (!Take(1, &one_)) return false;
+    *out = one_.front();
+    return true;
+  }
+  bool Take(size_t n, std::vector<RecordRef>* out) override {
+    if (skip_ && !SkipAll()) return false;
+    size_t want = n;
+    if (!skip_ && count_ >= 0) {
+      want = static_cast<size_t>(
+          std::min<int64_t>(count_ - seen_, static_cast<int64_t>(n)));
+      if (want == 0) return false;  // the input is not read on
+    }
+    const size_t before = out->size();
+    bool more;
+    try {
+      more = in_->Take(want, out);
+    } catch (...) {
+      Counted(out->size() - before);
+      throw;
+    }
+    Counted(out->size() - before);
+    return more && want == n;
+  }
+
+  void Quiesce() override { in_->Quiesce(); }
+  void Resume() override { in_->Resume(); }
+  void Prepare() override { in_->Prepare(); }
+
+  // The stage's layout: the records counted, then the input.
+  void Save(StateWriter* w) override {
+    w->BeginStage(skip_ ? "skip" : "take");
+    w->I64(seen_);
+    in_->Save(w);
+  }
+  void Restore(StateReader* r) override {
+    r->BeginStage(skip_ ? "skip" : "take");
+    seen_ = r->I64();
+    if (seen_ < 0 || (count_ >= 0 && seen_ > count_)) {
+      r->Fail(fmt::format("{} records counted by {}({})", seen_,
+                          skip_ ? "Skip" : "Take", count_));
+    }
+    in_->Restore(r);
+  }
+
+ private:
+  // Skip: drops the records still to skip (retired as they come); false
+  // where the input ended first, or where every record is skipped.
+  bool SkipAll() {
+    constexpr int64_t kRun = 256;
+    while (count_ < 0 || seen_ < count_) {
+      const int64_t left = count_ < 0 ? kRun : std::min(count_ - seen_, kRun);
+      dropped_.clear();
+      bool more;
+      try {
+        more = in_->Take(static_cast<size_t>(left), &dropped_);
+      } catch (...) {
+        Drop();
+        throw;
+      }
+      Drop();
+      if (!more) return false;
+    }
+    return true;
+  }
+  void Drop() {
+    seen_ += static_cast<int64_t>(dropped_.size());
+    env_->ledger.Retire(dropped_);
+    dropped_.clear();
+  }
+  // Records given on: Take's count, and the stage's elements.
+  void Counted(size_t n) {
+    if (!skip_) seen_ += static_cast<int64_t>(n);
+    counter_->elements.fetch_add(n, std::memory_order_relaxed);
+  }
+
+  std::unique_ptr<RecordStream> in_;
+  const bool skip_;
+  const int64_t count_;
+  StageCounter* const counter_;  // "take" or "skip"
+  int64_t seen_ = 0;
+  std::vector<RecordRef> one_;      // Next()'s, through Take()
+  std::vector<RecordRef> dropped_;  // SkipAll()'s
+};
+
 // SampleFromDatasets (its iterator over views): each record from the
 // input its draw picks, with the stage's weights, seed and ends
 // (WeightedDraws, MixEnds), so the same records in the same order.  Its
@@ -2033,6 +2134,10 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
           env, s, salt, [env, &chain, i](uint64_t epoch_salt) {
             return MakeStream(env, chain, i + 1, epoch_salt);
           });
+    case FusableStage::Kind::kTake:
+    case FusableStage::Kind::kSkip:
+      return std::make_unique<CountStream>(env, s,
+                                           MakeStream(env, chain, i + 1, salt));
     case FusableStage::Kind::kSample: {
       // Each input gets the salt (as the stage's iterators do).
       std::vector<std::unique_ptr<RecordStream>> in;

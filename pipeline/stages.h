@@ -726,6 +726,8 @@ struct FusableStage {
     kGlobalShuffle,
     kShuffle,
     kRepeat,
+    kTake,
+    kSkip,
     kBatch,
     kSample
   };
@@ -745,7 +747,7 @@ struct FusableStage {
   // (kGlobalShuffle: the seed; kSample: the draws' seed).
   int64_t buffer_size = 0;
   std::function<uint64_t(IteratorContext*, uint64_t salt)> shuffle_seed;
-  // kRepeat
+  // kRepeat, kTake, kSkip (-1: every element)
   int64_t count = 0;
   // kBatch
   int64_t batch_size = 0;

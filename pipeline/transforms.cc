@@ -369,6 +369,14 @@ class CountDataset final : public UnaryDataset {
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
   }
+  bool DescribeForFusion(FusableStage* out) const override {
+    if (kind_ == Kind::kAssert) return false;
+    out->kind = kind_ == Kind::kTake ? FusableStage::Kind::kTake
+                                     : FusableStage::Kind::kSkip;
+    out->input = input_;
+    out->count = count_;
+    return true;
+  }
 
  private:
   // tf.data's wording, after the stage's label.

@@ -324,15 +324,23 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
   const Run unfused = run(fusable, Unfused());
   EXPECT_FALSE(unfused.fused);
   EXPECT_EQ(unfused.names, stages);
-  // A Take between the source and Batch keeps every stage.
-  const Run take =
-      run(Dataset::FromTFRecords(files_).Take(100).Batch(8).Parse(Spec()),
+  // A Take or Skip between the source and Batch is fused, its stage
+  // counted; a Filter keeps every stage.
+  const Run take = run(
+      Dataset::FromTFRecords(files_).Skip(10).Take(100).Batch(8).Parse(Spec()),
+      {.threads = 2});
+  EXPECT_TRUE(take.fused);
+  EXPECT_EQ(take.names, (std::set<std::string>{"tfrecord", "skip", "take",
+                                               "batch", "parse"}));
+  const auto all = [](const Element&) { return true; };
+  const Run filter =
+      run(Dataset::FromTFRecords(files_).Filter(all).Batch(8).Parse(Spec()),
           {.threads = 2});
-  EXPECT_FALSE(take.fused);
-  EXPECT_EQ(take.names,
-            (std::set<std::string>{"tfrecord", "take", "batch", "parse"}));
+  EXPECT_FALSE(filter.fused);
+  EXPECT_EQ(filter.names, (std::set<std::string>{"tfrecord", "filter:filter",
+                                                 "batch", "parse"}));
   // A mixture of fusable inputs is fused, its stage counted; one whose
-  // input is not fusable (a Take), or a global shuffle (planned for the
+  // input is not fusable (a Filter), or a global shuffle (planned for the
   // parse calls, not read by streams), is not.
   const Dataset a = Dataset::FromTFRecords({files_[0], files_[1]});
   const Run mixed = run(
@@ -345,7 +353,7 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
             (std::set<std::string>{"tfrecord", "sample_from_datasets", "batch",
                                    "parse"}));
   for (const Dataset& other :
-       {a.Take(100), Dataset::FromTFRecordsGlobalShuffle({files_[2]}, {})}) {
+       {a.Filter(all), Dataset::FromTFRecordsGlobalShuffle({files_[2]}, {})}) {
     const Run unfusable =
         run(Dataset::SampleFromDatasets({a, other}, {}).Batch(8).Parse(Spec()),
             {.threads = 2});
@@ -439,6 +447,76 @@ TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
     }
     EXPECT_EQ(drawn, AllRecords()) << o.threads;
     EXPECT_EQ(read, AllRecords()) << o.threads;
+  }
+}
+
+// Take and Skip run fused: the stages' elements, order and origins, with
+// counts inside the data and past it, over every kind of input.
+TEST_F(BatchParseFusionTest, TakeAndSkipGiveTheElementsOfTheStages) {
+  TFRecordOptions interleaved;
+  interleaved.num_parallel_reads = 3;
+  const Dataset ds = Dataset::FromTFRecords(files_);
+  const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"take", [&] { return ds.Take(300); }},
+      {"take all (-1) and past the end",
+       [&] { return ds.Take(-1).Take(5000); }},
+      {"skip, interleaved, then a shuffle",
+       [&] {
+         return Dataset::FromTFRecords(files_, interleaved)
+             .Skip(100)
+             .Shuffle(50, 1);
+       }},
+      {"a shuffle's first records, each epoch",
+       [&] { return ds.Shuffle(60, 2).Take(250).Repeat(2); }},
+      {"skip past a file's end, take into the next",
+       [&] { return ds.Skip(170).Take(190).Repeat(2); }},
+      {"a mixture of a take and a skip",
+       [&] {
+         return Dataset::SampleFromDatasets(
+             {Dataset::FromTFRecords({files_[0], files_[1]}).Take(100),
+              Dataset::FromTFRecords({files_[2], files_[3]}).Skip(50)},
+             {.seed = 2});
+       }},
+  };
+  for (const auto& [what, make] : cases) {
+    for (int calls : {1, 3}) {
+      ExpectSameAsUnfused(make().Batch(32).Parse(Spec(), Calls(calls)),
+                          fmt::format("{}, {} calls", what, calls));
+    }
+  }
+  // Nothing: Take(0), Skip(-1) (which reads every record), a skip past
+  // the end.
+  for (const Dataset& empty : {ds.Take(0), ds.Skip(-1), ds.Skip(1000)}) {
+    const Dataset batched = empty.Batch(8).Parse(Spec(), Calls(2));
+    EXPECT_TRUE(Collect(batched, Unfused()).empty());
+    EXPECT_TRUE(Collect(batched, {.threads = 2}).empty());
+  }
+}
+
+// A Take's and a Skip's saved states continue the same stream, among
+// the records skipped and those taken.
+TEST_F(BatchParseFusionTest, TakeAndSkipStatesContinueTheSameStream) {
+  for (int calls : {1, kAutotune}) {
+    SavedStatesContinue(Dataset::FromTFRecords(files_)
+                            .Shuffle(40, 3)
+                            .Skip(100)
+                            .Take(400)
+                            .Repeat(2)
+                            .Batch(24)
+                            .Parse(Spec(), Calls(calls)));
+  }
+}
+
+// A damaged record among those skipped, or those taken, fails where the
+// stages meet it; the stream goes on past it.
+TEST_F(BatchParseFusionTest, DamageUnderATakeOrSkipFailsAtItsPlace) {
+  DamageRecord(files_[0], 40);
+  DamageRecord(files_[1], 30);
+  for (int calls : {1, 2}) {
+    ExpectErrorsWhereTheStagesHaveThem(
+        Dataset::FromTFRecords(files_).Skip(60).Take(300).Batch(25).Parse(
+            Spec(), Calls(calls)),
+        2, fmt::format("calls {}", calls));
   }
 }
 
@@ -1855,6 +1933,35 @@ TEST(BatchParseFusionMemoryTest, ShuffledBlocksStayWithinAFewBuffersOfRecords) {
         << "threads " << threads << ": "
         << static_cast<double>(most) / static_cast<double>(buffer_bytes)
         << " buffers' worth of blocks";
+  }
+}
+
+// Skipped records go as they are read: a Skip over most of a file holds
+// a few chunks of its blocks at a time, not every record it dropped (19 MB
+// of them here).
+TEST(BatchParseFusionMemoryTest, SkippedRecordsDoNotHoldTheirBlocks) {
+  testing::TempDir dir;
+  const LabelledBlobs data(dir, 20000, 1000);
+  for (int threads : {1, 2}) {
+    const Dataset ds = Dataset::FromTFRecords({data.file})
+                           .Skip(19000)
+                           .Batch(100)
+                           .Parse(data.spec, Calls(threads));
+    const uint64_t before = BlockBytesInUse();
+    uint64_t most = 0;
+    int64_t rows = 0;
+    Iterator it = ds.MakeIterator({.threads = threads});
+    Element e;
+    while (it.Next(&e)) {
+      most = std::max(most, BlockBytesInUse() - before);
+      EXPECT_EQ(e["label"].data<int64_t>()[0], 19000 + rows);
+      rows += e["label"].num_rows();
+    }
+    EXPECT_EQ(rows, 1000) << threads;
+    EXPECT_LT(most, 4000 * data.frame_bytes)
+        << "threads " << threads << ": blocks of "
+        << static_cast<double>(most) / static_cast<double>(data.frame_bytes)
+        << " records";
   }
 }
 
