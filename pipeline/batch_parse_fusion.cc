@@ -2,8 +2,8 @@
 // through the shuffle and the reading below it.
 //
 // For Parse(Batch(S1(S2(...(FromTFRecords))))) with each S a Shuffle, a
-// Repeat, a Take or a Skip, the stages run as one, so that per-record work
-// is on every core.
+// Repeat, a Take, a Skip or a Shard, the stages run as one, so that
+// per-record work is on every core.
 // The chain may end in a SampleFromDatasets instead of the source, each of
 // whose inputs is such a chain (SampleStream; the files of all its
 // sources are read by reader tasks alike, each source with its options):
@@ -1295,11 +1295,19 @@ class RecordStream {
     loose_->views.push_back(std::move(view));
     return ViewLedger::Ref(loose_, loose_->views.size() - 1);
   }
+  // Next() as Take(1), for streams whose Take() does the work.
+  bool NextThroughTake(RecordRef* out) {
+    one_.clear();
+    if (!Take(1, &one_)) return false;
+    *out = one_.front();
+    return true;
+  }
 
   Env* const env_;
 
  private:
   ViewChunk* loose_ = nullptr;  // Keep's chunk (the ledger's)
+  std::vector<RecordRef> one_;  // NextThroughTake()'s
 };
 
 using StreamMaker = std::function<std::unique_ptr<RecordStream>(uint64_t)>;
@@ -1967,13 +1975,9 @@ class CountStream final : public RecordStream {
         count_(stage.count),
         counter_(env->ctx->Counter(stage.dataset, skip_ ? "skip" : "take")) {}
 
-  bool Next(RecordRef* out) override {
-    one_.clear();
-    if (!Take(1, &one_)) return false;
-    *out = one_.front();
-    return true;
-  }
+  bool Next(RecordRef* out) override { return NextThroughTake(out); }
   bool Take(size_t n, std::vector<RecordRef>* out) override {
+    if (n == 0) return true;
     if (skip_ && !SkipAll()) return false;
     size_t want = n;
     if (!skip_ && count_ >= 0) {
@@ -1999,17 +2003,13 @@ class CountStream final : public RecordStream {
 
   // The stage's layout: the records counted, then the input.
   void Save(StateWriter* w) override {
-    w->BeginStage(skip_ ? "skip" : "take");
-    w->I64(seen_);
+    SaveCounted(w, skip_ ? "skip" : "take", seen_);
     in_->Save(w);
   }
   void Restore(StateReader* r) override {
-    r->BeginStage(skip_ ? "skip" : "take");
-    seen_ = r->I64();
-    if (seen_ < 0 || (count_ >= 0 && seen_ > count_)) {
-      r->Fail(fmt::format("{} records counted by {}({})", seen_,
-                          skip_ ? "Skip" : "Take", count_));
-    }
+    seen_ =
+        RestoreCounted(r, skip_ ? "skip" : "take", count_,
+                       fmt::format("{}({})", skip_ ? "Skip" : "Take", count_));
     in_->Restore(r);
   }
 
@@ -2049,8 +2049,76 @@ class CountStream final : public RecordStream {
   const int64_t count_;
   StageCounter* const counter_;  // "take" or "skip"
   int64_t seen_ = 0;
-  std::vector<RecordRef> one_;      // Next()'s, through Take()
   std::vector<RecordRef> dropped_;  // SkipAll()'s
+};
+
+// Shard (ShardDataset's iterator over views): its input's records
+// shard_index, shard_index + count, ...; the others are dropped as they
+// are read.  The index of the input's next record is its state; an error
+// is thrown where the stage throws it, the records before it counted.
+class ShardStream final : public RecordStream {
+ public:
+  ShardStream(Env* env, const FusableStage& stage,
+              std::unique_ptr<RecordStream> in)
+      : RecordStream(env),
+        in_(std::move(in)),
+        shards_(stage.count),
+        index_(stage.shard_index),
+        counter_(env->ctx->Counter(stage.dataset, "shard")) {}
+
+  bool Next(RecordRef* out) override { return NextThroughTake(out); }
+  // The input's records up to this shard's n-th next one, taken at once.
+  bool Take(size_t n, std::vector<RecordRef>* out) override {
+    if (n == 0) return true;
+    const int64_t first =
+        next_index_ + ((index_ - next_index_) % shards_ + shards_) % shards_;
+    const int64_t span =
+        first - next_index_ + static_cast<int64_t>(n - 1) * shards_ + 1;
+    read_.clear();
+    std::exception_ptr error;
+    bool more = true;
+    try {
+      more = in_->Take(static_cast<size_t>(span), &read_);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    size_t kept = 0;
+    for (const RecordRef& r : read_) {
+      if (next_index_++ % shards_ == index_) {
+        out->push_back(r);
+        ++kept;
+      } else {
+        env_->ledger.Retire(r);
+      }
+    }
+    read_.clear();
+    counter_->elements.fetch_add(kept, std::memory_order_relaxed);
+    if (error) std::rethrow_exception(error);
+    return more && kept == n;
+  }
+
+  void Quiesce() override { in_->Quiesce(); }
+  void Resume() override { in_->Resume(); }
+  void Prepare() override { in_->Prepare(); }
+
+  // The stage's layout: the input's next index, then the input.
+  void Save(StateWriter* w) override {
+    SaveCounted(w, "shard", next_index_);
+    in_->Save(w);
+  }
+  void Restore(StateReader* r) override {
+    next_index_ = RestoreCounted(r, "shard", -1,
+                                 fmt::format("Shard({}, {})", shards_, index_));
+    in_->Restore(r);
+  }
+
+ private:
+  std::unique_ptr<RecordStream> in_;
+  const int64_t shards_;
+  const int64_t index_;
+  StageCounter* const counter_;  // "shard"
+  int64_t next_index_ = 0;
+  std::vector<RecordRef> read_;  // Take()'s
 };
 
 // SampleFromDatasets (its iterator over views): each record from the
@@ -2137,6 +2205,9 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
     case FusableStage::Kind::kTake:
     case FusableStage::Kind::kSkip:
       return std::make_unique<CountStream>(env, s,
+                                           MakeStream(env, chain, i + 1, salt));
+    case FusableStage::Kind::kShard:
+      return std::make_unique<ShardStream>(env, s,
                                            MakeStream(env, chain, i + 1, salt));
     case FusableStage::Kind::kSample: {
       // Each input gets the salt (as the stage's iterators do).

@@ -728,6 +728,7 @@ struct FusableStage {
     kRepeat,
     kTake,
     kSkip,
+    kShard,
     kBatch,
     kSample
   };
@@ -747,8 +748,10 @@ struct FusableStage {
   // (kGlobalShuffle: the seed; kSample: the draws' seed).
   int64_t buffer_size = 0;
   std::function<uint64_t(IteratorContext*, uint64_t salt)> shuffle_seed;
-  // kRepeat, kTake, kSkip (-1: every element)
+  // kRepeat, kTake, kSkip (-1: every element); kShard: the number of
+  // shards, and this one's index
   int64_t count = 0;
+  int64_t shard_index = 0;
   // kBatch
   int64_t batch_size = 0;
   bool drop_remainder = false;
@@ -821,6 +824,14 @@ std::unique_ptr<IteratorBase> MakeFusedBatchParse(
     int parallel_calls, IteratorContext* ctx, uint64_t salt);
 
 // transforms.cc
+// The state of a stage that counts its input's elements (Take, Skip,
+// AssertCardinality, Shard; their iterators' and the fused path's
+// streams'): under the stage's name, the count; the input's state follows.
+// RestoreCounted refuses a count below 0 or above `most` (-1: no bound),
+// naming the stage by `label`.
+void SaveCounted(StateWriter* w, std::string_view stage, int64_t counted);
+int64_t RestoreCounted(StateReader* r, std::string_view stage, int64_t most,
+                       std::string_view label);
 DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name);
 DatasetPtr TakeWhile(DatasetPtr input, PredicateFn fn, std::string name);
 DatasetPtr Scan(DatasetPtr input, Element initial, Dataset::ScanFn fn,

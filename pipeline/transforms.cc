@@ -427,16 +427,11 @@ class CountDataset final : public UnaryDataset {
       return true;
     }
     void Save(StateWriter* w) override {
-      w->BeginStage(d_->StageName());
-      w->I64(seen_);
+      SaveCounted(w, d_->StageName(), seen_);
       in_->Save(w);
     }
     void Restore(StateReader* r) override {
-      r->BeginStage(d_->StageName());
-      seen_ = r->I64();
-      if (seen_ < 0 || (d_->count_ >= 0 && seen_ > d_->count_)) {
-        r->Fail(fmt::format("{} elements counted by {}", seen_, d_->Label()));
-      }
+      seen_ = RestoreCounted(r, d_->StageName(), d_->count_, d_->Label());
       in_->Restore(r);
     }
 
@@ -611,6 +606,13 @@ class ShardDataset final : public UnaryDataset {
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, input_->MakeIterator(ctx, salt));
   }
+  bool DescribeForFusion(FusableStage* out) const override {
+    out->kind = FusableStage::Kind::kShard;
+    out->input = input_;
+    out->count = n_;
+    out->shard_index = index_;
+    return true;
+  }
 
  private:
   class It final : public IteratorBase {
@@ -625,14 +627,11 @@ class ShardDataset final : public UnaryDataset {
       return false;
     }
     void Save(StateWriter* w) override {
-      w->BeginStage("shard");
-      w->I64(next_index_);
+      SaveCounted(w, "shard", next_index_);
       in_->Save(w);
     }
     void Restore(StateReader* r) override {
-      r->BeginStage("shard");
-      next_index_ = r->I64();
-      if (next_index_ < 0) r->Fail(fmt::format("element {}", next_index_));
+      next_index_ = RestoreCounted(r, "shard", -1, d_->Label());
       in_->Restore(r);
     }
 
@@ -689,6 +688,21 @@ class IgnoreErrorsDataset final : public UnaryDataset {
 };
 
 }  // namespace
+
+void SaveCounted(StateWriter* w, std::string_view stage, int64_t counted) {
+  w->BeginStage(stage);
+  w->I64(counted);
+}
+
+int64_t RestoreCounted(StateReader* r, std::string_view stage, int64_t most,
+                       std::string_view label) {
+  r->BeginStage(stage);
+  const int64_t counted = r->I64();
+  if (counted < 0 || (most >= 0 && counted > most)) {
+    r->Fail(fmt::format("{} elements counted by {}", counted, label));
+  }
+  return counted;
+}
 
 DatasetPtr Filter(DatasetPtr input, PredicateFn fn, std::string name) {
   return std::make_shared<PredicateDataset>(std::move(input), std::move(fn),

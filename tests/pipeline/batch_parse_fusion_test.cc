@@ -324,14 +324,18 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
   const Run unfused = run(fusable, Unfused());
   EXPECT_FALSE(unfused.fused);
   EXPECT_EQ(unfused.names, stages);
-  // A Take or Skip between the source and Batch is fused, its stage
-  // counted; a Filter keeps every stage.
-  const Run take = run(
-      Dataset::FromTFRecords(files_).Skip(10).Take(100).Batch(8).Parse(Spec()),
-      {.threads = 2});
+  // A Take, Skip or Shard between the source and Batch is fused, its
+  // stage counted; a Filter keeps every stage.
+  const Run take = run(Dataset::FromTFRecords(files_)
+                           .Skip(10)
+                           .Shard(5, 1)
+                           .Take(100)
+                           .Batch(8)
+                           .Parse(Spec()),
+                       {.threads = 2});
   EXPECT_TRUE(take.fused);
-  EXPECT_EQ(take.names, (std::set<std::string>{"tfrecord", "skip", "take",
-                                               "batch", "parse"}));
+  EXPECT_EQ(take.names, (std::set<std::string>{"tfrecord", "skip", "shard",
+                                               "take", "batch", "parse"}));
   const auto all = [](const Element&) { return true; };
   const Run filter =
       run(Dataset::FromTFRecords(files_).Filter(all).Batch(8).Parse(Spec()),
@@ -450,9 +454,11 @@ TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
   }
 }
 
-// Take and Skip run fused: the stages' elements, order and origins, with
-// counts inside the data and past it, over every kind of input.
-TEST_F(BatchParseFusionTest, TakeAndSkipGiveTheElementsOfTheStages) {
+// Take, Skip and Shard run fused: the stages' elements, order and
+// origins, with counts inside the data and past it, over every kind of
+// input.  (A Shard of at most as many shards as files is a source of its
+// own: Dataset::Shard.)
+TEST_F(BatchParseFusionTest, TakeSkipAndShardGiveTheElementsOfTheStages) {
   TFRecordOptions interleaved;
   interleaved.num_parallel_reads = 3;
   const Dataset ds = Dataset::FromTFRecords(files_);
@@ -470,6 +476,13 @@ TEST_F(BatchParseFusionTest, TakeAndSkipGiveTheElementsOfTheStages) {
        [&] { return ds.Shuffle(60, 2).Take(250).Repeat(2); }},
       {"skip past a file's end, take into the next",
        [&] { return ds.Skip(170).Take(190).Repeat(2); }},
+      {"more shards than files", [&] { return ds.Shard(5, 2); }},
+      {"a shuffle's shard, each epoch",
+       [&] { return ds.Shuffle(50, 1).Shard(3, 0).Repeat(2); }},
+      {"a shard of a skip, interleaved",
+       [&] {
+         return Dataset::FromTFRecords(files_, interleaved).Skip(7).Shard(4, 3);
+       }},
       {"a mixture of a take and a skip",
        [&] {
          return Dataset::SampleFromDatasets(
@@ -493,30 +506,72 @@ TEST_F(BatchParseFusionTest, TakeAndSkipGiveTheElementsOfTheStages) {
   }
 }
 
-// A Take's and a Skip's saved states continue the same stream, among
-// the records skipped and those taken.
-TEST_F(BatchParseFusionTest, TakeAndSkipStatesContinueTheSameStream) {
+// A Take's, a Skip's and a Shard's saved states continue the same stream,
+// among the records skipped and those taken.
+TEST_F(BatchParseFusionTest, TakeSkipAndShardStatesContinueTheSameStream) {
   for (int calls : {1, kAutotune}) {
     SavedStatesContinue(Dataset::FromTFRecords(files_)
                             .Shuffle(40, 3)
                             .Skip(100)
-                            .Take(400)
+                            .Shard(3, 1)
+                            .Take(200)
                             .Repeat(2)
                             .Batch(24)
                             .Parse(Spec(), Calls(calls)));
   }
 }
 
-// A damaged record among those skipped, or those taken, fails where the
-// stages meet it; the stream goes on past it.
-TEST_F(BatchParseFusionTest, DamageUnderATakeOrSkipFailsAtItsPlace) {
+// Fused, a Take's, Skip's or Shard's restored count is checked as the
+// stage checks its own: none below 0, none past the stage's count.
+TEST_F(BatchParseFusionTest, TakeSkipAndShardRefuseCountsOutOfRange) {
+  using testing::Forged, testing::StateString, testing::U64s;
+  const Dataset ds = Dataset::FromTFRecords(files_)
+                         .Skip(10)
+                         .Shard(7, 2)
+                         .Take(30)
+                         .Batch(8)
+                         .Parse(Spec(), Calls(1));
+  Iterator it = ds.MakeIterator();
+  Element e;
+  ASSERT_TRUE(it.Next(&e));
+  const std::string state = it.Save();
+  // Eight records taken: the shard's at its input's 2, 9, ..., 51.
+  const std::string take = StateString("take") + U64s({8});
+  const std::string skip = StateString("skip") + U64s({10});
+  const std::string shard = StateString("shard") + U64s({52});
+  {
+    Iterator b = ds.MakeIterator();
+    b.Restore(Forged(state, take, take));
+    ASSERT_TRUE(b.Next(&e));
+  }
+  testing::ExpectRefused(ds,
+                         Forged(state, take, StateString("take") + U64s({31})),
+                         "31 elements counted by Take(30)");
+  testing::ExpectRefused(ds,
+                         Forged(state, skip, StateString("skip") + U64s({11})),
+                         "11 elements counted by Skip(10)");
+  testing::ExpectRefused(
+      ds,
+      Forged(state, shard,
+             StateString("shard") + U64s({static_cast<uint64_t>(-1)})),
+      "-1 elements counted by Shard(7, 2)");
+}
+
+// A damaged record among those skipped, or those taken, or those a
+// shard drops, fails where the stages meet it; the stream goes on past it.
+TEST_F(BatchParseFusionTest, DamageUnderATakeSkipOrShardFailsAtItsPlace) {
   DamageRecord(files_[0], 40);
   DamageRecord(files_[1], 30);
+  DamageRecord(files_[2], 11);
   for (int calls : {1, 2}) {
     ExpectErrorsWhereTheStagesHaveThem(
         Dataset::FromTFRecords(files_).Skip(60).Take(300).Batch(25).Parse(
             Spec(), Calls(calls)),
-        2, fmt::format("calls {}", calls));
+        3, fmt::format("calls {}", calls));
+    ExpectErrorsWhereTheStagesHaveThem(
+        Dataset::FromTFRecords(files_).Shard(6, 4).Batch(25).Parse(
+            Spec(), Calls(calls)),
+        3, fmt::format("shard, calls {}", calls));
   }
 }
 
@@ -1936,32 +1991,36 @@ TEST(BatchParseFusionMemoryTest, ShuffledBlocksStayWithinAFewBuffersOfRecords) {
   }
 }
 
-// Skipped records go as they are read: a Skip over most of a file holds
-// a few chunks of its blocks at a time, not every record it dropped (19 MB
-// of them here).
+// Skipped records go as they are read: a Skip over most of a file, or a
+// Shard of a twentieth of it, holds a few chunks of its blocks at a time
+// (those of the records kept in the batches in flight), not every record
+// it dropped (19 MB of them here).
 TEST(BatchParseFusionMemoryTest, SkippedRecordsDoNotHoldTheirBlocks) {
   testing::TempDir dir;
   const LabelledBlobs data(dir, 20000, 1000);
+  const Dataset source = Dataset::FromTFRecords({data.file});
   for (int threads : {1, 2}) {
-    const Dataset ds = Dataset::FromTFRecords({data.file})
-                           .Skip(19000)
-                           .Batch(100)
-                           .Parse(data.spec, Calls(threads));
-    const uint64_t before = BlockBytesInUse();
-    uint64_t most = 0;
-    int64_t rows = 0;
-    Iterator it = ds.MakeIterator({.threads = threads});
-    Element e;
-    while (it.Next(&e)) {
-      most = std::max(most, BlockBytesInUse() - before);
-      EXPECT_EQ(e["label"].data<int64_t>()[0], 19000 + rows);
-      rows += e["label"].num_rows();
+    for (int shard : {0, 1}) {
+      const Dataset ds = (shard == 1 ? source.Shard(20, 3) : source.Skip(19000))
+                             .Batch(10)
+                             .Parse(data.spec, Calls(threads));
+      const uint64_t before = BlockBytesInUse();
+      uint64_t most = 0;
+      int64_t rows = 0;
+      Iterator it = ds.MakeIterator({.threads = threads});
+      Element e;
+      while (it.Next(&e)) {
+        most = std::max(most, BlockBytesInUse() - before);
+        EXPECT_EQ(e["label"].data<int64_t>()[0],
+                  shard == 1 ? 3 + 20 * rows : 19000 + rows);
+        rows += e["label"].num_rows();
+      }
+      EXPECT_EQ(rows, 1000) << threads << " shard " << shard;
+      EXPECT_LT(most, 4000 * data.frame_bytes)
+          << "threads " << threads << " shard " << shard << ": blocks of "
+          << static_cast<double>(most) / static_cast<double>(data.frame_bytes)
+          << " records";
     }
-    EXPECT_EQ(rows, 1000) << threads;
-    EXPECT_LT(most, 4000 * data.frame_bytes)
-        << "threads " << threads << ": blocks of "
-        << static_cast<double>(most) / static_cast<double>(data.frame_bytes)
-        << " records";
   }
 }
 
