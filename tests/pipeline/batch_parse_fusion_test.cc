@@ -1451,6 +1451,10 @@ TEST_F(BatchParseFusionTest, GlobalShuffleGivesTheElementsOfTheStages) {
       {"repeat", [&] { return global(1, 1, 0).Repeat(2).Batch(40); }},
       {"then a shuffle",
        [&] { return global(1, 1, 0).Shuffle(64, 5).Batch(20); }},
+      {"a skip, a shard and a take of its records (dropped unread)",
+       [&] {
+         return global(2, 1, 0).Skip(20).Shard(3, 1).Take(150).Batch(16);
+       }},
   };
   for (const auto& [what, make] : cases) {
     for (int calls : {1, 3, kAutotune}) {
