@@ -2126,7 +2126,8 @@ class ShardStream final : public RecordStream {
 // (WeightedDraws, MixEnds), so the same records in the same order.  Its
 // draws count as the planner's work with its inputs' (a few ns a record:
 // timing them apart would cost more than they do); the records it gives
-// count as its stage's elements.
+// count as its stage's elements.  Take() hands its inputs runs of draws
+// that pick the same input at once.
 class SampleStream final : public RecordStream {
  public:
   SampleStream(Env* env, const FusableStage& stage, uint64_t salt,
@@ -2145,6 +2146,40 @@ class SampleStream final : public RecordStream {
                    [this] { draws_.SetEnded(ends_.input_ended()); });
     if (got) counter_->elements.fetch_add(1, std::memory_order_relaxed);
     return got;
+  }
+
+  // Next() `n` times, where each run of draws that pick one input is
+  // taken from it in one call: the draws ahead are known (Peek: the
+  // generator is counter-based) while no input ends, and only a take can
+  // end one.  An input that ends inside its run gave fewer records than
+  // asked; the draw after them is Next()'s, which finds the input ended,
+  // as the stage's draw does, and draws on.  An error uses up its draw.
+  bool Take(size_t n, std::vector<RecordRef>* out) override {
+    constexpr size_t kRun = 64;
+    while (n > 0) {
+      const std::optional<size_t> i =
+          ends_.ended() ? std::nullopt : draws_.Peek(0);
+      if (!i) return TakeByNext(this, n, out);  // ends as Next() ends
+      const size_t most = std::min(n, kRun);
+      size_t run = 1;
+      while (run < most && draws_.Peek(run) == i) ++run;
+      const size_t before = out->size();
+      bool more;
+      try {
+        more = in_[*i]->Take(run, out);
+      } catch (...) {
+        Drew(out->size() - before, 1);
+        throw;
+      }
+      const size_t got = out->size() - before;
+      Drew(got, 0);
+      n -= got;
+      if (!more && n > 0) {  // the input ended inside the run
+        if (!TakeByNext(this, 1, out)) return false;
+        --n;
+      }
+    }
+    return true;
   }
 
   void Quiesce() override {
@@ -2176,6 +2211,13 @@ class SampleStream final : public RecordStream {
   }
 
  private:
+  // `records` taken from the input a run of draws picked, and `spent`
+  // draws more (an error's).
+  void Drew(size_t records, uint64_t spent) {
+    draws_.Skip(records + spent);
+    counter_->elements.fetch_add(records, std::memory_order_relaxed);
+  }
+
   std::vector<std::unique_ptr<RecordStream>> in_;
   const std::vector<double>& weights_;  // the stage's
   WeightedDraws draws_;

@@ -500,11 +500,18 @@ WeightedDraws::WeightedDraws(std::vector<double> weights, uint64_t seed)
   SetEnded(std::vector<bool>(weights_.size(), false));
 }
 
+std::optional<size_t> WeightedDraws::Pick() { return PickWith(rng_); }
+
+std::optional<size_t> WeightedDraws::Peek(uint64_t ahead) const {
+  Rng at(rng_.state() + ahead);
+  return PickWith(at);
+}
+
 // u uniform in [0, total), the input whose share of [0, total) holds it.
 // Inputs of weight 0 (or ended) have empty shares.
-std::optional<size_t> WeightedDraws::Pick() {
+std::optional<size_t> WeightedDraws::PickWith(Rng& rng) const {
   if (!(total_ > 0)) return std::nullopt;
-  const double u = static_cast<double>(rng_.Next() >> 11) * 0x1.0p-53 * total_;
+  const double u = static_cast<double>(rng.Next() >> 11) * 0x1.0p-53 * total_;
   const size_t i = static_cast<size_t>(
       std::upper_bound(ends_.begin(), ends_.end(), u) - ends_.begin());
   // u rounded up to the total: the last input with a share.

@@ -856,12 +856,19 @@ class WeightedDraws {
   // The input of the next element; nullopt where every input of weight
   // > 0 has ended.
   std::optional<size_t> Pick();
+  // What Pick() will return `ahead` picks from now (0: the next one), no
+  // input ending before, without drawing; Skip(n) draws n picks unseen.
+  std::optional<size_t> Peek(uint64_t ahead) const;
+  void Skip(uint64_t n) { rng_.set_state(rng_.state() + n); }
   // After an input ended, or a restore: ended[i] for each input.
   void SetEnded(const std::vector<bool>& ended);
   uint64_t state() const { return rng_.state(); }
   void set_state(uint64_t s) { rng_.set_state(s); }
 
  private:
+  // The input `rng`'s next draw picks.
+  std::optional<size_t> PickWith(Rng& rng) const;
+
   std::vector<double> weights_;
   Rng rng_;
   // ends_[i]: where input i's share of [0, total_) ends.
@@ -903,6 +910,7 @@ class MixEnds {
     return false;
   }
   const std::vector<bool>& input_ended() const { return input_ended_; }
+  bool ended() const { return ended_; }
   // Whether the stream has ended, then each input's flag.
   void Save(StateWriter* w) const;
   void Restore(StateReader* r);

@@ -607,11 +607,13 @@ TEST_F(BatchParseFusionTest, MixtureStatesContinueTheSameStream) {
 // A damaged record of one input fails where the stages meet it (the
 // draw that reached it used up), and the draws go on past it.
 TEST_F(BatchParseFusionTest, AMixturesDamagedRecordFailsAtItsPlace) {
+  // Met early, while the other input has records: the draws after the
+  // error go on from the one after its draw.
   DamageRecord(files_[1], 60);
   for (int calls : {1, 2}) {
     ExpectErrorsWhereTheStagesHaveThem(
         Dataset::SampleFromDatasets(
-            {Dataset::FromTFRecords({files_[0], files_[1]}).Shuffle(20, 1),
+            {Dataset::FromTFRecords({files_[1], files_[0]}).Shuffle(20, 1),
              Dataset::FromTFRecords({files_[2]})},
             {.seed = 3})
             .Batch(25)
