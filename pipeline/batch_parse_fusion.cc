@@ -4,9 +4,10 @@
 // For Parse(Batch(S1(S2(...(FromTFRecords))))) with each S a Shuffle, a
 // Repeat, a Take, a Skip or a Shard, the stages run as one, so that
 // per-record work is on every core.
-// The chain may end in a SampleFromDatasets instead of the source, each of
-// whose inputs is such a chain (SampleStream; the files of all its
-// sources are read by reader tasks alike, each source with its options):
+// The chain may end in a SampleFromDatasets or a ChooseFromDatasets
+// instead of the source, each of whose inputs is such a chain
+// (SampleStream, ChooseStream; the files of all its sources are read by
+// reader tasks alike, each source with its options):
 //
 //   reader tasks (one per open file, in the arena, kChunksAhead ahead;
 //     smaller chunks when many files are open at once):
@@ -2121,32 +2122,79 @@ class ShardStream final : public RecordStream {
   std::vector<RecordRef> read_;  // Take()'s
 };
 
-// SampleFromDatasets (its iterator over views): each record from the
-// input its draw picks, with the stage's weights, seed and ends
-// (WeightedDraws, MixEnds), so the same records in the same order.  Its
-// draws count as the planner's work with its inputs' (a few ns a record:
-// timing them apart would cost more than they do); the records it gives
-// count as its stage's elements.  Take() hands its inputs runs of draws
-// that pick the same input at once.
-class SampleStream final : public RecordStream {
+// What SampleStream and ChooseStream share, as the stages' MixIterator:
+// the inputs, which of them have ended (MixEnds), and the stage's state
+// layout (the ends, the picker's state, each input).  Pick() says which
+// input gives the next record.  The picks count as the planner's work with
+// its inputs' (a few ns a record: timing them apart would cost more than
+// they do); the records the stream gives count as its stage's elements.
+class MixStream : public RecordStream {
  public:
-  SampleStream(Env* env, const FusableStage& stage, uint64_t salt,
-               std::vector<std::unique_ptr<RecordStream>> in)
+  MixStream(Env* env, const FusableStage& stage, std::string_view name,
+            std::vector<std::unique_ptr<RecordStream>> in)
       : RecordStream(env),
         in_(std::move(in)),
-        weights_(*stage.weights),
-        draws_(*stage.weights, stage.shuffle_seed(env->ctx, salt)),
         ends_(in_.size(), stage.stop_on_empty),
-        counter_(env->ctx->Counter(stage.dataset, "sample_from_datasets")) {}
+        counter_(env->ctx->Counter(stage.dataset, name)),
+        name_(name) {}
 
   bool Next(RecordRef* out) override {
     const bool got =
-        ends_.Next([this] { return draws_.Pick(); },
+        ends_.Next([this] { return Pick(); },
                    [this, out](size_t i) { return in_[i]->Next(out); },
-                   [this] { draws_.SetEnded(ends_.input_ended()); });
+                   [this] { InputsChanged(); });
     if (got) counter_->elements.fetch_add(1, std::memory_order_relaxed);
     return got;
   }
+
+  void Quiesce() override {
+    for (auto& in : in_) in->Quiesce();
+  }
+  void Resume() override {
+    for (auto& in : in_) in->Resume();
+  }
+
+  void Save(StateWriter* w) override {
+    w->BeginStage(name_);
+    ends_.Save(w);
+    SavePicker(w);
+    for (auto& in : in_) in->Save(w);
+  }
+  void Restore(StateReader* r) override {
+    r->BeginStage(name_);
+    ends_.Restore(r);
+    InputsChanged();
+    RestorePicker(r);
+    for (auto& in : in_) in->Restore(r);
+  }
+
+ protected:
+  // The input of the next record; nullopt: the stream ends.  An exception
+  // it throws is that record's error (the pick is used up).
+  virtual std::optional<size_t> Pick() = 0;
+  // After an input has ended or a Restore.
+  virtual void InputsChanged() {}
+  virtual void SavePicker(StateWriter* w) = 0;
+  virtual void RestorePicker(StateReader* r) = 0;
+
+  std::vector<std::unique_ptr<RecordStream>> in_;
+  MixEnds ends_;
+  StageCounter* const counter_;  // the stage's
+
+ private:
+  const std::string name_;  // the stage's
+};
+
+// SampleFromDatasets (its iterator over views): each record from the
+// input its draw picks, with the stage's weights, seed and ends
+// (WeightedDraws, MixEnds), so the same records in the same order.
+// Take() hands its inputs runs of draws that pick the same input at once.
+class SampleStream final : public MixStream {
+ public:
+  SampleStream(Env* env, const FusableStage& stage, uint64_t salt,
+               std::vector<std::unique_ptr<RecordStream>> in)
+      : MixStream(env, stage, "sample_from_datasets", std::move(in)),
+        draws_(*stage.weights, stage.shuffle_seed(env->ctx, salt)) {}
 
   // Next() `n` times, where each run of draws that pick one input is
   // taken from it in one call: the draws ahead are known (Peek: the
@@ -2182,35 +2230,19 @@ class SampleStream final : public RecordStream {
     return true;
   }
 
-  void Quiesce() override {
-    for (auto& in : in_) in->Quiesce();
-  }
-  void Resume() override {
-    for (auto& in : in_) in->Resume();
-  }
   // An input of weight 0 is never read.
   void Prepare() override {
     for (size_t i = 0; i < in_.size(); ++i) {
-      if (weights_[i] > 0) in_[i]->Prepare();
+      if (draws_.weight(i) > 0) in_[i]->Prepare();
     }
   }
 
-  // The stage's layout: the ends, the draws, each input.
-  void Save(StateWriter* w) override {
-    w->BeginStage("sample_from_datasets");
-    ends_.Save(w);
-    w->U64(draws_.state());
-    for (auto& in : in_) in->Save(w);
-  }
-  void Restore(StateReader* r) override {
-    r->BeginStage("sample_from_datasets");
-    ends_.Restore(r);
-    draws_.SetEnded(ends_.input_ended());
-    draws_.set_state(r->U64());
-    for (auto& in : in_) in->Restore(r);
-  }
-
  private:
+  std::optional<size_t> Pick() override { return draws_.Pick(); }
+  void InputsChanged() override { draws_.SetEnded(ends_.input_ended()); }
+  void SavePicker(StateWriter* w) override { w->U64(draws_.state()); }
+  void RestorePicker(StateReader* r) override { draws_.set_state(r->U64()); }
+
   // `records` taken from the input a run of draws picked, and `spent`
   // draws more (an error's).
   void Drew(size_t records, uint64_t spent) {
@@ -2218,11 +2250,34 @@ class SampleStream final : public RecordStream {
     counter_->elements.fetch_add(records, std::memory_order_relaxed);
   }
 
-  std::vector<std::unique_ptr<RecordStream>> in_;
-  const std::vector<double>& weights_;  // the stage's
   WeightedDraws draws_;
-  MixEnds ends_;
-  StageCounter* const counter_;  // "sample_from_datasets"
+};
+
+// ChooseFromDatasets (its iterator over views): each record from the
+// input the next element of the choice dataset names (ChoicePicker), so
+// the same records in the same order.  The choice dataset is not fused:
+// its own iterator, made with the stream's salt as the stage's is, runs
+// on the planner's thread (the consumer's, unless SetPlanInTask(1)), a
+// choice a record.
+class ChooseStream final : public MixStream {
+ public:
+  ChooseStream(Env* env, const FusableStage& stage, uint64_t salt,
+               std::vector<std::unique_ptr<RecordStream>> in)
+      : MixStream(env, stage, "choose_from_datasets", std::move(in)),
+        picker_(stage.choices->MakeIterator(env->ctx, salt), in_.size()) {}
+
+  // Which inputs the choices will name is not known ahead: each reads
+  // ahead.
+  void Prepare() override {
+    for (auto& in : in_) in->Prepare();
+  }
+
+ private:
+  std::optional<size_t> Pick() override { return picker_.Pick(); }
+  void SavePicker(StateWriter* w) override { picker_.Save(w); }
+  void RestorePicker(StateReader* r) override { picker_.Restore(r); }
+
+  ChoicePicker picker_;
 };
 
 // Makes the stream of chain[i..] (chain.back() is the source, or a
@@ -2251,11 +2306,15 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
     case FusableStage::Kind::kShard:
       return std::make_unique<ShardStream>(env, s,
                                            MakeStream(env, chain, i + 1, salt));
-    case FusableStage::Kind::kSample: {
+    case FusableStage::Kind::kSample:
+    case FusableStage::Kind::kChoose: {
       // Each input gets the salt (as the stage's iterators do).
       std::vector<std::unique_ptr<RecordStream>> in;
       for (const auto& input : s.chains) {
         in.push_back(MakeStream(env, input, 0, salt));
+      }
+      if (s.kind == FusableStage::Kind::kChoose) {
+        return std::make_unique<ChooseStream>(env, s, salt, std::move(in));
       }
       return std::make_unique<SampleStream>(env, s, salt, std::move(in));
     }
@@ -2270,7 +2329,8 @@ std::unique_ptr<RecordStream> MakeStream(Env* env,
 void CollectSources(const std::vector<FusableStage>& chain,
                     std::vector<const FusableStage*>* out) {
   for (const FusableStage& s : chain) {
-    if (s.kind == FusableStage::Kind::kSample) {
+    if (s.kind == FusableStage::Kind::kSample ||
+        s.kind == FusableStage::Kind::kChoose) {
       for (const auto& input : s.chains) CollectSources(input, out);
     } else if (s.kind == FusableStage::Kind::kTFRecord ||
                s.kind == FusableStage::Kind::kGlobalShuffle) {
@@ -2892,7 +2952,8 @@ bool DescribeChain(DatasetPtr d, bool in_mixture,
         (in_mixture && s.kind == FusableStage::Kind::kGlobalShuffle)) {
       return false;
     }
-    if (s.kind == FusableStage::Kind::kSample) {
+    if (s.kind == FusableStage::Kind::kSample ||
+        s.kind == FusableStage::Kind::kChoose) {
       for (const DatasetPtr& input : s.inputs) {
         if (!DescribeChain(input, true, &s.chains.emplace_back())) {
           return false;

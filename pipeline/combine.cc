@@ -377,6 +377,13 @@ class ChooseFromDataset final : public DatasetBase {
     return std::make_unique<It>(this, MakeAll(inputs_, ctx, salt),
                                 choices_->MakeIterator(ctx, salt));
   }
+  bool DescribeForFusion(FusableStage* out) const override {
+    out->kind = FusableStage::Kind::kChoose;
+    out->inputs = inputs_;
+    out->choices = choices_;
+    out->stop_on_empty = stop_on_empty_;
+    return true;
+  }
 
  private:
   class It final : public MixIterator {
@@ -385,51 +392,14 @@ class ChooseFromDataset final : public DatasetBase {
        std::vector<std::unique_ptr<IteratorBase>> in,
        std::unique_ptr<IteratorBase> choices)
         : MixIterator("choose_from_datasets", std::move(in), d->stop_on_empty_),
-          choices_(std::move(choices)) {}
+          picker_(std::move(choices), num_inputs()) {}
 
    private:
-    std::optional<size_t> Pick() override {
-      Element c;
-      if (!choices_->GetNext(&c)) return std::nullopt;
-      const int64_t at = read_++;
-      const Tensor* t =
-          c.components.size() == 1 ? &c.components[0].tensor : nullptr;
-      if (t == nullptr || t->shape().rank() != 0 ||
-          (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32)) {
-        std::vector<std::string> parts;
-        for (const auto& comp : c.components) {
-          parts.push_back(fmt::format("{}: {} {}", comp.name,
-                                      DTypeName(comp.tensor.dtype()),
-                                      comp.tensor.shape().ToString()));
-        }
-        throw Error(fmt::format(
-            "ChooseFromDatasets: choice {} is [{}]; each element of the "
-            "choice dataset must be one int64 or int32 scalar",
-            at, fmt::join(parts, ", ")));
-      }
-      const int64_t i = t->dtype() == DType::kInt64
-                            ? t->scalar<int64_t>()
-                            : int64_t{t->scalar<int32_t>()};
-      if (i < 0 || static_cast<uint64_t>(i) >= num_inputs()) {
-        throw Error(fmt::format(
-            "ChooseFromDatasets: choice {} is {}, not in [0, {}) (the "
-            "datasets given)",
-            at, i, num_inputs()));
-      }
-      return static_cast<size_t>(i);
-    }
-    void SavePicker(StateWriter* w) override {
-      w->I64(read_);
-      choices_->Save(w);
-    }
-    void RestorePicker(StateReader* r) override {
-      read_ = r->I64();
-      if (read_ < 0) r->Fail(fmt::format("{} choices read", read_));
-      choices_->Restore(r);
-    }
+    std::optional<size_t> Pick() override { return picker_.Pick(); }
+    void SavePicker(StateWriter* w) override { picker_.Save(w); }
+    void RestorePicker(StateReader* r) override { picker_.Restore(r); }
 
-    std::unique_ptr<IteratorBase> choices_;
-    int64_t read_ = 0;  // choices read (for errors)
+    ChoicePicker picker_;
   };
 
   std::vector<DatasetPtr> inputs_;
@@ -527,6 +497,47 @@ void WeightedDraws::SetEnded(const std::vector<bool>& ended) {
     ends_[i] = sum;
   }
   total_ = sum;
+}
+
+std::optional<size_t> ChoicePicker::Pick() {
+  Element c;
+  if (!choices_->GetNext(&c)) return std::nullopt;
+  const int64_t at = read_++;
+  const Tensor* t =
+      c.components.size() == 1 ? &c.components[0].tensor : nullptr;
+  if (t == nullptr || t->shape().rank() != 0 ||
+      (t->dtype() != DType::kInt64 && t->dtype() != DType::kInt32)) {
+    std::vector<std::string> parts;
+    for (const auto& comp : c.components) {
+      parts.push_back(fmt::format("{}: {} {}", comp.name,
+                                  DTypeName(comp.tensor.dtype()),
+                                  comp.tensor.shape().ToString()));
+    }
+    throw Error(fmt::format(
+        "ChooseFromDatasets: choice {} is [{}]; each element of the "
+        "choice dataset must be one int64 or int32 scalar",
+        at, fmt::join(parts, ", ")));
+  }
+  const int64_t i = t->dtype() == DType::kInt64 ? t->scalar<int64_t>()
+                                                : int64_t{t->scalar<int32_t>()};
+  if (i < 0 || static_cast<uint64_t>(i) >= inputs_) {
+    throw Error(
+        fmt::format("ChooseFromDatasets: choice {} is {}, not in [0, {}) (the "
+                    "datasets given)",
+                    at, i, inputs_));
+  }
+  return static_cast<size_t>(i);
+}
+
+void ChoicePicker::Save(StateWriter* w) {
+  w->I64(read_);
+  choices_->Save(w);
+}
+
+void ChoicePicker::Restore(StateReader* r) {
+  read_ = r->I64();
+  if (read_ < 0) r->Fail(fmt::format("{} choices read", read_));
+  choices_->Restore(r);
 }
 
 void MixEnds::Save(StateWriter* w) const {

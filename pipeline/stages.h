@@ -730,11 +730,12 @@ struct FusableStage {
     kSkip,
     kShard,
     kBatch,
-    kSample
+    kSample,
+    kChoose
   };
   Kind kind = Kind::kTFRecord;
   const DatasetBase* dataset = nullptr;
-  DatasetPtr input;  // null for the source and kSample
+  DatasetPtr input;  // null for the source, kSample and kChoose
   // kTFRecord: the files (the dataset's own copies), options and the order
   // an iterator made with a salt reads them in.
   const std::vector<std::shared_ptr<const std::string>>* paths = nullptr;
@@ -755,11 +756,13 @@ struct FusableStage {
   // kBatch
   int64_t batch_size = 0;
   bool drop_remainder = false;
-  // kSample (SampleFromDatasets): its inputs, their weights, and whether
-  // the draws stop at the first input that ends.  `chains`: each input's
-  // stages, down to its source (the fused path describes them).
+  // kSample (SampleFromDatasets), kChoose (ChooseFromDatasets): its
+  // inputs, their weights (kSample) or the choice dataset (kChoose), and
+  // whether the picks stop at the first input that ends.  `chains`: each
+  // input's stages, down to its source (the fused path describes them).
   std::vector<DatasetPtr> inputs;
   const std::vector<double>* weights = nullptr;
+  DatasetPtr choices;
   bool stop_on_empty = false;
   std::vector<std::vector<FusableStage>> chains;
 };
@@ -862,6 +865,7 @@ class WeightedDraws {
   void Skip(uint64_t n) { rng_.set_state(rng_.state() + n); }
   // After an input ended, or a restore: ended[i] for each input.
   void SetEnded(const std::vector<bool>& ended);
+  double weight(size_t i) const { return weights_[i]; }
   uint64_t state() const { return rng_.state(); }
   void set_state(uint64_t s) { rng_.set_state(s); }
 
@@ -920,6 +924,26 @@ class MixEnds {
   std::vector<bool> input_ended_;
   size_t inputs_ended_ = 0;
   bool ended_ = false;
+};
+
+// ChooseFromDatasets' picks (its iterator's, and the fused batch-parse
+// path's stream's): each the next element of the choice dataset, one
+// int64 or int32 scalar in [0, inputs).  Not thread-safe.
+class ChoicePicker {
+ public:
+  ChoicePicker(std::unique_ptr<IteratorBase> choices, size_t inputs)
+      : choices_(std::move(choices)), inputs_(inputs) {}
+  // The input the next choice names; nullopt where the choices have
+  // ended.  Throws (the choice used up) where it names none.
+  std::optional<size_t> Pick();
+  // The choices read, then the choice dataset's iterator.
+  void Save(StateWriter* w);
+  void Restore(StateReader* r);
+
+ private:
+  std::unique_ptr<IteratorBase> choices_;
+  size_t inputs_;
+  int64_t read_ = 0;  // choices read (for errors)
 };
 
 DatasetPtr Zip(std::vector<DatasetPtr> inputs);

@@ -44,7 +44,7 @@ void AppendOutcomes(Iterator& it, std::vector<std::string>* out,
       if (!it.Next(&e)) break;
       out->push_back(fmt::format("{} rows, first {}", e["label"].num_rows(),
                                  e["label"].data<int64_t>()[0]));
-    } catch (const records::Error& err) {
+    } catch (const recflow::Error& err) {
       out->push_back(std::string("error: ") + err.what());
       // A restart that meets the same error again would never end.
       if (out->size() > 10000) break;
@@ -364,6 +364,26 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
     EXPECT_FALSE(unfusable.fused);
     EXPECT_TRUE(unfusable.names.contains("sample_from_datasets"));
   }
+  // So is a ChooseFromDatasets of fusable inputs, its choices' stages as
+  // written.
+  const Run chosen =
+      run(Dataset::ChooseFromDatasets({a, Dataset::FromTFRecords({files_[2]})},
+                                      Dataset::Range(0, 2).Repeat())
+              .Batch(8)
+              .Parse(Spec()),
+          {.threads = 2});
+  EXPECT_TRUE(chosen.fused);
+  EXPECT_EQ(chosen.names,
+            (std::set<std::string>{"tfrecord", "choose_from_datasets", "range",
+                                   "repeat", "batch", "parse"}));
+  const Run unchosen =
+      run(Dataset::ChooseFromDatasets({a, a.Filter(all)},
+                                      Dataset::Range(0, 2).Repeat())
+              .Batch(8)
+              .Parse(Spec()),
+          {.threads = 2});
+  EXPECT_FALSE(unchosen.fused);
+  EXPECT_TRUE(unchosen.names.contains("choose_from_datasets"));
   // Parse-only, fused, has no shuffle stage.
   const Run plain = run(Dataset::FromTFRecords(files_).Batch(8).Parse(Spec()),
                         {.threads = 2});
@@ -433,6 +453,52 @@ TEST_F(BatchParseFusionTest, MixturesGiveTheElementsOfTheStages) {
   }
 }
 
+// ChooseFromDatasets over fusable inputs runs fused, each input a chain of
+// its own, the choice dataset as written: the stages' elements, order and
+// origins, whatever the choices (round robin, shuffled with a seed each
+// epoch, through a prefetch's thread), the ends, and the stages around.
+TEST_F(BatchParseFusionTest, ChoicesGiveTheElementsOfTheStages) {
+  TFRecordOptions interleaved;
+  interleaved.num_parallel_reads = 2;
+  interleaved.block_length = 3;
+  const Dataset a = Dataset::FromTFRecords({files_[0], files_[1]});
+  // Its second file is gzipped.
+  const Dataset b = Dataset::FromTFRecords({files_[2], files_[3]}, interleaved);
+  const Dataset c = Dataset::FromTFRecords({files_[1]}).Shuffle(30, 4);
+  const auto round_robin = [](int64_t n) {
+    return Dataset::Range(0, n).Repeat();
+  };
+  const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"round robin, to the first input's end",
+       [&] {
+         return Dataset::ChooseFromDatasets({a, b, c}, round_robin(3));
+       }},
+      {"round robin, on after the first input's end",
+       [&] {
+         return Dataset::ChooseFromDatasets({a, b, c}, round_robin(3), false);
+       }},
+      {"shuffled choices that end first, other ones each epoch",
+       [&] {
+         return Dataset::ChooseFromDatasets(
+                    {a.Shuffle(40, 1), b},
+                    Dataset::Range(0, 2).Repeat(90).Shuffle(50, 2))
+             .Repeat(3);
+       }},
+      {"choices through a prefetch, one input twice, a mixture in it",
+       [&] {
+         return Dataset::ChooseFromDatasets(
+             {a, Dataset::SampleFromDatasets({b, c}, {.seed = 3}), a},
+             round_robin(3).Prefetch(8), false);
+       }},
+  };
+  for (const auto& [what, make] : cases) {
+    for (int calls : {1, 3, kAutotune}) {
+      ExpectSameAsUnfused(make().Batch(32).Parse(Spec(), Calls(calls)),
+                          fmt::format("{}, {} calls", what, calls));
+    }
+  }
+}
+
 // Fused, a mixture counts what its stage does: every record it gives.
 TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
   const Dataset ds = Dataset::SampleFromDatasets(
@@ -451,6 +517,30 @@ TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
     }
     EXPECT_EQ(drawn, AllRecords()) << o.threads;
     EXPECT_EQ(read, AllRecords()) << o.threads;
+  }
+  // A ChooseFromDatasets too, and its choices' stages count theirs: one
+  // choice a record, and one more for each 0 chosen once the first input
+  // has ended (one 0 between each two of the second input's last records,
+  // then a 0 and a 1 that end the stream).
+  const Dataset chosen =
+      Dataset::ChooseFromDatasets(
+          {Dataset::FromTFRecords({files_[0]}),
+           Dataset::FromTFRecords({files_[1], files_[2], files_[3]})},
+          Dataset::Range(0, 2).Repeat(), false)
+          .Batch(16)
+          .Parse(Spec());
+  for (const IteratorOptions& o : StatsRuns()) {
+    uint64_t batches = 0;
+    std::map<std::string, uint64_t> elements;
+    for (const auto& s : StatsAtTheEnd(chosen, o, &batches)) {
+      elements[s.name] += s.elements;
+    }
+    EXPECT_EQ(elements["choose_from_datasets"], AllRecords()) << o.threads;
+    EXPECT_EQ(elements["tfrecord"], AllRecords()) << o.threads;
+    const uint64_t second = AllRecords() - RecordsInFile(0);
+    EXPECT_EQ(elements["range"],
+              AllRecords() + (second - RecordsInFile(0) - 1) + 1 + 2)
+        << o.threads;
   }
 }
 
@@ -601,6 +691,44 @@ TEST_F(BatchParseFusionTest, MixtureStatesContinueTheSameStream) {
             {.weights = {4, 1, 1}, .seed = 7})
             .Batch(24)
             .Parse(Spec(), Calls(calls)));
+  }
+}
+
+// A ChooseFromDatasets' saved state continues the same stream, taken at
+// any batch: its choices' iterator (a shuffle's buffer among its stages)
+// and its inputs, across epochs and after an input has ended.
+TEST_F(BatchParseFusionTest, ChoiceStatesContinueTheSameStream) {
+  const Dataset a = Dataset::FromTFRecords({files_[0], files_[3]});
+  const Dataset b =
+      Dataset::FromTFRecords({files_[1], files_[2]}).Shuffle(60, 4);
+  for (int calls : {1, kAutotune}) {
+    SavedStatesContinue(
+        Dataset::ChooseFromDatasets(
+            {a, b}, Dataset::Range(0, 2).Repeat().Shuffle(20, 5), false)
+            .Repeat(2)
+            .Batch(24)
+            .Parse(Spec(), Calls(calls)));
+  }
+}
+
+// A choice that names no input fails where the stages' choice does (the
+// choice used up), as a damaged record of an input does (its file ends
+// there, its next one goes on), and the choices go on past both.
+TEST_F(BatchParseFusionTest, BadChoicesAndDamagedRecordsFailAtTheirPlace) {
+  DamageRecord(files_[1], 10);
+  const Dataset choices = Dataset::Range(0, 2)
+                              .Repeat(40)
+                              .Concatenate(Dataset::Range(7, 8))
+                              .Concatenate(Dataset::Range(0, 2).Repeat());
+  for (int calls : {1, 2}) {
+    ExpectErrorsWhereTheStagesHaveThem(
+        Dataset::ChooseFromDatasets(
+            {Dataset::FromTFRecords({files_[0]}),
+             Dataset::FromTFRecords({files_[1], files_[2]})},
+            choices)
+            .Batch(25)
+            .Parse(Spec(), Calls(calls)),
+        2, fmt::format("calls {}", calls));
   }
 }
 
