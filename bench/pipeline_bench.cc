@@ -191,15 +191,16 @@ BENCHMARK(BM_Parse)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// Parse's pipeline with its files split in two datasets and mixed again by
-// SampleFromDatasets (weights alike, every record once): mixed:1 fused
-// (each input read by reader tasks, the draws planned, the batches parsed
-// straight from the read buffers), next to the same pipeline unmixed
-// (mixed:0, BM_Parse's) and to the mixture run stage by stage (mixed:2,
+// Parse's pipeline with its files split in two datasets and mixed again
+// by `mix`, every record once: state.range(1) (mixed) 1 fused (each input
+// read by reader tasks, the picks planned, the batches parsed straight
+// from the read buffers), next to the same pipeline unmixed (mixed:0,
+// BM_Parse's) and to the mixture run stage by stage (mixed:2,
 // IteratorOptions::optimize false: each input read record by record, the
 // batch stacked, then parsed), which is how a mixture ran before it was
 // fused.
-void BM_SampleFromDatasets(benchmark::State& state) {
+void DrainMixed(benchmark::State& state,
+                const std::function<Dataset(Dataset, Dataset)>& mix) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t mixed = state.range(1);
   const std::vector<std::string>& files = Files();
@@ -214,15 +215,41 @@ void BM_SampleFromDatasets(benchmark::State& state) {
   const Dataset a =
       Dataset::FromTFRecords({files.begin(), files.begin() + half});
   const Dataset b = Dataset::FromTFRecords({files.begin() + half, files.end()});
-  Drain(state,
-        Dataset::SampleFromDatasets({a, b}, {.seed = 1})
-            .Batch(kBatch)
-            .Parse(Spec(), Calls(threads)),
-        threads, nullptr, /*optimize=*/mixed == 1);
+  Drain(state, mix(a, b).Batch(kBatch).Parse(Spec(), Calls(threads)), threads,
+        nullptr, /*optimize=*/mixed == 1);
+}
+
+// SampleFromDatasets, weights alike.
+void BM_SampleFromDatasets(benchmark::State& state) {
+  DrainMixed(state, [](Dataset a, Dataset b) {
+    return Dataset::SampleFromDatasets({a, b}, {.seed = 1});
+  });
 }
 BENCHMARK(BM_SampleFromDatasets)
     ->ArgNames({"threads", "mixed"})
     ->ArgsProduct({{1, 2}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ChooseFromDatasets round robin (tf.data's example: a range repeated),
+// on past the first input's end: its choice dataset runs as written, a
+// choice a record, fused or not; mixed:3 runs as many choices alone (as
+// many as BM_Parse's records), what they cost on their own.
+void BM_ChooseFromDatasets(benchmark::State& state) {
+  const Dataset choices = Dataset::Range(0, 2).Repeat();
+  if (state.range(1) == 3) {
+    Drain(state, choices.Take(kFiles * kRecordsPerFile), 1);
+    return;
+  }
+  DrainMixed(state, [&](Dataset a, Dataset b) {
+    return Dataset::ChooseFromDatasets({a, b}, choices,
+                                       /*stop_on_empty_dataset=*/false);
+  });
+}
+BENCHMARK(BM_ChooseFromDatasets)
+    ->ArgNames({"threads", "mixed"})
+    ->ArgsProduct({{1, 2}, {0, 1, 2}})
+    ->Args({1, 3})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
