@@ -764,6 +764,28 @@ def test_sample_and_choose_from_datasets_as_tf_data():
     assert [b["value"].tolist() for b in ds.restore(it.save())] == full[4:]
 
 
+
+def test_mixtures_of_tfrecord_files_batched_and_parsed(tmp_path):
+    D = recflow.Dataset
+    a = D.from_tfrecords(str(write_records(tmp_path / "a.tfrecord", 7)))
+    b = D.from_tfrecords(str(write_records(tmp_path / "b.tfrecord", 12)))
+
+    def ids(ds, optimize):
+        return [int(i) for batch in ds.batch(4).parse(SMALL_SPEC).iterator(
+                    threads=2, optimize=optimize) for i in batch["id"]]
+
+    # Run fused (optimize=True) or stage by stage, the same records in the
+    # same order: round robin, then b's rest once a has ended.
+    chosen = D.choose_from_datasets([a, b], D.range(0, 2).repeat(),
+                                    stop_on_empty_dataset=False)
+    want = [x for i in range(7) for x in (i, i)] + list(range(7, 12))
+    assert ids(chosen, True) == want
+    assert ids(chosen, False) == want
+    sampled = D.sample_from_datasets([a, b.shuffle(5, seed=1)], seed=2)
+    assert ids(sampled, True) == ids(sampled, False)
+    assert sorted(ids(sampled, True)) == sorted(list(range(7)) +
+                                                list(range(12)))
+
 def test_bucket_by_sequence_length_as_tf_data():
     D = recflow.Dataset
     seqs = [[0], [1, 2, 3, 4], [5, 6, 7], [7, 8, 9, 10, 11],
