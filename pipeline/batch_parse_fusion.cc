@@ -2155,17 +2155,13 @@ class MixStream : public RecordStream {
   }
 
   void Save(StateWriter* w) override {
-    w->BeginStage(name_);
-    ends_.Save(w);
-    SavePicker(w);
-    for (auto& in : in_) in->Save(w);
+    ends_.SaveStage(
+        w, name_, [this](StateWriter* pw) { SavePicker(pw); }, in_);
   }
   void Restore(StateReader* r) override {
-    r->BeginStage(name_);
-    ends_.Restore(r);
-    InputsChanged();
-    RestorePicker(r);
-    for (auto& in : in_) in->Restore(r);
+    ends_.RestoreStage(
+        r, name_, [this] { InputsChanged(); },
+        [this](StateReader* pr) { RestorePicker(pr); }, in_);
   }
 
  protected:

@@ -214,17 +214,13 @@ class MixIterator : public IteratorBase {
                       [this] { InputsChanged(); });
   }
   void Save(StateWriter* w) final {
-    w->BeginStage(stage_);
-    ends_.Save(w);
-    SavePicker(w);
-    for (auto& in : in_) in->Save(w);
+    ends_.SaveStage(
+        w, stage_, [this](StateWriter* pw) { SavePicker(pw); }, in_);
   }
   void Restore(StateReader* r) final {
-    r->BeginStage(stage_);
-    ends_.Restore(r);
-    InputsChanged();
-    RestorePicker(r);
-    for (auto& in : in_) in->Restore(r);
+    ends_.RestoreStage(
+        r, stage_, [this] { InputsChanged(); },
+        [this](StateReader* pr) { RestorePicker(pr); }, in_);
   }
 
  protected:

@@ -919,6 +919,31 @@ class MixEnds {
   void Save(StateWriter* w) const;
   void Restore(StateReader* r);
 
+  // The mixture's stage, as its iterator and the fused path's stream save
+  // it alike (docs/FORMATS.md): under `stage`, these ends, the picker's
+  // state (save_picker(w)), then each input of `in` (pointers to what
+  // has Save(w)) in turn.
+  template <typename Inputs, typename SavePicker>
+  void SaveStage(StateWriter* w, std::string_view stage,
+                 const SavePicker& save_picker, Inputs& in) const {
+    w->BeginStage(stage);
+    Save(w);
+    save_picker(w);
+    for (auto& i : in) i->Save(w);
+  }
+  // What SaveStage saved; inputs_changed() once the ends are back, before
+  // the picker's state.
+  template <typename Inputs, typename Changed, typename RestorePicker>
+  void RestoreStage(StateReader* r, std::string_view stage,
+                    const Changed& inputs_changed,
+                    const RestorePicker& restore_picker, Inputs& in) {
+    r->BeginStage(stage);
+    Restore(r);
+    inputs_changed();
+    restore_picker(r);
+    for (auto& i : in) i->Restore(r);
+  }
+
  private:
   bool stop_on_empty_;
   std::vector<bool> input_ended_;
