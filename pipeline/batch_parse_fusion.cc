@@ -30,12 +30,13 @@
 // too, unless files are read in parallel (num_parallel_reads > 1): then
 // reader tasks read ahead, as the unfused source's reader threads do.
 //
-// Over a global shuffle (uncompressed, indexed files) there are no reader
-// tasks: the planner takes the permutation's next records from the indexes
-// unread, and each parse call first reads its batch's records, all at once
-// (ReadRanges), checking their frames.  A damaged record then fails the
-// batch it was planned into, where the stages would deliver the batch's
-// other records in the next one; every other error keeps its place.
+// A global shuffle (uncompressed, indexed files; alone, or as inputs of a
+// mixture) has no reader tasks: the planner takes the permutation's next
+// records from the indexes unread, and each parse call first reads its
+// batch's records of each global shuffle, all at once (ReadRanges),
+// checking their frames.  A damaged record then fails the batch it was
+// planned into, where the stages would deliver the batch's other records
+// in the next one; every other error keeps its place.
 //
 // The planner runs the same algorithms with the same seeds as the stages
 // it replaces (the TFRecord interleave, TensorFlow's buffered shuffle,
@@ -362,16 +363,27 @@ struct FileSource {
   StageCounter* counter = nullptr;
 };
 
+// One global shuffle of the fused stages (a mixture may have several, and
+// TFRecord sources beside them): its files, where they start in
+// Env::paths, its stage's counter (its reads), and the parse calls'
+// reader of its records.
+struct GlobalFiles {
+  const GlobalShuffleSource* source = nullptr;
+  size_t first_file = 0;
+  StageCounter* counter = nullptr;
+  std::unique_ptr<UnreadFiles> unread;
+};
+
 // What the parts of one fused iterator share.
 struct Env {
   IteratorContext* ctx;
   // The files of every source, each source's in its own order (a source
   // listed twice in a mixture, once); records name them by index here.
   const std::vector<std::shared_ptr<const std::string>>* paths;
-  // The TFRecord sources, by stage (empty over a global shuffle).
+  // The TFRecord sources, by stage.
   std::map<const DatasetBase*, FileSource> sources;
-  // The global shuffle's reads (null for TFRecord sources).
-  StageCounter* global_counter = nullptr;
+  // The global shuffles, by stage.
+  std::map<const DatasetBase*, GlobalFiles> globals;
   // The planner's ("batch"): the streams' work that no stage of its own
   // counts (a shuffle counts its own draws, ShuffleStream).
   StageCounter* plan_counter = nullptr;
@@ -405,9 +417,6 @@ struct Env {
   bool help_read = false;
   std::vector<FileReader*> readers;
 
-  // The fused global shuffle's files (null for the TFRecord source).
-  const GlobalShuffleSource* global = nullptr;
-
   // Reader tasks enqueued and not yet ended, of readers alive or gone (a
   // reader does not wait for its queued tasks; see FileReader's
   // destructor): the fused stage waits for none left before the Env goes.
@@ -437,14 +446,26 @@ struct Env {
   const FileSource& Source(const DatasetBase* stage) const {
     return sources.at(stage);
   }
+  // The global shuffle whose files hold file `id` of *paths; null where a
+  // TFRecord source's do.
+  const GlobalFiles* GlobalOf(uint64_t id) const {
+    for (const auto& [stage, g] : globals) {
+      if (id >= g.first_file && id - g.first_file < g.source->paths.size()) {
+        return &g;
+      }
+    }
+    return nullptr;
+  }
 };
 
-// Record `index` of global file `file`, planned but not read.
-RecordView UnreadView(const Env& env, size_t file, uint64_t index) {
-  const records::IndexEntry& e = env.global->indexes[file]->entries[index];
+// Record `index` of file `file` of global shuffle `g`, planned but not
+// read.
+RecordView UnreadView(const Env& env, const GlobalFiles& g, size_t file,
+                      uint64_t index) {
+  const records::IndexEntry& e = g.source->indexes[file]->entries[index];
   RecordView v;
   v.unread = true;
-  v.path = &(*env.paths)[file];
+  v.path = &(*env.paths)[g.first_file + file];
   v.offset = e.offset;
   v.index = index;
   v.size = e.size;
@@ -481,13 +502,15 @@ RecordView ReadView(StateReader* r, const Env& env, ReferenceReader* refs) {
   const uint64_t offset = r->U64();
   const uint64_t index = r->U64();
   if (kind == 2) {
-    if (env.global == nullptr) r->Fail("an unread record in a file stream");
-    const auto& entries = env.global->indexes[file]->entries;
+    const GlobalFiles* g = env.GlobalOf(file);
+    if (g == nullptr) r->Fail("an unread record in a file stream");
+    const size_t local = file - g->first_file;
+    const auto& entries = g->source->indexes[local]->entries;
     if (index >= entries.size() || entries[index].offset != offset) {
       r->Fail(fmt::format("no record {} at byte {} in the index of {}", index,
                           offset, *path));
     }
-    return UnreadView(env, file, index);
+    return UnreadView(env, *g, local, index);
   }
   if (kind == 1) {
     return refs->Read(path, offset, index, static_cast<uint32_t>(r->U64()));
@@ -1598,13 +1621,14 @@ class GlobalShuffleStream final : public RecordStream {
  public:
   GlobalShuffleStream(Env* env, const FusableStage& stage, uint64_t salt)
       : RecordStream(env),
+        files_(env->globals.at(stage.dataset)),
         cursor_(stage.global, stage.shuffle_seed(env->ctx, salt)) {}
 
   bool Next(RecordRef* out) override {
     size_t file = 0;
     uint64_t index = 0;
     if (!cursor_.Next(&file, &index)) return false;
-    *out = Keep(UnreadView(*env_, file, index));
+    *out = Keep(UnreadView(*env_, files_, file, index));
     return true;
   }
   void Quiesce() override {}
@@ -1613,6 +1637,7 @@ class GlobalShuffleStream final : public RecordStream {
   void Restore(StateReader* r) override { cursor_.Restore(r); }
 
  private:
+  const GlobalFiles& files_;
   GlobalShuffleCursor cursor_;
 };
 
@@ -2355,8 +2380,6 @@ class FusedBatchParse final : public IteratorBase {
     CollectSources(chain_, &sources);
     env_.ctx = ctx;
     env_.arena = &arena_;
-    // A global shuffle is fused alone (MakeFusedBatchParse).
-    env_.global = sources.front()->global;
     // One parse call reads ahead too where files are read in parallel (as
     // the stages do, FileReadAhead; as tf.data's interleave does whatever
     // the map's parallelism): else gzipped files decode at one core's
@@ -2373,18 +2396,34 @@ class FusedBatchParse final : public IteratorBase {
     }
     env_.help_read = env_.read_ahead && !plan_in_task_;
     env_.threads = static_cast<size_t>(ctx->threads());
-    if (env_.global == nullptr) {
-      for (const FusableStage* source : sources) {
-        if (env_.sources.contains(source->dataset)) continue;
-        env_.sources[source->dataset] = {
-            .options = source->tfrecord,
-            .first_file = paths_.size(),
-            .counter = ctx->Counter(source->dataset, "tfrecord",
-                                    env_.read_ahead ? ctx->threads() : 1)};
-        paths_.insert(paths_.end(), source->paths->begin(),
-                      source->paths->end());
+    // Every source's files, each source's once, in the order they are
+    // met (a global shuffle's too: the parse calls read its records, as
+    // many at once).
+    for (const FusableStage* source : sources) {
+      if (source->kind == FusableStage::Kind::kGlobalShuffle) {
+        if (env_.globals.contains(source->dataset)) continue;
+        GlobalFiles& g = env_.globals[source->dataset];
+        g.source = source->global;
+        g.first_file = paths_.size();
+        g.counter = ctx->Counter(source->dataset, "global_shuffle", calls);
+        paths_.insert(paths_.end(), g.source->paths.begin(),
+                      g.source->paths.end());
+        continue;
       }
-      env_.paths = &paths_;
+      if (env_.sources.contains(source->dataset)) continue;
+      env_.sources[source->dataset] = {
+          .options = source->tfrecord,
+          .first_file = paths_.size(),
+          .counter = ctx->Counter(source->dataset, "tfrecord",
+                                  env_.read_ahead ? ctx->threads() : 1)};
+      paths_.insert(paths_.end(), source->paths->begin(), source->paths->end());
+    }
+    env_.paths = &paths_;
+    for (auto& [stage, g] : env_.globals) {
+      g.unread =
+          std::make_unique<UnreadFiles>(g.source, paths_.data() + g.first_file);
+    }
+    if (!env_.sources.empty()) {
       env_.chunk_records = ChunkRecords(files_at_once);
       env_.chunk_bytes = ChunkBytes(env_.chunk_records);
       if (!env_.read_ahead) {
@@ -2396,12 +2435,6 @@ class FusedBatchParse final : public IteratorBase {
       if (env_.read_ahead && files_at_once < ctx->threads()) {
         env_.ranges = &TheRangeIndexes();
       }
-    } else {
-      env_.paths = sources.front()->paths;  // as UnreadFiles counts them
-      // Read by the parse calls, as many at once.
-      unread_files_ = std::make_unique<UnreadFiles>(env_.global);
-      env_.global_counter =
-          ctx->Counter(sources.front()->dataset, "global_shuffle", calls);
     }
     env_.origin_files =
         std::make_shared<const BatchOrigins::Files>(*env_.paths);
@@ -2792,10 +2825,11 @@ class FusedBatchParse final : public IteratorBase {
     // view owns its bytes (a shuffle's), moved here (the chunk's place is
     // left empty), so that its block goes with the batch; else only read
     // there (the chunk holds their bytes until the batch is taken).  The
-    // global shuffle's views are copied, to be read into.
+    // global shuffles' views planned unread are copied, to be read into.
     const std::vector<RecordRef>& refs = slot->refs;
-    std::vector<RecordView> records;  // held, or (global) read into
-    if (unread_files_) records.reserve(refs.size());
+    std::vector<RecordView> records;  // held
+    std::vector<RecordView> unread;   // read into
+    std::vector<size_t> unread_rows;  // their rows
     std::vector<std::string_view> serialized(refs.size());
     std::vector<BatchOrigins::Row> rows(refs.size());
     uint64_t planned_bytes = 0;
@@ -2817,8 +2851,13 @@ class FusedBatchParse final : public IteratorBase {
       }
       RecordView& v = *refs[i].view;
       planned_bytes += v.size;
-      if (unread_files_) {  // its place and bytes once read
-        records.push_back(v);
+      if (v.unread) {  // its place and bytes once read
+        if (unread.empty()) {
+          unread.reserve(refs.size() - i);
+          unread_rows.reserve(refs.size() - i);
+        }
+        unread.push_back(v);
+        unread_rows.push_back(i);
         continue;
       }
       origin(i, v);  // the same bytes once moved
@@ -2829,17 +2868,16 @@ class FusedBatchParse final : public IteratorBase {
     }
     plan_counter_->bytes.fetch_add(planned_bytes, std::memory_order_relaxed);
     try {
-      if (unread_files_) {
-        BusyScope busy(env_.global_counter);
-        unread_files_->Read(&records);
-        uint64_t bytes = 0;
-        for (size_t i = 0; i < records.size(); ++i) {
-          origin(i, records[i]);
-          bytes += records[i].size;
-        }
-        env_.global_counter->elements.fetch_add(records.size(),
-                                                std::memory_order_relaxed);
-        env_.global_counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
+      // Each global shuffle reads its own (a mixture may have several).
+      for (auto& [stage, g] : env_.globals) {
+        if (unread.empty()) break;
+        BusyScope read_busy(g.counter);
+        const auto [views, bytes] = g.unread->Read(&unread);
+        g.counter->elements.fetch_add(views, std::memory_order_relaxed);
+        g.counter->bytes.fetch_add(bytes, std::memory_order_relaxed);
+      }
+      for (size_t j = 0; j < unread.size(); ++j) {
+        origin(unread_rows[j], unread[j]);
       }
     } catch (...) {
       slot->element = Element{};
@@ -2866,7 +2904,8 @@ class FusedBatchParse final : public IteratorBase {
       slot->element = Element{};
       slot->error = std::current_exception();
     }
-    // `records` goes here: the read blocks they held go with it.
+    // `records` and `unread` go here: the read blocks they held go with
+    // them.
   }
 
   IteratorContext* ctx_;
@@ -2898,9 +2937,6 @@ class FusedBatchParse final : public IteratorBase {
   uint64_t wake_up_id_;
   // IteratorOptions::output_memory (DeliverIn, before the first batch).
   std::shared_ptr<Allocator> output_memory_;
-
-  // The global shuffle's files, read by the parse calls (else null).
-  std::unique_ptr<UnreadFiles> unread_files_;
 
   // The planner's (the consumer's thread, or the planner task, one at a
   // time; the consumer's while none runs, as in Save).
@@ -2937,21 +2973,18 @@ class FusedBatchParse final : public IteratorBase {
 
 // The stages from `d` down to its source, each described (a mixture's
 // inputs each as a chain of its own, in FusableStage::chains); false
-// where one is not fused.  A global shuffle is fused alone: its reads are
-// planned for the parse calls, not read by streams.
-bool DescribeChain(DatasetPtr d, bool in_mixture,
-                   std::vector<FusableStage>* chain) {
+// where one is not fused.
+bool DescribeChain(DatasetPtr d, std::vector<FusableStage>* chain) {
   while (true) {
     FusableStage s;
     s.dataset = d.get();
-    if (!d->DescribeForFusion(&s) || s.kind == FusableStage::Kind::kBatch ||
-        (in_mixture && s.kind == FusableStage::Kind::kGlobalShuffle)) {
+    if (!d->DescribeForFusion(&s) || s.kind == FusableStage::Kind::kBatch) {
       return false;
     }
     if (s.kind == FusableStage::Kind::kSample ||
         s.kind == FusableStage::Kind::kChoose) {
       for (const DatasetPtr& input : s.inputs) {
-        if (!DescribeChain(input, true, &s.chains.emplace_back())) {
+        if (!DescribeChain(input, &s.chains.emplace_back())) {
           return false;
         }
       }
@@ -3003,7 +3036,7 @@ std::unique_ptr<IteratorBase> MakeFusedBatchParse(
     return nullptr;
   }
   std::vector<FusableStage> chain;
-  if (!DescribeChain(batch.input, /*in_mixture=*/false, &chain)) return nullptr;
+  if (!DescribeChain(batch.input, &chain)) return nullptr;
   return std::make_unique<FusedBatchParse>(
       ctx, parse, info, std::max(parallel_calls, 1), std::move(batch),
       std::move(chain), salt);

@@ -158,8 +158,10 @@ void GlobalShuffleCursor::Restore(StateReader* r) {
   }
 }
 
-UnreadFiles::UnreadFiles(const GlobalShuffleSource* source)
+UnreadFiles::UnreadFiles(const GlobalShuffleSource* source,
+                         const std::shared_ptr<const std::string>* paths)
     : source_(source),
+      paths_(paths != nullptr ? paths : source->paths.data()),
       files_(new std::atomic<
              const records::ReadableFile*>[source->paths.size()]()) {}
 
@@ -179,7 +181,7 @@ const records::ReadableFile& UnreadFiles::File(size_t i) {
   return *f;
 }
 
-void UnreadFiles::Read(std::vector<RecordView>* views) {
+std::pair<size_t, uint64_t> UnreadFiles::Read(std::vector<RecordView>* views) {
   // The reads, each checked to lie in its file before a buffer is sized
   // for them; unread[j] is the view reads[j] is for.
   std::vector<size_t> unread;
@@ -187,8 +189,12 @@ void UnreadFiles::Read(std::vector<RecordView>* views) {
   uint64_t bytes = 0;
   for (size_t k = 0; k < views->size(); ++k) {
     const RecordView& v = (*views)[k];
-    if (!v.unread) continue;
-    const size_t file = static_cast<size_t>(v.path - source_->paths.data());
+    // (std::less: a total order over pointers into other lists too.)
+    if (!v.unread || std::less<>{}(v.path, paths_) ||
+        !std::less<>{}(v.path, paths_ + source_->paths.size())) {
+      continue;
+    }
+    const size_t file = static_cast<size_t>(v.path - paths_);
     const records::ReadableFile& f = File(file);
     records::CheckIndexedFrameFits(f, v.index,
                                    source_->indexes[file]->entries[v.index]);
@@ -196,7 +202,7 @@ void UnreadFiles::Read(std::vector<RecordView>* views) {
     reads.push_back({&f, v.offset, v.size, nullptr, 0});
     bytes += v.size;
   }
-  if (unread.empty()) return;
+  if (unread.empty()) return {0, 0};
   // One buffer for the batch's frames (one allocation; the records lie
   // one after another, as parsing likes them), read all at once.
   auto buffer = std::make_shared<records::AlignedVector<char>>(bytes);
@@ -207,9 +213,10 @@ void UnreadFiles::Read(std::vector<RecordView>* views) {
   }
   ReadRanges(reads);
   std::shared_ptr<const void> owner = buffer;
+  uint64_t payload_bytes = 0;
   for (size_t j = 0; j < unread.size(); ++j) {
     RecordView& v = (*views)[unread[j]];
-    const size_t file = static_cast<size_t>(v.path - source_->paths.data());
+    const size_t file = static_cast<size_t>(v.path - paths_);
     const std::string_view payload = records::CheckIndexedFrame(
         **v.path, v.index, source_->indexes[file]->entries[v.index],
         reads[j].dst, reads[j].done);
@@ -219,7 +226,9 @@ void UnreadFiles::Read(std::vector<RecordView>* views) {
     v.storage_bytes = buffer->size();
     v.frame_crc = records::StoredDataCrc(payload.data(), payload.size());
     v.unread = false;
+    payload_bytes += payload.size();
   }
+  return {unread.size(), payload_bytes};
 }
 
 namespace {

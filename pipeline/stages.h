@@ -696,22 +696,28 @@ class GlobalShuffleCursor {
   uint64_t planned_until_ = 0;
 };
 
-// Reads the views of `views` that are unread (RecordView::unread) from the
-// source's files (each opened on first use and kept), into one buffer the
-// views then share, checking every frame.
+// Reads the views of `views` that are unread (RecordView::unread) and of
+// the source's files (each opened on first use and kept), into one buffer
+// the views then share, checking every frame; other views are left as
+// they are.  A view names its file by its path's place in `paths` (the
+// source's own by default; a list the source's files lie in, in order,
+// that outlives this).  Returns the views read and their bytes.
 // Throws records::RecordError (naming file, offset, record) at the first
 // record that is not what the index says.  Thread-safe for calls with
 // distinct views.
 class UnreadFiles {
  public:
-  explicit UnreadFiles(const GlobalShuffleSource* source);
+  explicit UnreadFiles(
+      const GlobalShuffleSource* source,
+      const std::shared_ptr<const std::string>* paths = nullptr);
   ~UnreadFiles();
-  void Read(std::vector<RecordView>* views);
+  std::pair<size_t, uint64_t> Read(std::vector<RecordView>* views);
 
  private:
   const records::ReadableFile& File(size_t i);
 
   const GlobalShuffleSource* source_;
+  const std::shared_ptr<const std::string>* paths_;
   // Opened files, read without a lock once set (every parse call looks
   // one up per record); `mu_` only serializes opening them.
   std::unique_ptr<std::atomic<const records::ReadableFile*>[]> files_;

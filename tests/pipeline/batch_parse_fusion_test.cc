@@ -343,9 +343,9 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
   EXPECT_FALSE(filter.fused);
   EXPECT_EQ(filter.names, (std::set<std::string>{"tfrecord", "filter:filter",
                                                  "batch", "parse"}));
-  // A mixture of fusable inputs is fused, its stage counted; one whose
-  // input is not fusable (a Filter), or a global shuffle (planned for the
-  // parse calls, not read by streams), is not.
+  // A mixture of fusable inputs is fused, its stage counted, a global
+  // shuffle among them too; one whose input is not fusable (a Filter) is
+  // not.
   const Dataset a = Dataset::FromTFRecords({files_[0], files_[1]});
   const Run mixed = run(
       Dataset::SampleFromDatasets({a, Dataset::FromTFRecords({files_[2]})}, {})
@@ -356,14 +356,22 @@ TEST_F(BatchParseFusionTest, RunsFusedOnlyWhereItApplies) {
   EXPECT_EQ(mixed.names,
             (std::set<std::string>{"tfrecord", "sample_from_datasets", "batch",
                                    "parse"}));
-  for (const Dataset& other :
-       {a.Filter(all), Dataset::FromTFRecordsGlobalShuffle({files_[2]}, {})}) {
-    const Run unfusable =
-        run(Dataset::SampleFromDatasets({a, other}, {}).Batch(8).Parse(Spec()),
-            {.threads = 2});
-    EXPECT_FALSE(unfusable.fused);
-    EXPECT_TRUE(unfusable.names.contains("sample_from_datasets"));
-  }
+  const Run with_global =
+      run(Dataset::SampleFromDatasets(
+              {a, Dataset::FromTFRecordsGlobalShuffle({files_[2]}, {})}, {})
+              .Batch(8)
+              .Parse(Spec()),
+          {.threads = 2});
+  EXPECT_TRUE(with_global.fused);
+  EXPECT_EQ(with_global.names,
+            (std::set<std::string>{"tfrecord", "global_shuffle",
+                                   "sample_from_datasets", "batch", "parse"}));
+  const Run unfusable = run(Dataset::SampleFromDatasets({a, a.Filter(all)}, {})
+                                .Batch(8)
+                                .Parse(Spec()),
+                            {.threads = 2});
+  EXPECT_FALSE(unfusable.fused);
+  EXPECT_TRUE(unfusable.names.contains("sample_from_datasets"));
   // So is a ChooseFromDatasets of fusable inputs, its choices' stages as
   // written.
   const Run chosen =
@@ -499,6 +507,61 @@ TEST_F(BatchParseFusionTest, ChoicesGiveTheElementsOfTheStages) {
   }
 }
 
+// Global shuffles as inputs of a mixture run fused (their records planned
+// unread, each read by the parse call of its batch with the other inputs'
+// records beside it): the stages' elements, order and origins, with file
+// streams beside them, one global shuffle twice, over several epochs and
+// shards, under a shuffle and a repeat.
+TEST_F(BatchParseFusionTest,
+       GlobalShufflesInMixturesGiveTheElementsOfTheStages) {
+  GlobalShuffleOptions o;
+  o.seed = 3;
+  const Dataset g =
+      Dataset::FromTFRecordsGlobalShuffle({files_[0], files_[1]}, o);
+  GlobalShuffleOptions sharded;
+  sharded.seed = 4;
+  sharded.num_epochs = 2;
+  sharded.num_shards = 3;
+  sharded.shard_index = 1;
+  const Dataset h = Dataset::FromTFRecordsGlobalShuffle({files_[2]}, sharded);
+  // Gzipped: a file stream.
+  const Dataset stream = Dataset::FromTFRecords({files_[3], files_[1]});
+  const std::vector<std::pair<std::string, std::function<Dataset()>>> cases = {
+      {"a global shuffle and a file stream",
+       [&] {
+         return Dataset::SampleFromDatasets({g, stream}, {.seed = 1});
+       }},
+      {"two global shuffles, one twice, chosen round robin",
+       [&] {
+         return Dataset::ChooseFromDatasets(
+             {g, h, g}, Dataset::Range(0, 3).Repeat(), false);
+       }},
+      {"under a shuffle, repeated, a global shuffle shuffled again",
+       [&] {
+         return Dataset::SampleFromDatasets({g.Shuffle(30, 2), h, stream},
+                                            {.weights = {2, 1, 1}, .seed = 5})
+             .Shuffle(40, 6)
+             .Repeat(2);
+       }},
+  };
+  for (const auto& [what, make] : cases) {
+    for (int calls : {1, 3, kAutotune}) {
+      ExpectSameAsUnfused(make().Batch(32).Parse(Spec(), Calls(calls)),
+                          fmt::format("{}, {} calls", what, calls));
+    }
+  }
+  // Saved anywhere (a shuffle's buffer holding records planned unread,
+  // of each file of a global shuffle after a file stream's), the state
+  // continues the same stream.
+  for (int calls : {1, kAutotune}) {
+    SavedStatesContinue(
+        Dataset::SampleFromDatasets({stream.Shuffle(50, 7), g.Shuffle(30, 2)},
+                                    {.seed = 8})
+            .Batch(24)
+            .Parse(Spec(), Calls(calls)));
+  }
+}
+
 // Fused, a mixture counts what its stage does: every record it gives.
 TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
   const Dataset ds = Dataset::SampleFromDatasets(
@@ -541,6 +604,30 @@ TEST_F(BatchParseFusionTest, AFusedMixtureCountsItsRecords) {
     EXPECT_EQ(elements["range"],
               AllRecords() + (second - RecordsInFile(0) - 1) + 1 + 2)
         << o.threads;
+  }
+  // Global shuffles in a mixture each count the records they read.
+  const Dataset globals =
+      Dataset::SampleFromDatasets(
+          {Dataset::FromTFRecordsGlobalShuffle({files_[0]}, {}),
+           Dataset::FromTFRecordsGlobalShuffle({files_[1], files_[2]}, {})},
+          {.seed = 2})
+          .Batch(16)
+          .Parse(Spec());
+  for (const IteratorOptions& o : StatsRuns()) {
+    uint64_t batches = 0;
+    std::vector<uint64_t> read;
+    uint64_t drawn = 0;
+    for (const auto& s : StatsAtTheEnd(globals, o, &batches)) {
+      if (s.name == "global_shuffle") read.push_back(s.elements);
+      if (s.name == "sample_from_datasets") drawn += s.elements;
+    }
+    std::sort(read.begin(), read.end());
+    EXPECT_EQ(read,
+              (std::vector<uint64_t>{
+                  static_cast<uint64_t>(RecordsInFile(0)),
+                  static_cast<uint64_t>(RecordsInFile(1) + RecordsInFile(2))}))
+        << o.threads;
+    EXPECT_EQ(drawn, AllRecords() - RecordsInFile(3)) << o.threads;
   }
 }
 
