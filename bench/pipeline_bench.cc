@@ -253,6 +253,40 @@ BENCHMARK(BM_ChooseFromDatasets)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// A global shuffle of half of BM_Parse's files mixed with the other half
+// streamed (SampleFromDatasets, weights alike): mixed:1 fused (the global
+// shuffle's records read by the parse calls, the stream's by reader
+// tasks), mixed:2 stage by stage, as it ran before; mixed:0 the global
+// shuffle of all the files alone, fused.
+void BM_GlobalShuffleInAMixture(benchmark::State& state) {
+  const int threads = static_cast<int>(state.range(0));
+  const int64_t mixed = state.range(1);
+  const std::vector<std::string>& files = Files();
+  GlobalShuffleOptions o;
+  o.seed = 1;
+  if (mixed == 0) {
+    Drain(state,
+          Dataset::FromTFRecordsGlobalShuffle(files, o).Batch(kBatch).Parse(
+              Spec(), Calls(threads)),
+          threads);
+    return;
+  }
+  const auto half = static_cast<std::ptrdiff_t>(files.size() / 2);
+  const Dataset g = Dataset::FromTFRecordsGlobalShuffle(
+      {files.begin(), files.begin() + half}, o);
+  const Dataset b = Dataset::FromTFRecords({files.begin() + half, files.end()});
+  Drain(state,
+        Dataset::SampleFromDatasets({g, b}, {.seed = 1})
+            .Batch(kBatch)
+            .Parse(Spec(), Calls(threads)),
+        threads, nullptr, /*optimize=*/mixed == 1);
+}
+BENCHMARK(BM_GlobalShuffleInAMixture)
+    ->ArgNames({"threads", "mixed"})
+    ->ArgsProduct({{1, 2}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // A hold-out split as tutorials write it: the first 10,000 records
 // skipped (kept for evaluation), the rest shuffled, batched and parsed;
 // fused:1 runs Skip on the fused path, fused:0 stage by stage
