@@ -785,6 +785,14 @@ def test_mixtures_of_tfrecord_files_batched_and_parsed(tmp_path):
     assert ids(sampled, True) == ids(sampled, False)
     assert sorted(ids(sampled, True)) == sorted(list(range(7)) +
                                                 list(range(12)))
+    # A global shuffle among the inputs too.
+    c = D.from_tfrecords(
+        str(write_records(tmp_path / "c.tfrecord", 9, index=True))
+    ).global_shuffle(seed=3)
+    mixed = D.sample_from_datasets([c, a], seed=4)
+    assert ids(mixed, True) == ids(mixed, False)
+    assert sorted(ids(mixed, True)) == sorted(list(range(9)) +
+                                              list(range(7)))
 
 def test_bucket_by_sequence_length_as_tf_data():
     D = recflow.Dataset
