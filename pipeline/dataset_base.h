@@ -114,9 +114,9 @@ struct IteratorOptions {
   // thread among them where they would take every core (its tasks then
   // get one worker fewer; pipeline/README.md).
   int threads = 0;
-  // Runs Parse(Batch(Shuffle/Repeat/Take/Skip/Shard...(FromTFRecords))),
-  // or over a SampleFromDatasets or ChooseFromDatasets of such chains, as
-  // one fused stage
+  // Runs Parse(Batch(Shuffle/Repeat/Take/Skip/Shard...(FromTFRecords or
+  // FromTFRecordsGlobalShuffle))), or over a SampleFromDatasets or
+  // ChooseFromDatasets of such chains, as one fused stage
   // (tf.data's map_and_batch fusion; pipeline/README.md): the same
   // elements, order and errors, with reading, checksums and parsing on
   // every thread.  false: every stage as written, for comparison.
