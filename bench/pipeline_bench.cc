@@ -198,23 +198,26 @@ BENCHMARK(BM_Parse)
 // BM_Parse's) and to the mixture run stage by stage (mixed:2,
 // IteratorOptions::optimize false: each input read record by record, the
 // batch stacked, then parsed), which is how a mixture ran before it was
-// fused.
+// fused.  `first` reads the first half (and, unmixed, all the files); the
+// second half is streamed.
+using FilesSource = std::function<Dataset(std::vector<std::string>)>;
+Dataset Streamed(std::vector<std::string> files) {
+  return Dataset::FromTFRecords(std::move(files));
+}
 void DrainMixed(benchmark::State& state,
-                const std::function<Dataset(Dataset, Dataset)>& mix) {
+                const std::function<Dataset(Dataset, Dataset)>& mix,
+                const FilesSource& first = Streamed) {
   const int threads = static_cast<int>(state.range(0));
   const int64_t mixed = state.range(1);
   const std::vector<std::string>& files = Files();
   if (mixed == 0) {
-    Drain(state,
-          Dataset::FromTFRecords(files).Batch(kBatch).Parse(Spec(),
-                                                            Calls(threads)),
+    Drain(state, first(files).Batch(kBatch).Parse(Spec(), Calls(threads)),
           threads);
     return;
   }
   const auto half = static_cast<std::ptrdiff_t>(files.size() / 2);
-  const Dataset a =
-      Dataset::FromTFRecords({files.begin(), files.begin() + half});
-  const Dataset b = Dataset::FromTFRecords({files.begin() + half, files.end()});
+  const Dataset a = first({files.begin(), files.begin() + half});
+  const Dataset b = Streamed({files.begin() + half, files.end()});
   Drain(state, mix(a, b).Batch(kBatch).Parse(Spec(), Calls(threads)), threads,
         nullptr, /*optimize=*/mixed == 1);
 }
@@ -259,27 +262,16 @@ BENCHMARK(BM_ChooseFromDatasets)
 // tasks), mixed:2 stage by stage, as it ran before; mixed:0 the global
 // shuffle of all the files alone, fused.
 void BM_GlobalShuffleInAMixture(benchmark::State& state) {
-  const int threads = static_cast<int>(state.range(0));
-  const int64_t mixed = state.range(1);
-  const std::vector<std::string>& files = Files();
-  GlobalShuffleOptions o;
-  o.seed = 1;
-  if (mixed == 0) {
-    Drain(state,
-          Dataset::FromTFRecordsGlobalShuffle(files, o).Batch(kBatch).Parse(
-              Spec(), Calls(threads)),
-          threads);
-    return;
-  }
-  const auto half = static_cast<std::ptrdiff_t>(files.size() / 2);
-  const Dataset g = Dataset::FromTFRecordsGlobalShuffle(
-      {files.begin(), files.begin() + half}, o);
-  const Dataset b = Dataset::FromTFRecords({files.begin() + half, files.end()});
-  Drain(state,
-        Dataset::SampleFromDatasets({g, b}, {.seed = 1})
-            .Batch(kBatch)
-            .Parse(Spec(), Calls(threads)),
-        threads, nullptr, /*optimize=*/mixed == 1);
+  DrainMixed(
+      state,
+      [](Dataset g, Dataset b) {
+        return Dataset::SampleFromDatasets({g, b}, {.seed = 1});
+      },
+      [](std::vector<std::string> files) {
+        GlobalShuffleOptions o;
+        o.seed = 1;
+        return Dataset::FromTFRecordsGlobalShuffle(std::move(files), o);
+      });
 }
 BENCHMARK(BM_GlobalShuffleInAMixture)
     ->ArgNames({"threads", "mixed"})
