@@ -2,7 +2,6 @@
 
 #include "convert/sources.h"
 #include "records/csv_reader.h"
-#include "records/wire_format.h"
 
 namespace recflow::convert {
 namespace {
@@ -40,15 +39,12 @@ class CsvSource final : public ExampleSource {
                         path));
       }
       if (header_.empty()) {
-        header_ = fields;
-        for (const auto& name : header_) {
-          if (name.empty() || !records::wire::IsValidUtf8(name)) {
-            InputError(
-                fmt::format("{}:1: header names must be non-empty "
-                            "UTF-8",
-                            path));
-          }
+        try {
+          records::CheckCsvHeader(path, fields);
+        } catch (const records::CsvError& e) {
+          InputError(e.what());
         }
+        header_ = fields;
         types_.assign(header_.size(), CellType::kNone);
       } else if (fields != header_) {
         InputError(

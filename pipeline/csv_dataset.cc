@@ -36,14 +36,23 @@ class CsvDataset final : public DatasetBase {
                               files_[0]));
     }
     const bool have_row = reader.ReadRecord(&row, &line);
-    for (size_t i = 0; i < header.size(); ++i) {
-      const std::string& name = header[i];
-      if (!options_.select_columns.empty() &&
-          std::find(options_.select_columns.begin(),
-                    options_.select_columns.end(),
-                    name) == options_.select_columns.end()) {
-        continue;
+    // The columns taken: each is a component, named by the header.
+    std::vector<bool> taken(header.size(), true);
+    if (!options_.select_columns.empty()) {
+      for (size_t i = 0; i < header.size(); ++i) {
+        taken[i] = std::find(options_.select_columns.begin(),
+                             options_.select_columns.end(),
+                             header[i]) != options_.select_columns.end();
       }
+    }
+    try {
+      records::CheckCsvHeader(files_[0], header, taken);
+    } catch (const records::CsvError& e) {
+      throw Error(fmt::format("FromCsv: {}", e.what()));
+    }
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (!taken[i]) continue;
+      const std::string& name = header[i];
       std::optional<DType> dtype;
       for (const auto& [key, d] : options_.column_types) {
         if (key == name) dtype = d;

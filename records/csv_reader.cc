@@ -9,6 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
+
+#include "records/wire_format.h"
 
 namespace recflow::records {
 
@@ -109,6 +112,29 @@ void CheckCsvDelimiter(char delimiter) {
     throw Error(fmt::format(
         "CSV delimiter {}: a quote or line end cannot separate fields",
         CsvDelimiterName(delimiter)));
+  }
+}
+
+void CheckCsvHeader(std::string_view path,
+                    const std::vector<std::string>& header,
+                    const std::vector<bool>& taken) {
+  std::unordered_map<std::string_view, size_t> first;  // name -> column
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (!taken.empty() && !taken[i]) continue;
+    const std::string& name = header[i];
+    if (name.empty() || !wire::IsValidUtf8(name)) {
+      throw CsvError(fmt::format("{}:1: column {} of the header: names must "
+                                 "be non-empty UTF-8",
+                                 path, i + 1),
+                     /*row_level=*/false);
+    }
+    const auto [at, added] = first.emplace(name, i);
+    if (!added) {
+      throw CsvError(fmt::format("{}:1: columns {} and {} of the header are "
+                                 "both named '{}'; names must differ",
+                                 path, at->second + 1, i + 1, name),
+                     /*row_level=*/false);
+    }
   }
 }
 

@@ -36,6 +36,14 @@ class CsvError : public Error {
 void CheckCsvDelimiter(char delimiter);
 // How messages name a delimiter: "comma", "tab" or "';'".
 std::string CsvDelimiterName(char delimiter);
+// Throws CsvError ("PATH:1: ...", not row-level) unless the names of the
+// header's columns that are `taken` (all when `taken` is empty; else one
+// flag per column) are non-empty UTF-8 and differ from one another: each
+// becomes a feature or component name, and a second column of one name
+// would hide the first one's cells.
+void CheckCsvHeader(std::string_view path,
+                    const std::vector<std::string>& header,
+                    const std::vector<bool>& taken = {});
 
 // A whole cell as a number (std::from_chars; nothing may follow it; one
 // leading '+' is taken, as strtod and TensorFlow's decode_csv take it).

@@ -151,6 +151,25 @@ TEST(CsvDatasetTest, ColumnsAreSelectedAndTypedByName) {
   EXPECT_EQ(
       error({}, {dir.File("empty.csv")}),
       dir.File("empty.csv") + ": empty; a CSV file starts with a header row");
+  // Components are named by the header: two columns taken under one name
+  // (a second would hide the first) or one without a name are errors;
+  // such columns left out by select_columns are not.
+  testing::WriteFileBytes(dir.File("twice.csv"), "id,,note,id\n1,2,x,3\n");
+  EXPECT_EQ(error({}, {dir.File("twice.csv")}),
+            "FromCsv: " + dir.File("twice.csv") +
+                ":1: column 2 of the header: names must be non-empty UTF-8");
+  CsvOptions both;
+  both.select_columns = {"id", "note"};
+  EXPECT_EQ(error(both, {dir.File("twice.csv")}),
+            "FromCsv: " + dir.File("twice.csv") +
+                ":1: columns 1 and 4 of the header are both named 'id'; names "
+                "must differ");
+  CsvOptions note;
+  note.select_columns = {"note"};
+  const auto notes = Collect(Dataset::FromCsv({dir.File("twice.csv")}, note));
+  ASSERT_EQ(notes.size(), 1u);
+  ASSERT_EQ(notes[0].components.size(), 1u);
+  EXPECT_EQ(notes[0]["note"].bytes(0), "x");
 }
 
 // tf.data's CsvDataset(field_delim=...): a tab-separated file, quoted

@@ -179,7 +179,15 @@ TEST(ConvertTest, CsvHeadersAndSpecTypedColumnsAreChecked) {
   r = convert(dir.File("empty.csv"));
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "recflow: " + dir.File("empty.csv") +
-                       ":1: header names must be non-empty UTF-8\n");
+                       ":1: column 2 of the header: names must be non-empty "
+                       "UTF-8\n");
+  // Two columns of one name: the second's cells would hide the first's.
+  testing::WriteFileBytes(dir.File("twice.csv"), "id,x,id\n1,2,3\n");
+  r = convert(dir.File("twice.csv"));
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "recflow: " + dir.File("twice.csv") +
+                       ":1: columns 1 and 3 of the header are both named "
+                       "'id'; names must differ\n");
   // A spec making `id` int64: a row with text there is a bad row.
   testing::WriteFileBytes(dir.File("ids.csv"),
                           "id,name\n1,x\n\"2\"z,y\nabc,z\n4,w\n");
@@ -312,6 +320,29 @@ TEST(ConvertTest, JsonLinesWithListsNullsAndWidening) {
                                                  "object per line"),
             std::string::npos)
       << bad.err;
+
+  // A key twice in one line: JSON parsers keep the last value, which would
+  // lose the first; keys in nested values are not the line's.
+  testing::WriteFileBytes(dir.File("twice.jsonl"),
+                          "{\"x\": 1, \"v\": [2]}\n"
+                          "{\"x\": 1, \"v\": [3], \"x\": 4}\n"
+                          "{\"x\": 5, \"n\": \"{\\\"x\\\": 6}\"}\n"
+                          "{\"x\": 7, \"q\\\",\": [\"a,]\", \"b\"]}\n");
+  const Result twice = Recflow(dir, "convert jsonl " + dir.File("twice.jsonl") +
+                                        " -o " + dir.File("twice"));
+  EXPECT_EQ(twice.code, 1);
+  EXPECT_EQ(twice.err, "recflow: " + dir.File("twice.jsonl") +
+                           ":2: key \"x\" appears twice; keys must differ\n");
+  const Result skipped =
+      Recflow(dir, "convert jsonl --skip-bad " + dir.File("twice.jsonl") +
+                       " -o " + dir.File("skipped"));
+  ASSERT_EQ(skipped.code, 0) << skipped.err;
+  const auto kept = ReadExamples(dir, "skipped", 1);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(Get(kept[0], "x")->int64_list().value(0), 1);
+  EXPECT_EQ(Get(kept[1], "x")->int64_list().value(0), 5);
+  EXPECT_EQ(Get(kept[1], "n")->bytes_list().value(0), "{\"x\": 6}");
+  EXPECT_EQ(Get(kept[2], "q\",")->bytes_list().value(0), "a,]");
 }
 
 TEST(ConvertTest, NpyArraysOneExamplePerRow) {
