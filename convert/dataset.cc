@@ -252,7 +252,9 @@ pipeline::Dataset LoadDataset(const std::string& directory,
   map.num_parallel_calls = options.num_parallel_calls;
   map.name = "decode_element";
   if (options.global_shuffle) {
-    // The indexes count the records, once, as the source is made.
+    // The indexes count the records, once, as the source is made.  Counted
+    // with the default options (one epoch, one shard): the options' epochs
+    // and shard stride change what Cardinality() says.
     const int64_t indexed =
         pipeline::Dataset::FromTFRecordsGlobalShuffle(files).Cardinality();
     if (indexed != static_cast<int64_t>(elements)) {
