@@ -66,16 +66,29 @@ class ImagesSource final : public BuildingSource {
  public:
   explicit ImagesSource(const std::string& dir)
       : classes_(ImageClassNames(dir)) {
+    // What is left out is said (warnings()), as the other sources say what
+    // they change: names starting with '.' (hidden) are passed over unsaid.
+    LeftOut beside, not_images, folders;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (!Hidden(e.path()) && !e.is_directory()) beside.Add(e.path());
+    }
+    std::vector<size_t> empty;  // labels
     for (size_t label = 0; label < classes_.size(); ++label) {
       std::vector<std::string> files;
       for (const auto& e :
            fs::directory_iterator(fs::path(dir) / classes_[label])) {
+        if (Hidden(e.path())) continue;
         const std::string ext = Lower(e.path().extension().string());
-        if (e.is_regular_file() &&
-            (ext == ".jpg" || ext == ".jpeg" || ext == ".png")) {
+        if (e.is_directory()) {
+          folders.Add(e.path());
+        } else if (e.is_regular_file() &&
+                   (ext == ".jpg" || ext == ".jpeg" || ext == ".png")) {
           files.push_back(e.path().string());
+        } else {
+          not_images.Add(e.path());
         }
       }
+      if (files.empty()) empty.push_back(label);
       std::sort(files.begin(), files.end());
       for (auto& f : files) {
         total_bytes_ += FileSize(f);
@@ -88,7 +101,20 @@ class ImagesSource final : public BuildingSource {
                       "folders",
                       dir));
     }
+    not_images.Warn(&warnings_, "file",
+                    "in class folders without a .jpg, .jpeg or .png name", "");
+    folders.Warn(&warnings_, "folder", "inside class folders",
+                 ": images are read from each class folder itself, not from "
+                 "folders below it");
+    beside.Warn(&warnings_, "file", "beside the class folders",
+                ": an image's class is the folder it is in");
+    for (const size_t label : empty) {
+      warnings_.push_back(fmt::format(
+          "class folder '{}' holds no images: its label {} has no records",
+          classes_[label], label));
+    }
   }
+  std::vector<std::string> warnings() const override { return warnings_; }
   bool Next(records::ExampleBuilder* b) override {
     if (next_ == items_.size()) return false;
     const Item& item = items_[next_++];
@@ -122,7 +148,30 @@ class ImagesSource final : public BuildingSource {
     std::string path;
     int64_t label;
   };
+  // Entries of the input left out: how many, and the first by name (not
+  // the directory's order, which differs between file systems).
+  struct LeftOut {
+    uint64_t count = 0;
+    std::string first;
+    void Add(const fs::path& path) {
+      if (count++ == 0 || path.string() < first) first = path.string();
+    }
+    // "left out 2 files WHERE (the first: PATH)WHY".
+    void Warn(std::vector<std::string>* warnings, std::string_view noun,
+              std::string_view where, std::string_view why) const {
+      if (count == 0) return;
+      warnings->push_back(fmt::format(
+          "left out {} {}{} {} ({}{}){}", count, noun, count == 1 ? "" : "s",
+          where, count == 1 ? "" : "the first: ", first, why));
+    }
+  };
+  static bool Hidden(const fs::path& path) {
+    const std::string name = path.filename().string();
+    return !name.empty() && name[0] == '.';
+  }
+
   std::vector<std::string> classes_;
+  std::vector<std::string> warnings_;
   std::vector<Item> items_;
   size_t next_ = 0;
   std::string bytes_;
