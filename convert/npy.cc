@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include "convert/sources.h"
 #include "records/dtype.h"
@@ -135,6 +136,9 @@ class NpyArray {
   }
 
   uint64_t rows() const { return rows_; }
+  // "FILE" or "ARCHIVE:MEMBER", and the feature its values go to.
+  const std::string& where() const { return where_; }
+  const std::string& feature() const { return feature_; }
 
   void AddRow(records::ExampleBuilder* b) {
     // In steps of at most 1 MiB, so that a header claiming huge rows
@@ -366,6 +370,19 @@ class ArraysSource final : public BuildingSource {
                         uint64_t total_bytes, const std::string& what)
       : arrays_(std::move(arrays)), total_bytes_(total_bytes) {
     if (arrays_.empty()) InputError(what + ": no arrays");
+    // One feature per array: a second array of one name (x.npy from two
+    // folders, or a member an archive holds twice) would hide the first.
+    std::map<std::string_view, const NpyArray*> named;
+    for (const auto& a : arrays_) {
+      const auto [at, added] = named.emplace(a->feature(), a.get());
+      if (!added) {
+        InputError(fmt::format(
+            "{} and {} both name feature '{}'{}; feature names must differ",
+            at->second->where(), a->where(), a->feature(),
+            at->second->where() == a->where() ? " (the archive holds it twice)"
+                                              : ""));
+      }
+    }
     rows_ = arrays_[0]->rows();
     for (const auto& a : arrays_) {
       if (a->rows() != rows_) {

@@ -2,6 +2,8 @@
 // through libzip (stored and deflated members, damage, not a zip).
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "convert_test_util.h"
 
 namespace recflow::convert {
@@ -84,6 +86,32 @@ TEST(NpyTest, ArraysThatAreNotWhatTheirHeaderSaysAreRefused) {
   EXPECT_EQ(Get(ex[0], "a")->bytes_list().value(0), "ab");
   EXPECT_EQ(Get(ex[1], "a")->bytes_list().value(0), "c");
   EXPECT_EQ(Get(ex[2], "a")->bytes_list().value(0), "");
+}
+
+// An array is a feature named after its file or member: two of one name
+// (x.npy from two folders, a member an archive holds twice) would leave
+// only the second's values readable, and are refused.
+TEST(NpyTest, TwoArraysOfOneNameAreRefused) {
+  testing::TempDir dir;
+  std::filesystem::create_directories(dir.File("a"));
+  std::filesystem::create_directories(dir.File("b"));
+  testing::WriteFileBytes(dir.File("a/x.npy"), kLabels);
+  testing::WriteFileBytes(dir.File("b/x.npy"), kLabels);
+  testing::WriteFileBytes(dir.File("b/y.npy"), kLabels);
+  EXPECT_EQ(ConvertErrorOf([&] {
+              SourceExamples(
+                  "npy", {.files = {dir.File("a/x.npy"), dir.File("b/y.npy"),
+                                    dir.File("b/x.npy")}});
+            }),
+            dir.File("a/x.npy") + " and " + dir.File("b/x.npy") +
+                " both name feature 'x'; feature names must differ");
+  const std::string twice = dir.File("twice.npz");
+  testing::WriteFileBytes(twice,
+                          Zip({{"x.npy", kLabels}, {"x.npy", kLabels}}, false));
+  EXPECT_EQ(ConvertErrorOf([&] { SourceExamples("npz", {.files = {twice}}); }),
+            twice + ":x.npy and " + twice +
+                ":x.npy both name feature 'x' (the archive holds it twice); "
+                "feature names must differ");
 }
 
 TEST(NpyTest, NpzMembersStoredOrDeflated) {
