@@ -130,7 +130,14 @@ ConvertSummary Convert(const ConvertJob& job) {
   if (const auto problem = ShardPrefixProblem(job.output, job.shards)) {
     throw ConvertError("output " + *problem, /*row_level=*/false);
   }
-  return ConvertSource(job, OpenSource(job.format, job.inputs));
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<ExampleSource> source = OpenSource(job.format, job.inputs);
+  const double opening =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  ConvertSummary summary = ConvertSource(job, std::move(source));
+  summary.seconds += opening;
+  return summary;
 }
 
 ConvertSummary ConvertSource(const ConvertJob& job,

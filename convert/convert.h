@@ -168,6 +168,9 @@ struct ConvertSummary {
   uint64_t records = 0;
   uint64_t skipped = 0;
   uint64_t bytes = 0;
+  // The whole conversion's: Convert() counts the source's opening too,
+  // which for CSV and JSON Lines is a pass over every row to type the
+  // columns.
   double seconds = 0;
   std::vector<ShardResult> shards;
   std::string first_skipped;          // the first skipped row's error
