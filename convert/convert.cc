@@ -131,7 +131,8 @@ ConvertSummary Convert(const ConvertJob& job) {
     throw ConvertError("output " + *problem, /*row_level=*/false);
   }
   const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<ExampleSource> source = OpenSource(job.format, job.inputs);
+  std::unique_ptr<ExampleSource> source =
+      OpenSource(job.format, job.inputs, job.progress);
   const double opening =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

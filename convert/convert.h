@@ -113,11 +113,16 @@ struct ConvertInputs {
 inline constexpr std::string_view kFormats[] = {"csv", "jsonl", "npy",
                                                 "npz", "idx",   "images"};
 
+struct ConvertProgress;  // below
+
 // Opens the source of `format` over `inputs`.  Throws ConvertError for an
 // unknown format or unusable inputs, records::IoError for an input that is
-// not a regular file (records::RequireRegularFiles).
-std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
-                                          const ConvertInputs& inputs);
+// not a regular file (records::RequireRegularFiles).  `typing`, when set,
+// is called during the typing pass of CSV and JSON Lines (reports with
+// `typing` true, every few thousand rows, on this thread).
+std::unique_ptr<ExampleSource> OpenSource(
+    const std::string& format, const ConvertInputs& inputs,
+    const std::function<void(const ConvertProgress&)>& typing = {});
 
 // The shard naming of TensorFlow's and Beam's writers:
 // PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
@@ -140,9 +145,14 @@ struct ShardResult {
 // reading thread when the last chunk handed over was read: it never falls,
 // and is total_bytes once the input is read to its end.
 struct ConvertProgress {
-  uint64_t records = 0;  // handed to the writers so far
+  uint64_t records = 0;  // handed to the writers so far (typing: rows read)
   uint64_t bytes_read = 0;
   uint64_t total_bytes = 0;
+  // true: a report of the typing pass of CSV and JSON Lines, which reads
+  // every row to type the columns before any is converted.  Its reports
+  // come first, on the thread that called Convert(); then the counts start
+  // again for the conversion.
+  bool typing = false;
 };
 
 struct ConvertJob {
@@ -160,7 +170,8 @@ struct ConvertJob {
   // Called after each chunk of rows is handed to the writers, in input
   // order, one call at a time, on any of the job's threads.  The source
   // reads on meanwhile, maybe on another thread: hence a snapshot, not the
-  // source.
+  // source.  CSV and JSON Lines report their typing pass first
+  // (ConvertProgress::typing).
   std::function<void(const ConvertProgress& progress)> progress;
 };
 

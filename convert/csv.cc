@@ -18,7 +18,8 @@ using records::CsvReader;
 class CsvSource final : public ExampleSource {
  public:
   CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec,
-            char delimiter)
+            char delimiter,
+            const std::function<void(const ConvertProgress&)>& typing)
       : files_(std::move(files)), delimiter_(delimiter) {
     try {
       records::CheckCsvDelimiter(delimiter_);
@@ -28,8 +29,11 @@ class CsvSource final : public ExampleSource {
     for (const auto& f : files_) total_bytes_ += FileSize(f);
     // First pass: header, column types, and the row count.
     InexactIntegers inexact;
+    TypingReports reports(typing, total_bytes_);
+    uint64_t files_bytes = 0;  // of the files read before this one
     for (const auto& path : files_) {
       CsvReader reader(path, delimiter_);
+      const auto bytes_read = [&] { return files_bytes + reader.position(); };
       std::vector<std::string> fields;
       uint64_t line;
       if (!reader.ReadRecord(&fields, &line)) {
@@ -56,9 +60,11 @@ class CsvSource final : public ExampleSource {
         } catch (const records::CsvError& e) {
           if (!e.row_level()) throw;
           ++rows_;
+          reports.Row(bytes_read);
           continue;
         }
         ++rows_;
+        reports.Row(bytes_read);
         for (size_t i = 0; i < fields.size() && i < types_.size(); ++i) {
           const CellType t = InferCell(fields[i]);
           types_[i] = Widen(types_[i], t);
@@ -74,6 +80,7 @@ class CsvSource final : public ExampleSource {
           }
         }
       }
+      files_bytes += reader.position();
     }
     for (size_t i = 0; i < header_.size(); ++i) {
       types_[i] = FromSpec(spec, header_[i], types_[i]);
@@ -188,10 +195,10 @@ class CsvSource final : public ExampleSource {
 
 }  // namespace
 
-std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,
-                                       const records::FeatureSpec* spec,
-                                       char delimiter) {
-  return std::make_unique<CsvSource>(std::move(files), spec, delimiter);
+std::unique_ptr<ExampleSource> OpenCsv(
+    std::vector<std::string> files, const records::FeatureSpec* spec,
+    char delimiter, const std::function<void(const ConvertProgress&)>& typing) {
+  return std::make_unique<CsvSource>(std::move(files), spec, delimiter, typing);
 }
 
 }  // namespace recflow::convert

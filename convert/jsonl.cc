@@ -170,7 +170,8 @@ std::string RepeatedKey(const std::string& text) {
 
 class JsonlSource final : public ExampleSource {
  public:
-  JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec)
+  JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec,
+              const std::function<void(const ConvertProgress&)>& typing)
       : files_(std::move(files)) {
     for (const auto& f : files_) total_bytes_ += FileSize(f);
     // First pass: the type of every key (numbers widen int64 -> float;
@@ -178,14 +179,20 @@ class JsonlSource final : public ExampleSource {
     // disagree with the first seen) and the row count.
     InexactIntegers inexact;
     std::map<std::string, size_t> slots;  // of keys with such integers
+    TypingReports reports(typing, total_bytes_);
+    uint64_t files_bytes = 0;  // of the files read before this one
     for (const auto& path : files_) {
       const std::unique_ptr<records::ByteReader> file = OpenText(path);
+      const auto bytes_read = [&] {
+        return files_bytes + file->file_position();
+      };
       std::string line;
       uint64_t line_number = 0;
       while (ReadLine(*file, &line)) {
         ++line_number;
         if (IsBlank(line)) continue;
         ++rows_;
+        reports.Row(bytes_read);
         nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
         if (!row.is_object()) continue;  // reported in the second pass
         std::optional<std::vector<BigInteger>> literals;
@@ -231,6 +238,7 @@ class JsonlSource final : public ExampleSource {
           }
         }
       }
+      files_bytes += file->file_position();
     }
     // The spec types keys by name: one no row has is a misspelt or wrong
     // key, not a feature to leave out silently (as for CSV's header).
@@ -455,9 +463,10 @@ class JsonlSource final : public ExampleSource {
 
 }  // namespace
 
-std::unique_ptr<ExampleSource> OpenJsonl(std::vector<std::string> files,
-                                         const records::FeatureSpec* spec) {
-  return std::make_unique<JsonlSource>(std::move(files), spec);
+std::unique_ptr<ExampleSource> OpenJsonl(
+    std::vector<std::string> files, const records::FeatureSpec* spec,
+    const std::function<void(const ConvertProgress&)>& typing) {
+  return std::make_unique<JsonlSource>(std::move(files), spec, typing);
 }
 
 }  // namespace recflow::convert

@@ -106,8 +106,9 @@ void ExampleSource::Build(const Row& row, records::ExampleBuilder*) const {
       /*row_level=*/false);
 }
 
-std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
-                                          const ConvertInputs& in) {
+std::unique_ptr<ExampleSource> OpenSource(
+    const std::string& format, const ConvertInputs& in,
+    const std::function<void(const ConvertProgress&)>& typing) {
   // CSV and JSON Lines are read twice (types are inferred from every cell
   // first), the others at offsets: a pipe would give its rows once, then
   // nothing.
@@ -127,11 +128,11 @@ std::unique_ptr<ExampleSource> OpenSource(const std::string& format,
   };
   if (format == "csv") {
     need_files();
-    return OpenCsv(in.files, in.spec, in.delimiter);
+    return OpenCsv(in.files, in.spec, in.delimiter, typing);
   }
   if (format == "jsonl") {
     need_files();
-    return OpenJsonl(in.files, in.spec);
+    return OpenJsonl(in.files, in.spec, typing);
   }
   if (format == "npy") {
     need_files();

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,6 +99,33 @@ class BuildingSource : public ExampleSource {
   records::ExampleBuilder builder_;
 };
 
+// The typing pass's reports (ConvertProgress::typing): one every
+// kRowsPerReport rows to `report`, when it is set.  Used while a source is
+// made, within OpenSource's call.
+class TypingReports {
+ public:
+  TypingReports(const std::function<void(const ConvertProgress&)>& report,
+                uint64_t total_bytes)
+      : report_(report), total_bytes_(total_bytes) {}
+  // A row read; `bytes_read()` is the input read by then, asked for a
+  // report only.
+  template <typename BytesRead>
+  void Row(BytesRead bytes_read) {
+    if (++rows_ % kRowsPerReport == 0 && report_) {
+      report_(ConvertProgress{.records = rows_,
+                              .bytes_read = bytes_read(),
+                              .total_bytes = total_bytes_,
+                              .typing = true});
+    }
+  }
+
+ private:
+  static constexpr uint64_t kRowsPerReport = 4096;
+  const std::function<void(const ConvertProgress&)>& report_;
+  const uint64_t total_bytes_;
+  uint64_t rows_ = 0;
+};
+
 // Typed cells (CSV and JSON Lines): records/csv_reader.h's inference.
 using records::CellType;
 using records::InferCell;
@@ -150,11 +178,12 @@ std::string UntypedWarning(std::string_view what, const std::string& name,
                            std::string_view how_empty);
 
 // The formats (csv.cc, jsonl.cc, npy.cc, idx.cc, images.cc).
-std::unique_ptr<ExampleSource> OpenCsv(std::vector<std::string> files,
-                                       const records::FeatureSpec* spec,
-                                       char delimiter);
-std::unique_ptr<ExampleSource> OpenJsonl(std::vector<std::string> files,
-                                         const records::FeatureSpec* spec);
+std::unique_ptr<ExampleSource> OpenCsv(
+    std::vector<std::string> files, const records::FeatureSpec* spec,
+    char delimiter, const std::function<void(const ConvertProgress&)>& typing);
+std::unique_ptr<ExampleSource> OpenJsonl(
+    std::vector<std::string> files, const records::FeatureSpec* spec,
+    const std::function<void(const ConvertProgress&)>& typing);
 std::unique_ptr<ExampleSource> OpenNpy(const std::vector<std::string>& files);
 std::unique_ptr<ExampleSource> OpenNpz(const std::string& path);
 std::unique_ptr<ExampleSource> OpenIdx(const std::string& images,

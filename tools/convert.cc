@@ -37,7 +37,9 @@ struct ConvertOptions {
   bool json = false;
 };
 
-// The progress line, on a terminal only: records, MB/s of input, ETA.
+// The progress line, on a terminal only: records, MB/s of input, ETA; for
+// the typing pass of CSV and JSON Lines (every row read once before any
+// is converted), rows typed, its own rate and the ETA of that pass.
 class Progress {
  public:
   Progress() : tty_(isatty(STDERR_FILENO) == 1) {}
@@ -45,6 +47,10 @@ class Progress {
   void Update(const ConvertProgress& p) {
     if (!tty_) return;
     const auto now = std::chrono::steady_clock::now();
+    if (typing_ && !p.typing) {  // the conversion starts: its own rate
+      typing_ = false;
+      start_ = now;
+    }
     if (now - last_ < std::chrono::milliseconds(250)) return;
     last_ = now;
     const double s = std::chrono::duration<double>(now - start_).count();
@@ -54,8 +60,8 @@ class Progress {
     std::string eta = "-";
     if (rate > 0 && total > done)
       eta = fmt::format("{:.0f} s", (total - done) / rate);
-    fmt::print(stderr, "\r{:>12} records  {:>8.1f} MB/s  ETA {:<8}", p.records,
-               rate / 1e6, eta);
+    fmt::print(stderr, "\r{:>12} {}  {:>8.1f} MB/s  ETA {:<8}", p.records,
+               p.typing ? "rows typed" : "records   ", rate / 1e6, eta);
   }
   void Finish() {
     if (tty_ && last_ != std::chrono::steady_clock::time_point{}) {
@@ -66,7 +72,8 @@ class Progress {
 
  private:
   const bool tty_;
-  const std::chrono::steady_clock::time_point start_ =
+  bool typing_ = true;  // until the first report that is not the typing's
+  std::chrono::steady_clock::time_point start_ =
       std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_{};
 };

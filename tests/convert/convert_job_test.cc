@@ -175,6 +175,50 @@ TEST(ConvertJobTest, SecondsCountTheTypingPass) {
   EXPECT_GE(s.seconds, 0.95 * wall) << wall;
 }
 
+// CSV and JSON Lines read every row to type the columns before converting
+// any: that pass is reported first (typing), every 4096 rows, its bytes
+// counted across files, then the conversion's reports count from 0.
+TEST(ConvertJobTest, TheTypingPassIsReportedFirst) {
+  testing::TempDir dir;
+  const std::string a = Csv(5000), b = Csv(4000);
+  testing::WriteFileBytes(dir.File("a.csv"), a);
+  testing::WriteFileBytes(dir.File("b.csv"), b);
+  std::string jsonl;
+  for (int i = 0; i < 9000; ++i) jsonl += fmt::format("{{\"id\": {}}}\n", i);
+  testing::WriteFileBytes(dir.File("c.jsonl"), jsonl);
+  for (const std::string format : {"csv", "jsonl"}) {
+    SCOPED_TRACE(format);
+    ConvertJob job;
+    job.format = format;
+    job.inputs.files =
+        format == "csv"
+            ? std::vector<std::string>{dir.File("a.csv"), dir.File("b.csv")}
+            : std::vector<std::string>{dir.File("c.jsonl")};
+    job.output = dir.File(format);
+    std::vector<ConvertProgress> reports;
+    job.progress = [&](const ConvertProgress& p) { reports.push_back(p); };
+    EXPECT_EQ(Convert(job).records, 9000u);
+    const uint64_t total = format == "csv" ? a.size() + b.size() : jsonl.size();
+    ASSERT_GE(reports.size(), 3u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_TRUE(reports[i].typing) << i;
+      EXPECT_EQ(reports[i].records, 4096 * (i + 1)) << i;
+      EXPECT_EQ(reports[i].total_bytes, total);
+    }
+    // A reader reads ahead of its rows, but not past the end.
+    EXPECT_LT(reports[0].bytes_read, reports[1].bytes_read);
+    EXPECT_LE(reports[1].bytes_read, total);
+    // 8192 rows are past a.csv's 5000: its bytes are counted in.
+    if (format == "csv") {
+      EXPECT_GT(reports[1].bytes_read, a.size());
+    }
+    EXPECT_FALSE(reports[2].typing);
+    EXPECT_EQ(reports[2].records, 256u);
+    EXPECT_FALSE(reports.back().typing);
+    EXPECT_EQ(reports.back().records, 9000u);
+  }
+}
+
 TEST(ConvertJobTest, ZstdShardsDoNotDependOnCompressionThreads) {
   testing::TempDir dir;
   testing::WriteFileBytes(dir.File("in.csv"), Csv(20000));
