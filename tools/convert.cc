@@ -153,9 +153,10 @@ int RunConvert(const ConvertOptions& o) {
                            .dump());
   } else {
     fmt::print(
-        "converted {} records ({}) into {} shards, {} bytes ({}), in "
+        "converted {} record{} ({}) into {} shard{}, {} bytes ({}), in "
         "{:.2f} s ({:.0f} records/s)\n",
-        s.records, o.format, o.shards, s.bytes,
+        s.records, s.records == 1 ? "" : "s", o.format, o.shards,
+        o.shards == 1 ? "" : "s", s.bytes,
         records::CompressionName(writer.compression), s.seconds, rate);
     fmt::print("  {}\n", s.shards.front().path);
     if (o.shards > 1) fmt::print("  ...\n  {}\n", s.shards.back().path);

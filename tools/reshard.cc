@@ -219,9 +219,10 @@ int RunReshard(const ReshardOptions& o) {
                                       {"shards", shards}}
                            .dump());
   } else {
-    fmt::print("wrote {} records into {} shards ({}) in {:.2f} s\n", records,
-               written.size(), records::CompressionName(wo.compression),
-               seconds);
+    fmt::print("wrote {} record{} into {} shard{} ({}) in {:.2f} s\n", records,
+               records == 1 ? "" : "s", written.size(),
+               written.size() == 1 ? "" : "s",
+               records::CompressionName(wo.compression), seconds);
   }
   return kExitOk;
 }
