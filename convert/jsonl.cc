@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 
 #include "convert/sources.h"
@@ -102,13 +103,126 @@ std::optional<float> BigIntegerRounded(const BigInteger& big) {
   return f;
 }
 
-CellType JsonType(const nlohmann::json& v) {
-  if (v.is_number_integer()) return CellType::kInt64;
-  if (v.is_boolean()) return CellType::kInt64;
-  if (v.is_number()) return CellType::kFloat;
-  if (v.is_string()) return CellType::kBytes;
-  return CellType::kNone;
-}
+// The typing pass's reading of one line, through the parser's SAX events
+// (no document is built: half the time of parsing into one): each
+// top-level key's type, an array's widened over its elements, and the
+// integers a float feature would round.  Kept until the line has parsed
+// whole: a line that does not is a bad row (the second pass reports it)
+// and types nothing.
+class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  struct Member {
+    std::string key;
+    CellType type = CellType::kNone;
+    uint64_t rounded = 0;  // integers that a float32 would round
+    float first_became = 0;
+    std::string first_text;  // the first of them, as written
+  };
+
+  // Parses `line`; false when it is not one JSON object (nothing typed).
+  bool Parse(const std::string& line) {
+    used_ = 0;
+    depth_ = 0;
+    object_ = false;
+    return nlohmann::json::sax_parse(line, this) && object_;
+  }
+  // The last line's members, in order (a key named twice: twice).
+  std::span<const Member> members() const { return {members_.data(), used_}; }
+
+  bool null() override { return Value(CellType::kNone); }
+  bool boolean(bool) override { return Value(CellType::kInt64); }
+  bool number_integer(number_integer_t v) override {
+    return Value(CellType::kInt64, InexactIntegers::Rounded(int64_t{v}),
+                 [v] { return fmt::format("{}", v); });
+  }
+  bool number_unsigned(number_unsigned_t v) override {
+    return Value(CellType::kInt64, InexactIntegers::Rounded(uint64_t{v}),
+                 [v] { return fmt::format("{}", v); });
+  }
+  bool number_float(number_float_t v, const string_t& text) override {
+    // An integer literal parsed as a double is one past int64 and uint64:
+    // an integer, for its key's type (an int64 key refuses it as past
+    // int64); a float key rounds it unless float32 holds it exactly.
+    if (text.find_first_of(".eE") != string_t::npos) {
+      return Value(CellType::kFloat);
+    }
+    return Value(CellType::kInt64, BigIntegerRounded({text, v}),
+                 [&text] { return text; });
+  }
+  bool string(string_t&) override { return Value(CellType::kBytes); }
+  bool binary(binary_t&) override { return Value(CellType::kNone); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) {
+      object_ = true;
+    } else {
+      Value(CellType::kNone);  // a value no feature holds
+    }
+    ++depth_;
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (depth_ == 1 && object_) {
+      if (used_ == members_.size()) members_.emplace_back();
+      Member& m = members_[used_++];
+      m.key.assign(key);
+      m.type = CellType::kNone;
+      m.rounded = 0;
+      in_array_ = false;
+    }
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth_ == 1) {
+      in_array_ = true;
+    } else {
+      Value(CellType::kNone);  // a list in a list: no feature's value
+    }
+    ++depth_;
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  static std::string NoText() { return {}; }
+  // A value at `depth_`: a member's (depth 1), or an element of a member's
+  // array (depth 2); deeper values and those of nested objects are no
+  // feature's.
+  template <typename Text = std::string (*)()>
+  bool Value(CellType type, std::optional<float> rounded = std::nullopt,
+             Text text = NoText) {
+    if (!object_ || used_ == 0) return true;
+    Member& m = members_[used_ - 1];
+    if (depth_ == 1) {
+      m.type = type;
+    } else if (depth_ == 2 && in_array_) {
+      m.type = Widen(m.type, type);
+    } else {
+      return true;
+    }
+    if (rounded && m.rounded++ == 0) {
+      m.first_became = *rounded;
+      m.first_text = text();
+    }
+    return true;
+  }
+
+  std::vector<Member> members_;  // [0, used_): this line's
+  size_t used_ = 0;
+  int depth_ = 0;
+  bool object_ = false;    // the line is an object
+  bool in_array_ = false;  // the last member's value is an array
+};
 
 // The members of `text`, one JSON object, a key named twice counted twice
 // (the parsed object holds it once): its commas outside strings and nested
@@ -180,6 +294,7 @@ class JsonlSource final : public ExampleSource {
     InexactIntegers inexact;
     std::map<std::string, size_t> slots;  // of keys with such integers
     TypingReports reports(typing, total_bytes_);
+    LineTypes line_types;
     uint64_t files_bytes = 0;  // of the files read before this one
     for (const auto& path : files_) {
       const std::unique_ptr<records::ByteReader> file = OpenText(path);
@@ -193,48 +308,21 @@ class JsonlSource final : public ExampleSource {
         if (IsBlank(line)) continue;
         ++rows_;
         reports.Row(bytes_read);
-        nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-        if (!row.is_object()) continue;  // reported in the second pass
-        std::optional<std::vector<BigInteger>> literals;
-        for (const auto& item : row.items()) {
-          // Named, not a structured binding: lambdas capture it (clang).
-          const std::string& key = item.key();
-          const nlohmann::json& value = item.value();
-          const auto type_of = [&](const nlohmann::json& e) {
-            std::optional<float> rounded;
-            const BigInteger* big = nullptr;
-            CellType type = JsonType(e);
-            if (e.is_number_unsigned()) {
-              rounded = InexactIntegers::Rounded(e.get<uint64_t>());
-            } else if (e.is_number_integer()) {
-              rounded = InexactIntegers::Rounded(e.get<int64_t>());
-            } else if ((big = BigIntegerOf(e, line, &literals))) {
-              // An integer, for its key's type (an int64 key refuses it
-              // as past int64); a float key rounds it unless float32 holds
-              // it exactly (as 2^64).
-              type = CellType::kInt64;
-              rounded = BigIntegerRounded(*big);
-            }
-            if (rounded) {
-              const size_t slot =
-                  slots.emplace(key, slots.size()).first->second;
+        if (!line_types.Parse(line)) continue;  // reported in the second pass
+        for (const LineTypes::Member& m : line_types.members()) {
+          if (m.rounded > 0) {
+            const size_t slot =
+                slots.emplace(m.key, slots.size()).first->second;
+            for (uint64_t i = 0; i < m.rounded; ++i) {
               inexact.Add(
-                  slot, *rounded,
-                  [&] { return big != nullptr ? big->text : e.dump(); },
+                  slot, m.first_became, [&] { return m.first_text; },
                   [&] { return fmt::format("{}:{}", path, line_number); });
             }
-            return type;
-          };
-          CellType t = CellType::kNone;
-          if (value.is_array()) {
-            for (const auto& e : value) t = Widen(t, type_of(e));
-          } else {
-            t = type_of(value);
           }
-          CellType& known = types_[key];
+          CellType& known = types_[m.key];
           if (known == CellType::kNone ||
-              (known != CellType::kBytes && t != CellType::kBytes)) {
-            known = Widen(known, t);
+              (known != CellType::kBytes && m.type != CellType::kBytes)) {
+            known = Widen(known, m.type);
           }
         }
       }

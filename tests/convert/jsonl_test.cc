@@ -63,6 +63,36 @@ TEST(JsonlTest, CompressedFilesConvertAsPlainOnesAndACutOneIsAnError) {
             0u);
 }
 
+// Keys are typed by the lines that parse whole, from their own members'
+// values and list elements only: a line cut short (whose "x" was text
+// before the cut) and values inside nested objects type nothing.  Those
+// lines are bad rows, skipped here; the rest keep x and n int64.
+TEST(JsonlTest, OnlyWholeLinesAndTheirOwnMembersTypeKeys) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.jsonl"),
+                          "{\"x\": \"abc\", \"n\": 1.5, \"y\": [1\n"
+                          "{\"x\": 1, \"n\": 2}\n"
+                          "{\"x\": 3, \"o\": {\"x\": \"abc\", \"n\": 0.5}}\n"
+                          "{\"x\": 4, \"l\": [{\"n\": 0.5}, [\"s\"]]}\n"
+                          "{\"x\": 2, \"n\": 3}\n");
+  ConvertJob job;
+  job.format = "jsonl";
+  job.inputs.files = {dir.File("in.jsonl")};
+  job.output = dir.File("out");
+  job.skip_bad = true;
+  const ConvertSummary s = Convert(job);
+  EXPECT_EQ(s.records, 2u);
+  EXPECT_EQ(s.skipped, 3u);
+  // Neither an object nor a list of lists and objects types its key.
+  ASSERT_EQ(s.warnings.size(), 2u);
+  EXPECT_EQ(s.warnings[0].substr(0, 8), "key 'l' ");
+  EXPECT_EQ(s.warnings[1].substr(0, 8), "key 'o' ");
+  const auto ex = testing::ShardExamples(s);
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(Get(ex[0], "x")->int64_list().value(0), 1);
+  EXPECT_EQ(Get(ex[1], "n")->int64_list().value(0), 3);
+}
+
 TEST(JsonlTest, ALineThatIsNotAnObjectNamesTheFileAndLine) {
   testing::TempDir dir;
   testing::WriteFileBytes(dir.File("bad.jsonl"), "{\"x\": 1}\n[1, 2]\n");
