@@ -423,8 +423,12 @@ class JsonlSource final : public ExampleSource {
       const auto known = types_.find(key);
       const CellType type =
           known == types_.end() ? CellType::kNone : known->second;
-      const nlohmann::json values =
-          value.is_array() ? value : nlohmann::json::array({value});
+      // The values, viewed in place (a list's, or the one value).
+      const std::span<const nlohmann::json> values =
+          value.is_array()
+              ? std::span<const nlohmann::json>(
+                    value.get_ref<const nlohmann::json::array_t&>())
+              : std::span<const nlohmann::json>(&value, 1);
       if (!records::wire::IsValidUtf8(key)) {
         RowError(fmt::format("{}:{}: key is not UTF-8", r.path, r.line));
       }
