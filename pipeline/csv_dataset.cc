@@ -122,11 +122,10 @@ class CsvDataset final : public DatasetBase {
             throw;
           }
         }
-        std::vector<std::string> fields;
         uint64_t line;
         bool got;
         try {
-          got = reader_->ReadRecord(&fields, &line);
+          got = reader_->ReadRecord(&fields_, &line);
         } catch (const records::CsvError& e) {
           ++rows_;
           if (!e.row_level()) NextFile();  // the file cannot be read on
@@ -137,7 +136,7 @@ class CsvDataset final : public DatasetBase {
           continue;
         }
         ++rows_;
-        Build(fields, line, out);
+        Build(fields_, line, out);
         return true;
       }
     }
@@ -234,6 +233,7 @@ class CsvDataset final : public DatasetBase {
 
     const CsvDataset* d_;
     std::unique_ptr<records::CsvReader> reader_;
+    std::vector<std::string> fields_;  // the last row's, reused
     std::shared_ptr<const std::string> path_;
     size_t file_ = 0;
     uint64_t rows_ = 0;  // data rows read from the current file

@@ -175,9 +175,11 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
 }
 
 bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
-  fields->clear();
   int c = Get();
-  if (c == EOF) return false;
+  if (c == EOF) {
+    fields->clear();
+    return false;
+  }
   if (first_ && c == 0xEF) {  // a UTF-8 byte order mark
     if (Get() != 0xBB || Get() != 0xBF) {
       throw CsvError(
@@ -197,11 +199,20 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
     }
     ++line_;
     c = Get();
-    if (c == EOF) return false;
+    if (c == EOF) {
+      fields->clear();
+      return false;
+    }
   }
   *line = line_;
-  std::string field;
+  // Each cell is read into the string that held the last row's cell in its
+  // place, so that a row of cells longer than the small-string buffer
+  // allocates nothing once the first rows have been read.
+  size_t n = 0;
   while (true) {
+    if (n == fields->size()) fields->emplace_back();
+    std::string& field = (*fields)[n++];
+    field.clear();
     if (c == '"') {
       // Quoted: up to the closing quote; "" is a quote.
       while (true) {
@@ -241,8 +252,6 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
         c = Get();
       }
     }
-    fields->push_back(std::move(field));
-    field.clear();
     if (c == delimiter_) {
       c = Get();
       continue;
@@ -252,6 +261,7 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
       if (c != '\n' && c != EOF) in_.Unget();
     }
     ++line_;
+    fields->resize(n);
     return true;
   }
 }

@@ -90,9 +90,12 @@ class CsvReader {
   CsvReader(const CsvReader&) = delete;
   CsvReader& operator=(const CsvReader&) = delete;
 
-  // Reads one record's fields; false at the end of the file.  `line` is
-  // the line the record starts on.  A file that cannot be read or decoded
-  // is a CsvError (not row-level) naming it, after the rows before.
+  // Reads one record's fields; false at the end of the file (`fields`
+  // empty).  `line` is the line the record starts on.  A file that cannot
+  // be read or decoded is a CsvError (not row-level) naming it, after the
+  // rows before; after a CsvError `fields` holds nothing of use.  The
+  // strings already in `fields` are written over, keeping their capacity:
+  // pass the same vector row after row.
   bool ReadRecord(std::vector<std::string>* fields, uint64_t* line);
   // Bytes of the file consumed so far (ByteReader::file_position).
   uint64_t position() const { return in_.file_position(); }

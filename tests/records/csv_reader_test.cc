@@ -89,7 +89,34 @@ TEST(CsvReaderTest, QuotedFieldsLineNumbersAndARowLevelError) {
                   "field ends at a comma or the line's end)");
   }
   EXPECT_FALSE(reader.ReadRecord(&fields, &line));
+  EXPECT_TRUE(fields.empty());
   EXPECT_THROW(CsvReader(dir.File("missing.csv")), CsvError);
+}
+
+// One vector, row after row: its strings are written over (their capacity
+// kept), and a row of fewer fields leaves none of the last row's behind.
+TEST(CsvReaderTest, RowsReadIntoOneVectorHoldOnlyTheirOwnFields) {
+  testing::TempDir dir;
+  const std::string path = dir.File("a.csv");
+  const std::string long_cell(100, 'x');
+  std::ofstream(path, std::ios::binary)
+      << long_cell << ",b,\"c\"\nd\n,\n\"e\"," << long_cell << "\n";
+  CsvReader reader(path);
+  std::vector<std::string> fields;
+  uint64_t line = 0;
+  ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{long_cell, "b", "c"}));
+  const char* const reused = fields[0].data();
+  ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{"d"}));
+  EXPECT_EQ(fields[0].data(), reused);  // no new allocation
+  ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{"", ""}));
+  ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+  EXPECT_EQ(fields, (std::vector<std::string>{"e", long_cell}));
+  EXPECT_EQ(line, 4u);
+  EXPECT_FALSE(reader.ReadRecord(&fields, &line));
+  EXPECT_TRUE(fields.empty());
 }
 
 // Compressed files read as their plain bytes, by their name's suffix or as
