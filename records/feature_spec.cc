@@ -7,7 +7,10 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "records/errors.h"
 
@@ -195,10 +198,33 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
 
 FeatureSpec FeatureSpec::FromJsonText(std::string_view text) {
   nlohmann::json j;
+  // The keys of each object open at the parse's point: a key given twice
+  // (a feature, or a setting of one) would keep only its last value.
+  std::vector<std::set<std::string>> open;
+  std::optional<std::string> twice;
+  const auto check = [&](int, nlohmann::json::parse_event_t event,
+                         nlohmann::json& parsed) {
+    using Event = nlohmann::json::parse_event_t;
+    if (event == Event::object_start) {
+      open.emplace_back();
+    } else if (event == Event::object_end) {
+      open.pop_back();
+    } else if (event == Event::key && !twice &&
+               !open.back().insert(parsed.get<std::string>()).second) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
   try {
-    j = nlohmann::json::parse(text);
+    j = nlohmann::json::parse(text, check);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(fmt::format("spec: not valid JSON: {}", e.what()));
+  }
+  if (twice) {
+    throw Error(fmt::format(
+        "spec: key \"{}\" appears twice in one object; JSON keeps the last "
+        "value, so the first would be ignored",
+        *twice));
   }
   return FromJson(j);
 }

@@ -32,6 +32,18 @@ TEST(FeatureSpecTest, AMalformedSpecIsRefusedWithTheFeatureAndWhatWasExpected) {
             "");
   EXPECT_EQ(SpecErrorOf("{").rfind("spec: not valid JSON: ", 0), 0u)
       << SpecErrorOf("{");
+  // A key twice in one object: JSON parsers keep the last value.
+  EXPECT_EQ(SpecErrorOf(R"({"features": {"x": {"dtype": "int64"},
+                                         "x": {"dtype": "bytes"}}})"),
+            "spec: key \"x\" appears twice in one object; JSON keeps the "
+            "last value, so the first would be ignored");
+  EXPECT_EQ(FeatureErrorOf(R"({"dtype": "int64", "shape": [2], "shape": []})"),
+            "spec: key \"shape\" appears twice in one object; JSON keeps the "
+            "last value, so the first would be ignored");
+  // One name in different objects is no repeat.
+  EXPECT_EQ(SpecErrorOf(R"({"features": {"dtype": {"dtype": "int64"},
+                                         "y": {"dtype": "int64"}}})"),
+            "");
   EXPECT_EQ(SpecErrorOf(R"({"features": []})"),
             R"(spec: expected {"features": {"NAME": {...}, ...}})");
   EXPECT_EQ(SpecErrorOf("[]"),
