@@ -232,6 +232,9 @@ struct SaveOptions {
   records::Compression compression = records::Compression::kNone;
   int level = 0;    // the compression's (0: its default)
   int threads = 0;  // the pipeline iterator's (0: every core)
+  // As ConvertJob::progress; an exception it throws ends the save, which
+  // then leaves nothing.
+  std::function<void(const ConvertProgress& progress)> progress = {};
 };
 // Runs `dataset` once into `directory` (created if missing).  A directory
 // that already holds a saved dataset (its dataset.json) is refused with

@@ -184,6 +184,7 @@ ConvertSummary SaveDataset(const pipeline::Dataset& dataset,
   job.writer.compression = options.compression;
   job.writer.level = options.level;
   job.writer.build_index = true;
+  job.progress = options.progress;
   DatasetRecords records;
   records.element_records = true;
   records.threads = options.threads;

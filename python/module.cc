@@ -320,6 +320,48 @@ bool CtrlCInterrupts() {
   return handler.is(signal->attr("default_int_handler"));
 }
 
+// Thrown from a conversion's progress report to end it on a Ctrl-C.
+struct ConversionInterrupted {};
+
+// Runs `run(progress)`, a conversion given the progress callback to use,
+// with the GIL released.  A Ctrl-C of the main thread (with Python's
+// default SIGINT handler, see CtrlCInterrupts) ends it at its next progress
+// report (every 256 rows or elements; every 4096 rows in the typing pass
+// of CSV and JSON Lines), which leaves no shards (all appear or none), and
+// raises KeyboardInterrupt.  Otherwise it would run to its end first.
+template <typename Run>
+convert::ConvertSummary RunInterruptibly(Run run) {
+  const bool watched = CtrlCInterrupts() && ChainSigint();
+  const uint64_t sigints = sigint_count.load(std::memory_order_relaxed);
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  std::function<void(const convert::ConvertProgress&)> progress;
+  if (watched) {
+    progress = [sigints](const convert::ConvertProgress&) {
+      if (sigint_count.load(std::memory_order_relaxed) != sigints) {
+        throw ConversionInterrupted();
+      }
+    };
+  }
+  convert::ConvertSummary s;
+  std::exception_ptr error;
+  {
+    py::gil_scoped_release release;
+    try {
+      s = run(progress);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (watched && sigint_count.load(std::memory_order_relaxed) != sigints) {
+    // Python's handler has noted the Ctrl-C: raise it here.
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
+  }
+  if (error) std::rethrow_exception(error);
+  return s;
+}
+
 // Iterates a Dataset on the calling thread with the GIL released; Ctrl-C
 // (above) interrupts a next() of the main thread within 50 ms, even while
 // a slow Python map holds a pipeline thread (with Python's default SIGINT
@@ -2012,12 +2054,10 @@ only on the inputs and seeds, never on the thread count.
               throw py::value_error(
                   "record_key must name an entry (None: write Examples)");
             }
-            convert::ConvertSummary s;
-            {
-              py::gil_scoped_release release;
-              s = convert::ConvertDataset(d.dataset, records, job);
-            }
-            return SummaryDict(s);
+            return SummaryDict(RunInterruptibly([&](auto progress) {
+              job.progress = std::move(progress);
+              return convert::ConvertDataset(d.dataset, records, job);
+            }));
           },
           "output"_a, "shards"_a = 1, "index"_a = false,
           "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,
@@ -2041,12 +2081,10 @@ only on the inputs and seeds, never on the thread count.
             o.level = level;
             o.threads = ThreadsArg(threads, "save()");
             const std::string directory = Paths(path, "save").at(0);
-            convert::ConvertSummary s;
-            {
-              py::gil_scoped_release release;
-              s = convert::SaveDataset(d.dataset, directory, o);
-            }
-            return SummaryDict(s);
+            return SummaryDict(RunInterruptibly([&](auto progress) {
+              o.progress = std::move(progress);
+              return convert::SaveDataset(d.dataset, directory, o);
+            }));
           },
           "path"_a, "shards"_a = 1, "compression"_a = "none", "level"_a = 0,
           "threads"_a = 0,
@@ -2331,12 +2369,10 @@ may be used from several threads, and by DataLoader worker processes
           job.inputs.spec = &*feature_spec;
         }
         job.threads = ThreadsArg(threads, "convert");
-        convert::ConvertSummary s;
-        {
-          py::gil_scoped_release release;
-          s = convert::Convert(job);
-        }
-        return SummaryDict(s);
+        return SummaryDict(RunInterruptibly([&](auto progress) {
+          job.progress = std::move(progress);
+          return convert::Convert(job);
+        }));
       },
       "format"_a, "inputs"_a, "output"_a, "shards"_a = 1, "index"_a = false,
       "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,

@@ -481,6 +481,49 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(pipeline):
     assert time.monotonic() - start < 20
 
 
+# A conversion runs with the GIL released; a Ctrl-C ends it at its next
+# progress report (CSV's typing pass, or a chunk of rows or elements)
+# instead of after its last row, and leaves no file (all shards or none;
+# save() leaves the folder it made, empty).
+@pytest.mark.parametrize("conversion", [
+    "recflow.convert('csv', csvs, out + '/x', shards=2)",
+    "recflow.Dataset.range(10**10).write_tfrecords(out + '/x', shards=2)",
+    "recflow.Dataset.range(10**10).save(out + '/saved')",
+])
+def test_ctrl_c_ends_a_conversion_and_leaves_no_shards(tmp_path, conversion):
+    program = textwrap.dedent("""
+        import glob, os, shutil, sys, recflow
+        work = sys.argv[1]
+        out = os.path.join(work, 'out')
+        os.makedirs(out)
+        rows = '\\n'.join('%d,%d,row %d' % (i, 2 * i, i) for i in range(500000))
+        with open(os.path.join(work, 'a.csv'), 'w') as f:
+            f.write('id,v,s\\n' + rows + '\\n')
+        csvs = [os.path.join(work, 'a.csv')]
+        for i in range(15):
+            csvs.append(os.path.join(work, 'c%d.csv' % i))
+            shutil.copy(csvs[0], csvs[-1])
+        print("ready", flush=True)
+        try:
+            {conversion}
+        except KeyboardInterrupt:
+            files = [f for _, _, fs in os.walk(out) for f in fs]
+            print("interrupted", files, flush=True)
+            sys.exit(3)
+    """).replace("{conversion}", conversion)
+    p = subprocess.Popen([sys.executable, "-c", program, str(tmp_path)],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=120)
+    assert out.strip() == "interrupted []", out
+    assert p.returncode == 3
+    # 8M CSV rows take ~10 s here, the ranges without end.
+    assert time.monotonic() - start < 5
+
+
 def test_exit_right_after_an_interrupted_iteration_never_aborts():
     # The interrupted iterator is destroyed on a thread of its own, which
     # drops the generator's reference with the GIL while the program exits:
