@@ -1,5 +1,7 @@
 """recflow.torch: a recflow.Dataset feeding PyTorch without copies."""
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -39,9 +41,17 @@ def test_workers_are_refused_or_sharded(tmp_path):
     files = [str(write_records(tmp_path / f"s{i}.tfrecord", 10))
              for i in range(2)]
     ds = recflow.Dataset.from_tfrecords(files).parse(SMALL_SPEC)
+    refused = DataLoader(recflow.torch.IterableDataset(ds), batch_size=None,
+                         num_workers=2)
     with pytest.raises(RuntimeError, match="num_workers=0"):
-        list(DataLoader(recflow.torch.IterableDataset(ds), batch_size=None,
-                        num_workers=2))
+        list(refused)
+    # PyTorch shuts down the workers of a loader whose worker raised when
+    # its iterator is collected, joining each for up to 5 s.  Collect it
+    # before the next loader forks its workers, not while it does: a fork
+    # with the first loader's queue threads still running left a worker
+    # blocked on a lock they held (seen once, under ctest).
+    del refused
+    gc.collect()
     sharded = DataLoader(
         recflow.torch.IterableDataset(ds, threads=1, shard_by_worker=True),
         batch_size=None, num_workers=2)
