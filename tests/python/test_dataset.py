@@ -492,7 +492,10 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(pipeline):
 ])
 def test_ctrl_c_ends_a_conversion_and_leaves_no_shards(tmp_path, conversion):
     program = textwrap.dedent("""
-        import glob, os, shutil, sys, recflow
+        import os, shutil, signal, sys, recflow
+        # Python's own Ctrl-C, even where this was started with SIGINT
+        # ignored (a shell's background job).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         work = sys.argv[1]
         out = os.path.join(work, 'out')
         os.makedirs(out)
