@@ -320,6 +320,15 @@ bool CtrlCInterrupts() {
   return handler.is(signal->attr("default_int_handler"));
 }
 
+// Raises the Ctrl-C that Python's handler has noted (CountSigint chains to
+// it), or KeyboardInterrupt if a Python function running inside the
+// pipeline took it first.
+[[noreturn]] void RaiseCtrlC() {
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+  PyErr_SetNone(PyExc_KeyboardInterrupt);
+  throw py::error_already_set();
+}
+
 // Thrown from a conversion's progress report to end it on a Ctrl-C.
 struct ConversionInterrupted {};
 
@@ -353,10 +362,7 @@ convert::ConvertSummary RunInterruptibly(Run run) {
     }
   }
   if (watched && sigint_count.load(std::memory_order_relaxed) != sigints) {
-    // Python's handler has noted the Ctrl-C: raise it here.
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    PyErr_SetNone(PyExc_KeyboardInterrupt);
-    throw py::error_already_set();
+    RaiseCtrlC();
   }
   if (error) std::rethrow_exception(error);
   return s;
@@ -426,13 +432,9 @@ class PyIterator {
         fired = shared_->fired;
       }
       if (fired || (error && sigint_count.load() != sigints)) {
-        // Cancelled (or failed) by the Ctrl-C: Python's handler has noted
-        // it; raise it here, or as KeyboardInterrupt if a Python function
-        // inside the pipeline took it first.
+        // Cancelled (or failed) by the Ctrl-C: raise it here.
         interrupted_ = true;
-        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-        PyErr_SetNone(PyExc_KeyboardInterrupt);
-        throw py::error_already_set();
+        RaiseCtrlC();
       }
     }
     if (error) std::rethrow_exception(error);
