@@ -444,6 +444,20 @@ def test_bad_specs_and_files_raise_value_errors(tmp_path):
         recflow.Dataset.from_tfrecords(MNIST).map(42)
 
 
+def interrupt_when_ready(program, *args, timeout=60):
+    """Runs `program` (python -c, with `args`), waits for its "ready" line
+    and sends it SIGINT 0.5 s later; returns the rest of its stdout, its
+    exit status and the seconds it took to end after the signal."""
+    p = subprocess.Popen([sys.executable, "-c", program, *args],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(0.5)
+    start = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=timeout)
+    return out, p.returncode, time.monotonic() - start
+
+
 # The slow step on the calling thread (a map of one call, a generator) and
 # on the pipeline's threads (a parallel map, a filter after it).
 @pytest.mark.parametrize("pipeline", [
@@ -468,17 +482,11 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(pipeline):
             sys.exit(3)
     """)
     program = program.replace("{pipeline}", pipeline)
-    p = subprocess.Popen([sys.executable, "-c", program],
-                         stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    start = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=60)
+    out, returncode, seconds = interrupt_when_ready(program)
     # The map's sleep holds its thread for 30 s; the iteration must not.
     assert out.strip() == "interrupted"
-    assert p.returncode == 3
-    assert time.monotonic() - start < 20
+    assert returncode == 3
+    assert seconds < 20
 
 
 # A conversion runs with the GIL released; a Ctrl-C ends it at its next
@@ -514,17 +522,12 @@ def test_ctrl_c_ends_a_conversion_and_leaves_no_shards(tmp_path, conversion):
             print("interrupted", files, flush=True)
             sys.exit(3)
     """).replace("{conversion}", conversion)
-    p = subprocess.Popen([sys.executable, "-c", program, str(tmp_path)],
-                         stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    start = time.monotonic()
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=120)
+    out, returncode, seconds = interrupt_when_ready(program, str(tmp_path),
+                                                    timeout=120)
     assert out.strip() == "interrupted []", out
-    assert p.returncode == 3
+    assert returncode == 3
     # 8M CSV rows take ~10 s here, the ranges without end.
-    assert time.monotonic() - start < 5
+    assert seconds < 5
 
 
 def test_exit_right_after_an_interrupted_iteration_never_aborts():
@@ -615,13 +618,8 @@ def test_a_sigint_handler_of_the_program_leaves_the_iteration_alone():
         print(len(seen), seen == list(range(len(seen))),
               int(after["value"]) == len(seen), flush=True)
     """)
-    p = subprocess.Popen([sys.executable, "-c", program],
-                         stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "ready"
-    time.sleep(0.5)
-    p.send_signal(signal.SIGINT)
-    out, _ = p.communicate(timeout=60)
-    assert p.returncode == 0
+    out, returncode, _ = interrupt_when_ready(program)
+    assert returncode == 0
     count, in_order, continues = out.split()
     assert 1 < int(count) < 1000
     assert in_order == "True" and continues == "True"
