@@ -701,12 +701,13 @@ int RunBench(const BenchOptions& o) {
   fmt::print("{}\n", out["pipeline"].get<std::string>());
   fmt::print(
       "{} records in {} elements, {:.3f} s: {:.0f} records/s, {:.1f} "
-      "MB/s; peak RSS {:.1f} MiB; {} threads{}\n",
+      "MB/s; peak RSS {:.1f} MiB; {} thread{}{}\n",
       out["records"].get<uint64_t>(), out["batches"].get<uint64_t>(), seconds,
       out["records_per_s"].get<double>(),
       out["bytes_per_s"].get<double>() / 1e6,
       out["peak_rss_bytes"].get<uint64_t>() / 1048576.0,
-      out["threads"].get<int>(), o.fusion ? "" : "; stages not fused");
+      out["threads"].get<int>(), out["threads"].get<int>() == 1 ? "" : "s",
+      o.fusion ? "" : "; stages not fused");
   if (o.warmup > 0) {
     fmt::print("(after {} elements of warm-up, not timed)\n", o.warmup);
   }

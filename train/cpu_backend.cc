@@ -137,8 +137,8 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::kCpu; }
   std::string name() const override {
-    return fmt::format("cpu ({} threads; products: {})", threads_,
-                       TheBlas().name);
+    return fmt::format("cpu ({} thread{}; products: {})", threads_,
+                       threads_ == 1 ? "" : "s", TheBlas().name);
   }
   int threads() const override { return threads_; }
 
