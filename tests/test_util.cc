@@ -6,10 +6,12 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include "records/crc32c.h"
 #include "records/tfrecord_format.h"
@@ -321,6 +323,24 @@ bool CapAddressSpace(uint64_t bytes) {
   if (!AddressSpaceCanBeCapped()) return false;
   const rlimit limit{bytes, bytes};
   return setrlimit(RLIMIT_AS, &limit) == 0;
+}
+
+size_t ThreadsNow() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& t :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
+}
+
+size_t ThreadsOnceExitsSettle(size_t want) {
+  size_t threads = ThreadsNow();
+  for (int i = 0; i < 500 && threads > want; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    threads = ThreadsNow();
+  }
+  return threads;
 }
 
 }  // namespace recflow::testing

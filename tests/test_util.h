@@ -116,6 +116,14 @@ bool CapAddressSpace(uint64_t bytes);
 // cap skip, saying why, when it cannot.
 bool AddressSpaceCanBeCapped();
 
+// The threads of this process (Linux: /proc/self/task).
+size_t ThreadsNow();
+// ThreadsNow() once it is at most `want`, waiting up to 5 s for it to get
+// there: a thread that has been joined stays listed until the kernel has
+// finished its exit, a moment later (longer on a busy machine; CI once
+// counted one too many), while one left running stays listed for good.
+size_t ThreadsOnceExitsSettle(size_t want);
+
 // The fixtures directory, or "" when it is not there.
 std::string FixturesDir();
 

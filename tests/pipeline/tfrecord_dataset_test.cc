@@ -965,16 +965,6 @@ TEST_F(TFRecordDatasetTest, NondeterministicReadsSaveAndRestoreExactly) {
   }
 }
 
-// The threads of this process (Linux: /proc/self/task).
-size_t ThreadsNow() {
-  size_t n = 0;
-  for ([[maybe_unused]] const auto& t :
-       std::filesystem::directory_iterator("/proc/self/task")) {
-    ++n;
-  }
-  return n;
-}
-
 // Each open file, and each of as many upcoming ones, has a reader thread
 // while it is being read (files of more records than a reader reads
 // ahead), also after a restore, and none once the iterator is gone;
@@ -994,20 +984,20 @@ TEST_F(TFRecordDatasetTest, ParallelReadsReadEachOpenFileOnAThreadOfItsOwn) {
   ds.MakeIterator({.threads = 1}).Next();
   for (bool ahead : {true, false}) {
     stages::SetTFRecordReadAhead(ahead);
-    const size_t before = ThreadsNow();
+    const size_t before = testing::ThreadsNow();
     {
       Iterator it = ds.MakeIterator({.threads = 1});
-      const size_t made = ThreadsNow();
+      const size_t made = testing::ThreadsNow();
       Element e;
       for (int i = 0; i < 3; ++i) ASSERT_TRUE(it.Next(&e));  // 3 files open
-      EXPECT_EQ(ThreadsNow(), made + (ahead ? 6 : 0)) << ahead;
+      EXPECT_EQ(testing::ThreadsNow(), made + (ahead ? 6 : 0)) << ahead;
       // Restored with every slot open, the upcoming files too.
       Iterator restored = ds.MakeIterator({.threads = 1});
       restored.Restore(it.Save());
       ASSERT_TRUE(restored.Next(&e));
-      EXPECT_EQ(ThreadsNow(), made + (ahead ? 12 : 0)) << ahead;
+      EXPECT_EQ(testing::ThreadsNow(), made + (ahead ? 12 : 0)) << ahead;
     }
-    EXPECT_EQ(ThreadsNow(), before) << ahead;
+    EXPECT_EQ(testing::ThreadsOnceExitsSettle(before), before) << ahead;
   }
 }
 

@@ -1,48 +1,21 @@
 // Every executable that links recflow::train shuts OpenBLAS's idle thread
 // pool down as it starts (train/openblas_pool.cc); this test is one.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 
-#include <chrono>
 #include <cstdlib>
-#include <thread>
 
+#include "test_util.h"
 #include "train/backend.h"
 #include "train/openblas_core.h"
 
 namespace recflow::train {
 namespace {
 
-int ThreadsNow() {
-  int threads = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++threads;
-  }
-  closedir(dir);
-  return threads;
-}
-
-// OpenBLAS's shut-down joins its threads, yet a joined thread is listed in
-// /proc/self/task until the kernel has finished its exit, a moment later
-// (longer on a busy machine: CI once counted 2 here). A thread parked in a
-// pool stays listed, so waiting up to 5 s for the count to settle tells the
-// two apart.
-int ThreadsOnceExitsSettle() {
-  int threads = ThreadsNow();
-  for (int i = 0; i < 500 && threads > 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    threads = ThreadsNow();
-  }
-  return threads;
-}
-
 // Counted by this test's static initialisation: after the libraries'
 // initialisers (OpenBLAS's starts its pool) and openblas_pool.cc's shut-down
 // (a constructor of a higher priority), before main and any test.
-const int threads_before_main = ThreadsNow();
+const size_t threads_before_main = testing::ThreadsNow();
 
 TEST(OpenBlasPoolTest, NoOpenBlasThreadsAreLeftRunning) {
 #if defined(__SANITIZE_THREAD__)
@@ -57,7 +30,7 @@ TEST(OpenBlasPoolTest, NoOpenBlasThreadsAreLeftRunning) {
   }
   // Its pthread build starts one thread for every core but one (unless
   // OPENBLAS_NUM_THREADS says 1), each spinning for ~0.1 s.
-  EXPECT_EQ(ThreadsOnceExitsSettle(), 1)
+  EXPECT_EQ(testing::ThreadsOnceExitsSettle(1), 1u)
       << threads_before_main
       << " threads before main, and still more than this one after 5 s "
          "(OpenBLAS's pool?); "
@@ -71,7 +44,7 @@ TEST(OpenBlasPoolTest, NoOpenBlasThreadsAreLeftRunning) {
   backend->Gemm(false, false, 64, 64, 64, 1.0f, a.data(), a.data(), 0.0f,
                 c.data());
   EXPECT_EQ(c[0], 64.0f);
-  EXPECT_EQ(ThreadsNow(), 1);
+  EXPECT_EQ(testing::ThreadsNow(), 1u);
 }
 
 // Only a core without AVX on a CPU with AVX is replaced, by the newest
