@@ -878,8 +878,8 @@ class PyWriter {
     std::unique_ptr<records::TFRecordWriter> w = std::move(writer_);
     py::gil_scoped_release release;
     w->Finish();
-    if (index_) records::WriteIndex(records::IndexPathFor(path_), w->index());
     w->Commit();
+    if (index_) records::WriteIndex(records::IndexPathFor(path_), w->index());
     records_ = w->records_written();
   }
   // Leaves nothing behind: the file never appears under its name.

@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -465,6 +466,11 @@ void TFRecordWriter::Commit() {
   if (committed_) return;
   codec_->file().Commit();
   committed_ = true;
+  // An index beside the file (FILE.idx) described the file this one
+  // replaced.  A failure to remove it is left to the readers, which check
+  // an index against its file before using it.
+  std::error_code ignored;
+  std::filesystem::remove(IndexPathFor(path_), ignored);
 }
 
 uint64_t TFRecordWriter::file_bytes() const { return codec_->file_bytes(); }

@@ -71,6 +71,9 @@ class TFRecordWriter {
   // shards of a dataset): Finish() ends the stream and makes it durable
   // under the temporary name; Commit() renames it into place.  A writer
   // finished but not committed leaves nothing behind when destroyed.
+  // Commit() (and so Close()) removes an index of the file's name
+  // (IndexPathFor(path()), FILE.idx) left by an earlier file: it does not
+  // describe this one.  Write this file's index after Commit().
   void Finish();
   void Commit();
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "records/errors.h"
+#include "records/index.h"
 #include "records/tfrecord_reader.h"
 #include "test_util.h"
 
@@ -120,6 +121,34 @@ TEST(TFRecordWriterTest, DestroyedWithoutCloseLeavesNothing) {
     writer.Flush();
   }
   EXPECT_TRUE(dir.List().empty());
+}
+
+// A file written over another drops the other's index (FILE.idx), which
+// no longer describes it; a writer that is destroyed unclosed replaces
+// nothing and leaves the index where it was.
+TEST(TFRecordWriterTest, ReplacingAFileRemovesItsOldIndex) {
+  TempDir dir;
+  const std::string path = dir.File("f.tfrecord");
+  const std::string idx = IndexPathFor(path);
+  testing::WriteRecords(path, {"one", "two", "three"});
+  WriteIndex(idx, BuildIndex(path));
+  {
+    TFRecordWriter unclosed(path);
+    unclosed.Write("lost");
+  }
+  EXPECT_EQ(ReadIndex(idx).entries.size(), 3u);
+  TFRecordWriter writer(path);
+  writer.Write("only");
+  writer.Close();
+  EXPECT_FALSE(std::filesystem::exists(idx));
+  EXPECT_EQ(testing::ReadRecords(path), std::vector<std::string>{"only"});
+  // Non-atomic writers replace the file when opened, so the same holds.
+  WriteIndex(idx, BuildIndex(path));
+  TFRecordWriter direct(path, {.atomic = false});
+  direct.Write("a");
+  direct.Write("b");
+  direct.Close();
+  EXPECT_FALSE(std::filesystem::exists(idx));
 }
 
 TEST(TFRecordWriterTest, FlushMakesRecordsReadableBeforeClose) {

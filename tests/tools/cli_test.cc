@@ -415,11 +415,11 @@ TEST(CliTest, VerifyChecksTheIndexBesideAFile) {
   const records::WriterOptions small_frames{
       .compression = records::Compression::kZstd, .zstd_frame_bytes = 200};
   testing::WriteRecords(dir.File("changed.zst"), changed, small_frames);
+  testing::WriteRecords(m, many, small_frames);
   ASSERT_EQ(
       Recflow(dir, "index " + dir.File("changed.zst") + " -o " + m + ".idx")
           .code,
       0);
-  testing::WriteRecords(m, many, small_frames);
   r = Recflow(dir, "verify " + m);
   EXPECT_EQ(r.code, 1);
   // Record 40's frame starts at record 35: its compressed size differs.
