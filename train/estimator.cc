@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <thread>
+#include <typeinfo>
 
 #include "train/basic_session_run_hooks.h"
 
@@ -31,6 +32,20 @@ double ScalarOf(Backend& be, const Tensor& t) {
 template <typename Fn>
 void ForHooks(const Hooks& hooks, const Fn& fn) {
   for (const auto& h : hooks) fn(*h);
+}
+
+// Called in a handler of `e`, thrown by a model_fn or a training step:
+// rethrows it naming the batch (the one of global step `n` in training,
+// the n-th batch otherwise), whose rows a message such as a label out of
+// range counts.  train::Error's subclasses are rethrown as they are: their
+// catchers tell them apart by type.
+[[noreturn]] void RethrowNamingBatch(const Error& e, Mode mode, int64_t n) {
+  if (typeid(e) != typeid(Error)) throw;
+  const std::string_view batch = mode == Mode::kTrain
+                                     ? "the batch of global step"
+                                 : mode == Mode::kEval ? "evaluation batch"
+                                                       : "prediction batch";
+  throw Error(fmt::format("{} {}: {}", batch, n, e.what()));
 }
 
 void NotifyException(const Hooks& hooks, const std::exception& e) {
@@ -293,7 +308,7 @@ std::string Estimator::RestoreInto(TrainingSession& session,
 EstimatorSpec Estimator::RunModel(TrainingSession& session,
                                   pipeline::Element& element, Mode mode,
                                   std::unique_ptr<ModelContext>* ctx,
-                                  Tensor* labels_out,
+                                  Tensor* labels_out, int64_t batch_number,
                                   const std::vector<std::string>* fetches) {
   const Tensor* labels = nullptr;
   for (auto it = element.components.begin(); it != element.components.end();
@@ -322,7 +337,12 @@ EstimatorSpec Estimator::RunModel(TrainingSession& session,
       *backend_, session.variables_, session.metrics_, mode,
       &session.global_step_, seed, world_.get());
   (*ctx)->set_fetches(fetches);
-  EstimatorSpec spec = model_fn_(element, labels, mode, **ctx);
+  EstimatorSpec spec;
+  try {
+    spec = model_fn_(element, labels, mode, **ctx);
+  } catch (const Error& e) {
+    RethrowNamingBatch(e, mode, batch_number);
+  }
   if (mode != Mode::kPredict && !spec.loss.valid()) {
     throw Error(
         fmt::format("model_fn returned no loss in {} mode", ModeName(mode)));
@@ -490,9 +510,15 @@ int64_t Estimator::RunLoop(TrainingSession& session, const Hooks& hooks,
       EstimatorSpec spec;
       std::function<double()> loss;
       try {
-        spec = RunModel(session, element, loop.mode, &ctx, &labels,
+        const int64_t number =
+            training ? session.global_step_ + 1 : batches + 1;
+        spec = RunModel(session, element, loop.mode, &ctx, &labels, number,
                         training ? &fetches : nullptr);
-        loss = loop.step(spec, local_batch);
+        try {
+          loss = loop.step(spec, local_batch);
+        } catch (const Error& e) {
+          RethrowNamingBatch(e, loop.mode, number);
+        }
       } catch (...) {
         if (training) backend_->AbortStep();
         throw;
@@ -581,12 +607,12 @@ void Estimator::Predict(
   }
   pipeline::Iterator it = input_fn().MakeIterator(InputOptions());
   pipeline::Element element;
-  while (it.Next(&element)) {
+  for (int64_t batch = 1; it.Next(&element); ++batch) {
     backend_->Prefetch(element);
     std::unique_ptr<ModelContext> ctx;
     Tensor labels;
     EstimatorSpec spec =
-        RunModel(session, element, Mode::kPredict, &ctx, &labels);
+        RunModel(session, element, Mode::kPredict, &ctx, &labels, batch);
     if (spec.predictions.empty()) {
       throw Error("model_fn returned no predictions in infer mode");
     }

@@ -237,12 +237,13 @@ class Estimator {
                           const std::string& checkpoint_path);
   // The options of input_fn's iterators (RunConfig::input_threads).
   pipeline::IteratorOptions InputOptions() const;
-  // Splits an element into features and labels; runs model_fn.
-  // `fetches`: what the step's hooks fetch (ModelContext::Fetched; null:
-  // unknown).
+  // Splits an element into features and labels; runs model_fn, whose
+  // train::Errors are rethrown naming the batch by `batch_number` (the
+  // global step it trains in training).  `fetches`: what the step's hooks
+  // fetch (ModelContext::Fetched; null: unknown).
   EstimatorSpec RunModel(TrainingSession& session, pipeline::Element& element,
                          Mode mode, std::unique_ptr<ModelContext>* ctx,
-                         Tensor* labels_out,
+                         Tensor* labels_out, int64_t batch_number,
                          const std::vector<std::string>* fetches = nullptr);
   // The one session loop of Train and Evaluate: begin, the input made by
   // `make_input`, after_create_session, then per batch before_run, the

@@ -262,20 +262,27 @@ TEST(CannedTest, ColumnsRefuseWhatTheyCannotTake) {
 
 // Labels outside a classifier's classes are refused, never trained on: a
 // binary head's must be 0 or 1 (a 2 went into the sigmoid's loss as a
-// target of 2, silently), a multi-class head's in [0, n_classes).
+// target of 2, silently), a multi-class head's in [0, n_classes).  The
+// error names the batch (by the global step it would train, in
+// evaluation by its number) and the row in it.
 TEST(CannedTest, LabelsOutsideTheClassesAreRefused) {
-  const auto error = [](int n_classes, std::vector<int64_t> labels) {
+  const auto make = [](std::vector<int64_t> labels) {
     const auto n = static_cast<int64_t>(labels.size());
     Element e;
     e.Set("x", Tensor::FromValues<float>(
                    std::vector<float>(static_cast<size_t>(n), 0.5f), Shape{n}));
     e.Set("label", Tensor::FromValues<int64_t>(labels, Shape{n}));
+    return e;
+  };
+  const auto error = [&](int n_classes, std::vector<int64_t> labels) {
+    const Element e = make(labels);
     testing::TempDir dir;
     LinearClassifier est(
         {.columns = {NumericColumn("x")}, .n_classes = n_classes},
         CannedConfig(dir.path().string()), Quiet());
     try {
-      est.Train([&] { return Dataset::FromTensorSlices(e).Batch(4); }, {}, 1);
+      est.Train([&] { return Dataset::FromTensorSlices(e).Batch(4); }, {},
+                static_cast<int64_t>(labels.size() / 4));
     } catch (const Error& err) {
       return std::string(err.what());
     }
@@ -283,14 +290,30 @@ TEST(CannedTest, LabelsOutsideTheClassesAreRefused) {
   };
   EXPECT_EQ(error(2, {0, 1, 1, 0}), "");
   EXPECT_EQ(error(2, {0, 1, 2, 0}),
-            "label 2 of row 2 is outside [0, 1] (the classifier has 2 "
-            "classes)");
-  EXPECT_EQ(error(2, {-1, 0, 1, 0}),
-            "label -1 of row 0 is outside [0, 1] (the classifier has 2 "
-            "classes)");
+            "the batch of global step 1: label 2 of row 2 is outside [0, 1] "
+            "(the classifier has 2 classes)");
+  EXPECT_EQ(error(2, {0, 0, 0, 0, -1, 0, 1, 0}),
+            "the batch of global step 2: label -1 of row 0 is outside [0, 1] "
+            "(the classifier has 2 classes)");
   EXPECT_EQ(error(3, {0, 1, 2, 0}), "");
-  EXPECT_EQ(error(3, {0, 3, 2, 0}),
-            "label 3 of row 1 is outside [0, 3) (the logits' classes)");
+  EXPECT_EQ(error(3, {0, 1, 2, 0, 1, 1, 1, 1, 0, 3, 2, 0}),
+            "the batch of global step 3: label 3 of row 1 is outside [0, 3) "
+            "(the logits' classes)");
+  // Evaluation, after a step of training.
+  testing::TempDir dir;
+  LinearClassifier est({.columns = {NumericColumn("x")}, .n_classes = 3},
+                       CannedConfig(dir.path().string()), Quiet());
+  const Element good = make({0, 1, 2, 0});
+  est.Train([&] { return Dataset::FromTensorSlices(good).Batch(4); }, {}, 1);
+  const Element bad = make({0, 1, 2, 0, 1, 1, 5, 1});
+  try {
+    est.Evaluate([&] { return Dataset::FromTensorSlices(bad).Batch(4); });
+    ADD_FAILURE() << "evaluated labels outside the classes";
+  } catch (const Error& err) {
+    EXPECT_STREQ(err.what(),
+                 "evaluation batch 2: label 5 of row 2 is outside [0, 3) "
+                 "(the logits' classes)");
+  }
 }
 
 }  // namespace

@@ -407,6 +407,47 @@ TEST(EstimatorTest, MisuseIsRefusedByName) {
       log.end());
 }
 
+// An error of a model_fn's train op names the batch by the global step
+// it was to train; an error of a subclass (CudaUnavailable, which the
+// CLI tells apart by type) passes as it is.
+TEST(EstimatorTest, AStepsErrorNamesItsGlobalStep) {
+  const auto failing_at = [](int64_t step, bool unavailable) {
+    return [=](const Features& f, const Tensor* labels, Mode mode,
+               ModelContext& ctx) {
+      EstimatorSpec spec = Classifier(4)(f, labels, mode, ctx);
+      const std::function<void()> op = spec.train_op;
+      const int64_t* global_step = ctx.mutable_global_step();
+      spec.train_op = [=] {
+        if (*global_step + 1 == step) {
+          if (unavailable) throw CudaUnavailable("no GPU");
+          throw Error("the op failed");
+        }
+        op();
+      };
+      return spec;
+    };
+  };
+  testing::TempDir a, b;
+  Estimator failing(failing_at(3, false), Config(a.path().string()), Quiet());
+  try {
+    failing.Train(TrainInput(), {}, 5);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "the batch of global step 3: the op failed");
+  }
+  Estimator no_gpu(failing_at(2, true), Config(b.path().string()), Quiet());
+  EXPECT_THROW(
+      {
+        try {
+          no_gpu.Train(TrainInput(), {}, 5);
+        } catch (const CudaUnavailable& e) {
+          EXPECT_STREQ(e.what(), "no GPU");
+          throw;
+        }
+      },
+      CudaUnavailable);
+}
+
 // Run by SurvivesSigkill in a child process; skipped otherwise.  Trains
 // forever, checkpointing every 7 steps, and appends each step's first id
 // to a log file.
