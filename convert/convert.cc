@@ -322,6 +322,11 @@ ConvertSummary ConvertSource(const ConvertJob& job,
         {w->path(), w->records_written(), w->file_bytes()});
   }
   summary.warnings = source->warnings();
+  if (auto other = OtherShardsWarning(
+          job.output, job.shards,
+          records::CompressionSuffix(job.writer.compression))) {
+    summary.warnings.push_back(std::move(*other));
+  }
   summary.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

@@ -128,6 +128,14 @@ std::unique_ptr<ExampleSource> OpenSource(
 // PREFIX-00003-of-00008.tfrecord plus the compression's suffix.
 std::string ShardName(const std::string& prefix, uint64_t shard,
                       uint64_t shards, std::string_view suffix);
+// Shards of `prefix` by another count or compression than the ones just
+// written (ShardName(prefix, i, shards, suffix)): an earlier run's,
+// which a glob PREFIX-* reads with the new shards.  A warning naming
+// them (the first three, then how many more), or none; none too when
+// the folder cannot be listed.
+std::optional<std::string> OtherShardsWarning(const std::string& prefix,
+                                              uint64_t shards,
+                                              std::string_view suffix);
 // What is wrong with `prefix` as the shards' prefix, or none: an empty one,
 // or one ending in '/' (a folder), would name the shards "-00000-of-...",
 // which a shell takes for an option.  Worded to follow the option's name

@@ -3,6 +3,8 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <regex>
 
 #include "records/csv_reader.h"
 #include "records/file_list.h"
@@ -168,6 +170,49 @@ std::string ShardName(const std::string& prefix, uint64_t shard,
                       uint64_t shards, std::string_view suffix) {
   return fmt::format("{}-{:05d}-of-{:05d}.tfrecord{}", prefix, shard, shards,
                      suffix);
+}
+
+std::optional<std::string> OtherShardsWarning(const std::string& prefix,
+                                              uint64_t shards,
+                                              std::string_view suffix) {
+  namespace fs = std::filesystem;
+  const fs::path p(prefix);
+  const fs::path folder = p.has_parent_path() ? p.parent_path() : ".";
+  const std::string stem = p.filename().string() + "-";
+  // NNNNN-of-MMMMM.tfrecord and a compression's suffix, as ShardName
+  // (a shard number of at most 19 digits fits in uint64_t).
+  static const std::regex kShard(
+      R"(([0-9]{5,19})-of-[0-9]{5,}\.tfrecord(\.zz|\.gz|\.zst)?)");
+  std::vector<std::string> others;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::smatch m;
+    if (!name.starts_with(stem)) continue;
+    const std::string rest = name.substr(stem.size());
+    if (!std::regex_match(rest, m, kShard)) continue;
+    const uint64_t shard = std::stoull(m[1].str());
+    if (shard < shards &&
+        rest == ShardName("", shard, shards, suffix).substr(1)) {
+      continue;  // one of this run's
+    }
+    others.push_back(
+        (p.has_parent_path() ? folder / name : fs::path(name)).string());
+  }
+  if (others.empty()) return std::nullopt;
+  std::sort(others.begin(), others.end());
+  const size_t named = std::min<size_t>(others.size(), 3);
+  std::string list = fmt::format(
+      "{}", fmt::join(others.begin(), others.begin() + named, ", "));
+  if (others.size() > named) {
+    list += fmt::format(" and {} more", others.size() - named);
+  }
+  return fmt::format(
+      "{} other shard file{} of the prefix {} (an earlier run's?): {}; a "
+      "glob {}-* reads {} too (remove {}, or write to another prefix)",
+      others.size(), others.size() == 1 ? "" : "s", prefix, list, prefix,
+      others.size() == 1 ? "it" : "them", others.size() == 1 ? "it" : "them");
 }
 
 std::optional<std::string> ShardPrefixProblem(const std::string& prefix,

@@ -212,17 +212,26 @@ int RunReshard(const ReshardOptions& o) {
                  s.path);
     }
   }
+  std::vector<std::string> warnings;
+  if (auto other = convert::OtherShardsWarning(
+          o.output, o.shards, records::CompressionSuffix(wo.compression))) {
+    warnings.push_back(std::move(*other));
+  }
   if (o.json) {
     fmt::print("{}\n", nlohmann::json{{"records", records},
                                       {"bytes", bytes},
                                       {"seconds", seconds},
-                                      {"shards", shards}}
+                                      {"shards", shards},
+                                      {"warnings", warnings}}
                            .dump());
   } else {
     fmt::print("wrote {} record{} into {} shard{} ({}) in {:.2f} s\n", records,
                records == 1 ? "" : "s", written.size(),
                written.size() == 1 ? "" : "s",
                records::CompressionName(wo.compression), seconds);
+  }
+  for (const std::string& w : warnings) {
+    fmt::print(stderr, "recflow: warning: {}\n", w);
   }
   return kExitOk;
 }

@@ -343,6 +343,65 @@ TEST(ConvertJobTest, APrefixThatNamesNoShardIsRefused) {
   EXPECT_EQ(Convert(job).records, 4u);
 }
 
+// Shards of the prefix by another count or compression (an earlier
+// run's) would be read with the new ones by a glob PREFIX-*: the summary
+// warns, naming them.  The run's own names, indexes, other prefixes and
+// other files are not counted.
+TEST(ConvertJobTest, ShardsOfAnEarlierRunAreNamedInAWarning) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"), Csv(6));
+  ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = {dir.File("in.csv")};
+  job.output = dir.File("part");
+  job.shards = 2;
+  job.writer.build_index = true;
+  EXPECT_TRUE(Convert(job).warnings.empty());
+  EXPECT_TRUE(Convert(job).warnings.empty());  // the same names again
+  for (const char* other :
+       {"partx-00000-of-00001.tfrecord", "part-00000-of-00001.tfrecord.txt",
+        "part-a-00000-of-00001.tfrecord", "part-00000-of-00002.tfrecord.bz2",
+        "part-123456789012345678901-of-00001.tfrecord"}) {
+    testing::WriteFileBytes(dir.File(other), "");
+  }
+  EXPECT_TRUE(Convert(job).warnings.empty());
+  job.shards = 1;
+  const std::vector<std::string> warnings = Convert(job).warnings;
+  const std::string prefix = dir.File("part");
+  EXPECT_EQ(warnings, std::vector<std::string>{fmt::format(
+                          "2 other shard files of the prefix {0} (an earlier "
+                          "run's?): {0}-00000-of-00002.tfrecord, "
+                          "{0}-00001-of-00002.tfrecord; a glob {0}-* reads "
+                          "them too (remove them, or write to another prefix)",
+                          prefix)});
+  job.writer.compression = records::Compression::kZstd;
+  job.shards = 2;
+  job.writer.build_index = false;
+  const std::vector<std::string> more = Convert(job).warnings;
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].rfind(fmt::format("3 other shard files of the prefix {0} "
+                                      "(an earlier run's?): "
+                                      "{0}-00000-of-00001.tfrecord, "
+                                      "{0}-00000-of-00002.tfrecord, "
+                                      "{0}-00001-of-00002.tfrecord; ",
+                                      prefix),
+                          0),
+            0u)
+      << more[0];
+  // A prefix without a folder names the files as it does.
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir.path());
+  job.output = "part";
+  job.inputs.files = {"in.csv"};
+  const std::vector<std::string> here = Convert(job).warnings;
+  std::filesystem::current_path(cwd);
+  ASSERT_EQ(here.size(), 1u);
+  EXPECT_NE(here[0].find("of the prefix part (an earlier run's?): "
+                         "part-00000-of-00001.tfrecord, "),
+            std::string::npos)
+      << here[0];
+}
+
 TEST(ConvertJobTest, APipeIsRefusedBeforeAnyShardIsWritten) {
   // CSV and JSON Lines are read twice (inference, then conversion): from a
   // pipe the second read got nothing, and "converted 0 records" was a

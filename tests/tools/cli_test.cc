@@ -531,6 +531,7 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
                  dir.File("b.tfrecord.gz"));
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_EQ(r.Json()["records"], 103);
+    EXPECT_TRUE(r.Json()["warnings"].empty()) << r.err;
     const std::string suffix = std::string(compression) == "none"   ? ""
                                : std::string(compression) == "zstd" ? ".zst"
                                : std::string(compression) == "gzip" ? ".gz"
@@ -554,6 +555,20 @@ TEST(CliTest, ReshardKeepsOrderBalancesAndIndexes) {
     EXPECT_EQ(back, all) << compression;
     EXPECT_EQ(sizes, (std::vector<size_t>{25, 26, 26, 26})) << compression;
   }
+  // Over the last run's 4 ZLIB shards: they are named, as shards a glob
+  // would read with the new ones.
+  const std::string out = dir.File("out/part");
+  const Result over = Recflow(
+      dir, "reshard --shards 2 -o " + out + " " + dir.File("a.tfrecord"));
+  ASSERT_EQ(over.code, 0) << over.err;
+  EXPECT_EQ(over.err,
+            fmt::format("recflow: warning: 4 other shard files of the prefix "
+                        "{0} (an earlier run's?): {0}-00000-of-00004.tfrecord."
+                        "zz, {0}-00001-of-00004.tfrecord.zz, "
+                        "{0}-00002-of-00004.tfrecord.zz and 1 more; a glob "
+                        "{0}-* reads them too (remove them, or write to "
+                        "another prefix)\n",
+                        out));
   EXPECT_EQ(Recflow(dir, "reshard --shards 2 --compression gzip --index -o " +
                              dir.File("x") + " " + dir.File("a.tfrecord"))
                 .code,
