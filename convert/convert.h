@@ -21,6 +21,9 @@
 //   succeeds; on any error none appears and no temporary file is left.
 // - Order: rows keep their input order within a shard; chunks of 256 rows
 //   go round-robin to the shards.
+// - Earlier files: a shard replaced under its name loses its old index
+//   with it; shards of the prefix by another count or compression stay,
+//   named in ConvertSummary::warnings (OtherShardsWarning).
 // - Errors: ConvertError names the file and the line, row or member, and
 //   what was expected.  A row-level error (one bad row) ends the job
 //   unless `skip_bad`, which counts the row and skips it; an error that
