@@ -56,8 +56,12 @@ TEST(AsyncIteratorTest, ReadsAheadNoFurtherThanItsBound) {
 
 // How deep an autotuned prefetch buffer has grown after `n` elements of a
 // producer that takes `slow` to make every `period`th element (the others
-// at once), taken by a consumer as fast as it can: the consumer then
-// stops, and what the driver pulls ahead is the buffer's limit.
+// at once), taken by a consumer that spends 0.5 ms on each (a training
+// step's time): the consumer then stops, and what the driver pulls ahead
+// is the buffer's limit.  A consumer that spent nothing would, with one
+// core to share with the driver, run after each element the driver
+// made (a woken thread runs first), and the buffer would never fill (CI
+// once measured a limit of 2 that way).
 int64_t AutotunedDepth(int64_t n, int64_t period,
                        std::chrono::milliseconds slow) {
   std::atomic<int64_t> pulled{0};
@@ -81,23 +85,27 @@ int64_t AutotunedDepth(int64_t n, int64_t period,
   for (int64_t i = 0; i < n; ++i) {
     EXPECT_TRUE(it.GetNext(&e));
     EXPECT_EQ(e["value"].scalar<int64_t>(), i);
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
-  // The driver fills the buffer to its limit, and stops there.
+  // The driver fills the buffer to its limit, and stops there: done once
+  // three looks in a row see nothing more pulled (a loaded machine may
+  // leave the driver waiting for a core a while).
   int64_t before = -1;
-  for (int i = 0; i < 200 && pulled.load() != before; ++i) {
-    before = pulled.load();
+  for (int i = 0, quiet = 0; i < 300 && quiet < 3; ++i) {
+    const int64_t now = pulled.load();
+    quiet = now == before ? quiet + 1 : 0;
+    before = now;
     std::this_thread::sleep_for(slow * 3);
   }
   return pulled.load() - n;
 }
 
 TEST(AsyncIteratorTest, AnAutotunedBufferDeepensForABurstyProducerOnly) {
-  // Bursts of 16 elements every 20 ms: each time the consumer runs dry
+  // Bursts of 16 elements every 30 ms: each time the consumer runs dry
   // after a burst filled the buffer, it doubles; it stops once a burst no
-  // longer fills it (32 here, as a burst outruns the consumer's wake-up),
-  // short of the cap.
+  // longer fills it (32 here), short of the cap.
   const int64_t bursty =
-      AutotunedDepth(16 * 12, 16, std::chrono::milliseconds(20));
+      AutotunedDepth(16 * 12, 16, std::chrono::milliseconds(30));
   EXPECT_GE(bursty, 8);
   EXPECT_LE(bursty, 64);
   // A steady producer slower than the consumer never gets ahead: one
