@@ -519,16 +519,11 @@ class JsonlSource final : public ExampleSource {
   // A file that cannot be read or decoded is an error naming it after the
   // lines before, never an early end.
   static bool ReadLine(records::ByteReader& in, std::string* line) {
-    line->clear();
-    int c;
     try {
-      while ((c = in.Get()) != -1 && c != '\n') {
-        line->push_back(static_cast<char>(c));
-      }
+      return in.GetLine(line);
     } catch (const records::IoError& e) {  // read or decoding; names it
       InputError(e.what());
     }
-    return c != -1 || !line->empty();
   }
   static bool IsBlank(const std::string& s) {
     return s.find_first_not_of(" \t\r") == std::string::npos;

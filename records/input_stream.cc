@@ -252,6 +252,24 @@ bool ByteReader::Refill() {
   return end_ > 0;
 }
 
+bool ByteReader::GetLine(std::string* line) {
+  line->clear();
+  while (pos_ < end_ || Refill()) {
+    const char* from = buffer_.get() + pos_;
+    const size_t left = end_ - pos_;
+    const auto* newline =
+        static_cast<const char*>(std::memchr(from, '\n', left));
+    if (newline != nullptr) {
+      line->append(from, newline - from);
+      pos_ += newline - from + 1;
+      return true;
+    }
+    line->append(from, left);
+    pos_ = end_;
+  }
+  return !line->empty();
+}
+
 uint64_t ByteReader::file_position() const {
   const uint64_t read = stream_->file_position();
   // Uncompressed, the unread part of the buffer is the file's too.

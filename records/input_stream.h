@@ -97,6 +97,12 @@ class ByteReader {
   }
   // Puts back the byte the last Get() returned (not -1), once.
   void Unget() { --pos_; }
+  // The next line into *line, without its '\n' (a '\r' before it is
+  // kept: the caller's to judge); the last line needs no '\n'.  False at
+  // the end, with *line empty.  What Get() would return byte by byte,
+  // found a buffer at a time (memchr).  Throws as Get() does, after
+  // appending the bytes before the damage.
+  bool GetLine(std::string* line);
   // Bytes of the file consumed so far (of the compressed file, read ahead
   // by the decoder's chunk, when it is compressed): for progress.
   uint64_t file_position() const;

@@ -1,0 +1,137 @@
+#include "records/input_stream.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "records/errors.h"
+#include "test_util.h"
+
+namespace recflow::records {
+namespace {
+
+// Lines of every length that matters to a 64 KiB buffer: empty ones, short
+// ones, ones that end exactly at or cross a buffer's end, and ones longer
+// than a buffer; some end in "\r".
+std::vector<std::string> AwkwardLines() {
+  std::mt19937 rng(7);
+  std::vector<std::string> lines;
+  const size_t lengths[] = {0,         1,     0,     200,       65535,
+                            65536,     65537, 3,     (1 << 17), 0,
+                            (1 << 18), 100,   65536, 17,        1};
+  for (size_t n : lengths) {
+    std::string line(n, '\0');
+    for (char& c : line) c = static_cast<char>('a' + rng() % 26);
+    lines.push_back(line);
+  }
+  for (int i = 0; i < 2000; ++i) {
+    std::string line(rng() % 90, 'x');
+    if (rng() % 5 == 0) line += '\r';
+    lines.push_back(line);
+  }
+  return lines;
+}
+
+std::string Joined(const std::vector<std::string>& lines, bool last_newline) {
+  std::string text;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    text += lines[i];
+    if (i + 1 < lines.size() || last_newline) text += '\n';
+  }
+  return text;
+}
+
+std::vector<std::string> AllLines(ByteReader& in) {
+  std::vector<std::string> lines;
+  std::string line = "left over";
+  while (in.GetLine(&line)) lines.push_back(line);
+  EXPECT_EQ(line, "");  // cleared at the end
+  return lines;
+}
+
+TEST(ByteReaderTest, GetLineSplitsAtEveryNewlineWhateverTheCodec) {
+  testing::TempDir dir;
+  const std::vector<std::string> lines = AwkwardLines();
+  for (const Compression c : testing::kAllCompressions) {
+    for (const bool last_newline : {true, false}) {
+      SCOPED_TRACE(std::string(CompressionName(c)) +
+                   (last_newline ? ", last line ended" : ", last line open"));
+      const std::string path = dir.File("lines");
+      testing::WriteFileBytes(
+          path, testing::Compressed(Joined(lines, last_newline), c));
+      ByteReader in(path, c);
+      const std::vector<std::string> got = AllLines(in);
+      ASSERT_EQ(got.size(), lines.size());
+      for (size_t i = 0; i < lines.size(); ++i) {
+        ASSERT_EQ(got[i], lines[i]) << "line " << i;
+      }
+      EXPECT_EQ(in.Get(), -1);
+    }
+  }
+}
+
+// GetLine and Get read the same stream: mixed, neither skips or repeats.
+TEST(ByteReaderTest, GetLineAndGetShareThePosition) {
+  testing::TempDir dir;
+  const std::string path = dir.File("mixed");
+  testing::WriteFileBytes(path, "ab\ncd\n\nef");
+  ByteReader in(path);
+  EXPECT_EQ(in.Get(), 'a');
+  std::string line;
+  ASSERT_TRUE(in.GetLine(&line));
+  EXPECT_EQ(line, "b");
+  EXPECT_EQ(in.Get(), 'c');
+  in.Unget();
+  ASSERT_TRUE(in.GetLine(&line));
+  EXPECT_EQ(line, "cd");
+  ASSERT_TRUE(in.GetLine(&line));
+  EXPECT_EQ(line, "");
+  ASSERT_TRUE(in.GetLine(&line));
+  EXPECT_EQ(line, "ef");
+  EXPECT_FALSE(in.GetLine(&line));
+  EXPECT_FALSE(in.GetLine(&line));
+}
+
+TEST(ByteReaderTest, AnEmptyFileHasNoLines) {
+  testing::TempDir dir;
+  const std::string path = dir.File("empty");
+  testing::WriteFileBytes(path, "");
+  ByteReader in(path);
+  std::string line = "x";
+  EXPECT_FALSE(in.GetLine(&line));
+  EXPECT_EQ(line, "");
+}
+
+// A stream damaged part-way gives every whole line before the damage, then
+// an error naming the file; never a shortened last line as if it ended.
+TEST(ByteReaderTest, GetLineGivesTheLinesBeforeDamageThenThrows) {
+  testing::TempDir dir;
+  std::vector<std::string> lines;
+  std::mt19937 rng(3);
+  for (int i = 0; i < 40000; ++i) {
+    std::string line(rng() % 60, '\0');
+    for (char& c : line) c = static_cast<char>('a' + rng() % 26);
+    lines.push_back(line);
+  }
+  std::string gz = testing::Compressed(Joined(lines, true), Compression::kGzip);
+  gz.resize(gz.size() * 2 / 3);
+  const std::string path = dir.File("cut.gz");
+  testing::WriteFileBytes(path, gz);
+  ByteReader in(path);
+  std::vector<std::string> got;
+  std::string line;
+  try {
+    while (in.GetLine(&line)) got.push_back(line);
+    FAIL() << "a cut gzip stream read to its end";
+  } catch (const IoError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  ASSERT_GT(got.size(), 1000u);
+  ASSERT_LT(got.size(), lines.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], lines[i]);
+}
+
+}  // namespace
+}  // namespace recflow::records
