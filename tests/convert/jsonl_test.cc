@@ -1,7 +1,15 @@
 // convert/jsonl.cc: one object per line, lists, nulls and widening.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "convert/sources.h"
 #include "convert_test_util.h"
+#include "records/example_builder.h"
 
 namespace recflow::convert {
 namespace {
@@ -137,6 +145,183 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
   EXPECT_EQ(error("{\"a\": [1, \"x\"]}\n"),
             f + ":1: key 'a': expected string values (numbers, strings, "
                 "booleans, or lists of one of them), found [1,\"x\"]");
+  EXPECT_EQ(error("{\"a\": 1}\n{\"a\": [2, null]}\n"),
+            f + ":2: key 'a': expected integer values (numbers, strings, "
+                "booleans, or lists of one of them), found [2,null]");
+  EXPECT_EQ(error("{\"a\": 1}\n{\"a\": [[2]]}\n"),
+            f + ":2: key 'a': expected integer values (numbers, strings, "
+                "booleans, or lists of one of them), found [[2]]");
+  EXPECT_EQ(error("{\"a\": 1}\n{\"o\": {\"a\": 2}}\n"),
+            f + ":2: key 'o': expected feature values (numbers, strings, "
+                "booleans, or lists of one of them), found {\"a\":2}");
+  EXPECT_EQ(error("{\"s\": \"x\"}\n{\"s\": true}\n"),
+            f + ":2: key 's': expected string values (numbers, strings, "
+                "booleans, or lists of one of them), found true");
+  EXPECT_EQ(error("{\"n\": null, \"a\": 1, \"n\": null}\n"),
+            f + ":1: key \"n\" appears twice; keys must differ");
+  EXPECT_EQ(error("{\"a\": 1.5}\n{\"a\": -1e39}\n"),
+            f + ":2: key 'a': -1e+39 is outside float32's range (a float "
+                "feature would hold inf)");
+  EXPECT_EQ(error("{\"a\": 1} {\"a\": 2}\n"),
+            f + ":1: not JSON: parse error at column 10: syntax error while "
+                "parsing value - unexpected '{'; expected end of input");
+}
+
+// Every row of `f` as its source builds it, serialized.
+std::vector<std::string> BuiltRows(const std::string& f) {
+  auto source = OpenSource("jsonl", {.files = {f}});
+  std::vector<std::string> out;
+  Row row;
+  records::ExampleBuilder builder;
+  while (source->NextRow(&row)) {
+    builder.Clear();
+    source->Build(row, &builder);
+    out.emplace_back(builder.Serialize());
+  }
+  return out;
+}
+
+// Good lines of every kind of value, written in any key order and spacing,
+// build the Example their values say, byte for byte: each present key's
+// feature in key order (std::map's, which the shards have always had),
+// integers as written, floats and integers of a float key as float32,
+// booleans as 0 and 1, strings unescaped; null, and [] of an untyped key,
+// nothing.
+TEST(JsonlTest, GoodLinesBuildWhatTheirValuesSayInKeyOrder) {
+  std::mt19937_64 rng(11);
+  // One key's value in one line: its JSON text, and what it adds.
+  struct Value {
+    std::string json;
+    std::vector<int64_t> ints;
+    std::vector<float> floats;
+    std::vector<std::string> strings;
+    bool null = false;
+  };
+  const auto int_value = [&](Value* v) {
+    const int64_t picks[] = {0,         -1,        7,
+                             INT64_MAX, INT64_MIN, static_cast<int64_t>(rng())};
+    const int64_t i = picks[rng() % 6];
+    if (rng() % 5 == 0) {
+      v->json += i % 2 ? "true" : "false";
+      v->ints.push_back(i % 2 ? 1 : 0);
+      return;
+    }
+    v->json += std::to_string(i);
+    v->ints.push_back(i);
+  };
+  const auto float_value = [&](Value* v) {
+    switch (rng() % 6) {
+      case 0: {
+        const int64_t i = static_cast<int64_t>(rng()) >> (rng() % 64);
+        v->json += std::to_string(i);
+        v->floats.push_back(static_cast<float>(i));
+        return;
+      }
+      case 1:
+        v->json += "18446744073709551615";
+        v->floats.push_back(static_cast<float>(UINT64_MAX));
+        return;
+      case 2:
+        v->json += "18446744073709551616";  // past uint64: a double
+        v->floats.push_back(static_cast<float>(18446744073709551616.0));
+        return;
+      case 3: {
+        const bool b = rng() % 2;
+        v->json += b ? "true" : "false";
+        v->floats.push_back(b ? 1.0f : 0.0f);
+        return;
+      }
+      case 4:
+        v->json += "-2.5E-3";
+        v->floats.push_back(static_cast<float>(-2.5e-3));
+        return;
+      default: {
+        double d = std::ldexp(static_cast<double>(rng() >> 11) / 0x1p53,
+                              static_cast<int>(rng() % 200) - 100);
+        if (rng() % 2) d = -d;
+        v->json += fmt::format("{:.17g}", d);  // reads back as d
+        v->floats.push_back(static_cast<float>(d));
+        return;
+      }
+    }
+  };
+  const auto string_value = [&](Value* v) {
+    const std::pair<std::string, std::string> picks[] = {
+        {R"("")", ""},
+        {R"("plain")", "plain"},
+        {R"("q\"b\\s\/n\nt\t")", "q\"b\\s/n\nt\t"},
+        {R"("\u00e9\ud83d\ude00")", "\u00e9\U0001F600"},
+        {"\"\u00e9 raw\"", "\u00e9 raw"}};
+    const auto& [json, text] = picks[rng() % 5];
+    v->json += json;
+    v->strings.push_back(text);
+  };
+  using Maker = std::function<void(Value*)>;
+  const std::pair<std::string, Maker> keys[] = {
+      {"i", int_value},      {"f", float_value}, {"s", string_value},
+      {"\u00fc", int_value},  // a UTF-8 key, after the ASCII ones
+      {"n", nullptr},         // null or [] in every line: untyped
+  };
+  std::string text;
+  std::vector<std::string> lines, want;
+  for (int line = 0; line < 400; ++line) {
+    std::vector<std::pair<std::string, Value>> members;
+    for (const auto& [key, make] : keys) {
+      if (line > 0 && rng() % 6 == 0) continue;  // absent
+      Value v;
+      const uint64_t shape = make == nullptr ? 3 + rng() % 2 : rng() % 5;
+      if (line == 0 && key == "f") {  // types f float from the start
+        v.json = "0.5";
+        v.floats = {0.5f};
+      } else if (shape <= 1) {
+        make(&v);
+      } else if (shape == 2) {
+        v.json = "[";
+        for (uint64_t n = rng() % 4, i = 0; i < n; ++i) {
+          if (i > 0) v.json += rng() % 2 ? "," : " , ";
+          make(&v);
+        }
+        v.json += "]";
+      } else if (shape == 3) {
+        v.json = "null";
+        v.null = true;
+      } else {
+        v.json = "[ ]";
+      }
+      members.emplace_back(key, std::move(v));
+    }
+    std::shuffle(members.begin(), members.end(), rng);
+    std::string json = rng() % 2 ? "{" : " {\t";
+    for (size_t m = 0; m < members.size(); ++m) {
+      json += fmt::format("{}\"{}\":{}{}", m > 0 ? ", " : "", members[m].first,
+                          rng() % 2 ? " " : "", members[m].second.json);
+    }
+    json += "}";
+    text += json + "\n";
+    lines.push_back(json);
+    std::sort(members.begin(), members.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    records::ExampleBuilder b;
+    for (const auto& [key, v] : members) {
+      if (v.null || key == "n") continue;
+      if (key == "f") {
+        b.AddFloatList(key, v.floats);
+      } else if (key == "s") {
+        b.AddBytesList(key, v.strings);
+      } else {
+        b.AddInt64List(key, v.ints);
+      }
+    }
+    want.emplace_back(b.Serialize());
+  }
+  testing::TempDir dir;
+  const std::string f = dir.File("in.jsonl");
+  testing::WriteFileBytes(f, text);
+  const std::vector<std::string> got = BuiltRows(f);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i], want[i]) << "line " << i + 1 << ": " << lines[i];
+  }
 }
 
 // What is not an error but changes or leaves out data is said: a key no
