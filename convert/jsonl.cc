@@ -1,6 +1,3 @@
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -14,7 +11,6 @@
 #include "convert/sources.h"
 #include "records/csv_reader.h"
 #include "records/input_stream.h"
-#include "records/tsan.h"
 #include "records/wire_format.h"
 
 namespace recflow::convert {
@@ -457,42 +453,6 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
   size_t strings_used_ = 0;
 };
 
-// One line of the typing pass: read, then parsed by LineTypes on some
-// core.  Reused from batch to batch, so that its strings keep their room.
-struct TypedLine {
-  std::string text;
-  size_t file = 0;
-  uint64_t line_number = 0;
-  bool parsed = false;  // whole, as one object
-  std::vector<LineTypes::Member> members;
-};
-
-// Parses each line of `lines` into its members, on every core.
-void TypeLines(std::span<TypedLine> lines) {
-  constexpr size_t kGrain = 256;  // lines per task
-  // The fork and the join, for ThreadSanitizer (records/tsan.h): static,
-  // since a task may read its captures only once it is after the fork.
-  // Tasks write disjoint lines and may overlap.
-  static char fork, join;
-  records::HappensBefore(&fork);
-  tbb::parallel_for(
-      tbb::blocked_range<size_t>(0, lines.size(), kGrain),
-      [&](const tbb::blocked_range<size_t>& range) {
-        records::HappensAfter(&fork);
-        thread_local LineTypes types;
-        for (size_t i = range.begin(); i != range.end(); ++i) {
-          TypedLine& l = lines[i];
-          l.parsed = types.Parse(l.text);
-          if (!l.parsed) continue;
-          const std::span<const LineTypes::Member> members = types.members();
-          l.members.resize(members.size());
-          std::copy(members.begin(), members.end(), l.members.begin());
-        }
-        records::HappensBefore(&join);
-      });
-  records::HappensAfter(&join);
-}
-
 class JsonlSource final : public ExampleSource {
  public:
   JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec,
@@ -501,78 +461,43 @@ class JsonlSource final : public ExampleSource {
     for (const auto& f : files_) total_bytes_ += FileSize(f);
     // First pass: the type of every key (numbers widen int64 -> float;
     // strings and numbers under one key are an error in the rows that
-    // disagree with the first seen) and the row count.  Lines are read
-    // here a batch at a time, parsed on every core, and what each says is
-    // merged here in input order: the types, warnings and places of one
-    // line after another.
+    // disagree with the first seen) and the row count.
     InexactIntegers inexact;
     std::map<std::string, size_t> slots;  // of keys with such integers
     TypingReports reports(typing, total_bytes_);
-    std::vector<TypedLine> batch(kTypingBatch);
-    std::vector<std::map<std::string, CellType>::iterator> last_keys;
-    size_t file_index = 0;  // of the file open, or next to open
-    std::unique_ptr<records::ByteReader> file;
-    uint64_t files_bytes = 0;  // of the files read before the one open
-    uint64_t line_number = 0;
-    const auto bytes_read = [&] {
-      return files_bytes + (file ? file->file_position() : 0);
-    };
-    while (true) {
-      size_t lines = 0, bytes = 0;
-      while (lines < kTypingBatch && bytes < kTypingBatchBytes) {
-        if (file == nullptr) {
-          if (file_index == files_.size()) break;
-          file = OpenText(files_[file_index]);
-          line_number = 0;
-        }
-        TypedLine& l = batch[lines];
-        if (!ReadLine(*file, &l.text)) {
-          files_bytes += file->file_position();
-          file.reset();
-          ++file_index;
-          continue;
-        }
+    LineTypes line_types;
+    uint64_t files_bytes = 0;  // of the files read before this one
+    for (const auto& path : files_) {
+      const std::unique_ptr<records::ByteReader> file = OpenText(path);
+      const auto bytes_read = [&] {
+        return files_bytes + file->file_position();
+      };
+      std::string line;
+      uint64_t line_number = 0;
+      while (ReadLine(*file, &line)) {
         ++line_number;
-        if (IsBlank(l.text)) continue;
+        if (IsBlank(line)) continue;
         ++rows_;
         reports.Row(bytes_read);
-        l.file = file_index;
-        l.line_number = line_number;
-        bytes += l.text.size();
-        ++lines;
-      }
-      if (lines == 0) break;
-      TypeLines(std::span<TypedLine>(batch.data(), lines));
-      for (const TypedLine& l : std::span<TypedLine>(batch.data(), lines)) {
-        if (!l.parsed) continue;  // reported in the second pass
-        size_t j = 0;             // the member's place in its line
-        for (const LineTypes::Member& m : l.members) {
+        if (!line_types.Parse(line)) continue;  // reported in the second pass
+        for (const LineTypes::Member& m : line_types.members()) {
           if (m.rounded > 0) {
             const size_t slot =
                 slots.emplace(m.key, slots.size()).first->second;
             for (uint64_t i = 0; i < m.rounded; ++i) {
               inexact.Add(
                   slot, m.first_became, [&] { return m.first_text; },
-                  [&] {
-                    return fmt::format("{}:{}", files_[l.file], l.line_number);
-                  });
+                  [&] { return fmt::format("{}:{}", path, line_number); });
             }
           }
-          CellType& known = TypeOf(m.key, j++, &last_keys);
+          CellType& known = types_[m.key];
           if (known == CellType::kNone ||
               (known != CellType::kBytes && m.type != CellType::kBytes)) {
             known = Widen(known, m.type);
           }
         }
       }
-      // A long line's room is not kept for the batches after it: what the
-      // batches hold stays near kTypingBatchBytes, whatever the lines.
-      for (TypedLine& l : std::span<TypedLine>(batch.data(), lines)) {
-        if (l.text.capacity() > kLineRoomKept) std::string().swap(l.text);
-        if (l.members.capacity() > kMembersKept) {
-          std::vector<LineTypes::Member>().swap(l.members);
-        }
-      }
+      files_bytes += file->file_position();
     }
     // The spec types keys by name: one no row has is a misspelt or wrong
     // key, not a feature to leave out silently (as for CSV's header).
@@ -765,22 +690,6 @@ class JsonlSource final : public ExampleSource {
     }
   }
 
-  // The type of `key`, the member at `place` of its line, from types_
-  // (added, kNone, when new).  Lines tend to name the same keys in the same
-  // order: the key at `place` of the line before, kept in *last, is
-  // checked first.
-  CellType& TypeOf(
-      const std::string& key, size_t place,
-      std::vector<std::map<std::string, CellType>::iterator>* last) {
-    if (place < last->size() && (*last)[place]->first == key) {
-      return (*last)[place]->second;
-    }
-    const auto it = types_.try_emplace(key).first;
-    if (place >= last->size()) last->resize(place + 1);
-    (*last)[place] = it;
-    return it->second;
-  }
-
   // A file plain or compressed (by its name's suffix: .gz, .zz or .zlib,
   // .zst or .zstd), as the CSV reader's.
   static std::unique_ptr<records::ByteReader> OpenText(
@@ -811,12 +720,6 @@ class JsonlSource final : public ExampleSource {
   }
 
   static constexpr size_t kKeysNamed = 20;  // in an error, at most
-  // The typing pass's batch: lines parsed at once, up to this many or
-  // past this many bytes, and the room a line keeps for the next batch.
-  static constexpr size_t kTypingBatch = 16384;
-  static constexpr size_t kTypingBatchBytes = 1 << 20;
-  static constexpr size_t kLineRoomKept = 4096;
-  static constexpr size_t kMembersKept = 64;
 
   std::vector<std::string> files_;
   std::map<std::string, CellType> types_;

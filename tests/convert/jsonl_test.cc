@@ -384,47 +384,6 @@ TEST(JsonlTest, UntypedKeysAndIntegersAFloatRoundsAreWarnedOf) {
   EXPECT_TRUE(OpenSource("jsonl", {.files = {f}})->warnings().empty());
 }
 
-// Lines are typed in batches parsed on every core, and merged in input
-// order: across batches and files, the first of a kind is still the
-// first in the input (here past line 16,384, the first batch's end, with
-// blank lines before it that count as lines).
-TEST(JsonlTest, TypingInParallelKeepsTheInputsOrder) {
-  testing::TempDir dir;
-  const std::string f1 = dir.File("a.jsonl"), f2 = dir.File("b.jsonl");
-  std::string a, b;
-  for (int i = 1; i <= 20000; ++i) {
-    a += i % 1000 == 0 ? "\n" : fmt::format("{{\"k\": {}}}\n", i);
-  }
-  for (int i = 1; i <= 20000; ++i) {
-    if (i == 3) {
-      b += "{\"k\": 0.5}\n";  // k holds floats
-    } else if (i == 17001) {
-      b += "{\"k\": 16777217, \"m\": \"text\"}\n";  // m: strings
-    } else if (i == 19000) {
-      b += "{\"k\": 33554433, \"m\": 5}\n";
-    } else if (i % 777 == 0) {
-      b += " \t\n";
-    } else {
-      b += "{\"k\": 2}\n";
-    }
-  }
-  testing::WriteFileBytes(f1, a);
-  testing::WriteFileBytes(f2, b);
-  const auto source = OpenSource("jsonl", {.files = {f1, f2}});
-  EXPECT_EQ(source->rows(), 40000u - 20 - 20000 / 777);
-  const auto warnings = source->warnings();
-  ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_EQ(warnings[0].substr(0, warnings[0].find(" (")),
-            f2 + ":17001: key 'k': the integer 16777217 becomes 16777216 in "
-                 "the key's float feature");
-  EXPECT_NE(warnings[0].find("; 2 such values in all"), std::string::npos);
-  EXPECT_EQ(ConvertErrorOf([&] {
-              SourceExamples("jsonl", {.files = {f1, f2}});
-            }),
-            f2 + ":19000: key 'm': expected string values (numbers, strings, "
-                 "booleans, or lists of one of them), found 5");
-}
-
 // A spec naming a key that no row has (a typo) is refused, as a CSV
 // spec naming a column the header lacks.
 TEST(JsonlTest, ASpecKeyNoRowHasIsRefused) {
