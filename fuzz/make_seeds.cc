@@ -178,6 +178,17 @@ void ConvertSeeds() {
        "\"q\"]}\n");
   Seed("convert_jsonl", "typed", 2,
        "{\"a\": 1, \"b\": [0.5, 2], \"c\": [\"x\"], \"label\": 0}\n");
+  // Every kind of value a row's SAX reading takes or hands to the document
+  // (convert/jsonl.cc's LineValues): null in and out of a list, booleans,
+  // integers past int64 and uint64, a float past float32, a nested object
+  // and list, a key named twice, escapes and a non-ASCII key.
+  Seed("convert_jsonl", "edges", 0,
+       "{\"a\": 1, \"f\": 0.5, \"s\": \"q\\\"\\u00e9\", \"\u00fc\": [true, "
+       "false], \"n\": null, \"e\": []}\n"
+       "{\"f\": 18446744073709551616, \"a\": [9223372036854775807, -1]}\n"
+       "{\"a\": 18446744073709551615, \"f\": 1e39}\n"
+       "{\"a\": [1, null], \"o\": {\"a\": 2}, \"l\": [[1]]}\n"
+       "{\"a\": 1, \"a\": 2} \n[1]\n");
   const std::string npy_f = testing::NpyBytes(
       "<f4", "(3, 2)", testing::Raw(std::vector<float>{1, 2, 3, 4, 5, 6}));
   const std::string npy_i = testing::NpyBytes(
