@@ -74,9 +74,9 @@ std::unique_ptr<InputStream> OpenInputStream(ReadableFile* file,
 IoError UndecodableFile(const std::string& path, Compression compression,
                         const DecompressionError& e);
 
-// A file's decoded bytes one at a time, through a buffer: for the text
-// formats read byte by byte (CSV, JSON Lines), plain or compressed.  Not
-// thread-safe.
+// A file's decoded bytes one at a time or a line at a time, through a
+// buffer: for the text formats (CSV byte by byte, JSON Lines by line),
+// plain or compressed.  Not thread-safe.
 class ByteReader {
  public:
   // Opens `path` (throws IoError), decoding `compression`; std::nullopt:
