@@ -46,34 +46,13 @@ constexpr size_t kChunksInFlight = 16;
 // are still seen.
 using records::HappensAfter;
 using records::HappensBefore;
+using records::StageCall;
 
 // The order's places.  They are not the job's own: a stage's first read of
 // its captures must already come after the set-up.  Jobs that run at once
 // share them, which may order one job's calls after another's, but never
 // two calls that overlap.
 char order_setup, order_reading, order_handing, order_end;
-
-// One stage call's place in that order: after the set-up and its own
-// stage's previous call (`stage`, serial stages only); before the stage's
-// next call and the end, also when it throws.
-class StageCall {
- public:
-  StageCall(const void* setup, const void* stage, const void* end)
-      : stage_(stage), end_(end) {
-    HappensAfter(setup);
-    if (stage_ != nullptr) HappensAfter(stage_);
-  }
-  ~StageCall() {
-    if (stage_ != nullptr) HappensBefore(stage_);
-    HappensBefore(end_);
-  }
-  StageCall(const StageCall&) = delete;
-  StageCall& operator=(const StageCall&) = delete;
-
- private:
-  const void* stage_;
-  const void* end_;
-};
 
 struct RowChunk {
   std::vector<Row> rows;

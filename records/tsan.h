@@ -41,6 +41,34 @@ inline void HappensBefore(const void*) {}
 inline void HappensAfter(const void*) {}
 #endif
 
+// One call of a oneTBB parallel_pipeline stage, placed in the order the
+// pipeline keeps: after the set-up (`setup`, which the caller marks
+// HappensBefore before starting the pipeline) and after its own stage's
+// previous call (`stage`: serial stages only, nullptr for a parallel one);
+// before the stage's next call and the end (`end`, which the caller marks
+// HappensAfter once the pipeline returns or throws), also when the call
+// throws.  The places are any addresses; an item handed between stages
+// states its own edge (HappensBefore(item) at the end of one stage,
+// HappensAfter(item) at the start of the next).
+class StageCall {
+ public:
+  StageCall(const void* setup, const void* stage, const void* end)
+      : stage_(stage), end_(end) {
+    HappensAfter(setup);
+    if (stage_ != nullptr) HappensAfter(stage_);
+  }
+  ~StageCall() {
+    if (stage_ != nullptr) HappensBefore(stage_);
+    HappensBefore(end_);
+  }
+  StageCall(const StageCall&) = delete;
+  StageCall& operator=(const StageCall&) = delete;
+
+ private:
+  const void* stage_;
+  const void* end_;
+};
+
 }  // namespace recflow::records
 
 #endif  // RECFLOW_RECORDS_TSAN_H_
