@@ -14,8 +14,9 @@
 // Contract of a conversion (Convert):
 // - Threads: one thread reads the input; Examples are built on every core
 //   (oneTBB) and the shards written side by side by up to `threads`
-//   threads.  Convert itself is called from one thread; separate jobs may
-//   run at once.
+//   threads.  JSON Lines' typing pass, before, reads on one thread and
+//   types the lines on every core.  Convert itself is called from one thread;
+//   separate jobs may run at once.
 // - Atomicity: every shard, its index and the images' labels file are
 //   written under temporary names and appear together when the job
 //   succeeds; on any error none appears and no temporary file is left.
@@ -122,7 +123,9 @@ struct ConvertProgress;  // below
 // unknown format or unusable inputs, records::IoError for an input that is
 // not a regular file (records::RequireRegularFiles).  `typing`, when set,
 // is called during the typing pass of CSV and JSON Lines (reports with
-// `typing` true, every few thousand rows, on this thread).
+// `typing` true, every few thousand rows, in input order, one call at a
+// time: CSV's on this thread, JSON Lines' on any of oneTBB's).  An
+// exception it throws ends the pass and leaves OpenSource.
 std::unique_ptr<ExampleSource> OpenSource(
     const std::string& format, const ConvertInputs& inputs,
     const std::function<void(const ConvertProgress&)>& typing = {});
@@ -161,8 +164,8 @@ struct ConvertProgress {
   uint64_t total_bytes = 0;
   // true: a report of the typing pass of CSV and JSON Lines, which reads
   // every row to type the columns before any is converted.  Its reports
-  // come first, on the thread that called Convert(); then the counts start
-  // again for the conversion.
+  // come first, within Convert()'s call (OpenSource says on which
+  // threads); then the counts start again for the conversion.
   bool typing = false;
 };
 

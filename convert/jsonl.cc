@@ -1,3 +1,5 @@
+#include <tbb/parallel_pipeline.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "convert/sources.h"
 #include "records/csv_reader.h"
 #include "records/input_stream.h"
+#include "records/tsan.h"
 #include "records/wire_format.h"
 
 namespace recflow::convert {
@@ -453,6 +456,68 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
   size_t strings_used_ = 0;
 };
 
+// The types one chunk of lines gives a key, kept so that chunks merged in
+// input order type it as the lines one by one would: the first value that
+// is not null or [] says string or number, and numbers widen int64 ->
+// float (strings and numbers under one key are an error, in the second
+// pass, for the rows that disagree with the first).
+class KeyTypes {
+ public:
+  // A line's value of the key, in line order.
+  void Add(CellType t) {
+    if (first_ == CellType::kNone ||
+        (first_ != CellType::kBytes && t != CellType::kBytes)) {
+      first_ = Widen(first_, t);
+    }
+    if (t != CellType::kBytes) numbers_ = Widen(numbers_, t);
+  }
+  // Into `known`, the type of the lines before this chunk's.
+  void MergeInto(CellType& known) const {
+    if (known == CellType::kNone) {
+      known = first_;
+    } else if (known != CellType::kBytes) {
+      known = Widen(known, numbers_);
+    }
+  }
+
+ private:
+  CellType first_ = CellType::kNone;    // as the chunk alone types it
+  CellType numbers_ = CellType::kNone;  // the widest number in the chunk
+};
+
+// Lines of one file in the typing pass, and what typing them found.
+struct TypingChunk {
+  // [0, used): the chunk's lines (none blank) and their line numbers.
+  std::vector<std::string> lines;
+  std::vector<uint64_t> line_numbers;
+  size_t used = 0;
+  size_t file = 0;          // files_[file]
+  uint64_t bytes_read = 0;  // of all files, once these lines were read
+  std::map<std::string, KeyTypes, std::less<>> keys;
+  // Integers a float32 would round, a member's at a time, in line order.
+  struct Rounded {
+    std::string key;
+    uint64_t count = 0;
+    float first_became = 0;
+    std::string first_text;
+    uint64_t line = 0;
+  };
+  std::vector<Rounded> rounded;
+};
+
+// A chunk ends at this many lines or bytes, or its file's end.
+constexpr size_t kTypingLines = 1024;
+constexpr size_t kTypingBytes = size_t{1} << 20;
+// Chunks in flight: what bounds the lines in memory.
+constexpr size_t kTypingChunks = 16;
+
+// ThreadSanitizer does not see parallel_pipeline's order (records/tsan.h):
+// the typing pass states it at these places.
+char typing_setup, typing_reading, typing_merging, typing_end;
+using records::HappensAfter;
+using records::HappensBefore;
+using records::StageCall;
+
 class JsonlSource final : public ExampleSource {
  public:
   JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec,
@@ -465,40 +530,112 @@ class JsonlSource final : public ExampleSource {
     InexactIntegers inexact;
     std::map<std::string, size_t> slots;  // of keys with such integers
     TypingReports reports(typing, total_bytes_);
-    LineTypes line_types;
-    uint64_t files_bytes = 0;  // of the files read before this one
-    for (const auto& path : files_) {
-      const std::unique_ptr<records::ByteReader> file = OpenText(path);
-      const auto bytes_read = [&] {
-        return files_bytes + file->file_position();
-      };
-      std::string line;
-      uint64_t line_number = 0;
-      while (ReadLine(*file, &line)) {
+    // Lines are read on one thread, typed on every core, and merged in
+    // input order, so that the type a key first has and the first inexact
+    // integer are the input's first.  A chunk holds one file's lines.
+    // Chunks are a ring: parallel_pipeline starts a chunk only while fewer
+    // than ring.size() are in flight, and they leave the last (in-order)
+    // stage in order, so chunk i's slot is free once chunk i - ring.size()
+    // has been merged; an error that cancels the pipeline leaves them all
+    // owned here.
+    std::vector<TypingChunk> ring(kTypingChunks);
+    uint64_t chunks = 0;
+    std::unique_ptr<records::ByteReader> file;
+    size_t file_index = 0;
+    uint64_t line_number = 0;
+    uint64_t files_bytes = 0;  // of the files read before `file`
+    if (!files_.empty()) file = OpenText(files_[0]);
+    auto read = [&](tbb::flow_control& fc) -> TypingChunk* {
+      StageCall call(&typing_setup, &typing_reading, &typing_end);
+      TypingChunk* c = &ring[chunks++ % ring.size()];
+      HappensAfter(c);
+      c->used = 0;
+      c->keys.clear();
+      c->rounded.clear();
+      size_t bytes = 0;
+      while (c->used < kTypingLines && bytes < kTypingBytes) {
+        if (file == nullptr) break;  // every file read
+        if (c->used == c->lines.size()) {
+          c->lines.emplace_back();
+          c->line_numbers.emplace_back();
+        }
+        std::string& line = c->lines[c->used];
+        if (!ReadLine(*file, &line)) {
+          files_bytes += file->file_position();
+          file.reset();
+          line_number = 0;
+          if (++file_index < files_.size()) file = OpenText(files_[file_index]);
+          if (c->used > 0) break;
+          continue;
+        }
         ++line_number;
         if (IsBlank(line)) continue;
-        ++rows_;
-        reports.Row(bytes_read);
-        if (!line_types.Parse(line)) continue;  // reported in the second pass
+        c->file = file_index;
+        c->line_numbers[c->used++] = line_number;
+        bytes += line.size();
+      }
+      if (c->used == 0) {
+        fc.stop();
+        return nullptr;
+      }
+      c->bytes_read = files_bytes + (file ? file->file_position() : 0);
+      HappensBefore(c);
+      return c;
+    };
+    auto type = [&](TypingChunk* c) {
+      StageCall call(&typing_setup, nullptr, &typing_end);
+      HappensAfter(c);
+      thread_local LineTypes line_types;
+      for (size_t i = 0; i < c->used; ++i) {
+        // A line that is no object is reported in the second pass.
+        if (!line_types.Parse(c->lines[i])) continue;
         for (const LineTypes::Member& m : line_types.members()) {
+          c->keys.try_emplace(m.key).first->second.Add(m.type);
           if (m.rounded > 0) {
-            const size_t slot =
-                slots.emplace(m.key, slots.size()).first->second;
-            for (uint64_t i = 0; i < m.rounded; ++i) {
-              inexact.Add(
-                  slot, m.first_became, [&] { return m.first_text; },
-                  [&] { return fmt::format("{}:{}", path, line_number); });
-            }
-          }
-          CellType& known = types_[m.key];
-          if (known == CellType::kNone ||
-              (known != CellType::kBytes && m.type != CellType::kBytes)) {
-            known = Widen(known, m.type);
+            c->rounded.push_back({.key = m.key,
+                                  .count = m.rounded,
+                                  .first_became = m.first_became,
+                                  .first_text = m.first_text,
+                                  .line = c->line_numbers[i]});
           }
         }
       }
-      files_bytes += file->file_position();
+      HappensBefore(c);
+      return c;
+    };
+    auto merge = [&](TypingChunk* c) {
+      StageCall call(&typing_setup, &typing_merging, &typing_end);
+      HappensAfter(c);
+      for (size_t i = 0; i < c->used; ++i) {
+        ++rows_;
+        reports.Row([c] { return c->bytes_read; });
+      }
+      const std::string& path = files_[c->file];
+      for (const TypingChunk::Rounded& r : c->rounded) {
+        const size_t slot = slots.emplace(r.key, slots.size()).first->second;
+        for (uint64_t i = 0; i < r.count; ++i) {
+          inexact.Add(
+              slot, r.first_became, [&] { return r.first_text; },
+              [&] { return fmt::format("{}:{}", path, r.line); });
+        }
+      }
+      for (const auto& [key, types] : c->keys) types.MergeInto(types_[key]);
+      HappensBefore(c);
+    };
+    HappensBefore(&typing_setup);
+    try {
+      tbb::parallel_pipeline(ring.size(),
+                             tbb::make_filter<void, TypingChunk*>(
+                                 tbb::filter_mode::serial_in_order, read) &
+                                 tbb::make_filter<TypingChunk*, TypingChunk*>(
+                                     tbb::filter_mode::parallel, type) &
+                                 tbb::make_filter<TypingChunk*, void>(
+                                     tbb::filter_mode::serial_in_order, merge));
+    } catch (...) {
+      HappensAfter(&typing_end);
+      throw;
     }
+    HappensAfter(&typing_end);
     // The spec types keys by name: one no row has is a misspelt or wrong
     // key, not a feature to leave out silently (as for CSV's header).
     if (spec != nullptr) {

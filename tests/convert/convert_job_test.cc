@@ -219,6 +219,34 @@ TEST(ConvertJobTest, TheTypingPassIsReportedFirst) {
   }
 }
 
+// A typing report that throws (Python's Ctrl-C does) ends the typing
+// pass there, its exception leaving OpenSource as thrown, with no further
+// report; JSON Lines types its lines on every core meanwhile.
+TEST(ConvertJobTest, AnExceptionFromATypingReportEndsThePass) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), Csv(50000));
+  std::string jsonl;
+  for (int i = 0; i < 50000; ++i) jsonl += fmt::format("{{\"id\": {}}}\n", i);
+  testing::WriteFileBytes(dir.File("a.jsonl"), jsonl);
+  struct Stop {
+    uint64_t rows;
+  };
+  for (const std::string format : {"csv", "jsonl"}) {
+    SCOPED_TRACE(format);
+    int reports = 0;
+    try {
+      OpenSource(format, {.files = {dir.File("a." + format)}},
+                 [&](const ConvertProgress& p) {
+                   if (++reports == 3) throw Stop{p.records};
+                 });
+      ADD_FAILURE() << "the pass ran to its end";
+    } catch (const Stop& stop) {
+      EXPECT_EQ(stop.rows, 3u * 4096);
+    }
+    EXPECT_EQ(reports, 3);
+  }
+}
+
 TEST(ConvertJobTest, ZstdShardsDoNotDependOnCompressionThreads) {
   testing::TempDir dir;
   testing::WriteFileBytes(dir.File("in.csv"), Csv(20000));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
 
 #include "convert/sources.h"
 #include "convert_test_util.h"
@@ -382,6 +383,169 @@ TEST(JsonlTest, UntypedKeysAndIntegersAFloatRoundsAreWarnedOf) {
   // Every key typed and every integer exact: nothing to say.
   testing::WriteFileBytes(f, "{\"a\": 1, \"b\": [2.5, 16777216]}\n");
   EXPECT_TRUE(OpenSource("jsonl", {.files = {f}})->warnings().empty());
+}
+
+// The typing pass reads lines in chunks, types them on every core and
+// merges the chunks in input order: over many chunks and several files
+// (one empty), each key is typed as the lines one by one type it (the
+// first value that is not null or [] says string or number; numbers widen
+// int64 -> float), and the first integer a float key rounds is named at
+// its own file and line.  Each line has one key, so what it builds, or the
+// error it gives, shows that key's type.
+TEST(JsonlTest, KeysAreTypedInLineOrderAcrossChunksAndFiles) {
+  testing::TempDir dir;
+  std::mt19937_64 rng(5);
+  constexpr int kKeys = 32;
+  // Per key: lines before `start` (of all files' lines) hold null or [];
+  // from `start`, values of kind `first` (0: int, 1: float, 2: string, 3:
+  // bool); from `later`, of any kind `kinds` allows (bit k: kind k), so
+  // that a key's values change kind in another chunk or the same.
+  struct Key {
+    uint64_t start = 0;
+    unsigned kinds = 0;
+    unsigned first = 0;
+    uint64_t later = 0;
+    CellType type = CellType::kNone;  // the lines one by one
+    uint64_t rounded = 0;             // int64s a float32 rounds
+    std::string first_rounded;        // "file:line"
+  };
+  const std::vector<int> lines_in = {2500, 0, 1700, 3100};
+  const uint64_t all_lines = 2500 + 1700 + 3100;
+  std::vector<Key> keys;
+  for (int k = 0; k < kKeys; ++k) {
+    const unsigned kinds = k == 0 ? 0 : 1 + rng() % 15;
+    unsigned first = 0;
+    while (kinds != 0 && (kinds & (1u << first)) == 0) first = rng() % 4;
+    Key& key = keys.emplace_back();
+    key.start = rng() % all_lines;
+    key.kinds = kinds;
+    key.first = first;
+    key.later = key.start + rng() % (all_lines - key.start);
+  }
+  std::vector<std::string> files;
+  std::vector<std::string> lines;  // every non-blank line, in order
+  std::vector<int> key_of;         // of each
+  uint64_t line_index = 0;
+  for (size_t f = 0; f < lines_in.size(); ++f) {
+    files.push_back(dir.File(fmt::format("in{}.jsonl", f)));
+    std::string text;
+    uint64_t line_number = 0;
+    for (int i = 0; i < lines_in[f]; ++i, ++line_index) {
+      if (rng() % 50 == 0) {
+        text += " \n";
+        ++line_number;
+      }
+      const int k = static_cast<int>(rng() % kKeys);
+      Key& key = keys[k];
+      std::string value;
+      CellType type = CellType::kNone;
+      if (line_index < key.start || key.kinds == 0) {
+        value = rng() % 2 ? "null" : "[]";
+      } else {
+        unsigned kind = key.first;
+        if (line_index >= key.later) {
+          do kind = rng() % 4;
+          while ((key.kinds & (1u << kind)) == 0);
+        }
+        int64_t i = static_cast<int64_t>(rng() % 100);
+        if (rng() % 4 == 0) i += (int64_t{1} << 24) + 1;  // may round
+        switch (kind) {
+          case 0:
+            value = std::to_string(i);
+            type = CellType::kInt64;
+            break;
+          case 1:
+            value = fmt::format("{}.5", i % 100);
+            type = CellType::kFloat;
+            break;
+          case 2:
+            value = fmt::format("\"s{}\"", i);
+            type = CellType::kBytes;
+            break;
+          default:
+            value = i % 2 ? "true" : "false";
+            type = CellType::kInt64;
+            break;
+        }
+        if (kind == 0 && InexactIntegers::Rounded(i).has_value() &&
+            key.rounded++ == 0) {
+          key.first_rounded = fmt::format("{}:{}", files[f], line_number + 1);
+        }
+      }
+      if (key.type == CellType::kNone ||
+          (key.type != CellType::kBytes && type != CellType::kBytes)) {
+        key.type = Widen(key.type, type);
+      }
+      text += fmt::format("{{\"k{}\": {}}}\n", k, value);
+      ++line_number;
+      lines.push_back(text.substr(text.rfind('{')));
+      key_of.push_back(k);
+    }
+    testing::WriteFileBytes(files.back(), text);
+  }
+  auto source = OpenSource("jsonl", {.files = files});
+  ASSERT_EQ(source->rows(), all_lines);
+  Row row;
+  records::ExampleBuilder builder;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ASSERT_TRUE(source->NextRow(&row));
+    const Key& key = keys[key_of[i]];
+    const std::string name = fmt::format("k{}", key_of[i]);
+    builder.Clear();
+    tensorflow::Example ex;
+    CellType got = CellType::kNone;
+    try {
+      source->Build(row, &builder);
+      ex.ParseFromString(std::string(builder.Serialize()));
+      if (const auto* f = Get(ex, name)) {
+        got = f->has_int64_list()   ? CellType::kInt64
+              : f->has_float_list() ? CellType::kFloat
+                                    : CellType::kBytes;
+      } else {
+        continue;  // null or []: says nothing
+      }
+    } catch (const ConvertError& e) {
+      const std::string what = e.what();
+      got = what.find("expected string") != std::string::npos ? CellType::kBytes
+            : what.find("expected numeric") != std::string::npos
+                ? CellType::kFloat
+            : what.find("expected integer") != std::string::npos
+                ? CellType::kInt64
+                : CellType::kNone;
+      ASSERT_NE(got, CellType::kNone) << what;
+    }
+    ASSERT_EQ(static_cast<int>(got), static_cast<int>(key.type))
+        << "line " << i << ": " << lines[i];
+  }
+  EXPECT_FALSE(source->NextRow(&row));
+  // The warnings: key k0 untyped, and each float key's rounded integers.
+  std::vector<std::string> want = {fmt::format(
+      "key 'k0' is null or [] in every row that has it: no feature is "
+      "written for it (no value to infer its type from; a --spec entry "
+      "gives it one)")};
+  std::vector<std::string> names;
+  for (int k = 0; k < kKeys; ++k) names.push_back(fmt::format("k{}", k));
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const Key& key = keys[std::stoi(name.substr(1))];
+    if (key.type == CellType::kFloat && key.rounded > 0) {
+      want.push_back(fmt::format("{}: key '{}'", key.first_rounded, name));
+      want.push_back(fmt::format("{} such value{} in all", key.rounded,
+                                 key.rounded == 1 ? "" : "s"));
+    }
+  }
+  const std::vector<std::string> warnings = source->warnings();
+  ASSERT_EQ(warnings.size(), 1 + (want.size() - 1) / 2);
+  EXPECT_EQ(warnings[0], want[0]);
+  for (size_t w = 1; w < warnings.size(); ++w) {
+    EXPECT_EQ(warnings[w].rfind(want[2 * w - 1], 0), 0u) << warnings[w];
+    EXPECT_NE(warnings[w].find(want[2 * w]), std::string::npos) << warnings[w];
+  }
+  // What the test reaches: keys of every type, and rounding warned of.
+  std::set<CellType> types;
+  for (const Key& key : keys) types.insert(key.type);
+  EXPECT_EQ(types.size(), 4u);
+  EXPECT_GT(warnings.size(), 1u);
 }
 
 // A spec naming a key that no row has (a typo) is refused, as a CSV
