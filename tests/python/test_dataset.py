@@ -490,11 +490,13 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(pipeline):
 
 
 # A conversion runs with the GIL released; a Ctrl-C ends it at its next
-# progress report (CSV's typing pass, or a chunk of rows or elements)
+# progress report (the typing pass of CSV, or of JSON Lines on every core,
+# or a chunk of rows or elements)
 # instead of after its last row, and leaves no file (all shards or none;
 # save() leaves the folder it made, empty).
 @pytest.mark.parametrize("conversion", [
     "recflow.convert('csv', csvs, out + '/x', shards=2)",
+    "recflow.convert('jsonl', jsonls, out + '/x', shards=2)",
     "recflow.Dataset.range(10**10).write_tfrecords(out + '/x', shards=2)",
     "recflow.Dataset.range(10**10).save(out + '/saved')",
 ])
@@ -514,6 +516,15 @@ def test_ctrl_c_ends_a_conversion_and_leaves_no_shards(tmp_path, conversion):
         for i in range(15):
             csvs.append(os.path.join(work, 'c%d.csv' % i))
             shutil.copy(csvs[0], csvs[-1])
+        jsonls = []
+        if {jsonl}:  # 4M rows: the Ctrl-C comes in the typing pass
+            jsonls.append(os.path.join(work, 'a.jsonl'))
+            with open(jsonls[0], 'w') as f:
+                f.write(''.join('{"id": %d, "v": %d, "s": "row %d"}\\n'
+                                % (i, 2 * i, i) for i in range(500000)))
+            for i in range(7):
+                jsonls.append(os.path.join(work, 'j%d.jsonl' % i))
+                shutil.copy(jsonls[0], jsonls[-1])
         print("ready", flush=True)
         try:
             {conversion}
@@ -521,7 +532,8 @@ def test_ctrl_c_ends_a_conversion_and_leaves_no_shards(tmp_path, conversion):
             files = [f for _, _, fs in os.walk(out) for f in fs]
             print("interrupted", files, flush=True)
             sys.exit(3)
-    """).replace("{conversion}", conversion)
+    """).replace("{conversion}", conversion).replace(
+        "{jsonl}", str("jsonls" in conversion))
     out, returncode, seconds = interrupt_when_ready(program, str(tmp_path),
                                                     timeout=120)
     assert out.strip() == "interrupted []", out
