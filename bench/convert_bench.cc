@@ -18,13 +18,14 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "convert/convert.h"
+#include "records/file.h"
 #include "records/input_stream.h"
 
 namespace {
@@ -59,12 +60,13 @@ const std::string& Input(int format) {
           "\"s\": \"abc\"}}\n",
           i, x, i, label);
     }
-    std::FILE* f = std::fopen(csv.c_str(), "wb");
-    std::fwrite(c.data(), 1, c.size(), f);
-    std::fclose(f);
-    f = std::fopen(jsonl.c_str(), "wb");
-    std::fwrite(j.data(), 1, j.size(), f);
-    std::fclose(f);
+    // Through the atomic writer: an error (a full disk) is thrown, naming
+    // the file, and never leaves a part of the input to be timed.
+    for (const auto& [path, text] : {std::pair{&csv, &c}, {&jsonl, &j}}) {
+      records::WritableFile f(*path, /*atomic=*/true);
+      f.Append(*text);
+      f.Close();
+    }
     return std::array<std::string, 2>{csv, jsonl};
   }();
   return paths[format];
