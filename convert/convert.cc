@@ -17,7 +17,6 @@
 #include <memory>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 
 #include "convert/sources.h"
 #include "records/file.h"
@@ -179,15 +178,20 @@ ConvertSummary ConvertSource(const ConvertJob& job,
   ConvertSummary summary;
   size_t chunk_index = 0;
   bool writers_stopped_early = false;
-  // The chunks between the stages.  They travel as raw pointers and are
-  // owned here: when an error cancels the pipeline, oneTBB drops the items
-  // in flight without destroying them, so owning tokens would leak.
-  std::mutex live_mu;
-  std::unordered_map<RowChunk*, std::unique_ptr<RowChunk>> live;
+  // The chunks between the stages travel as raw pointers into a ring
+  // owned here (when an error cancels the pipeline, oneTBB drops the items
+  // in flight without destroying them).  parallel_pipeline starts a chunk
+  // only while fewer than ring.size() are in flight, and they leave the
+  // last (in-order) stage in order, so chunk i's slot is free once chunk
+  // i - ring.size() has been handed over.  Reused, a slot's rows keep
+  // their strings' storage: a source reads the next rows into it (CSV's
+  // cells, a JSON line, the path) without allocating.
+  std::vector<RowChunk> ring(kChunksInFlight);
+  uint64_t chunks_read = 0;
   auto read_rows = [&](tbb::flow_control& fc) -> RowChunk* {
     StageCall call(&order_setup, &order_reading, &order_end);
-    auto owned = std::make_unique<RowChunk>();
-    RowChunk* chunk = owned.get();
+    RowChunk* chunk = &ring[chunks_read++ % ring.size()];
+    HappensAfter(chunk);
     chunk->rows.resize(kChunkRecords);
     size_t n = 0;
     while (n < kChunkRecords && source->NextRow(&chunk->rows[n])) ++n;
@@ -199,8 +203,6 @@ ConvertSummary ConvertSource(const ConvertJob& job,
     // Read here: the source is only ever touched by the reading stage,
     // which runs on while later stages report progress.
     chunk->bytes_read = source->bytes_read();
-    std::lock_guard<std::mutex> lock(live_mu);
-    live.emplace(chunk, std::move(owned));
     HappensBefore(chunk);
     return chunk;
   };
@@ -240,10 +242,7 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       chunk->records.push_back(std::move(row.example));
     }
     const uint64_t bytes_read = rows->bytes_read;
-    {
-      std::lock_guard<std::mutex> lock(live_mu);
-      live.erase(rows);
-    }
+    HappensBefore(rows);  // its slot's next reading
     summary.records += chunk->records.size();
     if (!chunk->records.empty()) {
       queues[chunk->shard % threads].Push(std::move(chunk));
@@ -254,7 +253,7 @@ ConvertSummary ConvertSource(const ConvertJob& job,
   HappensBefore(&order_setup);
   try {
     tbb::parallel_pipeline(
-        kChunksInFlight,
+        ring.size(),
         tbb::make_filter<void, RowChunk*>(tbb::filter_mode::serial_in_order,
                                           read_rows) &
             tbb::make_filter<RowChunk*, RowChunk*>(tbb::filter_mode::parallel,

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -244,6 +245,69 @@ TEST(ConvertJobTest, AnExceptionFromATypingReportEndsThePass) {
       EXPECT_EQ(stop.rows, 3u * 4096);
     }
     EXPECT_EQ(reports, 3);
+  }
+}
+
+// Chunks of rows are reused once handed to the writers, their rows read
+// into again: over many chunks' worth of rows that differ (cells long and
+// short, present and empty, a row of too few fields now and then, two
+// files), every Example holds its own row's values and nothing of the row
+// read into its place before, and every bad row is the one skipped, named
+// at its own file and line.
+TEST(ConvertJobTest, ReusedRowsCarryNothingOver) {
+  testing::TempDir dir;
+  std::mt19937_64 rng(3);
+  constexpr int kRows = 12000;  // per file: many rings of 16 chunks of 256
+  struct Want {
+    std::string a;  // "" : absent
+    int64_t n;
+  };
+  std::vector<Want> want;
+  std::vector<std::string> files, bad;
+  for (int f = 0; f < 2; ++f) {
+    files.push_back(dir.File(fmt::format("in{}.csv", f)));
+    std::string csv = "a,n\n";
+    for (int i = 0; i < kRows; ++i) {
+      if (rng() % 97 == 0) {
+        csv += "short\n";  // one field: a bad row
+        bad.push_back(fmt::format("{}:{}:", files.back(), i + 2));
+        continue;
+      }
+      std::string a;
+      if (rng() % 3 != 0) a = std::string(rng() % 40, 'x') + std::to_string(i);
+      const int64_t n = static_cast<int64_t>(rng() % 1000);
+      csv += fmt::format("{},{}\n", a, n);
+      want.push_back({a, n});
+    }
+    testing::WriteFileBytes(files.back(), csv);
+  }
+  ConvertJob job;
+  job.format = "csv";
+  job.inputs.files = files;
+  job.output = dir.File("part");
+  job.shards = 1;
+  job.skip_bad = true;
+  const ConvertSummary s = Convert(job);
+  EXPECT_EQ(s.records, want.size());
+  EXPECT_EQ(s.skipped, bad.size());
+  EXPECT_EQ(s.first_skipped.rfind(bad[0], 0), 0u) << s.first_skipped;
+  const auto ex = ShardExamples(s);
+  ASSERT_EQ(ex.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const auto* a = Get(ex[i], "a");
+    ASSERT_EQ(a == nullptr, want[i].a.empty()) << i;
+    if (a != nullptr) {
+      ASSERT_EQ(a->bytes_list().value(0), want[i].a) << i;
+    }
+    ASSERT_EQ(Get(ex[i], "n")->int64_list().value(0), want[i].n) << i;
+  }
+  // Unskipped, the first bad row stops the job, named where it is.
+  job.skip_bad = false;
+  try {
+    Convert(job);
+    ADD_FAILURE() << "a bad row was converted";
+  } catch (const ConvertError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(bad[0], 0), 0u) << e.what();
   }
 }
 
