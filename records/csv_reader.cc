@@ -214,9 +214,10 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
     std::string& field = (*fields)[n++];
     field.clear();
     if (c == '"') {
-      // Quoted: up to the closing quote; "" is a quote.
+      // Quoted: up to the closing quote; "" is a quote.  The bytes between
+      // quotes and newlines are taken a buffer at a time.
       while (true) {
-        c = Get();
+        c = in_.AppendUntil(&field, '"', '\n', '"');
         if (c == EOF) {
           throw CsvError(
               fmt::format("{}:{}: a quoted field is not closed", path_, *line),
@@ -246,11 +247,10 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
                         CsvDelimiterName(static_cast<char>(delimiter_))),
             true);
       }
-    } else {
-      while (c != delimiter_ && c != '\n' && c != '\r' && c != EOF) {
-        field.push_back(static_cast<char>(c));
-        c = Get();
-      }
+    } else if (c != delimiter_ && c != '\n' && c != '\r' && c != EOF) {
+      // Unquoted: up to the delimiter or the line's end.
+      field.push_back(static_cast<char>(c));
+      c = in_.AppendUntil(&field, static_cast<char>(delimiter_), '\n', '\r');
     }
     if (c == delimiter_) {
       c = Get();

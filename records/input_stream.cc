@@ -270,6 +270,22 @@ bool ByteReader::GetLine(std::string* line) {
   return !line->empty();
 }
 
+int ByteReader::AppendUntil(std::string* out, char a, char b, char c) {
+  while (pos_ < end_ || Refill()) {
+    const char* from = buffer_.get() + pos_;
+    const char* end = buffer_.get() + end_;
+    const char* p = from;
+    while (p != end && *p != a && *p != b && *p != c) ++p;
+    out->append(from, p - from);
+    if (p != end) {
+      pos_ = p - buffer_.get() + 1;
+      return static_cast<unsigned char>(*p);
+    }
+    pos_ = end_;
+  }
+  return -1;
+}
+
 uint64_t ByteReader::file_position() const {
   const uint64_t read = stream_->file_position();
   // Uncompressed, the unread part of the buffer is the file's too.

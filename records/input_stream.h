@@ -95,8 +95,14 @@ class ByteReader {
     if (pos_ == end_ && !Refill()) return -1;
     return static_cast<unsigned char>(buffer_[pos_++]);
   }
-  // Puts back the byte the last Get() returned (not -1), once.
+  // Puts back the byte the last Get() or AppendUntil() returned (not -1),
+  // once.
   void Unget() { --pos_; }
+  // Appends to *out the bytes before the next `a`, `b` or `c`, and returns
+  // that byte, consumed (0-255), or -1 at the end: what Get() would give
+  // byte by byte, found a buffer at a time.  Throws as Get() does, after
+  // appending the bytes before the damage.
+  int AppendUntil(std::string* out, char a, char b, char c);
   // The next line into *line, without its '\n' (a '\r' before it is
   // kept: the caller's to judge); the last line needs no '\n'.  False at
   // the end, with *line empty.  What Get() would return byte by byte,

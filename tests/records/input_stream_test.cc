@@ -104,6 +104,49 @@ TEST(ByteReaderTest, AnEmptyFileHasNoLines) {
   EXPECT_EQ(line, "");
 }
 
+// AppendUntil gives the bytes Get() would, up to each stop byte (any of
+// three, returned and consumed), over segments of every length that
+// matters to a buffer, whatever the codec; Unget puts the stop byte back.
+TEST(ByteReaderTest, AppendUntilStopsWhereGetWouldWhateverTheCodec) {
+  testing::TempDir dir;
+  std::mt19937 rng(5);
+  std::string text;
+  for (const std::string& segment : AwkwardLines()) {
+    text += segment;  // 'a'-'z', 'x' and '\r'
+    text += ",;\n"[rng() % 3];
+  }
+  text += "tail";  // no stop byte at the end
+  for (const Compression c : testing::kAllCompressions) {
+    SCOPED_TRACE(CompressionName(c));
+    const std::string path = dir.File("segments");
+    testing::WriteFileBytes(path, testing::Compressed(text, c));
+    ByteReader in(path, c);
+    std::string got;
+    size_t at = 0;
+    while (true) {
+      const size_t stop = text.find_first_of(",;\n", at);
+      std::string segment = "kept:";
+      const int byte = in.AppendUntil(&segment, ',', ';', '\n');
+      if (stop == std::string::npos) {
+        ASSERT_EQ(byte, -1);
+        ASSERT_EQ(segment, "kept:" + text.substr(at));
+        break;
+      }
+      ASSERT_EQ(segment, "kept:" + text.substr(at, stop - at)) << at;
+      ASSERT_EQ(byte, text[stop]) << stop;
+      if (rng() % 4 == 0) {  // put back, and read again by Get
+        in.Unget();
+        ASSERT_EQ(in.Get(), text[stop]);
+      }
+      at = stop + 1;
+    }
+    EXPECT_EQ(in.Get(), -1);
+    std::string none;
+    EXPECT_EQ(in.AppendUntil(&none, ',', ';', '\n'), -1);
+    EXPECT_EQ(none, "");
+  }
+}
+
 // A stream damaged part-way gives every whole line before the damage, then
 // an error naming the file; never a shortened last line as if it ended.
 TEST(ByteReaderTest, GetLineGivesTheLinesBeforeDamageThenThrows) {
