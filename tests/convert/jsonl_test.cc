@@ -447,27 +447,27 @@ TEST(JsonlTest, KeysAreTypedInLineOrderAcrossChunksAndFiles) {
           do kind = rng() % 4;
           while ((key.kinds & (1u << kind)) == 0);
         }
-        int64_t i = static_cast<int64_t>(rng() % 100);
-        if (rng() % 4 == 0) i += (int64_t{1} << 24) + 1;  // may round
+        int64_t v = static_cast<int64_t>(rng() % 100);
+        if (rng() % 4 == 0) v += (int64_t{1} << 24) + 1;  // may round
         switch (kind) {
           case 0:
-            value = std::to_string(i);
+            value = std::to_string(v);
             type = CellType::kInt64;
             break;
           case 1:
-            value = fmt::format("{}.5", i % 100);
+            value = fmt::format("{}.5", v % 100);
             type = CellType::kFloat;
             break;
           case 2:
-            value = fmt::format("\"s{}\"", i);
+            value = fmt::format("\"s{}\"", v);
             type = CellType::kBytes;
             break;
           default:
-            value = i % 2 ? "true" : "false";
+            value = v % 2 ? "true" : "false";
             type = CellType::kInt64;
             break;
         }
-        if (kind == 0 && InexactIntegers::Rounded(i).has_value() &&
+        if (kind == 0 && InexactIntegers::Rounded(v).has_value() &&
             key.rounded++ == 0) {
           key.first_rounded = fmt::format("{}:{}", files[f], line_number + 1);
         }
