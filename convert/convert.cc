@@ -8,7 +8,6 @@
 #include "convert/convert.h"
 
 #include <fmt/format.h>
-#include <tbb/parallel_pipeline.h>
 
 #include <atomic>
 #include <chrono>
@@ -18,11 +17,11 @@
 #include <mutex>
 #include <thread>
 
+#include "convert/ring.h"
 #include "convert/sources.h"
 #include "records/file.h"
 #include "records/index.h"
 #include "records/tfrecord_writer.h"
-#include "records/tsan.h"
 
 namespace recflow::convert {
 namespace {
@@ -36,22 +35,6 @@ constexpr size_t kQueuedChunks = 8;
 // Chunks of rows being built into Examples at once: what bounds the rows
 // in memory between reading and writing.
 constexpr size_t kChunksInFlight = 16;
-
-// ThreadSanitizer does not see the order oneTBB's parallel_pipeline keeps
-// (records/tsan.h), so the job states it: what the set-up wrote comes
-// before every stage call; a serial stage's calls come one after another; a
-// chunk's stage comes after its previous stage; and every stage call comes
-// before what follows the pipeline.  Races between calls that may overlap
-// are still seen.
-using records::HappensAfter;
-using records::HappensBefore;
-using records::StageCall;
-
-// The order's places.  They are not the job's own: a stage's first read of
-// its captures must already come after the set-up.  Jobs that run at once
-// share them, which may order one job's calls after another's, but never
-// two calls that overlap.
-char order_setup, order_reading, order_handing, order_end;
 
 struct RowChunk {
   std::vector<Row> rows;
@@ -178,39 +161,22 @@ ConvertSummary ConvertSource(const ConvertJob& job,
   ConvertSummary summary;
   size_t chunk_index = 0;
   bool writers_stopped_early = false;
-  // The chunks between the stages travel as raw pointers into a ring
-  // owned here (when an error cancels the pipeline, oneTBB drops the items
-  // in flight without destroying them).  parallel_pipeline starts a chunk
-  // only while fewer than ring.size() are in flight, and they leave the
-  // last (in-order) stage in order, so chunk i's slot is free once chunk
-  // i - ring.size() has been handed over.  Reused, a slot's rows keep
-  // their strings' storage: a source reads the next rows into it (CSV's
-  // cells, a JSON line, the path) without allocating.
-  std::vector<RowChunk> ring(kChunksInFlight);
-  uint64_t chunks_read = 0;
-  auto read_rows = [&](tbb::flow_control& fc) -> RowChunk* {
-    StageCall call(&order_setup, &order_reading, &order_end);
-    RowChunk* chunk = &ring[chunks_read++ % ring.size()];
-    HappensAfter(chunk);
-    chunk->rows.resize(kChunkRecords);
+  // A slot's rows keep their strings' storage: a source reads the next
+  // rows into it (CSV's cells, a JSON line, the path) without allocating.
+  auto read_rows = [&](RowChunk& chunk) {
+    chunk.rows.resize(kChunkRecords);
     size_t n = 0;
-    while (n < kChunkRecords && source->NextRow(&chunk->rows[n])) ++n;
-    if (n == 0) {
-      fc.stop();
-      return nullptr;
-    }
-    chunk->rows.resize(n);
+    while (n < kChunkRecords && source->NextRow(&chunk.rows[n])) ++n;
+    if (n == 0) return false;
+    chunk.rows.resize(n);
     // Read here: the source is only ever touched by the reading stage,
     // which runs on while later stages report progress.
-    chunk->bytes_read = source->bytes_read();
-    HappensBefore(chunk);
-    return chunk;
+    chunk.bytes_read = source->bytes_read();
+    return true;
   };
-  auto build_examples = [&](RowChunk* chunk) {
-    StageCall call(&order_setup, nullptr, &order_end);
-    HappensAfter(chunk);
+  auto build_examples = [&](RowChunk& chunk) {
     records::ExampleBuilder builder;
-    for (Row& row : chunk->rows) {
+    for (Row& row : chunk.rows) {
       if (row.built || !row.error.empty()) continue;
       builder.Clear();
       try {
@@ -221,19 +187,15 @@ ConvertSummary ConvertSource(const ConvertJob& job,
         row.error = e.what();
       }
     }
-    HappensBefore(chunk);
-    return chunk;
   };
-  auto hand_to_writers = [&](RowChunk* rows) {
-    StageCall call(&order_setup, &order_handing, &order_end);
-    HappensAfter(rows);
+  auto hand_to_writers = [&](RowChunk& rows) {
     if (writer_failed) {
       writers_stopped_early = true;
       throw ConvertError("a shard writer failed", /*row_level=*/false);
     }
     auto chunk = std::make_unique<Chunk>();
     chunk->shard = chunk_index % job.shards;
-    for (Row& row : rows->rows) {
+    for (Row& row : rows.rows) {
       if (!row.error.empty()) {
         if (!job.skip_bad) throw ConvertError(row.error, /*row_level=*/true);
         if (summary.skipped++ == 0) summary.first_skipped = row.error;
@@ -241,27 +203,19 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       }
       chunk->records.push_back(std::move(row.example));
     }
-    const uint64_t bytes_read = rows->bytes_read;
-    HappensBefore(rows);  // its slot's next reading
     summary.records += chunk->records.size();
     if (!chunk->records.empty()) {
       queues[chunk->shard % threads].Push(std::move(chunk));
       ++chunk_index;
     }
-    if (job.progress) job.progress({summary.records, bytes_read, total_bytes});
+    if (job.progress) {
+      job.progress({summary.records, rows.bytes_read, total_bytes});
+    }
   };
-  HappensBefore(&order_setup);
   try {
-    tbb::parallel_pipeline(
-        ring.size(),
-        tbb::make_filter<void, RowChunk*>(tbb::filter_mode::serial_in_order,
-                                          read_rows) &
-            tbb::make_filter<RowChunk*, RowChunk*>(tbb::filter_mode::parallel,
-                                                   build_examples) &
-            tbb::make_filter<RowChunk*, void>(tbb::filter_mode::serial_in_order,
-                                              hand_to_writers));
+    RunRing<RowChunk>(kChunksInFlight, read_rows, build_examples,
+                      hand_to_writers);
   } catch (...) {
-    HappensAfter(&order_end);
     stop_workers();
     if (writers_stopped_early) {
       for (auto& e : errors) {
@@ -270,7 +224,6 @@ ConvertSummary ConvertSource(const ConvertJob& job,
     }
     throw;  // the writers, unfinished or uncommitted, leave nothing
   }
-  HappensAfter(&order_end);
   stop_workers();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);

@@ -1,5 +1,3 @@
-#include <tbb/parallel_pipeline.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -10,10 +8,10 @@
 #include <span>
 #include <string_view>
 
+#include "convert/ring.h"
 #include "convert/sources.h"
 #include "records/csv_reader.h"
 #include "records/input_stream.h"
-#include "records/tsan.h"
 #include "records/wire_format.h"
 
 namespace recflow::convert {
@@ -511,13 +509,6 @@ constexpr size_t kTypingBytes = size_t{1} << 20;
 // Chunks in flight: what bounds the lines in memory.
 constexpr size_t kTypingChunks = 16;
 
-// ThreadSanitizer does not see parallel_pipeline's order (records/tsan.h):
-// the typing pass states it at these places.
-char typing_setup, typing_reading, typing_merging, typing_end;
-using records::HappensAfter;
-using records::HappensBefore;
-using records::StageCall;
-
 class JsonlSource final : public ExampleSource {
  public:
   JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec,
@@ -533,85 +524,66 @@ class JsonlSource final : public ExampleSource {
     // Lines are read on one thread, typed on every core, and merged in
     // input order, so that the type a key first has and the first inexact
     // integer are the input's first.  A chunk holds one file's lines.
-    // Chunks are a ring: parallel_pipeline starts a chunk only while fewer
-    // than ring.size() are in flight, and they leave the last (in-order)
-    // stage in order, so chunk i's slot is free once chunk i - ring.size()
-    // has been merged; an error that cancels the pipeline leaves them all
-    // owned here.
-    std::vector<TypingChunk> ring(kTypingChunks);
-    uint64_t chunks = 0;
+    // A chunk's slot keeps its lines' storage.
     std::unique_ptr<records::ByteReader> file;
     size_t file_index = 0;
     uint64_t line_number = 0;
     uint64_t files_bytes = 0;  // of the files read before `file`
     if (!files_.empty()) file = OpenText(files_[0]);
-    auto read = [&](tbb::flow_control& fc) -> TypingChunk* {
-      StageCall call(&typing_setup, &typing_reading, &typing_end);
-      TypingChunk* c = &ring[chunks++ % ring.size()];
-      HappensAfter(c);
-      c->used = 0;
-      c->keys.clear();
-      c->rounded.clear();
+    auto read = [&](TypingChunk& c) {
+      c.used = 0;
+      c.keys.clear();
+      c.rounded.clear();
       size_t bytes = 0;
-      while (c->used < kTypingLines && bytes < kTypingBytes) {
+      while (c.used < kTypingLines && bytes < kTypingBytes) {
         if (file == nullptr) break;  // every file read
-        if (c->used == c->lines.size()) {
-          c->lines.emplace_back();
-          c->line_numbers.emplace_back();
+        if (c.used == c.lines.size()) {
+          c.lines.emplace_back();
+          c.line_numbers.emplace_back();
         }
-        std::string& line = c->lines[c->used];
+        std::string& line = c.lines[c.used];
         if (!ReadLine(*file, &line)) {
           files_bytes += file->file_position();
           file.reset();
           line_number = 0;
           if (++file_index < files_.size()) file = OpenText(files_[file_index]);
-          if (c->used > 0) break;
+          if (c.used > 0) break;
           continue;
         }
         ++line_number;
         if (IsBlank(line)) continue;
-        c->file = file_index;
-        c->line_numbers[c->used++] = line_number;
+        c.file = file_index;
+        c.line_numbers[c.used++] = line_number;
         bytes += line.size();
       }
-      if (c->used == 0) {
-        fc.stop();
-        return nullptr;
-      }
-      c->bytes_read = files_bytes + (file ? file->file_position() : 0);
-      HappensBefore(c);
-      return c;
+      if (c.used == 0) return false;
+      c.bytes_read = files_bytes + (file ? file->file_position() : 0);
+      return true;
     };
-    auto type = [&](TypingChunk* c) {
-      StageCall call(&typing_setup, nullptr, &typing_end);
-      HappensAfter(c);
+    auto type = [](TypingChunk& c) {
       thread_local LineTypes line_types;
-      for (size_t i = 0; i < c->used; ++i) {
+      for (size_t i = 0; i < c.used; ++i) {
         // A line that is no object is reported in the second pass.
-        if (!line_types.Parse(c->lines[i])) continue;
+        if (!line_types.Parse(c.lines[i])) continue;
         for (const LineTypes::Member& m : line_types.members()) {
-          c->keys.try_emplace(m.key).first->second.Add(m.type);
+          c.keys.try_emplace(m.key).first->second.Add(m.type);
           if (m.rounded > 0) {
-            c->rounded.push_back({.key = m.key,
-                                  .count = m.rounded,
-                                  .first_became = m.first_became,
-                                  .first_text = m.first_text,
-                                  .line = c->line_numbers[i]});
+            c.rounded.push_back({.key = m.key,
+                                 .count = m.rounded,
+                                 .first_became = m.first_became,
+                                 .first_text = m.first_text,
+                                 .line = c.line_numbers[i]});
           }
         }
       }
-      HappensBefore(c);
-      return c;
     };
-    auto merge = [&](TypingChunk* c) {
-      StageCall call(&typing_setup, &typing_merging, &typing_end);
-      HappensAfter(c);
-      for (size_t i = 0; i < c->used; ++i) {
+    auto merge = [&](TypingChunk& c) {
+      for (size_t i = 0; i < c.used; ++i) {
         ++rows_;
-        reports.Row([c] { return c->bytes_read; });
+        reports.Row([&c] { return c.bytes_read; });
       }
-      const std::string& path = files_[c->file];
-      for (const TypingChunk::Rounded& r : c->rounded) {
+      const std::string& path = files_[c.file];
+      for (const TypingChunk::Rounded& r : c.rounded) {
         const size_t slot = slots.emplace(r.key, slots.size()).first->second;
         for (uint64_t i = 0; i < r.count; ++i) {
           inexact.Add(
@@ -619,23 +591,9 @@ class JsonlSource final : public ExampleSource {
               [&] { return fmt::format("{}:{}", path, r.line); });
         }
       }
-      for (const auto& [key, types] : c->keys) types.MergeInto(types_[key]);
-      HappensBefore(c);
+      for (const auto& [key, types] : c.keys) types.MergeInto(types_[key]);
     };
-    HappensBefore(&typing_setup);
-    try {
-      tbb::parallel_pipeline(ring.size(),
-                             tbb::make_filter<void, TypingChunk*>(
-                                 tbb::filter_mode::serial_in_order, read) &
-                                 tbb::make_filter<TypingChunk*, TypingChunk*>(
-                                     tbb::filter_mode::parallel, type) &
-                                 tbb::make_filter<TypingChunk*, void>(
-                                     tbb::filter_mode::serial_in_order, merge));
-    } catch (...) {
-      HappensAfter(&typing_end);
-      throw;
-    }
-    HappensAfter(&typing_end);
+    RunRing<TypingChunk>(kTypingChunks, read, type, merge);
     // The spec types keys by name: one no row has is a misspelt or wrong
     // key, not a feature to leave out silently (as for CSV's header).
     if (spec != nullptr) {
