@@ -585,11 +585,9 @@ class JsonlSource final : public ExampleSource {
       const std::string& path = files_[c.file];
       for (const TypingChunk::Rounded& r : c.rounded) {
         const size_t slot = slots.emplace(r.key, slots.size()).first->second;
-        for (uint64_t i = 0; i < r.count; ++i) {
-          inexact.Add(
-              slot, r.first_became, [&] { return r.first_text; },
-              [&] { return fmt::format("{}:{}", path, r.line); });
-        }
+        inexact.Add(
+            slot, r.first_became, [&] { return r.first_text; },
+            [&] { return fmt::format("{}:{}", path, r.line); }, r.count);
       }
       for (const auto& [key, types] : c.keys) types.MergeInto(types_[key]);
     };

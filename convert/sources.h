@@ -144,14 +144,19 @@ class InexactIntegers {
   // it is).
   static std::optional<float> Rounded(int64_t value);
   static std::optional<float> Rounded(uint64_t value);
-  // A value Rounded() to `became` under the column or key numbered
-  // `slot`; its text `literal()` and place `where()` ("file:line") are
-  // asked for the first of a slot only, the one told.
+  // `count` values (one unless stated) under the column or key numbered
+  // `slot`, the first Rounded() to `became`; its text `literal()` and
+  // place `where()` ("file:line") are asked for the first of a slot only,
+  // the one told.
   template <typename Literal, typename Where>
-  void Add(size_t slot, float became, Literal literal, Where where) {
+  void Add(size_t slot, float became, Literal literal, Where where,
+           uint64_t count = 1) {
+    if (count == 0) return;
     if (slot >= seen_.size()) seen_.resize(slot + 1);
     Seen& s = seen_[slot];
-    if (s.count++ == 0) {
+    const bool first = s.count == 0;
+    s.count += count;
+    if (first) {
       s.where = where();
       s.literal = literal();
       s.became = became;
