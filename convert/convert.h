@@ -14,9 +14,9 @@
 // Contract of a conversion (Convert):
 // - Threads: one thread reads the input; Examples are built on every core
 //   (oneTBB) and the shards written side by side by up to `threads`
-//   threads.  JSON Lines' typing pass, before, reads on one thread and
-//   types the lines on every core.  Convert itself is called from one thread;
-//   separate jobs may run at once.
+//   threads.  The typing pass of CSV and JSON Lines, before, reads on one
+//   thread and types the rows on every core.  Convert itself is called
+//   from one thread; separate jobs may run at once.
 // - Atomicity: every shard, its index and the images' labels file are
 //   written under temporary names and appear together when the job
 //   succeeds; on any error none appears and no temporary file is left.
@@ -124,7 +124,7 @@ struct ConvertProgress;  // below
 // not a regular file (records::RequireRegularFiles).  `typing`, when set,
 // is called during the typing pass of CSV and JSON Lines (reports with
 // `typing` true, every few thousand rows, in input order, one call at a
-// time: CSV's on this thread, JSON Lines' on any of oneTBB's).  An
+// time, on any of oneTBB's threads).  An
 // exception it throws ends the pass and leaves OpenSource.
 std::unique_ptr<ExampleSource> OpenSource(
     const std::string& format, const ConvertInputs& inputs,

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "convert/ring.h"
 #include "convert/sources.h"
 #include "records/csv_reader.h"
 
@@ -15,6 +16,33 @@ using records::DType;
 // one that ends the file leaves this source as it is.
 using records::CsvReader;
 
+// The typing pass's chunks: rows of one file, read in turn, typed on every
+// core, merged in input order.  A slot keeps its cells' storage.
+struct TypingChunk {
+  std::vector<std::vector<std::string>> rows;  // the first `used` are read
+  std::vector<uint64_t> lines;                 // of rows[i]
+  size_t used = 0;
+  uint64_t bad = 0;  // rows with a row-level CsvError: counted, not typed
+  size_t file = 0;   // files_[file] holds the rows
+  uint64_t bytes_read = 0;  // of all files, once these rows were read
+  // Typed: each column's type over the chunk's rows, and its integers
+  // that a float32 rounds.
+  std::vector<CellType> types;
+  struct Rounded {
+    uint64_t count = 0;
+    float first_became = 0;
+    std::string first_text;
+    uint64_t line = 0;
+  };
+  std::vector<Rounded> rounded;
+};
+
+// A chunk ends at this many rows or bytes of cells, or its file's end.
+constexpr size_t kTypingRows = 1024;
+constexpr size_t kTypingBytes = size_t{1} << 20;
+// Chunks in flight: what bounds the rows in memory.
+constexpr size_t kTypingChunks = 16;
+
 class CsvSource final : public ExampleSource {
  public:
   CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec,
@@ -27,16 +55,24 @@ class CsvSource final : public ExampleSource {
       InputError(e.what());
     }
     for (const auto& f : files_) total_bytes_ += FileSize(f);
-    // First pass: header, column types, and the row count.
+    // First pass: header, column types, and the row count.  Rows are
+    // read on one thread (a quoted cell may hold a newline, so only the
+    // reader knows where a row ends), typed on every core, and merged in
+    // input order, so that the first inexact integer named is the
+    // input's first.  A chunk holds one file's rows.
     InexactIntegers inexact;
     TypingReports reports(typing, total_bytes_);
-    uint64_t files_bytes = 0;  // of the files read before this one
-    for (const auto& path : files_) {
-      CsvReader reader(path, delimiter_);
-      const auto bytes_read = [&] { return files_bytes + reader.position(); };
+    std::unique_ptr<CsvReader> reader;
+    size_t file_index = 0;
+    uint64_t files_bytes = 0;  // of the files read before `reader`
+    // Opens files_[index] and reads its header: the first file's is the
+    // header; every other file's must be the same.
+    auto open = [&](size_t index) {
+      const std::string& path = files_[index];
+      reader = std::make_unique<CsvReader>(path, delimiter_);
       std::vector<std::string> fields;
       uint64_t line;
-      if (!reader.ReadRecord(&fields, &line)) {
+      if (!reader->ReadRecord(&fields, &line)) {
         InputError(
             fmt::format("{}: empty; a CSV file starts with a header "
                         "row",
@@ -54,34 +90,81 @@ class CsvSource final : public ExampleSource {
         InputError(
             fmt::format("{}:1: header differs from {}'s", path, files_[0]));
       }
-      while (true) {
+    };
+    if (!files_.empty()) open(0);
+    const size_t columns = header_.size();
+    auto read = [&](TypingChunk& c) {
+      c.used = 0;
+      c.bad = 0;
+      size_t bytes = 0;
+      while (c.used + c.bad < kTypingRows && bytes < kTypingBytes) {
+        if (reader == nullptr) break;  // every file read
+        if (c.used == c.rows.size()) {
+          c.rows.emplace_back();
+          c.lines.emplace_back();
+        }
         try {
-          if (!reader.ReadRecord(&fields, &line)) break;
+          if (!reader->ReadRecord(&c.rows[c.used], &c.lines[c.used])) {
+            files_bytes += reader->position();
+            reader.reset();
+            if (++file_index < files_.size()) open(file_index);
+            if (c.used + c.bad > 0) break;
+            continue;
+          }
         } catch (const records::CsvError& e) {
           if (!e.row_level()) throw;
-          ++rows_;
-          reports.Row(bytes_read);
+          ++c.bad;  // a row, counted, that types nothing
+          c.file = file_index;
           continue;
         }
-        ++rows_;
-        reports.Row(bytes_read);
-        for (size_t i = 0; i < fields.size() && i < types_.size(); ++i) {
+        c.file = file_index;
+        for (const std::string& cell : c.rows[c.used]) bytes += cell.size();
+        ++c.used;
+      }
+      if (c.used + c.bad == 0) return false;
+      c.bytes_read = files_bytes + (reader ? reader->position() : 0);
+      return true;
+    };
+    auto type = [columns](TypingChunk& c) {
+      c.types.assign(columns, CellType::kNone);
+      c.rounded.resize(columns);
+      for (TypingChunk::Rounded& r : c.rounded) r.count = 0;
+      for (size_t row = 0; row < c.used; ++row) {
+        const std::vector<std::string>& fields = c.rows[row];
+        for (size_t i = 0; i < fields.size() && i < columns; ++i) {
           const CellType t = InferCell(fields[i]);
-          types_[i] = Widen(types_[i], t);
+          c.types[i] = Widen(c.types[i], t);
           // Past 2^24 an integer has at least 8 digits.
           int64_t v;
           if (t == CellType::kInt64 && fields[i].size() >= 8 &&
               records::ParseInt64Cell(fields[i], &v)) {
             if (auto rounded = InexactIntegers::Rounded(v)) {
-              inexact.Add(
-                  i, *rounded, [&] { return fields[i]; },
-                  [&] { return fmt::format("{}:{}", path, line); });
+              TypingChunk::Rounded& r = c.rounded[i];
+              if (r.count++ == 0) {
+                r.first_became = *rounded;
+                r.first_text = fields[i];
+                r.line = c.lines[row];
+              }
             }
           }
         }
       }
-      files_bytes += reader.position();
-    }
+    };
+    auto merge = [&](TypingChunk& c) {
+      for (uint64_t i = 0; i < c.used + c.bad; ++i) {
+        ++rows_;
+        reports.Row([&c] { return c.bytes_read; });
+      }
+      const std::string& path = files_[c.file];
+      for (size_t i = 0; i < columns; ++i) {
+        types_[i] = Widen(types_[i], c.types[i]);
+        const TypingChunk::Rounded& r = c.rounded[i];
+        inexact.Add(
+            i, r.first_became, [&] { return r.first_text; },
+            [&] { return fmt::format("{}:{}", path, r.line); }, r.count);
+      }
+    };
+    RunRing<TypingChunk>(kTypingChunks, read, type, merge);
     for (size_t i = 0; i < header_.size(); ++i) {
       types_[i] = FromSpec(spec, header_[i], types_[i]);
       if (types_[i] == CellType::kNone && rows_ > 0) {

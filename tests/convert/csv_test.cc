@@ -1,7 +1,14 @@
 // convert/csv.cc: RFC 4180 rows, typed columns, and row errors.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "convert/sources.h"
 #include "convert_test_util.h"
+#include "records/example_builder.h"
 
 namespace recflow::convert {
 namespace {
@@ -66,6 +73,168 @@ TEST(CsvTest, EmptyColumnsAndIntegersAFloatRoundsAreWarnedOf) {
   // A header and no row: nothing is empty "in every row".
   testing::WriteFileBytes(f, "id,empty\n");
   EXPECT_TRUE(convert::OpenSource("csv", {.files = {f}})->warnings().empty());
+}
+
+// The typing pass reads rows on one thread and types them on every core
+// in chunks (of 1,024 rows, one file's each), merged in input order: the
+// columns get the types, and the first rounded integer the place, that
+// typing row by row gives, across chunks and files, with quoted newlines,
+// blank lines and bad rows (counted, typing nothing) among the rows.
+TEST(CsvTest, ColumnsAreTypedInRowOrderAcrossChunksAndFiles) {
+  testing::TempDir dir;
+  std::mt19937_64 rng(7);
+  constexpr int kColumns = 13;
+  // Per column: rows before `start` (of all files' rows) leave it empty;
+  // from `start`, cells of kind `first` (0: int, 1: float, 2: text); from
+  // `later`, of any kind `kinds` allows (bit k: kind k).
+  struct Column {
+    uint64_t start = 0;
+    unsigned kinds = 0;
+    unsigned first = 0;
+    uint64_t later = 0;
+    CellType type = CellType::kNone;  // the rows one by one
+    uint64_t rounded = 0;             // integers a float32 rounds
+    std::string first_rounded;        // "file:line"
+  };
+  const std::vector<int> rows_in = {2500, 0, 1700, 3100};
+  const uint64_t all_rows = 2500 + 1700 + 3100;
+  std::vector<Column> columns;
+  std::string header;
+  for (int k = 0; k < kColumns; ++k) {
+    const unsigned kinds = k == 0 ? 0 : 1 + (k - 1) % 7;  // each mix
+    unsigned first = 0;
+    while (kinds != 0 && (kinds & (1u << first)) == 0) first = rng() % 3;
+    Column& c = columns.emplace_back();
+    c.start = rng() % all_rows;
+    c.kinds = kinds;
+    c.first = first;
+    c.later = c.start + rng() % (all_rows - c.start);
+    header += fmt::format("{}c{}", k == 0 ? "" : ",", k);
+  }
+  std::vector<std::string> files;
+  std::vector<bool> bad;  // of each row, in order
+  uint64_t row_index = 0;
+  for (size_t f = 0; f < rows_in.size(); ++f) {
+    files.push_back(dir.File(fmt::format("in{}.csv", f)));
+    std::string text = header + "\n";
+    uint64_t line = 2;  // of the next row
+    for (int r = 0; r < rows_in[f]; ++r, ++row_index) {
+      if (rng() % 50 == 0) {
+        text += "\n";  // blank: no row
+        ++line;
+      }
+      // The last row of the first file and the first of the third (the
+      // second has none) meet in one chunk unless a chunk ends at a file's
+      // end, as it must for the rounded integer's place to name its file.
+      const bool edge = (f == 0 && r == rows_in[0] - 1) || (f == 2 && r == 0);
+      if (!edge && rng() % 97 == 0) {  // text after a closing quote: bad
+        text += "\"q\"x,1,2\n";
+        ++line;
+        bad.push_back(true);
+        continue;
+      }
+      bad.push_back(false);
+      const uint64_t row_line = line;
+      for (int k = 0; k < kColumns; ++k) {
+        Column& c = columns[k];
+        if (k > 0) text += ',';
+        unsigned kind = c.first;
+        int64_t v = static_cast<int64_t>(rng() % 100);
+        if (k == kColumns - 1) {  // at the edge only: a rounded int, a float
+          if (!edge) continue;
+          kind = f == 0 ? 0 : 1;
+          v = (int64_t{1} << 24) + 1;
+        } else {
+          if (row_index < c.start || c.kinds == 0) continue;  // empty
+          if (row_index >= c.later) {
+            do kind = rng() % 3;
+            while ((c.kinds & (1u << kind)) == 0);
+          }
+          if (rng() % 4 == 0) v += (int64_t{1} << 24) + 1;  // may round
+        }
+        CellType type;
+        switch (kind) {
+          case 0:
+            text += std::to_string(v);
+            type = CellType::kInt64;
+            if (InexactIntegers::Rounded(v).has_value() && c.rounded++ == 0) {
+              c.first_rounded = fmt::format("{}:{}", files[f], row_line);
+            }
+            break;
+          case 1:
+            text += fmt::format("{}.5", v % 100);
+            type = CellType::kFloat;
+            break;
+          default:
+            if (rng() % 8 == 0) {  // quoted, over two lines
+              text += fmt::format("\"s,{}\nt\"", v);
+              ++line;
+            } else {
+              text += fmt::format("s{}", v);
+            }
+            type = CellType::kBytes;
+            break;
+        }
+        c.type = Widen(c.type, type);
+      }
+      text += "\n";
+      ++line;
+    }
+    testing::WriteFileBytes(files.back(), text);
+  }
+  auto source = OpenSource("csv", {.files = files});
+  ASSERT_EQ(source->rows(), all_rows);
+  // Every cell's feature has its column's type.
+  Row row;
+  records::ExampleBuilder builder;
+  for (size_t i = 0; i < bad.size(); ++i) {
+    ASSERT_TRUE(source->NextRow(&row));
+    ASSERT_EQ(row.error.empty(), !bad[i]) << "row " << i << ": " << row.error;
+    if (bad[i]) continue;
+    builder.Clear();
+    source->Build(row, &builder);
+    tensorflow::Example ex;
+    ASSERT_TRUE(ex.ParseFromString(std::string(builder.Serialize())));
+    for (int k = 0; k < kColumns; ++k) {
+      const auto* feature = Get(ex, fmt::format("c{}", k));
+      ASSERT_EQ(feature != nullptr, !row.fields[k].empty());
+      if (feature == nullptr) continue;
+      const CellType got = feature->has_int64_list()   ? CellType::kInt64
+                           : feature->has_float_list() ? CellType::kFloat
+                                                       : CellType::kBytes;
+      ASSERT_EQ(static_cast<int>(got), static_cast<int>(columns[k].type))
+          << "row " << i << ", column c" << k;
+    }
+  }
+  EXPECT_FALSE(source->NextRow(&row));
+  // The warnings, in column order: c0 empty, and each float column's
+  // rounded integers with the first one's place.
+  std::vector<std::string> want = {
+      "column 'c0' is empty in every row: no feature is written for it (no "
+      "value to infer its type from; a --spec entry gives it one)"};
+  std::vector<std::string> counts = {""};
+  for (int k = 0; k < kColumns; ++k) {
+    const Column& c = columns[k];
+    if (c.type == CellType::kFloat && c.rounded > 0) {
+      want.push_back(fmt::format("{}: column 'c{}'", c.first_rounded, k));
+      counts.push_back(fmt::format("{} such value{} in all", c.rounded,
+                                   c.rounded == 1 ? "" : "s"));
+    }
+  }
+  const std::vector<std::string> warnings = source->warnings();
+  ASSERT_EQ(warnings.size(), want.size());
+  EXPECT_EQ(warnings[0], want[0]);
+  for (size_t w = 1; w < warnings.size(); ++w) {
+    EXPECT_EQ(warnings[w].rfind(want[w], 0), 0u) << warnings[w];
+    EXPECT_NE(warnings[w].find(counts[w]), std::string::npos) << warnings[w];
+  }
+  // What the test reaches: columns of every type, rounding warned of, and
+  // bad rows.
+  std::set<CellType> types;
+  for (const Column& c : columns) types.insert(c.type);
+  EXPECT_EQ(types.size(), 4u);
+  EXPECT_GT(warnings.size(), 1u);
+  EXPECT_GT(std::count(bad.begin(), bad.end(), true), 10);
 }
 
 // A cell its spec'd column cannot hold: the same words as the pipeline's

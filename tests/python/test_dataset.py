@@ -490,8 +490,8 @@ def test_ctrl_c_interrupts_a_waiting_iteration_promptly(pipeline):
 
 
 # A conversion runs with the GIL released; a Ctrl-C ends it at its next
-# progress report (the typing pass of CSV, or of JSON Lines on every core,
-# or a chunk of rows or elements)
+# progress report (the typing pass of CSV or JSON Lines, on every core, or
+# a chunk of rows or elements)
 # instead of after its last row, and leaves no file (all shards or none;
 # save() leaves the folder it made, empty).
 @pytest.mark.parametrize("conversion", [
