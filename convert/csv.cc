@@ -28,20 +28,8 @@ struct TypingChunk {
   // Typed: each column's type over the chunk's rows, and its integers
   // that a float32 rounds.
   std::vector<CellType> types;
-  struct Rounded {
-    uint64_t count = 0;
-    float first_became = 0;
-    std::string first_text;
-    uint64_t line = 0;
-  };
-  std::vector<Rounded> rounded;
+  std::vector<RoundedRun> rounded;
 };
-
-// A chunk ends at this many rows or bytes of cells, or its file's end.
-constexpr size_t kTypingRows = 1024;
-constexpr size_t kTypingBytes = size_t{1} << 20;
-// Chunks in flight: what bounds the rows in memory.
-constexpr size_t kTypingChunks = 16;
 
 class CsvSource final : public ExampleSource {
  public:
@@ -128,7 +116,7 @@ class CsvSource final : public ExampleSource {
     auto type = [columns](TypingChunk& c) {
       c.types.assign(columns, CellType::kNone);
       c.rounded.resize(columns);
-      for (TypingChunk::Rounded& r : c.rounded) r.count = 0;
+      for (RoundedRun& r : c.rounded) r.Clear();
       for (size_t row = 0; row < c.used; ++row) {
         const std::vector<std::string>& fields = c.rows[row];
         for (size_t i = 0; i < fields.size() && i < columns; ++i) {
@@ -139,12 +127,8 @@ class CsvSource final : public ExampleSource {
           if (t == CellType::kInt64 && fields[i].size() >= 8 &&
               records::ParseInt64Cell(fields[i], &v)) {
             if (auto rounded = InexactIntegers::Rounded(v)) {
-              TypingChunk::Rounded& r = c.rounded[i];
-              if (r.count++ == 0) {
-                r.first_became = *rounded;
-                r.first_text = fields[i];
-                r.line = c.lines[row];
-              }
+              c.rounded[i].Note(
+                  *rounded, [&] { return fields[i]; }, c.lines[row]);
             }
           }
         }
@@ -158,10 +142,7 @@ class CsvSource final : public ExampleSource {
       const std::string& path = files_[c.file];
       for (size_t i = 0; i < columns; ++i) {
         types_[i] = Widen(types_[i], c.types[i]);
-        const TypingChunk::Rounded& r = c.rounded[i];
-        inexact.Add(
-            i, r.first_became, [&] { return r.first_text; },
-            [&] { return fmt::format("{}:{}", path, r.line); }, r.count);
+        c.rounded[i].AddTo(&inexact, i, path);
       }
     };
     RunRing<TypingChunk>(kTypingChunks, read, type, merge);

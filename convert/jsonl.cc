@@ -116,9 +116,7 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
   struct Member {
     std::string key;
     CellType type = CellType::kNone;
-    uint64_t rounded = 0;  // integers that a float32 would round
-    float first_became = 0;
-    std::string first_text;  // the first of them, as written
+    RoundedRun rounded;  // integers that a float32 would round (no line)
   };
 
   // Parses `line`; false when it is not one JSON object (nothing typed).
@@ -168,7 +166,7 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
       Member& m = members_[used_++];
       m.key.assign(key);
       m.type = CellType::kNone;
-      m.rounded = 0;
+      m.rounded.Clear();
       in_array_ = false;
     }
     return true;
@@ -212,10 +210,7 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
     } else {
       return true;
     }
-    if (rounded && m.rounded++ == 0) {
-      m.first_became = *rounded;
-      m.first_text = text();
-    }
+    if (rounded) m.rounded.Note(*rounded, text, 0);
     return true;
   }
 
@@ -495,19 +490,10 @@ struct TypingChunk {
   // Integers a float32 would round, a member's at a time, in line order.
   struct Rounded {
     std::string key;
-    uint64_t count = 0;
-    float first_became = 0;
-    std::string first_text;
-    uint64_t line = 0;
+    RoundedRun run;
   };
   std::vector<Rounded> rounded;
 };
-
-// A chunk ends at this many lines or bytes, or its file's end.
-constexpr size_t kTypingLines = 1024;
-constexpr size_t kTypingBytes = size_t{1} << 20;
-// Chunks in flight: what bounds the lines in memory.
-constexpr size_t kTypingChunks = 16;
 
 class JsonlSource final : public ExampleSource {
  public:
@@ -535,7 +521,7 @@ class JsonlSource final : public ExampleSource {
       c.keys.clear();
       c.rounded.clear();
       size_t bytes = 0;
-      while (c.used < kTypingLines && bytes < kTypingBytes) {
+      while (c.used < kTypingRows && bytes < kTypingBytes) {
         if (file == nullptr) break;  // every file read
         if (c.used == c.lines.size()) {
           c.lines.emplace_back();
@@ -567,12 +553,9 @@ class JsonlSource final : public ExampleSource {
         if (!line_types.Parse(c.lines[i])) continue;
         for (const LineTypes::Member& m : line_types.members()) {
           c.keys.try_emplace(m.key).first->second.Add(m.type);
-          if (m.rounded > 0) {
-            c.rounded.push_back({.key = m.key,
-                                 .count = m.rounded,
-                                 .first_became = m.first_became,
-                                 .first_text = m.first_text,
-                                 .line = c.line_numbers[i]});
+          if (m.rounded.count > 0) {
+            c.rounded.push_back({.key = m.key, .run = m.rounded});
+            c.rounded.back().run.line = c.line_numbers[i];
           }
         }
       }
@@ -585,9 +568,7 @@ class JsonlSource final : public ExampleSource {
       const std::string& path = files_[c.file];
       for (const TypingChunk::Rounded& r : c.rounded) {
         const size_t slot = slots.emplace(r.key, slots.size()).first->second;
-        inexact.Add(
-            slot, r.first_became, [&] { return r.first_text; },
-            [&] { return fmt::format("{}:{}", path, r.line); }, r.count);
+        r.run.AddTo(&inexact, slot, path);
       }
       for (const auto& [key, types] : c.keys) types.MergeInto(types_[key]);
     };

@@ -178,6 +178,44 @@ class InexactIntegers {
   std::vector<Seen> seen_;
 };
 
+// Integers a float32 rounds under one column or key within a stretch of
+// the input read in order (a line's member, a typing chunk's column): how
+// many, and the first's value, text and line.  Noted where the stretch is
+// typed (any thread), added to an InexactIntegers in input order.
+struct RoundedRun {
+  uint64_t count = 0;
+  float first_became = 0;
+  std::string first_text;  // as written
+  uint64_t line = 0;
+
+  // One more, Rounded() to `became`; its text `text()` and line `at` are
+  // asked for and kept for the first only.
+  template <typename Text>
+  void Note(float became, Text text, uint64_t at) {
+    if (count++ == 0) {
+      first_became = became;
+      first_text = text();
+      line = at;
+    }
+  }
+  void Clear() { count = 0; }
+  // Into `inexact`'s `slot`, the first's place "path:line".
+  void AddTo(InexactIntegers* inexact, size_t slot,
+             const std::string& path) const {
+    inexact->Add(
+        slot, first_became, [&] { return first_text; },
+        [&] { return fmt::format("{}:{}", path, line); }, count);
+  }
+};
+
+// The typing pass of CSV and JSON Lines runs through RunRing (ring.h) in
+// chunks of one file's rows, ended at kTypingRows rows or kTypingBytes of
+// text, or the file's end, kTypingChunks in flight (what bounds the rows
+// in memory).
+constexpr size_t kTypingRows = 1024;
+constexpr size_t kTypingBytes = size_t{1} << 20;
+constexpr size_t kTypingChunks = 16;
+
 // The warning for a column or key that no value typed (and no spec did).
 std::string UntypedWarning(std::string_view what, const std::string& name,
                            std::string_view how_empty);

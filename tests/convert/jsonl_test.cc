@@ -352,6 +352,18 @@ TEST(JsonlTest, UntypedKeysAndIntegersAFloatRoundsAreWarnedOf) {
                 "key's float feature (float32 holds integers exactly only up "
                 "to 2^24; 3 such values in all); if every value is an "
                 "integer, a --spec entry of dtype int64 keeps them exact");
+  // Within one line's array, too, the first such integer is named.
+  const std::string g = dir.File("array.jsonl");
+  testing::WriteFileBytes(g, "{\"y\": [0.5, 16777219, 16777217]}\n");
+  const auto in_array = OpenSource("jsonl", {.files = {g}})->warnings();
+  ASSERT_EQ(in_array.size(), 1u);
+  EXPECT_EQ(in_array[0].rfind(g + ":1: key 'y': the integer 16777219 becomes "
+                                  "16777220 in the key's float feature",
+                              0),
+            0u)
+      << in_array[0];
+  EXPECT_NE(in_array[0].find("2 such values in all"), std::string::npos)
+      << in_array[0];
   const auto ex = SourceExamples("jsonl", {.files = {f}});
   EXPECT_FLOAT_EQ(Get(ex[2], "x")->float_list().value(0), 16777216.0f);
   EXPECT_EQ(Get(ex[0], "id")->int64_list().value(0), 16777217);
