@@ -9,23 +9,77 @@ namespace recflow::records {
 using wire::kBytesList;
 using wire::kFloatList;
 using wire::kInt64List;
-using wire::PutLengthDelimited;
-using wire::PutTag;
-using wire::PutVarint;
+using wire::kLengthDelimited;
 using wire::VarintSize;
 
-void ExampleBuilder::AddEntry(std::string_view name, int kind,
-                              std::string_view list) {
-  // entry { key = 1; value = 2 { <kind> { list } } }
-  const size_t feature_size = 1 + VarintSize(list.size()) + list.size();
-  const size_t entry_size = 1 + VarintSize(name.size()) + name.size() + 1 +
-                            VarintSize(feature_size) + feature_size;
-  PutTag(features_, 1, wire::kLengthDelimited);
-  PutVarint(features_, entry_size);
-  PutLengthDelimited(features_, 1, name);
-  PutTag(features_, 2, wire::kLengthDelimited);
-  PutVarint(features_, feature_size);
-  PutLengthDelimited(features_, static_cast<uint32_t>(kind), list);
+namespace {
+
+// Raw writes into space already sized: the builder computes every length
+// first, so that an entry is one resize and stores, not a push_back per
+// byte (which cost most of a CSV row's build).
+char* WriteVarint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+// A length-delimited field's tag; fields here are all below 16 (one byte).
+char* WriteTag(char* p, uint32_t field) {
+  *p++ = static_cast<char>((field << 3) | kLengthDelimited);
+  return p;
+}
+char* WriteBytes(char* p, std::string_view bytes) {
+  if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
+  return p + bytes.size();
+}
+// The bytes of a length-delimited field holding `n` bytes.
+size_t FieldSize(size_t n) { return 1 + VarintSize(n) + n; }
+
+// The BytesList of `values`: each value as field 1.
+template <typename Strings>
+size_t BytesListSize(const Strings& values) {
+  size_t n = 0;
+  for (const auto& v : values) n += FieldSize(std::string_view(v).size());
+  return n;
+}
+template <typename Strings>
+char* WriteBytesList(char* p, const Strings& values) {
+  for (const auto& v : values) {
+    const std::string_view s(v);
+    p = WriteTag(p, 1);
+    p = WriteVarint(p, s.size());
+    p = WriteBytes(p, s);
+  }
+  return p;
+}
+
+}  // namespace
+
+ExampleBuilder::ExampleBuilder() { Clear(); }
+
+void ExampleBuilder::Clear() { buffer_.assign(kHead, '\0'); }
+
+template <typename WriteList>
+void ExampleBuilder::AddEntry(std::string_view name, int kind, size_t list_size,
+                              WriteList write_list) {
+  // Features.feature: entry { key = 1; value = 2 { <kind> { list } } }
+  const size_t feature_size = FieldSize(list_size);
+  const size_t entry_size = FieldSize(name.size()) + FieldSize(feature_size);
+  const size_t at = buffer_.size();
+  buffer_.resize(at + FieldSize(entry_size));
+  char* p = buffer_.data() + at;
+  p = WriteTag(p, 1);
+  p = WriteVarint(p, entry_size);
+  p = WriteTag(p, 1);
+  p = WriteVarint(p, name.size());
+  p = WriteBytes(p, name);
+  p = WriteTag(p, 2);
+  p = WriteVarint(p, feature_size);
+  p = WriteTag(p, static_cast<uint32_t>(kind));
+  p = WriteVarint(p, list_size);
+  write_list(p);
 }
 
 ExampleBuilder& ExampleBuilder::AddInt64(std::string_view name, int64_t value) {
@@ -34,11 +88,18 @@ ExampleBuilder& ExampleBuilder::AddInt64(std::string_view name, int64_t value) {
 
 ExampleBuilder& ExampleBuilder::AddInt64List(std::string_view name,
                                              std::span<const int64_t> values) {
-  std::string packed;
-  for (int64_t v : values) PutVarint(packed, static_cast<uint64_t>(v));
-  scratch_.clear();
-  if (!values.empty()) PutLengthDelimited(scratch_, 1, packed);
-  AddEntry(name, kInt64List, scratch_);
+  // Packed, as field 1; nothing at all for no values (as protobuf).
+  size_t packed = 0;
+  for (int64_t v : values) packed += VarintSize(static_cast<uint64_t>(v));
+  AddEntry(name, kInt64List, values.empty() ? 0 : FieldSize(packed),
+           [&](char* p) {
+             if (values.empty()) return;
+             p = WriteTag(p, 1);
+             p = WriteVarint(p, packed);
+             for (int64_t v : values) {
+               p = WriteVarint(p, static_cast<uint64_t>(v));
+             }
+           });
   return *this;
 }
 
@@ -48,15 +109,14 @@ ExampleBuilder& ExampleBuilder::AddFloat(std::string_view name, float value) {
 
 ExampleBuilder& ExampleBuilder::AddFloatList(std::string_view name,
                                              std::span<const float> values) {
-  scratch_.clear();
-  if (!values.empty()) {
-    PutTag(scratch_, 1, wire::kLengthDelimited);
-    PutVarint(scratch_, values.size() * 4);
-    const size_t at = scratch_.size();
-    scratch_.resize(at + values.size() * 4);
-    std::memcpy(scratch_.data() + at, values.data(), values.size() * 4);
-  }
-  AddEntry(name, kFloatList, scratch_);
+  const size_t bytes = values.size() * sizeof(float);
+  AddEntry(name, kFloatList, values.empty() ? 0 : FieldSize(bytes),
+           [&](char* p) {
+             if (values.empty()) return;
+             p = WriteTag(p, 1);
+             p = WriteVarint(p, bytes);
+             std::memcpy(p, values.data(), bytes);
+           });
   return *this;
 }
 
@@ -67,24 +127,26 @@ ExampleBuilder& ExampleBuilder::AddBytes(std::string_view name,
 
 ExampleBuilder& ExampleBuilder::AddBytesList(
     std::string_view name, std::span<const std::string> values) {
-  scratch_.clear();
-  for (const std::string& v : values) PutLengthDelimited(scratch_, 1, v);
-  AddEntry(name, kBytesList, scratch_);
+  AddEntry(name, kBytesList, BytesListSize(values),
+           [&](char* p) { WriteBytesList(p, values); });
   return *this;
 }
 
 ExampleBuilder& ExampleBuilder::AddBytesList(
     std::string_view name, std::span<const std::string_view> values) {
-  scratch_.clear();
-  for (std::string_view v : values) PutLengthDelimited(scratch_, 1, v);
-  AddEntry(name, kBytesList, scratch_);
+  AddEntry(name, kBytesList, BytesListSize(values),
+           [&](char* p) { WriteBytesList(p, values); });
   return *this;
 }
 
 std::string_view ExampleBuilder::Serialize() {
-  example_.clear();
-  PutLengthDelimited(example_, 1, features_);
-  return example_;
+  // Example.features (field 1), its tag and length written right before
+  // the Features' bytes, in the room kept for them: no copy.
+  const size_t features = buffer_.size() - kHead;
+  const size_t head = 1 + VarintSize(features);
+  char* p = buffer_.data() + kHead - head;
+  WriteVarint(WriteTag(p, 1), features);
+  return std::string_view(p, head + features);
 }
 
 }  // namespace recflow::records

@@ -13,6 +13,7 @@
 #ifndef RECFLOW_RECORDS_EXAMPLE_BUILDER_H_
 #define RECFLOW_RECORDS_EXAMPLE_BUILDER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -22,6 +23,8 @@ namespace recflow::records {
 
 class ExampleBuilder {
  public:
+  ExampleBuilder();
+
   ExampleBuilder& AddInt64(std::string_view name, int64_t value);
   ExampleBuilder& AddInt64List(std::string_view name,
                                std::span<const int64_t> values);
@@ -36,15 +39,21 @@ class ExampleBuilder {
 
   // The serialized Example; valid until the builder is next changed.
   std::string_view Serialize();
-  void Clear() { features_.clear(); }
+  // Empty again, keeping its buffer's capacity.
+  void Clear();
 
  private:
-  // Appends a map entry: key, and a Feature holding `list` in field `kind`.
-  void AddEntry(std::string_view name, int kind, std::string_view list);
+  // Room before the Features' bytes for the Example's tag and length (a
+  // varint of up to 10 bytes), which Serialize writes there.
+  static constexpr size_t kHead = 11;
 
-  std::string features_;  // the Features message's bytes
-  std::string example_;
-  std::string scratch_;
+  // Appends a map entry: the key `name`, and a Feature whose field `kind`
+  // holds `list_size` bytes, which write_list(p) writes from p.
+  template <typename WriteList>
+  void AddEntry(std::string_view name, int kind, size_t list_size,
+                WriteList write_list);
+
+  std::string buffer_;  // kHead bytes, then the Features message's
 };
 
 }  // namespace recflow::records
