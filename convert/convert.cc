@@ -35,15 +35,45 @@ constexpr size_t kQueuedChunks = 8;
 // Chunks of rows being built into Examples at once: what bounds the rows
 // in memory between reading and writing.
 constexpr size_t kChunksInFlight = 16;
+// A record string larger than this is freed once written rather than
+// reused for another row's Example: reuse spares small records an
+// allocation each, while a large one's allocation is small beside its
+// bytes, and keeping it would hold memory that is no longer in flight.
+constexpr size_t kKeptRecordBytes = 4096;
 
 struct RowChunk {
   std::vector<Row> rows;
   uint64_t bytes_read = 0;  // the source's, once these rows were read
 };
 
+// Records for one shard.  Chunks are recycled (ChunkPool) with their
+// strings: a record's string goes back to a row, swapped for the Example
+// built there, so that neither building nor writing allocates per row
+// once the first chunks have gone round.
 struct Chunk {
   size_t shard = 0;
-  std::vector<std::string> records;
+  std::vector<std::string> records;  // [0, used): this chunk's
+  size_t used = 0;
+};
+
+// Chunks written and free again, for the next hand-over.  Thread-safe.
+class ChunkPool {
+ public:
+  std::unique_ptr<Chunk> Take() {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return std::make_unique<Chunk>();
+    auto c = std::move(free_.back());
+    free_.pop_back();
+    return c;
+  }
+  void Give(std::unique_ptr<Chunk> c) {
+    std::lock_guard lock(mu_);
+    free_.push_back(std::move(c));
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Chunk>> free_;
 };
 
 // A bounded queue of chunks for one writer thread.
@@ -128,6 +158,7 @@ ConvertSummary ConvertSource(const ConvertJob& job,
         ShardName(job.output, s, job.shards, suffix), writer_options));
   }
   std::vector<ChunkQueue> queues(threads);
+  ChunkPool pool;
   std::vector<std::exception_ptr> errors(threads);
   std::atomic<bool> writer_failed{false};
   std::vector<std::thread> workers;
@@ -135,7 +166,13 @@ ConvertSummary ConvertSource(const ConvertJob& job,
     workers.emplace_back([&, t] {
       try {
         while (auto chunk = queues[t].Pop()) {
-          for (const auto& r : chunk->records) writers[chunk->shard]->Write(r);
+          for (size_t i = 0; i < chunk->used; ++i) {
+            std::string& record = chunk->records[i];
+            writers[chunk->shard]->Write(record);
+            if (record.capacity() > kKeptRecordBytes)
+              std::string().swap(record);
+          }
+          pool.Give(std::move(chunk));
         }
         for (size_t s = t; s < writers.size(); s += threads) {
           writers[s]->Finish();
@@ -193,20 +230,26 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       writers_stopped_early = true;
       throw ConvertError("a shard writer failed", /*row_level=*/false);
     }
-    auto chunk = std::make_unique<Chunk>();
+    auto chunk = pool.Take();
     chunk->shard = chunk_index % job.shards;
+    chunk->used = 0;
     for (Row& row : rows.rows) {
       if (!row.error.empty()) {
         if (!job.skip_bad) throw ConvertError(row.error, /*row_level=*/true);
         if (summary.skipped++ == 0) summary.first_skipped = row.error;
         continue;
       }
-      chunk->records.push_back(std::move(row.example));
+      // The row takes a written record's string (its storage) for the
+      // next Example built in its place.
+      if (chunk->used == chunk->records.size()) chunk->records.emplace_back();
+      std::swap(chunk->records[chunk->used++], row.example);
     }
-    summary.records += chunk->records.size();
-    if (!chunk->records.empty()) {
+    summary.records += chunk->used;
+    if (chunk->used > 0) {
       queues[chunk->shard % threads].Push(std::move(chunk));
       ++chunk_index;
+    } else {
+      pool.Give(std::move(chunk));
     }
     if (job.progress) {
       job.progress({summary.records, rows.bytes_read, total_bytes});
