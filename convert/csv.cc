@@ -87,6 +87,7 @@ class CsvSource final : public ExampleSource {
       size_t bytes = 0;
       while (c.used + c.bad < kTypingRows && bytes < kTypingBytes) {
         if (reader == nullptr) break;  // every file read
+        c.file = file_index;
         if (c.used == c.rows.size()) {
           c.rows.emplace_back();
           c.lines.emplace_back();
@@ -102,10 +103,8 @@ class CsvSource final : public ExampleSource {
         } catch (const records::CsvError& e) {
           if (!e.row_level()) throw;
           ++c.bad;  // a row, counted, that types nothing
-          c.file = file_index;
           continue;
         }
-        c.file = file_index;
         for (const std::string& cell : c.rows[c.used]) bytes += cell.size();
         ++c.used;
       }
@@ -135,10 +134,8 @@ class CsvSource final : public ExampleSource {
       }
     };
     auto merge = [&](TypingChunk& c) {
-      for (uint64_t i = 0; i < c.used + c.bad; ++i) {
-        ++rows_;
-        reports.Row([&c] { return c.bytes_read; });
-      }
+      rows_ += c.used + c.bad;
+      reports.Rows(c.used + c.bad, [&c] { return c.bytes_read; });
       const std::string& path = files_[c.file];
       for (size_t i = 0; i < columns; ++i) {
         types_[i] = Widen(types_[i], c.types[i]);

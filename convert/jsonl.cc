@@ -561,10 +561,8 @@ class JsonlSource final : public ExampleSource {
       }
     };
     auto merge = [&](TypingChunk& c) {
-      for (size_t i = 0; i < c.used; ++i) {
-        ++rows_;
-        reports.Row([&c] { return c.bytes_read; });
-      }
+      rows_ += c.used;
+      reports.Rows(c.used, [&c] { return c.bytes_read; });
       const std::string& path = files_[c.file];
       for (const TypingChunk::Rounded& r : c.rounded) {
         const size_t slot = slots.emplace(r.key, slots.size()).first->second;

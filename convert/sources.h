@@ -107,12 +107,16 @@ class TypingReports {
   TypingReports(const std::function<void(const ConvertProgress&)>& report,
                 uint64_t total_bytes)
       : report_(report), total_bytes_(total_bytes) {}
-  // A row read; `bytes_read()` is the input read by then, asked for a
-  // report only.
+  // `n` rows read; `bytes_read()` is the input read by then, asked for a
+  // report only.  A report for every multiple of kRowsPerReport passed.
   template <typename BytesRead>
-  void Row(BytesRead bytes_read) {
-    if (++rows_ % kRowsPerReport == 0 && report_) {
-      report_(ConvertProgress{.records = rows_,
+  void Rows(uint64_t n, BytesRead bytes_read) {
+    const uint64_t before = rows_;
+    rows_ += n;
+    if (!report_) return;
+    for (uint64_t r = (before / kRowsPerReport + 1) * kRowsPerReport;
+         r <= rows_; r += kRowsPerReport) {
+      report_(ConvertProgress{.records = r,
                               .bytes_read = bytes_read(),
                               .total_bytes = total_bytes_,
                               .typing = true});
