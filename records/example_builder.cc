@@ -30,7 +30,10 @@ char* WriteTag(char* p, uint32_t field) {
   *p++ = static_cast<char>((field << 3) | kLengthDelimited);
   return p;
 }
-char* WriteBytes(char* p, std::string_view bytes) {
+// Field `field` holding `bytes`.
+char* WriteLengthDelimited(char* p, uint32_t field, std::string_view bytes) {
+  p = WriteTag(p, field);
+  p = WriteVarint(p, bytes.size());
   if (!bytes.empty()) std::memcpy(p, bytes.data(), bytes.size());
   return p + bytes.size();
 }
@@ -46,12 +49,7 @@ size_t BytesListSize(const Strings& values) {
 }
 template <typename Strings>
 char* WriteBytesList(char* p, const Strings& values) {
-  for (const auto& v : values) {
-    const std::string_view s(v);
-    p = WriteTag(p, 1);
-    p = WriteVarint(p, s.size());
-    p = WriteBytes(p, s);
-  }
+  for (const auto& v : values) p = WriteLengthDelimited(p, 1, v);
   return p;
 }
 
@@ -72,9 +70,7 @@ void ExampleBuilder::AddEntry(std::string_view name, int kind, size_t list_size,
   char* p = buffer_.data() + at;
   p = WriteTag(p, 1);
   p = WriteVarint(p, entry_size);
-  p = WriteTag(p, 1);
-  p = WriteVarint(p, name.size());
-  p = WriteBytes(p, name);
+  p = WriteLengthDelimited(p, 1, name);
   p = WriteTag(p, 2);
   p = WriteVarint(p, feature_size);
   p = WriteTag(p, static_cast<uint32_t>(kind));

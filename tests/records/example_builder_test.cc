@@ -9,6 +9,7 @@
 
 #include "records/example.pb.h"
 #include "records/example_parser.h"
+#include "records/wire_format.h"
 
 namespace recflow::records {
 namespace {
@@ -129,13 +130,9 @@ TEST(ExampleBuilderTest, BytesEqualProtobufsFeatureByFeature) {
     ASSERT_TRUE(want.mutable_features()->ParseFromString(want_features));
     // Field 1 of the Example, holding the features in the order added
     // (protobuf's own serializer may order a map's entries otherwise).
-    std::string head = "\x0a";
-    for (uint64_t n = want_features.size();; n >>= 7) {
-      head.push_back(static_cast<char>(n >= 0x80 ? (n & 0x7f) | 0x80 : n));
-      if (n < 0x80) break;
-    }
+    std::string expected;
+    wire::PutLengthDelimited(expected, 1, want_features);
     const std::string got(b.Serialize());
-    const std::string expected = head + want_features;
     size_t differ = 0;
     while (differ < got.size() && differ < expected.size() &&
            got[differ] == expected[differ]) {
@@ -144,7 +141,7 @@ TEST(ExampleBuilderTest, BytesEqualProtobufsFeatureByFeature) {
     ASSERT_EQ(got, expected)
         << "example " << example << ", from byte " << differ;
     // Serializing again changes nothing.
-    ASSERT_EQ(std::string(b.Serialize()), head + want_features);
+    ASSERT_EQ(std::string(b.Serialize()), expected);
   }
 }
 
