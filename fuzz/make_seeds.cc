@@ -2,8 +2,8 @@
 // fills OUT/<target>/ with valid inputs (records cut from the TensorFlow
 // fixtures in every compression, their Examples, SequenceExamples, index
 // files, checkpoints and state files, iterator states saved at several
-// points, and small CSV, JSON Lines, NumPy and IDX files), each prefixed
-// with the mode byte its target reads first.
+// points, small CSV, JSON Lines, NumPy and IDX files, and JSON texts), each
+// prefixed with the mode byte its target reads first.
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -189,6 +189,21 @@ void ConvertSeeds() {
        "{\"a\": 18446744073709551615, \"f\": 1e39}\n"
        "{\"a\": [1, null], \"o\": {\"a\": 2}, \"l\": [[1]]}\n"
        "{\"a\": 1, \"a\": 2} \n[1]\n");
+  // JSON texts for the reader of JSON Lines' hot path: every kind of
+  // value, escapes, surrogates, UTF-8, numbers at int64's and double's
+  // ends, a byte order mark.
+  Seed("json_events", "line", 0,
+       "{\"a\": 1, \"b\": [0.5, -2, 1e-3], \"s\": \"x\\ty\", \"n\": null, "
+       "\"t\": true, \"f\": false, \"o\": {\"p\": []}}");
+  Seed("json_events", "strings", 0,
+       "[\"\\u00e9\\ud83d\\ude00\\\"\\\\\\/\\b\\f\\n\\r\", "
+       "\"\xC3\xA9\xE2\x82\xAC"
+       "\xF0\x9F\x98\x80\", \"\"]");
+  Seed("json_events", "numbers", 0,
+       "[0, -0, 9223372036854775807, -9223372036854775808, "
+       "18446744073709551615, 18446744073709551616, 1.7976931348623157e308, "
+       "4.9e-324, 1e-400, 12.5E+3]");
+  Seed("json_events", "bom", 0, "\xEF\xBB\xBF { \"k\" : \"v\" } \n");
   const std::string npy_f = testing::NpyBytes(
       "<f4", "(3, 2)", testing::Raw(std::vector<float>{1, 2, 3, 4, 5, 6}));
   const std::string npy_i = testing::NpyBytes(
