@@ -8,6 +8,7 @@
 #include <span>
 #include <string_view>
 
+#include "convert/json_events.h"
 #include "convert/ring.h"
 #include "convert/sources.h"
 #include "records/csv_reader.h"
@@ -105,13 +106,16 @@ std::optional<float> BigIntegerRounded(const BigInteger& big) {
   return f;
 }
 
-// The typing pass's reading of one line, through the parser's SAX events
-// (no document is built: half the time of parsing into one): each
+// Each key's type, looked up by a line's keys as they are read.
+using KeyTypeMap = std::map<std::string, CellType, std::less<>>;
+
+// The typing pass's reading of one line, through JsonEventReader's events
+// (no document is built): each
 // top-level key's type, an array's widened over its elements, and the
 // integers a float feature would round.  Kept until the line has parsed
 // whole: a line that does not is a bad row (the second pass reports it)
 // and types nothing.
-class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
+class LineTypes {
  public:
   struct Member {
     std::string key;
@@ -124,34 +128,34 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
     used_ = 0;
     depth_ = 0;
     object_ = false;
-    return nlohmann::json::sax_parse(line, this) && object_;
+    return reader_.Read(line, *this) && object_;
   }
   // The last line's members, in order (a key named twice: twice).
   std::span<const Member> members() const { return {members_.data(), used_}; }
 
-  bool null() override { return Value(CellType::kNone); }
-  bool boolean(bool) override { return Value(CellType::kInt64); }
-  bool number_integer(number_integer_t v) override {
-    return Value(CellType::kInt64, InexactIntegers::Rounded(int64_t{v}),
+  // JsonEventReader's handler.
+  bool Null() { return Value(CellType::kNone); }
+  bool Bool(bool) { return Value(CellType::kInt64); }
+  bool Int(int64_t v) {
+    return Value(CellType::kInt64, InexactIntegers::Rounded(v),
                  [v] { return fmt::format("{}", v); });
   }
-  bool number_unsigned(number_unsigned_t v) override {
-    return Value(CellType::kInt64, InexactIntegers::Rounded(uint64_t{v}),
+  bool Uint(uint64_t v) {
+    return Value(CellType::kInt64, InexactIntegers::Rounded(v),
                  [v] { return fmt::format("{}", v); });
   }
-  bool number_float(number_float_t v, const string_t& text) override {
-    // An integer literal parsed as a double is one past int64 and uint64:
+  bool Double(double v, std::string_view text) {
+    // An integer literal read as a double is one past int64 and uint64:
     // an integer, for its key's type (an int64 key refuses it as past
     // int64); a float key rounds it unless float32 holds it exactly.
-    if (text.find_first_of(".eE") != string_t::npos) {
+    if (text.find_first_of(".eE") != std::string_view::npos) {
       return Value(CellType::kFloat);
     }
-    return Value(CellType::kInt64, BigIntegerRounded({text, v}),
-                 [&text] { return text; });
+    return Value(CellType::kInt64, BigIntegerRounded({std::string(text), v}),
+                 [text] { return std::string(text); });
   }
-  bool string(string_t&) override { return Value(CellType::kBytes); }
-  bool binary(binary_t&) override { return Value(CellType::kNone); }
-  bool start_object(std::size_t) override {
+  bool String(std::string_view) { return Value(CellType::kBytes); }
+  bool StartObject() {
     if (depth_ == 0) {
       object_ = true;
     } else {
@@ -160,7 +164,7 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
     ++depth_;
     return true;
   }
-  bool key(string_t& key) override {
+  bool Key(std::string_view key) {
     if (depth_ == 1 && object_) {
       if (used_ == members_.size()) members_.emplace_back();
       Member& m = members_[used_++];
@@ -171,11 +175,11 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
     }
     return true;
   }
-  bool end_object() override {
+  bool EndObject() {
     --depth_;
     return true;
   }
-  bool start_array(std::size_t) override {
+  bool StartArray() {
     if (depth_ == 1) {
       in_array_ = true;
     } else {
@@ -184,13 +188,9 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
     ++depth_;
     return true;
   }
-  bool end_array() override {
+  bool EndArray() {
     --depth_;
     return true;
-  }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception&) override {
-    return false;
   }
 
  private:
@@ -214,6 +214,7 @@ class LineTypes final : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
 
+  JsonEventReader reader_;
   std::vector<Member> members_;  // [0, used_): this line's
   size_t used_ = 0;
   int depth_ = 0;
@@ -279,26 +280,24 @@ std::string RepeatedKey(const std::string& text) {
   return repeated;
 }
 
-// The conversion pass's reading of a line, through the parser's SAX events
-// straight into feature values, with no document built (the typing pass
-// parses in half the time that way).  Only a good line reads here: at the
-// first thing that would make the row bad (not JSON, not an object, a
-// nested value, a value its key's type cannot hold, an integer past int64,
-// a float past float32, a key not UTF-8 or named twice) Parse stops and
-// returns false, and Build parses the line into a document to say what is
+// The conversion pass's reading of a line, through JsonEventReader's
+// events straight into feature values, with no document built.  Only a good
+// line reads here: at the first thing that would make the row bad (not JSON,
+// not an object, a nested value, a value its key's type cannot hold, an integer
+// past int64, a float past float32, a key not UTF-8 or named twice) Parse stops
+// and returns false, and Build parses the line into a document to say what is
 // wrong.  One per thread: not thread-safe.
-class LineValues final : public nlohmann::json_sax<nlohmann::json> {
+class LineValues {
  public:
   // Parses `line`, its keys typed by `types` (a key it lacks: no values).
-  bool Parse(const std::string& line,
-             const std::map<std::string, CellType>& types) {
+  bool Parse(const std::string& line, const KeyTypeMap& types) {
     types_ = &types;
     used_ = 0;
     depth_ = 0;
     ints_.clear();
     floats_.clear();
     strings_used_ = 0;
-    if (!nlohmann::json::sax_parse(line, this)) return false;
+    if (!reader_.Read(line, *this)) return false;
     // In the order of the keys, as the document's std::map held them (and
     // so the shards' bytes); a key named twice is next to itself there.
     order_.resize(used_);
@@ -332,8 +331,9 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
     }
   }
 
-  bool null() override { return depth_ == 1; }  // absent; in a list: bad
-  bool boolean(bool v) override {
+  // JsonEventReader's handler.
+  bool Null() { return depth_ == 1; }  // absent; in a list: bad
+  bool Bool(bool v) {
     switch (Type()) {
       case CellType::kInt64:
         return Push(&ints_, int64_t{v});
@@ -343,17 +343,17 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
         return false;
     }
   }
-  bool number_integer(number_integer_t v) override {
+  bool Int(int64_t v) {
     switch (Type()) {
       case CellType::kInt64:
-        return Push(&ints_, int64_t{v});
+        return Push(&ints_, v);
       case CellType::kFloat:
         return Push(&floats_, static_cast<float>(v));
       default:
         return false;
     }
   }
-  bool number_unsigned(number_unsigned_t v) override {
+  bool Uint(uint64_t v) {
     switch (Type()) {
       case CellType::kInt64:
         return v <= static_cast<uint64_t>(INT64_MAX) &&
@@ -364,28 +364,27 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
         return false;
     }
   }
-  bool number_float(number_float_t v, const string_t&) override {
+  bool Double(double v, std::string_view) {
     return Type() == CellType::kFloat && records::FitsFloat32(v) &&
            Push(&floats_, static_cast<float>(v));
   }
-  bool string(string_t& v) override {
+  bool String(std::string_view v) {
     if (Type() != CellType::kBytes || !Present()) return false;
     if (strings_used_ == strings_.size()) strings_.emplace_back();
     strings_[strings_used_++].assign(v);
     members_[used_ - 1].end = strings_used_;
     return true;
   }
-  bool binary(binary_t&) override { return false; }
-  bool start_object(std::size_t) override {
+  bool StartObject() {
     if (depth_ != 0) return false;  // a nested object
     depth_ = 1;
     return true;
   }
-  bool key(string_t& key) override {
+  bool Key(std::string_view key) {
     if (used_ == members_.size()) members_.emplace_back();
     Member& m = members_[used_++];
     m.key.assign(key);
-    const auto known = types_->find(m.key);
+    const auto known = types_->find(key);
     m.type = known == types_->end() ? CellType::kNone : known->second;
     m.present = false;
     m.begin = m.end = m.type == CellType::kInt64   ? ints_.size()
@@ -393,22 +392,18 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
                                                    : strings_used_;
     return true;
   }
-  bool end_object() override {
+  bool EndObject() {
     depth_ = 0;
     return true;
   }
-  bool start_array(std::size_t) override {
+  bool StartArray() {
     if (depth_ != 1 || !Present()) return false;  // a list in a list
     depth_ = 2;
     return true;
   }
-  bool end_array() override {
+  bool EndArray() {
     depth_ = 1;
     return true;
-  }
-  bool parse_error(std::size_t, const std::string&,
-                   const nlohmann::detail::exception&) override {
-    return false;
   }
 
  private:
@@ -438,7 +433,8 @@ class LineValues final : public nlohmann::json_sax<nlohmann::json> {
     return true;
   }
 
-  const std::map<std::string, CellType>* types_ = nullptr;
+  JsonEventReader reader_;
+  const KeyTypeMap* types_ = nullptr;
   std::vector<Member> members_;  // [0, used_): this line's
   size_t used_ = 0;
   int depth_ = 0;  // 1: in the object; 2: in a member's list
@@ -794,7 +790,7 @@ class JsonlSource final : public ExampleSource {
   static constexpr size_t kKeysNamed = 20;  // in an error, at most
 
   std::vector<std::string> files_;
-  std::map<std::string, CellType> types_;
+  KeyTypeMap types_;
   std::vector<std::string> warnings_;
   std::unique_ptr<records::ByteReader> file_;
   size_t file_index_ = 0;

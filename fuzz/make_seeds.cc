@@ -178,7 +178,7 @@ void ConvertSeeds() {
        "\"q\"]}\n");
   Seed("convert_jsonl", "typed", 2,
        "{\"a\": 1, \"b\": [0.5, 2], \"c\": [\"x\"], \"label\": 0}\n");
-  // Every kind of value a row's SAX reading takes or hands to the document
+  // Every kind of value a row's event reading takes or hands to the document
   // (convert/jsonl.cc's LineValues): null in and out of a list, booleans,
   // integers past int64 and uint64, a float past float32, a nested object
   // and list, a key named twice, escapes and a non-ASCII key.
