@@ -1,8 +1,9 @@
 // Internal to convert/: one JSON text (RFC 8259) read as a stream of
 // events, JSON Lines' hot path.  It reports what nlohmann::json::sax_parse
 // reports for the same text — which texts are JSON, and for those the same
-// events with the same values — as tests/convert/json_events_test.cc and
-// fuzz/json_events_fuzzer.cc check against nlohmann itself.  Ours because
+// events with the same values (but for a NUL byte, below) — as
+// tests/convert/json_events_test.cc and fuzz/json_events_fuzzer.cc check
+// against nlohmann itself.  Ours because
 // nlohmann's lexer was more than half of a JSON Lines conversion's CPU
 // (docs/PERFORMANCE.md, "JSON Lines read by our own scanner"): it takes a
 // byte at a time through an input adapter into a token buffer and reads
@@ -16,8 +17,9 @@
 // escapes pair their surrogates; a number too large for a double (1e400)
 // is no JSON (nlohmann's "number overflow"); one too small becomes 0 or a
 // subnormal, as strtod rounds it.  Nothing but whitespace may follow the
-// value, up to the end or to a NUL byte (which nlohmann takes for the
-// end).
+// value.  One difference: a text with a NUL byte is no JSON here, where
+// nlohmann reads one outside a string as the text's end (a C string's) and
+// would drop what follows it.
 #ifndef RECFLOW_CONVERT_JSON_EVENTS_H_
 #define RECFLOW_CONVERT_JSON_EVENTS_H_
 
@@ -109,12 +111,10 @@ template <typename Handler>
 bool JsonEventReader::Read(std::string_view text, Handler& handler) {
   p_ = text.data();
   end_ = p_ + text.size();
-  // nlohmann's lexer takes a NUL byte where a token may start for the end
-  // of the input (a C string's), and one in a string for a control byte,
-  // as reading the text up to its first NUL does.
-  if (const void* nul = std::memchr(p_, 0, text.size())) {
-    end_ = static_cast<const char*>(nul);
-  }
+  // nlohmann's lexer takes a NUL byte for the end of the text (a C
+  // string's) where a token may start; here it is no JSON, so that
+  // nothing after one goes unread.
+  if (std::memchr(p_, 0, text.size()) != nullptr) return false;
   open_.clear();
   if (p_ != end_ && static_cast<unsigned char>(*p_) == 0xEF) {
     if (!Word("\xEF\xBB\xBF")) return false;  // a byte order mark, whole

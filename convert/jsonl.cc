@@ -645,6 +645,13 @@ class JsonlSource final : public ExampleSource {
   // Every such line is bad; were one not, it would build here the Example
   // LineValues would, as every line did before LineValues.
   void BuildOrSayWhy(const Row& r, records::ExampleBuilder* b) const {
+    // Before nlohmann, which reads one as the end of the line.
+    if (const size_t nul = r.text.find('\0'); nul != std::string::npos) {
+      RowError(fmt::format(
+          "{}:{}: not JSON: a NUL byte at column {} (JSON has none; in a "
+          "string it is written \\u0000)",
+          r.path, r.line, nul + 1));
+    }
     nlohmann::json row;
     try {
       row = nlohmann::json::parse(r.text);

@@ -1,6 +1,7 @@
 // convert/json_events.h: JsonEventReader reads every text as nlohmann's
-// SAX parser does (which texts are JSON, and their events), on hand-picked
-// edges and on seeded random texts and their mutations.
+// SAX parser does (which texts are JSON, and their events; but a text with
+// a NUL byte is none), on hand-picked edges and on seeded random texts and
+// their mutations.
 #include "convert/json_events.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 namespace recflow::convert {
 namespace {
 
+using testing::ExpectedJsonEvents;
 using testing::JsonEventLog;
 using testing::NlohmannJsonEvents;
 using testing::OurJsonEvents;
@@ -34,7 +36,7 @@ std::string Shown(std::string_view text) {
 
 void ExpectAsNlohmann(std::string_view text) {
   const JsonEventLog ours = OurJsonEvents(text);
-  const JsonEventLog theirs = NlohmannJsonEvents(text);
+  const JsonEventLog theirs = ExpectedJsonEvents(text);
   EXPECT_EQ(ours.json, theirs.json) << "text: " << Shown(text);
   EXPECT_EQ(ours.events, theirs.events) << "text: " << Shown(text);
 }
@@ -70,6 +72,19 @@ TEST(JsonEventReaderTest, StopsWhereTheHandlerSaysSo) {
   JsonEventReader reader;
   EXPECT_FALSE(reader.Read("{\"a\": 1, \"b\": 2, \"c\": 3}", handler));
   EXPECT_EQ(handler.keys, 2);
+}
+
+// nlohmann reads a NUL byte outside a string as the text's end and drops
+// what follows; to the reader a text with one is no JSON.
+TEST(JsonEventReaderTest, TakesNoTextWithANulByteForJson) {
+  for (const std::string& text :
+       {std::string("{}\0{\"a\": 1}", 12), std::string("[1]\0", 4),
+        std::string("1\0", 2)}) {
+    EXPECT_TRUE(NlohmannJsonEvents(text).json) << Shown(text);
+    EXPECT_FALSE(OurJsonEvents(text).json) << Shown(text);
+  }
+  EXPECT_FALSE(OurJsonEvents(std::string("\"a\0b\"", 5)).json);
+  EXPECT_FALSE(NlohmannJsonEvents(std::string("\"a\0b\"", 5)).json);
 }
 
 // Each edge of the grammar and of the values, read as nlohmann reads it.
@@ -434,7 +449,7 @@ TEST(JsonEventReaderTest, ReadsRandomTextsAndTheirMutationsAsNlohmann) {
     std::string text = random.Text();
     for (int m = 0; m < 5; ++m) {
       const JsonEventLog ours = OurJsonEvents(text);
-      const JsonEventLog theirs = NlohmannJsonEvents(text);
+      const JsonEventLog theirs = ExpectedJsonEvents(text);
       ASSERT_EQ(ours, theirs)
           << "text: " << Shown(text) << "\nours: " << ours.json << " "
           << fmt::format("{}", fmt::join(ours.events, " | "))

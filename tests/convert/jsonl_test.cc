@@ -163,6 +163,13 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
   EXPECT_EQ(error("{\"a\": 1.5}\n{\"a\": -1e39}\n"),
             f + ":2: key 'a': -1e+39 is outside float32's range (a float "
                 "feature would hold inf)");
+  // A NUL byte: nlohmann would end the line there, dropping the rest.
+  EXPECT_EQ(error(std::string("{\"a\": 1}\n{\"a\": 2}\0{\"a\": 3}\n", 28)),
+            f + ":2: not JSON: a NUL byte at column 9 (JSON has none; in a "
+                "string it is written \\u0000)");
+  EXPECT_EQ(error(std::string("{\"a\": \"x\0y\"}\n", 13)),
+            f + ":1: not JSON: a NUL byte at column 9 (JSON has none; in a "
+                "string it is written \\u0000)");
   EXPECT_EQ(error("{\"a\": 1} {\"a\": 2}\n"),
             f + ":1: not JSON: parse error at column 10: syntax error while "
                 "parsing value - unexpected '{'; expected end of input");
