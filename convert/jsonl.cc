@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -289,9 +290,16 @@ std::string RepeatedKey(const std::string& text) {
 // wrong.  One per thread: not thread-safe.
 class LineValues {
  public:
-  // Parses `line`, its keys typed by `types` (a key it lacks: no values).
-  bool Parse(const std::string& line, const KeyTypeMap& types) {
-    types_ = &types;
+  // Parses `line`, its keys typed by `types` (a key it lacks: no values),
+  // which `types_id` names: no two maps, alive or not, share one.
+  bool Parse(const std::string& line, const KeyTypeMap& types,
+             uint64_t types_id) {
+    if (types_id != types_id_) {  // what the slots know is another map's
+      types_ = &types;
+      types_id_ = types_id;
+      known_slots_ = 0;
+      sorted_ = false;
+    }
     used_ = 0;
     depth_ = 0;
     ints_.clear();
@@ -300,6 +308,9 @@ class LineValues {
     if (!reader_.Read(line, *this)) return false;
     // In the order of the keys, as the document's std::map held them (and
     // so the shards' bytes); a key named twice is next to itself there.
+    // Lines mostly name the keys the last line did, in its order: then
+    // the order and the check are the last line's.
+    if (sorted_ && order_.size() == used_) return true;
     order_.resize(used_);
     for (size_t i = 0; i < used_; ++i) order_[i] = &members_[i];
     std::sort(order_.begin(), order_.end(),
@@ -307,6 +318,7 @@ class LineValues {
     for (size_t i = 1; i < used_; ++i) {
       if (order_[i - 1]->key == order_[i]->key) return false;
     }
+    sorted_ = true;
     return true;
   }
 
@@ -383,9 +395,15 @@ class LineValues {
   bool Key(std::string_view key) {
     if (used_ == members_.size()) members_.emplace_back();
     Member& m = members_[used_++];
-    m.key.assign(key);
-    const auto known = types_->find(key);
-    m.type = known == types_->end() ? CellType::kNone : known->second;
+    // A slot keeps the last key read into it, and its type: most lines
+    // name the same keys in the same places.
+    if (used_ > known_slots_ || m.key != key) {
+      m.key.assign(key);
+      const auto known = types_->find(key);
+      m.type = known == types_->end() ? CellType::kNone : known->second;
+      known_slots_ = std::max(known_slots_, used_);
+      sorted_ = false;
+    }
     m.present = false;
     m.begin = m.end = m.type == CellType::kInt64   ? ints_.size()
                       : m.type == CellType::kFloat ? floats_.size()
@@ -435,8 +453,14 @@ class LineValues {
 
   JsonEventReader reader_;
   const KeyTypeMap* types_ = nullptr;
+  uint64_t types_id_ = 0;        // none is 0
   std::vector<Member> members_;  // [0, used_): this line's
   size_t used_ = 0;
+  // members_[0, known_slots_) hold a key of types_ and its type.
+  size_t known_slots_ = 0;
+  // order_ is members_[0, order_.size()) sorted by key, and their keys
+  // differ (until a slot takes another key).
+  bool sorted_ = false;
   int depth_ = 0;  // 1: in the object; 2: in a member's list
   std::vector<const Member*> order_;
   std::vector<int64_t> ints_;
@@ -490,6 +514,8 @@ struct TypingChunk {
   };
   std::vector<Rounded> rounded;
 };
+
+std::atomic<uint64_t> next_types_id{0};
 
 class JsonlSource final : public ExampleSource {
  public:
@@ -625,7 +651,7 @@ class JsonlSource final : public ExampleSource {
 
   void Build(const Row& r, records::ExampleBuilder* b) const override {
     thread_local LineValues values;
-    if (values.Parse(r.text, types_)) {
+    if (values.Parse(r.text, types_, types_id_)) {
       values.AddTo(b);
       return;
     }
@@ -798,6 +824,8 @@ class JsonlSource final : public ExampleSource {
 
   std::vector<std::string> files_;
   KeyTypeMap types_;
+  // Names types_ to LineValues, which is one per thread, not per source.
+  const uint64_t types_id_ = ++next_types_id;
   std::vector<std::string> warnings_;
   std::unique_ptr<records::ByteReader> file_;
   size_t file_index_ = 0;

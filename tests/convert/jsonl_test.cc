@@ -332,6 +332,70 @@ TEST(JsonlTest, GoodLinesBuildWhatTheirValuesSayInKeyOrder) {
   }
 }
 
+// Each thread's reading of lines keeps the last line's keys, their types
+// and their order for the next line: lines naming other keys, a bad line
+// between good ones, and a second source on the same thread (its own
+// types for the same keys) build what their own keys and types say.
+TEST(JsonlTest, LinesBuildByTheirOwnKeysWhateverTheLinesBeforeNamed) {
+  testing::TempDir dir;
+  // Each row's Example, or "bad" for a bad row.
+  const auto rows = [&](const std::string& name, const std::string& text) {
+    const std::string f = dir.File(name);
+    testing::WriteFileBytes(f, text);
+    auto source = OpenSource("jsonl", {.files = {f}});
+    std::vector<std::string> out;
+    Row row;
+    records::ExampleBuilder builder;
+    while (source->NextRow(&row)) {
+      builder.Clear();
+      try {
+        source->Build(row, &builder);
+        out.emplace_back(builder.Serialize());
+      } catch (const ConvertError&) {
+        out.emplace_back("bad");
+      }
+    }
+    return out;
+  };
+  const auto example =
+      [](std::initializer_list<std::pair<std::string, std::vector<int64_t>>>
+             features) {
+        records::ExampleBuilder b;
+        for (const auto& [key, values] : features) b.AddInt64List(key, values);
+        return std::string(b.Serialize());
+      };
+  // "b" then "a": sorted, the second slot first.  The bad line puts "0"
+  // in the first slot (it sorts before "a") and stops at the second
+  // member's value, so the next line, which names the slots' keys, sorts
+  // anew.
+  EXPECT_EQ(rows("a.jsonl",
+                 "{\"b\": 1, \"a\": 2}\n"
+                 "{\"b\": 3, \"a\": 4}\n"
+                 "{\"0\": 5, \"a\": [[6]]}\n"
+                 "{\"0\": 7, \"a\": 8}\n"
+                 "{\"0\": 9, \"a\": 10, \"b\": 11}\n"
+                 "{\"0\": 12}\n"
+                 "{\"b\": 13, \"b\": 14}\n"
+                 "{\"b\": 15, \"a\": 16}\n"),
+            (std::vector<std::string>{
+                example({{"a", {2}}, {"b", {1}}}),
+                example({{"a", {4}}, {"b", {3}}}),
+                "bad",
+                example({{"0", {7}}, {"a", {8}}}),
+                example({{"0", {9}}, {"a", {10}}, {"b", {11}}}),
+                example({{"0", {12}}}),
+                "bad",
+                example({{"a", {16}}, {"b", {15}}}),
+            }));
+  // A key float in one source and int64 in the next, read on this thread.
+  records::ExampleBuilder floats;
+  floats.AddFloatList("a", std::vector<float>{1.0f});
+  EXPECT_EQ(rows("f.jsonl", "{\"a\": 0.5}\n{\"a\": 1}\n").at(1),
+            floats.Serialize());
+  EXPECT_EQ(rows("i.jsonl", "{\"a\": 2}\n{\"a\": 1}\n").at(1),
+            example({{"a", {1}}}));
+}
+
 // What is not an error but changes or leaves out data is said: a key no
 // value types (only null or [] wherever it appears) and integers that the
 // float32 of a key holding floats rounds, with the first one's place.
