@@ -105,8 +105,12 @@ class CsvReader {
   bool ReadFields(std::vector<std::string>* fields, uint64_t* line);
   int Get() { return in_.Get(); }
 
+  // special_[byte]: what a byte is to a row read in place (ReadFields).
+  static constexpr unsigned char kDelimiter = 1, kQuoteOrCr = 2;
+
   std::string path_;
   int delimiter_;  // as Get() returns bytes: 0-255
+  unsigned char special_[256] = {};
   ByteReader in_;
   uint64_t line_ = 1;
   bool first_ = true;

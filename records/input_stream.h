@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "records/compression.h"
@@ -109,6 +111,22 @@ class ByteReader {
   // found a buffer at a time (memchr).  Throws as Get() does, after
   // appending the bytes before the damage.
   bool GetLine(std::string* line);
+  // The bytes before the next '\n' when the buffer holds that '\n', not
+  // consumed (refilling the buffer first if it is used up); std::nullopt
+  // when it does not (the line goes on past the buffer, or the file ends
+  // without one).  Valid until the next call of any other method.  Throws
+  // as Get() does.
+  std::optional<std::string_view> BufferedLine() {
+    if (pos_ == end_ && !Refill()) return std::nullopt;
+    const char* from = buffer_.get() + pos_;
+    const auto* newline =
+        static_cast<const char*>(std::memchr(from, '\n', end_ - pos_));
+    if (newline == nullptr) return std::nullopt;
+    return std::string_view(from, newline - from);
+  }
+  // Consumes `n` bytes that BufferedLine() viewed (its line and '\n' at
+  // most).
+  void Skip(size_t n) { pos_ += n; }
   // Bytes of the file consumed so far (of the compressed file, read ahead
   // by the decoder's chunk, when it is compressed): for progress.
   uint64_t file_position() const;

@@ -191,6 +191,70 @@ TEST(CsvReaderTest, WrittenRowsReadBackWithTheirLinesWhateverTheirFields) {
   }
 }
 
+// Rows without quotes or a bare CR are split in the reader's buffer
+// (ReadFields' in-place path), the others byte by byte; rows of both kinds
+// next to each other, quotes inside an unquoted field (bytes like any
+// other), bare CR and CRLF ends, blank lines, a trailing delimiter, and
+// rows across the 64 KiB buffers' edges read as the grammar says.
+TEST(CsvReaderTest, RowsReadInPlaceAndByteByByteAlike) {
+  testing::TempDir dir;
+  std::mt19937 rng(12);
+  for (const char delimiter : {',', ';'}) {
+    std::vector<std::vector<std::string>> rows;
+    std::vector<uint64_t> lines;
+    std::string text;
+    uint64_t line = 1;
+    bool bare_cr = false;  // the last row ended in a lone CR
+    for (int r = 0; r < 3000; ++r) {
+      // A blank line; after a lone CR an LF would make it a CRLF.
+      if (rng() % 8 == 0) {
+        text += bare_cr ? "\r" : rng() % 2 ? "\n" : "\r\n";
+        ++line;
+      }
+      std::vector<std::string>& row = rows.emplace_back();
+      lines.push_back(line);
+      const int fields = 1 + static_cast<int>(rng() % 6);
+      for (int f = 0; f < fields; ++f) {
+        const size_t n = rng() % 200 == 0 ? 10000 + rng() % 60000 : rng() % 12;
+        std::string field;
+        for (size_t i = 0; i < n; ++i) {
+          // A quote only after the field's first byte: bytes, unquoted.
+          field += i > 0 && rng() % 20 == 0
+                       ? '"'
+                       : static_cast<char>('a' + rng() % 26);
+        }
+        if (f > 0) text += delimiter;
+        // Some quoted, holding a delimiter, a CR or a quote of their own.
+        if (rng() % 25 == 0 || (fields == 1 && field.empty())) {
+          field += std::string("x") + (rng() % 2 ? delimiter : '\r') + "\"";
+          text += '"';
+          for (const char c : field)
+            text += c == '"' ? "\"\"" : std::string(1, c);
+          text += '"';
+        } else {
+          text += field;
+        }
+        row.push_back(std::move(field));
+      }
+      const unsigned end = rng() % 3;
+      text += end == 0 ? "\n" : end == 1 ? "\r\n" : "\r";
+      bare_cr = end == 2;
+      ++line;
+    }
+    const std::string path = dir.File("rows.csv");
+    testing::WriteFileBytes(path, text);
+    CsvReader reader(path, delimiter);
+    std::vector<std::string> fields;
+    uint64_t at = 0;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      ASSERT_TRUE(reader.ReadRecord(&fields, &at)) << r;
+      ASSERT_EQ(fields, rows[r]) << r;
+      ASSERT_EQ(at, lines[r]) << r;
+    }
+    EXPECT_FALSE(reader.ReadRecord(&fields, &at));
+  }
+}
+
 // Compressed files read as their plain bytes, by their name's suffix or as
 // told; a stream damaged part-way gives the rows before it, then an error
 // naming the file (never an early end).  Bare \r line ends put back the
