@@ -17,9 +17,10 @@
 // escapes pair their surrogates; a number too large for a double (1e400)
 // is no JSON (nlohmann's "number overflow"); one too small becomes 0 or a
 // subnormal, as strtod rounds it.  Nothing but whitespace may follow the
-// value.  One difference: a text with a NUL byte is no JSON here, where
-// nlohmann reads one outside a string as the text's end (a C string's) and
-// would drop what follows it.
+// value.  One difference: a text with a NUL byte is no JSON here (the
+// grammar has no place for one: not in a string, a number, a literal or
+// whitespace), where nlohmann reads one outside a string as the text's end
+// (a C string's) and would drop what follows it.
 #ifndef RECFLOW_CONVERT_JSON_EVENTS_H_
 #define RECFLOW_CONVERT_JSON_EVENTS_H_
 
@@ -27,7 +28,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -111,10 +111,6 @@ template <typename Handler>
 bool JsonEventReader::Read(std::string_view text, Handler& handler) {
   p_ = text.data();
   end_ = p_ + text.size();
-  // nlohmann's lexer takes a NUL byte for the end of the text (a C
-  // string's) where a token may start; here it is no JSON, so that
-  // nothing after one goes unread.
-  if (std::memchr(p_, 0, text.size()) != nullptr) return false;
   open_.clear();
   if (p_ != end_ && static_cast<unsigned char>(*p_) == 0xEF) {
     if (!Word("\xEF\xBB\xBF")) return false;  // a byte order mark, whole
