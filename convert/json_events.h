@@ -289,21 +289,7 @@ inline bool JsonEventReader::ReadEscape() {
   } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
     return false;  // a low surrogate alone
   }
-  if (cp < 0x80) {
-    scratch_.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    scratch_.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    scratch_.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    scratch_.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    scratch_.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    scratch_.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    scratch_.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    scratch_.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    scratch_.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    scratch_.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
+  records::wire::AppendUtf8(cp, &scratch_);
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include "convert/sources.h"
 #include "records/dtype.h"
+#include "records/wire_format.h"
 
 namespace recflow::convert {
 namespace {
@@ -14,24 +15,6 @@ namespace fs = std::filesystem;
 using records::DType;
 
 // --- NumPy (.npy, and .npz archives of them) ----------------------------
-
-void AppendUtf8(uint32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xc0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xe0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  } else {
-    out->push_back(static_cast<char>(0xf0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3f)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3f)));
-  }
-}
 
 // One member of a .npz archive, read through libzip (stored or deflated;
 // libzip inflates it and checks its CRC-32 at the end).  The archive
@@ -211,7 +194,7 @@ class NpyArray {
                 fmt::format("{}: row {}: {:#x} is not a Unicode code point",
                             where_, row_index_ - 1, c));
           }
-          AppendUtf8(c, &out);
+          records::wire::AppendUtf8(c, &out);
         }
       }
       b->AddBytesList(feature_, strings_);

@@ -96,6 +96,9 @@ bool SkipField(const char*& p, const char* end, uint32_t field,
 
 // True when `s` is valid UTF-8, as proto3 requires of string fields.
 bool IsValidUtf8(std::string_view s);
+// Appends code point `cp` (below 0x110000) as UTF-8, in as few bytes as
+// it takes; a surrogate is encoded as any other (not valid UTF-8).
+void AppendUtf8(uint32_t cp, std::string* out);
 
 // Encoding, for writers.
 inline void PutVarint(std::string& out, uint64_t v) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "json_event_log.h"
+#include "records/wire_format.h"
 
 namespace recflow::convert {
 namespace {
@@ -334,23 +335,6 @@ class RandomJson {
       *out += Digits(3);
     }
   }
-  void Utf8(std::string* out, uint32_t cp) {
-    if (cp < 0x80) {
-      out->push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
   void String(std::string* out) {
     static const std::string kEscapes = "\\\"\\\\\\/\\b\\f\\n\\r\\t";
     static const uint32_t kUtf8Ends[] = {0x80, 0x800, 0x10000, 0x110000};
@@ -361,7 +345,7 @@ class RandomJson {
           out->push_back(static_cast<char>(Pick(256)));
           break;
         case 1:  // any code point, surrogates and controls too
-          Utf8(out, Pick(kUtf8Ends[Pick(4)]));
+          records::wire::AppendUtf8(Pick(kUtf8Ends[Pick(4)]), out);
           break;
         case 2:  // any \u code unit
           *out += fmt::format("\\u{:04x}", Pick(0x10000));
@@ -382,7 +366,7 @@ class RandomJson {
           do {
             cp = 0x80 + Pick(kUtf8Ends[1 + Pick(3)] - 0x80);
           } while (cp >= 0xD800 && cp < 0xE000);
-          Utf8(out, cp);
+          records::wire::AppendUtf8(cp, out);
           break;
         }
         default: {  // printable ASCII, not a quote or backslash
