@@ -175,7 +175,8 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
                 "parsing value - unexpected '{'; expected end of input");
 }
 
-// Every row of `f` as its source builds it, serialized.
+// Every row of `f` as its source builds it, serialized, or "bad" for a
+// bad row.
 std::vector<std::string> BuiltRows(const std::string& f) {
   auto source = OpenSource("jsonl", {.files = {f}});
   std::vector<std::string> out;
@@ -183,8 +184,12 @@ std::vector<std::string> BuiltRows(const std::string& f) {
   records::ExampleBuilder builder;
   while (source->NextRow(&row)) {
     builder.Clear();
-    source->Build(row, &builder);
-    out.emplace_back(builder.Serialize());
+    try {
+      source->Build(row, &builder);
+      out.emplace_back(builder.Serialize());
+    } catch (const ConvertError&) {
+      out.emplace_back("bad");
+    }
   }
   return out;
 }
@@ -338,24 +343,10 @@ TEST(JsonlTest, GoodLinesBuildWhatTheirValuesSayInKeyOrder) {
 // types for the same keys) build what their own keys and types say.
 TEST(JsonlTest, LinesBuildByTheirOwnKeysWhateverTheLinesBeforeNamed) {
   testing::TempDir dir;
-  // Each row's Example, or "bad" for a bad row.
   const auto rows = [&](const std::string& name, const std::string& text) {
     const std::string f = dir.File(name);
     testing::WriteFileBytes(f, text);
-    auto source = OpenSource("jsonl", {.files = {f}});
-    std::vector<std::string> out;
-    Row row;
-    records::ExampleBuilder builder;
-    while (source->NextRow(&row)) {
-      builder.Clear();
-      try {
-        source->Build(row, &builder);
-        out.emplace_back(builder.Serialize());
-      } catch (const ConvertError&) {
-        out.emplace_back("bad");
-      }
-    }
-    return out;
+    return BuiltRows(f);
   };
   const auto example =
       [](std::initializer_list<std::pair<std::string, std::vector<int64_t>>>
