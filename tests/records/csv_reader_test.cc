@@ -120,6 +120,20 @@ TEST(CsvReaderTest, RowsReadIntoOneVectorHoldOnlyTheirOwnFields) {
   EXPECT_TRUE(fields.empty());
 }
 
+// `reader` reads exactly `rows`, each starting on its line of `lines`.
+void ExpectRows(CsvReader* reader,
+                const std::vector<std::vector<std::string>>& rows,
+                const std::vector<uint64_t>& lines) {
+  std::vector<std::string> fields;
+  uint64_t at = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    ASSERT_TRUE(reader->ReadRecord(&fields, &at)) << r;
+    ASSERT_EQ(fields, rows[r]) << r;
+    ASSERT_EQ(at, lines[r]) << r;
+  }
+  EXPECT_FALSE(reader->ReadRecord(&fields, &at));
+}
+
 // Rows written as RFC 4180 says (quoted where a field holds the
 // delimiter, a quote, \r or \n, and at random elsewhere; \n or \r\n line
 // ends; blank lines between some) read back as written, each at its first
@@ -179,14 +193,7 @@ TEST(CsvReaderTest, WrittenRowsReadBackWithTheirLinesWhateverTheirFields) {
       const std::string path = dir.File("rows");
       testing::WriteFileBytes(path, testing::Compressed(text, c));
       CsvReader reader(path, delimiter, c);
-      std::vector<std::string> fields;
-      uint64_t at = 0;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        ASSERT_TRUE(reader.ReadRecord(&fields, &at)) << r;
-        ASSERT_EQ(fields, rows[r]) << r;
-        ASSERT_EQ(at, lines[r]) << r;
-      }
-      EXPECT_FALSE(reader.ReadRecord(&fields, &at));
+      ASSERT_NO_FATAL_FAILURE(ExpectRows(&reader, rows, lines));
     }
   }
 }
@@ -244,14 +251,7 @@ TEST(CsvReaderTest, RowsReadInPlaceAndByteByByteAlike) {
     const std::string path = dir.File("rows.csv");
     testing::WriteFileBytes(path, text);
     CsvReader reader(path, delimiter);
-    std::vector<std::string> fields;
-    uint64_t at = 0;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      ASSERT_TRUE(reader.ReadRecord(&fields, &at)) << r;
-      ASSERT_EQ(fields, rows[r]) << r;
-      ASSERT_EQ(at, lines[r]) << r;
-    }
-    EXPECT_FALSE(reader.ReadRecord(&fields, &at));
+    ASSERT_NO_FATAL_FAILURE(ExpectRows(&reader, rows, lines));
   }
 }
 
