@@ -265,10 +265,11 @@ class RandomJson {
   // `text` with one change: a byte replaced, removed, or added, the end
   // cut, or a piece repeated.
   std::string Mutated(std::string text) {
-    static const std::string kBytes(
+    static constexpr char kByteList[] =
         "{}[]\",:\\ -+.eE0123456789tfnulru\x00\x01\x1f\x7f\x80\xbf\xc0\xc2"
-        "\xdf\xe0\xed\xef\xf0\xf4\xf5\xff",
-        50);
+        "\xdf\xe0\xed\xef\xf0\xf4\xf5\xff";
+    // The list without the literal's terminating NUL (it has its own).
+    static const std::string kBytes(kByteList, sizeof(kByteList) - 1);
     const auto byte = [&] {
       return Pick(4) == 0 ? static_cast<char>(Pick(256))
                           : kBytes[Pick(kBytes.size())];
