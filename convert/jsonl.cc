@@ -14,6 +14,7 @@
 #include "convert/sources.h"
 #include "records/csv_reader.h"
 #include "records/input_stream.h"
+#include "records/json_excerpt.h"
 #include "records/wire_format.h"
 
 namespace recflow::convert {
@@ -786,7 +787,7 @@ class JsonlSource final : public ExampleSource {
             : type == CellType::kFloat ? "numeric values"
             : type == CellType::kInt64 ? "integer values"
                                        : "feature values",
-            value.dump().substr(0, 80)));
+            records::JsonExcerpt(value)));
       }
     }
   }

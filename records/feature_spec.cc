@@ -9,10 +9,12 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <vector>
 
 #include "records/errors.h"
+#include "records/json_excerpt.h"
 
 namespace recflow::records {
 
@@ -54,7 +56,12 @@ namespace {
 
 DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
                           const nlohmann::json& j) {
-  const nlohmann::json values = j.is_array() ? j : nlohmann::json::array({j});
+  // The values, viewed in place (a copy of a deeply nested one would
+  // recurse as deep).
+  const std::span<const nlohmann::json> values =
+      j.is_array() ? std::span<const nlohmann::json>(
+                         j.get_ref<const nlohmann::json::array_t&>())
+                   : std::span<const nlohmann::json>(&j, 1);
   DefaultValue d;
   for (const auto& v : values) {
     switch (c.dtype) {
@@ -63,14 +70,14 @@ DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
           throw Error(
               fmt::format("spec: feature '{}': default {} is not a "
                           "number",
-                          name, v.dump()));
+                          name, JsonExcerpt(v)));
         }
         const double x = v.get<double>();
         if (std::abs(x) > std::numeric_limits<float>::max()) {
           throw Error(
               fmt::format("spec: feature '{}': default {} is beyond "
                           "float32's range",
-                          name, v.dump()));
+                          name, JsonExcerpt(v)));
         }
         d.floats.push_back(static_cast<float>(x));
         break;
@@ -83,7 +90,7 @@ DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
           throw Error(
               fmt::format("spec: feature '{}': default {} is not an "
                           "int64",
-                          name, v.dump()));
+                          name, JsonExcerpt(v)));
         }
         d.ints.push_back(v.get<int64_t>());
         break;
@@ -92,7 +99,7 @@ DefaultValue ParseDefault(const std::string& name, const FeatureConfig& c,
           throw Error(
               fmt::format("spec: feature '{}': default {} is not a "
                           "string",
-                          name, v.dump()));
+                          name, JsonExcerpt(v)));
         }
         d.bytes.push_back(v.get<std::string>());
         break;
@@ -123,16 +130,19 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
       throw Error(fmt::format("spec: feature '{}': expected an object", name));
     }
     FeatureConfig c;
-    const nlohmann::json kind = j.value("kind", nlohmann::json("fixed"));
-    if (kind == "fixed") {
+    // Viewed in place, not copied (as `values` in ParseDefault).
+    const nlohmann::json fixed = "fixed";
+    const auto given = j.find("kind");
+    const nlohmann::json* kind = given != j.end() ? &*given : &fixed;
+    if (*kind == "fixed") {
       c.kind = FeatureConfig::Kind::kFixed;
-    } else if (kind == "var") {
+    } else if (*kind == "var") {
       c.kind = FeatureConfig::Kind::kVar;
     } else {
       throw Error(
           fmt::format("spec: feature '{}': kind {}: expected "
                       "\"fixed\" or \"var\"",
-                      name, kind.dump()));
+                      name, JsonExcerpt(*kind)));
     }
     if (!j.contains("dtype") || !j["dtype"].is_string()) {
       throw Error(
@@ -172,13 +182,13 @@ FeatureSpec FeatureSpec::FromJson(const nlohmann::json& json) {
         throw Error(
             fmt::format("spec: feature '{}': shape {}: expected a list of "
                         "non-negative integers",
-                        name, shape.dump()));
+                        name, JsonExcerpt(shape)));
       }
       if (values >= kMaxValues) {
         throw Error(
             fmt::format("spec: feature '{}': shape {} holds 2^31 values or "
                         "more, which no Example can (protobuf's 2 GiB)",
-                        name, shape.dump()));
+                        name, JsonExcerpt(shape)));
       }
       for (const auto& d : shape) c.shape.push_back(d.get<int64_t>());
     }

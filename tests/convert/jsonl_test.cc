@@ -173,6 +173,15 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
   EXPECT_EQ(error("{\"a\": 1} {\"a\": 2}\n"),
             f + ":1: not JSON: parse error at column 10: syntax error while "
                 "parsing value - unexpected '{'; expected end of input");
+  // Nested a million deep (a hostile line): named by its first bytes,
+  // written without recursing as deep as it goes.
+  const std::string deep =
+      std::string(1000000, '[') + std::string(1000000, ']');
+  EXPECT_EQ(error("{\"a\": 1}\n{\"a\": " + deep + "}\n"),
+            f +
+                ":2: key 'a': expected integer values (numbers, strings, "
+                "booleans, or lists of one of them), found " +
+                std::string(80, '[') + "...");
 }
 
 // Every row of `f` as its source builds it, serialized, or "bad" for a

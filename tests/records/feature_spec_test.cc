@@ -112,6 +112,25 @@ TEST(FeatureSpecTest, AMalformedSpecIsRefusedWithTheFeatureAndWhatWasExpected) {
   }
 }
 
+// A value nested a million deep (a damaged or hostile file) is refused as
+// any other, named by its first bytes, without being copied or written by
+// a recursion as deep as it goes.
+TEST(FeatureSpecTest, AValueNestedAMillionDeepIsRefusedByItsFirstBytes) {
+  const std::string deep =
+      std::string(1000000, '[') + std::string(1000000, ']');
+  const std::string shown = std::string(80, '[') + "...";
+  EXPECT_EQ(FeatureErrorOf(R"({"dtype": "float32", "default": )" + deep + "}"),
+            "spec: feature 'x': default " + shown + " is not a number");
+  EXPECT_EQ(FeatureErrorOf(R"({"dtype": "int64", "default": [)" + deep + "]}"),
+            "spec: feature 'x': default " + shown + " is not an int64");
+  EXPECT_EQ(
+      FeatureErrorOf(R"({"dtype": "bytes", "kind": )" + deep + "}"),
+      "spec: feature 'x': kind " + shown + R"(: expected "fixed" or "var")");
+  EXPECT_EQ(FeatureErrorOf(R"({"dtype": "bytes", "shape": )" + deep + "}"),
+            "spec: feature 'x': shape " + shown +
+                ": expected a list of non-negative integers");
+}
+
 // What ToJson writes reads back as the same spec, defaults included.
 TEST(FeatureSpecTest, ToJsonReadsBackAsTheSameSpec) {
   const FeatureSpec spec = FeatureSpec::FromJsonText(R"({"features": {
