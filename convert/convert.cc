@@ -136,6 +136,7 @@ ConvertSummary ConvertSource(const ConvertJob& job,
                              std::unique_ptr<ExampleSource> source) {
   const auto start = std::chrono::steady_clock::now();
   const uint64_t total_bytes = source->total_bytes();
+  source->set_max_record_bytes(job.max_record_bytes);
   if (const auto problem = ShardPrefixProblem(job.output, job.shards)) {
     throw ConvertError("output " + *problem, /*row_level=*/false);
   }
@@ -219,6 +220,10 @@ ConvertSummary ConvertSource(const ConvertJob& job,
       try {
         source->Build(row, &builder);
         row.example.assign(builder.Serialize());
+        if (row.example.size() > job.max_record_bytes) {
+          CheckRecordBytes(row.example.size(), job.max_record_bytes,
+                           fmt::format("{}:{}", row.path, row.line));
+        }
       } catch (const ConvertError& e) {
         if (!e.row_level()) throw;
         row.error = e.what();

@@ -46,6 +46,7 @@
 #include "records/errors.h"
 #include "records/example_builder.h"
 #include "records/feature_spec.h"
+#include "records/tfrecord_reader.h"
 #include "records/tfrecord_writer.h"
 
 namespace recflow::convert {
@@ -101,6 +102,16 @@ class ExampleSource {
   // naming where.  Final once the source is open (CSV and JSON Lines read
   // the whole input first, to type it).
   virtual std::vector<std::string> warnings() const { return {}; }
+
+  // Rows whose records NextRow builds (`built`) and are longer than this
+  // are row-level errors (ConvertJob::max_record_bytes, which
+  // ConvertSource sets here before the first NextRow; Build()'s records
+  // are checked by the job).
+  void set_max_record_bytes(uint64_t n) { max_record_bytes_ = n; }
+  uint64_t max_record_bytes() const { return max_record_bytes_; }
+
+ private:
+  uint64_t max_record_bytes_ = records::kDefaultMaxRecordBytes;
 };
 
 struct ConvertInputs {
@@ -181,6 +192,12 @@ struct ConvertJob {
   // min(shards, threads), at least 1.
   int compression_threads = 0;
   bool skip_bad = false;
+  // A row whose record (its serialized Example) is longer than this is a
+  // row-level error naming the row, which skip_bad skips: protobuf parses
+  // no message of 2 GiB or more, and readers refuse longer records unless
+  // told (records::ReaderOptions::max_record_bytes, the same default), so
+  // such a record could be written but never read back.
+  uint64_t max_record_bytes = records::kDefaultMaxRecordBytes;
   // Called after each chunk of rows is handed to the writers, in input
   // order, one call at a time, on any of the job's threads.  The source
   // reads on meanwhile, maybe on another thread: hence a snapshot, not the

@@ -51,6 +51,10 @@ class DatasetSource final : public ExampleSource {
       } else {
         row->example.assign(Record(e, row->line));
       }
+      if (row->example.size() > max_record_bytes()) {
+        CheckRecordBytes(row->example.size(), max_record_bytes(),
+                         fmt::format("element {}", row->line));
+      }
     } catch (const ConvertError& err) {
       if (!err.row_level()) throw;
       row->error = err.what();

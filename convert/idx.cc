@@ -37,6 +37,7 @@ class GzFile {
     if (got > 0) InputError(fmt::format("{}: {}", path_, what));
   }
   uint64_t consumed() { return static_cast<uint64_t>(gzoffset(f_)); }
+  const std::string& path() const { return path_; }
 
  private:
   std::string path_;
@@ -103,6 +104,9 @@ class IdxSource final : public BuildingSource {
         .AddInt64("height", height_)
         .AddInt64("width", width_);
     return true;
+  }
+  std::string RowName() const override {
+    return fmt::format("{}: image {}", images_.path(), row_ - 1);
   }
   std::optional<uint64_t> rows() const override { return rows_; }
   uint64_t bytes_read() const override {

@@ -139,6 +139,7 @@ class ImagesSource final : public BuildingSource {
         .AddBytes("image/filename", fs::path(item.path).filename().string());
     return true;
   }
+  std::string RowName() const override { return items_[next_ - 1].path; }
   std::optional<uint64_t> rows() const override { return items_.size(); }
   uint64_t bytes_read() const override { return bytes_read_; }
   uint64_t total_bytes() const override { return total_bytes_; }

@@ -1,3 +1,4 @@
+#include <fmt/ranges.h>
 #include <zip.h>
 
 #include <algorithm>
@@ -351,7 +352,7 @@ class ArraysSource final : public BuildingSource {
  public:
   explicit ArraysSource(std::vector<std::unique_ptr<NpyArray>> arrays,
                         uint64_t total_bytes, const std::string& what)
-      : arrays_(std::move(arrays)), total_bytes_(total_bytes) {
+      : arrays_(std::move(arrays)), total_bytes_(total_bytes), what_(what) {
     if (arrays_.empty()) InputError(what + ": no arrays");
     // One feature per array: a second array of one name (x.npy from two
     // folders, or a member an archive holds twice) would hide the first.
@@ -388,6 +389,9 @@ class ArraysSource final : public BuildingSource {
     for (auto& a : arrays_) a->AddRow(b);
     return true;
   }
+  std::string RowName() const override {
+    return fmt::format("{}: row {}", what_, row_ - 1);
+  }
   std::optional<uint64_t> rows() const override { return rows_; }
   uint64_t bytes_read() const override {
     uint64_t n = 0;
@@ -399,6 +403,7 @@ class ArraysSource final : public BuildingSource {
  private:
   std::vector<std::unique_ptr<NpyArray>> arrays_;
   uint64_t total_bytes_;
+  std::string what_;  // the archive, or the .npy files
   uint64_t rows_ = 0;
   uint64_t row_ = 0;
   bool finished_ = false;
@@ -463,7 +468,8 @@ std::unique_ptr<ExampleSource> OpenNpy(const std::vector<std::string>& files) {
     arrays.push_back(std::make_unique<NpyArray>(std::make_unique<FileStream>(f),
                                                 f, Stem(f)));
   }
-  return std::make_unique<ArraysSource>(std::move(arrays), bytes, "npy");
+  return std::make_unique<ArraysSource>(
+      std::move(arrays), bytes, fmt::format("{}", fmt::join(files, ", ")));
 }
 
 }  // namespace recflow::convert

@@ -20,6 +20,16 @@ using records::DType;
   throw ConvertError(what, /*row_level=*/true);
 }
 
+void CheckRecordBytes(size_t bytes, uint64_t max_bytes,
+                      const std::string& where) {
+  if (bytes <= max_bytes) return;
+  RowError(fmt::format(
+      "{}: its record is {} bytes, more than the {} a record may have "
+      "(protobuf parses no tf.train.Example of 2 GiB or more, and readers "
+      "refuse longer records)",
+      where, bytes, max_bytes));
+}
+
 uint64_t FileSize(const std::string& path) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
@@ -35,6 +45,9 @@ bool BuildingSource::NextRow(Row* row) {
   try {
     if (!Next(&builder_)) return false;
     row->example.assign(builder_.Serialize());
+    if (row->example.size() > max_record_bytes()) {
+      CheckRecordBytes(row->example.size(), max_record_bytes(), RowName());
+    }
   } catch (const ConvertError& e) {
     if (!e.row_level()) throw;
     row->error = e.what();

@@ -28,6 +28,10 @@ ConvertSummary ConvertSource(const ConvertJob& job,
 
 [[noreturn]] void InputError(const std::string& what);
 [[noreturn]] void RowError(const std::string& what);
+// The row-level error for the record of the row `where` names when it is
+// longer than `max_bytes` (ConvertJob::max_record_bytes).
+void CheckRecordBytes(size_t bytes, uint64_t max_bytes,
+                      const std::string& where);
 
 // The size of `path`; InputError when it cannot be read.
 uint64_t FileSize(const std::string& path);
@@ -94,6 +98,9 @@ class BuildingSource : public ExampleSource {
  protected:
   // Writes the next row into `b`; false at the end.  Throws ConvertError.
   virtual bool Next(records::ExampleBuilder* b) = 0;
+  // The row Next() last wrote, as this source's errors name it ("FILE:
+  // row 3"): for an error found after Next() returned.
+  virtual std::string RowName() const = 0;
 
  private:
   records::ExampleBuilder builder_;

@@ -200,8 +200,11 @@ struct BuiltinMap {
 // A job's output arguments, as convert() and write_tfrecords() take them.
 convert::ConvertJob OutputJob(std::string output, uint64_t shards, bool index,
                               const std::string& compression, int level,
-                              bool skip_bad) {
+                              bool skip_bad, uint64_t max_record_bytes) {
   if (shards == 0) throw py::value_error("shards must be at least 1");
+  if (max_record_bytes == 0) {
+    throw py::value_error("max_record_bytes must be at least 1");
+  }
   convert::ConvertJob job;
   job.output = std::move(output);
   job.shards = shards;
@@ -209,6 +212,7 @@ convert::ConvertJob OutputJob(std::string output, uint64_t shards, bool index,
   job.writer.level = level;
   job.writer.build_index = index;
   job.skip_bad = skip_bad;
+  job.max_record_bytes = max_record_bytes;
   return job;
 }
 
@@ -2046,9 +2050,11 @@ only on the inputs and seeds, never on the thread count.
           "write_tfrecords",
           [](const PyDataset& d, std::string output, uint64_t shards,
              bool index, std::string compression, int level, bool skip_bad,
-             int threads, std::optional<std::string> record_key) {
-            convert::ConvertJob job = OutputJob(
-                std::move(output), shards, index, compression, level, skip_bad);
+             int threads, std::optional<std::string> record_key,
+             uint64_t max_record_bytes) {
+            convert::ConvertJob job =
+                OutputJob(std::move(output), shards, index, compression, level,
+                          skip_bad, max_record_bytes);
             convert::DatasetRecords records;
             records.threads = ThreadsArg(threads, "write_tfrecords()");
             records.record_key = record_key.value_or("");
@@ -2064,6 +2070,7 @@ only on the inputs and seeds, never on the thread count.
           "output"_a, "shards"_a = 1, "index"_a = false,
           "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,
           "threads"_a = 0, "record_key"_a = py::none(),
+          "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
           "Runs the dataset once and writes its elements as sharded "
           "TFRecords (OUTPUT-00000-of-0000N.tfrecord, as recflow.convert): "
           "each element a tf.train.Example of its entries (float32/float64 "
@@ -2351,9 +2358,10 @@ may be used from several threads, and by DataLoader worker processes
          uint64_t shards, bool index, std::string compression, int level,
          bool skip_bad, int threads, std::optional<std::string> images,
          std::optional<std::string> labels, py::handle spec,
-         std::string delimiter) {
-        convert::ConvertJob job = OutputJob(std::move(output), shards, index,
-                                            compression, level, skip_bad);
+         std::string delimiter, uint64_t max_record_bytes) {
+        convert::ConvertJob job =
+            OutputJob(std::move(output), shards, index, compression, level,
+                      skip_bad, max_record_bytes);
         if (delimiter.size() != 1) {
           throw py::value_error("delimiter must be one character");
         }
@@ -2380,6 +2388,7 @@ may be used from several threads, and by DataLoader worker processes
       "compression"_a = "none", "level"_a = 0, "skip_bad"_a = false,
       "threads"_a = 0, "images"_a = py::none(), "labels"_a = py::none(),
       "spec"_a = py::none(), "delimiter"_a = ",",
+      "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
       "Converts csv, jsonl, npy, npz, idx (images=, labels=) or images (a "
       "folder per class) into sharded TFRecords of Examples, as `recflow "
       "convert`; returns a summary dict. All shards appear together or "

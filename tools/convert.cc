@@ -32,6 +32,7 @@ struct ConvertOptions {
   std::string spec;
   std::string delimiter;  // csv; empty: a comma
   bool skip_bad = false;
+  uint64_t max_record_bytes = records::kDefaultMaxRecordBytes;
   std::string images, labels;
   int threads = 0;
   bool json = false;
@@ -131,6 +132,7 @@ int RunConvert(const ConvertOptions& o) {
   job.writer = writer;
   job.threads = o.threads;
   job.skip_bad = o.skip_bad;
+  job.max_record_bytes = o.max_record_bytes;
   Progress progress;
   job.progress = [&](const ConvertProgress& p) { progress.Update(p); };
   const ConvertSummary s = convert::Convert(job);
@@ -203,6 +205,11 @@ Runner AddConvertCommand(CLI::App& app) {
                  "a comma)");
   app.add_flag("--skip-bad", o->skip_bad,
                "skip rows that cannot be converted, and count them");
+  app.add_option("--max-record-bytes", o->max_record_bytes,
+                 "a row whose record (its serialized Example) is longer is a "
+                 "bad row: readers refuse longer records by default")
+      ->check(Positive())
+      ->capture_default_str();
   app.add_option("--images", o->images, "idx: the images file (.gz or not)");
   app.add_option("--labels", o->labels, "idx: the labels file (.gz or not)");
   app.add_option("--threads", o->threads, "writer threads (0: one per core)")

@@ -363,6 +363,77 @@ TEST(ConvertJobTest, ABadRowLeavesNoShardUnlessSkipped) {
   EXPECT_EQ(ShardExamples(s).size(), 999u);
 }
 
+// A row whose record would be longer than max_record_bytes (by default 2
+// GiB: protobuf's limit, and the readers') is a bad row naming the row,
+// in every format: an error, or skipped with skip_bad; never written.
+TEST(ConvertJobTest, ARecordPastMaxRecordBytesIsABadRowInEveryFormat) {
+  testing::TempDir dir;
+  const std::string big(600, 'x');
+  testing::WriteFileBytes(dir.File("in.csv"),
+                          "id,s\n1,a\n2," + big + "\n3,b\n");
+  testing::WriteFileBytes(
+      dir.File("in.jsonl"),
+      "{\"s\": \"a\"}\n{\"s\": \"" + big + "\"}\n{\"s\": \"b\"}\n");
+  // Arrays and IDX images: every row is as long (3 rows).
+  testing::WriteFileBytes(
+      dir.File("x.npy"),
+      testing::NpyBytes("<f4", "(3, 200)", std::string(3 * 200 * 4, '\0')));
+  testing::WriteFileBytes(dir.File("images"),
+                          testing::Be32(0x803) + testing::Be32(3) +
+                              testing::Be32(20) + testing::Be32(30) +
+                              std::string(3 * 600, '\1'));
+  testing::WriteFileBytes(
+      dir.File("labels"),
+      testing::Be32(0x801) + testing::Be32(3) + std::string(3, '\2'));
+  std::filesystem::create_directories(dir.File("imgs/a"));
+  testing::WriteFileBytes(dir.File("imgs/a/1.png"), testing::TinyPng());
+  testing::WriteFileBytes(dir.File("imgs/a/2.png"), testing::TinyPng() + big);
+  testing::WriteFileBytes(dir.File("imgs/a/3.jpg"), testing::TinyJpeg());
+  struct Case {
+    std::string format;
+    ConvertInputs inputs;
+    std::string where;  // the long row
+    uint64_t good;      // rows under the limit
+  };
+  const std::vector<Case> cases = {
+      {"csv", {.files = {dir.File("in.csv")}}, dir.File("in.csv") + ":3", 2},
+      {"jsonl",
+       {.files = {dir.File("in.jsonl")}},
+       dir.File("in.jsonl") + ":2",
+       2},
+      {"npy", {.files = {dir.File("x.npy")}}, dir.File("x.npy") + ": row 0", 0},
+      {"idx",
+       {.images = dir.File("images"), .labels = dir.File("labels")},
+       dir.File("images") + ": image 0",
+       0},
+      {"images", {.files = {dir.File("imgs")}}, dir.File("imgs/a/2.png"), 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.format);
+    ConvertJob job;
+    job.format = c.format;
+    job.inputs = c.inputs;
+    job.output = dir.File("out");
+    EXPECT_EQ(Convert(job).records, 3u);  // under the default
+    job.max_record_bytes = 500;
+    const std::string error = testing::ConvertErrorOf([&] { Convert(job); });
+    EXPECT_EQ(error.rfind(c.where + ": its record is ", 0), 0u) << error;
+    EXPECT_NE(error.find(" bytes, more than the 500 a record may have "
+                         "(protobuf parses no tf.train.Example of 2 GiB or "
+                         "more, and readers refuse longer records)"),
+              std::string::npos)
+        << error;
+    job.skip_bad = true;
+    const ConvertSummary s = Convert(job);
+    EXPECT_EQ(s.records, c.good);
+    EXPECT_EQ(s.skipped, 3 - c.good);
+    EXPECT_EQ(s.first_skipped, error);
+    for (const auto& ex : ShardExamples(s)) {
+      EXPECT_LE(ex.ByteSizeLong(), 500u);
+    }
+  }
+}
+
 // A shard whose writes fail (the disk fills) fails the whole job with the
 // system's error and the file's name, and leaves no shard at all, nor a
 // temporary file: the shards are committed together or not at all.

@@ -210,6 +210,36 @@ TEST(ConvertDatasetTest,
   EXPECT_TRUE(std::filesystem::is_empty(other.path()));
 }
 
+// An element whose record would be longer than max_record_bytes is a bad
+// row naming the element, whichever way it is written.
+TEST(ConvertDatasetTest, ARecordPastMaxRecordBytesIsABadElement) {
+  testing::TempDir dir;
+  const Dataset ds = Dataset::Range(0, 4).Map([](Element e) {
+    const int64_t i = e["value"].scalar<int64_t>();
+    Element out;
+    const std::vector<std::string> text = {std::string(i == 2 ? 600 : 10, 'x')};
+    out.Set("record", Tensor::FromStrings(text, Shape{}));
+    return out;
+  });
+  for (const DatasetRecords& how :
+       {DatasetRecords{}, DatasetRecords{.record_key = "record"},
+        DatasetRecords{.record_key = "", .element_records = true}}) {
+    ConvertJob job = Job(dir, 1);
+    EXPECT_EQ(ConvertDataset(ds, how, job).records, 4u);
+    job.max_record_bytes = 500;
+    const std::string error =
+        testing::ConvertErrorOf([&] { ConvertDataset(ds, how, job); });
+    EXPECT_EQ(error.rfind("element 2: its record is ", 0), 0u) << error;
+    EXPECT_NE(error.find("more than the 500 a record may have"),
+              std::string::npos)
+        << error;
+    job.skip_bad = true;
+    const ConvertSummary s = ConvertDataset(ds, how, job);
+    EXPECT_EQ(s.records, 3u);
+    EXPECT_EQ(s.first_skipped, error);
+  }
+}
+
 // Element i of Mixed(), batched by 7 (the last short) with its vectors
 // ragged: every dtype, batched, ragged and bytes.
 Dataset MixedRaggedBatches(int64_t n) {

@@ -228,6 +228,26 @@ def test_convert_bad_row_names_file_and_line(tmp_path):
     assert s["records"] == 1 and s["skipped"] == 1
 
 
+def test_convert_refuses_records_past_max_record_bytes(tmp_path):
+    csv = tmp_path / "long.csv"
+    csv.write_text("a,b\n1,2\n3," + "x" * 300 + "\n")
+    with pytest.raises(ValueError,
+                       match=r"long\.csv:3: its record is \d+ bytes, more "
+                             r"than the 200 a record may have"):
+        recflow.convert("csv", str(csv), str(tmp_path / "out"),
+                        max_record_bytes=200)
+    s = recflow.convert("csv", str(csv), str(tmp_path / "out"),
+                        max_record_bytes=200, skip_bad=True)
+    assert s["records"] == 1 and s["skipped"] == 1
+    with pytest.raises(ValueError, match="element 1: its record is"):
+        recflow.Dataset.range(3).map(
+            lambda e: {"s": b"x" * (300 if int(e["value"]) == 1 else 1)}
+        ).write_tfrecords(str(tmp_path / "w"), max_record_bytes=200)
+    with pytest.raises(ValueError, match="max_record_bytes must be at least 1"):
+        recflow.convert("csv", str(csv), str(tmp_path / "out"),
+                        max_record_bytes=0)
+
+
 def test_convert_warns_of_untyped_columns_and_rounded_integers(tmp_path):
     csv = tmp_path / "in.csv"
     csv.write_text("id,empty,score\n1,,16777217\n2,,0.5\n")

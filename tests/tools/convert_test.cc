@@ -133,6 +133,31 @@ TEST(ConvertTest, BadCsvRowNamesFileAndLineAndLeavesNoShards) {
   EXPECT_EQ(ReadExamples(dir, "out", 2).size(), 3u);
 }
 
+// --max-record-bytes: a row whose Example would be longer is a bad row
+// (by default 2 GiB, what readers take); 0 is refused.
+TEST(ConvertTest, MaxRecordBytesMakesLongerRowsBad) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.csv"),
+                          "a,b\n1,2\n3," + std::string(300, 'x') + "\n5,6\n");
+  const std::string convert =
+      "convert csv " + dir.File("in.csv") + " -o " + dir.File("out");
+  EXPECT_EQ(Recflow(dir, convert).code, 0);
+  const Result r = Recflow(dir, convert + " --max-record-bytes 200");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find(dir.File("in.csv") + ":3: its record is "),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("more than the 200 a record may have"),
+            std::string::npos)
+      << r.err;
+  const Result skip =
+      Recflow(dir, convert + " --max-record-bytes 200 --skip-bad --json");
+  ASSERT_EQ(skip.code, 0) << skip.err;
+  EXPECT_EQ(nlohmann::json::parse(skip.out)["skipped"], 1);
+  EXPECT_EQ(ReadExamples(dir, "out", 1).size(), 2u);
+  EXPECT_EQ(Recflow(dir, convert + " --max-record-bytes 0").code, 2);
+}
+
 // The source's warnings reach the user: on stderr, one line each, and in
 // --json's "warnings"; the shards are written.
 TEST(ConvertTest, WarningsArePrintedAndInTheJson) {
