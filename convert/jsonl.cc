@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -667,6 +668,16 @@ class JsonlSource final : public ExampleSource {
   std::vector<std::string> warnings() const override { return warnings_; }
 
  private:
+  // What a bad line that shows the file is a JSON document (an array of
+  // objects, or one written over many lines) adds to its error.
+  static std::string DocumentHint(char opens) {
+    return fmt::format(
+        " (the file looks like a JSON document, not JSON Lines, which holds "
+        "one object per line: `jq -c {} FILE` writes {} so)",
+        opens == '[' ? "'.[]'" : ".",
+        opens == '[' ? "an array's objects" : "an object on one line");
+  }
+
   // A line LineValues stopped at, parsed into a document to say what makes
   // it a bad row (JsonlTest.BadLinesSayWhatWasFoundWhere has each kind).
   // Every such line is bad; were one not, it would build here the Example
@@ -694,13 +705,32 @@ class JsonlSource final : public ExampleSource {
           at != std::string::npos) {
         what.replace(at, 18, "at column ");
       }
-      RowError(fmt::format("{}:{}: not JSON: {}", r.path, r.line, what));
+      // A line that only opens an array or an object: a JSON document
+      // written over many lines, the commonest file given for JSON Lines.
+      std::string_view opened = r.text;
+      while (!opened.empty() &&
+             std::isspace(static_cast<unsigned char>(opened.front()))) {
+        opened.remove_prefix(1);
+      }
+      while (!opened.empty() &&
+             std::isspace(static_cast<unsigned char>(opened.back()))) {
+        opened.remove_suffix(1);
+      }
+      RowError(fmt::format("{}:{}: not JSON: {}{}", r.path, r.line, what,
+                           opened == "["   ? DocumentHint('[')
+                           : opened == "{" ? DocumentHint('{')
+                                           : ""));
     }
     if (!row.is_object()) {
-      RowError(
-          fmt::format("{}:{}: expected one JSON object per line, found "
-                      "{}",
-                      r.path, r.line, row.type_name()));
+      const bool objects =
+          row.is_array() && !row.empty() &&
+          std::all_of(row.begin(), row.end(),
+                      [](const nlohmann::json& e) { return e.is_object(); });
+      RowError(fmt::format(
+          "{}:{}: expected one JSON object per line, found "
+          "{}{}",
+          r.path, r.line, objects ? "an array of objects" : row.type_name(),
+          objects ? DocumentHint('[') : ""));
     }
     // The parser keeps the last value of a key the line names twice;
     // each key is a feature, and the first value would be lost.

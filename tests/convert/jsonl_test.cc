@@ -173,6 +173,38 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
   EXPECT_EQ(error("{\"a\": 1} {\"a\": 2}\n"),
             f + ":1: not JSON: parse error at column 10: syntax error while "
                 "parsing value - unexpected '{'; expected end of input");
+  // A JSON document given for JSON Lines: an array of objects on a line,
+  // or a document written over many lines (its first line only opens it).
+  const std::string array_hint =
+      " (the file looks like a JSON document, not JSON Lines, which holds "
+      "one object per line: `jq -c '.[]' FILE` writes an array's objects "
+      "so)";
+  EXPECT_EQ(error("[{\"a\": 1}, {\"a\": 2}]\n"),
+            f +
+                ":1: expected one JSON object per line, found an array of "
+                "objects" +
+                array_hint);
+  EXPECT_EQ(error("[\n  {\"a\": 1},\n  {\"a\": 2}\n]\n"),
+            f +
+                ":1: not JSON: parse error at column 2: syntax error while "
+                "parsing value - unexpected end of input; expected '[', '{', "
+                "or a literal" +
+                array_hint);
+  EXPECT_EQ(error(" {\r\n  \"a\": 1\n}\n"),
+            f + ":1: not JSON: parse error at column 4: syntax error while "
+                "parsing object key - unexpected end of input; expected "
+                "string literal (the file looks like a JSON document, not "
+                "JSON Lines, which holds one object per line: `jq -c . FILE` "
+                "writes an object on one line so)");
+  // Not when the line holds more than an opening: no document shows.
+  EXPECT_EQ(error("{\"a\": 1}\n[{\"a\": 1}, 2]\n"),
+            f + ":2: expected one JSON object per line, found array");
+  EXPECT_EQ(error("{\"a\": 1}\n[]\n"),
+            f + ":2: expected one JSON object per line, found array");
+  EXPECT_EQ(error("{\"a\": 1}\n{\"a\": 1,\n"),
+            f + ":2: not JSON: parse error at column 9: syntax error while "
+                "parsing object key - unexpected end of input; expected "
+                "string literal");
   // Nested a million deep (a hostile line): named by its first bytes,
   // written without recursing as deep as it goes.
   const std::string deep =
