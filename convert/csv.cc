@@ -31,6 +31,25 @@ struct TypingChunk {
   std::vector<RoundedRun> rounded;
 };
 
+// When `header` is a single column whose name holds a tab, ';' or '|'
+// (and `delimiter` is not it): the file is most likely separated by that
+// character, and every row would be one cell.  What to say, else "".
+std::string OtherDelimiterHint(const std::vector<std::string>& header,
+                               char delimiter) {
+  if (header.size() != 1) return "";
+  for (const char c : {'\t', ';', '|'}) {
+    if (c != delimiter && header[0].find(c) != std::string::npos) {
+      return fmt::format(
+          "the header is a single column whose name holds {}: if {} the "
+          "columns, give --delimiter {}",
+          c == '\t' ? "tabs" : fmt::format("'{}' characters", c),
+          c == '\t' ? "tabs separate" : "they separate",
+          c == '\t' ? "tab" : fmt::format("'{}'", c));
+    }
+  }
+  return "";
+}
+
 class CsvSource final : public ExampleSource {
  public:
   CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec,
@@ -74,6 +93,7 @@ class CsvSource final : public ExampleSource {
         }
         header_ = fields;
         types_.assign(header_.size(), CellType::kNone);
+        header_hint_ = OtherDelimiterHint(header_, delimiter_);
       } else if (fields != header_) {
         InputError(
             fmt::format("{}:1: header differs from {}'s", path, files_[0]));
@@ -143,6 +163,9 @@ class CsvSource final : public ExampleSource {
       }
     };
     RunRing<TypingChunk>(kTypingChunks, read, type, merge);
+    if (!header_hint_.empty()) {
+      warnings_.push_back(fmt::format("{}:1: {}", files_[0], header_hint_));
+    }
     for (size_t i = 0; i < header_.size(); ++i) {
       types_[i] = FromSpec(spec, header_[i], types_[i]);
       if (types_[i] == CellType::kNone && rows_ > 0) {
@@ -191,8 +214,9 @@ class CsvSource final : public ExampleSource {
     const std::vector<std::string>& fields = row.fields;
     const uint64_t line = row.line;
     if (fields.size() != header_.size()) {
-      RowError(fmt::format("{}:{}: {} fields, the header has {}", row.path,
-                           line, fields.size(), header_.size()));
+      RowError(fmt::format("{}:{}: {} fields, the header has {}{}{}", row.path,
+                           line, fields.size(), header_.size(),
+                           header_hint_.empty() ? "" : "; ", header_hint_));
     }
     for (size_t i = 0; i < fields.size(); ++i) {
       const std::string& cell = fields[i];
@@ -245,6 +269,7 @@ class CsvSource final : public ExampleSource {
   std::vector<std::string> files_;
   char delimiter_;
   std::vector<std::string> header_;
+  std::string header_hint_;  // OtherDelimiterHint's, or ""
   std::vector<CellType> types_;
   std::vector<std::string> warnings_;
   std::unique_ptr<CsvReader> reader_;

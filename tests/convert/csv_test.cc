@@ -80,6 +80,40 @@ TEST(CsvTest, EmptyColumnsAndIntegersAFloatRoundsAreWarnedOf) {
 // columns get the types, and the first rounded integer the place, that
 // typing row by row gives, across chunks and files, with quoted newlines,
 // blank lines and bad rows (counted, typing nothing) among the rows.
+// A file separated by tabs, ';' or '|' read with a comma: its header is
+// one column whose name holds them.  The rows convert as one cell each
+// (it may be meant), said in a warning; a row the comma splits is a bad
+// row saying the same.
+TEST(CsvTest, AHeaderOfOneColumnHoldingAnotherDelimiterIsSaid) {
+  testing::TempDir dir;
+  const std::string f = dir.File("in.csv");
+  const auto warnings = [&](const std::string& text, char delimiter = ',') {
+    testing::WriteFileBytes(f, text);
+    return convert::OpenSource("csv", {.files = {f}, .delimiter = delimiter})
+        ->warnings();
+  };
+  EXPECT_EQ(warnings("a\tb\n1\t2\n"),
+            std::vector<std::string>{
+                f + ":1: the header is a single column whose name holds "
+                    "tabs: if tabs separate the columns, give --delimiter "
+                    "tab"});
+  EXPECT_EQ(warnings("a;b\n1;2\n"),
+            std::vector<std::string>{
+                f + ":1: the header is a single column whose name holds ';' "
+                    "characters: if they separate the columns, give "
+                    "--delimiter ';'"});
+  EXPECT_EQ(warnings("a|b\n1|2\n").size(), 1u);
+  EXPECT_TRUE(warnings("a\tb\n1\t2\n", '\t').empty());
+  EXPECT_TRUE(warnings("a;b\n1;2\n", ';').empty());
+  EXPECT_TRUE(warnings("a b\n1 2\n").empty());      // one column, as meant
+  EXPECT_TRUE(warnings("a;b,c\n1;2,3\n").empty());  // two columns
+  testing::WriteFileBytes(f, "a;b;c\n1;2,5;3\n");
+  EXPECT_EQ(ConvertErrorOf([&] { SourceExamples("csv", {.files = {f}}); }),
+            f + ":2: 2 fields, the header has 1; the header is a single "
+                "column whose name holds ';' characters: if they separate "
+                "the columns, give --delimiter ';'");
+}
+
 TEST(CsvTest, ColumnsAreTypedInRowOrderAcrossChunksAndFiles) {
   testing::TempDir dir;
   std::mt19937_64 rng(7);
