@@ -5,9 +5,22 @@
 namespace recflow::records {
 namespace {
 
-// A scalar or a key as dump() writes it (no recursion: not a container).
-void AppendScalar(const nlohmann::json& v, std::string* out) {
-  *out += v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+// A scalar or a key as dump() writes it (no recursion: not a container),
+// of which at least the first `keep` bytes are wanted.  A longer string is
+// written from its first keep + 4 bytes only: escaping never shortens a
+// character, so those give dump()'s first `keep` bytes and more, and a
+// character they cut (written as U+FFFD) lies past them.
+void AppendScalar(const nlohmann::json& v, size_t keep, std::string* out) {
+  constexpr auto kReplace = nlohmann::json::error_handler_t::replace;
+  if (v.is_string()) {
+    const auto& s = v.get_ref<const nlohmann::json::string_t&>();
+    if (s.size() > keep + 4) {
+      *out +=
+          nlohmann::json(s.substr(0, keep + 4)).dump(-1, ' ', false, kReplace);
+      return;
+    }
+  }
+  *out += v.dump(-1, ' ', false, kReplace);
 }
 
 }  // namespace
@@ -26,7 +39,7 @@ std::string JsonExcerpt(const nlohmann::json& value, size_t max_chars) {
         out += v->is_array() ? '[' : '{';
         open.push_back({v, v->cbegin()});
       } else {
-        AppendScalar(*v, &out);
+        AppendScalar(*v, max_chars + 1 - out.size(), &out);
       }
       v = nullptr;
     }
@@ -39,7 +52,8 @@ std::string JsonExcerpt(const nlohmann::json& value, size_t max_chars) {
     }
     if (top.next != top.container->cbegin()) out += ',';
     if (top.container->is_object()) {
-      AppendScalar(nlohmann::json(top.next.key()), &out);
+      AppendScalar(nlohmann::json(top.next.key()), max_chars + 1 - out.size(),
+                   &out);
       out += ':';
     }
     v = &*top.next;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 
 namespace recflow::records {
@@ -46,6 +47,42 @@ TEST(JsonExcerptTest, WhatIsLongerIsCutAtACharacter) {
   EXPECT_EQ(JsonExcerpt(text, 9), "\"é€...");
   EXPECT_EQ(JsonExcerpt(text, 10), "\"é€😀...");
   EXPECT_EQ(JsonExcerpt(text, 11), "\"é€😀\"");
+}
+
+// A long string is written from its first bytes only, yet as dump()
+// begins: random strings of every kind of byte (escapes, UTF-8, bytes
+// that are not) cut at every length, the excerpt dump()'s first bytes,
+// cut at a character.
+TEST(JsonExcerptTest, ALongStringIsWrittenAsDumpBeginsIt) {
+  std::mt19937 rng(7);
+  const std::string bytes = std::string("ab\"\\\n\x01\x7f", 7) +
+                            "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x80\xff";
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text(rng() % 40, ' ');
+    for (char& c : text) c = bytes[rng() % bytes.size()];
+    const nlohmann::json value(text);
+    const std::string full =
+        value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    for (size_t n = 0; n <= full.size(); ++n) {
+      const std::string got = JsonExcerpt(value, n);
+      if (full.size() <= n) {
+        EXPECT_EQ(got, full);
+        continue;
+      }
+      ASSERT_GE(got.size(), 3u);
+      ASSERT_EQ(got.substr(got.size() - 3), "...");
+      const std::string kept = got.substr(0, got.size() - 3);
+      EXPECT_EQ(full.compare(0, kept.size(), kept), 0) << full << " " << n;
+      EXPECT_LE(kept.size(), n);
+      EXPECT_GE(kept.size() + 3, n);  // at most a character dropped
+      // ... and that at a character's start.
+      EXPECT_NE(static_cast<unsigned char>(full[kept.size()]) & 0xC0, 0x80)
+          << full << " " << n;
+    }
+  }
+  // A string of a hundred million bytes: its excerpt from its first bytes.
+  const nlohmann::json huge(std::string(100'000'000, 'x'));
+  EXPECT_EQ(JsonExcerpt(huge, 5), "\"xxxx...");
 }
 
 // A string that is not UTF-8 (nlohmann's dump() would throw) is written
