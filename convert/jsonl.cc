@@ -683,6 +683,17 @@ class JsonlSource final : public ExampleSource {
   // Every such line is bad; were one not, it would build here the Example
   // LineValues would, as every line did before LineValues.
   void BuildOrSayWhy(const Row& r, records::ExampleBuilder* b) const {
+    // A UTF-16 file (Excel's "Unicode text", PowerShell's default): every
+    // line is bad, the first says why.
+    if (r.line == 1 && r.text.size() >= 2 &&
+        (r.text.starts_with("\xFF\xFE") || r.text.starts_with("\xFE\xFF"))) {
+      RowError(fmt::format(
+          "{}:1: starts with a UTF-16 byte order mark ({:02X} {:02X}); JSON "
+          "Lines is read as UTF-8: convert the file first (iconv -f UTF-16 "
+          "-t UTF-8)",
+          r.path, static_cast<unsigned char>(r.text[0]),
+          static_cast<unsigned char>(r.text[1])));
+    }
     // Before nlohmann, which reads one as the end of the line.
     if (const size_t nul = r.text.find('\0'); nul != std::string::npos) {
       RowError(fmt::format(

@@ -205,6 +205,11 @@ TEST(JsonlTest, BadLinesSayWhatWasFoundWhere) {
             f + ":2: not JSON: parse error at column 9: syntax error while "
                 "parsing object key - unexpected end of input; expected "
                 "string literal");
+  // UTF-16 (every line bad; the first says why).
+  EXPECT_EQ(error(std::string("\xFF\xFE{\0}\0\n\0", 8)),
+            f + ":1: starts with a UTF-16 byte order mark (FF FE); JSON Lines "
+                "is read as UTF-8: convert the file first (iconv -f UTF-16 -t "
+                "UTF-8)");
   // Nested a million deep (a hostile line): named by its first bytes,
   // written without recursing as deep as it goes.
   const std::string deep =

@@ -410,6 +410,28 @@ TEST(CsvReaderTest, AnUnclosedQuoteOrABrokenByteOrderMarkEndsTheFile) {
             "row: " + b +
                 ":2: unexpected byte 0xff after a closing quote (a "
                 "quoted field ends at a comma or the line's end)");
+  // UTF-16, either byte order (Excel's "Unicode text"): said as such,
+  // not as a header of NUL bytes.
+  EXPECT_EQ(error(std::string("\xFF\xFEx\0,\0y\0\n\0", 10)),
+            "file: " + b +
+                ":1: starts with a UTF-16 byte order mark (FF FE); CSV is "
+                "read as UTF-8: convert the file first (iconv -f UTF-16 -t "
+                "UTF-8)");
+  EXPECT_EQ(error(std::string("\xFE\xFF\0x\0,\0y\0\n", 10)),
+            "file: " + b +
+                ":1: starts with a UTF-16 byte order mark (FE FF); CSV is "
+                "read as UTF-8: convert the file first (iconv -f UTF-16 -t "
+                "UTF-8)");
+  // Either byte alone is read as it is, as a cell's byte.
+  EXPECT_EQ(error("\xFE"), "");
+  for (const std::string text : {"\xFFx,y\n", "\xFE\xFE,y\n"}) {
+    EXPECT_EQ(error(text), "");
+    CsvReader reader(b);
+    std::vector<std::string> fields;
+    uint64_t line = 0;
+    ASSERT_TRUE(reader.ReadRecord(&fields, &line));
+    EXPECT_EQ(fields, (std::vector<std::string>{text.substr(0, 2), "y"}));
+  }
 }
 
 }  // namespace
