@@ -221,8 +221,8 @@ ConvertSummary ConvertSource(const ConvertJob& job,
         source->Build(row, &builder);
         row.example.assign(builder.Serialize());
         if (row.example.size() > job.max_record_bytes) {
-          CheckRecordBytes(row.example.size(), job.max_record_bytes,
-                           fmt::format("{}:{}", row.path, row.line));
+          RecordTooLong(row.example.size(), job.max_record_bytes,
+                        fmt::format("{}:{}", row.path, row.line));
         }
       } catch (const ConvertError& e) {
         if (!e.row_level()) throw;

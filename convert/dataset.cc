@@ -52,8 +52,8 @@ class DatasetSource final : public ExampleSource {
         row->example.assign(Record(e, row->line));
       }
       if (row->example.size() > max_record_bytes()) {
-        CheckRecordBytes(row->example.size(), max_record_bytes(),
-                         fmt::format("element {}", row->line));
+        RecordTooLong(row->example.size(), max_record_bytes(),
+                      fmt::format("element {}", row->line));
       }
     } catch (const ConvertError& err) {
       if (!err.row_level()) throw;

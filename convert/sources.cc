@@ -20,9 +20,7 @@ using records::DType;
   throw ConvertError(what, /*row_level=*/true);
 }
 
-void CheckRecordBytes(size_t bytes, uint64_t max_bytes,
-                      const std::string& where) {
-  if (bytes <= max_bytes) return;
+void RecordTooLong(size_t bytes, uint64_t max_bytes, const std::string& where) {
   RowError(fmt::format(
       "{}: its record is {} bytes, more than the {} a record may have "
       "(protobuf parses no tf.train.Example of 2 GiB or more, and readers "
@@ -46,7 +44,7 @@ bool BuildingSource::NextRow(Row* row) {
     if (!Next(&builder_)) return false;
     row->example.assign(builder_.Serialize());
     if (row->example.size() > max_record_bytes()) {
-      CheckRecordBytes(row->example.size(), max_record_bytes(), RowName());
+      RecordTooLong(row->example.size(), max_record_bytes(), RowName());
     }
   } catch (const ConvertError& e) {
     if (!e.row_level()) throw;

@@ -28,10 +28,11 @@ ConvertSummary ConvertSource(const ConvertJob& job,
 
 [[noreturn]] void InputError(const std::string& what);
 [[noreturn]] void RowError(const std::string& what);
-// The row-level error for the record of the row `where` names when it is
-// longer than `max_bytes` (ConvertJob::max_record_bytes).
-void CheckRecordBytes(size_t bytes, uint64_t max_bytes,
-                      const std::string& where);
+// The row-level error for the record of the row `where` names, of `bytes`
+// bytes, longer than `max_bytes` (ConvertJob::max_record_bytes).  Callers
+// compare first, so that `where` is formatted only for such a row.
+[[noreturn]] void RecordTooLong(size_t bytes, uint64_t max_bytes,
+                                const std::string& where);
 
 // The size of `path`; InputError when it cannot be read.
 uint64_t FileSize(const std::string& path);
