@@ -60,15 +60,12 @@ std::string JsonExcerpt(const nlohmann::json& value, size_t max_chars) {
     ++top.next;
   }
   if (out.size() <= max_chars) return out;
-  // Cut at `max_chars`, back to the start of a character the cut splits.
+  // Cut at `max_chars`, back to the start of a character the cut splits:
+  // `out` is UTF-8 (dump()'s replacement makes it so), so the first byte
+  // left out is a continuation byte exactly when the cut splits one.
   size_t cut = max_chars;
-  size_t lead = cut;
-  while (lead > 0 && (static_cast<unsigned char>(out[lead - 1]) & 0xC0) == 0x80)
-    --lead;
-  if (lead > 0 && static_cast<unsigned char>(out[lead - 1]) >= 0xC0) {
-    const unsigned char c = static_cast<unsigned char>(out[lead - 1]);
-    const size_t length = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    if (cut - (lead - 1) < length) cut = lead - 1;
+  while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) {
+    --cut;
   }
   out.resize(cut);
   out += "...";
