@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -683,16 +682,12 @@ class JsonlSource final : public ExampleSource {
   // Every such line is bad; were one not, it would build here the Example
   // LineValues would, as every line did before LineValues.
   void BuildOrSayWhy(const Row& r, records::ExampleBuilder* b) const {
-    // A UTF-16 file (Excel's "Unicode text", PowerShell's default): every
-    // line is bad, the first says why.
-    if (r.line == 1 && r.text.size() >= 2 &&
-        (r.text.starts_with("\xFF\xFE") || r.text.starts_with("\xFE\xFF"))) {
-      RowError(fmt::format(
-          "{}:1: starts with a UTF-16 byte order mark ({:02X} {:02X}); JSON "
-          "Lines is read as UTF-8: convert the file first (iconv -f UTF-16 "
-          "-t UTF-8)",
-          r.path, static_cast<unsigned char>(r.text[0]),
-          static_cast<unsigned char>(r.text[1])));
+    // A UTF-16 file: every line is bad, the first says why.
+    if (r.line == 1 && r.text.size() >= 2) {
+      std::string utf16 = records::Utf16FileError(
+          r.path, "JSON Lines", static_cast<unsigned char>(r.text[0]),
+          static_cast<unsigned char>(r.text[1]));
+      if (!utf16.empty()) RowError(utf16);
     }
     // Before nlohmann, which reads one as the end of the line.
     if (const size_t nul = r.text.find('\0'); nul != std::string::npos) {
@@ -718,19 +713,16 @@ class JsonlSource final : public ExampleSource {
       }
       // A line that only opens an array or an object: a JSON document
       // written over many lines, the commonest file given for JSON Lines.
-      std::string_view opened = r.text;
-      while (!opened.empty() &&
-             std::isspace(static_cast<unsigned char>(opened.front()))) {
-        opened.remove_prefix(1);
-      }
-      while (!opened.empty() &&
-             std::isspace(static_cast<unsigned char>(opened.back()))) {
-        opened.remove_suffix(1);
-      }
-      RowError(fmt::format("{}:{}: not JSON: {}{}", r.path, r.line, what,
-                           opened == "["   ? DocumentHint('[')
-                           : opened == "{" ? DocumentHint('{')
-                                           : ""));
+      constexpr std::string_view kSpace = " \t\n\v\f\r";
+      const size_t first = r.text.find_first_not_of(kSpace);
+      const char opens = first != std::string::npos &&
+                                 r.text.find_first_not_of(kSpace, first + 1) ==
+                                     std::string::npos
+                             ? r.text[first]
+                             : '\0';
+      RowError(
+          fmt::format("{}:{}: not JSON: {}{}", r.path, r.line, what,
+                      opens == '[' || opens == '{' ? DocumentHint(opens) : ""));
     }
     if (!row.is_object()) {
       const bool objects =

@@ -223,16 +223,10 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
     }
     c = Get();
   } else if (first_ && (c == 0xFF || c == 0xFE)) {
-    // Neither byte is UTF-8; together they open a UTF-16 file (Excel's
-    // "Unicode text", PowerShell's default), whose every other byte is NUL.
     const int next = Get();
-    if (next == (c == 0xFF ? 0xFE : 0xFF)) {
-      throw CsvError(
-          fmt::format("{}:1: starts with a UTF-16 byte order mark ({:02X} "
-                      "{:02X}); CSV is read as UTF-8: convert the file first "
-                      "(iconv -f UTF-16 -t UTF-8)",
-                      path_, c, next),
-          false);
+    if (std::string utf16 = Utf16FileError(path_, "CSV", c, next);
+        !utf16.empty()) {
+      throw CsvError(std::move(utf16), false);
     }
     if (next != EOF) in_.Unget();
   }

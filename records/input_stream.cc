@@ -228,6 +228,15 @@ namespace {
 constexpr size_t kByteReaderBuffer = 64 << 10;
 }  // namespace
 
+std::string Utf16FileError(std::string_view path, std::string_view format,
+                           int a, int b) {
+  if (!((a == 0xFF && b == 0xFE) || (a == 0xFE && b == 0xFF))) return "";
+  return fmt::format(
+      "{}:1: starts with a UTF-16 byte order mark ({:02X} {:02X}); {} is "
+      "read as UTF-8: convert the file first (iconv -f UTF-16 -t UTF-8)",
+      path, a, b, format);
+}
+
 IoError UndecodableFile(const std::string& path, Compression compression,
                         const DecompressionError& e) {
   return IoError(path, fmt::format("cannot be decoded as {}: {}",

@@ -76,6 +76,14 @@ std::unique_ptr<InputStream> OpenInputStream(ReadableFile* file,
 IoError UndecodableFile(const std::string& path, Compression compression,
                         const DecompressionError& e);
 
+// For a text format read as UTF-8 (`format`: "CSV", "JSON Lines"): when a
+// file's first two bytes `a` `b` are a UTF-16 byte order mark (FF FE or FE
+// FF; neither byte is ever UTF-8), the error that says so and how to
+// convert the file (Excel's "Unicode text" and PowerShell's default output
+// are UTF-16); otherwise "".
+std::string Utf16FileError(std::string_view path, std::string_view format,
+                           int a, int b);
+
 // A file's decoded bytes one at a time or a line at a time, through a
 // buffer: for the text formats (CSV byte by byte, JSON Lines by line),
 // plain or compressed.  Not thread-safe.
