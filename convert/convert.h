@@ -122,6 +122,11 @@ struct ConvertInputs {
   const records::FeatureSpec* spec = nullptr;
   // csv: the field delimiter (records::CheckCsvDelimiter; '\t' for TSV).
   char delimiter = ',';
+  // csv, jsonl: a row (a CSV record's cells and delimiters, a JSON line)
+  // longer than this is an error that ends the conversion, with the file
+  // read no further (records::kDefaultMaxRowBytes): a quote never closed
+  // or a file without line ends would otherwise be held whole in memory.
+  uint64_t max_row_bytes = records::kDefaultMaxRowBytes;
 };
 
 // The formats: "csv", "jsonl", "npy", "npz", "idx", "images".

@@ -53,9 +53,11 @@ std::string OtherDelimiterHint(const std::vector<std::string>& header,
 class CsvSource final : public ExampleSource {
  public:
   CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec,
-            char delimiter,
+            char delimiter, uint64_t max_row_bytes,
             const std::function<void(const ConvertProgress&)>& typing)
-      : files_(std::move(files)), delimiter_(delimiter) {
+      : files_(std::move(files)),
+        delimiter_(delimiter),
+        max_row_bytes_(max_row_bytes) {
     try {
       records::CheckCsvDelimiter(delimiter_);
     } catch (const records::Error& e) {
@@ -76,7 +78,8 @@ class CsvSource final : public ExampleSource {
     // header; every other file's must be the same.
     auto open = [&](size_t index) {
       const std::string& path = files_[index];
-      reader = std::make_unique<CsvReader>(path, delimiter_);
+      reader = std::make_unique<CsvReader>(path, delimiter_, std::nullopt,
+                                           max_row_bytes_);
       std::vector<std::string> fields;
       uint64_t line;
       if (!reader->ReadRecord(&fields, &line)) {
@@ -260,7 +263,8 @@ class CsvSource final : public ExampleSource {
     file_index_ = index;
     reader_.reset();
     if (index >= files_.size()) return;
-    reader_ = std::make_unique<CsvReader>(files_[index], delimiter_);
+    reader_ = std::make_unique<CsvReader>(files_[index], delimiter_,
+                                          std::nullopt, max_row_bytes_);
     std::vector<std::string> header;
     uint64_t line;
     reader_->ReadRecord(&header, &line);
@@ -268,6 +272,7 @@ class CsvSource final : public ExampleSource {
 
   std::vector<std::string> files_;
   char delimiter_;
+  uint64_t max_row_bytes_;
   std::vector<std::string> header_;
   std::string header_hint_;  // OtherDelimiterHint's, or ""
   std::vector<CellType> types_;
@@ -283,8 +288,10 @@ class CsvSource final : public ExampleSource {
 
 std::unique_ptr<ExampleSource> OpenCsv(
     std::vector<std::string> files, const records::FeatureSpec* spec,
-    char delimiter, const std::function<void(const ConvertProgress&)>& typing) {
-  return std::make_unique<CsvSource>(std::move(files), spec, delimiter, typing);
+    char delimiter, uint64_t max_row_bytes,
+    const std::function<void(const ConvertProgress&)>& typing) {
+  return std::make_unique<CsvSource>(std::move(files), spec, delimiter,
+                                     max_row_bytes, typing);
 }
 
 }  // namespace recflow::convert

@@ -521,8 +521,10 @@ std::atomic<uint64_t> next_types_id{0};
 class JsonlSource final : public ExampleSource {
  public:
   JsonlSource(std::vector<std::string> files, const records::FeatureSpec* spec,
+              uint64_t max_row_bytes,
               const std::function<void(const ConvertProgress&)>& typing)
-      : files_(std::move(files)) {
+      : files_(std::move(files)),
+        max_row_bytes_(static_cast<size_t>(max_row_bytes)) {
     for (const auto& f : files_) total_bytes_ += FileSize(f);
     // First pass: the type of every key (numbers widen int64 -> float;
     // strings and numbers under one key are an error in the rows that
@@ -551,7 +553,7 @@ class JsonlSource final : public ExampleSource {
           c.line_numbers.emplace_back();
         }
         std::string& line = c.lines[c.used];
-        if (!ReadLine(*file, &line)) {
+        if (!ReadLine(*file, line_number + 1, &line)) {
           files_bytes += file->file_position();
           file.reset();
           line_number = 0;
@@ -637,7 +639,7 @@ class JsonlSource final : public ExampleSource {
     r->error.clear();
     while (true) {
       if (file_ == nullptr) return false;
-      if (ReadLine(*file_, &r->text)) {
+      if (ReadLine(*file_, line_number_ + 1, &r->text)) {
         ++line_number_;
         if (!IsBlank(r->text)) break;
         continue;
@@ -836,13 +838,27 @@ class JsonlSource final : public ExampleSource {
     }
   }
   // A file that cannot be read or decoded is an error naming it after the
-  // lines before, never an early end.
-  static bool ReadLine(records::ByteReader& in, std::string* line) {
+  // lines before, never an early end; so is a line (numbered `number`)
+  // longer than max_row_bytes_, read no further.
+  bool ReadLine(records::ByteReader& in, uint64_t number,
+                std::string* line) const {
+    bool read = false;
     try {
-      return in.GetLine(line);
+      read = in.GetLine(line, max_row_bytes_);
     } catch (const records::IoError& e) {  // read or decoding; names it
       InputError(e.what());
     }
+    if (line->size() > max_row_bytes_) {
+      const size_t first = line->find_first_not_of(" \t\r");
+      InputError(fmt::format(
+          "{}:{}: the line is longer than {} bytes, the most a row may hold "
+          "(max_row_bytes){}",
+          in.path(), number, max_row_bytes_,
+          first != std::string::npos && (*line)[first] == '['
+              ? DocumentHint('[')
+              : ""));
+    }
+    return read;
   }
   static bool IsBlank(const std::string& s) {
     return s.find_first_not_of(" \t\r") == std::string::npos;
@@ -857,6 +873,7 @@ class JsonlSource final : public ExampleSource {
   static constexpr size_t kKeysNamed = 20;  // in an error, at most
 
   std::vector<std::string> files_;
+  size_t max_row_bytes_;
   KeyTypeMap types_;
   // Names types_ to LineValues, which is one per thread, not per source.
   const uint64_t types_id_ = ++next_types_id;
@@ -873,8 +890,10 @@ class JsonlSource final : public ExampleSource {
 
 std::unique_ptr<ExampleSource> OpenJsonl(
     std::vector<std::string> files, const records::FeatureSpec* spec,
+    uint64_t max_row_bytes,
     const std::function<void(const ConvertProgress&)>& typing) {
-  return std::make_unique<JsonlSource>(std::move(files), spec, typing);
+  return std::make_unique<JsonlSource>(std::move(files), spec, max_row_bytes,
+                                       typing);
 }
 
 }  // namespace recflow::convert

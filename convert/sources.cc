@@ -141,11 +141,11 @@ std::unique_ptr<ExampleSource> OpenSource(
   };
   if (format == "csv") {
     need_files();
-    return OpenCsv(in.files, in.spec, in.delimiter, typing);
+    return OpenCsv(in.files, in.spec, in.delimiter, in.max_row_bytes, typing);
   }
   if (format == "jsonl") {
     need_files();
-    return OpenJsonl(in.files, in.spec, typing);
+    return OpenJsonl(in.files, in.spec, in.max_row_bytes, typing);
   }
   if (format == "npy") {
     need_files();

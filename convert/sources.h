@@ -235,9 +235,11 @@ std::string UntypedWarning(std::string_view what, const std::string& name,
 // The formats (csv.cc, jsonl.cc, npy.cc, idx.cc, images.cc).
 std::unique_ptr<ExampleSource> OpenCsv(
     std::vector<std::string> files, const records::FeatureSpec* spec,
-    char delimiter, const std::function<void(const ConvertProgress&)>& typing);
+    char delimiter, uint64_t max_row_bytes,
+    const std::function<void(const ConvertProgress&)>& typing);
 std::unique_ptr<ExampleSource> OpenJsonl(
     std::vector<std::string> files, const records::FeatureSpec* spec,
+    uint64_t max_row_bytes,
     const std::function<void(const ConvertProgress&)>& typing);
 std::unique_ptr<ExampleSource> OpenNpy(const std::vector<std::string>& files);
 std::unique_ptr<ExampleSource> OpenNpz(const std::string& path);

@@ -28,7 +28,7 @@ class CsvDataset final : public DatasetBase {
     }
     records::RequireRegularFiles({files_[0]}, kSourcesNeedRegularFiles);
     records::CsvReader reader(files_[0], options_.delimiter,
-                              options_.compression);
+                              options_.compression, options_.max_row_bytes);
     std::vector<std::string> header, row;
     uint64_t line;
     if (!reader.ReadRecord(&header, &line)) {
@@ -172,7 +172,8 @@ class CsvDataset final : public DatasetBase {
       records::RequireRegularFiles({d_->files_[index]},
                                    kSourcesNeedRegularFiles);
       auto reader = std::make_unique<records::CsvReader>(
-          d_->files_[index], d_->options_.delimiter, d_->options_.compression);
+          d_->files_[index], d_->options_.delimiter, d_->options_.compression,
+          d_->options_.max_row_bytes);
       std::vector<std::string> header;
       uint64_t line;
       if (!reader->ReadRecord(&header, &line) || header != d_->header_) {

@@ -38,6 +38,7 @@
 #include "pipeline/tensor.h"
 #include "records/compression.h"
 #include "records/feature_spec.h"
+#include "records/input_stream.h"
 
 namespace recflow::pipeline {
 
@@ -305,6 +306,10 @@ struct CsvOptions {
   // file's by its name's suffix (.gz, .zz or .zlib, .zst or .zstd;
   // otherwise none), as PlainFileOptions::compression.
   std::optional<records::Compression> compression;
+  // A row whose cells and delimiters are longer than this is an Error that
+  // ends the reading (records::CsvReader; a quote never closed or a file
+  // without line ends would otherwise be held whole in memory).
+  uint64_t max_row_bytes = records::kDefaultMaxRowBytes;
 };
 
 using MapFn = std::function<Element(Element)>;

@@ -1443,9 +1443,12 @@ only on the inputs and seeds, never on the thread count.
           [](py::handle files, std::string delimiter,
              std::map<std::string, py::object> column_types,
              std::vector<std::string> select_columns,
-             std::optional<std::string> compression) {
+             std::optional<std::string> compression, uint64_t max_row_bytes) {
             if (delimiter.size() != 1) {
               throw py::value_error("delimiter must be one character");
+            }
+            if (max_row_bytes == 0) {
+              throw py::value_error("max_row_bytes must be at least 1");
             }
             pipeline::CsvOptions o;
             o.delimiter = delimiter[0];
@@ -1454,15 +1457,19 @@ only on the inputs and seeds, never on the thread count.
             }
             o.select_columns = std::move(select_columns);
             o.compression = CompressionArg(compression);
+            o.max_row_bytes = max_row_bytes;
             return Wrap(Dataset::FromCsv(Paths(files, "from_csv"), o));
           },
           "files"_a, "delimiter"_a = ",",
           "column_types"_a = std::map<std::string, py::object>{},
           "select_columns"_a = std::vector<std::string>{},
           "compression"_a = py::none(),
+          "max_row_bytes"_a = records::kDefaultMaxRowBytes,
           "CSV files with a header row: one scalar per column. "
           "compression: None takes each file's from its name (.gz, "
-          ".zz/.zlib, .zst/.zstd; else none).")
+          ".zz/.zlib, .zst/.zstd; else none). A row whose cells and "
+          "delimiters are longer than max_row_bytes is an error that ends "
+          "the reading (a quote never closed, or no line ends).")
       .def_static(
           "zip",
           [](const py::args& args) {
@@ -2358,7 +2365,8 @@ may be used from several threads, and by DataLoader worker processes
          uint64_t shards, bool index, std::string compression, int level,
          bool skip_bad, int threads, std::optional<std::string> images,
          std::optional<std::string> labels, py::handle spec,
-         std::string delimiter, uint64_t max_record_bytes) {
+         std::string delimiter, uint64_t max_record_bytes,
+         uint64_t max_row_bytes) {
         convert::ConvertJob job =
             OutputJob(std::move(output), shards, index, compression, level,
                       skip_bad, max_record_bytes);
@@ -2369,6 +2377,15 @@ may be used from several threads, and by DataLoader worker processes
           throw py::value_error("delimiter is for csv, not " + format);
         }
         job.inputs.delimiter = delimiter[0];
+        if (max_row_bytes == 0) {
+          throw py::value_error("max_row_bytes must be at least 1");
+        }
+        if (max_row_bytes != records::kDefaultMaxRowBytes && format != "csv" &&
+            format != "jsonl") {
+          throw py::value_error("max_row_bytes is for csv and jsonl, not " +
+                                format);
+        }
+        job.inputs.max_row_bytes = max_row_bytes;
         job.format = std::move(format);
         if (!inputs.is_none()) job.inputs.files = Paths(inputs, "convert");
         job.inputs.images = images.value_or("");
@@ -2389,6 +2406,7 @@ may be used from several threads, and by DataLoader worker processes
       "threads"_a = 0, "images"_a = py::none(), "labels"_a = py::none(),
       "spec"_a = py::none(), "delimiter"_a = ",",
       "max_record_bytes"_a = records::kDefaultMaxRecordBytes,
+      "max_row_bytes"_a = records::kDefaultMaxRowBytes,
       "Converts csv, jsonl, npy, npz, idx (images=, labels=) or images (a "
       "folder per class) into sharded TFRecords of Examples, as `recflow "
       "convert`; returns a summary dict. All shards appear together or "

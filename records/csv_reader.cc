@@ -159,9 +159,11 @@ ByteReader OpenCsv(const std::string& path, char delimiter,
 }  // namespace
 
 CsvReader::CsvReader(std::string path, char delimiter,
-                     std::optional<Compression> compression)
+                     std::optional<Compression> compression,
+                     uint64_t max_row_bytes)
     : path_(std::move(path)),
       delimiter_(static_cast<unsigned char>(delimiter)),
+      max_row_bytes_(static_cast<size_t>(max_row_bytes)),
       in_(OpenCsv(path_, delimiter, compression)) {
   special_[static_cast<unsigned char>(delimiter)] = kDelimiter;
   special_[static_cast<unsigned char>('"')] = kQuoteOrCr;
@@ -178,6 +180,21 @@ bool CsvReader::ReadRecord(std::vector<std::string>* fields, uint64_t* line) {
   }
 }
 
+void CsvReader::RowTooLong(uint64_t line, uint64_t quote_opened) const {
+  const std::string why =
+      quote_opened == 0
+          ? std::string("is the file CSV, with its line ends?")
+          : fmt::format(
+                "it is in a quoted field opened on line {} and still open on "
+                "line {}: is a quote not closed?",
+                quote_opened, line_);
+  throw CsvError(
+      fmt::format("{}:{}: the row is longer than {} bytes (its cells and "
+                  "delimiters), the most a row may hold (max_row_bytes): {}",
+                  path_, line, max_row_bytes_, why),
+      /*row_level=*/false);
+}
+
 bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
   // Most rows: a line in the buffer with no quote and no CR but its CRLF
   // end, neither blank nor the file's first (a byte order mark).  Split at
@@ -189,7 +206,7 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
       const auto* p = reinterpret_cast<const unsigned char*>(row.data());
       const auto* const end = p + row.size();
       size_t n = 0;
-      bool plain = !row.empty();
+      bool plain = !row.empty() && row.size() <= max_row_bytes_;
       while (plain) {
         const auto* cell = p;
         while (p != end && special_[*p] == 0) ++p;
@@ -251,15 +268,19 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
   // place, so that a row of cells longer than the small-string buffer
   // allocates nothing once the first rows have been read.
   size_t n = 0;
+  size_t before = 0;  // the row's bytes before this cell (cells, delimiters)
   while (true) {
     if (n == fields->size()) fields->emplace_back();
     std::string& field = (*fields)[n++];
     field.clear();
+    const size_t room = max_row_bytes_ - before;  // for this cell
     if (c == '"') {
       // Quoted: up to the closing quote; "" is a quote.  The bytes between
       // quotes and newlines are taken a buffer at a time.
+      const uint64_t opened = line_;
       while (true) {
-        c = in_.AppendUntil(&field, '"', '\n', '"');
+        c = in_.AppendUntil(&field, '"', '\n', '"', room);
+        if (c == ByteReader::kFull) RowTooLong(*line, opened);
         if (c == EOF) {
           throw CsvError(
               fmt::format("{}:{}: a quoted field is not closed", path_, *line),
@@ -292,9 +313,13 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
     } else if (c != delimiter_ && c != '\n' && c != '\r' && c != EOF) {
       // Unquoted: up to the delimiter or the line's end.
       field.push_back(static_cast<char>(c));
-      c = in_.AppendUntil(&field, static_cast<char>(delimiter_), '\n', '\r');
+      c = in_.AppendUntil(&field, static_cast<char>(delimiter_), '\n', '\r',
+                          room);
+      if (c == ByteReader::kFull) RowTooLong(*line, 0);
     }
     if (c == delimiter_) {
+      before += field.size() + 1;
+      if (before > max_row_bytes_) RowTooLong(*line, 0);
       c = Get();
       continue;
     }

@@ -83,9 +83,12 @@ class CsvReader {
   // Throws CsvError when the file cannot be opened, and Error for a
   // delimiter that cannot separate fields (a quote, CR or LF).  The file
   // may be compressed: `compression`, or by its name's suffix (.gz, .zz or
-  // .zlib, .zst or .zstd) when std::nullopt (ByteReader).
+  // .zlib, .zst or .zstd) when std::nullopt (ByteReader).  A row whose
+  // cells and delimiters are longer than `max_row_bytes` is a CsvError
+  // (not row-level) as soon as it is known, read no further.
   explicit CsvReader(std::string path, char delimiter = ',',
-                     std::optional<Compression> compression = std::nullopt);
+                     std::optional<Compression> compression = std::nullopt,
+                     uint64_t max_row_bytes = kDefaultMaxRowBytes);
   ~CsvReader();
   CsvReader(const CsvReader&) = delete;
   CsvReader& operator=(const CsvReader&) = delete;
@@ -103,6 +106,10 @@ class CsvReader {
 
  private:
   bool ReadFields(std::vector<std::string>* fields, uint64_t* line);
+  // Throws the CsvError for a row (starting on `line`) past
+  // max_row_bytes_; `quote_opened`: the line of the quoted field it is in
+  // (0: none).
+  [[noreturn]] void RowTooLong(uint64_t line, uint64_t quote_opened) const;
   int Get() { return in_.Get(); }
 
   // special_[byte]: what a byte is to a row read in place (ReadFields).
@@ -110,6 +117,7 @@ class CsvReader {
 
   std::string path_;
   int delimiter_;  // as Get() returns bytes: 0-255
+  size_t max_row_bytes_;
   unsigned char special_[256] = {};
   ByteReader in_;
   uint64_t line_ = 1;

@@ -4,6 +4,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace recflow::records {
@@ -261,11 +262,12 @@ bool ByteReader::Refill() {
   return end_ > 0;
 }
 
-bool ByteReader::GetLine(std::string* line) {
+bool ByteReader::GetLine(std::string* line, size_t max_size) {
+  max_size = std::min(max_size, kNoMaxSize);
   line->clear();
-  while (pos_ < end_ || Refill()) {
+  while (line->size() <= max_size && (pos_ < end_ || Refill())) {
     const char* from = buffer_.get() + pos_;
-    const size_t left = end_ - pos_;
+    const size_t left = std::min(end_ - pos_, max_size + 1 - line->size());
     const auto* newline =
         static_cast<const char*>(std::memchr(from, '\n', left));
     if (newline != nullptr) {
@@ -274,15 +276,17 @@ bool ByteReader::GetLine(std::string* line) {
       return true;
     }
     line->append(from, left);
-    pos_ = end_;
+    pos_ += left;
   }
   return !line->empty();
 }
 
-int ByteReader::AppendUntil(std::string* out, char a, char b, char c) {
-  while (pos_ < end_ || Refill()) {
+int ByteReader::AppendUntil(std::string* out, char a, char b, char c,
+                            size_t max_size) {
+  max_size = std::min(max_size, kNoMaxSize);
+  while (out->size() <= max_size && (pos_ < end_ || Refill())) {
     const char* from = buffer_.get() + pos_;
-    const char* end = buffer_.get() + end_;
+    const char* end = from + std::min(end_ - pos_, max_size + 1 - out->size());
     const char* p = from;
     while (p != end && *p != a && *p != b && *p != c) ++p;
     out->append(from, p - from);
@@ -290,9 +294,9 @@ int ByteReader::AppendUntil(std::string* out, char a, char b, char c) {
       pos_ = p - buffer_.get() + 1;
       return static_cast<unsigned char>(*p);
     }
-    pos_ = end_;
+    pos_ = end - buffer_.get();
   }
-  return -1;
+  return out->size() > max_size ? kFull : -1;
 }
 
 uint64_t ByteReader::file_position() const {

@@ -84,6 +84,18 @@ IoError UndecodableFile(const std::string& path, Compression compression,
 std::string Utf16FileError(std::string_view path, std::string_view format,
                            int a, int b);
 
+// The longest row the text formats read by default: a CSV record's cells
+// and delimiters, a JSON line.  A longer one is an error that ends the
+// reading (a quote never closed, line ends lost, a JSON document read as
+// JSON Lines): past it the reader would hold the rest of the file in
+// memory.  256 MiB: far past the rows of text data (a 10-minute 16 kHz
+// clip as a JSON list of numbers is about 100 MB; Arrow's CSV and JSON
+// readers refuse a row longer than their 1 MiB block unless told, Python's
+// csv a cell past 128 KiB), while a file of one such row is refused in
+// about a second, holding two to three times the limit in memory
+// (docs/RELIABILITY.md).
+inline constexpr uint64_t kDefaultMaxRowBytes = uint64_t{256} << 20;
+
 // A file's decoded bytes one at a time or a line at a time, through a
 // buffer: for the text formats (CSV byte by byte, JSON Lines by line),
 // plain or compressed.  Not thread-safe.
@@ -108,17 +120,27 @@ class ByteReader {
   // Puts back the byte the last Get() or AppendUntil() returned (not -1),
   // once.
   void Unget() { --pos_; }
+  // AppendUntil's answer when *out reached its `max_size`.
+  static constexpr int kFull = -2;
+  // The largest `max_size` (a larger one is taken as this): no limit.
+  static constexpr size_t kNoMaxSize = std::string::npos - 1;
   // Appends to *out the bytes before the next `a`, `b` or `c`, and returns
   // that byte, consumed (0-255), or -1 at the end: what Get() would give
-  // byte by byte, found a buffer at a time.  Throws as Get() does, after
-  // appending the bytes before the damage.
-  int AppendUntil(std::string* out, char a, char b, char c);
+  // byte by byte, found a buffer at a time.  Returns kFull instead,
+  // appending no more, once *out holds more than `max_size` bytes (at
+  // most max_size + 1 as it appends; the rest unread), so that a file
+  // without the byte sought is not read whole into memory.  Throws as
+  // Get() does, after appending the bytes before the damage.
+  int AppendUntil(std::string* out, char a, char b, char c,
+                  size_t max_size = kNoMaxSize);
   // The next line into *line, without its '\n' (a '\r' before it is
   // kept: the caller's to judge); the last line needs no '\n'.  False at
   // the end, with *line empty.  What Get() would return byte by byte,
-  // found a buffer at a time (memchr).  Throws as Get() does, after
+  // found a buffer at a time (memchr).  A line longer than `max_size` is
+  // read only to max_size + 1 bytes (true; the rest is the next line's
+  // start): the caller's to refuse.  Throws as Get() does, after
   // appending the bytes before the damage.
-  bool GetLine(std::string* line);
+  bool GetLine(std::string* line, size_t max_size = kNoMaxSize);
   // The bytes before the next '\n' when the buffer holds that '\n', not
   // consumed (refilling the buffer first if it is used up); std::nullopt
   // when it does not (the line goes on past the buffer, or the file ends

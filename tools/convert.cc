@@ -33,6 +33,7 @@ struct ConvertOptions {
   std::string delimiter;  // csv; empty: a comma
   bool skip_bad = false;
   uint64_t max_record_bytes = records::kDefaultMaxRecordBytes;
+  uint64_t max_row_bytes = records::kDefaultMaxRowBytes;  // csv, jsonl
   std::string images, labels;
   int threads = 0;
   bool json = false;
@@ -127,6 +128,13 @@ int RunConvert(const ConvertOptions& o) {
     }
     job.inputs.delimiter = DelimiterArg(o.delimiter);
   }
+  if (o.max_row_bytes != records::kDefaultMaxRowBytes) {
+    if (o.format != "csv" && o.format != "jsonl") {
+      throw UsageError(fmt::format(
+          "--max-row-bytes is for csv and jsonl, not {}", o.format));
+    }
+    job.inputs.max_row_bytes = o.max_row_bytes;
+  }
   job.output = o.output;
   job.shards = o.shards;
   job.writer = writer;
@@ -208,6 +216,13 @@ Runner AddConvertCommand(CLI::App& app) {
   app.add_option("--max-record-bytes", o->max_record_bytes,
                  "a row whose record (its serialized Example) is longer is a "
                  "bad row: readers refuse longer records by default")
+      ->check(Positive())
+      ->capture_default_str();
+  app.add_option("--max-row-bytes", o->max_row_bytes,
+                 "csv, jsonl: a row (a CSV record's cells and delimiters, a "
+                 "JSON line) that is longer ends the conversion with an error, "
+                 "the file read no further (a quote never closed, or no line "
+                 "ends)")
       ->check(Positive())
       ->capture_default_str();
   app.add_option("--images", o->images, "idx: the images file (.gz or not)");

@@ -101,7 +101,8 @@ class Dataset:
     def from_csv(files: _Paths, delimiter: str = ...,
                  column_types: Mapping[str, _DType] = ...,
                  select_columns: Sequence[str] = ...,
-                 compression: Optional[str] = ...) -> "Dataset": ...
+                 compression: Optional[str] = ...,
+                 max_row_bytes: int = ...) -> "Dataset": ...
     @staticmethod
     def zip(*datasets: Union["Dataset", Sequence["Dataset"]]) -> "Dataset": ...
     @staticmethod
@@ -260,4 +261,5 @@ def convert(format: str, inputs: Optional[_Paths], output: str,
             level: int = ..., skip_bad: bool = ..., threads: int = ...,
             images: Optional[str] = ..., labels: Optional[str] = ...,
             spec: Optional[_Spec] = ...,
-            delimiter: str = ...) -> Dict[str, Any]: ...
+            delimiter: str = ..., max_record_bytes: int = ...,
+            max_row_bytes: int = ...) -> Dict[str, Any]: ...

@@ -434,6 +434,63 @@ TEST(ConvertJobTest, ARecordPastMaxRecordBytesIsABadRowInEveryFormat) {
   }
 }
 
+// A CSV or JSON Lines row longer than max_row_bytes (a quote never closed,
+// a file without line ends) ends the conversion where it is found, even
+// with skip_bad: nothing is written, and the file is read no further than
+// the limit.  A row exactly at it is converted.
+TEST(ConvertJobTest, ARowPastMaxRowBytesEndsTheConversion) {
+  testing::TempDir dir;
+  const std::string big(600, 'x');
+  // "2,xxx...": 602 bytes of cells and delimiter; the JSON line 609.
+  testing::WriteFileBytes(dir.File("in.csv"),
+                          "id,s\n1,a\n2," + big + "\n3,b\n");
+  testing::WriteFileBytes(
+      dir.File("in.jsonl"),
+      "{\"s\": \"a\"}\n{\"s\": \"" + big + "\"}\n{\"s\": \"b\"}\n");
+  // A JSON document of one line: an array, said to be one.
+  testing::WriteFileBytes(dir.File("doc.jsonl"), "[{\"s\": \"" + big + "\"}]");
+  struct Case {
+    std::string file, format;
+    uint64_t exact;     // the long row's length
+    uint64_t records;   // converted at exact (skip_bad)
+    std::string error;  // at exact - 1, after "FILE"
+  };
+  const std::vector<Case> cases = {
+      {"in.csv", "csv", 602, 3,
+       ":3: the row is longer than 601 bytes (its cells and delimiters), the "
+       "most a row may hold (max_row_bytes): is the file CSV, with its line "
+       "ends?"},
+      {"in.jsonl", "jsonl", 609, 3,
+       ":2: the line is longer than 608 bytes, the most a row may hold "
+       "(max_row_bytes)"},
+      {"doc.jsonl", "jsonl", 611, 0,
+       ":1: the line is longer than 610 bytes, the most a row may hold "
+       "(max_row_bytes) (the file looks like a JSON document, not JSON "
+       "Lines, which holds one object per line: `jq -c '.[]' FILE` writes an "
+       "array's objects so)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    ConvertJob job;
+    job.format = c.format;
+    job.inputs.files = {dir.File(c.file)};
+    job.output = dir.File("out");
+    job.skip_bad = true;
+    job.inputs.max_row_bytes = c.exact;
+    EXPECT_EQ(Convert(job).records, c.records);
+    job.inputs.max_row_bytes = c.exact - 1;
+    job.output = dir.File("failed");
+    // CSV's is the reader's records::CsvError, JSON Lines' a ConvertError.
+    try {
+      Convert(job);
+      ADD_FAILURE() << "converted";
+    } catch (const std::exception& e) {
+      EXPECT_EQ(e.what(), dir.File(c.file) + c.error);
+    }
+    EXPECT_FALSE(std::filesystem::exists(ShardName(job.output, 0, 1, "")));
+  }
+}
+
 // A shard whose writes fail (the disk fills) fails the whole job with the
 // system's error and the file's name, and leaves no shard at all, nor a
 // temporary file: the shards are committed together or not at all.

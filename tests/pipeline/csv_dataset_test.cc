@@ -194,6 +194,32 @@ TEST(CsvDatasetTest, ADelimiterOtherThanACommaSeparatesFields) {
   EXPECT_NE(commas[0].Find("id\tnote"), nullptr);
 }
 
+// A row longer than max_row_bytes (its cells and delimiters) ends its
+// file with an error, as an unclosed quote does; the next file is read.
+TEST(CsvDatasetTest, ARowPastMaxRowBytesEndsItsFile) {
+  testing::TempDir dir;
+  const std::string big(600, 'x');
+  testing::WriteFileBytes(dir.File("a.csv"), "id,s\n1,a\n2," + big + "\n3,b\n");
+  testing::WriteFileBytes(dir.File("b.csv"), "id,s\n4,c\n");
+  CsvOptions o;
+  o.max_row_bytes = 602;  // "2,xxx...": exactly
+  const std::vector<std::string> files = {dir.File("a.csv"), dir.File("b.csv")};
+  EXPECT_EQ(testing::Ints(Collect(Dataset::FromCsv(files, o)), "id"),
+            (std::vector<int64_t>{1, 2, 3, 4}));
+  o.max_row_bytes = 601;
+  const Dataset ds = Dataset::FromCsv(files, o);
+  Iterator it = ds.MakeIterator();
+  const std::vector<std::string> all = DrainWithErrors(it);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[1], "!" + dir.File("a.csv") +
+                        ":3: the row is longer than 601 bytes (its cells and "
+                        "delimiters), the most a row may hold (max_row_bytes): "
+                        "is the file CSV, with its line ends?");
+  EXPECT_EQ(testing::Ints(Collect(ds.IgnoreErrors()), "id"),
+            (std::vector<int64_t>{1, 4}));
+  testing::ExpectRestoresAfterEveryElement(ds, all);
+}
+
 // A float column reads 1e-50 as 0 and refuses 1e39 by line (never inf).
 TEST(CsvDatasetTest, Float32EdgesAreZeroOrAnError) {
   testing::TempDir dir;

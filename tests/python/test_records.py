@@ -248,6 +248,40 @@ def test_convert_refuses_records_past_max_record_bytes(tmp_path):
                         max_record_bytes=0)
 
 
+def test_max_row_bytes_ends_reading_at_a_longer_row(tmp_path):
+    """A csv or jsonl row longer than max_row_bytes is an error that ends the
+    conversion, skip_bad or not, and from_csv's file; other formats refuse
+    the argument."""
+    csv = tmp_path / "long.csv"
+    csv.write_text("a,b\n1,2\n3," + "x" * 300 + "\n")  # row 3: 302 bytes
+    assert recflow.convert("csv", str(csv), str(tmp_path / "out"),
+                           max_row_bytes=302)["records"] == 2
+    with pytest.raises(ValueError,
+                       match=r"long\.csv:3: the row is longer than 301 bytes "
+                             r"\(its cells and delimiters\)"):
+        recflow.convert("csv", str(csv), str(tmp_path / "fail"),
+                        max_row_bytes=301, skip_bad=True)
+    assert not list(tmp_path.glob("fail*"))
+    jsonl = tmp_path / "doc.jsonl"
+    jsonl.write_text('[{"a": 1}, {"a": 2}]')
+    with pytest.raises(ValueError, match=r"doc\.jsonl:1: the line is longer "
+                       r"than 10 bytes.*`jq -c '\.\[\]' FILE`"):
+        recflow.convert("jsonl", str(jsonl), str(tmp_path / "fail"),
+                        max_row_bytes=10)
+    with pytest.raises(ValueError, match="max_row_bytes is for csv and jsonl"):
+        recflow.convert("npy", str(csv), str(tmp_path / "fail"),
+                        max_row_bytes=10)
+    with pytest.raises(ValueError, match="max_row_bytes must be at least 1"):
+        recflow.convert("csv", str(csv), str(tmp_path / "fail"),
+                        max_row_bytes=0)
+    ds = recflow.Dataset.from_csv(str(csv), max_row_bytes=301)
+    with pytest.raises(ValueError, match=r"long\.csv:3: the row is longer"):
+        list(ds)
+    assert [int(r["a"]) for r in ds.ignore_errors()] == [1]
+    with pytest.raises(ValueError, match="max_row_bytes must be at least 1"):
+        recflow.Dataset.from_csv(str(csv), max_row_bytes=0)
+
+
 def test_convert_warns_of_untyped_columns_and_rounded_integers(tmp_path):
     csv = tmp_path / "in.csv"
     csv.write_text("id,empty,score\n1,,16777217\n2,,0.5\n")

@@ -2,6 +2,8 @@
 // converters and the pipeline's CSV source share.
 #include "records/csv_reader.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -139,15 +141,17 @@ void ExpectRows(CsvReader* reader,
 // ends; blank lines between some) read back as written, each at its first
 // line, with fields from empty to past the reader's 64 KiB buffer, over
 // every codec and two delimiters.
-TEST(CsvReaderTest, WrittenRowsReadBackWithTheirLinesWhateverTheirFields) {
-  testing::TempDir dir;
-  std::mt19937 rng(9);
-  for (const char delimiter : {',', '\t'}) {
-    std::vector<std::vector<std::string>> rows;
-    std::vector<uint64_t> lines;
-    std::string text;
+// Random rows written as CSV: fields with quotes, line ends and
+// delimiters in them (quoted), empty ones, some 60-80 KB long (across the
+// reader's buffers), blank lines between, LF and CRLF ends.
+struct RandomCsv {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<uint64_t> lines;  // where each row starts
+  std::string text;
+
+  RandomCsv(std::mt19937& rng, char delimiter, int count) {
     uint64_t line = 1;
-    for (int r = 0; r < 600; ++r) {
+    for (int r = 0; r < count; ++r) {
       if (rng() % 10 == 0) {
         text += "\n";
         ++line;
@@ -188,14 +192,110 @@ TEST(CsvReaderTest, WrittenRowsReadBackWithTheirLinesWhateverTheirFields) {
       text += rng() % 2 ? "\n" : "\r\n";
       ++line;
     }
+  }
+};
+
+TEST(CsvReaderTest, WrittenRowsReadBackWithTheirLinesWhateverTheirFields) {
+  testing::TempDir dir;
+  std::mt19937 rng(9);
+  for (const char delimiter : {',', '\t'}) {
+    const RandomCsv csv(rng, delimiter, 600);
     for (const Compression c : testing::kAllCompressions) {
       SCOPED_TRACE(std::string(CompressionName(c)) + " " + delimiter);
       const std::string path = dir.File("rows");
-      testing::WriteFileBytes(path, testing::Compressed(text, c));
+      testing::WriteFileBytes(path, testing::Compressed(csv.text, c));
       CsvReader reader(path, delimiter, c);
-      ASSERT_NO_FATAL_FAILURE(ExpectRows(&reader, rows, lines));
+      ASSERT_NO_FATAL_FAILURE(ExpectRows(&reader, csv.rows, csv.lines));
     }
   }
+}
+
+// max_row_bytes bounds a row's cells and delimiters: every row up to it
+// is read whole, whatever its quoting, and the first longer one is a
+// file-level error naming the line it starts on, read no further.
+TEST(CsvReaderTest, ARowPastMaxRowBytesEndsTheFileWhereItStarts) {
+  testing::TempDir dir;
+  std::mt19937 rng(13);
+  const RandomCsv csv(rng, ',', 300);
+  const std::string path = dir.File("rows.csv");
+  testing::WriteFileBytes(path, csv.text);
+  std::vector<size_t> sizes;
+  for (const auto& row : csv.rows) {
+    size_t bytes = row.size() - 1;
+    for (const auto& cell : row) bytes += cell.size();
+    sizes.push_back(bytes);
+  }
+  // Caps at some rows' sizes exactly and one below, short and long rows.
+  for (const size_t pick : {size_t{5}, size_t{40}, size_t{77}}) {
+    for (const size_t max : {sizes[pick], sizes[pick] - 1}) {
+      SCOPED_TRACE("max " + std::to_string(max));
+      CsvReader reader(path, ',', std::nullopt, max);
+      std::vector<std::string> fields;
+      uint64_t line = 0;
+      size_t r = 0;
+      while (r < csv.rows.size() && sizes[r] <= max) {
+        ASSERT_TRUE(reader.ReadRecord(&fields, &line)) << r;
+        ASSERT_EQ(fields, csv.rows[r]) << r;
+        ++r;
+      }
+      ASSERT_LT(r, csv.rows.size());
+      try {
+        reader.ReadRecord(&fields, &line);
+        FAIL() << "row " << r << " of " << sizes[r] << " bytes was read";
+      } catch (const CsvError& e) {
+        EXPECT_FALSE(e.row_level());
+        const std::string what = e.what();
+        EXPECT_EQ(what.rfind(fmt::format("{}:{}: the row is longer than {} "
+                                         "bytes (its cells and delimiters)",
+                                         path, csv.lines[r], max),
+                             0),
+                  0u)
+            << what;
+      }
+    }
+  }
+}
+
+// The two ways a row grows past max_row_bytes, and what each error asks;
+// blank lines and the quotes and line end around cells are not counted.
+TEST(CsvReaderTest, ARowPastMaxRowBytesSaysWhetherAQuoteIsOpen) {
+  testing::TempDir dir;
+  const std::string path = dir.File("a.csv");
+  const auto read = [&](const std::string& text, uint64_t max) {
+    testing::WriteFileBytes(path, text);
+    CsvReader reader(path, ',', std::nullopt, max);
+    std::vector<std::string> fields;
+    uint64_t line = 0;
+    std::string got;
+    try {
+      while (reader.ReadRecord(&fields, &line)) {
+        got += fmt::format("{}|", fmt::join(fields, ","));
+      }
+    } catch (const CsvError& e) {
+      got += e.what();
+    }
+    return got;
+  };
+  const std::string text = "h,i\n\nab,c\r\n\"ab\",\"c\"\n,,\n";
+  EXPECT_EQ(read(text, 4), "h,i|ab,c|ab,c|,,|");
+  EXPECT_EQ(read(text, 3),
+            "h,i|" + path +
+                ":3: the row is longer than 3 bytes (its cells and "
+                "delimiters), the most a row may hold (max_row_bytes): is the "
+                "file CSV, with its line ends?");
+  EXPECT_EQ(read("h\n\"x\n\ny\nz", 5),
+            "h|" + path +
+                ":2: the row is longer than 5 bytes (its cells and "
+                "delimiters), the most a row may hold (max_row_bytes): it is "
+                "in a quoted field opened on line 2 and still open on line 5: "
+                "is a quote not closed?");
+  EXPECT_EQ(read("h\n,,,,,,\n", 5),
+            "h|" + path +
+                ":2: the row is longer than 5 bytes (its "
+                "cells and delimiters), the most a row "
+                "may hold (max_row_bytes): is the file "
+                "CSV, with its line ends?");
+  EXPECT_EQ(read("h\n,,,,,\n", 5), "h|,,,,,|");
 }
 
 // Rows without quotes or a bare CR are split in the reader's buffer

@@ -147,6 +147,86 @@ TEST(ByteReaderTest, AppendUntilStopsWhereGetWouldWhateverTheCodec) {
   }
 }
 
+// A line longer than GetLine's max_size is read to max_size + 1 bytes, the
+// rest left for the next read: whatever the cap's place relative to the
+// buffer, the line ends and the codec.
+TEST(ByteReaderTest, GetLineReadsALongLineOnlyPastItsMaxSize) {
+  testing::TempDir dir;
+  const std::vector<std::string> lines = AwkwardLines();
+  const std::string path = dir.File("lines");
+  for (const Compression c : testing::kAllCompressions) {
+    testing::WriteFileBytes(path, testing::Compressed(Joined(lines, false), c));
+    for (const size_t max : {size_t{0}, size_t{1}, size_t{89}, size_t{65535},
+                             size_t{65536}, size_t{200000}}) {
+      SCOPED_TRACE(std::string(CompressionName(c)) + ", max " +
+                   std::to_string(max));
+      ByteReader in(path, c);
+      std::string line, rest;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        ASSERT_TRUE(in.GetLine(&line, max)) << "line " << i;
+        if (lines[i].size() <= max) {
+          ASSERT_EQ(line, lines[i]) << "line " << i;
+          continue;
+        }
+        ASSERT_EQ(line, lines[i].substr(0, max + 1)) << "line " << i;
+        ASSERT_TRUE(in.GetLine(&rest)) << "line " << i;
+        ASSERT_EQ(rest, lines[i].substr(max + 1)) << "line " << i;
+      }
+      EXPECT_FALSE(in.GetLine(&line, max));
+    }
+  }
+  // A limit past any string's (an unsigned -1 from a caller): none.
+  const std::string path2 = dir.File("two");
+  testing::WriteFileBytes(path2, "ab\ncd");
+  ByteReader in(path2);
+  std::string line;
+  ASSERT_TRUE(in.GetLine(&line, std::string::npos));
+  EXPECT_EQ(line, "ab");
+  EXPECT_EQ(in.AppendUntil(&line, 'x', 'y', 'z', std::string::npos), -1);
+  EXPECT_EQ(line, "abcd");
+}
+
+// AppendUntil stops at kFull once its string would pass max_size (holding
+// max_size + 1 bytes), the rest left unread; a segment that fits exactly
+// ends at its stop byte.
+TEST(ByteReaderTest, AppendUntilStopsFullPastItsMaxSize) {
+  testing::TempDir dir;
+  std::mt19937 rng(11);
+  std::vector<std::string> segments = AwkwardLines();
+  std::string text;
+  std::string stops;
+  for (const std::string& segment : segments) {
+    text += segment;
+    stops += ",;\n"[rng() % 3];
+    text += stops.back();
+  }
+  const std::string path = dir.File("segments");
+  for (const Compression c : testing::kAllCompressions) {
+    testing::WriteFileBytes(path, testing::Compressed(text, c));
+    for (const size_t max :
+         {size_t{0}, size_t{3}, size_t{65536}, size_t{100000}}) {
+      SCOPED_TRACE(std::string(CompressionName(c)) + ", max " +
+                   std::to_string(max));
+      ByteReader in(path, c);
+      for (size_t i = 0; i < segments.size(); ++i) {
+        std::string got = "kept:";
+        const int byte = in.AppendUntil(&got, ',', ';', '\n', 5 + max);
+        if (segments[i].size() <= max) {
+          ASSERT_EQ(got, "kept:" + segments[i]) << i;
+          ASSERT_EQ(byte, stops[i]) << i;
+          continue;
+        }
+        ASSERT_EQ(byte, ByteReader::kFull) << i;
+        ASSERT_EQ(got, "kept:" + segments[i].substr(0, max + 1)) << i;
+        std::string rest;
+        ASSERT_EQ(in.AppendUntil(&rest, ',', ';', '\n'), stops[i]) << i;
+        ASSERT_EQ(rest, segments[i].substr(max + 1)) << i;
+      }
+      EXPECT_EQ(in.Get(), -1);
+    }
+  }
+}
+
 // A stream damaged part-way gives every whole line before the damage, then
 // an error naming the file; never a shortened last line as if it ended.
 TEST(ByteReaderTest, GetLineGivesTheLinesBeforeDamageThenThrows) {

@@ -158,6 +158,35 @@ TEST(ConvertTest, MaxRecordBytesMakesLongerRowsBad) {
   EXPECT_EQ(Recflow(dir, convert + " --max-record-bytes 0").code, 2);
 }
 
+// --max-row-bytes: a csv or jsonl row that is longer ends the conversion
+// (even with --skip-bad), writing nothing; other formats refuse it, as 0.
+TEST(ConvertTest, MaxRowBytesEndsTheConversionAtALongerRow) {
+  TempDir dir;
+  testing::WriteFileBytes(dir.File("in.jsonl"),
+                          "{\"a\": 1}\n{\"a\": 22}\n{\"a\": 3}\n");
+  const std::string convert =
+      "convert jsonl " + dir.File("in.jsonl") + " -o " + dir.File("out");
+  EXPECT_EQ(Recflow(dir, convert + " --max-row-bytes 9").code, 0);
+  EXPECT_EQ(ReadExamples(dir, "out", 1).size(), 3u);
+  std::filesystem::remove(dir.File("out-00000-of-00001.tfrecord"));
+  const Result r = Recflow(dir, convert + " --max-row-bytes 8 --skip-bad");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "recflow: " + dir.File("in.jsonl") +
+                       ":2: the line is longer than 8 bytes, the most a row "
+                       "may hold (max_row_bytes)\n");
+  for (const auto& name : dir.List()) {
+    EXPECT_EQ(name.find("out-"), std::string::npos) << name;
+  }
+  testing::WriteFileBytes(dir.File("x.npy"),
+                          testing::NpyBytes("<f4", "(1,)", std::string(4, 0)));
+  const Result npy = Recflow(dir, "convert npy " + dir.File("x.npy") + " -o " +
+                                      dir.File("out") + " --max-row-bytes 9");
+  EXPECT_EQ(npy.code, 2);
+  EXPECT_EQ(npy.err,
+            "recflow: --max-row-bytes is for csv and jsonl, not npy\n");
+  EXPECT_EQ(Recflow(dir, convert + " --max-row-bytes 0").code, 2);
+}
+
 // The source's warnings reach the user: on stderr, one line each, and in
 // --json's "warnings"; the shards are written.
 TEST(ConvertTest, WarningsArePrintedAndInTheJson) {
