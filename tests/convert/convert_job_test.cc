@@ -363,17 +363,24 @@ TEST(ConvertJobTest, ABadRowLeavesNoShardUnlessSkipped) {
   EXPECT_EQ(ShardExamples(s).size(), 999u);
 }
 
+// in.csv (id,s; its row 2 on line 3) and in.jsonl (key s; line 2): three
+// rows, the second's s `big`.
+void WriteRowsWithALongSecond(const testing::TempDir& dir,
+                              const std::string& big) {
+  testing::WriteFileBytes(dir.File("in.csv"),
+                          "id,s\n1,a\n2," + big + "\n3,b\n");
+  testing::WriteFileBytes(
+      dir.File("in.jsonl"),
+      "{\"s\": \"a\"}\n{\"s\": \"" + big + "\"}\n{\"s\": \"b\"}\n");
+}
+
 // A row whose record would be longer than max_record_bytes (by default 2
 // GiB: protobuf's limit, and the readers') is a bad row naming the row,
 // in every format: an error, or skipped with skip_bad; never written.
 TEST(ConvertJobTest, ARecordPastMaxRecordBytesIsABadRowInEveryFormat) {
   testing::TempDir dir;
   const std::string big(600, 'x');
-  testing::WriteFileBytes(dir.File("in.csv"),
-                          "id,s\n1,a\n2," + big + "\n3,b\n");
-  testing::WriteFileBytes(
-      dir.File("in.jsonl"),
-      "{\"s\": \"a\"}\n{\"s\": \"" + big + "\"}\n{\"s\": \"b\"}\n");
+  WriteRowsWithALongSecond(dir, big);
   // Arrays and IDX images: every row is as long (3 rows).
   testing::WriteFileBytes(
       dir.File("x.npy"),
@@ -442,11 +449,7 @@ TEST(ConvertJobTest, ARowPastMaxRowBytesEndsTheConversion) {
   testing::TempDir dir;
   const std::string big(600, 'x');
   // "2,xxx...": 602 bytes of cells and delimiter; the JSON line 609.
-  testing::WriteFileBytes(dir.File("in.csv"),
-                          "id,s\n1,a\n2," + big + "\n3,b\n");
-  testing::WriteFileBytes(
-      dir.File("in.jsonl"),
-      "{\"s\": \"a\"}\n{\"s\": \"" + big + "\"}\n{\"s\": \"b\"}\n");
+  WriteRowsWithALongSecond(dir, big);
   // A JSON document of one line: an array, said to be one.
   testing::WriteFileBytes(dir.File("doc.jsonl"), "[{\"s\": \"" + big + "\"}]");
   struct Case {
