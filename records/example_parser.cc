@@ -1479,17 +1479,17 @@ void ExampleParser::ParseBatch(std::span<const std::string_view> serialized,
     // since a part may read its captures only once it is after the fork
     // (calls at once share them, which may order one call's fork after
     // another's, never two parts of one call).  The parts write disjoint
-    // rows and may overlap.
+    // rows and may overlap.  The body is made before the fork: parallel_for
+    // runs it by reference, its captures read where they were written.
     static char parts_start, parts_end;
+    const auto parse_part = [&](size_t t) {
+      HappensAfter(&parts_start);
+      ParseRange(spec_, serialized, n * t / parts, n * (t + 1) / parts,
+                 &results[t], out, &errors[t], &error_indexes[t]);
+      HappensBefore(&parts_end);
+    };
     HappensBefore(&parts_start);
-    arena.execute([&] {
-      tbb::parallel_for(size_t{0}, parts, [&](size_t t) {
-        HappensAfter(&parts_start);
-        ParseRange(spec_, serialized, n * t / parts, n * (t + 1) / parts,
-                   &results[t], out, &errors[t], &error_indexes[t]);
-        HappensBefore(&parts_end);
-      });
-    });
+    arena.execute([&] { tbb::parallel_for(size_t{0}, parts, parse_part); });
     HappensAfter(&parts_end);
     for (size_t t = 0; t < parts && error.empty(); ++t) {
       if (!errors[t].empty()) {
