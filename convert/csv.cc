@@ -31,25 +31,6 @@ struct TypingChunk {
   std::vector<RoundedRun> rounded;
 };
 
-// When `header` is a single column whose name holds a tab, ';' or '|'
-// (and `delimiter` is not it): the file is most likely separated by that
-// character, and every row would be one cell.  What to say, else "".
-std::string OtherDelimiterHint(const std::vector<std::string>& header,
-                               char delimiter) {
-  if (header.size() != 1) return "";
-  for (const char c : {'\t', ';', '|'}) {
-    if (c != delimiter && header[0].find(c) != std::string::npos) {
-      return fmt::format(
-          "the header is a single column whose name holds {}: if {} the "
-          "columns, give --delimiter {}",
-          c == '\t' ? "tabs" : fmt::format("'{}' characters", c),
-          c == '\t' ? "tabs separate" : "they separate",
-          c == '\t' ? "tab" : fmt::format("'{}'", c));
-    }
-  }
-  return "";
-}
-
 class CsvSource final : public ExampleSource {
  public:
   CsvSource(std::vector<std::string> files, const records::FeatureSpec* spec,
@@ -96,7 +77,8 @@ class CsvSource final : public ExampleSource {
         }
         header_ = fields;
         types_.assign(header_.size(), CellType::kNone);
-        header_hint_ = OtherDelimiterHint(header_, delimiter_);
+        header_hint_ = records::OtherDelimiterHint(header_, delimiter_,
+                                                   "give --delimiter");
       } else if (fields != header_) {
         InputError(
             fmt::format("{}:1: header differs from {}'s", path, files_[0]));

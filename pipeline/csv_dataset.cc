@@ -36,6 +36,11 @@ class CsvDataset final : public DatasetBase {
                               files_[0]));
     }
     const bool have_row = reader.ReadRecord(&row, &line);
+    // A file of another delimiter reads as one column: said where a
+    // column or a row's fields are missing.
+    const std::string hint = records::OtherDelimiterHint(
+        header, options_.delimiter, "set the delimiter to");
+    if (!hint.empty()) hint_ = "; " + hint;
     // The columns taken: each is a component, named by the header.
     std::vector<bool> taken(header.size(), true);
     if (!options_.select_columns.empty()) {
@@ -74,15 +79,15 @@ class CsvDataset final : public DatasetBase {
       if (std::find(header.begin(), header.end(), key) == header.end()) {
         throw Error(fmt::format(
             "FromCsv: column_types names '{}', which {} lacks (its columns: "
-            "{})",
-            key, files_[0], fmt::join(header, ", ")));
+            "{}){}",
+            key, files_[0], fmt::join(header, ", "), hint_));
       }
     }
     for (const auto& want : options_.select_columns) {
       if (std::none_of(columns_.begin(), columns_.end(),
                        [&](const Column& c) { return c.name == want; })) {
-        throw Error(
-            fmt::format("FromCsv: {} has no column '{}'", files_[0], want));
+        throw Error(fmt::format("FromCsv: {} has no column '{}'{}", files_[0],
+                                want, hint_));
       }
     }
     header_ = std::move(header);
@@ -195,8 +200,9 @@ class CsvDataset final : public DatasetBase {
     void Build(const std::vector<std::string>& fields, uint64_t line,
                Element* out) {
       if (fields.size() != d_->header_.size()) {
-        throw Error(fmt::format("{}:{}: {} fields, the header has {}", *path_,
-                                line, fields.size(), d_->header_.size()));
+        throw Error(fmt::format("{}:{}: {} fields, the header has {}{}", *path_,
+                                line, fields.size(), d_->header_.size(),
+                                d_->hint_));
       }
       out->components.clear();
       out->batch_origins.reset();
@@ -243,6 +249,7 @@ class CsvDataset final : public DatasetBase {
   std::vector<std::string> files_;
   CsvOptions options_;
   std::vector<std::string> header_;
+  std::string hint_;  // "; " and records::OtherDelimiterHint's, or ""
   std::vector<Column> columns_;
 };
 

@@ -146,6 +146,22 @@ std::string CsvDelimiterName(char delimiter) {
   return fmt::format("byte {:#04x}", byte);
 }
 
+std::string OtherDelimiterHint(const std::vector<std::string>& header,
+                               char delimiter, std::string_view give) {
+  if (header.size() != 1) return "";
+  for (const char c : {'\t', ';', '|'}) {
+    if (c != delimiter && header[0].find(c) != std::string::npos) {
+      return fmt::format(
+          "the header is a single column whose name holds {}: if {} the "
+          "columns, {} {}",
+          c == '\t' ? "tabs" : fmt::format("'{}' characters", c),
+          c == '\t' ? "tabs separate" : "they separate", give,
+          CsvDelimiterName(c));
+    }
+  }
+  return "";
+}
+
 namespace {
 ByteReader OpenCsv(const std::string& path, char delimiter,
                    std::optional<Compression> compression) {

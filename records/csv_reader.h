@@ -36,6 +36,14 @@ class CsvError : public Error {
 void CheckCsvDelimiter(char delimiter);
 // How messages name a delimiter: "comma", "tab" or "';'".
 std::string CsvDelimiterName(char delimiter);
+// When `header` is a single column whose name holds a tab, ';' or '|'
+// (and `delimiter` is not it): the file is most likely separated by that
+// byte, and every row would be one cell.  What to say, ending in `give`
+// and the byte's name ("the header is a single column whose name holds
+// tabs: if tabs separate the columns, give --delimiter tab" for `give`
+// "give --delimiter"), else "".
+std::string OtherDelimiterHint(const std::vector<std::string>& header,
+                               char delimiter, std::string_view give);
 // Throws CsvError ("PATH:1: ...", not row-level) unless the names of the
 // header's columns that are `taken` (all when `taken` is empty; else one
 // flag per column) are non-empty UTF-8 and differ from one another: each

@@ -192,6 +192,37 @@ TEST(CsvDatasetTest, ADelimiterOtherThanACommaSeparatesFields) {
   const auto commas = Collect(Dataset::FromCsv({dir.File("b.tsv")}));
   ASSERT_EQ(commas.size(), 1u);
   EXPECT_NE(commas[0].Find("id\tnote"), nullptr);
+  // Where a column or a row's fields are then missing, the error says why.
+  const std::string hint =
+      "; the header is a single column whose name holds tabs: if tabs "
+      "separate the columns, set the delimiter to tab";
+  const auto error = [&](const CsvOptions& options) {
+    try {
+      Dataset::FromCsv({dir.File("a.tsv")}, options);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CsvOptions note;
+  note.select_columns = {"note"};
+  EXPECT_EQ(error(note),
+            "FromCsv: " + dir.File("a.tsv") + " has no column 'note'" + hint);
+  CsvOptions typed;
+  typed.column_types = {{"note", DType::kBytes}};
+  EXPECT_EQ(error(typed), "FromCsv: column_types names 'note', which " +
+                              dir.File("a.tsv") +
+                              " lacks (its columns: id\tnote)" + hint);
+  Iterator it = Dataset::FromCsv({dir.File("a.tsv")}).MakeIterator();
+  const std::vector<std::string> all = DrainWithErrors(it);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[1],
+            "!" + dir.File("a.tsv") + ":3: 2 fields, the header has 1" + hint);
+  // A header of one column that holds no other delimiter says nothing more.
+  testing::WriteFileBytes(dir.File("one.csv"), "id\n1\n2,3\n");
+  Iterator one = Dataset::FromCsv({dir.File("one.csv")}).MakeIterator();
+  EXPECT_EQ(DrainWithErrors(one)[1],
+            "!" + dir.File("one.csv") + ":3: 2 fields, the header has 1");
 }
 
 // A row longer than max_row_bytes (its cells and delimiters) ends its
