@@ -263,20 +263,28 @@ bool ByteReader::Refill() {
 }
 
 bool ByteReader::GetLine(std::string* line, size_t max_size) {
-  max_size = std::min(max_size, kNoMaxSize);
   line->clear();
-  while (line->size() <= max_size && (pos_ < end_ || Refill())) {
+  // The line's end is sought in the whole buffer and the limit checked
+  // once per buffer (a line holds at most max_size bytes here): the cost
+  // per line of the files read line by line stays one memchr and a copy.
+  while (pos_ < end_ || Refill()) {
     const char* from = buffer_.get() + pos_;
-    const size_t left = std::min(end_ - pos_, max_size + 1 - line->size());
+    const size_t left = end_ - pos_;
     const auto* newline =
         static_cast<const char*>(std::memchr(from, '\n', left));
-    if (newline != nullptr) {
-      line->append(from, newline - from);
-      pos_ += newline - from + 1;
+    const size_t take = newline != nullptr ? newline - from : left;
+    const size_t room = max_size - line->size();
+    if (take > room) {  // past max_size: max_size + 1 bytes in all
+      line->append(from, room + 1);
+      pos_ += room + 1;
       return true;
     }
-    line->append(from, left);
-    pos_ += left;
+    line->append(from, take);
+    if (newline != nullptr) {
+      pos_ += take + 1;
+      return true;
+    }
+    pos_ = end_;
   }
   return !line->empty();
 }
