@@ -180,11 +180,7 @@ CsvReader::CsvReader(std::string path, char delimiter,
     : path_(std::move(path)),
       delimiter_(static_cast<unsigned char>(delimiter)),
       max_row_bytes_(static_cast<size_t>(max_row_bytes)),
-      in_(OpenCsv(path_, delimiter, compression)) {
-  special_[static_cast<unsigned char>(delimiter)] = kDelimiter;
-  special_[static_cast<unsigned char>('"')] = kQuoteOrCr;
-  special_[static_cast<unsigned char>('\r')] = kQuoteOrCr;
-}
+      in_(OpenCsv(path_, delimiter, compression)) {}
 
 CsvReader::~CsvReader() = default;
 
@@ -219,19 +215,20 @@ bool CsvReader::ReadFields(std::vector<std::string>* fields, uint64_t* line) {
     if (const std::optional<std::string_view> text = in_.BufferedLine()) {
       std::string_view row = *text;
       if (!row.empty() && row.back() == '\r') row.remove_suffix(1);
-      const auto* p = reinterpret_cast<const unsigned char*>(row.data());
-      const auto* const end = p + row.size();
+      const char delimiter = static_cast<char>(delimiter_);
+      const char* p = row.data();
+      const char* const end = p + row.size();
       size_t n = 0;
       bool plain = !row.empty() && row.size() <= max_row_bytes_;
       while (plain) {
-        const auto* cell = p;
-        while (p != end && special_[*p] == 0) ++p;
-        if (p != end && special_[*p] == kQuoteOrCr) {
+        const char* cell = p;
+        p = FindFirstOf(p, end, delimiter, '"', '\r');
+        if (p != end && *p != delimiter) {  // a quote or a CR
           plain = false;
           break;
         }
         if (n == fields->size()) fields->emplace_back();
-        (*fields)[n++].assign(reinterpret_cast<const char*>(cell), p - cell);
+        (*fields)[n++].assign(cell, p - cell);
         if (p == end) break;
         ++p;  // the delimiter
       }

@@ -120,13 +120,9 @@ class CsvReader {
   [[noreturn]] void RowTooLong(uint64_t line, uint64_t quote_opened) const;
   int Get() { return in_.Get(); }
 
-  // special_[byte]: what a byte is to a row read in place (ReadFields).
-  static constexpr unsigned char kDelimiter = 1, kQuoteOrCr = 2;
-
   std::string path_;
   int delimiter_;  // as Get() returns bytes: 0-255
   size_t max_row_bytes_;
-  unsigned char special_[256] = {};
   ByteReader in_;
   uint64_t line_ = 1;
   bool first_ = true;

@@ -291,20 +291,27 @@ bool ByteReader::GetLine(std::string* line, size_t max_size) {
 
 int ByteReader::AppendUntil(std::string* out, char a, char b, char c,
                             size_t max_size) {
-  max_size = std::min(max_size, kNoMaxSize);
-  while (out->size() <= max_size && (pos_ < end_ || Refill())) {
+  if (out->size() > max_size) return kFull;
+  // As GetLine: the whole buffer is scanned, the limit checked after.
+  while (pos_ < end_ || Refill()) {
     const char* from = buffer_.get() + pos_;
-    const char* end = from + std::min(end_ - pos_, max_size + 1 - out->size());
-    const char* p = from;
-    while (p != end && *p != a && *p != b && *p != c) ++p;
-    out->append(from, p - from);
+    const char* end = buffer_.get() + end_;
+    const char* p = FindFirstOf(from, end, a, b, c);
+    const size_t take = p - from;
+    const size_t room = max_size - out->size();
+    if (take > room) {  // past max_size: max_size + 1 bytes in all
+      out->append(from, room + 1);
+      pos_ += room + 1;
+      return kFull;
+    }
+    out->append(from, take);
     if (p != end) {
-      pos_ = p - buffer_.get() + 1;
+      pos_ += take + 1;
       return static_cast<unsigned char>(*p);
     }
-    pos_ = end - buffer_.get();
+    pos_ = end_;
   }
-  return out->size() > max_size ? kFull : -1;
+  return -1;
 }
 
 uint64_t ByteReader::file_position() const {

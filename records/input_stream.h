@@ -14,6 +14,10 @@
 #include <string_view>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "records/compression.h"
 #include "records/errors.h"
 #include "records/file.h"
@@ -95,6 +99,29 @@ std::string Utf16FileError(std::string_view path, std::string_view format,
 // about a second, holding two to three times the limit in memory
 // (docs/RELIABILITY.md).
 inline constexpr uint64_t kDefaultMaxRowBytes = uint64_t{256} << 20;
+
+// The first byte in [p, end) that is `a`, `b` or `c`, else `end`: 16 bytes
+// at a time (SSE2) while 16 are left, then one by one.  The CSV reader's
+// scans for a cell's end (a delimiter, a quote, a line end) are most of
+// its time; a byte-by-byte loop costs about seven instructions a byte.
+inline const char* FindFirstOf(const char* p, const char* end, char a, char b,
+                               char c) {
+#if defined(__SSE2__)
+  const __m128i va = _mm_set1_epi8(a), vb = _mm_set1_epi8(b),
+                vc = _mm_set1_epi8(c);
+  for (; end - p >= 16; p += 16) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i hit =
+        _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, va), _mm_cmpeq_epi8(v, vb)),
+                     _mm_cmpeq_epi8(v, vc));
+    if (const int mask = _mm_movemask_epi8(hit); mask != 0) {
+      return p + __builtin_ctz(static_cast<unsigned>(mask));
+    }
+  }
+#endif
+  while (p != end && *p != a && *p != b && *p != c) ++p;
+  return p;
+}
 
 // A file's decoded bytes one at a time or a line at a time, through a
 // buffer: for the text formats (CSV byte by byte, JSON Lines by line),

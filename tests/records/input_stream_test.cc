@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -150,6 +151,40 @@ TEST(ByteReaderTest, AppendUntilStopsWhereGetWouldWhateverTheCodec) {
 // A line longer than GetLine's max_size is read to max_size + 1 bytes, the
 // rest left for the next read: whatever the cap's place relative to the
 // buffer, the line ends and the codec.
+// FindFirstOf (16 bytes at a time, then one by one) finds what a plain
+// search finds: the first of three bytes at every place in a block and
+// its tail, none, and bytes past 0x7f (signed chars) alike.
+TEST(FindFirstOfTest, FindsTheFirstOfThreeBytesWhereverItIs) {
+  std::mt19937 gen(7);
+  const char stops[3] = {',', '"', '\xe9'};
+  for (size_t size = 0; size <= 70; ++size) {
+    for (int round = 0; round < 40; ++round) {
+      std::string text(size, 'a');
+      for (char& ch : text) {
+        ch = static_cast<char>(gen() % 256);
+        // Few stops, so that most are found after a run of other bytes.
+        if ((ch == ',' || ch == '"' || ch == '\xe9') && gen() % 8 != 0) {
+          ch = 'x';
+        }
+      }
+      const char* begin = text.data();
+      const char* end = begin + text.size();
+      const char* want = std::find_first_of(begin, end, stops, stops + 3);
+      ASSERT_EQ(FindFirstOf(begin, end, ',', '"', '\xe9') - begin, want - begin)
+          << "size " << size << ", round " << round;
+    }
+    // One stop at each place, the rest other bytes.
+    for (size_t at = 0; at < size; ++at) {
+      std::string text(size, 'q');
+      text[at] = stops[at % 3];
+      ASSERT_EQ(FindFirstOf(text.data(), text.data() + size, ',', '"', '\xe9') -
+                    text.data(),
+                static_cast<std::ptrdiff_t>(at))
+          << "size " << size << ", at " << at;
+    }
+  }
+}
+
 TEST(ByteReaderTest, GetLineReadsALongLineOnlyPastItsMaxSize) {
   testing::TempDir dir;
   const std::vector<std::string> lines = AwkwardLines();
