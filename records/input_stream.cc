@@ -262,42 +262,13 @@ bool ByteReader::Refill() {
   return end_ > 0;
 }
 
-bool ByteReader::GetLine(std::string* line, size_t max_size) {
-  line->clear();
-  // The line's end is sought in the whole buffer and the limit checked
-  // once per buffer (a line holds at most max_size bytes here): the cost
-  // per line of the files read line by line stays one memchr and a copy.
-  while (pos_ < end_ || Refill()) {
-    const char* from = buffer_.get() + pos_;
-    const size_t left = end_ - pos_;
-    const auto* newline =
-        static_cast<const char*>(std::memchr(from, '\n', left));
-    const size_t take = newline != nullptr ? newline - from : left;
-    const size_t room = max_size - line->size();
-    if (take > room) {  // past max_size: max_size + 1 bytes in all
-      line->append(from, room + 1);
-      pos_ += room + 1;
-      return true;
-    }
-    line->append(from, take);
-    if (newline != nullptr) {
-      pos_ += take + 1;
-      return true;
-    }
-    pos_ = end_;
-  }
-  return !line->empty();
-}
-
-int ByteReader::AppendUntil(std::string* out, char a, char b, char c,
-                            size_t max_size) {
-  if (out->size() > max_size) return kFull;
-  // As GetLine: the whole buffer is scanned, the limit checked after.
+template <typename Find>
+int ByteReader::AppendUntilStop(std::string* out, size_t max_size, Find find) {
   while (pos_ < end_ || Refill()) {
     const char* from = buffer_.get() + pos_;
     const char* end = buffer_.get() + end_;
-    const char* p = FindFirstOf(from, end, a, b, c);
-    const size_t take = p - from;
+    const char* stop = find(from, end);
+    const size_t take = stop - from;
     const size_t room = max_size - out->size();
     if (take > room) {  // past max_size: max_size + 1 bytes in all
       out->append(from, room + 1);
@@ -305,13 +276,32 @@ int ByteReader::AppendUntil(std::string* out, char a, char b, char c,
       return kFull;
     }
     out->append(from, take);
-    if (p != end) {
+    if (stop != end) {
       pos_ += take + 1;
-      return static_cast<unsigned char>(*p);
+      return static_cast<unsigned char>(*stop);
     }
     pos_ = end_;
   }
   return -1;
+}
+
+bool ByteReader::GetLine(std::string* line, size_t max_size) {
+  line->clear();
+  const int stop =
+      AppendUntilStop(line, max_size, [](const char* from, const char* end) {
+        const void* newline = std::memchr(from, '\n', end - from);
+        return newline != nullptr ? static_cast<const char*>(newline) : end;
+      });
+  return stop != -1 || !line->empty();
+}
+
+int ByteReader::AppendUntil(std::string* out, char a, char b, char c,
+                            size_t max_size) {
+  if (out->size() > max_size) return kFull;
+  return AppendUntilStop(out, max_size,
+                         [a, b, c](const char* from, const char* end) {
+                           return FindFirstOf(from, end, a, b, c);
+                         });
 }
 
 uint64_t ByteReader::file_position() const {

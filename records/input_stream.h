@@ -149,7 +149,7 @@ class ByteReader {
   void Unget() { --pos_; }
   // AppendUntil's answer when *out reached its `max_size`.
   static constexpr int kFull = -2;
-  // The largest `max_size` (a larger one is taken as this): no limit.
+  // No limit on `max_size` (the default; a larger one is none either).
   static constexpr size_t kNoMaxSize = std::string::npos - 1;
   // Appends to *out the bytes before the next `a`, `b` or `c`, and returns
   // that byte, consumed (0-255), or -1 at the end: what Get() would give
@@ -192,6 +192,14 @@ class ByteReader {
 
  private:
   bool Refill();
+  // AppendUntil's and GetLine's loop: appends to *out the bytes before
+  // the stop `find(from, end)` gives in each buffer's unread bytes (`end`
+  // when none) and returns the stop byte, consumed; -1 at the end; kFull
+  // once *out would pass `max_size`, which it may not pass on the call
+  // (max_size + 1 bytes in all, the rest unread).  The whole buffer is
+  // searched and the limit checked once per buffer.
+  template <typename Find>
+  int AppendUntilStop(std::string* out, size_t max_size, Find find);
 
   ReadableFile file_;
   Compression compression_;
