@@ -366,6 +366,9 @@ Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
   if (options.buffer_bytes == 0) {
     throw Error(fmt::format("{}: buffer_bytes must be positive", who));
   }
+  if (options.max_line_bytes == 0) {
+    throw Error(fmt::format("{}: max_line_bytes must be positive", who));
+  }
   std::vector<std::string> files = stages::ExpandFiles(paths, who);
   const int64_t cycle = std::min<int64_t>(options.num_parallel_reads,
                                           static_cast<int64_t>(files.size()));

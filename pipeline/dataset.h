@@ -291,6 +291,13 @@ struct PlainFileOptions {
   // Bytes asked of the file (or decoder) per read (tf.data's
   // buffer_size); a buffer grows to hold a longer line or record.
   size_t buffer_bytes = size_t{256} << 10;
+  // FromTextLines: a line whose bytes before its '\n' are more than this
+  // is an error that ends its file's reading (the next file follows), as
+  // soon as the bytes are read: a file without line ends (binary, or one
+  // JSON document) would otherwise be held whole in memory, where
+  // tf.data's reader grows without bound.  A line's buffer holds no more
+  // than this + 1 bytes.  Not used by FromFixedLengthRecords.
+  uint64_t max_line_bytes = records::kDefaultMaxRowBytes;
 };
 
 struct CsvOptions {

@@ -203,7 +203,10 @@ class PlainFileDataset final : public DatasetBase {
     }
 
     // Reads more of the stream after what the buffer holds, moving that to
-    // the buffer's front first; false once the stream has ended.
+    // the buffer's front first; false once the stream has ended.  A full
+    // buffer (a line longer than it; records' buffers hold a record and
+    // the footer) grows, to no more than max_line_bytes + 1: a line that
+    // fills that is too long.
     bool Fill() {
       if (eof_) return false;
       if (begin_ > 0) {
@@ -211,7 +214,11 @@ class PlainFileDataset final : public DatasetBase {
         end_ -= begin_;
         begin_ = 0;
       }
-      if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
+      if (end_ == buffer_.size()) {
+        const size_t grown = buffer_.size() * 2;
+        const uint64_t max = d_->options_.max_line_bytes;
+        buffer_.resize(max < grown ? static_cast<size_t>(max) + 1 : grown);
+      }
       size_t got;
       try {
         got = stream_->Read(buffer_.data() + end_, buffer_.size() - end_);
@@ -272,7 +279,8 @@ class PlainFileDataset final : public DatasetBase {
     }
 
     // The next line into value_ (a view of the buffer, or of stripped_);
-    // false at the end of the file.
+    // false at the end of the file.  Throws Error for a line longer than
+    // max_line_bytes, having read no more than max_line_bytes + 1 of it.
     bool NextLine() {
       size_t scanned = 0;  // bytes after begin_ known to hold no '\n'
       while (true) {
@@ -282,11 +290,13 @@ class PlainFileDataset final : public DatasetBase {
         if (nl != nullptr) {
           const size_t length =
               static_cast<size_t>(nl - buffer_.data()) - begin_;
+          if (length > d_->options_.max_line_bytes) LineTooLong();
           TakeLine(length);
           Consume(length + 1);
           return true;
         }
         scanned = end_ - begin_;
+        if (scanned > d_->options_.max_line_bytes) LineTooLong();
         if (!Fill()) break;
       }
       // The last line, without '\n': a line only if something is left
@@ -295,6 +305,17 @@ class PlainFileDataset final : public DatasetBase {
       TakeLine(length);
       Consume(length);
       return !value_.empty();
+    }
+    [[noreturn]] void LineTooLong() const {
+      throw Error(fmt::format(
+          "{}: line {}, at byte {}{}, is longer than {} bytes, the most a "
+          "line may hold (max_line_bytes): is the file text, with line ends?",
+          *path_, count_ + 1, offset_,
+          compression_ == records::Compression::kNone
+              ? std::string()
+              : fmt::format(" of the {}-decoded stream",
+                            records::CompressionName(compression_)),
+          d_->options_.max_line_bytes));
     }
     void TakeLine(size_t length) {
       const char* line = buffer_.data() + begin_;

@@ -1404,20 +1404,27 @@ only on the inputs and seeds, never on the thread count.
       .def_static(
           "from_text_lines",
           [](py::handle files, std::optional<std::string> compression,
-             int num_parallel_reads, size_t buffer_size) {
+             int num_parallel_reads, size_t buffer_size,
+             uint64_t max_line_bytes) {
+            pipeline::PlainFileOptions o =
+                PlainFileArgs(compression, num_parallel_reads, buffer_size);
+            o.max_line_bytes = max_line_bytes;
             return Wrap(Dataset::FromTextLines(
                 records::ExpandRecordPaths(Paths(files, "from_text_lines")),
-                PlainFileArgs(compression, num_parallel_reads, buffer_size)));
+                o));
           },
           "files"_a, "compression"_a = py::none(), "num_parallel_reads"_a = 1,
           "buffer_size"_a = size_t{256} << 10,
+          "max_line_bytes"_a = records::kDefaultMaxRowBytes,
           "tf.data's TextLineDataset: {'line': bytes}, each line of each "
           "file (paths, globs) without its newline and with every '\\r' "
           "removed, as TensorFlow's reader. compression: None takes each "
           "file's from its name (.gz, .zz/.zlib, .zst/.zstd; else none). "
           "num_parallel_reads: files open at once, one line from each in "
           "turn (tf.data's order), each read ahead on a thread of its own. "
-          "buffer_size: bytes per read.")
+          "buffer_size: bytes per read. A line longer than max_line_bytes "
+          "(before its newline) is a ValueError that ends its file's "
+          "reading, rather than a file without newlines held whole.")
       .def_static(
           "from_fixed_length_records",
           [](py::handle files, uint64_t record_bytes, uint64_t header_bytes,

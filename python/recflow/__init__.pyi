@@ -89,7 +89,8 @@ class Dataset:
     @staticmethod
     def from_text_lines(files: _Paths, compression: Optional[str] = ...,
                         num_parallel_reads: int = ...,
-                        buffer_size: int = ...) -> "Dataset": ...
+                        buffer_size: int = ...,
+                        max_line_bytes: int = ...) -> "Dataset": ...
     @staticmethod
     def from_fixed_length_records(files: _Paths, record_bytes: int,
                                   header_bytes: int = ...,

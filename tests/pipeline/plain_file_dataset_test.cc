@@ -155,6 +155,58 @@ TEST(PlainFileDatasetTest, ARestoredIteratorContinuesAfterEveryLineAndError) {
   }
 }
 
+// A line longer than max_line_bytes (its bytes before the '\n') ends its
+// file's reading with an error naming the file, the line and its offset;
+// the lines before it came first, the next file follows, and a state saved
+// around the error restores.  A line of exactly max_line_bytes, its '\r'
+// counted, is a line.
+TEST(PlainFileDatasetTest, ALineLongerThanMaxLineBytesEndsItsFile) {
+  testing::TempDir dir;
+  const std::string text = std::string(50, 'a') + "\n" + std::string(49, 'b') +
+                           "\r\n" + std::string(51, 'c') + "\nnever\n";
+  for (const Compression c : testing::kAllCompressions) {
+    testing::WriteFileBytes(dir.File("a"), testing::Compressed(text, c));
+    testing::WriteFileBytes(dir.File("b"), testing::Compressed("b0\n", c));
+    // No line end at all: the last line is refused too.
+    testing::WriteFileBytes(dir.File("c"),
+                            testing::Compressed(std::string(300, 'x'), c));
+    // The line found whole in a buffer, or past it in 16-byte reads.
+    for (const size_t buffer : {size_t{16}, size_t{256} << 10}) {
+      SCOPED_TRACE(std::string(records::CompressionName(c)) + " " +
+                   std::to_string(buffer));
+      PlainFileOptions o;
+      o.compression = c;
+      o.buffer_bytes = buffer;
+      o.max_line_bytes = 50;
+      const Dataset ds = Dataset::FromTextLines(
+          {dir.File("a"), dir.File("b"), dir.File("c")}, o);
+      Iterator it = ds.MakeIterator();
+      const std::vector<std::string> all = DrainWithErrors(it);
+      ASSERT_EQ(all.size(), 6u);
+      Iterator lines = ds.MakeIterator();
+      EXPECT_EQ((*lines.Next())["line"].bytes(0), std::string(50, 'a'));
+      EXPECT_EQ((*lines.Next())["line"].bytes(0), std::string(49, 'b'));
+      const std::string where =
+          c == Compression::kNone
+              ? std::string()
+              : " of the " + std::string(records::CompressionName(c)) +
+                    "-decoded stream";
+      EXPECT_EQ(all[2], "!" + dir.File("a") + ": line 3, at byte 102" + where +
+                            ", is longer than 50 bytes, the most a line may "
+                            "hold (max_line_bytes): is the file text, with "
+                            "line ends?");
+      EXPECT_NE(all[3].find("b0"), std::string::npos);
+      EXPECT_EQ(all[4].rfind("!" + dir.File("c") + ": line 1, at byte 0", 0),
+                0u)
+          << all[4];
+      testing::ExpectRestoresAfterEveryElement(ds, all);
+    }
+  }
+  PlainFileOptions none;
+  none.max_line_bytes = 0;
+  EXPECT_THROW(Dataset::FromTextLines({dir.File("a")}, none), Error);
+}
+
 // A state whose line position no longer falls after a '\n', or falls past
 // the end (the file was rewritten), is refused, naming the file, rather
 // than read mid-line.

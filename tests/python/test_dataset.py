@@ -1255,6 +1255,15 @@ def test_text_lines_and_fixed_length_records_as_tf_data(tmp_path):
                                     num_parallel_reads=2, buffer_size=7)
     assert [e["line"] for e in interleaved][:6] == [
         b"one", b"line 0", b"", b"line 1", b"twoparts", b"line 2"]
+    # A line past max_line_bytes ends its file: a ValueError naming it.
+    it = iter(D.from_text_lines(tmp_path / "a.txt", max_line_bytes=4))
+    assert next(it)["line"] == b"one"  # "one\r": 4 bytes
+    assert next(it)["line"] == b""
+    with pytest.raises(ValueError, match=r"a.txt: line 3, at byte 6, is "
+                       r"longer than 4 bytes"):
+        next(it)
+    with pytest.raises(ValueError, match="max_line_bytes must be positive"):
+        D.from_text_lines(tmp_path / "a.txt", max_line_bytes=0)
 
     # CIFAR-10's binary layout: a label byte, then 3 x 32 x 32 pixels.
     rows = np.arange(5 * 3073, dtype=np.int64).astype(np.uint8).reshape(5, -1)
