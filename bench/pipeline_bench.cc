@@ -972,6 +972,74 @@ void BM_FixedLengthParallel(benchmark::State& state) {
 }
 BENCHMARK(BM_FixedLengthParallel)->Apply(ParallelReadsArgs);
 
+// kCsvFiles CSV files of kCsvRows rows each: an int64 id, four float32
+// columns and a word (53 bytes a row), written once as TextFiles' are.
+constexpr int kCsvFiles = 4;
+constexpr int64_t kCsvRows = 50'000;
+const std::vector<std::string>& CsvShards() {
+  static const std::vector<std::string> files = EnsureFiles(
+      ShardNames("rows.{}-of-{}.csv", kCsvFiles),
+      [](const std::vector<std::string>& out) {
+        std::mt19937_64 rng(13);
+        std::uniform_real_distribution<float> value(-100, 100);
+        int64_t id = 0;
+        for (const std::string& path : out) {
+          std::string text = "id,a,b,c,d,word\n";
+          for (int64_t i = 0; i < kCsvRows; ++i) {
+            text += fmt::format("{},{:.4f},{:.4f},{:.4f},{:.4f},w{}\n", id++,
+                                value(rng), value(rng), value(rng), value(rng),
+                                rng() % 1000);
+          }
+          std::ofstream(path, std::ios::binary) << text;
+        }
+      });
+  return files;
+}
+
+// FromCsv over those files, R = 1: one after another on the consumer's
+// thread; R > 1: R files parsed and typed at once, each on a thread of its
+// own, as a user would write it (Interleave of one FromCsv per file with
+// num_parallel_calls R).  FromCsv has no num_parallel_reads because R > 1
+// measured slower on two cores (docs/PERFORMANCE.md): each row is six
+// tensors allocated on a reader's thread and freed on the consumer's.
+void BM_CsvParallel(benchmark::State& state) {
+  const int reads = static_cast<int>(state.range(0));
+  Dataset ds = Dataset::FromCsv(CsvShards());
+  if (reads > 1) {
+    Element names;
+    names.components.push_back(
+        {"filename", Tensor::FromStrings(std::span(CsvShards()),
+                                         Shape{int64_t{kCsvFiles}})});
+    InterleaveOptions o;
+    o.num_parallel_calls = reads;
+    ds = Dataset::FromTensorSlices(names).Interleave(
+        [](const Element& e) {
+          return Dataset::FromCsv({std::string(e["filename"].bytes(0))});
+        },
+        reads, o);
+  }
+  CountElements(state, ds, kCsvFiles * kCsvRows);
+}
+BENCHMARK(BM_CsvParallel)->Apply(ParallelReadsArgs);
+
+// Shard 0 of 4 of FromCsv over those files: whole files (by_file:1, one
+// file of the four read), or by element (by_file:0, a Filter that keeps
+// every row in between, as Shard went before CSV sources sharded by file:
+// every row read and typed, three in four dropped).
+void BM_CsvShard(benchmark::State& state) {
+  const Dataset csv = Dataset::FromCsv(CsvShards());
+  const Dataset ds =
+      state.range(0) == 1
+          ? csv.Shard(kCsvFiles, 0)
+          : csv.Filter([](const Element&) { return true; }).Shard(kCsvFiles, 0);
+  CountElements(state, ds, kCsvRows);
+}
+BENCHMARK(BM_CsvShard)
+    ->ArgName("by_file")
+    ->DenseRange(0, 1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // TFRecord files of Fashion-MNIST-like Examples (~850 bytes; pixels of
 // 16 levels, so that gzip has work to do), written once uncompressed
 // (gzip 0) or gzipped (1): kLevelFiles of kLevelRecords, or (small, and

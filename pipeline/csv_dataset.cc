@@ -16,86 +16,105 @@ struct Column {
   DType dtype;
 };
 
+// What the first file's header and first data row decided: every file of
+// the dataset, and of its shards (ShardByFiles), is read as these columns.
+struct CsvSchema {
+  std::string first_file;  // whose header every file must have
+  std::vector<std::string> header;
+  std::string hint;  // "; " and records::OtherDelimiterHint's, or ""
+  std::vector<Column> columns;
+};
+
+// Reads `first`'s header and first data row; throws Error where they do
+// not fit `options`.
+std::shared_ptr<const CsvSchema> ReadSchema(const std::string& first,
+                                            const CsvOptions& options) {
+  try {
+    records::CheckCsvDelimiter(options.delimiter);
+  } catch (const records::Error& e) {
+    throw Error(fmt::format("FromCsv: {}", e.what()));
+  }
+  records::RequireRegularFiles({first}, kSourcesNeedRegularFiles);
+  records::CsvReader reader(first, options.delimiter, options.compression,
+                            options.max_row_bytes);
+  auto schema = std::make_shared<CsvSchema>();
+  schema->first_file = first;
+  std::vector<std::string>& header = schema->header;
+  std::vector<std::string> row;
+  uint64_t line;
+  if (!reader.ReadRecord(&header, &line)) {
+    throw Error(
+        fmt::format("{}: empty; a CSV file starts with a header row", first));
+  }
+  const bool have_row = reader.ReadRecord(&row, &line);
+  // A file of another delimiter reads as one column: said where a
+  // column or a row's fields are missing.
+  const std::string hint = records::OtherDelimiterHint(
+      header, options.delimiter, "set the delimiter to");
+  if (!hint.empty()) schema->hint = "; " + hint;
+  // The columns taken: each is a component, named by the header.
+  std::vector<bool> taken(header.size(), true);
+  if (!options.select_columns.empty()) {
+    for (size_t i = 0; i < header.size(); ++i) {
+      taken[i] = std::find(options.select_columns.begin(),
+                           options.select_columns.end(),
+                           header[i]) != options.select_columns.end();
+    }
+  }
+  try {
+    records::CheckCsvHeader(first, header, taken);
+  } catch (const records::CsvError& e) {
+    throw Error(fmt::format("FromCsv: {}", e.what()));
+  }
+  for (size_t i = 0; i < header.size(); ++i) {
+    if (!taken[i]) continue;
+    const std::string& name = header[i];
+    std::optional<DType> dtype;
+    for (const auto& [key, d] : options.column_types) {
+      if (key == name) dtype = d;
+    }
+    if (!dtype) {  // from the first row, as the converters' cells
+      dtype = records::CellDType(records::InferCell(
+          have_row && i < row.size() ? row[i] : std::string_view()));
+    }
+    if (*dtype != DType::kInt64 && *dtype != DType::kFloat32 &&
+        *dtype != DType::kBytes) {
+      throw Error(
+          fmt::format("FromCsv: column '{}': {} columns are not "
+                      "supported (int64, float32 or bytes)",
+                      name, DTypeName(*dtype)));
+    }
+    schema->columns.push_back({name, i, *dtype});
+  }
+  for (const auto& [key, unused] : options.column_types) {
+    if (std::find(header.begin(), header.end(), key) == header.end()) {
+      throw Error(fmt::format(
+          "FromCsv: column_types names '{}', which {} lacks (its columns: "
+          "{}){}",
+          key, first, fmt::join(header, ", "), schema->hint));
+    }
+  }
+  for (const auto& want : options.select_columns) {
+    if (std::none_of(schema->columns.begin(), schema->columns.end(),
+                     [&](const Column& c) { return c.name == want; })) {
+      throw Error(fmt::format("FromCsv: {} has no column '{}'{}", first, want,
+                              schema->hint));
+    }
+  }
+  return schema;
+}
+
 class CsvDataset final : public DatasetBase {
  public:
-  CsvDataset(std::vector<std::string> files, CsvOptions options)
-      : files_(std::move(files)), options_(std::move(options)) {
-    if (files_.empty()) throw Error("FromCsv: no files");
-    try {
-      records::CheckCsvDelimiter(options_.delimiter);
-    } catch (const records::Error& e) {
-      throw Error(fmt::format("FromCsv: {}", e.what()));
-    }
-    records::RequireRegularFiles({files_[0]}, kSourcesNeedRegularFiles);
-    records::CsvReader reader(files_[0], options_.delimiter,
-                              options_.compression, options_.max_row_bytes);
-    std::vector<std::string> header, row;
-    uint64_t line;
-    if (!reader.ReadRecord(&header, &line)) {
-      throw Error(fmt::format("{}: empty; a CSV file starts with a header row",
-                              files_[0]));
-    }
-    const bool have_row = reader.ReadRecord(&row, &line);
-    // A file of another delimiter reads as one column: said where a
-    // column or a row's fields are missing.
-    const std::string hint = records::OtherDelimiterHint(
-        header, options_.delimiter, "set the delimiter to");
-    if (!hint.empty()) hint_ = "; " + hint;
-    // The columns taken: each is a component, named by the header.
-    std::vector<bool> taken(header.size(), true);
-    if (!options_.select_columns.empty()) {
-      for (size_t i = 0; i < header.size(); ++i) {
-        taken[i] = std::find(options_.select_columns.begin(),
-                             options_.select_columns.end(),
-                             header[i]) != options_.select_columns.end();
-      }
-    }
-    try {
-      records::CheckCsvHeader(files_[0], header, taken);
-    } catch (const records::CsvError& e) {
-      throw Error(fmt::format("FromCsv: {}", e.what()));
-    }
-    for (size_t i = 0; i < header.size(); ++i) {
-      if (!taken[i]) continue;
-      const std::string& name = header[i];
-      std::optional<DType> dtype;
-      for (const auto& [key, d] : options_.column_types) {
-        if (key == name) dtype = d;
-      }
-      if (!dtype) {  // from the first row, as the converters' cells
-        dtype = records::CellDType(records::InferCell(
-            have_row && i < row.size() ? row[i] : std::string_view()));
-      }
-      if (*dtype != DType::kInt64 && *dtype != DType::kFloat32 &&
-          *dtype != DType::kBytes) {
-        throw Error(
-            fmt::format("FromCsv: column '{}': {} columns are not "
-                        "supported (int64, float32 or bytes)",
-                        name, DTypeName(*dtype)));
-      }
-      columns_.push_back({name, i, *dtype});
-    }
-    for (const auto& [key, unused] : options_.column_types) {
-      if (std::find(header.begin(), header.end(), key) == header.end()) {
-        throw Error(fmt::format(
-            "FromCsv: column_types names '{}', which {} lacks (its columns: "
-            "{}){}",
-            key, files_[0], fmt::join(header, ", "), hint_));
-      }
-    }
-    for (const auto& want : options_.select_columns) {
-      if (std::none_of(columns_.begin(), columns_.end(),
-                       [&](const Column& c) { return c.name == want; })) {
-        throw Error(fmt::format("FromCsv: {} has no column '{}'{}", files_[0],
-                                want, hint_));
-      }
-    }
-    header_ = std::move(header);
-  }
+  CsvDataset(std::vector<std::string> files, CsvOptions options,
+             std::shared_ptr<const CsvSchema> schema)
+      : files_(std::move(files)),
+        options_(std::move(options)),
+        schema_(std::move(schema)) {}
 
   std::string Describe() const override {
     std::vector<std::string> cols;
-    for (const auto& c : columns_) {
+    for (const auto& c : schema_->columns) {
       cols.push_back(fmt::format("{}:{}", c.name, DTypeName(c.dtype)));
     }
     return fmt::format("Csv({} files {:016x}, {}{})", files_.size(),
@@ -106,6 +125,12 @@ class CsvDataset final : public DatasetBase {
                            : std::string());
   }
   std::string StageName() const override { return "csv"; }
+  std::shared_ptr<const DatasetBase> ShardByFiles(
+      int64_t num_shards, int64_t index) const override {
+    auto mine = FilesOfShard(files_, num_shards, index);
+    if (!mine) return nullptr;
+    return std::make_shared<CsvDataset>(std::move(*mine), options_, schema_);
+  }
   std::unique_ptr<IteratorBase> MakeIteratorInternal(IteratorContext*,
                                                      uint64_t) const override {
     return std::make_unique<It>(this);
@@ -181,9 +206,10 @@ class CsvDataset final : public DatasetBase {
           d_->options_.max_row_bytes);
       std::vector<std::string> header;
       uint64_t line;
-      if (!reader->ReadRecord(&header, &line) || header != d_->header_) {
+      if (!reader->ReadRecord(&header, &line) ||
+          header != d_->schema_->header) {
         throw Error(fmt::format("{}:1: header differs from {}'s",
-                                d_->files_[index], d_->files_[0]));
+                                d_->files_[index], d_->schema_->first_file));
       }
       reader_ = std::move(reader);
       path_ = std::make_shared<const std::string>(d_->files_[index]);
@@ -199,15 +225,15 @@ class CsvDataset final : public DatasetBase {
 
     void Build(const std::vector<std::string>& fields, uint64_t line,
                Element* out) {
-      if (fields.size() != d_->header_.size()) {
+      if (fields.size() != d_->schema_->header.size()) {
         throw Error(fmt::format("{}:{}: {} fields, the header has {}{}", *path_,
-                                line, fields.size(), d_->header_.size(),
-                                d_->hint_));
+                                line, fields.size(), d_->schema_->header.size(),
+                                d_->schema_->hint));
       }
       out->components.clear();
       out->batch_origins.reset();
       out->origin = {path_, 0, rows_ - 1, std::nullopt};
-      for (const Column& c : d_->columns_) {
+      for (const Column& c : d_->schema_->columns) {
         const std::string& cell = fields[c.field];
         switch (c.dtype) {
           case DType::kInt64: {
@@ -248,16 +274,16 @@ class CsvDataset final : public DatasetBase {
 
   std::vector<std::string> files_;
   CsvOptions options_;
-  std::vector<std::string> header_;
-  std::string hint_;  // "; " and records::OtherDelimiterHint's, or ""
-  std::vector<Column> columns_;
+  std::shared_ptr<const CsvSchema> schema_;
 };
 
 }  // namespace
 
 DatasetPtr Csv(std::vector<std::string> files, CsvOptions options) {
-  return std::make_shared<CsvDataset>(ExpandFiles(files, "FromCsv"),
-                                      std::move(options));
+  if (files.empty()) throw Error("FromCsv: no files");
+  std::shared_ptr<const CsvSchema> schema = ReadSchema(files[0], options);
+  return std::make_shared<CsvDataset>(std::move(files), std::move(options),
+                                      std::move(schema));
 }
 
 }  // namespace recflow::pipeline::stages

@@ -421,7 +421,8 @@ Dataset Dataset::FromFixedLengthRecords(std::vector<std::string> paths,
                     "FromFixedLengthRecords");
 }
 Dataset Dataset::FromCsv(std::vector<std::string> paths, CsvOptions options) {
-  return Dataset(stages::Csv(std::move(paths), std::move(options)));
+  return Dataset(
+      stages::Csv(stages::ExpandFiles(paths, "FromCsv"), std::move(options)));
 }
 
 Dataset Dataset::Zip(const std::vector<Dataset>& datasets) {

@@ -405,6 +405,9 @@ class Dataset {
                                         uint64_t footer_bytes = 0,
                                         PlainFileOptions options = {});
   // CSV files with a header row (RFC 4180 quoting); one scalar per column.
+  // Every file must have the first file's header; the first file's first
+  // data row types the columns not in column_types, for every file (and
+  // for every shard of Shard, which takes whole files).
   static Dataset FromCsv(std::vector<std::string> paths,
                          CsvOptions options = {});
   // Elements whose components are those of an element of each dataset,
@@ -568,8 +571,10 @@ class Dataset {
   // in the iterator's state.
   Dataset AssertCardinality(int64_t expected) const;
   Dataset Skip(int64_t count) const;
-  // Element i where i % num_shards == index; on a TFRecord source with at
-  // least num_shards files, whole files instead (tf.data's AUTO policy).
+  // Element i where i % num_shards == index; on a file source (TFRecord,
+  // CSV, text lines, fixed-length records, read one file at a time) with
+  // at least num_shards files, whole files instead (tf.data's AUTO
+  // policy): files index, index + num_shards, ...
   Dataset Shard(int64_t num_shards, int64_t index) const;
   // cycle_length kAutotune: one input per core of this machine (tf.data's
   // default), fixed when the dataset is made.

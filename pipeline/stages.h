@@ -627,6 +627,8 @@ DatasetPtr Range(int64_t start, int64_t stop, int64_t step);
 DatasetPtr Counter(int64_t start, int64_t step);
 DatasetPtr Random(std::optional<uint64_t> seed, bool rerandomize);
 DatasetPtr Generator(GeneratorFn fn, std::string name);
+// csv_dataset.cc: `files` (expanded: ExpandFiles) read in turn, their
+// columns typed by the first file's header and first data row.
 DatasetPtr Csv(std::vector<std::string> files, CsvOptions options);
 
 // plain_file_dataset.cc: the lines (record_bytes 0) or fixed-length records

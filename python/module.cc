@@ -1472,11 +1472,14 @@ only on the inputs and seeds, never on the thread count.
           "select_columns"_a = std::vector<std::string>{},
           "compression"_a = py::none(),
           "max_row_bytes"_a = records::kDefaultMaxRowBytes,
-          "CSV files with a header row: one scalar per column. "
-          "compression: None takes each file's from its name (.gz, "
-          ".zz/.zlib, .zst/.zstd; else none). A row whose cells and "
-          "delimiters are longer than max_row_bytes is an error that ends "
-          "the reading (a quote never closed, or no line ends).")
+          "CSV files with a header row: one scalar per column, typed (where "
+          "column_types does not say) by the first file's first row, for "
+          "every file and every shard. compression: None takes each file's "
+          "from its name (.gz, .zz/.zlib, .zst/.zstd; else none). A row "
+          "whose cells and delimiters are longer than max_row_bytes is an "
+          "error that ends the reading (a quote never closed, or no line "
+          "ends). shard() takes whole files when there are as many as "
+          "shards.")
       .def_static(
           "zip",
           [](const py::args& args) {

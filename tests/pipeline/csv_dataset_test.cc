@@ -251,6 +251,29 @@ TEST(CsvDatasetTest, ARowPastMaxRowBytesEndsItsFile) {
   testing::ExpectRestoresAfterEveryElement(ds, all);
 }
 
+// Shard takes whole files (at least as many as shards), read as the first
+// file's columns: a shard without the first file types its cells as the
+// whole dataset does, so every worker's elements have the same types.
+TEST(CsvDatasetTest, ShardTakesWholeFilesTypedByTheFirstFile) {
+  testing::TempDir dir;
+  testing::WriteFileBytes(dir.File("a.csv"), "id,score\n1,2\n");
+  testing::WriteFileBytes(dir.File("b.csv"), "id,score\n2,2.5\n");
+  testing::WriteFileBytes(dir.File("c.csv"), "id,score\n3,4\n");
+  const Dataset ds = Dataset::FromCsv(
+      {dir.File("a.csv"), dir.File("b.csv"), dir.File("c.csv")});
+  const Dataset first = ds.Shard(2, 0);
+  EXPECT_EQ(testing::Ints(Collect(first), "id"), (std::vector<int64_t>{1, 3}));
+  EXPECT_EQ(first.Describe().rfind("Csv(2 files", 0), 0u) << first.Describe();
+  Iterator second = ds.Shard(2, 1).MakeIterator();
+  EXPECT_EQ(testing::NextOrError(second),
+            "!" + dir.File("b.csv") +
+                ":2: column 'score': expected an integer, found \"2.5\"");
+  // Fewer files than shards: by element.
+  const Dataset two = Dataset::FromCsv({dir.File("a.csv"), dir.File("c.csv")});
+  EXPECT_EQ(testing::Ints(Collect(two.Shard(3, 1)), "id"),
+            (std::vector<int64_t>{3}));
+}
+
 // A float column reads 1e-50 as 0 and refuses 1e39 by line (never inf).
 TEST(CsvDatasetTest, Float32EdgesAreZeroOrAnError) {
   testing::TempDir dir;

@@ -664,6 +664,11 @@ def test_csv_padded_batch_take_shard_cache_and_rename(tmp_path):
     ids = [int(r["id"]) for r in
            recflow.Dataset.from_csv(str(csv)).shard(2, 1).take(2)]
     assert ids == [2, 4]
+    # Two files, two shards: each shard one whole file.
+    more = tmp_path / "b.csv"
+    more.write_text("id,score,name\n5,4.5,v\n6,5,u\n")
+    both = recflow.Dataset.from_csv([str(csv), str(more)])
+    assert [int(r["id"]) for r in both.shard(2, 1)] == [5, 6]
 
     # Element i holds i values of i; padded to the longest, with -1.
     def values(n):
