@@ -85,9 +85,23 @@ TEST_F(BenchTest, JsonSummaryCountsRecordsAndStages) {
   EXPECT_NEAR(j["cores_busy"].get<double>(),
               j["cpu_seconds"].get<double>() / j["seconds"].get<double>(),
               1e-9 * j["cores_busy"].get<double>());
-  const double on_core = j["consumer_cpu_fraction"];
-  EXPECT_GT(on_core, 0);
-  EXPECT_LE(on_core, 1.05);
+  EXPECT_GT(j["consumer_cpu_fraction"].get<double>(), 0);
+  {
+    // The run above lasts about a millisecond, where the thread's CPU
+    // clock and the wall clock parted by a good fraction of it with both
+    // cores busy (1.17 was seen in a CI rehearsal); over 1,000 epochs
+    // (0.1-0.2 s) such a part is small.
+    const Result longer = Recflow(
+        dir_, "bench " + dir_.path().string() + " --spec " +
+                  dir_.File("spec.json") + " --batch 64 --repeat 1000 --json");
+    ASSERT_EQ(longer.code, 0) << longer.err;
+    const auto l = longer.Json();
+    const double seconds = l["seconds"];
+    const double on_core = l["consumer_cpu_fraction"];
+    EXPECT_GT(on_core, 0);
+    EXPECT_LE(on_core * seconds, 1.05 * seconds + 2e-3)
+        << on_core << " of " << seconds << " s";
+  }
   // The baseline's reading alone bounds any pipeline's speed-up over it.
   const double pb = j["protobuf_records_per_s"];
   const double read = j["protobuf_read_records_per_s"];
