@@ -349,9 +349,37 @@ Dataset Dataset::FromGenerator(GeneratorFn generator, std::string name) {
   return Dataset(stages::Generator(std::move(generator), std::move(name)));
 }
 namespace {
-// FromTextLines and FromFixedLengthRecords: one stage reading every file in
-// turn, or, with num_parallel_reads > 1, one per file under an interleave
-// (the order of tf.data's readers, which are built the same way).
+// FromTextLines' and FromFixedLengthRecords' `files`, their options
+// checked: one stage reading every file in turn, or, with
+// num_parallel_reads > 1, one per file under an interleave (the order of
+// tf.data's readers, which are built the same way) that Shard takes whole
+// files of, as it does of the one stage.
+DatasetPtr PlainFilesOf(std::vector<std::string> files,
+                        stages::PlainFraming framing,
+                        const PlainFileOptions& options) {
+  const int64_t cycle = std::min<int64_t>(options.num_parallel_reads,
+                                          static_cast<int64_t>(files.size()));
+  if (cycle <= 1) return stages::PlainFile(std::move(files), framing, options);
+  InterleaveOptions interleave;
+  interleave.num_parallel_calls = static_cast<int>(cycle);
+  interleave.name =
+      framing.record_bytes == 0 ? "text_line" : "fixed_length_record";
+  DatasetPtr names = stages::TensorSlices(FileNames(files));
+  return stages::Interleave(
+      std::move(names),
+      [framing, options](const Element& e) {
+        return Dataset(stages::PlainFile({std::string(e["filename"].bytes(0))},
+                                         framing, options));
+      },
+      cycle, std::move(interleave),
+      [files = std::move(files), framing, options](int64_t num_shards,
+                                                   int64_t index) {
+        std::optional<std::vector<std::string>> mine =
+            stages::FilesOfShard(files, num_shards, index);
+        return mine ? PlainFilesOf(std::move(*mine), framing, options)
+                    : nullptr;
+      });
+}
 Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
                    PlainFileOptions options, std::string_view who) {
   if (options.num_parallel_reads == kAutotune) {
@@ -369,23 +397,8 @@ Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
   if (options.max_line_bytes == 0) {
     throw Error(fmt::format("{}: max_line_bytes must be positive", who));
   }
-  std::vector<std::string> files = stages::ExpandFiles(paths, who);
-  const int64_t cycle = std::min<int64_t>(options.num_parallel_reads,
-                                          static_cast<int64_t>(files.size()));
-  if (cycle <= 1) {
-    return Dataset(stages::PlainFile(std::move(files), framing, options));
-  }
-  InterleaveOptions interleave;
-  interleave.num_parallel_calls = static_cast<int>(cycle);
-  interleave.name =
-      framing.record_bytes == 0 ? "text_line" : "fixed_length_record";
-  return Dataset::FromTensorSlices(FileNames(files))
-      .Interleave(
-          [framing, options](const Element& e) {
-            return Dataset(stages::PlainFile(
-                {std::string(e["filename"].bytes(0))}, framing, options));
-          },
-          cycle, std::move(interleave));
+  return Dataset(
+      PlainFilesOf(stages::ExpandFiles(paths, who), framing, options));
 }
 }  // namespace
 

@@ -572,9 +572,9 @@ class Dataset {
   Dataset AssertCardinality(int64_t expected) const;
   Dataset Skip(int64_t count) const;
   // Element i where i % num_shards == index; on a file source (TFRecord,
-  // CSV, text lines, fixed-length records, read one file at a time) with
-  // at least num_shards files, whole files instead (tf.data's AUTO
-  // policy): files index, index + num_shards, ...
+  // CSV, text lines, fixed-length records) with at least num_shards
+  // files, whole files instead (tf.data's AUTO policy): files index,
+  // index + num_shards, ..., read as the source reads its files.
   Dataset Shard(int64_t num_shards, int64_t index) const;
   // cycle_length kAutotune: one input per core of this machine (tf.data's
   // default), fixed when the dataset is made.

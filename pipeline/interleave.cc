@@ -397,11 +397,12 @@ class ReadAhead final : public IteratorBase {
 class InterleaveDataset final : public UnaryDataset {
  public:
   InterleaveDataset(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
-                    InterleaveOptions options)
+                    InterleaveOptions options, ShardByFilesFn shard_by_files)
       : UnaryDataset(std::move(input)),
         fn_(std::move(fn)),
         cycle_length_(cycle_length),
-        options_(std::move(options)) {}
+        options_(std::move(options)),
+        shard_by_files_(std::move(shard_by_files)) {}
 
   std::string Label() const override {
     // The parallel form's state holds the inputs' read-ahead buffers:
@@ -418,6 +419,9 @@ class InterleaveDataset final : public UnaryDataset {
   std::unique_ptr<IteratorBase> MakeIteratorInternal(
       IteratorContext* ctx, uint64_t salt) const override {
     return std::make_unique<It>(this, ctx, salt);
+  }
+  DatasetPtr ShardByFiles(int64_t num_shards, int64_t index) const override {
+    return shard_by_files_ ? shard_by_files_(num_shards, index) : nullptr;
   }
 
  private:
@@ -704,14 +708,17 @@ class InterleaveDataset final : public UnaryDataset {
   InterleaveFn fn_;
   int64_t cycle_length_;
   InterleaveOptions options_;
+  ShardByFilesFn shard_by_files_;
 };
 
 }  // namespace
 
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
-                      InterleaveOptions options) {
+                      InterleaveOptions options,
+                      ShardByFilesFn shard_by_files) {
   return std::make_shared<InterleaveDataset>(std::move(input), std::move(fn),
-                                             cycle_length, std::move(options));
+                                             cycle_length, std::move(options),
+                                             std::move(shard_by_files));
 }
 
 }  // namespace recflow::pipeline::stages

@@ -1050,9 +1050,14 @@ class ReferenceReader {
 
 // interleave.cc
 // options are checked (Dataset::Interleave); num_parallel_calls kAutotune
-// already made a count.
+// already made a count.  `shard_by_files`, when given, is the interleave's
+// ShardByFiles: a file source that reads its files under an interleave
+// (FromTextLines' num_parallel_reads) shards by files through it.
+using ShardByFilesFn =
+    std::function<DatasetPtr(int64_t num_shards, int64_t index)>;
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
-                      InterleaveOptions options);
+                      InterleaveOptions options,
+                      ShardByFilesFn shard_by_files = nullptr);
 
 // map.cc
 DatasetPtr Prefetch(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes);

@@ -369,6 +369,14 @@ TEST(PlainFileDatasetTest, ParallelReadsInterleaveFilesAndShardTakesFiles) {
   testing::ExpectRestoresAfterEveryElement(ds, DrainWithErrors(whole));
   EXPECT_EQ(Values(Dataset::FromTextLines(files).Shard(2, 1), "line"),
             (std::vector<std::string>{"1.0", "1.1", "1.2"}));
+  // Read in parallel too, a shard is its files (0 and 2), interleaved,
+  // not every other line of all three.
+  const Dataset shard = ds.Shard(2, 0);
+  EXPECT_EQ(
+      Values(shard, "line"),
+      (std::vector<std::string>{"0.0", "2.0", "0.1", "2.1", "2.2", "2.3"}));
+  Iterator sharded = shard.MakeIterator();
+  testing::ExpectRestoresAfterEveryElement(shard, DrainWithErrors(sharded));
   o.num_parallel_reads = 0;
   EXPECT_THROW(Dataset::FromTextLines(files, o), Error);
 }
