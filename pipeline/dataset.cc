@@ -365,20 +365,21 @@ DatasetPtr PlainFilesOf(std::vector<std::string> files,
   interleave.name =
       framing.record_bytes == 0 ? "text_line" : "fixed_length_record";
   DatasetPtr names = stages::TensorSlices(FileNames(files));
+  stages::InterleavedFiles read;
+  read.fingerprint = stages::FilesFingerprint(files);
+  read.shard = [files = std::move(files), framing, options](int64_t num_shards,
+                                                            int64_t index) {
+    std::optional<std::vector<std::string>> mine =
+        stages::FilesOfShard(files, num_shards, index);
+    return mine ? PlainFilesOf(std::move(*mine), framing, options) : nullptr;
+  };
   return stages::Interleave(
       std::move(names),
       [framing, options](const Element& e) {
         return Dataset(stages::PlainFile({std::string(e["filename"].bytes(0))},
                                          framing, options));
       },
-      cycle, std::move(interleave),
-      [files = std::move(files), framing, options](int64_t num_shards,
-                                                   int64_t index) {
-        std::optional<std::vector<std::string>> mine =
-            stages::FilesOfShard(files, num_shards, index);
-        return mine ? PlainFilesOf(std::move(*mine), framing, options)
-                    : nullptr;
-      });
+      cycle, std::move(interleave), std::move(read));
 }
 Dataset PlainFiles(std::vector<std::string> paths, stages::PlainFraming framing,
                    PlainFileOptions options, std::string_view who) {

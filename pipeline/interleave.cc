@@ -397,21 +397,24 @@ class ReadAhead final : public IteratorBase {
 class InterleaveDataset final : public UnaryDataset {
  public:
   InterleaveDataset(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
-                    InterleaveOptions options, ShardByFilesFn shard_by_files)
+                    InterleaveOptions options,
+                    std::optional<InterleavedFiles> files)
       : UnaryDataset(std::move(input)),
         fn_(std::move(fn)),
         cycle_length_(cycle_length),
         options_(std::move(options)),
-        shard_by_files_(std::move(shard_by_files)) {}
+        files_(std::move(files)) {}
 
   std::string Label() const override {
     // The parallel form's state holds the inputs' read-ahead buffers:
     // the label tells it apart, so that neither form restores the other's.
-    return fmt::format("Interleave({}, cycle_length={}, block_length={}{})",
-                       options_.name, cycle_length_, options_.block_length,
-                       parallel() ? fmt::format(", num_parallel_calls={}",
-                                                options_.num_parallel_calls)
-                                  : "");
+    return fmt::format(
+        "Interleave({}, cycle_length={}, block_length={}{}{})", options_.name,
+        cycle_length_, options_.block_length,
+        parallel() ? fmt::format(", num_parallel_calls={}",
+                                 options_.num_parallel_calls)
+                   : "",
+        files_ ? fmt::format(", files {:016x}", files_->fingerprint) : "");
   }
   std::string StageName() const override {
     return "interleave:" + options_.name;
@@ -421,7 +424,7 @@ class InterleaveDataset final : public UnaryDataset {
     return std::make_unique<It>(this, ctx, salt);
   }
   DatasetPtr ShardByFiles(int64_t num_shards, int64_t index) const override {
-    return shard_by_files_ ? shard_by_files_(num_shards, index) : nullptr;
+    return files_ ? files_->shard(num_shards, index) : nullptr;
   }
 
  private:
@@ -708,17 +711,17 @@ class InterleaveDataset final : public UnaryDataset {
   InterleaveFn fn_;
   int64_t cycle_length_;
   InterleaveOptions options_;
-  ShardByFilesFn shard_by_files_;
+  std::optional<InterleavedFiles> files_;
 };
 
 }  // namespace
 
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
                       InterleaveOptions options,
-                      ShardByFilesFn shard_by_files) {
+                      std::optional<InterleavedFiles> files) {
   return std::make_shared<InterleaveDataset>(std::move(input), std::move(fn),
                                              cycle_length, std::move(options),
-                                             std::move(shard_by_files));
+                                             std::move(files));
 }
 
 }  // namespace recflow::pipeline::stages

@@ -1050,14 +1050,18 @@ class ReferenceReader {
 
 // interleave.cc
 // options are checked (Dataset::Interleave); num_parallel_calls kAutotune
-// already made a count.  `shard_by_files`, when given, is the interleave's
-// ShardByFiles: a file source that reads its files under an interleave
-// (FromTextLines' num_parallel_reads) shards by files through it.
-using ShardByFilesFn =
-    std::function<DatasetPtr(int64_t num_shards, int64_t index)>;
+// already made a count.  `files`: the interleave reads the files of a file
+// source, one input each (FromTextLines' num_parallel_reads).
+struct InterleavedFiles {
+  // Of the file list (FilesFingerprint), in the interleave's description:
+  // a state saved over other files (another shard's) is refused.
+  uint64_t fingerprint = 0;
+  // The interleave's ShardByFiles.
+  std::function<DatasetPtr(int64_t num_shards, int64_t index)> shard;
+};
 DatasetPtr Interleave(DatasetPtr input, InterleaveFn fn, int64_t cycle_length,
                       InterleaveOptions options,
-                      ShardByFilesFn shard_by_files = nullptr);
+                      std::optional<InterleavedFiles> files = std::nullopt);
 
 // map.cc
 DatasetPtr Prefetch(DatasetPtr input, int64_t buffer_size, uint64_t max_bytes);

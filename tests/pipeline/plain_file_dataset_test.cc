@@ -377,6 +377,14 @@ TEST(PlainFileDatasetTest, ParallelReadsInterleaveFilesAndShardTakesFiles) {
       (std::vector<std::string>{"0.0", "2.0", "0.1", "2.1", "2.2", "2.3"}));
   Iterator sharded = shard.MakeIterator();
   testing::ExpectRestoresAfterEveryElement(shard, DrainWithErrors(sharded));
+  // A state read over other files of the same count (another shard's) is
+  // refused, not restored into them.
+  const Dataset reversed =
+      Dataset::FromTextLines({files[2], files[1], files[0]}, o);
+  Iterator it = ds.MakeIterator();
+  it.Next();
+  testing::ExpectRefused(reversed, it.Save(),
+                         "iterator state was saved from another pipeline");
   o.num_parallel_reads = 0;
   EXPECT_THROW(Dataset::FromTextLines(files, o), Error);
 }
