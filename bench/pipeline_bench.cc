@@ -1006,17 +1006,15 @@ void BM_CsvParallel(benchmark::State& state) {
   const int reads = static_cast<int>(state.range(0));
   Dataset ds = Dataset::FromCsv(CsvShards());
   if (reads > 1) {
-    Element names;
-    names.components.push_back(
-        {"filename", Tensor::FromStrings(std::span(CsvShards()),
-                                         Shape{int64_t{kCsvFiles}})});
     InterleaveOptions o;
     o.num_parallel_calls = reads;
-    ds = Dataset::FromTensorSlices(names).Interleave(
-        [](const Element& e) {
-          return Dataset::FromCsv({std::string(e["filename"].bytes(0))});
-        },
-        reads, o);
+    ds = Dataset::ListFiles(CsvShards(), /*shuffle=*/false)
+             .Interleave(
+                 [](const Element& e) {
+                   return Dataset::FromCsv(
+                       {std::string(e["filename"].bytes(0))});
+                 },
+                 reads, o);
   }
   CountElements(state, ds, kCsvFiles * kCsvRows);
 }
