@@ -72,6 +72,10 @@ bool AsyncIterator::HasRoom() const {
   return config_.max_bytes == 0 || slots_.empty() || bytes_ < config_.max_bytes;
 }
 
+bool AsyncIterator::DriverMayPull() const {
+  return !input_end_ && HasRoom() && slots_.size() <= resume_at_;
+}
+
 std::chrono::nanoseconds PrefetchLookWait(int64_t pop_interval_ns,
                                           int idle_looks) {
   using std::chrono::microseconds;
@@ -116,17 +120,20 @@ void AsyncIterator::WaitForRoom(std::unique_lock<std::mutex>& lock,
 
 void AsyncIterator::DriverLoop() {
   std::unique_lock<std::mutex> lock(mu_);
-  const auto ready = [this] {
-    return stop_ || pause_ || (!input_end_ && HasRoom());
-  };
+  const auto ready = [this] { return stop_ || pause_ || DriverMayPull(); };
   while (true) {
     // A full prefetch buffer (no map: a map's tasks keep being handed out
     // as results are taken) is looked at on a timer where the Iterator
     // asks for it (IteratorOptions::prefetch_polls); else woken.
     if (polls_ && !input_end_ && !ready()) WaitForRoom(lock, ready);
+    // A map's full buffer is filled again once half of it is taken.
+    if (config_.fn && !input_end_ && slots_.size() >= limit_) {
+      resume_at_ = limit_ / 2;
+    }
     driver_asleep_ = true;
     driver_cv_.wait(lock, ready);
     driver_asleep_ = false;
+    resume_at_ = SIZE_MAX;
     if (stop_) return;
     if (pause_) {
       paused_ = true;
@@ -203,8 +210,11 @@ void AsyncIterator::RunTask(Slot* slot) {
   slot->bytes = bytes;
   slot->ready = true;
   --in_flight_;
-  consumer_cv_.notify_all();
-  if (in_flight_ == 0) driver_cv_.notify_all();
+  // Only a consumer that can go on is woken: GetNext's once a result it
+  // may take is there (in order: the first), Save's once no task is left.
+  if (consumer_waiting_ && (in_flight_ == 0 || Takeable() != slots_.end())) {
+    consumer_cv_.notify_all();
+  }
 }
 
 std::unique_ptr<AsyncIterator::Slot> AsyncIterator::RecycledSlot() {
@@ -251,10 +261,12 @@ bool AsyncIterator::GetNext(Element* out) {
       driver_cv_.notify_all();
     }
     WaitScope wait(counter_);
+    consumer_waiting_ = true;
     consumer_cv_.wait(lock, [&] {
       it = Takeable();
       return it != slots_.end() || ctx_->cancelled();
     });
+    consumer_waiting_ = false;
   }
   if (it == slots_.end()) throw Cancelled();
   Slot& slot = **it;
@@ -264,7 +276,9 @@ bool AsyncIterator::GetNext(Element* out) {
   bytes_ -= taken->bytes;
   counter_->buffered.store(static_cast<int64_t>(slots_.size()),
                            std::memory_order_relaxed);
-  bool wake = true;
+  // A map's driver waits for half its buffer to be taken (DriverLoop):
+  // the takes before do not wake it, a system call each.
+  bool wake = !config_.fn || (driver_asleep_ && DriverMayPull());
   if (polls_) {
     const auto now = std::chrono::steady_clock::now();
     if (pops_++ > 0) {
@@ -308,9 +322,11 @@ void AsyncIterator::Save(StateWriter* w) {
   if (started_) {
     pause_ = true;
     driver_cv_.notify_all();
+    consumer_waiting_ = true;
     consumer_cv_.wait(lock, [this] {
       return (paused_ || stop_) && !in_input_ && in_flight_ == 0;
     });
+    consumer_waiting_ = false;
   }
   w->BeginStage(config_.stage);
   w->Bool(input_end_);

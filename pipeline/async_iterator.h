@@ -11,7 +11,9 @@
 // Bounds: at most `max_elements` slots exist at once (pulled and not yet
 // taken), and the driver stops pulling while their bytes exceed
 // `max_bytes` (0: no byte bound); so memory stays bounded and a slow
-// consumer stops the driver (back-pressure).  Graph tasks never block.
+// consumer stops the driver (back-pressure).  A map's driver that found
+// its buffer full pulls again once half of it is taken.  Graph tasks
+// never block.
 //
 // Errors travel in their slot and are thrown to the consumer at that
 // element's place in the order.  As the last stage of an Iterator with
@@ -27,6 +29,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -107,6 +110,10 @@ class AsyncIterator final : public IteratorBase {
   void DriverLoop();
   void RunTask(Slot* slot);
   bool HasRoom() const;
+  // Under mu_: whether the driver has an element to pull and room for it:
+  // HasRoom(), and for a map's driver that found its buffer full, at most
+  // resume_at_ slots left.
+  bool DriverMayPull() const;
   // Under mu_, the driver of a full prefetch buffer: waits until `ready`
   // or about half a take's interval has passed (longer, doubling, after
   // each look that found no take since: an idle consumer; at most
@@ -147,7 +154,15 @@ class AsyncIterator final : public IteratorBase {
   std::vector<std::unique_ptr<Slot>> driver_retired_;
   std::vector<std::unique_ptr<Slot>> spare_slots_;
   uint64_t bytes_ = 0;
-  int in_flight_ = 0;      // slots in the graph
+  int in_flight_ = 0;  // slots in the graph
+  // Guarded by mu_: a map's driver that found its buffer full pulls again
+  // once at most this many slots are left (half the buffer: each take
+  // would otherwise wake it to pull one element, a system call on the
+  // consumer's thread and a hand-over per element); SIZE_MAX otherwise.
+  size_t resume_at_ = SIZE_MAX;
+  // The consumer waits on consumer_cv_ (GetNext or Save): a finished task
+  // notifies it only then, and only when the wait can end.
+  bool consumer_waiting_ = false;
   bool in_input_ = false;  // the driver is inside input_->GetNext
   bool input_end_ = false;
   bool stop_ = false;

@@ -60,7 +60,8 @@ struct StageStats {
   // sleeping driver, each a system call on the consumer's thread (with
   // IteratorOptions::prefetch_polls, a prefetch's takes wake it only when
   // they empty its buffer or its next look is more than half the takes'
-  // interval away).
+  // interval away; a parallel map's driver that filled its buffer is
+  // woken by the take that leaves half of it).
   uint64_t wakes = 0;
 };
 

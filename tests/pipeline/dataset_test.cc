@@ -195,6 +195,45 @@ TEST(DatasetTest, PrefetchCountsTheTakesThatWokeItsDriver) {
   for (const StageStats& s : plain.Stats()) EXPECT_EQ(s.wakes, 0u) << s.name;
 }
 
+// A parallel map's driver that filled its buffer (64 slots for two calls)
+// sleeps until half of it is taken: the 31 takes before wake nothing, the
+// 32nd wakes it once, and it fills the buffer again.  (Woken by every take,
+// as a prefetch's, it pulled one element per take: a system call on the
+// consumer's thread and a hand-over to a task for each.)
+TEST(DatasetTest, ParallelMapWakesItsDriverOncePerHalfBuffer) {
+  MapOptions parallel;
+  parallel.num_parallel_calls = 2;
+  constexpr int64_t kBuffer = 64;
+  Iterator it = Dataset::Range(0, 1000)
+                    .Map([](Element e) { return e; }, parallel)
+                    .MakeIterator({.threads = 2});
+  Element e;
+  int64_t expected = 0;
+  const auto take = [&] {
+    ASSERT_TRUE(it.Next(&e));
+    EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
+  };
+  take();  // starts the driver
+  // It fills the buffer and sleeps, before this take or after it: the
+  // takes that leave more than half of it wake nothing.
+  AwaitBuffered(it, kBuffer - 1);
+  while (PrefetchStats(it).wakes == 0 && expected <= kBuffer) take();
+  ASSERT_EQ(PrefetchStats(it).wakes, 1u);
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE(fmt::format("round {}", round));
+    AwaitBuffered(it, kBuffer);
+    ASSERT_EQ(PrefetchStats(it).buffered, kBuffer);
+    const uint64_t before = PrefetchStats(it).wakes;
+    for (int64_t k = 1; k <= kBuffer / 2; ++k) {
+      take();
+      EXPECT_EQ(PrefetchStats(it).wakes, before + (k == kBuffer / 2))
+          << "take " << k;
+    }
+  }
+  while (it.Next(&e)) EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
+  EXPECT_EQ(expected, 1000);
+}
+
 TEST(DatasetTest, PrepareSeesEveryElementDeliveredInOrderBeforeNext) {
   MapOptions parallel;
   parallel.num_parallel_calls = 3;
