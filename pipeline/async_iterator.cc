@@ -131,7 +131,10 @@ void AsyncIterator::DriverLoop() {
       resume_at_ = limit_ / 2;
     }
     driver_asleep_ = true;
-    driver_cv_.wait(lock, ready);
+    while (!ready()) {
+      driver_cv_.wait(lock);
+      driver_notified_ = false;
+    }
     driver_asleep_ = false;
     resume_at_ = SIZE_MAX;
     if (stop_) return;
@@ -277,8 +280,11 @@ bool AsyncIterator::GetNext(Element* out) {
   counter_->buffered.store(static_cast<int64_t>(slots_.size()),
                            std::memory_order_relaxed);
   // A map's driver waits for half its buffer to be taken (DriverLoop):
-  // the takes before do not wake it, a system call each.
-  bool wake = !config_.fn || (driver_asleep_ && DriverMayPull());
+  // the takes before do not wake it, a system call each, and neither do
+  // those after one that did, until it has run.
+  bool wake =
+      !config_.fn || (driver_asleep_ && !driver_notified_ && DriverMayPull());
+  if (config_.fn && wake) driver_notified_ = true;
   if (polls_) {
     const auto now = std::chrono::steady_clock::now();
     if (pops_++ > 0) {

@@ -160,6 +160,9 @@ class AsyncIterator final : public IteratorBase {
   // would otherwise wake it to pull one element, a system call on the
   // consumer's thread and a hand-over per element); SIZE_MAX otherwise.
   size_t resume_at_ = SIZE_MAX;
+  // Guarded by mu_: a take woke the map's sleeping driver, which has not
+  // run since (it clears this each time it wakes); later takes leave it.
+  bool driver_notified_ = false;
   // The consumer waits on consumer_cv_ (GetNext or Save): a finished task
   // notifies it only then, and only when the wait can end.
   bool consumer_waiting_ = false;

@@ -232,6 +232,19 @@ TEST(DatasetTest, ParallelMapWakesItsDriverOncePerHalfBuffer) {
   }
   while (it.Next(&e)) EXPECT_EQ(e["value"].scalar<int64_t>(), expected++);
   EXPECT_EQ(expected, 1000);
+
+  // Over a whole run, at full speed: a driver woken and not yet run is not
+  // woken again by the takes after (each would be another system call),
+  // and it sleeps again only once the buffer is full, so a wake takes 32
+  // takes at least.
+  constexpr int64_t kElements = 50000;
+  Iterator run = Dataset::Range(0, kElements)
+                     .Map([](Element e) { return e; }, parallel)
+                     .MakeIterator({.threads = 2});
+  int64_t n = 0;
+  while (run.Next(&e)) ASSERT_EQ(e["value"].scalar<int64_t>(), n++);
+  EXPECT_EQ(n, kElements);
+  EXPECT_LE(PrefetchStats(run).wakes, uint64_t{kElements / (kBuffer / 2) + 1});
 }
 
 TEST(DatasetTest, PrepareSeesEveryElementDeliveredInOrderBeforeNext) {
